@@ -1,0 +1,40 @@
+"""Root of the ``cascade`` CLI.
+
+Each package contributes its commands through a ``register(app)`` function in its ``cli``
+module; heavy imports (pandas, FastAPI, ...) happen inside the commands, so ``cascade --help``
+stays fast and ``calibration`` and ``gateway`` never import each other.
+"""
+
+from __future__ import annotations
+
+import typer
+
+from calibration.cli import register as register_calibration
+from gateway.cli import register as register_gateway
+from localpool.cli import register as register_localpool
+
+app = typer.Typer(
+    name="cascade",
+    help="LLM cascade gateway: calibrate a policy from per-query runs, serve it, operate it.",
+    no_args_is_help=True,
+    add_completion=False,
+    pretty_exceptions_enable=False,
+)
+
+
+
+@app.command()
+def version() -> None:
+    """Print the installed version."""
+    from importlib.metadata import version as installed_version
+
+    typer.echo(installed_version("cascade-gateway"))
+
+
+register_calibration(app)
+register_gateway(app)
+register_localpool(app)
+
+
+if __name__ == "__main__":
+    app()

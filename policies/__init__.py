@@ -1,0 +1,67 @@
+"""The contract shared by calibration and the gateway: policy schema, scorers, decision rule.
+
+Imports neither FastAPI nor pandas (DESIGN section 2).
+"""
+
+from policies.decision import (
+    RouteChoice,
+    choose_for_budget,
+    choose_for_tier,
+    draw_route,
+    should_escalate,
+    tier_for,
+)
+from policies.errors import PolicyError, PolicyInvalidError, UnknownScorerError, UnknownTierError
+from policies.schema import (
+    SCHEMA_VERSION,
+    EnvelopePoint,
+    Expected,
+    ModelStats,
+    Objective,
+    Policy,
+    Route,
+    ScorerSpec,
+    Tier,
+)
+from policies.scorers import SCORERS, score_logprobs, score_response
+from policies.store import (
+    build_policy,
+    compute_policy_id,
+    dump_policy,
+    load_policy,
+    parse_policy,
+    policy_json_schema,
+    save_policy,
+)
+
+__all__ = [
+    "SCHEMA_VERSION",
+    "SCORERS",
+    "EnvelopePoint",
+    "Expected",
+    "ModelStats",
+    "Objective",
+    "Policy",
+    "PolicyError",
+    "PolicyInvalidError",
+    "Route",
+    "RouteChoice",
+    "ScorerSpec",
+    "Tier",
+    "UnknownScorerError",
+    "UnknownTierError",
+    "build_policy",
+    "choose_for_budget",
+    "choose_for_tier",
+    "compute_policy_id",
+    "draw_route",
+    "dump_policy",
+    "load_policy",
+    "parse_policy",
+    "policy_json_schema",
+    "save_policy",
+    "score_logprobs",
+    "score_response",
+    "should_escalate",
+    "tier_for",
+]

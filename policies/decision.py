@@ -1,0 +1,78 @@
+"""The decision rule (DESIGN sections 5 and 7): request -> route, score -> accept or escalate."""
+
+from __future__ import annotations
+
+import bisect
+import random
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+from policies.errors import UnknownTierError
+from policies.schema import Policy, Route, Tier
+
+
+@dataclass(frozen=True, slots=True)
+class RouteChoice:
+    """The route chosen for one request, and why.
+
+    ``within_budget`` is False when a numeric budget was below every envelope point and the
+    cheapest point was served instead (the caller reports it; it is not an error).
+    """
+
+    route: Route
+    tier: str
+    within_budget: bool = True
+
+
+def tier_for(policy: Policy, tier: str | None) -> tuple[str, Tier]:
+    """The named tier (or the default one when ``tier`` is None); UnknownTierError otherwise."""
+    name = policy.default_tier if tier is None else tier
+    try:
+        return name, policy.tiers[name]
+    except KeyError:
+        raise UnknownTierError(name, list(policy.tiers)) from None
+
+
+def draw_route(routes: Sequence[Route], rng: random.Random | None = None) -> Route:
+    """Pick one route of a (possibly randomized) tier with probability equal to its weight."""
+    if len(routes) == 1:
+        return routes[0]
+    draw = (rng or random).random()
+    cumulative = 0.0
+    for route in routes:
+        cumulative += route.weight
+        if draw < cumulative:
+            return route
+    return routes[-1]  # float round-off: weights sum to 1 within tolerance
+
+
+def choose_for_tier(
+    policy: Policy, tier: str | None, rng: random.Random | None = None
+) -> RouteChoice:
+    """Route for a named tier (None = default tier), drawing among mixture routes by weight."""
+    name, spec = tier_for(policy, tier)
+    return RouteChoice(route=draw_route(spec.routes, rng), tier=name)
+
+
+def choose_for_budget(policy: Policy, max_cost_usd: float) -> RouteChoice:
+    """Best envelope point whose expected cost is within ``max_cost_usd`` USD per request.
+
+    The envelope is sorted by cost with quality increasing, so the best affordable point is the
+    last one at or below the budget. Below the cheapest point, the cheapest is served with
+    ``within_budget=False``. A policy without an envelope falls back to the default tier.
+    """
+    envelope = policy.envelope
+    if not envelope:
+        return choose_for_tier(policy, None)
+    costs = [point.cost_usd for point in envelope]
+    index = bisect.bisect_right(costs, max_cost_usd) - 1
+    within = index >= 0
+    point = envelope[max(index, 0)]
+    return RouteChoice(route=point.as_route(), tier="budget", within_budget=within)
+
+
+def should_escalate(score: float | None, threshold: float, on_missing_score: str) -> bool:
+    """Escalate iff score < threshold (strict, as the paper); a missing score follows the policy."""
+    if score is None:
+        return on_missing_score == "escalate"
+    return score < threshold

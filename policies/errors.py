@@ -1,0 +1,22 @@
+"""Errors raised by the policy contract package."""
+
+
+class PolicyError(Exception):
+    """Base class of every error raised by ``policies``."""
+
+
+class PolicyInvalidError(PolicyError):
+    """A policy document is unreadable or does not satisfy the schema."""
+
+
+class UnknownTierError(PolicyError):
+    """A request named a tier the policy does not define."""
+
+    def __init__(self, tier: str, known: list[str]):
+        super().__init__(f"unknown tier {tier!r}; this policy defines {', '.join(sorted(known))}")
+        self.tier = tier
+        self.known = known
+
+
+class UnknownScorerError(PolicyError):
+    """A scorer name outside DESIGN section 6, or ``external`` where it cannot be computed."""

@@ -1,0 +1,163 @@
+"""The policy file model (DESIGN section 5): what calibration writes and the gateway serves.
+
+Everything here is a contract. Field names and meanings must not change without bumping
+``schema_version`` and documenting a migration in the README.
+"""
+
+from __future__ import annotations
+
+import math
+from typing import Literal
+
+from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
+
+SCHEMA_VERSION = 1
+
+ScorerName = Literal[
+    "mean_token_negentropy",
+    "min_token_negentropy",
+    "probability_margin",
+    "min_probability",
+    "sequence_probability",
+    "mean_logprob",
+    "external",
+]
+
+# Weights of a randomized mixture must sum to 1 up to float noise from JSON round trips.
+_WEIGHT_TOLERANCE = 1e-6
+
+
+class _Strict(BaseModel):
+    # Unknown keys are errors: a typo in a hand-edited policy must not be silently ignored.
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+
+class ScorerSpec(_Strict):
+    """Which confidence score the cheap model's answer is judged by."""
+
+    name: ScorerName = "mean_token_negentropy"
+    top_k: int = Field(15, ge=1, le=20, description="top_logprobs requested from the upstream")
+
+
+class ModelStats(_Strict):
+    """Calibration-data summary of one model: mean cost per query (USD) and mean quality."""
+
+    mean_cost_usd: float = Field(ge=0)
+    quality: float = Field(ge=0, le=1)
+
+
+class Objective(_Strict):
+    """A tier's objective: best quality within a budget (P2) or cheapest route reaching a quality (P1)."""
+
+    max_cost_usd: float | None = Field(None, ge=0)
+    min_quality: float | None = Field(None, ge=0, le=1)
+
+    @model_validator(mode="after")
+    def _exactly_one(self) -> Objective:
+        if (self.max_cost_usd is None) == (self.min_quality is None):
+            raise ValueError("objective needs exactly one of max_cost_usd or min_quality")
+        return self
+
+
+class Route(_Strict):
+    """A chain of models; stage i escalates to stage i+1 iff its score < thresholds[i]."""
+
+    weight: float = Field(1.0, gt=0, le=1)
+    models: list[str] = Field(min_length=1)
+    thresholds: list[float] = Field(default_factory=list)
+
+    @model_validator(mode="after")
+    def _thresholds_match_stages(self) -> Route:
+        if len(self.thresholds) != len(self.models) - 1:
+            raise ValueError(
+                f"a route of {len(self.models)} model(s) needs {len(self.models) - 1} "
+                f"threshold(s), got {len(self.thresholds)}"
+            )
+        if len(set(self.models)) != len(self.models):
+            raise ValueError(f"a route must not repeat a model: {self.models}")
+        if any(not math.isfinite(t) for t in self.thresholds):
+            raise ValueError("thresholds must be finite numbers")
+        return self
+
+
+class Expected(_Strict):
+    """Expected per-request cost (USD), quality and escalation rate on the calibration data."""
+
+    cost_usd: float = Field(ge=0)
+    quality: float = Field(ge=0, le=1)
+    escalation_rate: float = Field(ge=0, le=1)
+
+
+class Tier(_Strict):
+    """One budget tier: its objective, the route(s) that solve it and what they are expected to do."""
+
+    objective: Objective
+    routes: list[Route] = Field(min_length=1)
+    expected: Expected
+    # Quality per USD at this point of the envelope (frontier slope); None where undefined.
+    shadow_price: float | None = None
+
+    @field_validator("routes")
+    @classmethod
+    def _weights_sum_to_one(cls, routes: list[Route]) -> list[Route]:
+        total = sum(r.weight for r in routes)
+        if abs(total - 1.0) > _WEIGHT_TOLERANCE:
+            raise ValueError(f"route weights must sum to 1, got {total}")
+        return routes
+
+
+class EnvelopePoint(_Strict):
+    """One point of the pairwise envelope: a deterministic route and its calibration cost/quality."""
+
+    cost_usd: float = Field(ge=0)
+    quality: float = Field(ge=0, le=1)
+    models: list[str] = Field(min_length=1)
+    thresholds: list[float] = Field(default_factory=list)
+    escalation_rate: float = Field(0.0, ge=0, le=1)
+
+    @model_validator(mode="after")
+    def _thresholds_match_stages(self) -> EnvelopePoint:
+        if len(self.thresholds) != len(self.models) - 1:
+            raise ValueError("an envelope point of k models needs k-1 thresholds")
+        return self
+
+    def as_route(self) -> Route:
+        """This point as a deterministic (weight 1) route."""
+        return Route(weight=1.0, models=list(self.models), thresholds=list(self.thresholds))
+
+
+class Policy(_Strict):
+    """A complete, servable cascade policy (DESIGN section 5)."""
+
+    schema_version: Literal[1] = SCHEMA_VERSION
+    policy_id: str = Field(min_length=1, description="content hash, see policies.store")
+    created_at: str = Field(description="ISO-8601 timestamp")
+    scorer: ScorerSpec = ScorerSpec()
+    models: dict[str, ModelStats] = Field(min_length=1)
+    default_tier: str
+    tiers: dict[str, Tier] = Field(min_length=1)
+    envelope: list[EnvelopePoint] = Field(default_factory=list)
+    # What to do when the cheap answer has no usable logprobs (DESIGN section 6).
+    on_missing_score: Literal["escalate", "accept"] = "escalate"
+    # Whether the cheap answer may be returned (marked degraded) when the escalation target fails.
+    allow_degraded: bool = True
+
+    @model_validator(mode="after")
+    def _references_resolve(self) -> Policy:
+        if self.default_tier not in self.tiers:
+            raise ValueError(
+                f"default_tier {self.default_tier!r} is not one of the tiers {sorted(self.tiers)}"
+            )
+        for tier_name, tier in self.tiers.items():
+            for route in tier.routes:
+                unknown = [m for m in route.models if m not in self.models]
+                if unknown:
+                    raise ValueError(f"tier {tier_name!r} routes to unknown model(s) {unknown}")
+        for point in self.envelope:
+            unknown = [m for m in point.models if m not in self.models]
+            if unknown:
+                raise ValueError(f"envelope point routes to unknown model(s) {unknown}")
+        costs = [p.cost_usd for p in self.envelope]
+        if costs != sorted(costs):
+            raise ValueError("envelope points must be sorted by cost_usd")
+        return self

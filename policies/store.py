@@ -1,0 +1,97 @@
+"""Reading and writing policy files: validation, content hash, atomic writes."""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import tempfile
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import Any
+
+from pydantic import ValidationError
+
+from policies.errors import PolicyInvalidError
+from policies.schema import Policy
+
+# Fields that do not change what a policy does, so they are left out of its content hash:
+# recalibrating the same data twice gives the same policy_id.
+_HASH_EXCLUDED = ("policy_id", "created_at")
+
+
+def compute_policy_id(document: dict[str, Any]) -> str:
+    """Content hash (first 16 hex digits of SHA-256) of a policy document's canonical JSON."""
+    content = {k: v for k, v in document.items() if k not in _HASH_EXCLUDED}
+    canonical = json.dumps(content, sort_keys=True, separators=(",", ":"), allow_nan=False)
+    return hashlib.sha256(canonical.encode()).hexdigest()[:16]
+
+
+def build_policy(document: dict[str, Any]) -> Policy:
+    """Validate a policy document lacking ``policy_id``/``created_at`` and stamp both."""
+    stamped = dict(document)
+    stamped.setdefault("created_at", datetime.now(UTC).isoformat(timespec="seconds"))
+    stamped["policy_id"] = "pending"
+    policy = _validate(stamped, source="<new policy>")
+    as_json = policy.model_dump(mode="json")
+    return policy.model_copy(update={"policy_id": compute_policy_id(as_json)})
+
+
+def parse_policy(raw: bytes | str, source: str = "<policy>") -> Policy:
+    """Parse and validate policy JSON; raise PolicyInvalidError with a one-line reason."""
+    try:
+        document = json.loads(raw)
+    except (ValueError, UnicodeDecodeError) as exc:
+        raise PolicyInvalidError(f"{source}: not valid JSON ({exc})") from exc
+    if not isinstance(document, dict):
+        raise PolicyInvalidError(f"{source}: a policy must be a JSON object")
+    return _validate(document, source)
+
+
+def load_policy(path: str | Path) -> Policy:
+    """Load and validate a policy file."""
+    path = Path(path)
+    try:
+        raw = path.read_bytes()
+    except OSError as exc:
+        raise PolicyInvalidError(f"{path}: cannot read ({exc.strerror})") from exc
+    return parse_policy(raw, source=str(path))
+
+
+def dump_policy(policy: Policy) -> str:
+    """Policy as pretty, stable JSON text."""
+    return json.dumps(policy.model_dump(mode="json"), indent=2, allow_nan=False) + "\n"
+
+
+def save_policy(policy: Policy, path: str | Path) -> None:
+    """Write a policy atomically: a watcher or reader never sees a half-written file."""
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fd, tmp_name = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
+    try:
+        with os.fdopen(fd, "w") as handle:
+            handle.write(dump_policy(policy))
+            handle.flush()
+            os.fsync(handle.fileno())
+        os.replace(tmp_name, path)
+    except BaseException:
+        Path(tmp_name).unlink(missing_ok=True)
+        raise
+
+
+def policy_json_schema() -> dict[str, Any]:
+    """The JSON Schema of the policy file, as exported to policies/policy.schema.json."""
+    schema = Policy.model_json_schema()
+    schema["$schema"] = "https://json-schema.org/draft/2020-12/schema"
+    schema["$id"] = "https://cascade-gateway/policy.schema.json"
+    return schema
+
+
+def _validate(document: dict[str, Any], source: str) -> Policy:
+    try:
+        return Policy.model_validate(document)
+    except ValidationError as exc:
+        first = exc.errors()[0]
+        where = ".".join(str(p) for p in first["loc"]) or "<root>"
+        more = f" (+{exc.error_count() - 1} more)" if exc.error_count() > 1 else ""
+        raise PolicyInvalidError(f"{source}: {where}: {first['msg']}{more}") from exc
