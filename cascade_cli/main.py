@@ -10,6 +10,7 @@ from __future__ import annotations
 import typer
 
 from calibration.cli import register as register_calibration
+from collection.cli import register as register_collection
 from gateway.cli import register as register_gateway
 from localpool.cli import register as register_localpool
 
@@ -23,6 +24,11 @@ app = typer.Typer(
 
 
 
+@app.callback()
+def main() -> None:
+    """LLM cascade gateway: calibrate a policy from per-query runs, serve it, operate it."""
+
+
 @app.command()
 def version() -> None:
     """Print the installed version."""
@@ -32,6 +38,7 @@ def version() -> None:
 
 
 register_calibration(app)
+register_collection(app)
 register_gateway(app)
 register_localpool(app)
 

@@ -1,0 +1,121 @@
+"""The gateway's one error hierarchy, mapped once to OpenAI-shaped JSON error bodies.
+
+Every failure a client can see is a ``GatewayError`` subclass; the app installs one exception
+handler that renders ``{"error": {"message", "type", "param", "code"}}`` with ``status``.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+
+class GatewayError(Exception):
+    """Base class: an error with an HTTP status and an OpenAI error ``type``/``code``."""
+
+    status: int = 500
+    type: str = "server_error"
+    code: str | None = None
+
+    def __init__(
+        self,
+        message: str,
+        *,
+        param: str | None = None,
+        code: str | None = None,
+        headers: dict[str, str] | None = None,
+    ):
+        super().__init__(message)
+        self.message = message
+        self.param = param
+        if code is not None:
+            self.code = code
+        self.headers = headers or {}
+
+    def body(self) -> dict[str, Any]:
+        """The OpenAI error body."""
+        return {
+            "error": {
+                "message": self.message,
+                "type": self.type,
+                "param": self.param,
+                "code": self.code,
+            }
+        }
+
+
+class BadRequestError(GatewayError):
+    """400: malformed JSON, wrong types, missing fields, unknown tier, bad header values."""
+
+    status = 400
+    type = "invalid_request_error"
+    code = "invalid_request"
+
+
+class UnknownTierRequestError(BadRequestError):
+    """400: the request named a tier the current policy does not define."""
+
+    code = "unknown_tier"
+
+
+class AuthenticationError(GatewayError):
+    """401: missing or unknown client API key (or admin key on admin endpoints)."""
+
+    status = 401
+    type = "invalid_request_error"
+    code = "invalid_api_key"
+
+
+class ModelNotFoundError(GatewayError):
+    """404: ``model`` is neither a cascade alias nor a configured model."""
+
+    status = 404
+    type = "invalid_request_error"
+    code = "model_not_found"
+
+
+class BodyTooLargeError(GatewayError):
+    """413: request body over ``limits.max_body_bytes``."""
+
+    status = 413
+    type = "invalid_request_error"
+    code = "request_too_large"
+
+
+class BudgetExceededError(GatewayError):
+    """429: the client key's spend limit for the current window is exhausted."""
+
+    status = 429
+    type = "insufficient_quota"
+    code = "budget_exceeded"
+
+
+class RateLimitedError(GatewayError):
+    """429: rate limited (including an upstream 429 that outlasted the request deadline)."""
+
+    status = 429
+    type = "rate_limit_error"
+    code = "rate_limited"
+
+
+class UpstreamError(GatewayError):
+    """502: an upstream failed (5xx, refused, malformed JSON) and nothing could be served."""
+
+    status = 502
+    type = "upstream_error"
+    code = "upstream_failed"
+
+
+class UpstreamTimeoutError(GatewayError):
+    """504: an upstream did not answer within its timeout / the request deadline."""
+
+    status = 504
+    type = "upstream_error"
+    code = "upstream_timeout"
+
+
+class PolicyUnavailableError(GatewayError):
+    """503: no valid policy loaded yet, or the policy cannot be served (e.g. scorer ``external``)."""
+
+    status = 503
+    type = "server_error"
+    code = "policy_unavailable"
