@@ -1,0 +1,186 @@
+"""Gateway settings (DESIGN section 8): a YAML file, overridable by ``CASCADE_*`` environment variables.
+
+Settings say *how to run* (upstream URLs, key references, timeouts, limits); the policy file says
+*what to do* (tiers, routes, thresholds). Secrets appear only by reference (``api_key_env``): the
+settings object never holds a key, and ``ModelConfig.api_key()`` reads it when a client is built.
+
+Environment overrides use the ``CASCADE_`` prefix and ``__`` for nesting, e.g.
+``CASCADE_POLICY=redis://127.0.0.1:6379/0``, ``CASCADE_REDIS_URL=...``,
+``CASCADE_LIMITS__MAX_BODY_BYTES=65536``. They win over the YAML file.
+"""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+from typing import Any, Literal
+
+import yaml
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
+from pydantic_settings import BaseSettings, PydanticBaseSettingsSource, SettingsConfigDict
+
+# Model names clients may not use for a configured model: they are the cascade aliases.
+RESERVED_MODEL_PREFIX = "cascade"
+
+
+class ConfigError(Exception):
+    """The gateway config is missing, unreadable or invalid; the message is one line."""
+
+
+class _Section(BaseModel):
+    # A typo in a hand-written config must be an error, not a silently ignored key.
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+
+class PriceConfig(_Section):
+    """Price of one model: per million input/output tokens, or a flat price per call (USD)."""
+
+    input_per_mtok: float | None = Field(None, ge=0)
+    output_per_mtok: float | None = Field(None, ge=0)
+    per_query_usd: float | None = Field(None, ge=0)
+
+    @model_validator(mode="after")
+    def _one_form(self) -> PriceConfig:
+        per_token = self.input_per_mtok is not None or self.output_per_mtok is not None
+        if per_token == (self.per_query_usd is not None):
+            raise ValueError("price needs either input_per_mtok/output_per_mtok or per_query_usd")
+        return self
+
+    def cost_usd(self, prompt_tokens: int, completion_tokens: int) -> float:
+        """USD cost of one call with the given token counts (from the upstream's ``usage``)."""
+        if self.per_query_usd is not None:
+            return self.per_query_usd
+        return (
+            prompt_tokens * (self.input_per_mtok or 0.0) + completion_tokens * (self.output_per_mtok or 0.0)
+        ) / 1e6
+
+
+class ModelConfig(_Section):
+    """One upstream model served by an OpenAI-compatible endpoint."""
+
+    base_url: str = Field(description="OpenAI-compatible base URL, e.g. http://127.0.0.1:9001/v1")
+    model: str = Field(min_length=1, description="the upstream's model id")
+    api_key_env: str | None = Field(None, description="name of the env var holding the upstream key")
+    price: PriceConfig = PriceConfig(per_query_usd=0.0)
+    timeout_s: float = Field(30.0, gt=0, description="per upstream call, seconds")
+    max_retries: int = Field(2, ge=0, le=10, description="retries for 429/5xx/connect errors")
+
+    @field_validator("base_url")
+    @classmethod
+    def _http_url(cls, value: str) -> str:
+        if not value.startswith(("http://", "https://")):
+            raise ValueError(f"base_url must start with http:// or https://, got {value!r}")
+        return value.rstrip("/")
+
+    def api_key(self) -> str | None:
+        """The upstream key, read from the environment at call-site (never stored in settings)."""
+        return os.environ.get(self.api_key_env) if self.api_key_env else None
+
+
+class AuthConfig(_Section):
+    """Where client and admin keys come from (env var names; unset variables = open gateway)."""
+
+    api_keys_env: str | None = "CASCADE_API_KEYS"
+    admin_key_env: str | None = "CASCADE_ADMIN_KEY"
+
+
+class BudgetConfig(_Section):
+    """Default per-client-key spend limit over a fixed window (None = unlimited)."""
+
+    limit_usd: float | None = Field(None, ge=0)
+    window_s: int = Field(86400, gt=0)
+
+
+class LimitsConfig(_Section):
+    """Request limits."""
+
+    max_body_bytes: int = Field(1_048_576, gt=0)
+    request_timeout_s: float = Field(120.0, gt=0, description="deadline of a whole request, seconds")
+
+
+class LoggingConfig(_Section):
+    """Structured log settings; prompts are never logged unless ``log_prompts`` is true."""
+
+    level: Literal["debug", "info", "warning", "error"] = "info"
+    log_prompts: bool = False
+
+    @field_validator("level", mode="before")
+    @classmethod
+    def _lower(cls, value: Any) -> Any:
+        return value.lower() if isinstance(value, str) else value
+
+
+class Settings(BaseSettings):
+    """The whole gateway config (DESIGN section 8)."""
+
+    model_config = SettingsConfigDict(
+        env_prefix="CASCADE_", env_nested_delimiter="__", extra="forbid", frozen=True
+    )
+
+    models: dict[str, ModelConfig] = Field(min_length=1)
+    policy: str = Field(description="policy file path, or redis://host:6379/0 (key cascade:policy:current)")
+    redis_url: str | None = None
+    auth: AuthConfig = AuthConfig()
+    budgets: BudgetConfig = BudgetConfig()
+    limits: LimitsConfig = LimitsConfig()
+    logging: LoggingConfig = LoggingConfig()
+
+    @field_validator("models")
+    @classmethod
+    def _names_not_reserved(cls, models: dict[str, ModelConfig]) -> dict[str, ModelConfig]:
+        for name in models:
+            if name == RESERVED_MODEL_PREFIX or name.startswith(RESERVED_MODEL_PREFIX + "/"):
+                raise ValueError(f"model name {name!r} is reserved for the cascade aliases")
+        return models
+
+    @classmethod
+    def settings_customise_sources(
+        cls,
+        settings_cls: type[BaseSettings],
+        init_settings: PydanticBaseSettingsSource,
+        env_settings: PydanticBaseSettingsSource,
+        dotenv_settings: PydanticBaseSettingsSource,
+        file_secret_settings: PydanticBaseSettingsSource,
+    ) -> tuple[PydanticBaseSettingsSource, ...]:
+        # Environment beats the YAML file (passed as init kwargs): operators override per deploy.
+        return env_settings, init_settings
+
+    @property
+    def policy_is_redis(self) -> bool:
+        """True when the policy is read from Redis rather than a file."""
+        return self.policy.startswith(("redis://", "rediss://", "unix://"))
+
+    @classmethod
+    def from_yaml(cls, path: str | Path) -> Settings:
+        """Load a YAML config, apply ``CASCADE_*`` overrides, validate; ConfigError on any problem.
+
+        A relative policy file path in the YAML is resolved against the YAML file's directory.
+        """
+        path = Path(path)
+        try:
+            document = yaml.safe_load(path.read_text()) or {}
+        except OSError as exc:
+            raise ConfigError(f"{path}: cannot read config ({exc.strerror})") from exc
+        except yaml.YAMLError as exc:
+            raise ConfigError(f"{path}: not valid YAML ({_one_line(str(exc))})") from exc
+        if not isinstance(document, dict):
+            raise ConfigError(f"{path}: the config must be a YAML mapping")
+        policy = document.get("policy")
+        if isinstance(policy, str) and "://" not in policy and not Path(policy).is_absolute():
+            document["policy"] = str((path.parent / policy).resolve())
+        return cls.from_mapping(document, source=str(path))
+
+    @classmethod
+    def from_mapping(cls, document: dict[str, Any], source: str = "<config>") -> Settings:
+        """Validate a config mapping (plus env overrides); ConfigError with a one-line reason."""
+        try:
+            return cls(**document)
+        except ValidationError as exc:
+            first = exc.errors()[0]
+            where = ".".join(str(p) for p in first["loc"]) or "<root>"
+            more = f" (+{exc.error_count() - 1} more)" if exc.error_count() > 1 else ""
+            raise ConfigError(f"{source}: {where}: {first['msg']}{more}") from exc
+
+
+def _one_line(text: str) -> str:
+    return " ".join(text.split())
