@@ -1,0 +1,1 @@
+"""Reports of calibration and evaluation: one self-contained HTML page, PNG plots, terminal tables."""

@@ -1,0 +1,428 @@
+"""The runs table (DESIGN section 3) as a query x model matrix of quality, cost and score.
+
+``load_runs`` reads CSV / CSV.gz / Parquet / JSONL, validates it row by row and pivots it into a
+``RunsMatrix``. Every input problem becomes a ``RunsError`` whose one-line message names the file,
+the row (1-based record number; in a CSV that is line row + 1) and the column.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field, replace
+from pathlib import Path
+
+import numpy as np
+
+from calibration.prices import ModelPrice, PriceSheetError, load_price_sheet
+from calibration.table_io import Columns, TableReadError, read_columns
+
+REQUIRED_COLUMNS = ("query_id", "model", "correct")
+COST_COLUMNS = ("cost_usd", "prompt_tokens", "completion_tokens")
+LOGPROBS_COLUMN = "logprobs"
+STRATA_COLUMN = "dataset"
+DEFAULT_SCORER = "mean_token_negentropy"
+DEFAULT_TOP_K = 15
+
+_NAN_TEXT = {"nan", "+nan", "-nan"}
+
+
+class RunsError(Exception):
+    """Bad runs input; the message is one line naming the file, row and column."""
+
+
+@dataclass(frozen=True)
+class RunsMatrix:
+    """Per-query results of k models on the same n queries.
+
+    Attributes:
+        models: k model names, ordered by mean cost ascending (ties: by name).
+        query_ids: (n,) str.
+        quality: (n, k) float64 in [0, 1].
+        cost: (n, k) float64, USD per query.
+        score: (n, k) float64 confidence (higher = more confident).
+        strata: (n,) labels for stratified splits (the ``dataset`` column) or None.
+        features: (n, d) float64 per-query features or None.
+        source: where the runs came from (file path), for messages and reports.
+        scorer: scorer name that produced ``score`` (``external`` for a precomputed column).
+        top_k: top-K used by the scorer (None for ``external``).
+        score_column: the precomputed score column used, if any.
+        notes: warnings raised while loading (e.g. dropped queries), for the CLI to show.
+    """
+
+    models: tuple[str, ...]
+    query_ids: np.ndarray
+    quality: np.ndarray
+    cost: np.ndarray
+    score: np.ndarray
+    strata: np.ndarray | None = None
+    features: np.ndarray | None = None
+    source: str = ""
+    scorer: str = "external"
+    top_k: int | None = None
+    score_column: str | None = None
+    notes: tuple[str, ...] = field(default=())
+
+    @property
+    def n_queries(self) -> int:
+        """Number of queries n."""
+        return int(self.quality.shape[0])
+
+    def model_index(self, name: str) -> int:
+        """Column index of a model; KeyError naming the known models otherwise."""
+        try:
+            return self.models.index(name)
+        except ValueError:
+            raise KeyError(f"unknown model {name!r}; the runs have {', '.join(self.models)}") from None
+
+    def subset(self, rows: np.ndarray) -> RunsMatrix:
+        """The same models on a subset of queries (``rows``: int index array into the n queries)."""
+        rows = np.asarray(rows)
+        return replace(
+            self,
+            query_ids=self.query_ids[rows],
+            quality=self.quality[rows],
+            cost=self.cost[rows],
+            score=self.score[rows],
+            strata=None if self.strata is None else self.strata[rows],
+            features=None if self.features is None else self.features[rows],
+        )
+
+
+def load_runs(
+    path: str | Path,
+    *,
+    prices: Path | None = None,
+    score_column: str | None = None,
+    scorer: str | None = None,
+    top_k: int | None = None,
+    where: dict[str, str] | None = None,
+    feature_columns: list[str] | None = None,
+) -> RunsMatrix:
+    """Load, validate and pivot a runs table.
+
+    Args:
+        path: runs file (.csv, .csv.gz, .parquet, .jsonl).
+        prices: price-sheet YAML. When given, cost comes from it (token prices when the runs have
+            ``prompt_tokens`` and ``completion_tokens`` and the model has token prices, else
+            ``per_query_usd``); otherwise from the ``cost_usd`` column.
+        score_column: a precomputed confidence column (scorer ``external``). Exclusive with scorer.
+        scorer, top_k: compute the score from the ``logprobs`` column with
+            ``policies.scorers.score_logprobs`` (defaults: mean_token_negentropy, 15).
+        where: keep only rows whose column equals the value, compared as text.
+        feature_columns: numeric per-query columns for a router (mean over the query's rows).
+
+    Raises:
+        RunsError: one-line message naming file / row / column.
+    """
+    path = Path(path)
+    where = dict(where or {})
+    if score_column is not None and scorer is not None:
+        raise RunsError("give either a score column or a scorer, not both")
+    price_sheet = _load_prices(prices) if prices is not None else None
+    wanted = {*REQUIRED_COLUMNS, *COST_COLUMNS, STRATA_COLUMN, *(feature_columns or [])}
+    wanted.add(score_column if score_column is not None else LOGPROBS_COLUMN)
+    try:
+        columns = read_columns(path, wanted, where)
+    except TableReadError as exc:
+        raise RunsError(str(exc)) from None
+    return _Builder(path, columns, where).build(
+        price_sheet, prices, score_column, scorer, top_k, feature_columns or []
+    )
+
+
+def _load_prices(path: Path) -> dict[str, ModelPrice]:
+    try:
+        return load_price_sheet(path)
+    except PriceSheetError as exc:
+        raise RunsError(str(exc)) from None
+
+
+class _Builder:
+    """Validation and pivoting of one file's columns (one instance per load)."""
+
+    def __init__(self, path: Path, columns: Columns, where: Mapping[str, str]):
+        self.path = path
+        self.columns = columns
+        self.where = where
+        self.notes: list[str] = []
+
+    # --- helpers -------------------------------------------------------------------------------
+
+    def fail(self, message: str, position: int | None = None, column: str | None = None) -> RunsError:
+        where = f"{self.path}"
+        if position is not None:
+            where += f": row {int(self.columns.rows[position])}"
+        if column is not None:
+            where += f": column '{column}'"
+        return RunsError(f"{where}: {message}")
+
+    def require_column(self, name: str, why: str = "required column") -> None:
+        if name not in self.columns.values:
+            raise RunsError(
+                f"{self.path}: missing {why} '{name}' (columns: {', '.join(self.columns.names)})"
+            )
+
+    def numeric(self, name: str, *, allow_missing: bool = False) -> tuple[np.ndarray, np.ndarray]:
+        """(values float64, missing bool) of a column; errors on non-numeric / NaN / missing."""
+        raw = self.columns.values[name]
+        missing = self.columns.missing[name]
+        if raw.dtype.kind in "fiub":
+            values = raw.astype(np.float64)
+        else:
+            import pandas as pd
+
+            values = pd.to_numeric(pd.Series(raw, dtype=object), errors="coerce").to_numpy(np.float64)
+        bad = np.flatnonzero(~np.isfinite(values) & ~missing)
+        if bad.size:
+            first = int(bad[0])
+            value = raw[first]
+            if _is_nan_literal(value):
+                raise self.fail("NaN value (leave the cell empty for a missing score)", first, name)
+            if (isinstance(value, float | np.floating) and math.isinf(value)) or _is_inf_text(value):
+                raise self.fail(f"infinite value {value!r}", first, name)
+            raise self.fail(f"non-numeric value {value!r}", first, name)
+        if not allow_missing and missing.any():
+            raise self.fail("missing value", int(np.flatnonzero(missing)[0]), name)
+        return values, missing
+
+    # --- steps ---------------------------------------------------------------------------------
+
+    def build(
+        self,
+        price_sheet: dict[str, ModelPrice] | None,
+        prices_path: Path | None,
+        score_column: str | None,
+        scorer: str | None,
+        top_k: int | None,
+        feature_columns: Sequence[str],
+    ) -> RunsMatrix:
+        for name in REQUIRED_COLUMNS:
+            self.require_column(name)
+        if self.columns.rows.size == 0:
+            filters = " ".join(f"--where {c}={v}" for c, v in self.where.items())
+            raise RunsError(f"{self.path}: no rows" + (f" match {filters}" if filters else ""))
+        for name in ("query_id", "model"):
+            missing = self.columns.missing[name]
+            if missing.any():
+                raise self.fail("missing value", int(np.flatnonzero(missing)[0]), name)
+        query = np.asarray(self.columns.values["query_id"]).astype(str)
+        model = np.asarray(self.columns.values["model"]).astype(str)
+        quality, _ = self.numeric("correct")
+        out_of_range = np.flatnonzero((quality < 0) | (quality > 1))
+        if out_of_range.size:
+            first = int(out_of_range[0])
+            raise self.fail(f"quality {quality[first]:g} outside [0, 1]", first, "correct")
+        cost = self.cost(model, price_sheet, prices_path)
+        score, score_missing, scorer_name, used_top_k = self.score(score_column, scorer, top_k)
+        features = [self.numeric(c)[0] for c in feature_columns if self._feature_present(c)]
+        return self.pivot(
+            query, model, quality, cost, score, score_missing, features,
+            scorer_name, used_top_k, score_column,
+        )
+
+    def _feature_present(self, name: str) -> bool:
+        self.require_column(name, "feature column")
+        return True
+
+    def cost(
+        self, model: np.ndarray, sheet: dict[str, ModelPrice] | None, sheet_path: Path | None
+    ) -> np.ndarray:
+        """(r,) USD per row: from the price sheet when one is given, else the cost_usd column."""
+        if sheet is None:
+            if "cost_usd" not in self.columns.values:
+                raise RunsError(
+                    f"{self.path}: no cost: the runs have no 'cost_usd' column; pass --prices "
+                    "PRICES.yaml (token prices with prompt_tokens/completion_tokens, or per_query_usd)"
+                )
+            values, _ = self.numeric("cost_usd")
+            negative = np.flatnonzero(values < 0)
+            if negative.size:
+                raise self.fail("negative cost", int(negative[0]), "cost_usd")
+            return values
+        if "cost_usd" in self.columns.values:
+            self.notes.append(f"cost from the price sheet {sheet_path}; the 'cost_usd' column is ignored")
+        names, codes = np.unique(model, return_inverse=True)
+        unpriced = [n for n in names if n not in sheet]
+        if unpriced:
+            raise RunsError(
+                f"{self.path}: model '{unpriced[0]}' is not in the price sheet {sheet_path} "
+                f"(it has {', '.join(sheet)})"
+            )
+        has_tokens = all(c in self.columns.values for c in ("prompt_tokens", "completion_tokens"))
+        if has_tokens:
+            prompt, _ = self.numeric("prompt_tokens")
+            completion, _ = self.numeric("completion_tokens")
+        per_model = np.empty(len(names), dtype=object)
+        per_model[:] = [sheet[n] for n in names]
+        cost = np.empty(model.shape[0], dtype=np.float64)
+        for index, price in enumerate(per_model):  # a loop over models, not rows
+            rows = codes == index
+            if has_tokens and price.has_token_prices:
+                cost[rows] = (
+                    prompt[rows] * price.input_per_mtok + completion[rows] * price.output_per_mtok
+                ) / 1e6
+            elif price.per_query_usd is not None:
+                cost[rows] = price.per_query_usd
+            else:
+                raise RunsError(
+                    f"{self.path}: model '{names[index]}' has only token prices in {sheet_path} but the "
+                    "runs have no 'prompt_tokens'/'completion_tokens' columns"
+                )
+        return cost
+
+    def score(
+        self, score_column: str | None, scorer: str | None, top_k: int | None
+    ) -> tuple[np.ndarray, np.ndarray, str, int | None]:
+        """(score, missing, scorer name, top_k) per row."""
+        if score_column is not None:
+            self.require_column(score_column, "score column")
+            values, missing = self.numeric(score_column, allow_missing=True)
+            return values, missing, "external", None
+        if LOGPROBS_COLUMN not in self.columns.values:
+            candidates = [c for c in self.columns.names if c.startswith("score")]
+            hint = f" (maybe one of: {', '.join(candidates)})" if candidates else ""
+            raise RunsError(
+                f"{self.path}: no score: pass --score-column NAME{hint}, or provide a "
+                f"'{LOGPROBS_COLUMN}' column to compute a scorer from"
+            )
+        name = scorer or DEFAULT_SCORER
+        k = DEFAULT_TOP_K if top_k is None else top_k
+        return (*self.scores_from_logprobs(name, k), name, k)
+
+    def scores_from_logprobs(self, scorer: str, top_k: int) -> tuple[np.ndarray, np.ndarray]:
+        import orjson
+
+        from policies.errors import UnknownScorerError
+        from policies.scorers import score_logprobs
+
+        raw = self.columns.values[LOGPROBS_COLUMN]
+        absent = self.columns.missing[LOGPROBS_COLUMN]
+        scores = np.full(raw.shape[0], np.nan)
+        for position in np.flatnonzero(~absent):
+            content = raw[position]
+            if isinstance(content, str | bytes):
+                try:
+                    content = orjson.loads(content)
+                except orjson.JSONDecodeError:
+                    raise self.fail("not valid JSON", int(position), LOGPROBS_COLUMN) from None
+            if isinstance(content, Mapping):  # a whole `logprobs` object rather than its `content`
+                content = content.get("content")
+            if content is not None and not isinstance(content, list):
+                raise self.fail(
+                    "expected the logprobs.content list (JSON array)", int(position), LOGPROBS_COLUMN
+                )
+            try:
+                value = score_logprobs(content, scorer, top_k)
+            except UnknownScorerError as exc:
+                raise RunsError(str(exc)) from None
+            if value is not None:
+                scores[position] = value
+        missing = ~np.isfinite(scores)
+        return scores, missing
+
+    def pivot(
+        self,
+        query: np.ndarray,
+        model: np.ndarray,
+        quality: np.ndarray,
+        cost: np.ndarray,
+        score: np.ndarray,
+        score_missing: np.ndarray,
+        features: list[np.ndarray],
+        scorer: str,
+        top_k: int | None,
+        score_column: str | None,
+    ) -> RunsMatrix:
+        import pandas as pd
+
+        query_codes, query_names = pd.factorize(query)
+        model_codes, model_names = pd.factorize(model)
+        n_models = len(model_names)
+        key = query_codes.astype(np.int64) * n_models + model_codes
+        order = np.argsort(key, kind="stable")
+        repeated = np.flatnonzero(key[order][1:] == key[order][:-1])
+        if repeated.size:
+            first, second = int(order[repeated[0]]), int(order[repeated[0] + 1])
+            raise self.fail(
+                f"duplicate (query_id, model) = ('{query[second]}', '{model[second]}'), "
+                f"first seen at row {int(self.columns.rows[first])}",
+                second,
+            )
+        keep_rows = np.ones(query.shape[0], dtype=bool)
+        if score_missing.any():
+            dropped = np.unique(query_codes[score_missing])
+            keep_rows = ~np.isin(query_codes, dropped)
+            label = f"column '{score_column}'" if score_column else f"{scorer} from '{LOGPROBS_COLUMN}'"
+            self.notes.append(
+                f"dropped {dropped.size} quer{'y' if dropped.size == 1 else 'ies'} "
+                f"({int((~keep_rows).sum())} rows) with a missing score ({label})"
+            )
+        present = np.zeros((len(query_names), n_models), dtype=bool)
+        present[query_codes, model_codes] = True
+        kept_queries = np.zeros(len(query_names), dtype=bool)
+        kept_queries[query_codes[keep_rows]] = True
+        incomplete = np.flatnonzero(kept_queries & ~present.all(axis=1))
+        if incomplete.size:
+            q = int(incomplete[0])
+            absent_model = model_names[int(np.flatnonzero(~present[q])[0])]
+            raise RunsError(
+                f"{self.path}: query '{query_names[q]}' has no row for model '{absent_model}' "
+                f"({incomplete.size} incomplete quer{'y' if incomplete.size == 1 else 'ies'}; every "
+                "query needs a row for every model)"
+            )
+        if not kept_queries.any():
+            raise RunsError(f"{self.path}: no query left after dropping rows with a missing score")
+        # Renumber the kept queries 0..n-1 in first-seen order and fill (n, k) matrices.
+        new_index = np.cumsum(kept_queries) - 1
+        rows_q = new_index[query_codes[keep_rows]]
+        rows_m = model_codes[keep_rows]
+        n = int(kept_queries.sum())
+
+        def matrix(values: np.ndarray) -> np.ndarray:
+            out = np.empty((n, n_models), dtype=np.float64)
+            out[rows_q, rows_m] = values[keep_rows]
+            return out
+
+        quality_m, cost_m, score_m = matrix(quality), matrix(cost), matrix(score)
+        mean_cost = cost_m.mean(axis=0)
+        column_order = sorted(range(n_models), key=lambda j: (mean_cost[j], str(model_names[j])))
+        strata = None
+        if STRATA_COLUMN in self.columns.values:
+            labels = np.empty(n, dtype=object)
+            labels[rows_q] = np.asarray(self.columns.values[STRATA_COLUMN], dtype=object)[keep_rows]
+            strata = labels.astype(str)
+        feature_matrix = None
+        if features:
+            feature_matrix = np.column_stack([matrix(f).mean(axis=1) for f in features])
+        return RunsMatrix(
+            models=tuple(str(model_names[j]) for j in column_order),
+            query_ids=np.asarray(query_names, dtype=str)[kept_queries],
+            quality=quality_m[:, column_order],
+            cost=cost_m[:, column_order],
+            score=score_m[:, column_order],
+            strata=strata,
+            features=feature_matrix,
+            source=str(self.path),
+            scorer=scorer,
+            top_k=top_k,
+            score_column=score_column,
+            notes=tuple(self.notes),
+        )
+
+
+def _is_nan_literal(value: object) -> bool:
+    if isinstance(value, float | np.floating):
+        return math.isnan(value)
+    return isinstance(value, str) and value.strip().lower() in _NAN_TEXT
+
+
+def _is_inf_text(value: object) -> bool:
+    return isinstance(value, str) and value.strip().lower().lstrip("+-") in {"inf", "infinity"}
+
+
+def model_means(matrix: RunsMatrix, rows: np.ndarray | None = None) -> tuple[np.ndarray, np.ndarray]:
+    """(k,) mean cost (USD) and (k,) mean quality of each model on ``rows`` (default: all)."""
+    if rows is None:
+        return matrix.cost.mean(axis=0), matrix.quality.mean(axis=0)
+    return matrix.cost[rows].mean(axis=0), matrix.quality[rows].mean(axis=0)
