@@ -1,0 +1,236 @@
+"""Client and admin API keys, stored and compared only as SHA-256 hashes.
+
+Client keys come from the environment variable named by ``auth.api_keys_env`` (comma-separated) and,
+with Redis, from the hash ``{prefix}:keys`` (sha256(key) -> JSON ``{"name", "limit_usd"}``), which
+``cascade keys add`` fills. With no key anywhere the gateway is open, and says so once in the log.
+Once any key exists the gateway requires one; it does not reopen by itself if keys are later removed.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import hmac
+import json
+import logging
+import os
+import time
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass
+from typing import Any
+
+from redis.asyncio import Redis
+from redis.exceptions import RedisError
+
+from gateway.errors import AuthenticationError, GatewayError
+from gateway.redis_keys import RedisKeys
+
+log = logging.getLogger("cascade.auth")
+
+# Length of the hex key_id shown in logs and used in spend counter names: identifies, never reveals.
+KEY_ID_CHARS = 16
+
+
+class AuthUnavailableError(GatewayError):
+    """503: a key could not be checked because Redis is unreachable and the key is not cached."""
+
+    status = 503
+    type = "server_error"
+    code = "auth_unavailable"
+
+
+@dataclass(frozen=True, slots=True)
+class ClientIdentity:
+    """Who is calling: ``key_id`` is a short hash of the key (None on an open gateway)."""
+
+    key_id: str | None
+    limit_usd: float | None
+    name: str | None = None
+
+
+ANONYMOUS = ClientIdentity(key_id=None, limit_usd=None)
+
+
+def hash_key(key: str) -> str:
+    """Full SHA-256 hex digest of a key: what is stored."""
+    return hashlib.sha256(key.encode()).hexdigest()
+
+
+def key_id_of(key_hash: str) -> str:
+    """The short id of a key from its hash: what logs, counters and spend keys show."""
+    return key_hash[:KEY_ID_CHARS]
+
+
+def bearer_token(authorization: str | None) -> str | None:
+    """The token of an ``Authorization: Bearer <token>`` header, or None."""
+    if not authorization:
+        return None
+    scheme, _, token = authorization.strip().partition(" ")
+    if scheme.lower() != "bearer" or not token.strip():
+        return None
+    return token.strip()
+
+
+def parse_env_keys(value: str | None) -> list[str]:
+    """Comma-separated keys of an environment variable (blank entries ignored)."""
+    return [k.strip() for k in (value or "").split(",") if k.strip()]
+
+
+class Authenticator:
+    """Checks client keys (environment + Redis) and the admin key."""
+
+    def __init__(
+        self,
+        *,
+        env_keys: Iterable[str] = (),
+        admin_key: str | None = None,
+        default_limit_usd: float | None = None,
+        redis: Redis | None = None,
+        keys: RedisKeys | None = None,
+        api_keys_env: str | None = None,
+        admin_key_env: str | None = None,
+        cache_ttl_s: float = 5.0,
+        clock: Callable[[], float] = time.monotonic,
+    ):
+        self._static = {hash_key(k): ClientIdentity(key_id_of(hash_key(k)), default_limit_usd)
+                        for k in env_keys}
+        self._admin_hash = hash_key(admin_key) if admin_key else None
+        self._default_limit = default_limit_usd
+        self._redis = redis
+        self._keys = keys or RedisKeys()
+        self._api_keys_env = api_keys_env
+        self._admin_key_env = admin_key_env
+        self._cache_ttl_s = cache_ttl_s
+        self._clock = clock
+        # key hash -> (identity or None for "unknown key", monotonic expiry)
+        self._cache: dict[str, tuple[ClientIdentity | None, float]] = {}
+        # Whether a key is required; sticky once True. None = not known yet (Redis never answered).
+        self._closed: bool | None = True if self._static else (False if redis is None else None)
+        self._closed_checked_at = float("-inf")
+        self.rejections = 0
+
+    @property
+    def is_open(self) -> bool:
+        """True while no client key is configured anywhere (requests need no key)."""
+        return self._closed is False
+
+    async def start(self) -> None:
+        """Find out whether keys exist and log once if the gateway is open."""
+        await self._refresh_closed(force=True)
+        if self._closed is False:
+            where = f"${self._api_keys_env} unset" if self._api_keys_env else "no api_keys_env"
+            if self._redis is not None:
+                where += f", Redis hash {self._keys.client_keys} empty"
+            log.warning("no client API keys configured (%s): the gateway is OPEN to every caller", where)
+        elif self._closed is None:
+            log.warning("client keys unknown until Redis answers; requests are refused meanwhile")
+        if self._admin_hash is None:
+            log.info("no admin key (%s unset): admin endpoints are disabled", self._admin_key_env)
+
+    def status(self) -> dict[str, Any]:
+        """What readiness reports about auth (never a key)."""
+        return {"open": self.is_open, "env_keys": len(self._static), "admin": self._admin_hash is not None}
+
+    async def authenticate(self, authorization: str | None) -> ClientIdentity:
+        """The caller's identity from its Authorization header; AuthenticationError (401) if refused."""
+        token = bearer_token(authorization)
+        await self._refresh_closed()
+        if token is None:
+            if self._closed is False:
+                return ANONYMOUS
+            self.rejections += 1
+            raise AuthenticationError(
+                "Missing API key: send it as 'Authorization: Bearer <key>'.", code="missing_api_key"
+            )
+        key_hash = hash_key(token)
+        identity = self._static.get(key_hash) or await self._lookup(key_hash)
+        if identity is not None:
+            return identity
+        if self._closed is False:
+            return ANONYMOUS  # open gateway: an unknown key is not an error
+        self.rejections += 1
+        raise AuthenticationError("Incorrect API key provided.")
+
+    def check_admin(self, authorization: str | None) -> None:
+        """Raise AuthenticationError unless the header carries the admin key."""
+        if self._admin_hash is None:
+            raise AuthenticationError(
+                f"Admin endpoints are disabled: set ${self._admin_key_env or 'CASCADE_ADMIN_KEY'}.",
+                code="admin_disabled",
+            )
+        token = bearer_token(authorization)
+        if token is None or not hmac.compare_digest(hash_key(token), self._admin_hash):
+            raise AuthenticationError("Incorrect admin key provided.")
+
+    async def _lookup(self, key_hash: str) -> ClientIdentity | None:
+        """A Redis-stored key, through a short local cache (revocation takes up to cache_ttl_s)."""
+        if self._redis is None:
+            return None
+        now = self._clock()
+        cached = self._cache.get(key_hash)
+        if cached is not None and cached[1] > now:
+            return cached[0]
+        try:
+            raw = await self._redis.hget(self._keys.client_keys, key_hash)
+        except (RedisError, OSError) as exc:
+            if cached is not None:  # stale but known: better than refusing a paying client
+                return cached[0]
+            raise AuthUnavailableError(
+                "API keys cannot be checked right now (key store unreachable)."
+            ) from exc
+        identity = self._identity_from_record(key_hash, raw) if raw is not None else None
+        if len(self._cache) > 10_000:
+            self._cache.clear()  # bounded: unknown keys from a scanner must not grow memory forever
+        self._cache[key_hash] = (identity, now + self._cache_ttl_s)
+        return identity
+
+    def _identity_from_record(self, key_hash: str, raw: str | bytes) -> ClientIdentity:
+        try:
+            record = json.loads(raw)
+        except ValueError:
+            record = {}
+        limit = record.get("limit_usd") if isinstance(record, dict) else None
+        name = record.get("name") if isinstance(record, dict) else None
+        return ClientIdentity(
+            key_id=key_id_of(key_hash),
+            limit_usd=float(limit) if isinstance(limit, int | float) else self._default_limit,
+            name=name if isinstance(name, str) else None,
+        )
+
+    async def _refresh_closed(self, force: bool = False) -> None:
+        """With Redis and no env keys: re-check every cache_ttl_s whether keys were added."""
+        if self._closed is True or self._redis is None:
+            return
+        now = self._clock()
+        if not force and now - self._closed_checked_at < self._cache_ttl_s:
+            return
+        self._closed_checked_at = now
+        try:
+            count = await self._redis.hlen(self._keys.client_keys)
+        except (RedisError, OSError):
+            return  # keep what we knew; unknown (None) refuses keyless requests
+        if count > 0:
+            if self._closed is False:
+                log.info("client keys found in Redis: the gateway now requires an API key")
+            self._closed = True
+        else:
+            self._closed = False
+
+
+def authenticator_from_env(
+    *,
+    api_keys_env: str | None,
+    admin_key_env: str | None,
+    default_limit_usd: float | None,
+    redis: Redis | None,
+    keys: RedisKeys,
+) -> Authenticator:
+    """An Authenticator reading keys from the named environment variables (at call time)."""
+    return Authenticator(
+        env_keys=parse_env_keys(os.environ.get(api_keys_env)) if api_keys_env else (),
+        admin_key=(os.environ.get(admin_key_env) or None) if admin_key_env else None,
+        default_limit_usd=default_limit_usd,
+        redis=redis,
+        keys=keys,
+        api_keys_env=api_keys_env,
+        admin_key_env=admin_key_env,
+    )

@@ -1,0 +1,50 @@
+"""Names of everything the gateway keeps in Redis (DESIGN section 10), under one configurable prefix.
+
+The contract names use the default prefix ``cascade``. A different prefix (``CASCADE_REDIS_PREFIX``)
+lets several deployments, or test runs, share one Redis without seeing each other's policy, keys or
+spend; pub/sub channels are global across Redis databases, so a database index alone would not do.
+"""
+
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass
+
+DEFAULT_PREFIX = "cascade"
+PREFIX_ENV = "CASCADE_REDIS_PREFIX"
+
+
+@dataclass(frozen=True, slots=True)
+class RedisKeys:
+    """Key and channel names under ``prefix``."""
+
+    prefix: str = DEFAULT_PREFIX
+
+    @classmethod
+    def from_env(cls) -> RedisKeys:
+        """Keys under ``$CASCADE_REDIS_PREFIX`` (default ``cascade``)."""
+        return cls(os.environ.get(PREFIX_ENV) or DEFAULT_PREFIX)
+
+    @property
+    def policy_current(self) -> str:
+        """String: the current policy JSON."""
+        return f"{self.prefix}:policy:current"
+
+    @property
+    def policy_version(self) -> str:
+        """Integer, INCR-ed by every push."""
+        return f"{self.prefix}:policy:version"
+
+    @property
+    def policy_updates(self) -> str:
+        """Pub/sub channel; each message is the new version."""
+        return f"{self.prefix}:policy:updates"
+
+    @property
+    def client_keys(self) -> str:
+        """Hash: sha256(client key) -> JSON {"name": ..., "limit_usd": ...}."""
+        return f"{self.prefix}:keys"
+
+    def spend(self, key_id: str, window_start: int) -> str:
+        """Spend counter (integer nano-USD, with a TTL) of one client key in one window."""
+        return f"{self.prefix}:spend:{key_id}:{window_start}"

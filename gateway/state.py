@@ -1,0 +1,205 @@
+"""The gateway's shared state: policy store, client keys, spend limits, and the Redis behind them.
+
+``build_shared_state(settings, ...)`` wires them from the config; the app calls ``start()`` at
+startup and ``close()`` at shutdown. Without ``redis_url`` everything is in process (one replica).
+With it, replicas share the policy (when ``policy`` is a ``redis://`` URL), keys and spend.
+
+Which Redis: ``redis_url`` holds keys and spend; a ``redis://`` policy URL holds the policy. When
+only the policy URL is given, that same Redis holds keys and spend too.
+
+Metrics the app exports from here: ``redis_up`` (-> ``cascade_redis_up``; updated by a 1 s PING loop
+and by every Redis operation), ``on_policy_failure`` (-> ``cascade_policy_reload_failures_total``) and
+``spend.rejections`` (-> ``cascade_budget_rejections_total``).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any
+
+import redis.asyncio as aioredis
+from redis.exceptions import RedisError
+
+from gateway.auth import Authenticator, ClientIdentity, authenticator_from_env
+from gateway.policy_store import FilePolicyStore, PolicyStore, RedisPolicyStore
+from gateway.redis_keys import RedisKeys
+from gateway.spend import Reservation, SpendLimiter
+from policies import Policy
+
+if TYPE_CHECKING:
+    from gateway.config import Settings
+
+log = logging.getLogger("cascade.state")
+
+__all__ = ["ClientIdentity", "Reservation", "SharedState", "build_shared_state", "connect_redis"]
+
+
+def connect_redis(url: str) -> aioredis.Redis:
+    """A Redis client with short timeouts: a dead Redis must not stall requests for long."""
+    return aioredis.from_url(
+        url,
+        decode_responses=True,
+        socket_connect_timeout=1.0,
+        socket_timeout=2.0,
+        health_check_interval=10,
+    )
+
+
+@dataclass
+class SharedState:
+    """Everything replicas share; see the module docstring."""
+
+    policy_store: PolicyStore
+    authenticator: Authenticator
+    spend: SpendLimiter
+    redis: aioredis.Redis | None = None
+    policy_redis: aioredis.Redis | None = None  # only when distinct from ``redis``
+    keys: RedisKeys = field(default_factory=RedisKeys)
+    health_interval_s: float = 1.0
+    redis_up: bool | None = None
+    _health_task: asyncio.Task[None] | None = None
+
+    async def start(self) -> None:
+        """Initial policy load, key discovery, and the watchers (file poll or Redis pub/sub)."""
+        if self.redis is not None:
+            await self._ping()
+            self._health_task = asyncio.create_task(self._health_loop(), name="redis-health")
+        await self.policy_store.start()
+        await self.authenticator.start()
+
+    async def close(self) -> None:
+        """Stop the watchers and close the Redis connections."""
+        await self.policy_store.close()
+        if self._health_task is not None:
+            self._health_task.cancel()
+            await asyncio.gather(self._health_task, return_exceptions=True)
+            self._health_task = None
+        for client in (self.redis, self.policy_redis):
+            if client is not None:
+                with contextlib.suppress(RedisError, OSError):
+                    await client.aclose()
+
+    async def readiness(self) -> dict[str, Any]:
+        """State of the policy and Redis for /readyz.
+
+        ``policy``: a policy is loaded (requests can be served). ``redis``: None without Redis, else
+        whether it answers a PING now. ``policy_stale``: the policy comes from Redis and Redis is
+        down, so a push made now would not be seen (the last good policy keeps being served).
+        """
+        redis_ok: bool | None = None
+        if self.redis is not None or self.policy_redis is not None:
+            redis_ok = await self._ping()
+        store = self.policy_store.status()
+        return {
+            "policy": self.policy_store.current is not None,
+            "policy_id": store["policy_id"],
+            "policy_source": store["source"],
+            "policy_version": store.get("version"),
+            "policy_reload_failures": store["reload_failures"],
+            "policy_last_error": store["last_error"],
+            "policy_stale": store["source"] == "redis" and redis_ok is False,
+            "redis": redis_ok,
+            "auth_open": self.authenticator.is_open,
+        }
+
+    def mark_redis(self, up: bool) -> None:
+        """Record whether Redis answered the last operation (reported by cascade_redis_up)."""
+        self.redis_up = up
+
+    async def _ping(self) -> bool:
+        ok = True
+        for client in (self.redis, self.policy_redis):
+            if client is None:
+                continue
+            try:
+                await asyncio.wait_for(client.ping(), timeout=1.0)
+            except (RedisError, OSError, TimeoutError):
+                ok = False
+        self.mark_redis(ok)
+        return ok
+
+    async def _health_loop(self) -> None:
+        while True:
+            await asyncio.sleep(self.health_interval_s)
+            await self._ping()
+
+
+async def build_shared_state(
+    settings: Settings,
+    *,
+    on_policy_loaded: Callable[[Policy], None],
+    on_policy_failure: Callable[[str], None],
+    keys: RedisKeys | None = None,
+    file_poll_interval_s: float = 0.25,
+) -> SharedState:
+    """Wire policy store, authenticator and spend limiter from the settings (call start() next).
+
+    ``keys`` defaults to the contract names (prefix ``cascade``, or ``$CASCADE_REDIS_PREFIX``).
+    Creating Redis clients does not connect; nothing touches the network before ``start()``.
+    """
+    keys = keys or RedisKeys.from_env()
+    policy_url = settings.policy if settings.policy_is_redis else None
+    state_url = settings.redis_url or policy_url
+    redis = connect_redis(state_url) if state_url else None
+    policy_redis: aioredis.Redis | None = None
+    if policy_url is not None:
+        policy_redis = redis if policy_url == state_url else connect_redis(policy_url)
+
+    state_ref: list[SharedState] = []
+
+    def report_redis(up: bool) -> None:
+        if state_ref:
+            state_ref[0].mark_redis(up)
+
+    known_models = list(settings.models)
+    store: PolicyStore
+    if policy_redis is not None:
+        store = RedisPolicyStore(
+            policy_redis,
+            keys,
+            location=_redact(policy_url or ""),
+            on_redis_status=report_redis,
+            on_loaded=on_policy_loaded,
+            on_failure=on_policy_failure,
+            known_models=known_models,
+        )
+    else:
+        store = FilePolicyStore(
+            settings.policy,
+            poll_interval_s=file_poll_interval_s,
+            on_loaded=on_policy_loaded,
+            on_failure=on_policy_failure,
+            known_models=known_models,
+        )
+    authenticator = authenticator_from_env(
+        api_keys_env=settings.auth.api_keys_env,
+        admin_key_env=settings.auth.admin_key_env,
+        default_limit_usd=settings.budgets.limit_usd,
+        redis=redis,
+        keys=keys,
+    )
+    spend = SpendLimiter(
+        window_s=settings.budgets.window_s, redis=redis, keys=keys, on_redis_status=report_redis
+    )
+    state = SharedState(
+        policy_store=store,
+        authenticator=authenticator,
+        spend=spend,
+        redis=redis,
+        policy_redis=policy_redis if policy_redis is not redis else None,
+        keys=keys,
+    )
+    state_ref.append(state)
+    return state
+
+
+def _redact(url: str) -> str:
+    """A Redis URL without its password, for logs and status."""
+    if "@" not in url:
+        return url
+    scheme, _, rest = url.partition("://")
+    return f"{scheme}://***@{rest.rpartition('@')[2]}"
