@@ -1,0 +1,93 @@
+"""Turn a calibration (runs, envelope, solved tiers) into a policy file (DESIGN section 5).
+
+The document is validated and content-hashed by ``policies.store.build_policy``: this module
+only assembles fields, it never computes ``policy_id`` itself.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from pathlib import Path
+from typing import Any
+
+from calibration.envelope import Envelope
+from calibration.runs import RunsMatrix
+from calibration.tiers import TierSolution
+from policies.schema import Policy
+from policies.store import build_policy, save_policy
+
+# Top-K recorded for an external score: the gateway refuses such a policy anyway, the field is
+# required by the schema.
+_EXTERNAL_TOP_K = 1
+
+
+def policy_document(
+    matrix: RunsMatrix,
+    envelope: Envelope,
+    tiers: Mapping[str, TierSolution],
+    default_tier: str,
+) -> dict[str, Any]:
+    """The policy as a plain document (no ``policy_id`` / ``created_at`` yet).
+
+    ``models`` lists every model of the runs with its mean cost and quality on the calibration
+    rows (``envelope.model_cost`` / ``model_quality``); ``envelope`` holds every envelope point.
+    """
+    scorer = {"name": matrix.scorer, "top_k": matrix.top_k if matrix.top_k is not None else _EXTERNAL_TOP_K}
+    models = {
+        name: {"mean_cost_usd": float(cost), "quality": _unit(quality)}
+        for name, cost, quality in zip(
+            envelope.model_names, envelope.model_cost, envelope.model_quality, strict=True
+        )
+    }
+    tier_documents = {
+        name: {
+            "objective": solution.objective.as_dict(),
+            "routes": [
+                {"weight": share.weight, "models": list(share.models), "thresholds": list(share.thresholds)}
+                for share in solution.routes
+            ],
+            "expected": {
+                "cost_usd": solution.cost,
+                "quality": _unit(solution.quality),
+                "escalation_rate": _unit(solution.escalation_rate),
+            },
+            "shadow_price": solution.shadow_price,
+        }
+        for name, solution in tiers.items()
+    }
+    points = [
+        {
+            "cost_usd": float(envelope.cost[i]),
+            "quality": _unit(envelope.quality[i]),
+            "models": list(envelope.models[i]),
+            "thresholds": list(envelope.thresholds[i]),
+            "escalation_rate": _unit(envelope.escalation_rate[i]),
+        }
+        for i in range(len(envelope))
+    ]
+    return {
+        "schema_version": 1,
+        "scorer": scorer,
+        "models": models,
+        "default_tier": default_tier,
+        "tiers": tier_documents,
+        "envelope": points,
+    }
+
+
+def build_calibrated_policy(
+    matrix: RunsMatrix, envelope: Envelope, tiers: Mapping[str, TierSolution], default_tier: str
+) -> Policy:
+    """Validated, stamped Policy (``policies.store.build_policy``)."""
+    return build_policy(policy_document(matrix, envelope, tiers, default_tier))
+
+
+def write_policy(policy: Policy, path: str | Path) -> Path:
+    """Save atomically (``policies.store.save_policy``); returns the path."""
+    save_policy(policy, path)
+    return Path(path)
+
+
+def _unit(value: float) -> float:
+    # Means of values in [0, 1] can exceed the range by a float ulp after prefix sums.
+    return min(1.0, max(0.0, float(value)))
