@@ -1,9 +1,169 @@
-"""Commands of this module, mounted on the root ``cascade`` app."""
+"""``cascade calibrate``: runs table + tiers file -> policy file (+ optional report).
+
+Heavy imports (numpy, pandas, pyarrow, matplotlib) happen inside the command so ``cascade --help``
+stays fast.
+"""
 
 from __future__ import annotations
 
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import TYPE_CHECKING, Annotated
+
 import typer
+
+if TYPE_CHECKING:
+    from rich.console import Console
+
+EXTERNAL_SCORER_NOTE = (
+    "scorer 'external' (precomputed column '{column}'): the gateway refuses to serve this policy, "
+    "because it cannot compute that score from live logprobs. Use it for offline analysis, or "
+    "calibrate from a 'logprobs' column with --scorer NAME to get a servable policy."
+)
 
 
 def register(app: typer.Typer) -> None:
-    """Add this module's commands to the root app."""
+    """Add ``calibrate`` to the root app."""
+    app.command("calibrate", no_args_is_help=True)(calibrate)
+
+
+def parse_where(items: list[str] | None) -> dict[str, str]:
+    """``["dataset=mmlu", ...]`` -> ``{"dataset": "mmlu"}``; ValueError on an item without '='."""
+    where: dict[str, str] = {}
+    for item in items or []:
+        column, sep, value = item.partition("=")
+        if not sep or not column.strip():
+            raise ValueError(f"--where expects COLUMN=VALUE, got {item!r}")
+        where[column.strip()] = value
+    return where
+
+
+def calibrate(
+    runs: Annotated[Path, typer.Argument(help="Runs table: .csv, .csv.gz, .parquet or .jsonl (DESIGN 3).")],
+    tiers: Annotated[Path, typer.Option("--tiers", help="TIERS.yaml: default_tier and tier objectives.")],
+    output: Annotated[Path, typer.Option("-o", "--output", help="Policy file to write (JSON).")],
+    prices: Annotated[
+        Path | None, typer.Option("--prices", help="Price sheet YAML (token prices or per_query_usd).")
+    ] = None,
+    score_column: Annotated[
+        str | None, typer.Option("--score-column", help="Precomputed confidence column (scorer 'external').")
+    ] = None,
+    scorer: Annotated[
+        str | None, typer.Option("--scorer", help="Scorer applied to the 'logprobs' column (DESIGN 6).")
+    ] = None,
+    top_k: Annotated[int | None, typer.Option("--top-k", help="Top-K alternatives for the scorer.")] = None,
+    where: Annotated[
+        list[str] | None, typer.Option("--where", help="Keep rows with COLUMN=VALUE (repeatable).")
+    ] = None,
+    report: Annotated[
+        Path | None, typer.Option("--report", help="Directory for PNG plots and report.html.")
+    ] = None,
+    randomize: Annotated[
+        bool, typer.Option("--randomize", help="Tiers as concave-hull mixtures hitting the budget exactly.")
+    ] = False,
+) -> None:
+    """Compute the pairwise envelope of a model pool and write a policy with one route per tier."""
+    from rich.console import Console
+
+    console = Console()
+    errors = Console(stderr=True)
+    options = CalibrateOptions(
+        runs=runs, tiers=tiers, output=output, prices=prices, score_column=score_column, scorer=scorer,
+        top_k=top_k, where=list(where or []), report=report, randomize=randomize,
+    )
+    try:
+        run_calibrate(options, console, errors)
+    except typer.Exit:
+        raise
+    except Exception as exc:  # every failure is one red line and exit 1, never a traceback
+        errors.print(f"[bold red]error:[/bold red] {_message(exc)}", highlight=False, soft_wrap=True)
+        raise typer.Exit(1) from None
+
+
+def _message(exc: Exception) -> str:
+    from calibration.runs import RunsError
+    from calibration.tiers import TiersError
+    from policies.errors import PolicyError
+
+    text = str(exc).strip().splitlines()[0] if str(exc).strip() else ""
+    if isinstance(exc, RunsError | TiersError | PolicyError | ValueError):
+        return text
+    if isinstance(exc, OSError):
+        return f"{exc.filename or ''}: {exc.strerror or text}".strip(": ")
+    return f"{type(exc).__name__}: {text}"
+
+
+@dataclass(frozen=True)
+class CalibrateOptions:
+    """The command's arguments (see ``calibrate``)."""
+
+    runs: Path
+    tiers: Path
+    output: Path
+    prices: Path | None = None
+    score_column: str | None = None
+    scorer: str | None = None
+    top_k: int | None = None
+    where: list[str] = field(default_factory=list)
+    report: Path | None = None
+    randomize: bool = False
+
+
+def run_calibrate(options: CalibrateOptions, console: Console, errors: Console) -> None:
+    """Load, compute, solve, write; print the summary to ``console`` and warnings to ``errors``."""
+    from calibration.envelope import compute_envelope
+    from calibration.policy_writer import build_calibrated_policy, write_policy
+    from calibration.reporting.terminal import print_summary
+    from calibration.runs import load_runs
+    from calibration.tiers import load_tiers, solve_tiers
+
+    runs, output, report, randomize = options.runs, options.output, options.report, options.randomize
+    score_column, scorer, top_k = options.score_column, options.scorer, options.top_k
+    filters = parse_where(options.where)
+    if score_column is not None and (scorer is not None or top_k is not None):
+        raise ValueError("--score-column is a precomputed score; it cannot be combined with --scorer/--top-k")
+    spec = load_tiers(options.tiers)
+    with errors.status(f"Loading {runs} ..."):
+        started = time.perf_counter()
+        matrix = load_runs(
+            runs, prices=options.prices, score_column=score_column, scorer=scorer, top_k=top_k, where=filters
+        )
+        loaded = time.perf_counter()
+    for note in matrix.notes:
+        errors.print(f"[yellow]warning:[/yellow] {note}", highlight=False)
+    size = f"{len(matrix.models)} models on {matrix.n_queries:,} queries"
+    with errors.status(f"Computing the envelope of {size} ..."):
+        envelope = compute_envelope(matrix)
+        solutions = solve_tiers(envelope, spec, randomize=randomize)
+        policy = build_calibrated_policy(matrix, envelope, solutions, spec.default_tier)
+        computed = time.perf_counter()
+    write_policy(policy, output)
+
+    print_summary(console, matrix, envelope, solutions, spec.default_tier)
+    for solution in solutions.values():
+        if solution.warning:
+            errors.print(f"[yellow]warning:[/yellow] {solution.warning}", highlight=False)
+    if matrix.scorer == "external":
+        errors.print(
+            "[yellow]note:[/yellow] " + EXTERNAL_SCORER_NOTE.format(column=matrix.score_column),
+            highlight=False,
+        )
+    else:
+        console.print(
+            f"Scorer: {matrix.scorer} (top_k={matrix.top_k}), the same function the gateway applies."
+        )
+    console.print(
+        f"Loaded {runs} in {loaded - started:.2f} s; computed in {computed - loaded:.2f} s "
+        f"({'randomized' if randomize else 'deterministic'} tiers)."
+    )
+    console.print(f"[green]Wrote policy {policy.policy_id}[/green] to {output}", highlight=False)
+    if report is not None:
+        from calibration.reporting.calibration_report import write_calibration_report
+
+        with errors.status(f"Writing the report to {report} ..."):
+            page = write_calibration_report(
+                report, matrix, envelope, solutions, spec.default_tier, policy_id=policy.policy_id,
+                filters=filters, randomize=randomize,
+            )
+        console.print(f"Report: {page} (plots beside it)", highlight=False)

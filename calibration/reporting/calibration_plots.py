@@ -1,0 +1,120 @@
+"""PNG plots of a calibration: pair frontiers, envelope, switching points, hull, tiers."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from calibration.envelope import Envelope
+from calibration.tiers import TierSolution
+
+
+def _pyplot() -> Any:
+    import matplotlib
+
+    matplotlib.use("Agg")  # files only; never needs a display
+    import matplotlib.pyplot as plt
+
+    return plt
+
+
+def envelope_figure(
+    envelope: Envelope, tiers: Mapping[str, TierSolution] | None = None, title: str = ""
+) -> Any:
+    """Matplotlib figure: pair frontiers (light), envelope (bold), switching points, singles, hull, tiers.
+
+    The cost axis (USD per query) is logarithmic.
+    """
+    plt = _pyplot()
+    figure, axes = plt.subplots(figsize=(10, 6.5))
+    for curve in envelope.pairs.values():
+        axes.plot(curve.cost, curve.quality, color="0.75", linewidth=0.7, zorder=1)
+    axes.plot([], [], color="0.75", linewidth=0.7, label=f"pair frontiers ({len(envelope.pairs)})")
+    axes.step(
+        envelope.cost, envelope.quality, where="post", color="C0", linewidth=2.4, zorder=3,
+        label="envelope (best deterministic route)",
+    )
+    hull = envelope.hull
+    # Mixtures are straight chords in linear cost; sample them densely so the log axis shows them right.
+    grid = np.union1d(np.geomspace(envelope.cost[0], envelope.cost[-1], 400), envelope.cost[hull])
+    axes.plot(
+        grid, np.interp(grid, envelope.cost[hull], envelope.quality[hull]), linestyle="--", color="C1",
+        linewidth=1.4, zorder=4, label="concave hull (randomized mixtures)",
+    )
+    switching = np.asarray(envelope.switching_points, dtype=int)
+    if switching.size:
+        axes.scatter(
+            envelope.cost[switching], envelope.quality[switching], marker="D", s=36, color="C3",
+            zorder=5, label="switching points",
+        )
+    pool = set(envelope.pool)
+    singles = zip(envelope.model_names, envelope.model_cost, envelope.model_quality, strict=True)
+    for name, cost, quality in singles:
+        in_pool = name in pool
+        axes.scatter(cost, quality, s=40, color="k" if in_pool else "0.55", zorder=6)
+        axes.annotate(
+            name, (cost, quality), textcoords="offset points", xytext=(4, -10), fontsize=7.5,
+            color="k" if in_pool else "0.45",
+        )
+    axes.scatter([], [], s=40, color="k", label="single models (grey: dominated)")
+    for position, (name, solution) in enumerate((tiers or {}).items()):
+        axes.scatter(solution.cost, solution.quality, marker="*", s=180, color="C2", edgecolor="k", zorder=7)
+        axes.annotate(
+            name, (solution.cost, solution.quality), textcoords="offset points",
+            xytext=(-10, 10) if position % 2 else (8, -14),
+            fontsize=9, fontweight="bold", color="C2",
+        )
+    if tiers:
+        axes.scatter([], [], marker="*", s=120, color="C2", edgecolor="k", label="tiers")
+    axes.set_xscale("log")
+    axes.set_xlabel("mean cost per query (USD, log scale)")
+    axes.set_ylabel("mean quality")
+    axes.set_title(title or "Cost-quality envelope")
+    axes.grid(True, which="both", alpha=0.25)
+    axes.legend(loc="lower right", fontsize=8)
+    figure.tight_layout()
+    return figure
+
+
+def shadow_price_figure(envelope: Envelope) -> Any:
+    """Matplotlib figure: the shadow price (hull slope, quality per USD) against cost, log-log."""
+    plt = _pyplot()
+    figure, axes = plt.subplots(figsize=(10, 3.5))
+    hull = envelope.hull
+    if hull.size >= 2:
+        cost, quality = envelope.cost[hull], envelope.quality[hull]
+        slope = np.diff(quality) / np.diff(cost)
+        axes.step(cost, np.append(slope, slope[-1]), where="post", color="C1")
+        axes.set_yscale("log")
+    axes.set_xscale("log")
+    axes.set_xlabel("mean cost per query (USD, log scale)")
+    axes.set_ylabel("shadow price (quality / USD)")
+    axes.set_title("Shadow price along the concave hull (marginal quality per extra dollar)")
+    axes.grid(True, which="both", alpha=0.25)
+    figure.tight_layout()
+    return figure
+
+
+def write_calibration_plots(
+    directory: str | Path,
+    envelope: Envelope,
+    tiers: Mapping[str, TierSolution] | None = None,
+    title: str = "",
+) -> dict[str, Path]:
+    """Write envelope.png and shadow_price.png into ``directory``; returns name -> path."""
+    plt = _pyplot()
+    directory = Path(directory)
+    directory.mkdir(parents=True, exist_ok=True)
+    written = {}
+    for name, figure in (
+        ("envelope", envelope_figure(envelope, tiers, title)),
+        ("shadow_price", shadow_price_figure(envelope)),
+    ):
+        path = directory / f"{name}.png"
+        figure.savefig(path, dpi=120)
+        plt.close(figure)
+        written[name] = path
+    return written

@@ -1,0 +1,148 @@
+"""The ``cascade calibrate --report DIR`` output: PNG plots and one self-contained report.html."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from pathlib import Path
+
+from calibration.envelope import Envelope
+from calibration.reporting.calibration_plots import write_calibration_plots
+from calibration.reporting.html import Figure, Section, Table, write_html_report
+from calibration.reporting.terminal import routes_text
+from calibration.runs import RunsMatrix
+from calibration.tiers import TierSolution
+
+REPORT_PAGE = "report.html"
+
+
+def calibration_sections(
+    matrix: RunsMatrix,
+    envelope: Envelope,
+    tiers: Mapping[str, TierSolution],
+    default_tier: str,
+    plots: Mapping[str, Path],
+    *,
+    policy_id: str = "",
+    filters: Mapping[str, str] | None = None,
+    randomize: bool = False,
+) -> list[Section]:
+    """Sections of the calibration report (summary, models, tiers, plots, switching, hull)."""
+    filters_text = ", ".join(f"{c}={v}" for c, v in (filters or {}).items()) or "none"
+    scorer = (
+        f"external (precomputed column '{matrix.score_column}'; not servable by the gateway)"
+        if matrix.scorer == "external"
+        else f"{matrix.scorer} (top_k={matrix.top_k})"
+    )
+    pool = set(envelope.pool)
+    summary = Section(
+        "Summary",
+        [
+            f"Runs: {matrix.source}; filters: {filters_text}; {matrix.n_queries:,} queries x "
+            f"{len(matrix.models)} models. Scorer: {scorer}. Policy {policy_id or '(not written)'}; "
+            f"tiers are {'randomized hull mixtures' if randomize else 'deterministic envelope points'}.",
+            f"Envelope: {len(envelope):,} Pareto-optimal routes from {len(envelope.pairs)} pairs of the "
+            f"{len(envelope.pool)}-model pool; {len(envelope.hull)} concave-hull vertices; "
+            f"{len(envelope.switching_points)} switching points.",
+            *[f"Warning: {note}" for note in matrix.notes],
+            *[f"Warning: {t.warning}" for t in tiers.values() if t.warning],
+        ],
+    )
+    models = Section(
+        "Models",
+        [
+            Table(
+                ["model", "mean cost / query (USD)", "quality", "in pool"],
+                [
+                    [name, float(cost), float(quality), name in pool]
+                    for name, cost, quality in zip(
+                        envelope.model_names, envelope.model_cost, envelope.model_quality, strict=True
+                    )
+                ],
+                caption="A model is out of the pool when another is strictly cheaper and strictly better.",
+            )
+        ],
+    )
+    tier_rows = [
+        [
+            f"{name} (default)" if name == default_tier else name,
+            solution.objective.describe(),
+            routes_text(solution).replace("\n", " + "),
+            solution.cost,
+            solution.quality,
+            solution.escalation_rate,
+            solution.shadow_price,
+        ]
+        for name, solution in tiers.items()
+    ]
+    tier_section = Section(
+        "Tiers",
+        [
+            Table(
+                ["tier", "objective", "route(s)", "exp. cost (USD)", "exp. quality", "escalation rate",
+                 "shadow price (quality/USD)"],
+                tier_rows,
+                caption="Expected values on the calibration queries; shadow price = slope of the concave "
+                "hull at the tier's cost.",
+            )
+        ],
+    )
+    figures = Section(
+        "Plots",
+        [
+            Figure.from_file(
+                plots["envelope"],
+                "Pair frontiers (grey), envelope (bold), concave hull (dashed), switching points "
+                "(diamonds), single models (dots) and tiers (stars). Log cost axis.",
+            ),
+            Figure.from_file(plots["shadow_price"], "Shadow price along the concave hull."),
+        ],
+    )
+    switching = Section(
+        "Switching points",
+        [
+            Table(
+                ["cost (USD)", "quality", "from", "to"],
+                [
+                    [float(envelope.cost[i]), float(envelope.quality[i]), envelope.route_label(i - 1),
+                     envelope.route_label(i)]
+                    for i in envelope.switching_points
+                ],
+            )
+        ],
+    )
+    hull = Section(
+        "Concave-hull vertices",
+        [
+            Table(
+                ["cost (USD)", "quality", "escalation rate", "route"],
+                [
+                    [float(envelope.cost[i]), float(envelope.quality[i]), float(envelope.escalation_rate[i]),
+                     envelope.route_label(int(i))]
+                    for i in envelope.hull
+                ],
+            )
+        ],
+    )
+    return [summary, models, tier_section, figures, switching, hull]
+
+
+def write_calibration_report(
+    directory: str | Path,
+    matrix: RunsMatrix,
+    envelope: Envelope,
+    tiers: Mapping[str, TierSolution],
+    default_tier: str,
+    *,
+    policy_id: str = "",
+    filters: Mapping[str, str] | None = None,
+    randomize: bool = False,
+) -> Path:
+    """Write envelope.png, shadow_price.png and report.html into ``directory``; returns the page."""
+    directory = Path(directory)
+    title = f"Envelope of {Path(matrix.source).name}"
+    plots = write_calibration_plots(directory, envelope, tiers, title=title)
+    sections = calibration_sections(
+        matrix, envelope, tiers, default_tier, plots,
+        policy_id=policy_id, filters=filters, randomize=randomize,
+    )
+    return write_html_report(directory / REPORT_PAGE, "Cascade calibration", sections, subtitle=matrix.source)

@@ -1,0 +1,119 @@
+"""Rich terminal summary of a calibration: models, tiers, switching points."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+
+from rich.console import Console
+from rich.table import Table
+
+from calibration.envelope import Envelope
+from calibration.runs import RunsMatrix
+from calibration.tiers import TierSolution
+
+
+def usd(value: float) -> str:
+    """USD per query with 4 significant digits ($3.02e-05)."""
+    return f"${value:.4g}"
+
+
+def shadow_text(value: float | None) -> str:
+    """Shadow price (quality per USD) or an em dash when undefined."""
+    return "—" if value is None else f"{value:,.1f}"
+
+
+def routes_text(solution: TierSolution) -> str:
+    """'A -> B @ 0.42' or a weighted mixture on several lines."""
+    lines = []
+    for share in solution.routes:
+        route = " -> ".join(share.models)
+        if share.thresholds:
+            route += " @ " + ", ".join(f"{t:.6g}" for t in share.thresholds)
+        lines.append(route if len(solution.routes) == 1 else f"{share.weight:.3f} × {route}")
+    return "\n".join(lines)
+
+
+def models_table(matrix: RunsMatrix, envelope: Envelope) -> Table:
+    """Each model's mean cost, quality and whether it is in the non-dominated pool."""
+    table = Table(title=f"Models ({matrix.n_queries:,} calibration queries)", title_justify="left")
+    table.add_column("model")
+    table.add_column("cost / query", justify="right")
+    table.add_column("quality", justify="right")
+    table.add_column("in pool")
+    pool = set(envelope.pool)
+    singles = zip(envelope.model_names, envelope.model_cost, envelope.model_quality, strict=True)
+    for name, cost, quality in singles:
+        table.add_row(name, usd(cost), f"{quality:.4f}", "yes" if name in pool else "[dim]dominated[/dim]")
+    return table
+
+
+def tiers_table(tiers: Mapping[str, TierSolution], default_tier: str) -> Table:
+    """Each tier's objective, route(s), expected cost / quality / escalation and shadow price."""
+    table = Table(title="Tiers (expected values on the calibration queries)", title_justify="left")
+    table.add_column("tier", no_wrap=True)
+    table.add_column("objective", no_wrap=True)
+    table.add_column("cost", justify="right", no_wrap=True)
+    table.add_column("quality", justify="right", no_wrap=True)
+    table.add_column("escal.", justify="right", no_wrap=True)
+    table.add_column("shadow price\n(quality/USD)", justify="right", no_wrap=True)
+    for name, solution in tiers.items():
+        label = f"{name}*" if name == default_tier else name
+        if solution.warning:
+            label += " [yellow]![/yellow]"
+        table.add_row(
+            label,
+            _objective_text(solution),
+            usd(solution.cost),
+            f"{solution.quality:.4f}",
+            f"{solution.escalation_rate:.1%}",
+            shadow_text(solution.shadow_price),
+        )
+    table.caption = "* default tier; ! objective not met (see warning)"
+    return table
+
+
+def _objective_text(solution: TierSolution) -> str:
+    objective = solution.objective
+    if objective.max_cost_usd is not None:
+        return f"cost <= {usd(objective.max_cost_usd)}"
+    return f"quality >= {objective.min_quality:g}"
+
+
+def switching_table(envelope: Envelope) -> Table:
+    """Where the envelope's best model set changes, with cost and quality at the change."""
+    table = Table(title="Switching points (best model set changes)", title_justify="left")
+    table.add_column("cost / query", justify="right")
+    table.add_column("quality", justify="right")
+    table.add_column("from")
+    table.add_column("to")
+    for index in envelope.switching_points:
+        table.add_row(
+            usd(envelope.cost[index]),
+            f"{envelope.quality[index]:.4f}",
+            " -> ".join(envelope.models[index - 1]),
+            " -> ".join(envelope.models[index]),
+        )
+    return table
+
+
+def print_summary(
+    console: Console,
+    matrix: RunsMatrix,
+    envelope: Envelope,
+    tiers: Mapping[str, TierSolution],
+    default_tier: str,
+) -> None:
+    """Print models, envelope size, switching points and tiers."""
+    console.print(models_table(matrix, envelope))
+    console.print(
+        f"Envelope: {len(envelope):,} points from {len(envelope.model_names)} single models and "
+        f"{len(envelope.pairs)} pairs of the {len(envelope.pool)}-model pool; "
+        f"{len(envelope.hull)} concave-hull vertices; "
+        f"from {usd(envelope.cost[0])} (quality {envelope.quality[0]:.4f}) "
+        f"to {usd(envelope.cost[-1])} (quality {envelope.quality[-1]:.4f})."
+    )
+    console.print(switching_table(envelope))
+    console.print(tiers_table(tiers, default_tier))
+    console.print("Tier routes (escalate iff score < threshold):")
+    for name, solution in tiers.items():
+        console.print(f"  {name}: " + routes_text(solution).replace("\n", " + "), highlight=False)
