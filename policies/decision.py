@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import bisect
 import random
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -57,18 +56,20 @@ def choose_for_tier(
 def choose_for_budget(policy: Policy, max_cost_usd: float) -> RouteChoice:
     """Best envelope point whose expected cost is within ``max_cost_usd`` USD per request.
 
-    The envelope is sorted by cost with quality increasing, so the best affordable point is the
-    last one at or below the budget. Below the cheapest point, the cheapest is served with
-    ``within_budget=False``. A policy without an envelope falls back to the default tier.
+    "Best" is the highest calibrated quality among the affordable points (the cheaper one on a
+    tie). On a proper frontier that is the last point at or below the budget, but the schema only
+    guarantees cost order, so quality is compared rather than assumed increasing. Below the
+    cheapest point, the cheapest is served with ``within_budget=False``. A policy without an
+    envelope falls back to the default tier.
     """
     envelope = policy.envelope
     if not envelope:
         return choose_for_tier(policy, None)
-    costs = [point.cost_usd for point in envelope]
-    index = bisect.bisect_right(costs, max_cost_usd) - 1
-    within = index >= 0
-    point = envelope[max(index, 0)]
-    return RouteChoice(route=point.as_route(), tier="budget", within_budget=within)
+    affordable = [point for point in envelope if point.cost_usd <= max_cost_usd]
+    if not affordable:
+        return RouteChoice(route=envelope[0].as_route(), tier="budget", within_budget=False)
+    best = max(affordable, key=lambda point: (point.quality, -point.cost_usd))
+    return RouteChoice(route=best.as_route(), tier="budget", within_budget=True)
 
 
 def should_escalate(score: float | None, threshold: float, on_missing_score: str) -> bool:

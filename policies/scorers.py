@@ -4,15 +4,20 @@ Calibration applies these to recorded logprobs and the gateway to live ones: the
 both sides, so a threshold chosen offline means the same thing online. Higher score = more
 confident. A response with no usable position has no score (``None``).
 
-Input quirks handled (see shared/fixtures/upstream):
+Input quirks handled (see shared/fixtures/upstream and docs/scorers.md):
 
-* llama.cpp's native server appends an end-of-text entry with an empty token to non-streamed
-  answers (with alternatives; the OpenAI-compatible mode omits it, and so do streams). Trailing
-  empty-token entries and any empty-token entry without alternatives are skipped, so the same
-  answer scores the same whichever way it was fetched.
-* A position with fewer than K alternatives is scored over those it has; one alternative says
-  nothing about uncertainty and is skipped by the alternative-based scorers.
-* Missing or null ``logprobs``/``top_logprobs`` give ``None`` rather than an error.
+* llama.cpp's native server appends an end-of-text entry (empty token, empty ``bytes``) to
+  non-streamed answers that stopped on EOS, *with* alternatives; its OpenAI-compatible mode and
+  its streams omit it. Trailing end-of-text entries are skipped, and so is any empty-token entry
+  without alternatives, so the same answer scores the same whichever way it was fetched. An empty
+  token that carries bytes (a partial UTF-8 character) is a real token and is kept.
+* A position is scored over its K most probable alternatives; one with fewer than K is scored
+  over those it has (entropy normalized by ln of its own count). A position with fewer than two
+  alternatives says nothing about uncertainty and is skipped by the alternative-based scorers.
+* Missing or null ``logprobs``/``top_logprobs``/``logprob`` values give ``None`` (or skip that
+  value) rather than an error. A logprob of ``-inf`` is a probability of 0: such an alternative
+  still counts towards the position's count, and such a chosen token drives ``min_probability``
+  and ``sequence_probability`` to 0.
 """
 
 from __future__ import annotations
@@ -26,7 +31,7 @@ from policies.errors import UnknownScorerError
 
 TokenEntry = Mapping[str, Any]
 
-# Alternatives with probability below exp(-inf) contribute nothing; -inf pads ragged rows.
+# Pads ragged rows of alternatives: probability exp(-inf) = 0 contributes nothing.
 _PAD = -np.inf
 
 
@@ -34,7 +39,7 @@ class TokenLogprobs:
     """Usable positions of one answer as arrays.
 
     Attributes:
-        chosen: (P,) natural-log probability of each generated token.
+        chosen: (P,) natural-log probability of each generated token (NaN where missing).
         alternatives: (P, K) top-K logprobs per position, sorted descending, padded with -inf.
         counts: (P,) number of real alternatives per position (<= K).
     """
@@ -47,19 +52,28 @@ class TokenLogprobs:
         self.counts = counts
 
     @classmethod
-    def from_content(cls, content: Sequence[TokenEntry] | None, top_k: int) -> TokenLogprobs:
-        """Extract usable positions from ``logprobs.content``, keeping at most ``top_k`` alternatives."""
+    def from_content(
+        cls, content: Sequence[TokenEntry] | None, top_k: int, with_alternatives: bool = True
+    ) -> TokenLogprobs:
+        """Extract usable positions from ``logprobs.content``, keeping at most ``top_k`` alternatives.
+
+        ``with_alternatives=False`` skips parsing the alternatives (the chosen-token scorers do not
+        need them); ``alternatives`` is then (P, 0) and ``counts`` all zero.
+        """
         entries = _usable_entries(content or [])
-        chosen = np.empty(len(entries), dtype=np.float64)
-        alternatives = np.full((len(entries), max(top_k, 1)), _PAD, dtype=np.float64)
-        counts = np.zeros(len(entries), dtype=np.int64)
-        for row, entry in enumerate(entries):
-            chosen[row] = _as_float(entry.get("logprob"))
-            alts = [_as_float(a.get("logprob")) for a in entry.get("top_logprobs") or []]
-            alts = sorted((a for a in alts if np.isfinite(a)), reverse=True)[:top_k]
-            alternatives[row, : len(alts)] = alts
-            counts[row] = len(alts)
+        chosen = _floats([entry.get("logprob") for entry in entries])
+        if not with_alternatives:
+            return cls(chosen, np.empty((len(entries), 0)), np.zeros(len(entries), dtype=np.int64))
+        alternatives, counts = _alternatives_matrix(entries, max(top_k, 1))
         return cls(chosen, alternatives, counts)
+
+
+def _floats(values: list[Any]) -> np.ndarray:
+    """Values as float64, None and non-numbers as NaN (fast path: one numpy conversion)."""
+    try:
+        return np.array(values, dtype=np.float64).reshape(len(values))
+    except (TypeError, ValueError):
+        return np.array([_as_float(value) for value in values], dtype=np.float64)
 
 
 def _as_float(value: Any) -> float:
@@ -69,28 +83,60 @@ def _as_float(value: Any) -> float:
         return float("nan")
 
 
+def _alternatives_matrix(entries: list[TokenEntry], top_k: int) -> tuple[np.ndarray, np.ndarray]:
+    """(P, top_k) alternatives sorted descending and padded with -inf, and (P,) real counts."""
+    rows = [entry.get("top_logprobs") or () for entry in entries]
+    rows = [row if isinstance(row, Sequence) else () for row in rows]
+    lengths = np.fromiter((len(row) for row in rows), dtype=np.int64, count=len(rows))
+    flat = _floats(
+        [alt.get("logprob") if isinstance(alt, Mapping) else None for row in rows for alt in row]
+    )
+    width = int(lengths.max()) if lengths.size else 0
+    matrix = np.full((len(rows), max(width, top_k)), _PAD)
+    if flat.size:
+        row_index = np.repeat(np.arange(len(rows)), lengths)
+        column_index = np.arange(flat.size) - np.repeat(np.cumsum(lengths) - lengths, lengths)
+        present = ~np.isnan(flat)  # a missing logprob is no alternative at all
+        matrix[row_index[present], column_index[present]] = flat[present]
+        counts = np.bincount(row_index[present], minlength=len(rows))
+    else:
+        counts = np.zeros(len(rows), dtype=np.int64)
+    # Servers send alternatives sorted, but nothing guarantees it: sort, then keep the top K.
+    matrix = -np.sort(-matrix, axis=1)[:, :top_k]
+    return matrix, np.minimum(counts, top_k)
+
+
+def _is_end_of_text(entry: TokenEntry) -> bool:
+    return entry.get("token", None) == "" and not entry.get("bytes")
+
+
 def _usable_entries(content: Sequence[TokenEntry]) -> list[TokenEntry]:
     entries = [e for e in content if isinstance(e, Mapping)]
     # Drop the end-of-text entry(ies) at the tail, then any empty, alternative-less entry.
-    while entries and entries[-1].get("token", None) == "":
+    while entries and _is_end_of_text(entries[-1]):
         entries.pop()
     return [e for e in entries if e.get("token", None) != "" or e.get("top_logprobs")]
 
 
+def _informative(tokens: TokenLogprobs) -> np.ndarray:
+    """(P,) positions with at least two alternatives and some probability mass among them."""
+    return (tokens.counts >= 2) & np.isfinite(tokens.alternatives[:, 0])
+
+
 def _token_negentropy(tokens: TokenLogprobs) -> np.ndarray:
-    """(P',) TN_j = 1 - H_j / ln(n_j) over positions with n_j >= 2 alternatives."""
-    informative = tokens.counts >= 2
+    """(P',) TN_j = 1 - H_j / ln(n_j) over informative positions (n_j = alternatives at j)."""
+    informative = _informative(tokens)
     alts = tokens.alternatives[informative]
     if alts.shape[0] == 0:
         return np.empty(0)
     # Renormalize the top-K probabilities (softmax of the logprobs, stable under -inf padding).
-    shifted = alts - alts[:, :1]
-    weights = np.exp(shifted)
+    weights = np.exp(alts - alts[:, :1])
     probs = weights / weights.sum(axis=1, keepdims=True)
     with np.errstate(divide="ignore", invalid="ignore"):
         plogp = np.where(probs > 0, probs * np.log(probs), 0.0)
     entropy = -plogp.sum(axis=1)
-    return 1.0 - entropy / np.log(tokens.counts[informative])
+    # 0 <= H <= ln n exactly; clip the last-ulp rounding of near-uniform and near-certain rows.
+    return np.clip(1.0 - entropy / np.log(tokens.counts[informative]), 0.0, 1.0)
 
 
 def _mean_token_negentropy(tokens: TokenLogprobs) -> float | None:
@@ -104,24 +150,25 @@ def _min_token_negentropy(tokens: TokenLogprobs) -> float | None:
 
 
 def _probability_margin(tokens: TokenLogprobs) -> float | None:
-    informative = tokens.counts >= 2
+    """Mean over informative positions of p_1 - p_2 (raw probabilities, not renormalized)."""
+    informative = _informative(tokens)
     if not informative.any():
         return None
     top2 = np.exp(tokens.alternatives[informative, :2])
     return float((top2[:, 0] - top2[:, 1]).mean())
 
 
-def _finite_chosen(tokens: TokenLogprobs) -> np.ndarray:
-    return tokens.chosen[np.isfinite(tokens.chosen)]
+def _known_chosen(tokens: TokenLogprobs) -> np.ndarray:
+    return tokens.chosen[~np.isnan(tokens.chosen)]
 
 
 def _min_probability(tokens: TokenLogprobs) -> float | None:
-    chosen = _finite_chosen(tokens)
+    chosen = _known_chosen(tokens)
     return float(np.exp(chosen.min())) if chosen.size else None
 
 
 def _mean_logprob(tokens: TokenLogprobs) -> float | None:
-    chosen = _finite_chosen(tokens)
+    chosen = _known_chosen(tokens)
     return float(chosen.mean()) if chosen.size else None
 
 
@@ -138,6 +185,8 @@ SCORERS: dict[str, Callable[[TokenLogprobs], float | None]] = {
     "sequence_probability": _sequence_probability,
     "mean_logprob": _mean_logprob,
 }
+
+_USES_ALTERNATIVES = frozenset({"mean_token_negentropy", "min_token_negentropy", "probability_margin"})
 
 
 def score_logprobs(
@@ -160,7 +209,8 @@ def score_logprobs(
             f"scorer {scorer!r} cannot be computed from logprobs; "
             f"choose one of {', '.join(SCORERS)}"
         ) from None
-    return function(TokenLogprobs.from_content(content, top_k))
+    tokens = TokenLogprobs.from_content(content, top_k, with_alternatives=scorer in _USES_ALTERNATIVES)
+    return function(tokens)
 
 
 def score_response(response: Mapping[str, Any], scorer: str, top_k: int) -> float | None:
