@@ -1,0 +1,190 @@
+"""Helpers for the deploy tests: PromQL metric extraction, Dockerfile parsing, tool lookup."""
+
+from __future__ import annotations
+
+import json
+import re
+import shlex
+import shutil
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import pytest
+import yaml
+
+REPO = Path(__file__).resolve().parents[2]
+DEPLOY = REPO / "deploy"
+RULES = DEPLOY / "prometheus" / "rules" / "cascade.rules.yml"
+RULE_TESTS = DEPLOY / "prometheus" / "tests" / "cascade.rules.test.yml"
+DASHBOARD = DEPLOY / "grafana" / "dashboards" / "cascade-gateway.json"
+
+# A metric name in a PromQL expression: our namespace, or Prometheus's own `up`. Label names never
+# start with `cascade_`, and recording-rule names (`cascade:...`) contain a colon, so neither matches.
+_METRIC = re.compile(r"(?<![\w:])(cascade_[a-z0-9_]+|up)(?![\w:])")
+_SELECTOR = re.compile(r"(?<![\w:])(cascade_[a-z0-9_]+|up)\s*\{([^}]*)\}")
+_MATCHER = re.compile(r"([a-zA-Z_][a-zA-Z0-9_]*)\s*(=~|!~|!=|=)\s*\"")
+_HISTOGRAM_SUFFIXES = ("_bucket", "_sum", "_count")
+# Labels Prometheus adds at scrape time; the gateway never exports them.
+TARGET_LABELS = {"job", "instance"}
+
+
+def require_tool(name: str) -> str:
+    """Path of an executable the deploy tests need; fail (never skip) with how to install it."""
+    path = shutil.which(name)
+    if path is None:
+        pytest.fail(
+            f"{name} not found on PATH: scripts/setup.sh installs it (apt-get install prometheus)",
+            pytrace=False,
+        )
+    return path
+
+
+def metric_names(expr: str) -> set[str]:
+    """Metric names (as written, suffixes included) that a PromQL expression reads."""
+    # Strings (label values, regexes) may contain anything: drop them first.
+    return set(_METRIC.findall(re.sub(r'"(?:[^"\\]|\\.)*"', '""', expr)))
+
+
+def selector_labels(expr: str) -> dict[str, set[str]]:
+    """Label names each metric is filtered on in `name{label=...}` selectors of an expression."""
+    found: dict[str, set[str]] = {}
+    for name, body in _SELECTOR.findall(expr):
+        found.setdefault(name, set()).update(label for label, _ in _MATCHER.findall(body))
+    return found
+
+
+def rule_expressions() -> list[tuple[str, str]]:
+    """(rule name, PromQL) of every recording and alerting rule."""
+    document = yaml.safe_load(RULES.read_text())
+    return [(rule.get("alert") or rule["record"], rule["expr"])
+            for group in document["groups"] for rule in group["rules"]]
+
+
+def dashboard_expressions() -> list[tuple[str, str]]:
+    """(panel title, PromQL) of every dashboard query, annotation and variable."""
+    document = json.loads(DASHBOARD.read_text())
+    found = [(panel["title"], target["expr"]) for panel in document["panels"]
+             for target in panel.get("targets", [])]
+    found += [(f"annotation {a['name']}", a["expr"]) for a in document["annotations"]["list"]]
+    found += [(f"variable {v['name']}", v["definition"]) for v in document["templating"]["list"]
+              if v["type"] == "query"]
+    return found
+
+
+def as_plain_promql(expr: str) -> str:
+    """A dashboard expression with Grafana's variables replaced, so Prometheus tools parse it."""
+    expr = expr.replace("$__rate_interval", "5m").replace("$__interval", "1m")
+    match = re.fullmatch(r"label_values\((.*),\s*\w+\)", expr.strip())
+    if match:  # a variable's query: the selector inside is the PromQL part
+        expr = match.group(1)
+    return re.sub(r"\$\w+", ".*", expr)
+
+
+@dataclass
+class Family:
+    """One metric family of a scrape: its type, sample names and label names."""
+
+    kind: str
+    samples: set[str] = field(default_factory=set)
+    labels: set[str] = field(default_factory=set)
+
+
+def resolve(name: str, families: dict[str, Family]) -> tuple[str, Family] | None:
+    """The family a queried series name belongs to, honouring type-specific suffixes.
+
+    ``x_bucket``/``x_sum``/``x_count`` resolve only to a histogram ``x``; ``x_total`` only to a
+    counter ``x``; a bare name only to a gauge (or untyped) family of that exact name. A histogram
+    queried without a suffix, or a counter without ``_total``, does not resolve.
+    """
+    for suffix in _HISTOGRAM_SUFFIXES:
+        if name.endswith(suffix):
+            family = families.get(name.removesuffix(suffix))
+            if family is not None and family.kind in ("histogram", "summary"):
+                return name.removesuffix(suffix), family
+    if name.endswith("_total"):
+        family = families.get(name.removesuffix("_total"))
+        if family is not None and family.kind == "counter":
+            return name.removesuffix("_total"), family
+    family = families.get(name)
+    if family is not None and family.kind in ("gauge", "unknown", "untyped"):
+        return name, family
+    return None
+
+
+def scrape_families(text: str) -> dict[str, Family]:
+    """Metric families of a Prometheus text exposition, parsed with prometheus_client."""
+    from prometheus_client.parser import text_string_to_metric_families
+
+    families: dict[str, Family] = {}
+    for parsed in text_string_to_metric_families(text):
+        family = families.setdefault(parsed.name, Family(parsed.type))
+        for sample in parsed.samples:
+            family.samples.add(sample.name)
+            family.labels.update(k for k in sample.labels if k not in ("le", "quantile"))
+    return families
+
+
+@dataclass
+class Instruction:
+    """One Dockerfile instruction and the build stage it belongs to."""
+
+    stage: str
+    keyword: str
+    args: str
+    line: int
+
+    def exec_form(self) -> list[str] | None:
+        """The JSON array of an exec-form CMD/ENTRYPOINT/HEALTHCHECK CMD, else None."""
+        text = self.args
+        if self.keyword == "HEALTHCHECK":
+            text = text[text.find("CMD") + 3:] if "CMD" in text else ""
+        text = text.strip()
+        return json.loads(text) if text.startswith("[") else None
+
+    def flags_and_words(self) -> tuple[dict[str, str], list[str]]:
+        """``--flag=value`` options and the remaining words (COPY/FROM arguments)."""
+        flags, words = {}, []
+        for word in shlex.split(self.args):
+            if word.startswith("--") and "=" in word:
+                key, value = word[2:].split("=", 1)
+                flags[key] = value
+            else:
+                words.append(word)
+        return flags, words
+
+
+def parse_dockerfile(path: Path) -> tuple[dict[str, str], list[Instruction]]:
+    """Global ARG defaults and the instructions (continuations joined, comments dropped)."""
+    global_args: dict[str, str] = {}
+    instructions: list[Instruction] = []
+    stage = ""
+    pending, start = "", 0
+    for number, raw in enumerate(path.read_text().splitlines(), start=1):
+        stripped = raw.strip()
+        if not pending and (not stripped or stripped.startswith("#")):
+            continue
+        if pending and stripped.startswith("#"):
+            continue
+        if not pending:
+            start = number
+        if stripped.endswith("\\"):
+            pending += stripped[:-1] + " "
+            continue
+        text = pending + stripped
+        pending = ""
+        keyword, _, args = text.partition(" ")
+        keyword = keyword.upper()
+        if keyword == "FROM":
+            words = args.split()
+            stage = words[2] if len(words) >= 3 and words[1].upper() == "AS" else f"#{len(instructions)}"
+        elif keyword == "ARG" and not stage:
+            name, _, default = args.strip().partition("=")
+            global_args[name] = default
+        instructions.append(Instruction(stage, keyword, args.strip(), start))
+    return global_args, instructions
+
+
+def load_yaml_documents(path: Path) -> list[dict[str, Any]]:
+    """Every non-empty YAML document of a file."""
+    return [doc for doc in yaml.safe_load_all(path.read_text()) if doc]
