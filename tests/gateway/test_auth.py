@@ -1,0 +1,154 @@
+"""Client and admin keys: hashed storage, environment and Redis sources, open mode, 401 bodies."""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+import pytest
+import redis
+import redis.asyncio as aioredis
+from redis_support import REDIS_URL, RedisLink, delete_prefix, fresh_keys
+
+from gateway.auth import Authenticator, AuthUnavailableError, hash_key, key_id_of
+from gateway.errors import AuthenticationError
+from gateway.policy_cli import add_key, revoke_key
+
+
+@pytest.fixture
+def keys() -> Any:
+    keys = fresh_keys()
+    yield keys
+    delete_prefix(keys)
+
+
+@pytest.fixture
+def sync_redis() -> Any:
+    client = redis.Redis.from_url(REDIS_URL, decode_responses=True)
+    yield client
+    client.close()
+
+
+@pytest.fixture
+async def async_redis() -> Any:
+    client = aioredis.from_url(REDIS_URL, decode_responses=True)
+    yield client
+    await client.aclose()
+
+
+async def test_environment_key_is_accepted_and_identified_by_a_short_hash() -> None:
+    auth = Authenticator(env_keys=["sk-alpha", "sk-beta"], default_limit_usd=2.5)
+    await auth.start()
+    identity = await auth.authenticate("Bearer sk-beta")
+    assert identity.key_id == key_id_of(hash_key("sk-beta"))
+    assert "sk-beta" not in identity.key_id and len(identity.key_id) == 16
+    assert identity.limit_usd == 2.5
+    assert not auth.is_open
+
+
+@pytest.mark.parametrize("header", [None, "", "Bearer", "Basic sk-alpha", "Bearer sk-wrong", "sk-alpha"])
+async def test_missing_or_wrong_key_is_a_401_in_openai_shape(header: str | None) -> None:
+    auth = Authenticator(env_keys=["sk-alpha"])
+    await auth.start()
+    with pytest.raises(AuthenticationError) as caught:
+        await auth.authenticate(header)
+    body = caught.value.body()
+    assert caught.value.status == 401
+    assert set(body["error"]) == {"message", "type", "param", "code"}
+    assert body["error"]["type"] == "invalid_request_error"
+    assert "sk-wrong" not in body["error"]["message"]
+
+
+async def test_gateway_without_keys_is_open_and_says_so_once(caplog) -> None:
+    auth = Authenticator(api_keys_env="CASCADE_API_KEYS")
+    with caplog.at_level("WARNING", logger="cascade.auth"):
+        await auth.start()
+    assert auth.is_open
+    assert [r.message for r in caplog.records if "OPEN" in r.message] != []
+    assert len([r for r in caplog.records if "OPEN" in r.message]) == 1
+    identity = await auth.authenticate(None)
+    assert identity.key_id is None
+    assert (await auth.authenticate("Bearer anything")).key_id is None
+
+
+async def test_redis_key_added_by_the_cli_is_accepted_with_its_limit(keys, sync_redis, async_redis) -> None:
+    key, key_id = add_key(sync_redis, "team-a", 1.25, keys)
+    stored = sync_redis.hgetall(keys.client_keys)
+    assert list(stored) == [hash_key(key)]  # only the hash is stored
+    assert key not in json.dumps(stored)
+    auth = Authenticator(redis=async_redis, keys=keys, default_limit_usd=9.0)
+    await auth.start()
+    assert not auth.is_open
+    identity = await auth.authenticate(f"Bearer {key}")
+    assert (identity.key_id, identity.limit_usd, identity.name) == (key_id, 1.25, "team-a")
+
+
+async def test_redis_key_without_a_limit_gets_the_default_limit(keys, sync_redis, async_redis) -> None:
+    key, _ = add_key(sync_redis, "team-b", None, keys)
+    auth = Authenticator(redis=async_redis, keys=keys, default_limit_usd=9.0)
+    await auth.start()
+    assert (await auth.authenticate(f"Bearer {key}")).limit_usd == 9.0
+
+
+async def test_open_gateway_closes_when_the_first_key_is_added(keys, sync_redis, async_redis) -> None:
+    auth = Authenticator(redis=async_redis, keys=keys, cache_ttl_s=0.0)
+    await auth.start()
+    assert auth.is_open
+    key, _ = add_key(sync_redis, "first", None, keys)
+    with pytest.raises(AuthenticationError):
+        await auth.authenticate(None)
+    assert (await auth.authenticate(f"Bearer {key}")).name == "first"
+    revoke_key(sync_redis, "first", keys)  # removing every key does not reopen the gateway
+    with pytest.raises(AuthenticationError):
+        await auth.authenticate(f"Bearer {key}")
+    with pytest.raises(AuthenticationError):
+        await auth.authenticate(None)
+
+
+async def test_revoked_key_is_refused_after_the_cache_expires(keys, sync_redis, async_redis) -> None:
+    now = [0.0]
+    key, _ = add_key(sync_redis, "soon-gone", None, keys)
+    auth = Authenticator(redis=async_redis, keys=keys, cache_ttl_s=5.0, clock=lambda: now[0])
+    await auth.start()
+    await auth.authenticate(f"Bearer {key}")
+    revoke_key(sync_redis, "soon-gone", keys)
+    await auth.authenticate(f"Bearer {key}")  # still cached
+    now[0] += 5.1
+    with pytest.raises(AuthenticationError):
+        await auth.authenticate(f"Bearer {key}")
+
+
+async def test_cached_key_survives_a_redis_outage_and_unknown_keys_get_503(keys, sync_redis) -> None:
+    key, _ = add_key(sync_redis, "cached", None, keys)
+    other, _ = add_key(sync_redis, "never-seen", None, keys)
+    link = RedisLink()
+    await link.up()
+    client = aioredis.from_url(
+        link.url, decode_responses=True, socket_connect_timeout=0.5, socket_timeout=0.5
+    )
+    now = [0.0]
+    auth = Authenticator(redis=client, keys=keys, cache_ttl_s=1.0, clock=lambda: now[0])
+    try:
+        await auth.start()
+        await auth.authenticate(f"Bearer {key}")
+        await link.down()
+        now[0] += 2.0  # cache entry expired, Redis unreachable: the stale entry still serves
+        assert (await auth.authenticate(f"Bearer {key}")).name == "cached"
+        with pytest.raises(AuthUnavailableError) as caught:
+            await auth.authenticate(f"Bearer {other}")
+        assert caught.value.status == 503
+    finally:
+        await client.aclose()
+        await link.down()
+
+
+def test_admin_key_is_checked_and_admin_is_disabled_without_one() -> None:
+    auth = Authenticator(env_keys=["sk-client"], admin_key="sk-admin", admin_key_env="CASCADE_ADMIN_KEY")
+    auth.check_admin("Bearer sk-admin")
+    for header in (None, "Bearer sk-client", "Bearer sk-admin2"):
+        with pytest.raises(AuthenticationError):
+            auth.check_admin(header)
+    disabled = Authenticator(admin_key_env="CASCADE_ADMIN_KEY")
+    with pytest.raises(AuthenticationError) as caught:
+        disabled.check_admin("Bearer sk-admin")
+    assert "CASCADE_ADMIN_KEY" in caught.value.message

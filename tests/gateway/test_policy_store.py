@@ -1,0 +1,281 @@
+"""Policy sources: a watched file and Redis pub/sub; the last good policy survives bad pushes and outages."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import time
+from collections.abc import AsyncIterator, Callable
+from pathlib import Path
+from typing import Any
+
+import pytest
+import redis
+import redis.asyncio as aioredis
+from redis_support import REDIS_URL, RedisLink, delete_prefix, fresh_keys
+
+from gateway.policy_cli import push_policy
+from gateway.policy_store import FilePolicyStore, RedisPolicyStore
+from gateway.redis_keys import RedisKeys
+from policies import Policy, build_policy, save_policy
+
+MODELS = ["small", "large"]
+
+
+def make_policy(threshold: float = 0.4, scorer: str = "mean_token_negentropy") -> Policy:
+    """A valid two-model policy whose id depends on ``threshold``."""
+    return build_policy(
+        {
+            "scorer": {"name": scorer, "top_k": 5},
+            "models": {
+                "small": {"mean_cost_usd": 0.0001, "quality": 0.5},
+                "large": {"mean_cost_usd": 0.001, "quality": 0.8},
+            },
+            "default_tier": "balanced",
+            "tiers": {
+                "balanced": {
+                    "objective": {"max_cost_usd": 0.0006},
+                    "routes": [{"weight": 1.0, "models": ["small", "large"], "thresholds": [threshold]}],
+                    "expected": {"cost_usd": 0.0005, "quality": 0.7, "escalation_rate": 0.4},
+                }
+            },
+        }
+    )
+
+
+async def wait_until(condition: Callable[[], bool], timeout_s: float = 3.0) -> float:
+    """Seconds until ``condition()`` held; fails the test after ``timeout_s``."""
+    start = time.monotonic()
+    while not condition():
+        if time.monotonic() - start > timeout_s:
+            pytest.fail(f"condition not met within {timeout_s}s")
+        await asyncio.sleep(0.01)
+    return time.monotonic() - start
+
+
+class Recorder:
+    """Collects the store's callbacks."""
+
+    def __init__(self) -> None:
+        self.loaded: list[str] = []
+        self.failures: list[str] = []
+
+    def hooks(self) -> dict[str, Any]:
+        return {"on_loaded": lambda p: self.loaded.append(p.policy_id), "on_failure": self.failures.append}
+
+
+# ---------------------------------------------------------------- file source
+
+
+@pytest.fixture
+async def file_store(tmp_path: Path) -> AsyncIterator[tuple[FilePolicyStore, Path, Recorder]]:
+    path = tmp_path / "policy.json"
+    save_policy(make_policy(0.4), path)
+    recorder = Recorder()
+    store = FilePolicyStore(path, poll_interval_s=0.05, known_models=MODELS, **recorder.hooks())
+    await store.start()
+    yield store, path, recorder
+    await store.close()
+
+
+async def test_file_store_switches_to_a_new_valid_policy(file_store) -> None:
+    store, path, recorder = file_store
+    first = store.current
+    assert first is not None and recorder.loaded == [first.policy_id]
+    new = make_policy(0.7)
+    save_policy(new, path)
+    await wait_until(lambda: store.current.policy_id == new.policy_id)
+    assert store.current.tiers["balanced"].routes[0].thresholds == [0.7]
+    assert recorder.loaded == [first.policy_id, new.policy_id]
+    assert store.reload_failures == 0
+
+
+async def test_file_store_keeps_last_good_policy_and_counts_an_invalid_file_once(file_store) -> None:
+    store, path, recorder = file_store
+    good = store.current
+    path.write_text('{"schema_version": 1, "tiers": ')  # truncated JSON
+    await wait_until(lambda: store.reload_failures == 1)
+    await asyncio.sleep(0.3)  # several more polls of the same bad file
+    assert store.reload_failures == 1
+    assert store.current is good
+    assert "not valid JSON" in recorder.failures[0]
+    assert store.status()["last_error"] == recorder.failures[0]
+    # A later valid file is picked up again and clears the error.
+    fixed = make_policy(0.9)
+    save_policy(fixed, path)
+    await wait_until(lambda: store.current.policy_id == fixed.policy_id)
+    assert store.status()["last_error"] is None
+
+
+async def test_file_store_rejects_a_schema_violation(file_store) -> None:
+    store, path, _ = file_store
+    good = store.current
+    document = good.model_dump(mode="json")
+    document["tiers"]["balanced"]["routes"][0]["thresholds"] = []  # 2 models need 1 threshold
+    path.write_text(json.dumps(document))
+    await wait_until(lambda: store.reload_failures == 1)
+    assert store.current is good
+    assert "threshold" in store.last_error
+
+
+async def test_file_store_rejects_a_policy_routing_to_an_unconfigured_model(tmp_path: Path) -> None:
+    path = tmp_path / "policy.json"
+    save_policy(make_policy(), path)
+    store = FilePolicyStore(path, known_models=["small"])
+    await store.start()
+    try:
+        assert store.current is None
+        assert store.reload_failures == 1
+        assert "large" in store.last_error
+    finally:
+        await store.close()
+
+
+async def test_file_store_refuses_the_external_scorer(tmp_path: Path) -> None:
+    path = tmp_path / "policy.json"
+    save_policy(make_policy(scorer="external"), path)
+    store = FilePolicyStore(path, known_models=MODELS)
+    await store.start()
+    try:
+        assert store.current is None
+        assert "external" in store.last_error
+    finally:
+        await store.close()
+
+
+async def test_file_store_loads_a_policy_file_that_appears_after_start(tmp_path: Path) -> None:
+    path = tmp_path / "later.json"
+    store = FilePolicyStore(path, poll_interval_s=0.05, known_models=MODELS)
+    await store.start()
+    try:
+        assert store.current is None and store.reload_failures == 1
+        save_policy(make_policy(0.3), path)
+        await wait_until(lambda: store.current is not None)
+    finally:
+        await store.close()
+
+
+# ---------------------------------------------------------------- Redis source
+
+
+@pytest.fixture
+def keys() -> Any:
+    keys = fresh_keys()
+    yield keys
+    delete_prefix(keys)
+
+
+@pytest.fixture
+def sync_redis() -> Any:
+    client = redis.Redis.from_url(REDIS_URL, decode_responses=True)
+    yield client
+    client.close()
+
+
+async def start_redis_store(url: str, keys: RedisKeys, recorder: Recorder | None = None) -> RedisPolicyStore:
+    client = aioredis.from_url(url, decode_responses=True, socket_connect_timeout=1, socket_timeout=2)
+    store = RedisPolicyStore(
+        client, keys, location=url, retry_interval_s=0.1, known_models=MODELS,
+        **(recorder.hooks() if recorder else {}),
+    )
+    await store.start()
+    return store
+
+
+async def stop_redis_store(store: RedisPolicyStore) -> None:
+    await store.close()
+    await store._redis.aclose()
+
+
+async def test_a_push_reaches_two_replicas_within_a_second(tmp_path: Path, keys, sync_redis) -> None:
+    path = tmp_path / "p.json"
+    save_policy(make_policy(0.4), path)
+    push_policy(sync_redis, path, keys)
+    replicas = [await start_redis_store(REDIS_URL, keys) for _ in range(2)]
+    try:
+        assert all(r.current.tiers["balanced"].routes[0].thresholds == [0.4] for r in replicas)
+        new = make_policy(0.6)
+        save_policy(new, path)
+        await asyncio.sleep(0.2)  # both subscribed and idle
+        policy_id, version = push_policy(sync_redis, path, keys)
+        assert policy_id == new.policy_id and version == 2
+        took = await wait_until(lambda: all(r.current.policy_id == new.policy_id for r in replicas), 1.0)
+        assert took < 1.0
+        assert [r.version for r in replicas] == [2, 2]
+    finally:
+        for replica in replicas:
+            await stop_redis_store(replica)
+
+
+async def test_redis_store_keeps_last_good_policy_when_an_invalid_one_is_stored(keys, sync_redis) -> None:
+    sync_redis.set(keys.policy_current, make_policy(0.4).model_dump_json())
+    sync_redis.incr(keys.policy_version)
+    recorder = Recorder()
+    store = await start_redis_store(REDIS_URL, keys, recorder)
+    try:
+        good = store.current
+        assert good is not None
+        # Someone bypasses `cascade policy push` and stores garbage.
+        sync_redis.set(keys.policy_current, "{not json")
+        sync_redis.publish(keys.policy_updates, str(sync_redis.incr(keys.policy_version)))
+        await wait_until(lambda: store.reload_failures == 1)
+        await asyncio.sleep(1.3)  # at least one periodic version check later: still counted once
+        assert store.reload_failures == 1 and len(recorder.failures) == 1
+        assert store.current is good
+        assert store.version == 1  # the version being served, not the rejected one
+    finally:
+        await stop_redis_store(store)
+
+
+async def test_redis_store_catches_a_missed_notification_by_version_check(keys, sync_redis) -> None:
+    sync_redis.set(keys.policy_current, make_policy(0.4).model_dump_json())
+    store = await start_redis_store(REDIS_URL, keys)
+    try:
+        new = make_policy(0.8)
+        sync_redis.set(keys.policy_current, new.model_dump_json())
+        sync_redis.incr(keys.policy_version)  # no PUBLISH
+        await wait_until(lambda: store.current.policy_id == new.policy_id, 2.5)
+    finally:
+        await stop_redis_store(store)
+
+
+async def test_redis_outage_keeps_serving_last_good_policy_then_catches_up(keys, sync_redis) -> None:
+    sync_redis.set(keys.policy_current, make_policy(0.4).model_dump_json())
+    sync_redis.incr(keys.policy_version)
+    link = RedisLink()
+    await link.up()
+    store = await start_redis_store(link.url, keys)
+    try:
+        good = store.current
+        assert store.redis_up is True
+        await link.down()
+        await wait_until(lambda: store.redis_up is False)
+        # Pushed while this replica cannot see Redis.
+        new = make_policy(0.55)
+        sync_redis.set(keys.policy_current, new.model_dump_json())
+        sync_redis.publish(keys.policy_updates, str(sync_redis.incr(keys.policy_version)))
+        await asyncio.sleep(0.5)
+        assert store.current is good
+        assert store.status()["redis_up"] is False
+        await link.up()
+        await wait_until(lambda: store.current.policy_id == new.policy_id, 3.0)
+        assert store.redis_up is True
+        assert store.reload_failures == 0  # an outage is not a bad policy
+    finally:
+        await stop_redis_store(store)
+        await link.down()
+
+
+async def test_redis_store_without_a_pushed_policy_is_not_ready_until_a_push(
+    tmp_path: Path, keys, sync_redis
+) -> None:
+    store = await start_redis_store(REDIS_URL, keys)
+    try:
+        assert store.current is None
+        assert "cascade policy push" in store.last_error
+        path = tmp_path / "p.json"
+        save_policy(make_policy(0.5), path)
+        push_policy(sync_redis, path, keys)
+        await wait_until(lambda: store.current is not None, 1.0)
+    finally:
+        await stop_redis_store(store)

@@ -1,0 +1,145 @@
+"""Spend limits: atomic reservations across replicas (real Redis), settlement, windows, fallback."""
+
+from __future__ import annotations
+
+import asyncio
+from typing import Any
+
+import pytest
+import redis.asyncio as aioredis
+from redis_support import REDIS_URL, RedisLink, delete_prefix, fresh_keys
+
+from gateway.auth import ClientIdentity
+from gateway.errors import BudgetExceededError
+from gateway.spend import NANO_PER_USD, SpendLimiter
+
+COST = 0.0012  # worst-case cost of one request, USD
+TEN_REQUESTS = ClientIdentity(key_id="k-ten", limit_usd=10 * COST)
+
+
+@pytest.fixture
+def keys() -> Any:
+    keys = fresh_keys()
+    yield keys
+    delete_prefix(keys)
+
+
+@pytest.fixture
+async def replicas(keys) -> Any:
+    """Two limiters with their own Redis clients, as two gateway replicas would have."""
+    clients = [aioredis.from_url(REDIS_URL, decode_responses=True) for _ in range(2)]
+    yield [SpendLimiter(window_s=3600, redis=c, keys=keys) for c in clients]
+    for client in clients:
+        await client.aclose()
+
+
+async def attempt(limiter: SpendLimiter, identity: ClientIdentity, amount: float) -> Any:
+    try:
+        return await limiter.reserve(identity, amount)
+    except BudgetExceededError as exc:
+        return exc
+
+
+async def test_fifty_concurrent_reservations_across_two_replicas_admit_exactly_ten(replicas) -> None:
+    results = await asyncio.gather(*(attempt(replicas[i % 2], TEN_REQUESTS, COST) for i in range(50)))
+    admitted = [r for r in results if not isinstance(r, BudgetExceededError)]
+    refused = [r for r in results if isinstance(r, BudgetExceededError)]
+    assert len(admitted) == 10 and len(refused) == 40
+    assert {r.backend for r in admitted} == {"redis"}
+    assert await replicas[0].spent_usd("k-ten") == pytest.approx(10 * COST)
+    assert replicas[0].rejections + replicas[1].rejections == 40
+
+
+async def test_settling_below_the_reservation_releases_the_difference(replicas) -> None:
+    first = [await replicas[0].reserve(TEN_REQUESTS, COST) for _ in range(10)]
+    with pytest.raises(BudgetExceededError):
+        await replicas[1].reserve(TEN_REQUESTS, COST)
+    for reservation in first:  # each request actually cost half its worst case
+        await replicas[1].settle(reservation, COST / 2)
+    assert await replicas[0].spent_usd("k-ten") == pytest.approx(5 * COST)
+    results = await asyncio.gather(*(attempt(replicas[i % 2], TEN_REQUESTS, COST) for i in range(20)))
+    assert sum(not isinstance(r, BudgetExceededError) for r in results) == 5
+
+
+async def test_settle_is_idempotent_and_may_charge_more_than_reserved(replicas) -> None:
+    reservation = await replicas[0].reserve(TEN_REQUESTS, COST)
+    await replicas[0].settle(reservation, 3 * COST)
+    await replicas[0].settle(reservation, 0.0)  # a second settle changes nothing
+    assert await replicas[0].spent_usd("k-ten") == pytest.approx(3 * COST)
+
+
+async def test_budget_error_is_a_429_with_retry_after(replicas) -> None:
+    identity = ClientIdentity(key_id="k-small", limit_usd=0.001)
+    with pytest.raises(BudgetExceededError) as caught:
+        await replicas[0].reserve(identity, 0.002)
+    error = caught.value
+    assert error.status == 429
+    assert error.body()["error"]["type"] == "insufficient_quota"
+    assert error.body()["error"]["code"] == "budget_exceeded"
+    assert 1 <= int(error.headers["Retry-After"]) <= 3600
+
+
+async def test_counters_expire_after_their_window(replicas, keys) -> None:
+    await replicas[0].reserve(TEN_REQUESTS, COST)
+    counter = keys.spend("k-ten", replicas[0].window_start())
+    ttl = await replicas[0]._redis.ttl(counter)
+    assert 3600 < ttl <= 3600 + 300
+
+
+async def test_a_new_window_starts_from_zero() -> None:
+    now = [1_000_000.0]
+    limiter = SpendLimiter(window_s=60, clock=lambda: now[0])
+    for _ in range(10):
+        await limiter.reserve(TEN_REQUESTS, COST)
+    with pytest.raises(BudgetExceededError):
+        await limiter.reserve(TEN_REQUESTS, COST)
+    now[0] += 60
+    assert await limiter.reserve(TEN_REQUESTS, COST) is not None
+
+
+async def test_in_process_limiter_admits_exactly_ten_of_fifty_concurrent() -> None:
+    limiter = SpendLimiter(window_s=3600)
+    results = await asyncio.gather(*(attempt(limiter, TEN_REQUESTS, COST) for _ in range(50)))
+    admitted = [r for r in results if not isinstance(r, BudgetExceededError)]
+    assert len(admitted) == 10 and {r.backend for r in admitted} == {"memory"}
+    for reservation in admitted:
+        await limiter.settle(reservation, 0.0)
+    assert await limiter.spent_usd("k-ten") == 0.0
+
+
+async def test_no_key_or_no_limit_reserves_nothing() -> None:
+    limiter = SpendLimiter(window_s=3600)
+    assert await limiter.reserve(ClientIdentity(key_id=None, limit_usd=1.0), 5.0) is None
+    assert await limiter.reserve(ClientIdentity(key_id="k", limit_usd=None), 5.0) is None
+    await limiter.settle(None, 1.0)  # no-op
+
+
+async def test_amounts_are_exact_integers_of_nano_usd() -> None:
+    limiter = SpendLimiter(window_s=3600)
+    identity = ClientIdentity(key_id="k-exact", limit_usd=0.3)
+    for _ in range(3):
+        reservation = await limiter.reserve(identity, 0.1)  # 0.1 + 0.1 + 0.1 > 0.3 in floats
+        assert reservation.amount_nano == NANO_PER_USD // 10
+    with pytest.raises(BudgetExceededError):
+        await limiter.reserve(identity, 1e-9)
+
+
+async def test_redis_outage_falls_back_to_in_process_enforcement(keys) -> None:
+    link = RedisLink()
+    await link.up()
+    client = aioredis.from_url(
+        link.url, decode_responses=True, socket_connect_timeout=0.5, socket_timeout=0.5
+    )
+    statuses: list[bool] = []
+    limiter = SpendLimiter(window_s=3600, redis=client, keys=keys, on_redis_status=statuses.append)
+    try:
+        assert (await limiter.reserve(TEN_REQUESTS, COST)).backend == "redis"
+        await link.down()
+        results = [await attempt(limiter, TEN_REQUESTS, COST) for _ in range(12)]
+        admitted = [r for r in results if not isinstance(r, BudgetExceededError)]
+        assert len(admitted) == 10 and {r.backend for r in admitted} == {"memory"}
+        assert statuses[0] is True and statuses[-1] is False
+        assert limiter.fallbacks == 12
+    finally:
+        await client.aclose()
+        await link.down()
