@@ -1,0 +1,286 @@
+"""The cascade engine: call each stage of a route, score, accept or escalate (DESIGN sections 6, 7, 11).
+
+A route is a chain ``models[0..k-1]`` with ``thresholds[0..k-2]``. Every stage but the last is
+called with ``logprobs: true, top_logprobs: K`` and scored with ``policies.score_response`` (the
+function calibration uses); stage i's answer is accepted unless ``should_escalate(score,
+thresholds[i])``. The last stage is not scored. Faults:
+
+* a non-final stage fails (timeout, 5xx, refused, malformed JSON, 429 past the deadline):
+  escalate to the next stage and count the escalation;
+* the final stage fails after an escalation: the last good answer is returned marked
+  ``degraded`` if ``policy.allow_degraded``, else the final stage's error (502/504/429);
+* an answer without usable logprobs (including pure tool calls, which have no content tokens):
+  the policy's ``on_missing_score`` rule.
+
+The client's own fields go through unchanged; only ``model`` is rewritten to the upstream's id,
+and ``logprobs``/``top_logprobs`` are added on scored stages.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+import orjson
+
+from gateway.config import Settings
+from gateway.metrics import GatewayMetrics
+from gateway.requests import ParsedRequest
+from gateway.routing import RoutePlan
+from gateway.upstream import UpstreamFailure, UpstreamPool
+from policies import score_response, should_escalate
+
+
+@dataclass(slots=True)
+class CascadeFacts:
+    """What happened to one request: the ``x-cascade-*`` headers and the stream's ``cascade`` object."""
+
+    tier: str
+    policy_id: str | None
+    models_called: list[str] = field(default_factory=list)
+    answered_by: str | None = None
+    escalated: bool = False
+    score: float | None = None
+    threshold: float | None = None
+    cost_usd: float = 0.0
+    upstream_s: float = 0.0
+    degraded: bool = False
+    outcome: str = "error"
+    within_budget: bool = True
+    failures: list[str] = field(default_factory=list)
+
+    def headers(self, overhead_ms: float) -> list[tuple[bytes, bytes]]:
+        """The ``x-cascade-*`` response headers (DESIGN section 7)."""
+        out = [
+            (b"x-cascade-tier", self.tier.encode()),
+            (b"x-cascade-policy", (self.policy_id or "none").encode()),
+            (b"x-cascade-model", (self.answered_by or "none").encode()),
+            (b"x-cascade-models-called", ",".join(self.models_called).encode()),
+            (b"x-cascade-escalated", b"true" if self.escalated else b"false"),
+            (b"x-cascade-score", _number(self.score)),
+            (b"x-cascade-threshold", _number(self.threshold)),
+            (b"x-cascade-cost-usd", f"{self.cost_usd:.10g}".encode()),
+            (b"x-cascade-overhead-ms", f"{overhead_ms:.3f}".encode()),
+        ]
+        if self.degraded:
+            out.append((b"x-cascade-degraded", b"true"))
+        if not self.within_budget:
+            out.append((b"x-cascade-over-budget", b"true"))
+        return out
+
+    def as_dict(self, overhead_ms: float) -> dict[str, Any]:
+        """The same facts as a JSON object (final stream chunk, logs)."""
+        return {
+            "tier": self.tier,
+            "policy": self.policy_id,
+            "model": self.answered_by,
+            "models_called": self.models_called,
+            "escalated": self.escalated,
+            "score": self.score,
+            "threshold": self.threshold,
+            "cost_usd": self.cost_usd,
+            "overhead_ms": round(overhead_ms, 3),
+            "degraded": self.degraded,
+        }
+
+
+def _number(value: float | None) -> bytes:
+    return b"none" if value is None else f"{value:.6g}".encode()
+
+
+@dataclass(slots=True)
+class LiveStage:
+    """The final stage, to be streamed live by the caller, and the answer to fall back on."""
+
+    model: str
+    body: bytes
+    fallback: dict[str, Any] | None
+    fallback_model: str | None
+
+
+@dataclass(slots=True)
+class CascadeResult:
+    """Either a complete answer (``body``) or a stage to stream live (``live``), plus the facts."""
+
+    facts: CascadeFacts
+    body: dict[str, Any] | None = None
+    live: LiveStage | None = None
+
+
+class CascadeEngine:
+    """Runs plans against the upstream pool and records metrics of every call."""
+
+    def __init__(self, settings: Settings, pool: UpstreamPool, metrics: GatewayMetrics):
+        self._models = settings.models
+        self._pool = pool
+        self._metrics = metrics
+
+    async def run(
+        self, plan: RoutePlan, request: ParsedRequest, deadline: float, *, stream_last: bool = False
+    ) -> CascadeResult:
+        """Serve ``plan``; with ``stream_last`` the final stage is returned as a LiveStage to stream.
+
+        Raises GatewayError when no answer can be served.
+        """
+        facts = CascadeFacts(
+            plan.tier, plan.policy.policy_id if plan.policy else None, within_budget=plan.within_budget
+        )
+        if plan.route is None:  # passthrough
+            assert plan.model is not None
+            facts.outcome = "passthrough"
+            return await self._final_stage(plan.model, request, facts, deadline, stream_last, None, None)
+        policy = plan.policy
+        assert policy is not None
+        models, thresholds = plan.route.models, plan.route.thresholds
+        top_k = policy.scorer.top_k
+        fallback: dict[str, Any] | None = None
+        fallback_model: str | None = None
+        last = len(models) - 1
+        for stage, model in enumerate(models):
+            if stage == last:
+                facts.outcome = "direct" if last == 0 else "escalated"
+                return await self._final_stage(
+                    model,
+                    request,
+                    facts,
+                    deadline,
+                    stream_last,
+                    fallback if policy.allow_degraded else None,
+                    fallback_model,
+                )
+            body = upstream_body(request, self._models[model].model, top_k=top_k, stream=False)
+            facts.models_called.append(model)
+            try:
+                reply = await self._call(model, request, body, deadline, facts)
+            except UpstreamFailure as failure:
+                facts.failures.append(failure.kind)
+                self._escalate(plan.tier, model, models[stage + 1], facts)
+                continue
+            score = score_response(reply, policy.scorer.name, top_k)
+            facts.score, facts.threshold = score, thresholds[stage]
+            if score is not None:
+                self._metrics.confidence.labels(plan.tier, model).observe(score)
+            if not should_escalate(score, thresholds[stage], policy.on_missing_score):
+                facts.answered_by = model
+                facts.outcome = "accepted" if stage == 0 else "escalated"
+                return CascadeResult(facts, body=reply)
+            fallback, fallback_model = reply, model
+            self._escalate(plan.tier, model, models[stage + 1], facts)
+        raise AssertionError("unreachable: the last stage always returns")
+
+    async def _final_stage(
+        self,
+        model: str,
+        request: ParsedRequest,
+        facts: CascadeFacts,
+        deadline: float,
+        stream: bool,
+        fallback: dict[str, Any] | None,
+        fallback_model: str | None,
+    ) -> CascadeResult:
+        body = upstream_body(request, self._models[model].model, top_k=None, stream=stream)
+        if stream:
+            return CascadeResult(facts, live=LiveStage(model, body, fallback, fallback_model))
+        facts.models_called.append(model)
+        try:
+            reply = await self._call(model, request, body, deadline, facts)
+        except UpstreamFailure as failure:
+            facts.failures.append(failure.kind)
+            if fallback is None:
+                raise failure.to_gateway_error() from None
+            facts.answered_by, facts.degraded = fallback_model, True
+            return CascadeResult(facts, body=fallback)
+        facts.answered_by = model
+        return CascadeResult(facts, body=reply)
+
+    async def _call(
+        self, model: str, request: ParsedRequest, body: bytes, deadline: float, facts: CascadeFacts
+    ) -> dict[str, Any]:
+        reply = await self._pool[model].complete(request.kind, body, deadline)
+        facts.upstream_s += reply.seconds
+        self.account(facts, model, reply.body.get("usage"))
+        return reply.body
+
+    def account(self, facts: CascadeFacts, model: str, usage: Any) -> None:
+        """Add one call's cost (config price x ``usage`` tokens) to the facts and the metrics."""
+        prompt = completion = 0
+        if isinstance(usage, dict):
+            prompt = _int(usage.get("prompt_tokens"))
+            completion = _int(usage.get("completion_tokens"))
+        cost = self._models[model].price.cost_usd(prompt, completion)
+        facts.cost_usd += cost
+        metrics = self._metrics
+        metrics.cost.labels(facts.tier, model).inc(cost)
+        if prompt:
+            metrics.tokens.labels(model, "prompt").inc(prompt)
+        if completion:
+            metrics.tokens.labels(model, "completion").inc(completion)
+
+    def _escalate(self, tier: str, from_model: str, to_model: str, facts: CascadeFacts) -> None:
+        facts.escalated = True
+        self._metrics.escalations.labels(tier, from_model, to_model).inc()
+
+
+def _int(value: Any) -> int:
+    return value if isinstance(value, int) and not isinstance(value, bool) and value > 0 else 0
+
+
+def upstream_body(request: ParsedRequest, upstream_model: str, *, top_k: int | None, stream: bool) -> bytes:
+    """The upstream request: the client's fields, ``model`` rewritten, logprobs added when scored.
+
+    ``top_k`` set = a scored stage (non-streamed, asks for at least K alternatives).
+    ``stream`` = the stage is streamed to the client (usage requested so the cost is known).
+    """
+    body = dict(request.body)
+    body["model"] = upstream_model
+    if top_k is not None:
+        if request.kind == "chat":
+            body["logprobs"] = True
+            body["top_logprobs"] = max(top_k, _int(request.body.get("top_logprobs")))
+        else:
+            body["logprobs"] = max(top_k, _int(request.body.get("logprobs")))
+    if stream:
+        body["stream"] = True
+        body["stream_options"] = {"include_usage": True}
+    else:
+        body.pop("stream", None)
+        body.pop("stream_options", None)
+    return orjson.dumps(body)
+
+
+def client_body(body: dict[str, Any], model_name: str, request: ParsedRequest) -> dict[str, Any]:
+    """Make an upstream answer the client's: configured model name, logprobs only if asked (trimmed)."""
+    body["model"] = model_name
+    choices = body.get("choices")
+    if not isinstance(choices, list):
+        return body
+    if not request.wants_logprobs:
+        for choice in choices:
+            if isinstance(choice, dict) and choice.get("logprobs") is not None:
+                choice["logprobs"] = None
+        return body
+    _trim_alternatives(choices, request)
+    return body
+
+
+def _trim_alternatives(choices: list[Any], request: ParsedRequest) -> None:
+    """Cut alternatives down to what the client asked for (a scored stage may have asked more)."""
+    wanted = _int(request.body.get("top_logprobs" if request.kind == "chat" else "logprobs"))
+    for choice in choices:
+        logprobs = choice.get("logprobs") if isinstance(choice, dict) else None
+        if not isinstance(logprobs, dict):
+            continue
+        for entry in logprobs.get("content") or ():
+            tops = entry.get("top_logprobs") if isinstance(entry, dict) else None
+            if isinstance(tops, list) and len(tops) > wanted:
+                entry["top_logprobs"] = tops[:wanted]
+        legacy = logprobs.get("top_logprobs")
+        if isinstance(legacy, list):
+            logprobs["top_logprobs"] = [_top_items(t, wanted) if isinstance(t, dict) else t for t in legacy]
+
+
+def _top_items(alternatives: dict[str, Any], wanted: int) -> dict[str, Any]:
+    def key(item: tuple[str, Any]) -> float:
+        return -item[1] if isinstance(item[1], int | float) else 0.0
+
+    return dict(sorted(alternatives.items(), key=key)[:wanted])

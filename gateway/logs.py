@@ -1,0 +1,63 @@
+"""Structured JSON-lines logs: one object per line on stderr, via the ``cascade.gateway`` logger.
+
+Per request: request id (also returned as ``x-request-id``), tier, route, score, decision, costs
+and latencies. Prompt text only when ``logging.log_prompts`` is on; upstream keys never (the
+gateway never puts them in anything it logs).
+"""
+
+from __future__ import annotations
+
+import logging
+import sys
+import time
+from typing import Any
+
+import orjson
+
+LOGGER_NAME = "cascade.gateway"
+logger = logging.getLogger(LOGGER_NAME)
+
+
+class JsonLinesFormatter(logging.Formatter):
+    """Render a record as one JSON object: ``ts``, ``level``, ``event`` plus the record's ``fields``."""
+
+    def format(self, record: logging.LogRecord) -> str:
+        entry: dict[str, Any] = {
+            "ts": round(record.created, 6),
+            "level": record.levelname.lower(),
+            "event": record.getMessage(),
+        }
+        fields = getattr(record, "fields", None)
+        if fields:
+            entry.update(fields)
+        if record.exc_info and record.exc_info[0] is not None:
+            entry["error_type"] = record.exc_info[0].__name__
+            entry["traceback"] = self.formatException(record.exc_info)
+        return orjson.dumps(entry, default=str).decode()
+
+
+def configure_logging(level: str = "info") -> None:
+    """Send the gateway logger to stderr as JSON lines (idempotent)."""
+    logger.setLevel(level.upper())
+    logger.propagate = False
+    if not any(getattr(h, "_cascade_json", False) for h in logger.handlers):
+        handler = logging.StreamHandler(sys.stderr)
+        handler.setFormatter(JsonLinesFormatter())
+        handler._cascade_json = True  # type: ignore[attr-defined]
+        logger.addHandler(handler)
+
+
+def log_event(event: str, level: int = logging.INFO, **fields: Any) -> None:
+    """Log one structured event (cheap no-op when the level is disabled)."""
+    if logger.isEnabledFor(level):
+        logger.log(level, event, extra={"fields": fields})
+
+
+def log_exception(event: str, **fields: Any) -> None:
+    """Log an unexpected exception with its traceback (server side only; clients never see it)."""
+    logger.error(event, exc_info=True, extra={"fields": fields})
+
+
+def now_ms(start: float) -> float:
+    """Milliseconds since ``start`` (a ``time.perf_counter()`` value), rounded to 0.01 ms."""
+    return round((time.perf_counter() - start) * 1000, 2)

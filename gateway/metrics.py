@@ -1,0 +1,111 @@
+"""Prometheus metrics (DESIGN section 9), in a per-app registry (never the global one).
+
+Label values come only from small fixed sets: tiers of the loaded policy plus ``budget``,
+``passthrough`` and ``none`` (a request rejected before any route was chosen: bad JSON, unknown
+tier, bad key); configured model names; fixed outcome and status-class words. Never a user, key
+or request id.
+"""
+
+from __future__ import annotations
+
+from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, generate_latest
+from prometheus_client.exposition import CONTENT_TYPE_LATEST
+
+from policies import Policy
+
+CONTENT_TYPE = CONTENT_TYPE_LATEST
+OUTCOMES = ("accepted", "escalated", "direct", "passthrough", "error")
+# Whole requests against local models take from milliseconds to minutes.
+_REQUEST_BUCKETS = (0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60, 120)
+# Gateway overhead is meant to be well under a millisecond.
+_OVERHEAD_BUCKETS = (0.0001, 0.00025, 0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1)
+_SCORE_BUCKETS = (-5, -2, -1, -0.5, -0.25, 0, 0.1, 0.2, 0.3, 0.4, 0.5, 0.6, 0.7, 0.8, 0.9, 0.95, 1)
+
+
+class GatewayMetrics:
+    """Every metric the gateway exports, registered in ``self.registry``."""
+
+    def __init__(self, *, with_redis: bool = False) -> None:
+        """``with_redis``: export ``cascade_redis_up`` (only meaningful when Redis is configured)."""
+        self.registry = CollectorRegistry(auto_describe=True)
+        r = self.registry
+        self.requests = Counter(
+            "cascade_requests", "Requests by tier and outcome.", ["tier", "outcome"], registry=r
+        )
+        self.escalations = Counter(
+            "cascade_escalations",
+            "Escalations from one model to the next.",
+            ["tier", "from_model", "to_model"],
+            registry=r,
+        )
+        self.request_duration = Histogram(
+            "cascade_request_duration_seconds",
+            "Whole request duration.",
+            ["tier"],
+            buckets=_REQUEST_BUCKETS,
+            registry=r,
+        )
+        self.overhead = Histogram(
+            "cascade_overhead_seconds",
+            "Gateway time excluding upstream calls.",
+            buckets=_OVERHEAD_BUCKETS,
+            registry=r,
+        )
+        self.confidence = Histogram(
+            "cascade_confidence_score",
+            "Confidence score of scored answers.",
+            ["tier", "model"],
+            buckets=_SCORE_BUCKETS,
+            registry=r,
+        )
+        self.upstream_requests = Counter(
+            "cascade_upstream_requests",
+            "Upstream call attempts by status class.",
+            ["model", "status"],
+            registry=r,
+        )
+        self.upstream_duration = Histogram(
+            "cascade_upstream_duration_seconds",
+            "Upstream call attempt duration.",
+            ["model"],
+            buckets=_REQUEST_BUCKETS,
+            registry=r,
+        )
+        self.cost = Counter("cascade_cost_usd", "Upstream spend in USD.", ["tier", "model"], registry=r)
+        self.tokens = Counter("cascade_tokens", "Upstream tokens.", ["model", "kind"], registry=r)
+        self.policy_info = Gauge(
+            "cascade_policy_info", "The loaded policy (value 1).", ["policy_id"], registry=r
+        )
+        self.expected_escalation_rate = Gauge(
+            "cascade_expected_escalation_rate",
+            "Escalation rate the policy expects per tier.",
+            ["tier"],
+            registry=r,
+        )
+        self.policy_reload_failures = Counter(
+            "cascade_policy_reload_failures",
+            "Policy loads that failed (last good policy kept).",
+            registry=r,
+        )
+        self.redis_up: Gauge | None = None
+        if with_redis:
+            self.redis_up = Gauge(
+                "cascade_redis_up", "1 if Redis answered the last check, else 0.", registry=r
+            )
+        self.budget_rejections = Counter(
+            "cascade_budget_rejections",
+            "Requests refused because a key's spend limit was reached.",
+            registry=r,
+        )
+
+    def policy_loaded(self, policy: Policy) -> None:
+        """Publish the loaded policy's id and its per-tier expected escalation rates."""
+        self.policy_info.clear()
+        self.policy_info.labels(policy.policy_id).set(1)
+        self.expected_escalation_rate.clear()
+        for name, tier in policy.tiers.items():
+            self.expected_escalation_rate.labels(name).set(tier.expected.escalation_rate)
+
+    def render(self) -> bytes:
+        """The Prometheus text exposition of this registry."""
+        return generate_latest(self.registry)

@@ -1,0 +1,136 @@
+"""Client request parsing and validation, by hand on an orjson dict (no pydantic on the hot path).
+
+Only the fields the gateway acts on are checked; every other field (temperature, tools,
+response_format, stop, seed, user, ...) is forwarded to the upstream untouched, and the upstream
+remains the judge of those. Every problem is a ``BadRequestError`` (400) naming the field.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any, Literal
+
+import orjson
+
+from gateway.errors import BadRequestError
+
+RequestKind = Literal["chat", "completions"]
+
+# Fields whose type the gateway checks because a wrong type would otherwise surface as an upstream
+# error far from its cause. Value: accepted Python types (bool is excluded from numbers below).
+_NUMBER_FIELDS = ("temperature", "top_p", "presence_penalty", "frequency_penalty")
+_INT_FIELDS = ("max_tokens", "max_completion_tokens", "seed")
+
+
+@dataclass(slots=True)
+class ParsedRequest:
+    """A validated client request.
+
+    Attributes:
+        kind: ``chat`` (/v1/chat/completions) or ``completions`` (/v1/completions).
+        body: the client's JSON object, forwarded with only ``model`` (and logprob fields) changed.
+        model: the ``model`` the client asked for (a cascade alias or a configured model name).
+        stream: whether the client wants SSE.
+        n: number of choices asked for (default 1).
+        wants_logprobs: whether the client asked for logprobs (they are stripped otherwise).
+        include_usage: ``stream_options.include_usage`` (streams only).
+    """
+
+    kind: RequestKind
+    body: dict[str, Any]
+    model: str
+    stream: bool
+    n: int
+    wants_logprobs: bool
+    include_usage: bool
+
+
+def parse_request(raw: bytes, kind: RequestKind) -> ParsedRequest:
+    """Parse and validate a request body; BadRequestError (400) on any problem."""
+    if not raw:
+        raise BadRequestError("request body is empty; expected a JSON object")
+    try:
+        body = orjson.loads(raw)
+    except orjson.JSONDecodeError as exc:
+        raise BadRequestError(f"request body is not valid JSON ({exc})") from None
+    if not isinstance(body, dict):
+        raise BadRequestError("request body must be a JSON object")
+
+    model = body.get("model")
+    if not isinstance(model, str) or not model:
+        raise BadRequestError("'model' is required and must be a non-empty string", param="model")
+
+    if kind == "chat":
+        _check_messages(body.get("messages"))
+        wants_logprobs = _optional_bool(body, "logprobs")
+        top = body.get("top_logprobs")
+        if top is not None and (not _is_int(top) or not 0 <= top <= 20):
+            raise BadRequestError("'top_logprobs' must be an integer in 0..20", param="top_logprobs")
+    else:
+        _check_prompt(body.get("prompt"))
+        logprobs = body.get("logprobs")
+        if logprobs is not None and (not _is_int(logprobs) or not 0 <= logprobs <= 20):
+            raise BadRequestError("'logprobs' must be an integer in 0..20 or null", param="logprobs")
+        wants_logprobs = logprobs is not None
+
+    stream = _optional_bool(body, "stream")
+    n = body.get("n", 1)
+    if n is None:
+        n = 1
+    if not _is_int(n) or n < 1:
+        raise BadRequestError("'n' must be a positive integer", param="n")
+    for name in _NUMBER_FIELDS:
+        value = body.get(name)
+        if value is not None and not _is_number(value):
+            raise BadRequestError(f"'{name}' must be a number", param=name)
+    for name in _INT_FIELDS:
+        value = body.get(name)
+        if value is not None and not _is_int(value):
+            raise BadRequestError(f"'{name}' must be an integer", param=name)
+
+    include_usage = False
+    options = body.get("stream_options")
+    if options is not None:
+        if not isinstance(options, dict):
+            raise BadRequestError("'stream_options' must be an object", param="stream_options")
+        include_usage = _optional_bool(options, "include_usage")
+    return ParsedRequest(kind, body, model, stream, n, wants_logprobs, include_usage)
+
+
+def _is_int(value: Any) -> bool:
+    return isinstance(value, int) and not isinstance(value, bool)
+
+
+def _is_number(value: Any) -> bool:
+    return isinstance(value, int | float) and not isinstance(value, bool)
+
+
+def _optional_bool(body: dict[str, Any], name: str) -> bool:
+    value = body.get(name)
+    if value is None:
+        return False
+    if not isinstance(value, bool):
+        raise BadRequestError(f"'{name}' must be a boolean", param=name)
+    return value
+
+
+def _check_messages(messages: Any) -> None:
+    if not isinstance(messages, list) or not messages:
+        raise BadRequestError("'messages' is required and must be a non-empty array", param="messages")
+    for index, message in enumerate(messages):
+        if not isinstance(message, dict) or not isinstance(message.get("role"), str):
+            raise BadRequestError(
+                f"'messages[{index}]' must be an object with a string 'role'", param=f"messages[{index}]"
+            )
+
+
+def _check_prompt(prompt: Any) -> None:
+    if isinstance(prompt, str):
+        return
+    if isinstance(prompt, list) and prompt and all(isinstance(p, str | int) for p in prompt):
+        return
+    if isinstance(prompt, list) and prompt and all(isinstance(p, list) for p in prompt):
+        return
+    raise BadRequestError(
+        "'prompt' is required and must be a string, an array of strings or token arrays", param="prompt"
+    )

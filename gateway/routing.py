@@ -1,0 +1,139 @@
+"""Request -> route (DESIGN section 7), first match wins:
+
+1. header ``X-Cascade-Max-Cost-Usd: <float>`` -> best envelope point within that expected cost;
+2. header ``X-Cascade-Tier: <tier>``;
+3. ``model: "cascade/<tier>"``, or ``model: "cascade"`` -> the default tier;
+4. ``model: "<configured model>"`` -> plain passthrough (no cascade, no logprobs added).
+
+Anything else is 404 (unknown model); an unknown tier is 400. ``n > 1`` is refused on cascade
+routes (400): the decision scores one answer, and local servers reject ``n > 1`` anyway.
+"""
+
+from __future__ import annotations
+
+import math
+import random
+from dataclasses import dataclass
+
+from gateway.config import Settings
+from gateway.errors import (
+    BadRequestError,
+    ModelNotFoundError,
+    PolicyUnavailableError,
+    UnknownTierRequestError,
+)
+from gateway.policy_store import check_servable
+from gateway.requests import ParsedRequest
+from policies import (
+    Policy,
+    PolicyInvalidError,
+    Route,
+    UnknownTierError,
+    choose_for_budget,
+    choose_for_tier,
+)
+
+CASCADE_MODEL = "cascade"
+_CASCADE_PREFIX = "cascade/"
+BUDGET_TIER = "budget"
+PASSTHROUGH_TIER = "passthrough"
+
+
+@dataclass(slots=True)
+class RoutePlan:
+    """What to do with one request.
+
+    Attributes:
+        tier: the metrics/header tier label (a policy tier, ``budget`` or ``passthrough``).
+        policy: the policy the plan came from (None for passthrough).
+        route: the chain of configured model names and thresholds (None for passthrough).
+        model: the passthrough target (None for cascade routes).
+        within_budget: False when a numeric budget was below every envelope point.
+    """
+
+    tier: str
+    policy: Policy | None
+    route: Route | None
+    model: str | None = None
+    within_budget: bool = True
+
+
+class Router:
+    """Chooses a RoutePlan for each request against the current policy and the configured models."""
+
+    def __init__(self, settings: Settings, rng: random.Random | None = None):
+        self._models = settings.models
+        self._rng = rng or random.Random()
+        self._servable: dict[str, str | None] = {}  # policy_id -> reason it cannot be served, or None
+
+    def plan(
+        self,
+        request: ParsedRequest,
+        policy: Policy | None,
+        max_cost_header: str | None = None,
+        tier_header: str | None = None,
+    ) -> RoutePlan:
+        """The plan for ``request``; raises the GatewayError the client should see."""
+        if max_cost_header is not None:
+            budget = _parse_budget(max_cost_header)
+            policy = self._check_policy(policy, request)
+            choice = choose_for_budget(policy, budget)
+            return RoutePlan(choice.tier, policy, choice.route, within_budget=choice.within_budget)
+        tier: str | None
+        if tier_header is not None:
+            tier = tier_header.strip()
+        elif request.model == CASCADE_MODEL:
+            tier = None
+        elif request.model.startswith(_CASCADE_PREFIX):
+            tier = request.model[len(_CASCADE_PREFIX) :]
+        elif request.model in self._models:
+            return RoutePlan(PASSTHROUGH_TIER, None, None, model=request.model)
+        else:
+            raise ModelNotFoundError(
+                f"model {request.model!r} does not exist; use 'cascade', 'cascade/<tier>' or one of "
+                f"{', '.join(sorted(self._models))}",
+                param="model",
+            )
+        policy = self._check_policy(policy, request)
+        try:
+            choice = choose_for_tier(policy, tier, self._rng)
+        except UnknownTierError as exc:
+            raise UnknownTierRequestError(str(exc), param="model") from None
+        return RoutePlan(choice.tier, policy, choice.route)
+
+    def _check_policy(self, policy: Policy | None, request: ParsedRequest) -> Policy:
+        if policy is None:
+            raise PolicyUnavailableError("no cascade policy is loaded yet; configured models still work")
+        reason = self._servable.get(policy.policy_id, "")
+        if reason == "":
+            reason = self._servable[policy.policy_id] = self.unservable_reason(policy)
+        if reason is not None:
+            raise PolicyUnavailableError(reason)
+        if request.n != 1:
+            raise BadRequestError(
+                "n > 1 is not supported on cascade routes (one answer is scored per stage); "
+                "send n=1, or name a configured model for a plain passthrough",
+                param="n",
+            )
+        return policy
+
+    def unservable_reason(self, policy: Policy) -> str | None:
+        """Why this gateway cannot serve ``policy`` (external scorer, unconfigured models), or None."""
+        try:
+            check_servable(policy, self._models)
+        except PolicyInvalidError as exc:
+            return str(exc)
+        return None
+
+
+def _parse_budget(value: str) -> float:
+    try:
+        budget = float(value)
+    except ValueError:
+        budget = math.nan
+    if not math.isfinite(budget) or budget < 0:
+        raise BadRequestError(
+            f"X-Cascade-Max-Cost-Usd must be a non-negative number of USD, got {value[:40]!r}",
+            param="X-Cascade-Max-Cost-Usd",
+        )
+    return budget

@@ -1,0 +1,379 @@
+"""A scripted OpenAI-compatible upstream on loopback, for gateway tests (the seam double).
+
+One aiohttp server (own thread and event loop, random free port) answers
+``POST /v1/chat/completions``, ``POST /v1/completions`` and ``GET /v1/models`` for any number of
+upstream model ids; the ``model`` field of each request picks the script. Tests queue replies per
+model id with ``script(model_id, reply, ...)``; when a model's queue is empty it answers
+``default_reply`` (a confident "ok"). Every request is recorded (path, model, parsed body,
+authorization header), and so is every request whose client went away before the reply was done
+(``cancelled``), which is how tests see that a client disconnect reached the upstream.
+
+Replies (see ``Reply``): an answer with token logprobs of a chosen confidence (honouring
+``logprobs``/``top_logprobs`` like llama.cpp), with tool calls, without logprobs, a captured
+real llama.cpp body, an HTTP error (5xx, 429 + Retry-After), a slow answer, malformed JSON, and
+streams (SSE, optionally slow per chunk or cut off after N chunks).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import math
+import threading
+import time
+from collections import defaultdict, deque
+from dataclasses import dataclass, field
+from typing import Any
+
+import orjson
+from aiohttp import web
+
+
+@dataclass
+class Reply:
+    """One scripted upstream reply.
+
+    Attributes:
+        status: HTTP status (non-200 sends ``{"error": ...}`` unless ``raw``/``body`` is given).
+        content: the answer text (``None`` with ``tool_calls``).
+        confidence: probability of every chosen token; the other top-K alternatives share the rest.
+            ``None``: the answer carries no logprobs even when asked.
+        tool_calls: OpenAI ``message.tool_calls`` to return instead of text.
+        delay_s: wait before answering (slow upstream / timeouts).
+        headers: extra response headers (e.g. ``Retry-After``).
+        raw: bytes sent verbatim as the body (malformed JSON).
+        body: a complete JSON body sent as is (e.g. a captured llama.cpp response).
+        usage: (prompt_tokens, completion_tokens).
+        chunk_delay_s: pause between streamed chunks.
+        break_stream_after: close the connection after this many streamed chunks (no [DONE]).
+    """
+
+    status: int = 200
+    content: str | None = "Paris is the capital of France."
+    confidence: float | None = 0.99
+    tool_calls: list[dict[str, Any]] | None = None
+    delay_s: float = 0.0
+    headers: dict[str, str] = field(default_factory=dict)
+    raw: bytes | None = None
+    body: dict[str, Any] | None = None
+    usage: tuple[int, int] = (10, 5)
+    chunk_delay_s: float = 0.0
+    break_stream_after: int | None = None
+
+
+def ok(content: str = "Paris is the capital of France.", confidence: float | None = 0.99, **kw: Any) -> Reply:
+    """A 200 answer whose tokens each have probability ``confidence`` (None: no logprobs)."""
+    return Reply(content=content, confidence=confidence, **kw)
+
+
+def error(status: int, retry_after: float | str | None = None, **kw: Any) -> Reply:
+    """An HTTP error reply, optionally with a Retry-After header (seconds)."""
+    headers = {"Retry-After": str(retry_after)} if retry_after is not None else {}
+    return Reply(status=status, headers=headers, **kw)
+
+
+@dataclass
+class RecordedRequest:
+    """What the upstream received."""
+
+    path: str
+    model: str | None
+    body: dict[str, Any]
+    authorization: str | None
+
+
+class ScriptedUpstream:
+    """The server; start() it once, reset() between tests."""
+
+    def __init__(self) -> None:
+        self.port = 0
+        self.requests: list[RecordedRequest] = []
+        self.cancelled: list[str | None] = []
+        self.completed: list[str | None] = []
+        self._scripts: dict[str, deque[Reply]] = defaultdict(deque)
+        self._defaults: dict[str, Reply] = {}
+        self._lock = threading.Lock()
+        self._loop: asyncio.AbstractEventLoop | None = None
+        self._runner: web.AppRunner | None = None
+        self._thread: threading.Thread | None = None
+
+    @property
+    def base_url(self) -> str:
+        """OpenAI base URL of this server (``http://127.0.0.1:<port>/v1``)."""
+        return f"http://127.0.0.1:{self.port}/v1"
+
+    # -- scripting -------------------------------------------------------------------------------
+
+    def script(self, model_id: str, *replies: Reply) -> None:
+        """Queue replies for requests naming upstream model id ``model_id`` (used in order)."""
+        with self._lock:
+            self._scripts[model_id].extend(replies)
+
+    def set_default(self, model_id: str, reply: Reply) -> None:
+        """The reply for ``model_id`` once its queue is empty."""
+        self._defaults[model_id] = reply
+
+    def reset(self) -> None:
+        """Forget scripts, defaults and recorded requests."""
+        with self._lock:
+            self._scripts.clear()
+            self._defaults.clear()
+            self.requests.clear()
+            self.cancelled.clear()
+            self.completed.clear()
+
+    def calls(self, model_id: str | None = None) -> list[RecordedRequest]:
+        """Recorded requests, optionally only those naming ``model_id``."""
+        return [r for r in self.requests if model_id is None or r.model == model_id]
+
+    def wait_for(self, predicate: Any, timeout_s: float = 5.0) -> bool:
+        """Poll until ``predicate()`` is true (for effects that land after the client returns)."""
+        end = time.monotonic() + timeout_s
+        while time.monotonic() < end:
+            if predicate():
+                return True
+            time.sleep(0.01)
+        return bool(predicate())
+
+    def _next_reply(self, model_id: str | None) -> Reply:
+        with self._lock:
+            queue = self._scripts.get(model_id or "")
+            if queue:
+                return queue.popleft()
+        return self._defaults.get(model_id or "", Reply(content=f"answer from {model_id}"))
+
+    # -- lifecycle -------------------------------------------------------------------------------
+
+    def start(self) -> None:
+        """Start serving on a free loopback port (returns once listening)."""
+        ready = threading.Event()
+
+        def run() -> None:
+            loop = asyncio.new_event_loop()
+            self._loop = loop
+            asyncio.set_event_loop(loop)
+            app = web.Application()
+            app.router.add_post("/v1/chat/completions", self._handle)
+            app.router.add_post("/v1/completions", self._handle)
+            app.router.add_get("/v1/models", self._models)
+            self._runner = web.AppRunner(app, handler_cancellation=True, access_log=None)
+            loop.run_until_complete(self._runner.setup())
+            site = web.TCPSite(self._runner, "127.0.0.1", 0)
+            loop.run_until_complete(site.start())
+            self.port = site._server.sockets[0].getsockname()[1]  # type: ignore[union-attr]
+            ready.set()
+            loop.run_forever()
+            loop.run_until_complete(self._runner.cleanup())
+            loop.close()
+
+        self._thread = threading.Thread(target=run, name="scripted-upstream", daemon=True)
+        self._thread.start()
+        if not ready.wait(10):
+            raise RuntimeError("scripted upstream did not start")
+
+    def stop(self) -> None:
+        """Stop the server and its thread."""
+        if self._loop is not None:
+            self._loop.call_soon_threadsafe(self._loop.stop)
+        if self._thread is not None:
+            self._thread.join(10)
+
+    # -- handlers --------------------------------------------------------------------------------
+
+    async def _models(self, request: web.Request) -> web.Response:
+        return web.json_response({"object": "list", "data": []})
+
+    async def _handle(self, request: web.Request) -> web.StreamResponse:
+        raw = await request.read()
+        try:
+            body = orjson.loads(raw)
+        except orjson.JSONDecodeError:
+            return web.json_response({"error": {"message": "bad json"}}, status=400)
+        model = body.get("model")
+        self.requests.append(RecordedRequest(request.path, model, body, request.headers.get("Authorization")))
+        reply = self._next_reply(model)
+        try:
+            if reply.delay_s:
+                await asyncio.sleep(reply.delay_s)
+            if reply.raw is not None:
+                response = web.Response(
+                    body=reply.raw,
+                    status=reply.status,
+                    headers=reply.headers,
+                    content_type="application/json",
+                )
+            elif reply.body is not None:
+                response = web.Response(
+                    body=orjson.dumps(reply.body),
+                    status=reply.status,
+                    headers=reply.headers,
+                    content_type="application/json",
+                )
+            elif reply.status != 200:
+                payload = {"error": {"message": f"scripted {reply.status}", "type": "server_error"}}
+                response = web.Response(
+                    body=orjson.dumps(payload),
+                    status=reply.status,
+                    headers=reply.headers,
+                    content_type="application/json",
+                )
+            elif body.get("stream"):
+                return await self._stream(request, body, reply, model)
+            else:
+                response = web.Response(
+                    body=orjson.dumps(_completion(request.path, body, reply)),
+                    headers=reply.headers,
+                    content_type="application/json",
+                )
+            self.completed.append(model)
+            return response
+        except (asyncio.CancelledError, ConnectionResetError):
+            self.cancelled.append(model)
+            raise
+
+    async def _stream(
+        self, request: web.Request, body: dict[str, Any], reply: Reply, model: str | None
+    ) -> web.StreamResponse:
+        response = web.StreamResponse(headers={"Content-Type": "text/event-stream", **reply.headers})
+        await response.prepare(request)
+        chunks = _stream_chunks(request.path, body, reply)
+        for index, chunk in enumerate(chunks):
+            if reply.break_stream_after is not None and index >= reply.break_stream_after:
+                request.transport.close()  # type: ignore[union-attr]
+                self.completed.append(model)
+                return response
+            if reply.chunk_delay_s and index:
+                await asyncio.sleep(reply.chunk_delay_s)
+            await response.write(chunk)
+        await response.write(b"data: [DONE]\n\n")
+        await response.write_eof()
+        self.completed.append(model)
+        return response
+
+
+# -- response builders ---------------------------------------------------------------------------
+
+
+def _tokens(content: str | None) -> list[str]:
+    if not content:
+        return []
+    words = content.split(" ")
+    return [w if i == 0 else " " + w for i, w in enumerate(words)]
+
+
+def _entry(token: str, confidence: float, k: int) -> dict[str, Any]:
+    chosen = math.log(confidence)
+    alternatives = [{"token": token, "logprob": chosen, "bytes": None}]
+    if k > 1:
+        rest = math.log(max(1e-12, (1 - confidence) / (k - 1)))
+        alternatives += [{"token": f"alt{j}", "logprob": rest, "bytes": None} for j in range(1, k)]
+    return {"token": token, "logprob": chosen, "bytes": None, "top_logprobs": alternatives[:k]}
+
+
+def _chat_logprobs(body: dict[str, Any], reply: Reply) -> dict[str, Any] | None:
+    if not body.get("logprobs") or reply.confidence is None:
+        return None
+    k = int(body.get("top_logprobs") or 1)
+    return {"content": [_entry(t, reply.confidence, k) for t in _tokens(reply.content)]}
+
+
+def _legacy_logprobs(body: dict[str, Any], reply: Reply) -> dict[str, Any] | None:
+    k = body.get("logprobs")
+    if k is None or reply.confidence is None:
+        return None
+    entries = [_entry(t, reply.confidence, max(int(k), 1)) for t in _tokens(reply.content)]
+    return {
+        "tokens": [e["token"] for e in entries],
+        "token_logprobs": [e["logprob"] for e in entries],
+        "top_logprobs": [{a["token"]: a["logprob"] for a in e["top_logprobs"]} for e in entries],
+        "text_offset": list(range(len(entries))),
+    }
+
+
+def _completion(path: str, body: dict[str, Any], reply: Reply) -> dict[str, Any]:
+    usage = {
+        "prompt_tokens": reply.usage[0],
+        "completion_tokens": reply.usage[1],
+        "total_tokens": sum(reply.usage),
+    }
+    base = {"id": "cmpl-scripted", "created": 1700000000, "model": body.get("model"), "usage": usage}
+    if path.endswith("/chat/completions"):
+        message: dict[str, Any] = {"role": "assistant", "content": reply.content}
+        finish = "stop"
+        if reply.tool_calls:
+            message["tool_calls"] = reply.tool_calls
+            finish = "tool_calls"
+        logprobs = _chat_logprobs(body, reply)
+        if reply.tool_calls and logprobs is not None:
+            logprobs = {"content": []}  # no content tokens to score
+        return {
+            **base,
+            "object": "chat.completion",
+            "choices": [{"index": 0, "message": message, "logprobs": logprobs, "finish_reason": finish}],
+        }
+    return {
+        **base,
+        "object": "text_completion",
+        "choices": [
+            {
+                "index": 0,
+                "text": reply.content or "",
+                "logprobs": _legacy_logprobs(body, reply),
+                "finish_reason": "stop",
+            }
+        ],
+    }
+
+
+def _stream_chunks(path: str, body: dict[str, Any], reply: Reply) -> list[bytes]:
+    chat = path.endswith("/chat/completions")
+    base = {
+        "id": "chunk-scripted",
+        "created": 1700000000,
+        "model": body.get("model"),
+        "object": "chat.completion.chunk" if chat else "text_completion",
+    }
+    k = int(body.get("top_logprobs") or 1) if chat else int(body.get("logprobs") or 1)
+    wants = bool(body.get("logprobs")) if chat else body.get("logprobs") is not None
+    events: list[dict[str, Any]] = []
+    if chat:
+        events.append(
+            {
+                **base,
+                "choices": [
+                    {
+                        "index": 0,
+                        "delta": {"role": "assistant", "content": None},
+                        "logprobs": None,
+                        "finish_reason": None,
+                    }
+                ],
+            }
+        )
+    for token in _tokens(reply.content):
+        logprobs = None
+        if wants and reply.confidence is not None:
+            logprobs = {"content": [_entry(token, reply.confidence, k)]}
+        if chat:
+            choice = {"index": 0, "delta": {"content": token}, "logprobs": logprobs, "finish_reason": None}
+        else:
+            choice = {"index": 0, "text": token, "logprobs": logprobs, "finish_reason": None}
+        events.append({**base, "choices": [choice]})
+    final = (
+        {"index": 0, "delta": {}, "finish_reason": "stop"}
+        if chat
+        else {"index": 0, "text": "", "finish_reason": "stop"}
+    )
+    events.append({**base, "choices": [final]})
+    if (body.get("stream_options") or {}).get("include_usage"):
+        events.append(
+            {
+                **base,
+                "choices": [],
+                "usage": {
+                    "prompt_tokens": reply.usage[0],
+                    "completion_tokens": reply.usage[1],
+                    "total_tokens": sum(reply.usage),
+                },
+            }
+        )
+    return [b"data: " + orjson.dumps(e) + b"\n\n" for e in events]
