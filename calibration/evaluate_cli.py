@@ -1,9 +1,203 @@
-"""Commands of this module, mounted on the root ``cascade`` app."""
+"""``cascade evaluate``: held-out evaluation of the envelope against baselines (DESIGN 4, item 6).
+
+Heavy imports (numpy, pandas, optuna, scikit-learn, matplotlib) happen inside the command so
+``cascade --help`` stays fast.
+"""
 
 from __future__ import annotations
 
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import TYPE_CHECKING, Annotated
+
 import typer
+
+if TYPE_CHECKING:
+    from rich.console import Console
+
+    from calibration.evaluation.protocol import EvaluationResult
+
+ALL_METHODS = ("envelope", "single", "fixed_chain", "subsequence_nsga2", "subsequence_random", "router")
 
 
 def register(app: typer.Typer) -> None:
-    """Add this module's commands to the root app."""
+    """Add ``evaluate`` to the root app."""
+    app.command("evaluate", no_args_is_help=True)(evaluate)
+
+
+def split_list(items: list[str] | None) -> list[str]:
+    """Repeated and/or comma-separated option values -> one flat list, blanks dropped."""
+    return [part.strip() for item in items or [] for part in item.split(",") if part.strip()]
+
+
+@dataclass(frozen=True)
+class EvaluateOptions:
+    """The command's arguments (see ``evaluate``)."""
+
+    runs: Path
+    report: Path
+    prices: Path | None = None
+    score_column: str | None = None
+    scorer: str | None = None
+    top_k: int | None = None
+    where: list[str] = field(default_factory=list)
+    splits: int = 50
+    test_fraction: float = 0.5
+    seed: int = 0
+    trials: int = 200
+    methods: list[str] = field(default_factory=lambda: list(ALL_METHODS))
+    feature_columns: list[str] = field(default_factory=list)
+    command: str | None = None
+
+
+def evaluate(
+    runs: Annotated[Path, typer.Argument(help="Runs table: .csv, .csv.gz, .parquet or .jsonl (DESIGN 3).")],
+    report: Annotated[
+        Path, typer.Option("--report", help="Directory for summary.json, curves.npz, PNG plots, report.html.")
+    ],
+    prices: Annotated[
+        Path | None, typer.Option("--prices", help="Price sheet YAML (token prices or per_query_usd).")
+    ] = None,
+    score_column: Annotated[
+        str | None, typer.Option("--score-column", help="Precomputed confidence column.")
+    ] = None,
+    scorer: Annotated[
+        str | None, typer.Option("--scorer", help="Scorer applied to the 'logprobs' column (DESIGN 6).")
+    ] = None,
+    top_k: Annotated[int | None, typer.Option("--top-k", help="Top-K alternatives for the scorer.")] = None,
+    where: Annotated[
+        list[str] | None, typer.Option("--where", help="Keep rows with COLUMN=VALUE (repeatable).")
+    ] = None,
+    splits: Annotated[int, typer.Option("--splits", min=1, help="Random calibration/test splits.")] = 50,
+    test_fraction: Annotated[
+        float, typer.Option("--test-fraction", min=0.0, max=0.95, help="Share of queries held out per split.")
+    ] = 0.5,
+    seed: Annotated[int, typer.Option("--seed", help="Seed of the splits and searches.")] = 0,
+    trials: Annotated[
+        int, typer.Option("--trials", min=1, help="Search trials per split for NSGA-II / random search.")
+    ] = 200,
+    methods: Annotated[
+        list[str] | None,
+        typer.Option("--methods", help=f"Methods (repeat or comma-separate): {', '.join(ALL_METHODS)}."),
+    ] = None,
+    feature_columns: Annotated[
+        list[str] | None,
+        typer.Option("--feature-columns", help="Numeric per-query columns for the router (repeat or comma)."),
+    ] = None,
+) -> None:
+    """Choose routes on calibration halves, score them on held-out halves, compare with baselines."""
+    import shlex
+    import sys
+
+    from rich.console import Console
+
+    console = Console()
+    errors = Console(stderr=True)
+    options = EvaluateOptions(
+        runs=runs, report=report, prices=prices, score_column=score_column, scorer=scorer, top_k=top_k,
+        where=list(where or []), splits=splits, test_fraction=test_fraction, seed=seed, trials=trials,
+        methods=split_list(methods) or list(ALL_METHODS), feature_columns=split_list(feature_columns),
+        command="cascade " + shlex.join(sys.argv[1:]) if sys.argv[1:2] == ["evaluate"] else None,
+    )
+    try:
+        run_evaluate(options, console, errors)
+    except typer.Exit:
+        raise
+    except Exception as exc:  # every failure is one red line and exit 1, never a traceback
+        errors.print(f"[bold red]error:[/bold red] {_message(exc)}", highlight=False, soft_wrap=True)
+        raise typer.Exit(1) from None
+
+
+def _message(exc: Exception) -> str:
+    text = str(exc).strip().splitlines()[0] if str(exc).strip() else ""
+    if isinstance(exc, OSError) and exc.strerror:
+        return f"{exc.filename or ''}: {exc.strerror}".strip(": ")
+    from calibration.runs import RunsError
+
+    if isinstance(exc, RunsError | ValueError | KeyError):
+        return text.strip("'\"")
+    return f"{type(exc).__name__}: {text}"
+
+
+def run_evaluate(options: EvaluateOptions, console: Console, errors: Console) -> dict:
+    """Load, evaluate, write the report directory, print the summary; returns summary.json's document."""
+    from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
+
+    from calibration.calibrate_cli import parse_where
+    from calibration.evaluation.protocol import (
+        METHOD_LABELS,
+        EvaluationSettings,
+        progress_totals,
+        run_evaluation,
+        runnable_methods,
+    )
+    from calibration.runs import load_runs
+
+    unknown = [m for m in options.methods if m not in METHOD_LABELS]
+    if unknown:
+        raise ValueError(f"unknown method {unknown[0]!r} in --methods; known: {', '.join(METHOD_LABELS)}")
+    if options.score_column and (options.scorer or options.top_k is not None):
+        raise ValueError("give --score-column or --scorer/--top-k, not both")
+    with errors.status("loading runs…"):
+        matrix = load_runs(
+            options.runs, prices=options.prices, score_column=options.score_column, scorer=options.scorer,
+            top_k=options.top_k, where=parse_where(options.where),
+            feature_columns=options.feature_columns or None,
+        )
+    for note in matrix.notes:
+        errors.print(f"[yellow]warning:[/yellow] {note}", highlight=False)
+    settings = EvaluationSettings(
+        splits=options.splits, test_fraction=options.test_fraction, seed=options.seed,
+        trials=options.trials, methods=tuple(dict.fromkeys(options.methods)),
+    )
+    to_run, skipped = runnable_methods(matrix, settings.methods)
+    for reason in skipped.values():
+        errors.print(f"[yellow]router {reason}[/yellow]", highlight=False)
+
+    columns = (TextColumn("{task.description:<38}"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn())
+    with Progress(*columns, console=errors, transient=False) as progress:
+        units = {"fixed_chain": "trials", "subsequence_nsga2": "trials", "subsequence_random": "trials"}
+        tasks = {
+            name: progress.add_task(f"{METHOD_LABELS[name]} ({units.get(name, 'splits')})", total=total)
+            for name, total in progress_totals(settings, to_run).items()
+        }
+        result = run_evaluation(matrix, settings, lambda name, n: progress.advance(tasks[name], n))
+
+    with errors.status("writing report…"):
+        summary = write_outputs(result, options)
+    print_summary(console, summary, options.report)
+    return summary
+
+
+def write_outputs(result: EvaluationResult, options: EvaluateOptions) -> dict:
+    """summary.json, curves.npz, heldout_comparison.png, escalation_benefit.png, report.html."""
+    from calibration.evaluation.report import write_report_page
+    from calibration.evaluation.summary import write_summary
+    from calibration.reporting.evaluation_plots import benefit_figure, heldout_comparison_figure, save_png
+
+    directory = options.report
+    summary = write_summary(result, directory, source=str(options.runs), command=options.command)
+    comparison = directory / "heldout_comparison.png"
+    benefit = directory / "escalation_benefit.png"
+    save_png(heldout_comparison_figure(result), str(comparison))
+    save_png(benefit_figure(result), str(benefit))
+    write_report_page(
+        directory / "report.html", result, summary, comparison.read_bytes(), benefit.read_bytes()
+    )
+    return summary
+
+
+def print_summary(console: Console, summary: dict, directory: Path) -> None:
+    """The terminal summary: methods, models, pair diagnostics, where the files are."""
+    from calibration.evaluation.report import methods_table, models_table, pairs_table
+
+    console.print(models_table(summary))
+    console.print(pairs_table(summary))
+    console.print(methods_table(summary))
+    for note in summary["notes"]:
+        console.print(f"[dim]note: {note}[/dim]", highlight=False)
+    console.print(
+        f"report: {directory / 'report.html'} · summary: {directory / 'summary.json'} · "
+        f"curves: {directory / 'curves.npz'} · plots: heldout_comparison.png, escalation_benefit.png",
+        highlight=False, soft_wrap=True,
+    )

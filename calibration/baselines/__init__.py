@@ -1,0 +1,1 @@
+"""Comparison methods for held-out evaluation: fixed chains, optimized subsequences, a router."""

@@ -1,0 +1,6 @@
+"""Held-out evaluation of cascade policies (``cascade evaluate``).
+
+Every method follows one protocol per split: build candidate routes and measure them on the
+calibration rows, choose for each budget on the cost grid the best calibration candidate within
+that budget, then report that candidate's quality and cost on the test rows.
+"""
