@@ -132,11 +132,11 @@ class Authenticator:
 
     async def authenticate(self, authorization: str | None) -> ClientIdentity:
         """The caller's identity from its Authorization header; AuthenticationError (401) if refused."""
-        token = bearer_token(authorization)
         await self._refresh_closed()
+        if self._closed is False:
+            return ANONYMOUS  # open gateway: no key exists, so any or no key is fine
+        token = bearer_token(authorization)
         if token is None:
-            if self._closed is False:
-                return ANONYMOUS
             self.rejections += 1
             raise AuthenticationError(
                 "Missing API key: send it as 'Authorization: Bearer <key>'.", code="missing_api_key"
@@ -145,8 +145,6 @@ class Authenticator:
         identity = self._static.get(key_hash) or await self._lookup(key_hash)
         if identity is not None:
             return identity
-        if self._closed is False:
-            return ANONYMOUS  # open gateway: an unknown key is not an error
         self.rejections += 1
         raise AuthenticationError("Incorrect API key provided.")
 

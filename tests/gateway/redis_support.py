@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import threading
 import uuid
 
 import redis
@@ -80,3 +81,29 @@ class RedisLink:
 
         await asyncio.gather(pump(client_reader, upstream_writer), pump(upstream_reader, client_writer))
         self._writers -= {client_writer, upstream_writer}
+
+
+class ThreadedRedisLink:
+    """A RedisLink on its own event loop thread, for sync tests whose gateway runs in another thread."""
+
+    def __init__(self) -> None:
+        self._loop = asyncio.new_event_loop()
+        self._thread = threading.Thread(target=self._loop.run_forever, daemon=True)
+        self._thread.start()
+        self._link = RedisLink()
+
+    @property
+    def url(self) -> str:
+        return self._link.url
+
+    def up(self) -> None:
+        asyncio.run_coroutine_threadsafe(self._link.up(), self._loop).result(5)
+
+    def down(self) -> None:
+        asyncio.run_coroutine_threadsafe(self._link.down(), self._loop).result(5)
+
+    def close(self) -> None:
+        self.down()
+        self._loop.call_soon_threadsafe(self._loop.stop)
+        self._thread.join(5)
+        self._loop.close()
