@@ -86,17 +86,23 @@ def _as_float(value: Any) -> float:
 def _alternatives_matrix(entries: list[TokenEntry], top_k: int) -> tuple[np.ndarray, np.ndarray]:
     """(P, top_k) alternatives sorted descending and padded with -inf, and (P,) real counts."""
     rows = [entry.get("top_logprobs") or () for entry in entries]
-    rows = [row if isinstance(row, Sequence) else () for row in rows]
+    try:  # fast path: well-formed lists of dicts (ABC isinstance checks cost more than the math)
+        values = [alt["logprob"] for row in rows for alt in row]
+    except (TypeError, KeyError, IndexError):
+        rows = [row if isinstance(row, Sequence) and not isinstance(row, str) else () for row in rows]
+        values = [alt.get("logprob") if isinstance(alt, Mapping) else None for row in rows for alt in row]
     lengths = np.fromiter((len(row) for row in rows), dtype=np.int64, count=len(rows))
-    flat = _floats(
-        [alt.get("logprob") if isinstance(alt, Mapping) else None for row in rows for alt in row]
-    )
+    flat = _floats(values)
     width = int(lengths.max()) if lengths.size else 0
     matrix = np.full((len(rows), max(width, top_k)), _PAD)
-    if flat.size:
+    missing = np.isnan(flat)  # a missing logprob is no alternative at all
+    if flat.size and int(lengths.min()) == width and not missing.any():
+        matrix[:, :width] = flat.reshape(len(rows), width)  # the usual case: K per position
+        counts = lengths
+    elif flat.size:
         row_index = np.repeat(np.arange(len(rows)), lengths)
         column_index = np.arange(flat.size) - np.repeat(np.cumsum(lengths) - lengths, lengths)
-        present = ~np.isnan(flat)  # a missing logprob is no alternative at all
+        present = ~missing
         matrix[row_index[present], column_index[present]] = flat[present]
         counts = np.bincount(row_index[present], minlength=len(rows))
     else:

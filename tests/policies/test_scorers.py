@@ -194,6 +194,20 @@ def test_null_values_are_skipped_not_errors() -> None:
     assert score_logprobs(content[:2], "probability_margin", 3) is None
 
 
+def test_malformed_alternatives_are_ignored_not_errors() -> None:
+    content = [
+        TWO_TOKEN[0],
+        {"token": "x", "logprob": ln(0.9), "top_logprobs": "not a list"},
+        {"token": "y", "logprob": ln(0.9), "top_logprobs": {"y": -0.1, "z": -2.0}},
+        {"token": "w", "logprob": "n/a", "top_logprobs": [{"token": "w"}, "junk", {"logprob": [1]}]},
+        "not an entry",
+        TWO_TOKEN[1],
+    ]
+    for name in ALTERNATIVE_SCORERS:
+        assert score_logprobs(content, name, 3) == pytest.approx(TWO_TOKEN_EXPECTED[name])
+    assert score_logprobs(content, "mean_logprob", 3) == pytest.approx((ln(0.5) + 3 * ln(0.9)) / 4)
+
+
 def test_zero_probability_is_kept_not_dropped() -> None:
     # A -inf alternative counts (like OpenAI's -9999 floor); a -inf chosen token is probability 0.
     floor = [{"token": "A", "logprob": 0.0, "top_logprobs": [{"token": "A", "logprob": 0.0},
