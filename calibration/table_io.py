@@ -56,9 +56,9 @@ def read_columns(path: Path, wanted: Iterable[str], where: Mapping[str, str]) ->
     ``where`` values are compared as text (``--where dataset=mmlu``). A ``where`` column the file
     lacks is an error; missing ``wanted`` columns are simply absent from the result.
     """
+    kind = file_format(path)
     if not path.is_file():
         raise TableReadError(f"{path}: no such file")
-    kind = file_format(path)
     try:
         if kind == "jsonl":
             return _read_jsonl(path, set(wanted), where)

@@ -1,0 +1,216 @@
+"""Loading runs tables: formats, costs, scores, filters and one-line errors."""
+
+from __future__ import annotations
+
+import gzip
+import json
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+import pytest
+
+from calibration.runs import RunsError, load_runs
+from policies.scorers import score_logprobs
+
+ROWS = [
+    # query_id, model, correct, cost_usd, score
+    ("q1", "big", 1, 0.010, 0.9),
+    ("q1", "small", 0, 0.001, 0.2),
+    ("q2", "big", 1, 0.012, 0.8),
+    ("q2", "small", 1, 0.001, 0.7),
+    ("q3", "big", 0, 0.011, 0.4),
+    ("q3", "small", 0, 0.002, 0.1),
+]
+
+
+def frame(rows: list[tuple] = ROWS) -> pd.DataFrame:
+    return pd.DataFrame(rows, columns=["query_id", "model", "correct", "cost_usd", "conf"])
+
+
+def write(tmp_path: Path, df: pd.DataFrame, name: str = "runs.csv") -> Path:
+    path = tmp_path / name
+    if name.endswith((".csv", ".csv.gz")):
+        df.to_csv(path, index=False)
+    elif name.endswith(".parquet"):
+        df.to_parquet(path, index=False)
+    elif name.endswith(".jsonl"):
+        df.to_json(path, orient="records", lines=True)
+    return path
+
+
+def write_csv_text(tmp_path: Path, text: str) -> Path:
+    path = tmp_path / "runs.csv"
+    path.write_text(text)
+    return path
+
+
+@pytest.mark.parametrize("name", ["runs.csv", "runs.csv.gz", "runs.parquet", "runs.jsonl"])
+def test_every_format_loads_the_same_matrix(tmp_path: Path, name: str) -> None:
+    matrix = load_runs(write(tmp_path, frame(), name), score_column="conf")
+    assert matrix.models == ("small", "big")  # cost order
+    assert matrix.query_ids.tolist() == ["q1", "q2", "q3"]
+    assert matrix.quality.tolist() == [[0, 1], [1, 1], [0, 0]]
+    assert matrix.cost[:, 0].tolist() == pytest.approx([0.001, 0.001, 0.002])
+    assert matrix.score[:, 1].tolist() == pytest.approx([0.9, 0.8, 0.4])
+    assert matrix.scorer == "external" and matrix.score_column == "conf"
+
+
+def test_subset_keeps_models_and_selects_queries(tmp_path: Path) -> None:
+    matrix = load_runs(write(tmp_path, frame()), score_column="conf").subset(np.array([2, 0]))
+    assert matrix.query_ids.tolist() == ["q3", "q1"] and matrix.models == ("small", "big")
+
+
+def test_where_filters_rows_and_dataset_becomes_strata(tmp_path: Path) -> None:
+    other = frame().assign(dataset="b", query_id=lambda d: d.query_id + "b")
+    df = pd.concat([frame().assign(dataset="a"), other])
+    df.loc[df.dataset == "b", "correct"] = 1
+    matrix = load_runs(write(tmp_path, df), score_column="conf", where={"dataset": "b"})
+    assert matrix.n_queries == 3 and matrix.quality.min() == 1
+    assert matrix.strata.tolist() == ["b", "b", "b"]
+
+
+def test_price_sheet_per_query_cost(tmp_path: Path) -> None:
+    prices = tmp_path / "prices.yaml"
+    prices.write_text("models:\n  small: {per_query_usd: 0.5}\n  big: {per_query_usd: 2}\n")
+    df = frame().drop(columns="cost_usd")
+    matrix = load_runs(write(tmp_path, df), prices=prices, score_column="conf")
+    assert matrix.cost.tolist() == [[0.5, 2.0]] * 3
+
+
+def test_price_sheet_token_prices_are_preferred_when_runs_have_tokens(tmp_path: Path) -> None:
+    prices = tmp_path / "prices.yaml"
+    prices.write_text(
+        "models:\n  small: {input_per_mtok: 1, output_per_mtok: 2, per_query_usd: 9}\n"
+        "  big: {per_query_usd: 3}\n"
+    )
+    df = frame().drop(columns="cost_usd").assign(prompt_tokens=1000, completion_tokens=500)
+    matrix = load_runs(write(tmp_path, df), prices=prices, score_column="conf")
+    assert matrix.cost[:, 0].tolist() == pytest.approx([(1000 * 1 + 500 * 2) / 1e6] * 3)
+    assert matrix.cost[:, 1].tolist() == pytest.approx([3.0] * 3)  # big has no token prices
+
+
+def test_plaut_prices_without_tokens_use_per_query(shared_dir: Path, tmp_path: Path) -> None:
+    df = frame().drop(columns="cost_usd").replace({"small": "Yi-6b", "big": "gpt-4-turbo"})
+    prices = shared_dir / "data/plaut-mc/prices.yaml"
+    matrix = load_runs(write(tmp_path, df), prices=prices, score_column="conf")
+    assert matrix.models == ("Yi-6b", "gpt-4-turbo")
+    assert matrix.cost[0].tolist() == pytest.approx([0.00002114, 0.00153])
+
+
+def test_scores_from_logprobs_use_the_gateway_scorer(shared_dir: Path, tmp_path: Path) -> None:
+    fixtures = shared_dir / "fixtures/upstream"
+    contents = [
+        json.loads((fixtures / name).read_text())["choices"][0]["logprobs"]["content"]
+        for name in ("llamacpp_smol_top15.json", "native_smol_top15.json")
+    ]
+    path = tmp_path / "runs.jsonl"
+    with path.open("w") as handle:
+        for q, content in enumerate(contents):
+            for model, cost in (("small", 1), ("big", 5)):
+                record = {"query_id": f"q{q}", "model": model, "correct": 1, "cost_usd": cost}
+                record["logprobs"] = json.dumps(content) if model == "small" else content  # text or JSON
+                handle.write(json.dumps(record) + "\n")
+    matrix = load_runs(path, scorer="min_token_negentropy", top_k=5)
+    expected = [score_logprobs(c, "min_token_negentropy", 5) for c in contents]
+    assert matrix.score[:, 0].tolist() == pytest.approx(expected)
+    assert matrix.score[:, 1].tolist() == pytest.approx(expected)
+    assert (matrix.scorer, matrix.top_k) == ("min_token_negentropy", 5)
+    assert load_runs(path).scorer == "mean_token_negentropy"  # the default
+
+
+def test_missing_scores_drop_the_query_for_every_model_with_a_counting_note(tmp_path: Path) -> None:
+    path = write_csv_text(
+        tmp_path,
+        "query_id,model,correct,cost_usd,conf\nq1,a,1,1,0.5\nq1,b,1,2,\nq2,a,1,1,0.5\nq2,b,0,2,0.1\n"
+        "q3,a,0,1,\nq3,b,0,2,\n",
+    )
+    matrix = load_runs(path, score_column="conf")
+    assert matrix.query_ids.tolist() == ["q2"]
+    assert matrix.notes == ("dropped 2 queries (4 rows) with a missing score (column 'conf')",)
+
+
+HEADER = "query_id,model,correct,cost_usd,conf\n"
+
+
+@pytest.mark.parametrize(
+    ("text", "kwargs", "message"),
+    [
+        ("query_id,model,cost_usd,conf\nq1,a,1,0.5\n", {}, "missing required column 'correct'"),
+        (HEADER + "q1,a,1,1,0.5\nq1,b,yes,1,0.5\n", {}, "row 2: column 'correct': non-numeric value 'yes'"),
+        (HEADER + "q1,a,1,1,0.5\nq1,b,2,1,0.5\n", {}, "row 2: column 'correct': quality 2 outside [0, 1]"),
+        (HEADER + "q1,a,1,1,0.5\nq1,b,1,abc,0.5\n", {}, "row 2: column 'cost_usd': non-numeric value 'abc'"),
+        (HEADER + "q1,a,1,1,0.5\nq1,b,1,,0.5\n", {}, "row 2: column 'cost_usd': missing value"),
+        (HEADER + "q1,a,1,1,0.5\nq1,a,0,1,0.2\n", {}, "row 2: duplicate (query_id, model) = ('q1', 'a')"),
+        (HEADER + "q1,a,1,1,0.5\nq1,b,1,1,0.5\nq2,a,1,1,0.5\n", {}, "query 'q2' has no row for model 'b'"),
+        (HEADER + "q1,a,1,1,0.5\nq1,b,1,1,NaN\n", {}, "row 2: column 'conf': NaN value"),
+        (HEADER + "q1,a,1,1,0.5\n", {"score_column": "score"}, "missing score column 'score'"),
+        (HEADER + "q1,a,1,1,0.5\n", {"score_column": None}, "no score: pass --score-column"),
+        ("query_id,model,correct,conf\nq1,a,1,0.5\n", {}, "no cost: the runs have no 'cost_usd' column"),
+        (HEADER + "q1,a,1,1,0.5\n", {"where": {"split": "x"}}, "--where column 'split' is not in the file"),
+        (HEADER + "q1,a,1,1,0.5\n", {"where": {"model": "zz"}}, "no rows match --where model=zz"),
+        ("query_id,model,correct,cost_usd,logprobs\nq1,a,1,1,{oops\n", {"score_column": None},
+         "row 1: column 'logprobs': not valid JSON"),
+    ],
+)
+def test_bad_runs_give_one_line_errors_naming_file_row_and_column(
+    tmp_path: Path, text: str, kwargs: dict, message: str
+) -> None:
+    path = write_csv_text(tmp_path, text)
+    options = {"score_column": "conf", **kwargs}
+    with pytest.raises(RunsError) as caught:
+        load_runs(path, **options)
+    text_of_error = str(caught.value)
+    assert text_of_error.startswith(str(path)) and message in text_of_error
+    assert "\n" not in text_of_error
+
+
+def test_nan_score_in_parquet_is_an_error_but_null_is_dropped(tmp_path: Path) -> None:
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    columns = frame().to_dict(orient="list")
+    with_nan = dict(columns, conf=pa.array([0.9, float("nan"), 0.8, 0.7, 0.4, 0.1], from_pandas=False))
+    pq.write_table(pa.table(with_nan), tmp_path / "nan.parquet")
+    with pytest.raises(RunsError, match=r"row 2: column 'conf': NaN value"):
+        load_runs(tmp_path / "nan.parquet", score_column="conf")
+    with_null = dict(columns, conf=pa.array([0.9, None, 0.8, 0.7, 0.4, 0.1]))
+    pq.write_table(pa.table(with_null), tmp_path / "null.parquet")
+    matrix = load_runs(tmp_path / "null.parquet", score_column="conf")
+    assert matrix.query_ids.tolist() == ["q2", "q3"]
+
+
+def test_model_missing_from_the_price_sheet_is_named(tmp_path: Path) -> None:
+    prices = tmp_path / "prices.yaml"
+    prices.write_text("models:\n  small: {per_query_usd: 1}\n")
+    with pytest.raises(RunsError, match="model 'big' is not in the price sheet"):
+        load_runs(write(tmp_path, frame()), prices=prices, score_column="conf")
+
+
+def test_token_only_prices_without_token_columns_is_an_error(tmp_path: Path) -> None:
+    prices = tmp_path / "prices.yaml"
+    prices.write_text("models:\n  small: {input_per_mtok: 1, output_per_mtok: 1}\n  big: {per_query_usd: 1}")
+    with pytest.raises(RunsError, match="'small' has only token prices"):
+        load_runs(write(tmp_path, frame()), prices=prices, score_column="conf")
+
+
+def test_malformed_price_sheet_is_a_runs_error(tmp_path: Path) -> None:
+    prices = tmp_path / "prices.yaml"
+    prices.write_text("models:\n  small: {per_query_usd: free}\n")
+    with pytest.raises(RunsError, match=r"models.small.per_query_usd: not a number"):
+        load_runs(write(tmp_path, frame()), prices=prices, score_column="conf")
+
+
+def test_unknown_format_and_missing_file_are_one_line_errors(tmp_path: Path) -> None:
+    with pytest.raises(RunsError, match="unknown runs format"):
+        load_runs(tmp_path / "runs.xlsx", score_column="conf")
+    with pytest.raises(RunsError, match="no such file"):
+        load_runs(tmp_path / "absent.csv", score_column="conf")
+
+
+def test_truncated_gzip_is_a_one_line_error(tmp_path: Path) -> None:
+    path = tmp_path / "runs.csv.gz"
+    data = gzip.compress(frame().to_csv(index=False).encode())
+    path.write_bytes(data[: len(data) // 2])
+    with pytest.raises(RunsError, match="cannot read"):
+        load_runs(path, score_column="conf")
