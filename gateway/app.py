@@ -104,6 +104,12 @@ class Gateway:
         """The policy being served now (None until one loads)."""
         return self.shared.policy_store.current if self.shared is not None else None
 
+    def no_policy_reason(self) -> str | None:
+        """Why no policy is served (the store's last load error), when none is."""
+        if self.shared is None or self.shared.policy_store.current is not None:
+            return None
+        return self.shared.policy_store.last_error
+
     def _policy_loaded(self, policy: Policy) -> None:
         self.metrics.policy_loaded(policy)
         log_event("policy_loaded", policy_id=policy.policy_id, tiers=sorted(policy.tiers))
@@ -170,6 +176,7 @@ class CompletionsEndpoint:
                 gw.policy,
                 _text(headers.get(b"x-cascade-max-cost-usd")),
                 _text(headers.get(b"x-cascade-tier")),
+                gw.no_policy_reason(),
             )
             tier = plan.tier
             try:

@@ -72,11 +72,15 @@ class Router:
         policy: Policy | None,
         max_cost_header: str | None = None,
         tier_header: str | None = None,
+        no_policy_reason: str | None = None,
     ) -> RoutePlan:
-        """The plan for ``request``; raises the GatewayError the client should see."""
+        """The plan for ``request``; raises the GatewayError the client should see.
+
+        ``no_policy_reason`` explains a missing policy (e.g. the store's last load error).
+        """
         if max_cost_header is not None:
             budget = _parse_budget(max_cost_header)
-            policy = self._check_policy(policy, request)
+            policy = self._check_policy(policy, request, no_policy_reason)
             choice = choose_for_budget(policy, budget)
             return RoutePlan(choice.tier, policy, choice.route, within_budget=choice.within_budget)
         tier: str | None
@@ -94,16 +98,21 @@ class Router:
                 f"{', '.join(sorted(self._models))}",
                 param="model",
             )
-        policy = self._check_policy(policy, request)
+        policy = self._check_policy(policy, request, no_policy_reason)
         try:
             choice = choose_for_tier(policy, tier, self._rng)
         except UnknownTierError as exc:
             raise UnknownTierRequestError(str(exc), param="model") from None
         return RoutePlan(choice.tier, policy, choice.route)
 
-    def _check_policy(self, policy: Policy | None, request: ParsedRequest) -> Policy:
+    def _check_policy(
+        self, policy: Policy | None, request: ParsedRequest, no_policy_reason: str | None
+    ) -> Policy:
         if policy is None:
-            raise PolicyUnavailableError("no cascade policy is loaded yet; configured models still work")
+            why = f": {no_policy_reason}" if no_policy_reason else ""
+            raise PolicyUnavailableError(
+                f"no servable cascade policy is loaded{why}; configured model names still work as passthrough"
+            )
         reason = self._servable.get(policy.policy_id, "")
         if reason == "":
             reason = self._servable[policy.policy_id] = self.unservable_reason(policy)

@@ -1,0 +1,208 @@
+"""DESIGN section 11: upstream faults, degraded answers, retries, Retry-After, client disconnects."""
+
+from __future__ import annotations
+
+import socket
+import time
+
+import httpx
+import openai
+import pytest
+from conftest import model_configs
+from scripted_upstream import Reply, error, ok
+
+MESSAGES = [{"role": "user", "content": "What is the capital of France?"}]
+
+
+def _dead_url() -> str:
+    """A loopback URL where nothing listens (connection refused)."""
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        port = sock.getsockname()[1]
+    return f"http://127.0.0.1:{port}/v1"
+
+
+def _create(gateway, **kw):
+    return gateway.client().chat.completions.with_raw_response.create(
+        model=kw.pop("model", "cascade"), messages=MESSAGES, **kw
+    )
+
+
+def test_cheap_5xx_is_retried_then_escalated_and_counted(gateway, upstream) -> None:
+    upstream.script("up-small", error(503), error(500), error(502))
+    raw = _create(gateway)
+    assert raw.headers["x-cascade-models-called"] == "small,large"
+    assert raw.headers["x-cascade-escalated"] == "true"
+    assert raw.headers["x-cascade-score"] == "none"
+    assert len(upstream.calls("up-small")) == 3  # 1 + max_retries (2)
+    assert (
+        gateway.sample("cascade_escalations_total", tier="balanced", from_model="small", to_model="large")
+        == 1
+    )
+    assert gateway.sample("cascade_upstream_requests_total", model="small", status="5xx") == 3
+
+
+def test_cheap_5xx_recovers_within_retries(gateway, upstream) -> None:
+    upstream.script("up-small", error(503), ok(confidence=0.99))
+    raw = _create(gateway)
+    assert raw.headers["x-cascade-models-called"] == "small"
+    assert len(upstream.calls("up-small")) == 2
+
+
+def test_cheap_timeout_escalates(start_gateway, make_settings, upstream) -> None:
+    models = model_configs(upstream.base_url)
+    models["small"]["timeout_s"] = 0.3
+    gateway = start_gateway(make_settings(models=models))
+    upstream.script("up-small", Reply(delay_s=2))
+    started = time.monotonic()
+    raw = _create(gateway)
+    assert time.monotonic() - started < 1.5
+    assert raw.headers["x-cascade-models-called"] == "small,large"
+    assert gateway.sample("cascade_upstream_requests_total", model="small", status="timeout") == 1
+
+
+def test_cheap_connection_refused_escalates(start_gateway, make_settings, upstream) -> None:
+    models = model_configs(upstream.base_url)
+    models["small"]["base_url"] = _dead_url()
+    gateway = start_gateway(make_settings(models=models))
+    raw = _create(gateway)
+    assert raw.headers["x-cascade-models-called"] == "small,large"
+    assert raw.parse().model == "large"
+
+
+def test_expensive_failure_returns_degraded_cheap_answer(gateway, upstream) -> None:
+    upstream.script("up-small", ok("cheap guess", confidence=0.3))
+    upstream.script("up-large", error(500), error(500))
+    raw = _create(gateway)
+    assert raw.headers["x-cascade-degraded"] == "true"
+    assert raw.headers["x-cascade-model"] == "small"
+    assert raw.headers["x-cascade-models-called"] == "small,large"
+    assert raw.parse().choices[0].message.content == "cheap guess"
+    assert raw.parse().model == "small"
+
+
+def test_expensive_failure_is_502_when_policy_forbids_degraded(
+    start_gateway, make_settings, write_policy, upstream
+) -> None:
+    gateway = start_gateway(make_settings(write_policy(allow_degraded=False)))
+    upstream.script("up-small", ok(confidence=0.3))
+    upstream.script("up-large", error(500), error(500))
+    with pytest.raises(openai.APIStatusError) as info:
+        _create(gateway)
+    assert info.value.status_code == 502
+    assert info.value.body["type"] == "upstream_error"
+    assert gateway.sample("cascade_requests_total", tier="balanced", outcome="error") == 1
+
+
+def test_expensive_timeout_is_504_when_nothing_else_can_answer(
+    start_gateway, make_settings, upstream
+) -> None:
+    models = model_configs(upstream.base_url)
+    models["large"]["timeout_s"] = 0.3
+    gateway = start_gateway(make_settings(models=models))
+    upstream.script("up-large", Reply(delay_s=2))
+    with pytest.raises(openai.APIStatusError) as info:
+        _create(gateway, model="cascade/direct")
+    assert info.value.status_code == 504
+
+
+def test_all_stages_failing_is_502(gateway, upstream) -> None:
+    upstream.script("up-small", *[error(500)] * 3)
+    upstream.script("up-large", *[error(500)] * 2)
+    with pytest.raises(openai.InternalServerError) as info:
+        _create(gateway)
+    assert info.value.status_code == 502
+
+
+def test_retry_after_is_honoured_within_the_deadline(gateway, upstream) -> None:
+    upstream.script("up-small", error(429, retry_after=1), ok(confidence=0.99))
+    started = time.monotonic()
+    raw = _create(gateway)
+    assert time.monotonic() - started >= 0.95
+    assert raw.headers["x-cascade-models-called"] == "small"
+    assert gateway.sample("cascade_upstream_requests_total", model="small", status="429") == 1
+
+
+def test_retry_after_beyond_the_deadline_escalates_without_waiting(gateway, upstream) -> None:
+    upstream.script("up-small", error(429, retry_after=3600))
+    started = time.monotonic()
+    raw = _create(gateway)
+    assert time.monotonic() - started < 2
+    assert raw.headers["x-cascade-models-called"] == "small,large"
+    assert len(upstream.calls("up-small")) == 1
+
+
+def test_passthrough_429_past_deadline_is_429_with_retry_after(gateway, upstream) -> None:
+    upstream.script("up-medium", error(429, retry_after=3600))
+    with pytest.raises(openai.RateLimitError) as info:
+        _create(gateway, model="medium")
+    assert info.value.response.headers["retry-after"] == "3600"
+
+
+def test_answer_without_logprobs_follows_on_missing_score(gateway, upstream) -> None:
+    upstream.script("up-small", ok(confidence=None))
+    raw = _create(gateway)
+    assert raw.headers["x-cascade-score"] == "none"
+    assert raw.headers["x-cascade-models-called"] == "small,large"
+
+
+def test_malformed_upstream_json_is_a_failure_never_passed_through(gateway, upstream) -> None:
+    upstream.script("up-small", Reply(raw=b'{"choices": [ oops'))
+    raw = _create(gateway)
+    assert raw.headers["x-cascade-models-called"] == "small,large"
+    assert gateway.sample("cascade_upstream_requests_total", model="small", status="malformed") == 1
+
+    upstream.script("up-medium", Reply(raw=b"not json at all"))
+    with pytest.raises(openai.APIStatusError) as info:
+        _create(gateway, model="medium")
+    assert info.value.status_code == 502
+    assert "not json" not in str(info.value.body)
+
+
+def test_upstream_rejecting_the_request_is_a_client_error_on_passthrough(gateway, upstream) -> None:
+    upstream.script("up-medium", Reply(status=400, body={"error": {"message": "n must be 1"}}))
+    with pytest.raises(openai.BadRequestError) as info:
+        _create(gateway, model="medium", n=3)
+    assert "n must be 1" in info.value.body["message"]
+
+
+def test_real_llamacpp_answer_is_scored(gateway, upstream, shared_dir) -> None:
+    import orjson
+
+    body = orjson.loads((shared_dir / "fixtures/upstream/native_smol_top15.json").read_bytes())
+    upstream.script("up-small", Reply(body=body))
+    raw = _create(gateway)
+    assert raw.headers["x-cascade-score"] != "none"
+    assert raw.parse().model in {"small", "large"}
+
+
+def test_client_disconnect_cancels_the_upstream_call(gateway, upstream) -> None:
+    upstream.script("up-small", Reply(delay_s=3))
+    with pytest.raises(httpx.ReadTimeout):
+        httpx.post(
+            gateway.url + "/v1/chat/completions", json={"model": "cascade", "messages": MESSAGES}, timeout=0.5
+        )
+    assert upstream.wait_for(lambda: "up-small" in upstream.cancelled, timeout_s=3)
+    assert upstream.calls("up-large") == []  # no escalation after the client is gone
+    assert upstream.wait_for(
+        lambda: gateway.sample("cascade_requests_total", tier="balanced", outcome="error") == 1
+    )
+
+
+def test_client_disconnect_mid_stream_cancels_the_upstream_stream(gateway, upstream) -> None:
+    upstream.script("up-small", ok(confidence=0.3))
+    upstream.script("up-large", ok(" ".join(["tok"] * 50), chunk_delay_s=0.1))
+    with httpx.stream(
+        "POST",
+        gateway.url + "/v1/chat/completions",
+        timeout=10,
+        json={"model": "cascade", "messages": MESSAGES, "stream": True},
+    ) as response:
+        seen = 0
+        for line in response.iter_lines():
+            if line.startswith("data:"):
+                seen += 1
+            if seen >= 3:
+                break
+    assert upstream.wait_for(lambda: "up-large" in upstream.cancelled, timeout_s=5)
+    assert "up-large" not in upstream.completed
