@@ -88,6 +88,7 @@ class Family:
     kind: str
     samples: set[str] = field(default_factory=set)
     labels: set[str] = field(default_factory=set)
+    values: dict[str, set[str]] = field(default_factory=dict)
 
 
 def resolve(name: str, families: dict[str, Family]) -> tuple[str, Family] | None:
@@ -121,7 +122,10 @@ def scrape_families(text: str) -> dict[str, Family]:
         family = families.setdefault(parsed.name, Family(parsed.type))
         for sample in parsed.samples:
             family.samples.add(sample.name)
-            family.labels.update(k for k in sample.labels if k not in ("le", "quantile"))
+            for label, value in sample.labels.items():
+                if label not in ("le", "quantile"):
+                    family.labels.add(label)
+                    family.values.setdefault(label, set()).add(value)
     return families
 
 

@@ -1,0 +1,108 @@
+"""Fixtures of the deploy tests: the scripted upstream and a real gateway app serving the example policy."""
+
+from __future__ import annotations
+
+import socket
+import subprocess
+import sys
+import threading
+import time
+import uuid
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+
+import httpx
+import pytest
+import redis
+import yaml
+from deploy_support import DEPLOY
+
+REDIS_URL = "redis://127.0.0.1:6379/0"
+
+
+def free_port() -> int:
+    """A TCP port free on loopback right now."""
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return sock.getsockname()[1]
+
+
+def wait_http(url: str, timeout_s: float = 20.0) -> None:
+    """Wait until ``url`` answers 200, or fail."""
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline:
+        try:
+            if httpx.get(url, timeout=1.0).status_code == 200:
+                return
+        except httpx.HTTPError:
+            pass
+        time.sleep(0.1)
+    pytest.fail(f"{url} did not answer 200 within {timeout_s}s")
+
+
+@pytest.fixture(scope="module")
+def scripted_upstream_url() -> Iterator[str]:
+    """deploy/tools/scripted_upstream.py on a free loopback port (a subprocess); its /v1 base URL."""
+    port = free_port()
+    process = subprocess.Popen(
+        [sys.executable, str(DEPLOY / "tools" / "scripted_upstream.py"), "--port", str(port)],
+        stdout=subprocess.DEVNULL,
+    )
+    try:
+        wait_http(f"http://127.0.0.1:{port}/health")
+        yield f"http://127.0.0.1:{port}/v1"
+    finally:
+        process.terminate()
+        process.wait(timeout=10)
+
+
+@dataclass
+class RunningGateway:
+    """A gateway app served by uvicorn in a background thread."""
+
+    url: str
+    config_path: Path
+
+
+@pytest.fixture(scope="module")
+def example_gateway(scripted_upstream_url: str, tmp_path_factory: pytest.TempPathFactory,
+                    ) -> Iterator[RunningGateway]:
+    """The shipped example config and policy (deploy/config/), upstreams pointed at the scripted
+    upstream, shared state in the real Redis under a private key prefix."""
+    import uvicorn
+
+    from gateway.app import create_app
+    from gateway.config import Settings
+
+    prefix = f"cascade-deploy-test-{uuid.uuid4().hex[:10]}"
+    monkeypatch = pytest.MonkeyPatch()
+    monkeypatch.setenv("CASCADE_REDIS_PREFIX", prefix)
+    for name in ("CASCADE_API_KEYS", "CASCADE_ADMIN_KEY"):
+        monkeypatch.delenv(name, raising=False)
+    document = yaml.safe_load((DEPLOY / "config" / "gateway.yaml").read_text())
+    for model in document["models"].values():
+        model["base_url"] = scripted_upstream_url
+    document["policy"] = str(DEPLOY / "config" / "policy.json")
+    document["redis_url"] = REDIS_URL
+    config_path = tmp_path_factory.mktemp("deploy") / "gateway.yaml"
+    config_path.write_text(yaml.safe_dump(document))
+
+    port = free_port()
+    app = create_app(Settings.from_yaml(config_path))
+    server = uvicorn.Server(uvicorn.Config(app, host="127.0.0.1", port=port, log_level="warning",
+                                           lifespan="on"))
+    thread = threading.Thread(target=server.run, daemon=True)
+    thread.start()
+    try:
+        wait_http(f"http://127.0.0.1:{port}/healthz")
+        yield RunningGateway(f"http://127.0.0.1:{port}", config_path)
+    finally:
+        server.should_exit = True
+        thread.join(timeout=15)
+        monkeypatch.undo()
+        client = redis.Redis.from_url(REDIS_URL)
+        doomed = list(client.scan_iter(match=f"{prefix}:*"))
+        if doomed:
+            client.delete(*doomed)
+        client.close()
