@@ -281,6 +281,26 @@ def test_synthetic_case_matches_uqlm(case: str, scorer: str) -> None:
     assert_same(score_logprobs(recorded["content"], scorer, recorded["top_k"]), recorded["uqlm"][scorer])
 
 
+def test_uqlm_agreement_summary(shared_dir: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """One line for docs/scorers.md: run with ``-s -k uqlm_agreement_summary`` to see it."""
+    pairs = [(upstream_content(shared_dir, s), k, UQLM["cases"][c]) for s, k, c in UPSTREAM_AGREEMENT]
+    pairs += [(UQLM["cases"][c]["content"], UQLM["cases"][c]["top_k"], UQLM["cases"][c])
+              for c in SYNTHETIC_AGREEMENT]
+    deviations, missing = [], 0
+    for content, top_k, recorded in pairs:
+        for scorer in UQLM_SCORERS:
+            ours, theirs = score_logprobs(content, scorer, top_k), recorded["uqlm"][scorer]
+            if theirs is None:
+                assert ours is None
+                missing += 1
+            else:
+                deviations.append(abs(ours - theirs))
+    with capsys.disabled():
+        print(f"\nUQLM agreement: {len(deviations) + missing} comparisons ({missing} both missing), "
+              f"max |ours - UQLM| = {max(deviations):.3g}")
+    assert max(deviations) <= 1e-12
+
+
 def test_mean_logprob_is_the_log_of_uqlm_sequence_probability(shared_dir: Path) -> None:
     for source, top_k, case in UPSTREAM_AGREEMENT:
         ours = score_logprobs(upstream_content(shared_dir, source), "mean_logprob", top_k)
