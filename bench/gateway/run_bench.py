@@ -1,0 +1,330 @@
+"""Gateway latency/throughput benchmark on loopback (run by hand; see docs/benchmarks.md).
+
+One run measures, with wrk at each concurrency (default 1, 16, 64 connections, 10 s each):
+
+  direct       wrk -> nginx (the upstream: a fixed, real llama-server chat.completion with logprobs)
+  passthrough  wrk -> minimal FastAPI + aiohttp + orjson proxy -> nginx (the floor for a Python proxy)
+  accept       wrk -> gateway, model cascade/accept: cheap call, scored, accepted (1 upstream call)
+  escalate     wrk -> gateway, model cascade/escalate: cheap call, scored, escalated (2 upstream calls)
+  model        wrk -> gateway, model "small": plain passthrough of a configured model (1 upstream call)
+
+The server under test (passthrough or gateway: one uvicorn worker, uvloop + httptools) is pinned to
+CPU ``--server-cpu``; nginx (one worker) and wrk (one thread) share CPU ``--client-cpu``. Added
+latency = target percentile - direct percentile at the same concurrency.
+
+Needs the Debian packages ``nginx`` and ``wrk``. Example:
+
+    .venv/bin/python bench/gateway/run_bench.py --duration 10 --rounds 2 --out bench/gateway/results.json
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import json
+import os
+import shutil
+import signal
+import socket
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import httpx
+
+REPO = Path(__file__).resolve().parents[2]
+HERE = Path(__file__).resolve().parent
+FIXTURE = REPO.parent / "shared" / "fixtures" / "upstream" / "native_smol_top15.json"
+MESSAGES = [{"role": "user", "content": "What is the capital of France? Answer in one sentence."}]
+TARGETS = ("direct", "passthrough", "accept", "escalate", "model")
+
+NGINX_CONF = """
+worker_processes 1;
+daemon off;
+pid {tmp}/nginx.pid;
+error_log {tmp}/nginx-error.log warn;
+events {{ worker_connections 4096; }}
+http {{
+    access_log off;
+    client_body_temp_path {tmp}/body;
+    proxy_temp_path {tmp}/proxy;
+    fastcgi_temp_path {tmp}/fastcgi;
+    uwsgi_temp_path {tmp}/uwsgi;
+    scgi_temp_path {tmp}/scgi;
+    keepalive_requests 10000000;
+    keepalive_timeout 300s;
+    server {{
+        listen 127.0.0.1:{port} backlog=4096;
+        root {tmp}/www;
+        # The static module answers POST with 405; turn that into the file's 200 (method becomes GET).
+        location = /v1/chat/completions {{
+            default_type application/json;
+            error_page 405 =200 $uri;
+        }}
+        location = /v1/models {{
+            default_type application/json;
+            return 200 '{{"object": "list", "data": []}}';
+        }}
+    }}
+}}
+"""
+
+
+def free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return sock.getsockname()[1]
+
+
+def wait_http(url: str, timeout_s: float = 20.0, method: str = "GET", body: Any = None) -> None:
+    end = time.monotonic() + timeout_s
+    while time.monotonic() < end:
+        try:
+            httpx.request(method, url, json=body, timeout=2)
+            return
+        except httpx.HTTPError:
+            time.sleep(0.1)
+    raise RuntimeError(f"{url} did not come up within {timeout_s}s")
+
+
+@contextlib.contextmanager
+def process(cmd: list[str], env: dict[str, str] | None = None, log: Path | None = None) -> Iterator[None]:
+    """Run ``cmd`` for the duration of the block; stop it (and only it) afterwards."""
+    out = open(log, "wb") if log else subprocess.DEVNULL  # noqa: SIM115
+    proc = subprocess.Popen(cmd, env=env, stdout=out, stderr=subprocess.STDOUT, start_new_session=True)
+    try:
+        yield
+    finally:
+        with contextlib.suppress(ProcessLookupError):
+            os.killpg(proc.pid, signal.SIGTERM)
+        try:
+            proc.wait(10)
+        except subprocess.TimeoutExpired:
+            os.killpg(proc.pid, signal.SIGKILL)
+            proc.wait()
+        if log:
+            out.close()
+
+
+def write_gateway_files(tmp: Path, upstream: str) -> Path:
+    """Config + policy: tier ``accept`` passes the fixture's score, tier ``escalate`` fails it."""
+    sys.path.insert(0, str(REPO))
+    from policies import build_policy, save_policy, score_response
+
+    fixture = json.loads(FIXTURE.read_text())
+    score = score_response(fixture, "mean_token_negentropy", 15)
+    assert score is not None
+    tiers = {}
+    for name, threshold in (("accept", score - 0.2), ("escalate", min(score + 0.2, 1.0))):
+        tiers[name] = {
+            "objective": {"max_cost_usd": 0.001},
+            "routes": [{"weight": 1.0, "models": ["small", "large"], "thresholds": [round(threshold, 4)]}],
+            "expected": {"cost_usd": 0.0005, "quality": 0.7, "escalation_rate": 0.5},
+        }
+    policy = build_policy(
+        {
+            "scorer": {"name": "mean_token_negentropy", "top_k": 15},
+            "models": {
+                "small": {"mean_cost_usd": 0.0001, "quality": 0.5},
+                "large": {"mean_cost_usd": 0.001, "quality": 0.8},
+            },
+            "default_tier": "accept",
+            "tiers": tiers,
+        }
+    )
+    save_policy(policy, tmp / "policy.json")
+    model = {"base_url": upstream, "timeout_s": 30, "max_retries": 0}
+    config = {
+        "models": {
+            "small": {**model, "model": "smollm2-135m", "price": {"per_query_usd": 0.0001}},
+            "large": {**model, "model": "qwen2.5-0.5b", "price": {"per_query_usd": 0.001}},
+        },
+        "policy": str(tmp / "policy.json"),
+        "redis_url": None,
+        "logging": {"level": os.environ.get("BENCH_LOG_LEVEL", "info")},
+    }
+    import yaml
+
+    path = tmp / "gateway.yaml"
+    path.write_text(yaml.safe_dump(config))
+    return path
+
+
+def run_wrk(url: str, body: dict[str, Any], connections: int, duration_s: int, cpu: str) -> dict[str, Any]:
+    env = {**os.environ, "WRK_BODY": json.dumps(body)}
+    cmd = [
+        "taskset", "-c", cpu, "wrk", "-t1", f"-c{connections}", f"-d{duration_s}s", "--timeout", "10s",
+        "-s", str(HERE / "wrk_post.lua"), url,
+    ]
+    out = subprocess.run(cmd, env=env, capture_output=True, text=True, check=True).stdout
+    line = next(line for line in out.splitlines() if line.startswith("WRK_JSON "))
+    result = json.loads(line[len("WRK_JSON "):])
+    result["rps"] = result["requests"] / (result["duration_us"] / 1e6)
+    return result
+
+
+def body_for(target: str) -> dict[str, Any]:
+    model = {"direct": "smollm2-135m", "passthrough": "x", "accept": "cascade/accept",
+             "escalate": "cascade/escalate", "model": "small"}[target]
+    return {"model": model, "messages": MESSAGES, "max_tokens": 16}
+
+
+def check_paths(gateway_url: str) -> None:
+    """Each gateway target takes the intended path (fail fast instead of benchmarking the wrong thing)."""
+    for target, escalated, called in (("accept", "false", "small"), ("escalate", "true", "small,large")):
+        response = httpx.post(gateway_url + "/v1/chat/completions", json=body_for(target), timeout=10)
+        response.raise_for_status()
+        assert response.headers["x-cascade-escalated"] == escalated, (target, response.headers)
+        assert response.headers["x-cascade-models-called"] == called, (target, response.headers)
+        assert response.json()["choices"][0]["message"]["content"]
+    plain = httpx.post(gateway_url + "/v1/chat/completions", json=body_for("model"), timeout=10)
+    plain.raise_for_status()
+
+
+def measure(url: str, target: str, args: argparse.Namespace) -> dict[int, dict[str, Any]]:
+    results = {}
+    for connections in args.connections:
+        run_wrk(url, body_for(target), connections, args.warmup, args.client_cpu)  # warm-up, discarded
+        result = run_wrk(url, body_for(target), connections, args.duration, args.client_cpu)
+        bad = result["non_2xx"] + result["connect_errors"] + result["read_errors"] + result["timeouts"]
+        if bad:
+            raise RuntimeError(f"{target} at {connections} connections: {bad} failed requests: {result}")
+        results[connections] = result
+        print(
+            f"  {target:<12} c={connections:<3} {result['rps']:>8.0f} req/s"
+            f"  p50 {result['p50_us'] / 1000:7.3f} ms  p99 {result['p99_us'] / 1000:7.3f} ms",
+            flush=True,
+        )
+    return results
+
+
+def one_round(args: argparse.Namespace, tmp: Path, nginx_port: int) -> dict[str, dict[int, dict[str, Any]]]:
+    upstream = f"http://127.0.0.1:{nginx_port}/v1"
+    python = str(REPO / ".venv" / "bin" / "python")
+    uvicorn_flags = ["--loop", "uvloop", "--http", "httptools", "--no-access-log", "--log-level", "warning"]
+    out: dict[str, dict[int, dict[str, Any]]] = {}
+    out["direct"] = measure(upstream.removesuffix("/v1") + "/v1/chat/completions", "direct", args)
+
+    port = free_port()
+    env = {**os.environ, "UPSTREAM": upstream, "PYTHONPATH": str(REPO)}
+    cmd = ["taskset", "-c", args.server_cpu, python, "-m", "uvicorn", "bench.gateway.passthrough_app:app",
+           "--port", str(port), *uvicorn_flags]
+    with process(cmd, env=env, log=tmp / "passthrough.log"):
+        url = f"http://127.0.0.1:{port}/v1/chat/completions"
+        wait_http(url, method="POST", body=body_for("passthrough"))
+        out["passthrough"] = measure(url, "passthrough", args)
+
+    config = write_gateway_files(tmp, upstream)
+    port = free_port()
+    env = {
+        k: v for k, v in os.environ.items()
+        if not k.startswith("CASCADE_")  # an open, file-policy gateway: no keys, no Redis
+    }
+    env.update({"PYTHONPATH": str(REPO), "GATEWAY_CONFIG": str(config)})
+    cmd = ["taskset", "-c", args.server_cpu, python, "-m", "uvicorn", "bench.gateway.gateway_app:app",
+           "--port", str(port), *uvicorn_flags]
+    with process(cmd, env=env, log=tmp / "gateway.log"):
+        base = f"http://127.0.0.1:{port}"
+        wait_http(base + "/healthz")
+        check_paths(base)
+        for target in ("accept", "escalate", "model"):
+            out[target] = measure(base + "/v1/chat/completions", target, args)
+    return out
+
+
+def summarize(rounds: list[dict[str, dict[int, dict[str, Any]]]], connections: list[int]) -> dict[str, Any]:
+    """Median over rounds of rps/p50/p99 per target and concurrency, added latency and the target ratios."""
+    summary: dict[str, Any] = {"targets": {}}
+    for target in TARGETS:
+        summary["targets"][target] = {}
+        for c in connections:
+            runs = [r[target][c] for r in rounds]
+            summary["targets"][target][c] = {
+                "rps": statistics.median(x["rps"] for x in runs),
+                "p50_ms": statistics.median(x["p50_us"] for x in runs) / 1000,
+                "p99_ms": statistics.median(x["p99_us"] for x in runs) / 1000,
+            }
+    t = summary["targets"]
+    for target in TARGETS[1:]:
+        for c in connections:
+            row = t[target][c]
+            row["added_p50_ms"] = row["p50_ms"] - t["direct"][c]["p50_ms"]
+            row["added_p99_ms"] = row["p99_ms"] - t["direct"][c]["p99_ms"]
+            row["rps_vs_passthrough"] = row["rps"] / t["passthrough"][c]["rps"]
+    low, high = min(connections), max(connections)
+    summary[f"accept_added_p50_ms_at_{low}"] = t["accept"][low]["added_p50_ms"]
+    summary[f"accept_rps_vs_passthrough_at_{high}"] = t["accept"][high]["rps_vs_passthrough"]
+    return summary
+
+
+def markdown(summary: dict[str, Any], connections: list[int]) -> str:
+    lines = [
+        "| path | clients | req/s | p50 ms | p99 ms | added p50 ms | added p99 ms | req/s vs passthrough |",
+        "|---|---:|---:|---:|---:|---:|---:|---:|",
+    ]
+    for target in TARGETS:
+        for c in connections:
+            row = summary["targets"][target][c]
+            extra = (
+                "| | |" if target == "direct" else
+                f"| {row['added_p50_ms']:.3f} | {row['added_p99_ms']:.3f} | {row['rps_vs_passthrough']:.0%} |"
+            )
+            lines.append(
+                f"| {target} | {c} | {row['rps']:.0f} | {row['p50_ms']:.3f} | {row['p99_ms']:.3f} {extra}"
+            )
+    return "\n".join(lines)
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
+    parser.add_argument("--duration", type=int, default=10, help="seconds per measurement")
+    parser.add_argument("--warmup", type=int, default=2, help="seconds of discarded warm-up per measurement")
+    parser.add_argument("--connections", type=int, nargs="+", default=[1, 16, 64])
+    parser.add_argument("--rounds", type=int, default=1, help="repeat the whole matrix; medians reported")
+    parser.add_argument("--server-cpu", default="1", help="CPU the server under test is pinned to")
+    parser.add_argument("--client-cpu", default="0", help="CPU nginx and wrk are pinned to")
+    parser.add_argument("--out", type=Path, help="write all raw results and the summary as JSON")
+    args = parser.parse_args()
+    for tool in ("nginx", "wrk", "taskset"):
+        if shutil.which(tool) is None and not Path("/usr/sbin/" + tool).exists():
+            sys.exit(f"{tool} not found: apt-get install nginx wrk")
+
+    with tempfile.TemporaryDirectory(prefix="cascade-bench-") as name:
+        tmp = Path(name)
+        (tmp / "www" / "v1" / "chat").mkdir(parents=True)
+        shutil.copy(FIXTURE, tmp / "www" / "v1" / "chat" / "completions")
+        os.chmod(tmp, 0o755)
+        nginx_port = free_port()
+        (tmp / "nginx.conf").write_text(NGINX_CONF.format(tmp=tmp, port=nginx_port))
+        nginx = shutil.which("nginx") or "/usr/sbin/nginx"
+        with process(["taskset", "-c", args.client_cpu, nginx, "-p", str(tmp), "-c", str(tmp / "nginx.conf")],
+                     log=tmp / "nginx.out"):
+            wait_http(f"http://127.0.0.1:{nginx_port}/v1/models")
+            check = httpx.post(f"http://127.0.0.1:{nginx_port}/v1/chat/completions", json={}, timeout=5)
+            assert check.status_code == 200 and check.json()["choices"][0]["logprobs"], check.text[:200]
+            rounds = []
+            for index in range(args.rounds):
+                print(f"round {index + 1}/{args.rounds}", flush=True)
+                rounds.append(one_round(args, tmp, nginx_port))
+    summary = summarize(rounds, args.connections)
+    print()
+    print(markdown(summary, args.connections))
+    low, high = min(args.connections), max(args.connections)
+    print(f"\naccept path added p50 at {low} client(s): {summary[f'accept_added_p50_ms_at_{low}']:.3f} ms "
+          "(target <= 1 ms)")
+    print(f"accept path req/s at {high} clients vs passthrough: "
+          f"{summary[f'accept_rps_vs_passthrough_at_{high}']:.0%} (target >= 65%)")
+    if args.out:
+        args.out.write_text(json.dumps({"args": {k: str(v) for k, v in vars(args).items()},
+                                        "rounds": rounds, "summary": summary}, indent=2))
+
+
+if __name__ == "__main__":
+    main()
