@@ -131,7 +131,7 @@ def run_calibrate(options: CalibrateOptions, console: Console, errors: Console) 
         )
         loaded = time.perf_counter()
     for note in matrix.notes:
-        errors.print(f"[yellow]warning:[/yellow] {note}", highlight=False)
+        errors.print(f"[yellow]warning:[/yellow] {note}", highlight=False, soft_wrap=True)
     size = f"{len(matrix.models)} models on {matrix.n_queries:,} queries"
     with errors.status(f"Computing the envelope of {size} ..."):
         envelope = compute_envelope(matrix)
@@ -143,11 +143,11 @@ def run_calibrate(options: CalibrateOptions, console: Console, errors: Console) 
     print_summary(console, matrix, envelope, solutions, spec.default_tier)
     for solution in solutions.values():
         if solution.warning:
-            errors.print(f"[yellow]warning:[/yellow] {solution.warning}", highlight=False)
+            errors.print(f"[yellow]warning:[/yellow] {solution.warning}", highlight=False, soft_wrap=True)
     if matrix.scorer == "external":
         errors.print(
             "[yellow]note:[/yellow] " + EXTERNAL_SCORER_NOTE.format(column=matrix.score_column),
-            highlight=False,
+            highlight=False, soft_wrap=True,
         )
     else:
         console.print(
@@ -157,7 +157,9 @@ def run_calibrate(options: CalibrateOptions, console: Console, errors: Console) 
         f"Loaded {runs} in {loaded - started:.2f} s; computed in {computed - loaded:.2f} s "
         f"({'randomized' if randomize else 'deterministic'} tiers)."
     )
-    console.print(f"[green]Wrote policy {policy.policy_id}[/green] to {output}", highlight=False)
+    console.print(
+        f"[green]Wrote policy {policy.policy_id}[/green] to {output}", highlight=False, soft_wrap=True
+    )
     if report is not None:
         from calibration.reporting.calibration_report import write_calibration_report
 
@@ -166,4 +168,4 @@ def run_calibrate(options: CalibrateOptions, console: Console, errors: Console) 
                 report, matrix, envelope, solutions, spec.default_tier, policy_id=policy.policy_id,
                 filters=filters, randomize=randomize,
             )
-        console.print(f"Report: {page} (plots beside it)", highlight=False)
+        console.print(f"Report: {page} (plots beside it)", highlight=False, soft_wrap=True)
