@@ -15,7 +15,25 @@ from typing import Any
 import orjson
 
 LOGGER_NAME = "cascade.gateway"
+# The handler sits on the "cascade" parent so every project logger (cascade.state, cascade.auth,
+# ...) writes the same JSON lines.
+ROOT_LOGGER_NAME = "cascade"
 logger = logging.getLogger(LOGGER_NAME)
+
+
+class _StderrHandler(logging.StreamHandler):
+    """A StreamHandler writing to whatever ``sys.stderr`` is at emit time (test capture, redirects)."""
+
+    def __init__(self) -> None:
+        super().__init__(sys.stderr)
+
+    @property  # type: ignore[override]
+    def stream(self) -> Any:
+        return sys.stderr
+
+    @stream.setter
+    def stream(self, value: Any) -> None:
+        pass
 
 
 class JsonLinesFormatter(logging.Formatter):
@@ -37,14 +55,14 @@ class JsonLinesFormatter(logging.Formatter):
 
 
 def configure_logging(level: str = "info") -> None:
-    """Send the gateway logger to stderr as JSON lines (idempotent)."""
-    logger.setLevel(level.upper())
-    logger.propagate = False
-    if not any(getattr(h, "_cascade_json", False) for h in logger.handlers):
-        handler = logging.StreamHandler(sys.stderr)
+    """Send the project's loggers to stderr as JSON lines (idempotent)."""
+    root = logging.getLogger(ROOT_LOGGER_NAME)
+    root.setLevel(level.upper())
+    root.propagate = False
+    if not any(isinstance(h, _StderrHandler) for h in root.handlers):
+        handler = _StderrHandler()
         handler.setFormatter(JsonLinesFormatter())
-        handler._cascade_json = True  # type: ignore[attr-defined]
-        logger.addHandler(handler)
+        root.addHandler(handler)
 
 
 def log_event(event: str, level: int = logging.INFO, **fields: Any) -> None:
