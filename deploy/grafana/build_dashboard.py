@@ -22,9 +22,11 @@ TIER_SEL = f'{SEL}, tier=~"$tier"'
 RI = "$__rate_interval"
 SERVED = 'outcome=~"accepted|escalated|direct"'
 # Observed escalation rate per tier: escalated over served (the population of the policy's expectation).
+# A tier without any escalation has rate 0, not "no data" (the `or` branch).
+_SERVED_RATE = f"sum by (tier) (rate(cascade_requests_total{{{TIER_SEL}, {SERVED}}}[{RI}]))"
 OBSERVED_ESCALATION = (
-    f'sum by (tier) (rate(cascade_requests_total{{{TIER_SEL}, outcome="escalated"}}[{RI}]))'
-    f" / sum by (tier) (rate(cascade_requests_total{{{TIER_SEL}, {SERVED}}}[{RI}]))"
+    f'(sum by (tier) (rate(cascade_requests_total{{{TIER_SEL}, outcome="escalated"}}[{RI}]))'
+    f" or 0 * {_SERVED_RATE}) / {_SERVED_RATE}"
 )
 EXPECTED_ESCALATION = f"max by (tier) (cascade_expected_escalation_rate{{{TIER_SEL}}})"
 
