@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import bisect
 import random
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -53,6 +54,52 @@ def choose_for_tier(
     return RouteChoice(route=draw_route(spec.routes, rng), tier=name)
 
 
+class BudgetIndex:
+    """Per-policy lookup table answering "best envelope point within budget" in O(log m).
+
+    ``best_upto[i]`` is the index of the highest-quality point among the first i+1 (cost-sorted)
+    points, the cheaper one on a tie, so a budget lookup is one bisect. Routes are built once,
+    not per request.
+    """
+
+    __slots__ = ("best_upto", "costs", "routes")
+
+    def __init__(self, policy: Policy):
+        self.costs = [point.cost_usd for point in policy.envelope]
+        self.routes = [point.as_route() for point in policy.envelope]
+        self.best_upto: list[int] = []
+        best = 0
+        for i, point in enumerate(policy.envelope):
+            if point.quality > policy.envelope[best].quality:
+                best = i
+            self.best_upto.append(best)
+
+    def lookup(self, max_cost_usd: float) -> tuple[Route, bool]:
+        """(route, within_budget) for a budget in USD per request."""
+        affordable = bisect.bisect_right(self.costs, max_cost_usd)
+        if affordable == 0:
+            return self.routes[0], False
+        return self.routes[self.best_upto[affordable - 1]], True
+
+
+# A handful of recent policies (the current one and the one being replaced); keyed by identity
+# because policies are immutable once loaded.
+_BUDGET_INDEXES: dict[int, tuple[Policy, BudgetIndex]] = {}
+_MAX_CACHED_INDEXES = 4
+
+
+def budget_index(policy: Policy) -> BudgetIndex:
+    """The (cached) BudgetIndex of a loaded policy."""
+    cached = _BUDGET_INDEXES.get(id(policy))
+    if cached is not None and cached[0] is policy:
+        return cached[1]
+    index = BudgetIndex(policy)
+    if len(_BUDGET_INDEXES) >= _MAX_CACHED_INDEXES:
+        _BUDGET_INDEXES.pop(next(iter(_BUDGET_INDEXES)))
+    _BUDGET_INDEXES[id(policy)] = (policy, index)
+    return index
+
+
 def choose_for_budget(policy: Policy, max_cost_usd: float) -> RouteChoice:
     """Best envelope point whose expected cost is within ``max_cost_usd`` USD per request.
 
@@ -62,14 +109,10 @@ def choose_for_budget(policy: Policy, max_cost_usd: float) -> RouteChoice:
     cheapest point, the cheapest is served with ``within_budget=False``. A policy without an
     envelope falls back to the default tier.
     """
-    envelope = policy.envelope
-    if not envelope:
+    if not policy.envelope:
         return choose_for_tier(policy, None)
-    affordable = [point for point in envelope if point.cost_usd <= max_cost_usd]
-    if not affordable:
-        return RouteChoice(route=envelope[0].as_route(), tier="budget", within_budget=False)
-    best = max(affordable, key=lambda point: (point.quality, -point.cost_usd))
-    return RouteChoice(route=best.as_route(), tier="budget", within_budget=True)
+    route, within = budget_index(policy).lookup(max_cost_usd)
+    return RouteChoice(route=route, tier="budget", within_budget=within)
 
 
 def should_escalate(score: float | None, threshold: float, on_missing_score: str) -> bool:
