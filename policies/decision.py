@@ -76,6 +76,9 @@ class BudgetIndex:
 
     def lookup(self, max_cost_usd: float) -> tuple[Route, bool]:
         """(route, within_budget) for a budget in USD per request."""
+        # `not >=` also catches NaN, which bisect would place after every point.
+        if not max_cost_usd >= self.costs[0]:
+            return self.routes[0], False
         affordable = bisect.bisect_right(self.costs, max_cost_usd)
         if affordable == 0:
             return self.routes[0], False
