@@ -1,0 +1,118 @@
+"""``cascade evaluate`` end to end: real plaut-mc MMLU data, a report directory, clear errors."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import numpy as np
+import pytest
+from typer.testing import CliRunner
+
+from cascade_cli.main import app
+
+PNG_SIGNATURE = b"\x89PNG\r\n\x1a\n"
+
+
+@pytest.fixture(scope="module")
+def plaut_report(tmp_path_factory: pytest.TempPathFactory, shared_dir: Path) -> tuple[object, Path]:
+    data = shared_dir / "data" / "plaut-mc"
+    report = tmp_path_factory.mktemp("evaluate") / "report"
+    result = CliRunner().invoke(app, [
+        "evaluate", str(data / "runs.csv.gz"), "--prices", str(data / "prices.yaml"),
+        "--score-column", "score_msp", "--where", "dataset=mmlu", "--where", "prompt_variant=first",
+        "--splits", "3", "--trials", "20", "--report", str(report),
+    ])
+    return result, report
+
+
+def test_evaluate_writes_every_report_file(plaut_report) -> None:
+    result, report = plaut_report
+    assert result.exit_code == 0, result.output
+    for name in ("summary.json", "curves.npz", "report.html"):
+        assert (report / name).stat().st_size > 0
+    for name in ("heldout_comparison.png", "escalation_benefit.png"):
+        assert (report / name).read_bytes().startswith(PNG_SIGNATURE)
+    page = (report / "report.html").read_text()
+    assert "data:image/png;base64," in page and 'src="http' not in page
+
+
+def test_summary_has_gain_and_cr90_for_each_method_and_says_the_router_was_skipped(plaut_report) -> None:
+    result, report = plaut_report
+    summary = json.loads((report / "summary.json").read_text())
+    assert summary["n_queries"] == 6000 and summary["n_test_rows"] == 3000
+    assert summary["endpoints"]["low"]["model"] == "Yi-6b"
+    assert summary["endpoints"]["best"]["model"] == "gpt-4-turbo"
+    methods = summary["methods"]
+    for name in ("envelope", "single", "fixed_chain", "subsequence_nsga2", "subsequence_random"):
+        assert 0.0 < methods[name]["normalized_gain"] < 1.0, name
+        assert 0.0 < methods[name]["cr90_percent"] < 100.0, name
+    assert methods["envelope"]["normalized_gain"] > methods["single"]["normalized_gain"]
+    assert methods["router"]["skipped"] and "--feature-columns" in methods["router"]["skipped"]
+    assert "router skipped" in result.output
+    assert len(summary["pairs"]) >= 1 and len(summary["models"]) == 14
+    assert all(0.4 < model["auroc"] < 0.9 for model in summary["models"])
+
+
+def test_curves_file_holds_per_split_curves_on_a_500_point_grid(plaut_report) -> None:
+    _, report = plaut_report
+    with np.load(report / "curves.npz") as curves:
+        assert curves["grid"].shape == (500,)
+        assert curves["envelope_quality"].shape == (3, 500)
+        assert curves["envelope_median"].shape == (500,)
+        assert np.all(curves["envelope_p10"] <= curves["envelope_p90"])
+        assert "router_quality" not in curves.files
+
+
+def test_terminal_summary_shows_the_method_table(plaut_report) -> None:
+    result, _ = plaut_report
+    assert "Held-out comparison" in result.output
+    assert "envelope" in result.output and "CR@90" in result.output
+
+
+def test_router_runs_when_feature_columns_are_given(tmp_path: Path) -> None:
+    rng = np.random.default_rng(0)
+    lines = ["query_id,model,correct,cost_usd,confidence,hardness"]
+    for i in range(120):
+        hardness = rng.random()
+        for model, cost, skill in (("small", 1e-5, 0.4), ("large", 1e-4, 0.9)):
+            correct = int(hardness < skill)
+            confidence = min(1.0, max(0.0, 0.3 + 0.4 * correct + rng.normal(0, 0.1)))
+            lines.append(f"q{i},{model},{correct},{cost},{confidence:.4f},{hardness:.4f}")
+    runs = tmp_path / "runs.csv"
+    runs.write_text("\n".join(lines) + "\n")
+    report = tmp_path / "out"
+    result = CliRunner().invoke(app, [
+        "evaluate", str(runs), "--score-column", "confidence", "--feature-columns", "hardness",
+        "--splits", "2", "--methods", "envelope,router", "--report", str(report),
+    ])
+    assert result.exit_code == 0, result.output
+    summary = json.loads((report / "summary.json").read_text())
+    assert set(summary["methods"]) == {"envelope", "router"}
+    assert summary["methods"]["router"]["skipped"] is None
+    assert summary["methods"]["router"]["normalized_gain"] is not None
+
+
+@pytest.mark.parametrize(
+    ("extra", "message"),
+    [
+        (["--methods", "envelope,nonsense"], "unknown method 'nonsense'"),
+        (["--where", "dataset=nothing"], "no rows"),
+    ],
+)
+def test_bad_arguments_fail_with_one_red_line(tmp_path: Path, shared_dir: Path, extra, message) -> None:
+    data = shared_dir / "data" / "plaut-mc"
+    result = CliRunner().invoke(app, [
+        "evaluate", str(data / "runs.csv.gz"), "--prices", str(data / "prices.yaml"),
+        "--score-column", "score_msp", *extra, "--report", str(tmp_path / "r"),
+    ])
+    assert result.exit_code == 1
+    assert message in result.output
+    assert "Traceback" not in result.output
+
+
+def test_missing_runs_file_is_a_one_line_error(tmp_path: Path) -> None:
+    args = ["evaluate", str(tmp_path / "absent.csv"), "--report", str(tmp_path / "r")]
+    result = CliRunner().invoke(app, args)
+    assert result.exit_code == 1
+    assert "no such file" in result.output and "Traceback" not in result.output
