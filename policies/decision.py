@@ -80,8 +80,6 @@ class BudgetIndex:
         if not max_cost_usd >= self.costs[0]:
             return self.routes[0], False
         affordable = bisect.bisect_right(self.costs, max_cost_usd)
-        if affordable == 0:
-            return self.routes[0], False
         return self.routes[self.best_upto[affordable - 1]], True
 
 
