@@ -169,41 +169,23 @@ def _pareto_mask_sorted(quality: np.ndarray) -> np.ndarray:
 def concave_hull(cost: np.ndarray, quality: np.ndarray) -> np.ndarray:
     """Ascending indices of the upper concave hull of increasing points (both ends included).
 
-    Points strictly inside a hull segment (collinear) are not vertices. Uses Qhull on
-    coordinates rescaled to [0, 1] (costs are ~1e-5 USD, qualities ~0.5).
+    Points on a hull segment (collinear) are not vertices. Vectorized peeling: every pass drops,
+    at once, each point that is not strictly above the segment joining its current neighbours.
+    A true hull vertex is always above that segment, so it is never dropped; while the chain is
+    not concave some point is dropped, so the passes end at the hull (a few passes on real data).
+    Works on coordinates rescaled to [0, 1] (costs are ~1e-5 USD, qualities ~0.5).
     """
     m = int(cost.shape[0])
     if m <= 2:
         return np.arange(m)
     x = (cost - cost[0]) / (cost[-1] - cost[0])
     y = (quality - quality[0]) / (quality[-1] - quality[0])
-    # Points on or below the chord from the first to the last point cannot be upper-hull vertices.
-    above = np.flatnonzero(y - x > 1e-12)
-    if above.size == 0:
-        return np.array([0, m - 1])
-    if above.size == 1:
-        return np.array([0, int(above[0]), m - 1])
-    from scipy.spatial import ConvexHull, QhullError
-
-    candidates = np.concatenate(([0], above, [m - 1]))
-    try:
-        vertices = ConvexHull(np.column_stack((x[candidates], y[candidates]))).vertices
-    except QhullError:  # numerically degenerate input: fall back to an exact scan
-        return candidates[_monotone_upper_chain(x[candidates], y[candidates])]
-    # Every candidate except the two ends lies above the chord, so every hull vertex is upper hull.
-    return np.sort(candidates[vertices])
-
-
-def _monotone_upper_chain(x: np.ndarray, y: np.ndarray) -> np.ndarray:
-    """Upper hull of points sorted by x (Andrew's monotone chain); a fallback for Qhull failures."""
-    chain: list[int] = []
-    for i in range(x.shape[0]):
-        while len(chain) >= 2:
-            a, b = chain[-2], chain[-1]
-            # Drop b unless it turns clockwise (strictly above the line from a to i).
-            if (x[b] - x[a]) * (y[i] - y[a]) - (y[b] - y[a]) * (x[i] - x[a]) >= 0:
-                chain.pop()
-            else:
-                break
-        chain.append(i)
-    return np.asarray(chain)
+    chain = np.arange(m)
+    while chain.size > 2:
+        left, middle, right = chain[:-2], chain[1:-1], chain[2:]
+        above = (y[middle] - y[left]) * (x[right] - x[left]) - (y[right] - y[left]) * (x[middle] - x[left])
+        keep = above > 1e-12  # normalized units: anything smaller is float noise
+        if keep.all():
+            break
+        chain = np.concatenate(([chain[0]], middle[keep], [chain[-1]]))
+    return chain

@@ -138,3 +138,26 @@ def test_envelope_on_a_subset_of_rows_equals_envelope_of_the_subset() -> None:
     part = compute_envelope(matrix.subset(rows))
     assert whole.cost.tolist() == part.cost.tolist()
     assert whole.models == part.models
+
+
+def monotone_chain_upper_hull(x: np.ndarray, y: np.ndarray) -> list[int]:
+    """Reference: Andrew's monotone chain, dropping collinear points."""
+    chain: list[int] = []
+    for i in range(x.size):
+        while len(chain) >= 2:
+            a, b = chain[-2], chain[-1]
+            if (x[b] - x[a]) * (y[i] - y[a]) - (y[b] - y[a]) * (x[i] - x[a]) >= 0:
+                chain.pop()
+            else:
+                break
+        chain.append(i)
+    return chain
+
+
+@settings(max_examples=200, deadline=None)
+@given(st.lists(st.tuples(st.integers(1, 60), st.integers(1, 60)), min_size=1, max_size=40))
+def test_concave_hull_matches_a_monotone_chain(steps: list[tuple[int, int]]) -> None:
+    cost = np.cumsum([s[0] for s in steps])
+    quality = np.cumsum([s[1] for s in steps])
+    expected = monotone_chain_upper_hull(cost, quality)  # exact integer arithmetic
+    assert concave_hull(cost * 1e-5, quality / 1000).tolist() == expected
