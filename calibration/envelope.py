@@ -24,6 +24,10 @@ from calibration.runs import RunsMatrix
 
 # Quality differences below this are float noise from prefix sums, not real improvements.
 _QUALITY_EPS = 1e-12
+# Hull geometry runs on coordinates normalized to [0, 1]; smaller cross products are float noise.
+_HULL_EPS = 1e-12
+# Peeling passes before the exact one-scan fallback (real envelopes need a handful).
+_MAX_PEELING_PASSES = 64
 
 
 @dataclass(frozen=True)
@@ -181,11 +185,27 @@ def concave_hull(cost: np.ndarray, quality: np.ndarray) -> np.ndarray:
     x = (cost - cost[0]) / (cost[-1] - cost[0])
     y = (quality - quality[0]) / (quality[-1] - quality[0])
     chain = np.arange(m)
-    while chain.size > 2:
+    for _ in range(_MAX_PEELING_PASSES):
+        if chain.size <= 2:
+            return chain
         left, middle, right = chain[:-2], chain[1:-1], chain[2:]
         above = (y[middle] - y[left]) * (x[right] - x[left]) - (y[right] - y[left]) * (x[middle] - x[left])
-        keep = above > 1e-12  # normalized units: anything smaller is float noise
+        keep = above > _HULL_EPS
         if keep.all():
-            break
+            return chain
         chain = np.concatenate(([chain[0]], middle[keep], [chain[-1]]))
-    return chain
+    # Adversarial shapes (one vertex exposed per pass) would need O(m) passes: finish in one scan.
+    return chain[_monotone_upper_chain(x[chain], y[chain])]
+
+
+def _monotone_upper_chain(x: np.ndarray, y: np.ndarray) -> np.ndarray:
+    """Upper hull of points sorted by x (Andrew's monotone chain), same tolerance as the peeling."""
+    hull: list[int] = []
+    for i in range(x.shape[0]):
+        while len(hull) >= 2:
+            a, b = hull[-2], hull[-1]
+            if (y[b] - y[a]) * (x[i] - x[a]) - (y[i] - y[a]) * (x[b] - x[a]) > _HULL_EPS:
+                break
+            hull.pop()
+        hull.append(i)
+    return np.asarray(hull)

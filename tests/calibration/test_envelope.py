@@ -161,3 +161,10 @@ def test_concave_hull_matches_a_monotone_chain(steps: list[tuple[int, int]]) -> 
     quality = np.cumsum([s[1] for s in steps])
     expected = monotone_chain_upper_hull(cost, quality)  # exact integer arithmetic
     assert concave_hull(cost * 1e-5, quality / 1000).tolist() == expected
+
+
+def test_concave_hull_of_a_shape_exposing_one_vertex_per_pass_is_still_exact() -> None:
+    cost = np.arange(1, 501, dtype=float)
+    quality = np.sqrt(cost) / 100
+    quality[-1] = 10.0  # a far jump: peeling would take ~500 passes, the fallback scan finishes it
+    assert concave_hull(cost, quality).tolist() == [0, 499]
