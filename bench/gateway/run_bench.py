@@ -111,6 +111,23 @@ def process(cmd: list[str], env: dict[str, str] | None = None, log: Path | None 
             out.close()
 
 
+@contextlib.contextmanager
+def nginx_upstream(tmp: Path, cpu: str) -> Iterator[int]:
+    """nginx (one worker, pinned to ``cpu``) serving the fixture on a free port; yields the port."""
+    (tmp / "www" / "v1" / "chat").mkdir(parents=True)
+    shutil.copy(FIXTURE, tmp / "www" / "v1" / "chat" / "completions")
+    os.chmod(tmp, 0o755)  # nginx workers run unprivileged
+    port = free_port()
+    (tmp / "nginx.conf").write_text(NGINX_CONF.format(tmp=tmp, port=port))
+    nginx = shutil.which("nginx") or "/usr/sbin/nginx"
+    with process(["taskset", "-c", cpu, nginx, "-p", str(tmp), "-c", str(tmp / "nginx.conf")],
+                 log=tmp / "nginx.out"):
+        wait_http(f"http://127.0.0.1:{port}/v1/models")
+        check = httpx.post(f"http://127.0.0.1:{port}/v1/chat/completions", json={}, timeout=5)
+        assert check.status_code == 200 and check.json()["choices"][0]["logprobs"], check.text[:200]
+        yield port
+
+
 def write_gateway_files(tmp: Path, upstream: str) -> Path:
     """Config + policy: tier ``accept`` passes the fixture's score, tier ``escalate`` fails it."""
     sys.path.insert(0, str(REPO))
@@ -298,17 +315,7 @@ def main() -> None:
 
     with tempfile.TemporaryDirectory(prefix="cascade-bench-") as name:
         tmp = Path(name)
-        (tmp / "www" / "v1" / "chat").mkdir(parents=True)
-        shutil.copy(FIXTURE, tmp / "www" / "v1" / "chat" / "completions")
-        os.chmod(tmp, 0o755)
-        nginx_port = free_port()
-        (tmp / "nginx.conf").write_text(NGINX_CONF.format(tmp=tmp, port=nginx_port))
-        nginx = shutil.which("nginx") or "/usr/sbin/nginx"
-        with process(["taskset", "-c", args.client_cpu, nginx, "-p", str(tmp), "-c", str(tmp / "nginx.conf")],
-                     log=tmp / "nginx.out"):
-            wait_http(f"http://127.0.0.1:{nginx_port}/v1/models")
-            check = httpx.post(f"http://127.0.0.1:{nginx_port}/v1/chat/completions", json={}, timeout=5)
-            assert check.status_code == 200 and check.json()["choices"][0]["logprobs"], check.text[:200]
+        with nginx_upstream(tmp, args.client_cpu) as nginx_port:
             rounds = []
             for index in range(args.rounds):
                 print(f"round {index + 1}/{args.rounds}", flush=True)
