@@ -215,15 +215,14 @@ class _Builder:
             raise self.fail(f"quality {quality[first]:g} outside [0, 1]", first, "correct")
         cost = self.cost(model, price_sheet, prices_path)
         score, score_missing, scorer_name, used_top_k = self.score(score_column, scorer, top_k)
-        features = [self.numeric(c)[0] for c in feature_columns if self._feature_present(c)]
+        features = []
+        for column in feature_columns:
+            self.require_column(column, "feature column")
+            features.append(self.numeric(column)[0])
         return self.pivot(
             query, model, quality, cost, score, score_missing, features,
             scorer_name, used_top_k, score_column,
         )
-
-    def _feature_present(self, name: str) -> bool:
-        self.require_column(name, "feature column")
-        return True
 
     def cost(
         self, model: np.ndarray, sheet: dict[str, ModelPrice] | None, sheet_path: Path | None

@@ -214,3 +214,11 @@ def test_truncated_gzip_is_a_one_line_error(tmp_path: Path) -> None:
     path.write_bytes(data[: len(data) // 2])
     with pytest.raises(RunsError, match="cannot read"):
         load_runs(path, score_column="conf")
+
+
+def test_feature_columns_become_per_query_features(tmp_path: Path) -> None:
+    df = frame().assign(length=[10, 10, 20, 20, 30, 30], per_model=[1, 3, 1, 3, 1, 3])
+    matrix = load_runs(write(tmp_path, df), score_column="conf", feature_columns=["length", "per_model"])
+    assert matrix.features.tolist() == [[10, 2], [20, 2], [30, 2]]  # mean over the query's rows
+    with pytest.raises(RunsError, match="missing feature column 'absent'"):
+        load_runs(write(tmp_path, df), score_column="conf", feature_columns=["absent"])
