@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+from pathlib import Path
+from typing import Annotated, NoReturn
+
 import typer
 
 from gateway.policy_cli import register as register_policy
@@ -9,4 +12,46 @@ from gateway.policy_cli import register as register_policy
 
 def register(app: typer.Typer) -> None:
     """Add this package's commands to the root app."""
+    app.command("serve")(serve)
     register_policy(app)  # `cascade policy push|show`, `cascade keys add|list|revoke`
+
+
+def serve(
+    config: Annotated[Path, typer.Option("--config", "-c", help="gateway YAML config (DESIGN section 8)")],
+    host: Annotated[str, typer.Option("--host", help="interface to listen on")] = "127.0.0.1",
+    port: Annotated[int, typer.Option("--port", "-p", min=1, max=65535, help="TCP port to listen on")] = 8000,
+) -> None:
+    """Serve the OpenAI-compatible cascade gateway (one process, uvloop + httptools)."""
+    from gateway.config import ConfigError, Settings
+
+    try:
+        settings = Settings.from_yaml(config)
+    except ConfigError as exc:
+        _fail(str(exc))
+    if not settings.policy_is_redis and not Path(settings.policy).is_file():
+        _fail(f"{config}: policy file {settings.policy} does not exist (write one with `cascade calibrate`)")
+
+    import uvicorn
+
+    from gateway.app import create_app
+
+    typer.echo(
+        f"cascade gateway on http://{host}:{port}/v1 (config {config}, policy {settings.policy})", err=True
+    )
+    uvicorn.run(
+        create_app(settings),
+        host=host,
+        port=port,
+        loop="uvloop",
+        http="httptools",
+        workers=1,
+        lifespan="on",
+        access_log=False,
+        log_level="warning",
+        timeout_graceful_shutdown=5,
+    )
+
+
+def _fail(message: str) -> NoReturn:
+    typer.secho(f"error: {message}", fg=typer.colors.RED, err=True)
+    raise typer.Exit(2)
