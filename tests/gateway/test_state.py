@@ -1,0 +1,123 @@
+"""build_shared_state wiring: which Redis holds what, readiness without and with Redis."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import pytest
+import redis
+from redis_support import REDIS_URL, delete_prefix, fresh_keys
+
+from gateway.auth import ClientIdentity
+from gateway.config import Settings
+from gateway.policy_cli import push_policy
+from gateway.policy_store import FilePolicyStore, RedisPolicyStore
+from gateway.state import build_shared_state
+from policies import build_policy, save_policy
+
+MODELS = {
+    "small": {"base_url": "http://127.0.0.1:9/v1", "model": "s", "price": {"per_query_usd": 0.001}},
+    "large": {"base_url": "http://127.0.0.1:9/v1", "model": "l", "price": {"per_query_usd": 0.01}},
+}
+POLICY = {
+    "models": {
+        "small": {"mean_cost_usd": 0.001, "quality": 0.5},
+        "large": {"mean_cost_usd": 0.01, "quality": 0.8},
+    },
+    "default_tier": "balanced",
+    "tiers": {
+        "balanced": {
+            "objective": {"max_cost_usd": 0.006},
+            "routes": [{"weight": 1.0, "models": ["small", "large"], "thresholds": [0.4]}],
+            "expected": {"cost_usd": 0.005, "quality": 0.7, "escalation_rate": 0.4},
+        }
+    },
+}
+
+
+@pytest.fixture(autouse=True)
+def clean_env(monkeypatch: pytest.MonkeyPatch) -> None:
+    for name in ("CASCADE_API_KEYS", "CASCADE_ADMIN_KEY", "CASCADE_POLICY", "CASCADE_REDIS_URL"):
+        monkeypatch.delenv(name, raising=False)
+
+
+@pytest.fixture
+def policy_path(tmp_path: Path) -> Path:
+    path = tmp_path / "policy.json"
+    save_policy(build_policy(POLICY), path)
+    return path
+
+
+@pytest.fixture
+def keys(monkeypatch: pytest.MonkeyPatch) -> Any:
+    keys = fresh_keys()
+    monkeypatch.setenv("CASCADE_REDIS_PREFIX", keys.prefix)
+    yield keys
+    delete_prefix(keys)
+
+
+def settings(**document: Any) -> Settings:
+    return Settings.from_mapping({"models": MODELS, **document})
+
+
+async def test_without_redis_everything_is_in_process(policy_path: Path) -> None:
+    loaded: list[str] = []
+    state = await build_shared_state(
+        settings(policy=str(policy_path), budgets={"limit_usd": 0.02}),
+        on_policy_loaded=lambda p: loaded.append(p.policy_id),
+        on_policy_failure=lambda m: None,
+    )
+    await state.start()
+    try:
+        assert isinstance(state.policy_store, FilePolicyStore) and state.redis is None
+        assert loaded == [state.policy_store.current.policy_id]
+        ready = await state.readiness()
+        assert ready["policy"] is True and ready["redis"] is None and ready["policy_stale"] is False
+        assert ready["auth_open"] is True
+        identity = await state.authenticator.authenticate(None)
+        assert await state.spend.reserve(identity, 1.0) is None  # no key: not metered
+    finally:
+        await state.close()
+
+
+async def test_a_redis_policy_url_alone_also_holds_keys_and_spend(
+    policy_path: Path, keys, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    client = redis.Redis.from_url(REDIS_URL, decode_responses=True)
+    push_policy(client, policy_path, keys)
+    client.close()
+    monkeypatch.setenv("CASCADE_API_KEYS", "sk-one")
+    state = await build_shared_state(
+        settings(policy=REDIS_URL, budgets={"limit_usd": 0.02, "window_s": 60}),
+        on_policy_loaded=lambda p: None,
+        on_policy_failure=lambda m: None,
+    )
+    await state.start()
+    try:
+        assert isinstance(state.policy_store, RedisPolicyStore)
+        assert state.redis is not None and state.policy_redis is None  # one client for everything
+        identity = await state.authenticator.authenticate("Bearer sk-one")
+        assert identity == ClientIdentity(identity.key_id, 0.02)
+        reservation = await state.spend.reserve(identity, 0.011)
+        assert reservation.backend == "redis"
+        assert await state.redis.exists(keys.spend(identity.key_id, reservation.window_start)) == 1
+        ready = await state.readiness()
+        assert ready["redis"] is True and ready["policy_version"] == 1 and ready["policy_source"] == "redis"
+    finally:
+        await state.close()
+
+
+async def test_a_file_policy_with_redis_url_shares_only_keys_and_spend(policy_path: Path, keys) -> None:
+    state = await build_shared_state(
+        settings(policy=str(policy_path), redis_url=REDIS_URL),
+        on_policy_loaded=lambda p: None,
+        on_policy_failure=lambda m: None,
+    )
+    await state.start()
+    try:
+        assert isinstance(state.policy_store, FilePolicyStore)
+        assert state.redis is not None
+        assert state.redis_up is True
+    finally:
+        await state.close()
