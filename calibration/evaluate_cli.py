@@ -158,10 +158,20 @@ def run_evaluate(options: EvaluateOptions, console: Console, errors: Console) ->
     with Progress(*columns, console=errors, transient=False) as progress:
         units = {"fixed_chain": "trials", "subsequence_nsga2": "trials", "subsequence_random": "trials"}
         tasks = {
-            name: progress.add_task(f"{METHOD_LABELS[name]} ({units.get(name, 'splits')})", total=total)
+            name: progress.add_task(
+                f"{METHOD_LABELS[name]} ({units.get(name, 'splits')})", total=total, start=False
+            )
             for name, total in progress_totals(settings, to_run).items()
         }
-        result = run_evaluation(matrix, settings, lambda name, n: progress.advance(tasks[name], n))
+        started: set[str] = set()
+
+        def advance(name: str, count: int) -> None:
+            if name not in started:  # each bar's clock starts with its method, not with the run
+                started.add(name)
+                progress.start_task(tasks[name])
+            progress.advance(tasks[name], count)
+
+        result = run_evaluation(matrix, settings, advance)
 
     with errors.status("writing report…"):
         summary = write_outputs(result, options)

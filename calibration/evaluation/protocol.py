@@ -139,8 +139,8 @@ def runnable_methods(matrix: RunsMatrix, methods: Sequence[str]) -> tuple[list[s
 def run_evaluation(
     matrix: RunsMatrix, settings: EvaluationSettings, advance: Advance | None = None
 ) -> EvaluationResult:
-    """Run the held-out protocol. ``advance(method, units)`` reports progress: one unit per split
-    for unsearched methods, one per trial for searched ones."""
+    """Run the held-out protocol. ``advance(method, units)`` reports progress: 0 units when a method
+    starts, then one unit per split for unsearched methods, one per trial for searched ones."""
     tick: Advance = advance or (lambda method, units: None)
     model_cost = matrix.cost.mean(axis=0)
     model_quality = matrix.quality.mean(axis=0)
@@ -164,6 +164,7 @@ def run_evaluation(
         run = _method_runner(name, matrix, grid, settings.trials, tick)
         quality = np.full(shape, np.nan)
         cost = np.full(shape, np.nan)
+        tick(name, 0)  # the method starts now (progress timers start here)
         started = time.perf_counter()
         for index, split in enumerate(splits):
             curve = run(split, int(split_seeds[index]))
