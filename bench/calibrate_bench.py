@@ -10,6 +10,7 @@ the whole command once as a subprocess. Run from the repository root:
 from __future__ import annotations
 
 import argparse
+import os
 import statistics
 import subprocess
 import sys
@@ -52,7 +53,7 @@ def main() -> None:
         load_times.append(t1 - t0)
         compute_times.append(t2 - t1)
 
-    print(f"data: {runs} --where dataset=mmlu --where prompt_variant=first")
+    print(f"data: {os.path.relpath(runs)} --where dataset=mmlu --where prompt_variant=first")
     print(f"matrix: {matrix.n_queries} queries x {len(matrix.models)} models; pool {len(envelope.pool)}; "
           f"{len(envelope.pairs)} pairs; {len(envelope)} envelope points; {len(envelope.hull)} hull vertices")
     print(f"imports (calibration modules): {imports:.2f} s")
