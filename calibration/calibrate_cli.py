@@ -40,7 +40,9 @@ def parse_where(items: list[str] | None) -> dict[str, str]:
 
 
 def calibrate(
-    runs: Annotated[Path, typer.Argument(help="Runs table: .csv, .csv.gz, .parquet or .jsonl (DESIGN 3).")],
+    runs: Annotated[
+        Path, typer.Argument(help="Runs table, one row per (query, model): .csv(.gz), .parquet or .jsonl.")
+    ],
     tiers: Annotated[Path, typer.Option("--tiers", help="TIERS.yaml: default_tier and tier objectives.")],
     output: Annotated[Path, typer.Option("-o", "--output", help="Policy file to write (JSON).")],
     prices: Annotated[
@@ -50,11 +52,13 @@ def calibrate(
         str | None, typer.Option("--score-column", help="Precomputed confidence column (scorer 'external').")
     ] = None,
     scorer: Annotated[
-        str | None, typer.Option("--scorer", help="Scorer applied to the 'logprobs' column (DESIGN 6).")
+        str | None,
+        typer.Option("--scorer", help="Scorer for the 'logprobs' column (default mean_token_negentropy)."),
     ] = None,
     top_k: Annotated[int | None, typer.Option("--top-k", help="Top-K alternatives for the scorer.")] = None,
     where: Annotated[
-        list[str] | None, typer.Option("--where", help="Keep rows with COLUMN=VALUE (repeatable).")
+        list[str] | None,
+        typer.Option("--where", metavar="COLUMN=VALUE", help="Keep matching rows (repeatable)."),
     ] = None,
     report: Annotated[
         Path | None, typer.Option("--report", help="Directory for PNG plots and report.html.")
