@@ -419,9 +419,3 @@ def _is_nan_literal(value: object) -> bool:
 def _is_inf_text(value: object) -> bool:
     return isinstance(value, str) and value.strip().lower().lstrip("+-") in {"inf", "infinity"}
 
-
-def model_means(matrix: RunsMatrix, rows: np.ndarray | None = None) -> tuple[np.ndarray, np.ndarray]:
-    """(k,) mean cost (USD) and (k,) mean quality of each model on ``rows`` (default: all)."""
-    if rows is None:
-        return matrix.cost.mean(axis=0), matrix.quality.mean(axis=0)
-    return matrix.cost[rows].mean(axis=0), matrix.quality[rows].mean(axis=0)
