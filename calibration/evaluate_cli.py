@@ -17,7 +17,9 @@ if TYPE_CHECKING:
 
     from calibration.evaluation.protocol import EvaluationResult
 
-ALL_METHODS = ("envelope", "single", "fixed_chain", "subsequence_nsga2", "subsequence_random", "router")
+ALL_METHODS = (
+    "envelope", "envelope_hull", "single", "fixed_chain", "subsequence_nsga2", "subsequence_random", "router"
+)
 
 
 def register(app: typer.Typer) -> None:

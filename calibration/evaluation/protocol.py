@@ -19,7 +19,7 @@ from calibration.baselines.router import router_split_curve
 from calibration.baselines.subsequence import subsequence_split_curve
 from calibration.diagnostics import PairDiagnostics, model_auroc, pair_diagnostics
 from calibration.evaluation.budget import SplitCurve
-from calibration.evaluation.heldout import envelope_split_curve, single_model_split_curve
+from calibration.evaluation.heldout import envelope_split_curve, hull_split_curve, single_model_split_curve
 from calibration.runs import RunsMatrix
 from calibration.splits import Split, stratified_splits
 
@@ -27,6 +27,7 @@ GRID_POINTS = 500
 
 METHOD_LABELS: dict[str, str] = {
     "envelope": "pairwise envelope",
+    "envelope_hull": "envelope, hull mixtures",
     "single": "best single model",
     "fixed_chain": "full fixed chain (NSGA-II)",
     "subsequence_nsga2": "optimal subsequence (NSGA-II)",
@@ -35,6 +36,7 @@ METHOD_LABELS: dict[str, str] = {
 }
 METHOD_SHORT: dict[str, str] = {
     "envelope": "envelope",
+    "envelope_hull": "env. hull mix",
     "single": "best single",
     "fixed_chain": "fixed chain",
     "subsequence_nsga2": "subseq. NSGA-II",
@@ -109,6 +111,8 @@ def _method_runner(
 
     if name == "envelope":
         return lambda split, seed: envelope_split_curve(matrix, split, grid)
+    if name == "envelope_hull":
+        return lambda split, seed: hull_split_curve(matrix, split, grid)
     if name == "single":
         return lambda split, seed: single_model_split_curve(matrix, split, grid)
     if name == "fixed_chain":

@@ -20,6 +20,7 @@ if TYPE_CHECKING:
 MAX_BENEFIT_PANELS = 20
 _COLORS = {
     "envelope": "#1f77b4",
+    "envelope_hull": "#17becf",
     "single": "#7f7f7f",
     "fixed_chain": "#d62728",
     "subsequence_nsga2": "#2ca02c",
@@ -42,7 +43,8 @@ def heldout_comparison_figure(result: EvaluationResult) -> Figure:
         median = median_curve(method.quality)
         low, high = percentile_band(method.quality)
         color = _COLORS.get(name)
-        axes.plot(grid, median, color=color, linewidth=1.8, label=method.label)
+        style = "--" if name == "envelope_hull" else "-"
+        axes.plot(grid, median, color=color, linestyle=style, linewidth=1.8, label=method.label)
         axes.fill_between(grid, low, high, color=color, alpha=0.15, linewidth=0)
     test = result.single_test_quality
     q10, q50, q90 = np.percentile(test, [10, 50, 90], axis=0)

@@ -13,7 +13,7 @@ from synthetic_runs import random_matrix
 from calibration.envelope import compute_envelope
 from calibration.evaluation.budget import choose_within_budget, compact_choices
 from calibration.evaluation.chains import chain_outcomes
-from calibration.evaluation.heldout import envelope_split_curve
+from calibration.evaluation.heldout import envelope_split_curve, hull_split_curve
 from calibration.evaluation.protocol import EvaluationSettings, cost_grid, endpoints, run_evaluation
 from calibration.evaluation.routes import route_outcomes
 from calibration.frontier import chain_metrics
@@ -120,7 +120,26 @@ def test_in_sample_split_reproduces_the_in_sample_envelope() -> None:
     np.testing.assert_allclose(curve.cost, envelope.cost[position], rtol=1e-12)
 
 
-ALL_METHODS = ("envelope", "single", "fixed_chain", "subsequence_nsga2", "subsequence_random", "router")
+def test_in_sample_hull_mixtures_interpolate_the_hull_and_dominate_the_envelope() -> None:
+    matrix = random_matrix(n=500, k=5, seed=2)
+    grid = cost_grid(matrix.cost.mean(axis=0), 300)
+    everything = np.arange(matrix.n_queries)
+    split = Split(everything, everything)
+    hull = hull_split_curve(matrix, split, grid)
+    deterministic = envelope_split_curve(matrix, split, grid)
+    assert np.all(hull.quality >= deterministic.quality - 1e-12)
+    assert np.any(hull.quality > deterministic.quality + 1e-6)
+    envelope = compute_envelope(matrix)
+    vertices = envelope.hull
+    inside = grid <= envelope.cost[vertices[-1]]
+    expected = np.interp(grid[inside], envelope.cost[vertices], envelope.quality[vertices])
+    np.testing.assert_allclose(hull.quality[inside], expected, atol=1e-12)
+    np.testing.assert_allclose(hull.cost[inside], grid[inside], rtol=1e-9)  # spends the budget exactly
+
+
+ALL_METHODS = (
+    "envelope", "envelope_hull", "single", "fixed_chain", "subsequence_nsga2", "subsequence_random", "router"
+)
 
 
 def test_selection_never_sees_test_rows_for_any_method() -> None:
