@@ -70,3 +70,16 @@ def test_every_dashboard_query_is_valid_promql(tmp_path: Path) -> None:
     result = _promtool("check", "rules", str(path))
     assert result.returncode == 0, result.stdout + result.stderr
     assert f"{len(rules)} rules found" in result.stdout
+
+
+def test_every_alert_links_to_its_runbook_section_in_the_operations_guide() -> None:
+    import re
+
+    guide = (DEPLOY.parent / "docs" / "operations.md").read_text()
+    anchors = {heading.strip().lower() for heading in re.findall(r"^#### (\w+)$", guide, flags=re.M)}
+    for group in yaml.safe_load(RULES.read_text())["groups"]:
+        for rule in group["rules"]:
+            if "alert" in rule:
+                page, anchor = rule["annotations"]["runbook"].split("#")
+                assert page == "docs/operations.md"
+                assert anchor == rule["alert"].lower() and anchor in anchors, rule["alert"]
