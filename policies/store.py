@@ -69,6 +69,9 @@ def save_policy(policy: Policy, path: str | Path) -> None:
     path.parent.mkdir(parents=True, exist_ok=True)
     fd, tmp_name = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
     try:
+        # mkstemp creates 0600; a policy is configuration read by other users (e.g. the gateway
+        # container's non-root user), so give it ordinary file permissions.
+        os.fchmod(fd, 0o644)
         with os.fdopen(fd, "w") as handle:
             handle.write(dump_policy(policy))
             handle.flush()

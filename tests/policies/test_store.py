@@ -88,3 +88,8 @@ def test_corrupt_file_is_a_policy_error_not_a_traceback(tmp_path: Path) -> None:
     path.write_text('{"schema_version": 1,')
     with pytest.raises(PolicyInvalidError, match="not valid JSON"):
         load_policy(path)
+
+
+def test_saved_policy_is_readable_by_other_users(policy_document: dict[str, Any], tmp_path: Path) -> None:
+    save_policy(build_policy(policy_document), tmp_path / "p.json")
+    assert (tmp_path / "p.json").stat().st_mode & 0o777 == 0o644
