@@ -64,6 +64,11 @@ ENV CASCADE_HOME=/opt/cascade-pool
 RUN cascade models install
 
 FROM runtime AS demo
+# llama-server's runtime libraries (OpenMP, C++) that the slim base lacks.
+# hadolint ignore=DL3008
+RUN apt-get update \
+    && apt-get install -y --no-install-recommends libgomp1 libstdc++6 \
+    && rm -rf /var/lib/apt/lists/*
 ENV CASCADE_HOME=/opt/cascade-pool
 COPY --from=demo-build /opt/cascade /opt/cascade
 COPY --from=demo-build /opt/cascade-pool /opt/cascade-pool
