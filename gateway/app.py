@@ -329,8 +329,8 @@ class CompletionsEndpoint:
         metrics = self.gateway.metrics
         duration = time.perf_counter() - started
         upstream_s = facts.upstream_s if facts else 0.0
-        metrics.requests.labels(tier, outcome).inc()
-        metrics.request_duration.labels(tier).observe(duration)
+        metrics.child(metrics.requests, tier, outcome).inc()
+        metrics.child(metrics.request_duration, tier).observe(duration)
         metrics.overhead.observe(max(0.0, duration - upstream_s))
         fields: dict[str, Any] = {
             "request_id": request_id,
@@ -409,6 +409,24 @@ def _text(value: bytes | None) -> str | None:
     return value.decode("latin-1") if value is not None else None
 
 
+class GatewayApp(FastAPI):
+    """FastAPI with a fast path: ``POST`` to a completion endpoint goes straight to its ASGI handler.
+
+    The handlers do their own error mapping, so FastAPI's middleware stack (telemetry, exit stack,
+    exception middleware, router) would only add per-request cost on the hot path.
+    """
+
+    fast_paths: dict[str, CompletionsEndpoint]
+
+    async def __call__(self, scope: dict[str, Any], receive: Any, send: Any) -> None:
+        if scope["type"] == "http" and scope["method"] == "POST":
+            endpoint = self.fast_paths.get(scope["path"])
+            if endpoint is not None:
+                await endpoint(scope, receive, send)
+                return
+        await super().__call__(scope, receive, send)
+
+
 def create_app(settings: Settings, *, rng: random.Random | None = None) -> FastAPI:
     """Build the gateway app for ``settings`` (upstream sessions and state start in its lifespan).
 
@@ -427,14 +445,16 @@ def create_app(settings: Settings, *, rng: random.Random | None = None) -> FastA
         finally:
             await gateway.close()
 
-    app = FastAPI(title="cascade gateway", lifespan=lifespan, docs_url=None, redoc_url=None, openapi_url=None)
+    app = GatewayApp(
+        title="cascade gateway", lifespan=lifespan, docs_url=None, redoc_url=None, openapi_url=None
+    )
     app.state.gateway = gateway
-    app.router.routes.append(
-        Route("/v1/chat/completions", CompletionsEndpoint(gateway, "chat"), methods=["POST"])
-    )
-    app.router.routes.append(
-        Route("/v1/completions", CompletionsEndpoint(gateway, "completions"), methods=["POST"])
-    )
+    app.fast_paths = {
+        "/v1/chat/completions": CompletionsEndpoint(gateway, "chat"),
+        "/v1/completions": CompletionsEndpoint(gateway, "completions"),
+    }
+    for path, endpoint in app.fast_paths.items():  # also routed normally (405 on other methods)
+        app.router.routes.append(Route(path, endpoint, methods=["POST"]))
 
     @app.get("/v1/models")
     async def list_models() -> Response:

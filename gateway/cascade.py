@@ -159,7 +159,7 @@ class CascadeEngine:
             score = score_response(reply, policy.scorer.name, top_k)
             facts.score, facts.threshold = score, thresholds[stage]
             if score is not None:
-                self._metrics.confidence.labels(plan.tier, model).observe(score)
+                self._metrics.child(self._metrics.confidence, plan.tier, model).observe(score)
             if not should_escalate(score, thresholds[stage], policy.on_missing_score):
                 facts.answered_by = model
                 facts.outcome = "accepted" if stage == 0 else "escalated"
@@ -210,15 +210,15 @@ class CascadeEngine:
         cost = self._models[model].price.cost_usd(prompt, completion)
         facts.cost_usd += cost
         metrics = self._metrics
-        metrics.cost.labels(facts.tier, model).inc(cost)
+        metrics.child(metrics.cost, facts.tier, model).inc(cost)
         if prompt:
-            metrics.tokens.labels(model, "prompt").inc(prompt)
+            metrics.child(metrics.tokens, model, "prompt").inc(prompt)
         if completion:
-            metrics.tokens.labels(model, "completion").inc(completion)
+            metrics.child(metrics.tokens, model, "completion").inc(completion)
 
     def _escalate(self, tier: str, from_model: str, to_model: str, facts: CascadeFacts) -> None:
         facts.escalated = True
-        self._metrics.escalations.labels(tier, from_model, to_model).inc()
+        self._metrics.child(self._metrics.escalations, tier, from_model, to_model).inc()
 
 
 def _int(value: Any) -> int:

@@ -8,6 +8,8 @@ or request id.
 
 from __future__ import annotations
 
+from typing import Any
+
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, generate_latest
 from prometheus_client.exposition import CONTENT_TYPE_LATEST
 
@@ -28,6 +30,7 @@ class GatewayMetrics:
     def __init__(self, *, with_redis: bool = False) -> None:
         """``with_redis``: export ``cascade_redis_up`` (only meaningful when Redis is configured)."""
         self.registry = CollectorRegistry(auto_describe=True)
+        self._children: dict[tuple[int, tuple[str, ...]], Any] = {}
         r = self.registry
         self.requests = Counter(
             "cascade_requests", "Requests by tier and outcome.", ["tier", "outcome"], registry=r
@@ -97,6 +100,18 @@ class GatewayMetrics:
             "Requests refused because a key's spend limit was reached.",
             registry=r,
         )
+
+    def child(self, metric: Any, *labels: str) -> Any:
+        """``metric.labels(*labels)``, memoized: label sets are few and the hot path asks often.
+
+        Not for metrics that get ``clear()``-ed (the policy gauges).
+        """
+        key = (id(metric), labels)
+        try:
+            return self._children[key]
+        except KeyError:
+            found = self._children[key] = metric.labels(*labels)
+            return found
 
     def policy_loaded(self, policy: Policy) -> None:
         """Publish the loaded policy's id and its per-tier expected escalation rates."""
