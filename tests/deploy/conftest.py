@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import logging
 import socket
 import subprocess
 import sys
@@ -88,6 +89,11 @@ def example_gateway(scripted_upstream_url: str, tmp_path_factory: pytest.TempPat
     config_path = tmp_path_factory.mktemp("deploy") / "gateway.yaml"
     config_path.write_text(yaml.safe_dump(document))
 
+    # The app configures the `cascade` logger (JSON handler, no propagation) for the whole process:
+    # restore it afterwards so later tests in the session see logging as they left it.
+    project_logger = logging.getLogger("cascade")
+    saved_logger = (project_logger.level, project_logger.propagate, list(project_logger.handlers))
+
     port = free_port()
     app = create_app(Settings.from_yaml(config_path))
     server = uvicorn.Server(uvicorn.Config(app, host="127.0.0.1", port=port, log_level="warning",
@@ -100,6 +106,9 @@ def example_gateway(scripted_upstream_url: str, tmp_path_factory: pytest.TempPat
     finally:
         server.should_exit = True
         thread.join(timeout=15)
+        project_logger.setLevel(saved_logger[0])
+        project_logger.propagate = saved_logger[1]
+        project_logger.handlers[:] = saved_logger[2]
         monkeypatch.undo()
         client = redis.Redis.from_url(REDIS_URL)
         doomed = list(client.scan_iter(match=f"{prefix}:*"))
