@@ -39,6 +39,10 @@ class ChainScorer:
         self.matrix = matrix
         self.rows = np.asarray(rows)
         self.space = space
+        # The rows' outcomes, gathered once; each sequence then only takes columns.
+        self._score = matrix.score[self.rows]
+        self._cost = matrix.cost[self.rows]
+        self._quality = matrix.quality[self.rows]
         # Sorted calibration scores per model: quantile -> threshold by interpolation, no re-sorting.
         self._sorted_scores = {
             name: np.sort(matrix.score[self.rows, matrix.model_index(name)])
@@ -63,9 +67,9 @@ class ChainScorer:
             members = np.flatnonzero(sequence_index == index)
             sequence = tuple(self.space.sequences[index])
             thresholds = self.thresholds(sequence, u[members])
-            block = np.ix_(self.rows, [self.matrix.model_index(name) for name in sequence])
+            columns = [self.matrix.model_index(name) for name in sequence]
             cost[members], quality[members], _ = chain_outcomes(
-                self.matrix.score[block], self.matrix.cost[block], self.matrix.quality[block], thresholds
+                self._score[:, columns], self._cost[:, columns], self._quality[:, columns], thresholds
             )
             for member, row in zip(members, thresholds, strict=True):
                 routes[member] = (sequence, tuple(float(t) for t in row))

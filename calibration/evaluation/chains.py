@@ -51,8 +51,10 @@ def chain_outcomes(
     alive = np.ones((n_vectors, n))
     for stage in range(k - 1):
         alive *= score[None, :, stage] < thresholds[:, stage, None]
-        total_cost += alive @ cost[:, stage + 1]
-        total_quality += alive @ (quality[:, stage + 1] - quality[:, stage])
+        # einsum, not `@`: these are matrix-vector products, and a threaded BLAS call waits for
+        # its second thread, which costs milliseconds per call when other jobs share the cores.
+        total_cost += np.einsum("tq,q->t", alive, cost[:, stage + 1])
+        total_quality += np.einsum("tq,q->t", alive, quality[:, stage + 1] - quality[:, stage])
         if stage == 0:
             escalated = alive.sum(axis=1)
     out_cost, out_quality, out_escalated = total_cost / n, total_quality / n, escalated / n
