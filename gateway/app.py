@@ -60,7 +60,8 @@ def error_parts(
     headers.extend((k.lower().encode(), v.encode()) for k, v in error.headers.items())
     if request_id:
         headers.append((b"x-request-id", request_id.encode()))
-    return error.status, headers, orjson.dumps(error.body())
+    payload = orjson.dumps(error.body())
+    return error.status, headers, payload
 
 
 class Gateway:
@@ -197,7 +198,12 @@ class CompletionsEndpoint:
                 body = client_body(result.body, facts.answered_by, parsed)  # type: ignore[arg-type]
                 payload = orjson.dumps(body)
                 overhead_ms = (time.perf_counter() - started - facts.upstream_s) * 1000
-                out = [_JSON_HEADER, (b"x-request-id", request_id.encode()), *facts.headers(overhead_ms)]
+                out = [
+                    _JSON_HEADER,
+                    (b"content-length", str(len(payload)).encode()),
+                    (b"x-request-id", request_id.encode()),
+                    *facts.headers(overhead_ms),
+                ]
                 await exchange.start(200, out)
                 await exchange.body(payload, more=False)
             outcome = facts.outcome
@@ -312,6 +318,7 @@ class CompletionsEndpoint:
             await exchange.body(sse_error(error), more=False)
             return
         status, headers, payload = error_parts(error, request_id)
+        headers.append((b"content-length", str(len(payload)).encode()))
         await exchange.start(status, headers)
         await exchange.body(payload, more=False)
 

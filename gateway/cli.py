@@ -49,6 +49,7 @@ def serve(
         access_log=False,
         log_level="warning",
         timeout_graceful_shutdown=5,
+        server_header=False,
     )
 
 

@@ -58,7 +58,6 @@ def configure_logging(level: str = "info") -> None:
     """Send the project's loggers to stderr as JSON lines (idempotent)."""
     root = logging.getLogger(ROOT_LOGGER_NAME)
     root.setLevel(level.upper())
-    root.propagate = False
     if not any(isinstance(h, _StderrHandler) for h in root.handlers):
         handler = _StderrHandler()
         handler.setFormatter(JsonLinesFormatter())

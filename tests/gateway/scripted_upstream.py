@@ -143,8 +143,8 @@ class ScriptedUpstream:
 
     # -- lifecycle -------------------------------------------------------------------------------
 
-    def start(self) -> None:
-        """Start serving on a free loopback port (returns once listening)."""
+    def start(self, port: int = 0) -> None:
+        """Start serving on loopback ``port`` (0: a free one); returns once listening."""
         ready = threading.Event()
 
         def run() -> None:
@@ -157,7 +157,7 @@ class ScriptedUpstream:
             app.router.add_get("/v1/models", self._models)
             self._runner = web.AppRunner(app, handler_cancellation=True, access_log=None)
             loop.run_until_complete(self._runner.setup())
-            site = web.TCPSite(self._runner, "127.0.0.1", 0)
+            site = web.TCPSite(self._runner, "127.0.0.1", port)
             loop.run_until_complete(site.start())
             self.port = site._server.sockets[0].getsockname()[1]  # type: ignore[union-attr]
             ready.set()
