@@ -32,7 +32,7 @@ from gateway.metrics import CONTENT_TYPE, GatewayMetrics
 from gateway.requests import ParsedRequest, RequestKind, parse_request
 from gateway.routing import CASCADE_MODEL, RoutePlan, Router
 from gateway.streaming import DONE, SSE_HEADERS, client_chunk, replay, sse, sse_error, upstream_events
-from gateway.upstream import UpstreamFailure, UpstreamPool
+from gateway.upstream import UpstreamFailure, UpstreamPool, read_completion
 from policies import Policy
 
 _JSON_HEADER = (b"content-type", b"application/json")
@@ -255,6 +255,13 @@ class CompletionsEndpoint:
         try:
             async with gw.pool[live.model].stream(parsed.kind, live.body, deadline) as response:
                 facts.answered_by = live.model
+                if response.content_type == "application/json":
+                    # An upstream that ignores ``stream``: its whole answer, replayed like an accepted one.
+                    complete = await read_completion(response, live.model)
+                    facts.upstream_s += time.monotonic() - t0
+                    gw.engine.account(facts, live.model, complete.get("usage"))
+                    await self._replay(exchange, complete, facts, parsed, request_id, started)
+                    return facts
                 overhead_ms = (time.perf_counter() - started - facts.upstream_s) * 1000
                 await exchange.start(
                     200, [*SSE_HEADERS, (b"x-request-id", request_id.encode()), *facts.headers(overhead_ms)]

@@ -151,13 +151,10 @@ class UpstreamClient:
                 attempt = await self._backoff_or_raise(failure, attempt, deadline, None)
                 continue
             if status == 200:
-                try:
-                    parsed = orjson.loads(payload)
-                except orjson.JSONDecodeError:
-                    parsed = None
-                if not isinstance(parsed, dict) or not isinstance(parsed.get("choices"), list):
+                parsed = parse_completion(payload)
+                if parsed is None:
                     self._observe("malformed", t0)
-                    raise UpstreamFailure(self.name, "malformed", "response is not a completion JSON object")
+                    raise UpstreamFailure(self.name, "malformed", _NOT_A_COMPLETION)
                 self._observe("2xx", t0)
                 return UpstreamReply(parsed, time.monotonic() - started)
             failure = self._status_failure(status, payload, retry_after)
@@ -253,6 +250,32 @@ class UpstreamClient:
     def _observe(self, status: str, started: float) -> None:
         self._requests[status].inc()
         self._duration.observe(time.monotonic() - started)
+
+
+_NOT_A_COMPLETION = "response is not a completion JSON object"
+
+
+def parse_completion(payload: bytes) -> dict[str, Any] | None:
+    """An upstream completion body as a dict, or None if it is not JSON with a ``choices`` list."""
+    try:
+        parsed = orjson.loads(payload)
+    except orjson.JSONDecodeError:
+        return None
+    if not isinstance(parsed, dict) or not isinstance(parsed.get("choices"), list):
+        return None
+    return parsed
+
+
+async def read_completion(response: aiohttp.ClientResponse, model: str) -> dict[str, Any]:
+    """Read a whole (non-streamed) completion from an open response; UpstreamFailure if malformed."""
+    try:
+        payload = await response.read()
+    except aiohttp.ClientError as exc:
+        raise UpstreamFailure(model, "connect", f"body broke ({type(exc).__name__})") from None
+    parsed = parse_completion(payload)
+    if parsed is None:
+        raise UpstreamFailure(model, "malformed", _NOT_A_COMPLETION)
+    return parsed
 
 
 _STATUS_LABELS = ("2xx", "4xx", "429", "5xx", "timeout", "error", "malformed")

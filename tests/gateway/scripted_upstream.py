@@ -45,6 +45,7 @@ class Reply:
         usage: (prompt_tokens, completion_tokens).
         chunk_delay_s: pause between streamed chunks.
         break_stream_after: close the connection after this many streamed chunks (no [DONE]).
+        ignore_stream: answer with one JSON body even when the request asks for a stream.
     """
 
     status: int = 200
@@ -58,6 +59,7 @@ class Reply:
     usage: tuple[int, int] = (10, 5)
     chunk_delay_s: float = 0.0
     break_stream_after: int | None = None
+    ignore_stream: bool = False
 
 
 def ok(content: str = "Paris is the capital of France.", confidence: float | None = 0.99, **kw: Any) -> Reply:
@@ -216,7 +218,7 @@ class ScriptedUpstream:
                     headers=reply.headers,
                     content_type="application/json",
                 )
-            elif body.get("stream"):
+            elif body.get("stream") and not reply.ignore_stream:
                 return await self._stream(request, body, reply, model)
             else:
                 response = web.Response(
