@@ -348,7 +348,7 @@ class CompletionsEndpoint:
         metrics.overhead.observe(max(0.0, duration - upstream_s))
         fields: dict[str, Any] = {
             "request_id": request_id,
-            "route": self.path,
+            "path": self.path,
             "status": status,
             "tier": tier,
             "outcome": outcome,
@@ -362,6 +362,7 @@ class CompletionsEndpoint:
                 fields["prompt"] = parsed.body.get("messages" if parsed.kind == "chat" else "prompt")
         if facts is not None:
             fields.update(
+                route=facts.route,
                 models_called=facts.models_called,
                 answered_by=facts.answered_by,
                 escalated=facts.escalated,

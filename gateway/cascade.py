@@ -48,6 +48,7 @@ class CascadeFacts:
     outcome: str = "error"
     within_budget: bool = True
     failures: list[str] = field(default_factory=list)
+    route: list[str] = field(default_factory=list)
 
     def headers(self, overhead_ms: float) -> list[tuple[bytes, bytes]]:
         """The ``x-cascade-*`` response headers (DESIGN section 7)."""
@@ -123,7 +124,10 @@ class CascadeEngine:
         Raises GatewayError when no answer can be served.
         """
         facts = CascadeFacts(
-            plan.tier, plan.policy.policy_id if plan.policy else None, within_budget=plan.within_budget
+            plan.tier,
+            plan.policy.policy_id if plan.policy else None,
+            within_budget=plan.within_budget,
+            route=plan.route.models if plan.route is not None else [plan.model or ""],
         )
         if plan.route is None:  # passthrough
             assert plan.model is not None

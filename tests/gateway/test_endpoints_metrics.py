@@ -107,6 +107,7 @@ def test_logs_are_json_lines_without_prompt_or_keys(
     assert entry["request_id"] == raw.headers["x-request-id"]
     assert entry["tier"] == "balanced" and entry["outcome"] == "accepted"
     assert entry["models_called"] == ["small"] and entry["score"] > 0.5
+    assert entry["route"] == ["small", "large"] and entry["path"] == "/v1/chat/completions"
     assert {"cost_usd", "duration_ms", "overhead_ms", "upstream_ms"} <= set(entry)
     assert "secret prompt text" not in err
     assert "sk-upstream-secret" not in err
