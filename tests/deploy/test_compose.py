@@ -125,3 +125,21 @@ def test_gateway_config_upstreams_resolve_to_the_model_pool_service(compose) -> 
     settings = Settings.from_mapping(yaml.safe_load((DEPLOY / "config" / "gateway.yaml").read_text()))
     for model in settings.models.values():
         assert urlparse(model.base_url).hostname in services
+
+
+def test_example_upstreams_are_the_default_models_of_the_local_pool(compose) -> None:
+    # The example config names the pool's models by their upstream id and port, so the compose and
+    # k8s `models` service (the demo image running `cascade models up`) is exactly what it calls.
+    from gateway.config import Settings
+    from localpool.manifest import load_manifest
+
+    manifest = load_manifest()
+    settings = Settings.from_mapping(yaml.safe_load((DEPLOY / "config" / "gateway.yaml").read_text()))
+    pool_defaults = {name for name, spec in manifest.models.items() if spec.default}
+    assert {model.model for model in settings.models.values()} == pool_defaults
+    for model in settings.models.values():
+        assert urlparse(model.base_url).port == manifest.models[model.model].port
+    command = _services(compose)["models"]["command"]
+    assert command[:2] == ["models", "up"] and "--foreground" in command
+    healthcheck = " ".join(_services(compose)["models"]["healthcheck"]["test"])
+    assert any(f":{spec.port}/health" in healthcheck for spec in manifest.models.values())

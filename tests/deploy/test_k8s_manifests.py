@@ -150,3 +150,23 @@ def test_manifests_validate_strictly_against_the_kubernetes_schemas() -> None:
     for path in sorted(K8S.glob("*.yaml")):
         for doc in load_yaml_documents(path):
             kubernetes_validate.validate(doc, kubernetes_validate.latest_version(), strict=True)
+
+
+def test_in_cluster_upstream_urls_reach_the_model_pool_service(objects) -> None:
+    from urllib.parse import urlparse
+
+    from localpool.manifest import load_manifest
+
+    service = objects[("Service", "cascade-models")]
+    service_ports = {p["port"] for p in service["spec"]["ports"]}
+    manifest_ports = {spec.port for spec in load_manifest().models.values() if spec.default}
+    assert service_ports == manifest_ports
+    container = _pod_spec(_gateway(objects))["containers"][0]
+    urls = [e["value"] for e in container["env"] if e["name"].endswith("__BASE_URL")]
+    assert urls
+    for url in urls:
+        parsed = urlparse(url)
+        assert parsed.hostname == service["metadata"]["name"] and parsed.port in service_ports
+    models = _pod_spec(objects[("Deployment", "cascade-models")])["containers"][0]
+    assert models["args"][:2] == ["models", "up"] and "--foreground" in models["args"]
+    assert {p["containerPort"] for p in models["ports"]} == manifest_ports
