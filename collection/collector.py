@@ -1,0 +1,169 @@
+"""Send every prompt to every model, grade, record: the engine of ``cascade collect``.
+
+Each (question, model) call asks for ``logprobs`` with ``top_logprobs=K`` (llama.cpp needs K >= 1
+for logprobs at all), temperature 0, ``n=1``; a bounded number of calls run at once. A row is
+appended to the runs file as soon as its call finishes, so an interrupted run resumes where it
+stopped. A call that still fails after its retries writes no row (it is retried on the next run)
+and is counted.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import random
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any
+
+import httpx
+
+from collection.graders import grade
+from collection.prompts import Prompt
+from collection.runs_writer import RunsWriter
+from collection.targets import Target
+
+RETRY_STATUSES = {429, 500, 502, 503, 504}
+
+
+@dataclass(frozen=True)
+class CollectOptions:
+    """Request parameters shared by every call."""
+
+    top_logprobs: int = 15
+    max_tokens: int = 1
+    temperature: float = 0.0
+    concurrency: int = 2
+    retries: int = 2
+    keep_prompt: bool = False
+
+
+@dataclass
+class CollectSummary:
+    """What one run did."""
+
+    written: int = 0
+    skipped: int = 0
+    failed: int = 0
+    errors: list[str] = field(default_factory=list)
+
+
+class CallError(Exception):
+    """An upstream call failed after its retries."""
+
+
+def request_body(prompt: Prompt, target: Target, options: CollectOptions) -> dict[str, Any]:
+    """The chat-completions body for one question."""
+    return {
+        "model": target.model,
+        "messages": prompt.messages(),
+        "max_tokens": prompt.max_tokens or options.max_tokens,
+        "temperature": options.temperature,
+        "logprobs": True,
+        "top_logprobs": max(1, options.top_logprobs),
+        "n": 1,
+        "stream": False,
+    }
+
+
+def build_row(
+    prompt: Prompt, target: Target, body: dict[str, Any], latency_ms: float, keep_prompt: bool
+) -> dict[str, Any]:
+    """One runs-table row (DESIGN 3) from an upstream response body."""
+    try:
+        choice = body["choices"][0]
+        text = choice["message"].get("content") or ""
+    except (KeyError, IndexError, TypeError, AttributeError) as exc:
+        raise CallError(f"malformed response from {target.name}: no choices[0].message") from exc
+    usage = body.get("usage") or {}
+    prompt_tokens = int(usage.get("prompt_tokens") or 0)
+    completion_tokens = int(usage.get("completion_tokens") or 0)
+    logprobs = (choice.get("logprobs") or {}).get("content")
+    row: dict[str, Any] = {
+        "query_id": prompt.query_id,
+        "model": target.name,
+        "correct": grade(prompt.grader, text, prompt.answer, prompt.aliases),
+        "cost_usd": target.cost_usd(prompt_tokens, completion_tokens),
+        "prompt_tokens": prompt_tokens,
+        "completion_tokens": completion_tokens,
+        "latency_ms": round(latency_ms, 1),
+        "response": text,
+        "answer": prompt.answer,
+        "logprobs": logprobs,
+    }
+    if prompt.dataset:
+        row["dataset"] = prompt.dataset
+    if prompt.subject:
+        row["subject"] = prompt.subject
+    if keep_prompt:
+        row["prompt"] = prompt.prompt
+    return row
+
+
+async def call_model(
+    client: httpx.AsyncClient, target: Target, payload: dict[str, Any], retries: int
+) -> tuple[dict[str, Any], float]:
+    """POST one chat completion with bounded retries (429/5xx/connection errors); (body, latency ms)."""
+    headers = {"Authorization": f"Bearer {target.api_key}"} if target.api_key else {}
+    url = f"{target.base_url.rstrip('/')}/chat/completions"
+    last = ""
+    for attempt in range(retries + 1):
+        started = time.perf_counter()
+        try:
+            response = await client.post(url, json=payload, headers=headers, timeout=target.timeout_s)
+        except httpx.HTTPError as exc:
+            last = f"{type(exc).__name__}: {exc}"
+        else:
+            latency_ms = (time.perf_counter() - started) * 1000
+            if response.status_code == 200:
+                try:
+                    return response.json(), latency_ms
+                except ValueError as exc:
+                    raise CallError(f"{target.name}: response is not JSON") from exc
+            last = f"HTTP {response.status_code}: {response.text[:200]}"
+            if response.status_code not in RETRY_STATUSES:
+                break
+        if attempt < retries:
+            await asyncio.sleep(min(4.0, 0.5 * 2**attempt) * (0.5 + random.random()))
+    raise CallError(f"{target.name}: {last}")
+
+
+async def collect(
+    prompts: list[Prompt],
+    targets: list[Target],
+    writer: RunsWriter,
+    done: set[tuple[str, str]],
+    options: CollectOptions,
+    *,
+    transport: httpx.AsyncBaseTransport | None = None,
+    on_progress: Callable[[str], None] | None = None,
+) -> CollectSummary:
+    """Run every (prompt, target) pair not in ``done``; rows go to ``writer`` as they finish.
+
+    ``on_progress(model_name)`` is called after each finished pair (written, failed or skipped).
+    """
+    summary = CollectSummary()
+    work = [(p, t) for p in prompts for t in targets if (p.query_id, t.name) not in done]
+    summary.skipped = len(prompts) * len(targets) - len(work)
+    semaphore = asyncio.Semaphore(max(1, options.concurrency))
+    limits = httpx.Limits(max_connections=max(1, options.concurrency) * max(1, len(targets)))
+
+    async with httpx.AsyncClient(transport=transport, limits=limits) as client:
+
+        async def one(prompt: Prompt, target: Target) -> None:
+            async with semaphore:
+                try:
+                    body, latency_ms = await call_model(
+                        client, target, request_body(prompt, target, options), options.retries
+                    )
+                    writer.write(build_row(prompt, target, body, latency_ms, options.keep_prompt))
+                    summary.written += 1
+                except CallError as exc:
+                    summary.failed += 1
+                    if len(summary.errors) < 20:
+                        summary.errors.append(f"{prompt.query_id}: {exc}")
+            if on_progress is not None:
+                on_progress(target.name)
+
+        await asyncio.gather(*(one(p, t) for p, t in work))
+    return summary

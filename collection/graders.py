@@ -1,0 +1,101 @@
+"""Graders: turn a model's answer text into quality in [0, 1] against the labelled answer.
+
+* ``multiple_choice``: the answer letter (``"B"``, ``"(B)"``, ``"B. Paris"``, ``"The answer is B"``).
+* ``exact_match``: normalized text equality with the answer or any alias (case, punctuation,
+  articles and whitespace ignored).
+* ``numeric``: the last number in the answer equals the label within a relative tolerance.
+"""
+
+from __future__ import annotations
+
+import math
+import re
+import string
+from collections.abc import Callable, Sequence
+
+LETTERS = "ABCDEFGHIJ"
+
+_LEADING_LETTER = re.compile(r"^\s*[\(\[]?([A-J])(?:[\)\]\.:,]|\s|$)")
+_ANSWER_IS = re.compile(r"answer\s*(?:is|:)?\s*[\(\[]?([A-J])\b", re.IGNORECASE)
+_LONE_LETTER = re.compile(r"\b([A-J])\b")
+_NUMBER = re.compile(r"-?\d+(?:\.\d+)?(?:[eE][-+]?\d+)?")
+_ARTICLES = re.compile(r"\b(a|an|the)\b")
+
+
+class GraderError(ValueError):
+    """Unknown grader or an unusable label."""
+
+
+def extract_choice(response: str, letters: str = "ABCD") -> str | None:
+    """The answer letter a response gives, or None.
+
+    Tries, in order: a leading letter (``B``, ``(B)``, ``B.``), ``answer is B``, then a lone
+    capital letter anywhere; only letters in ``letters`` count.
+    """
+    text = response.strip()
+    for pattern in (_LEADING_LETTER, _ANSWER_IS, _LONE_LETTER):
+        for match in pattern.finditer(text):
+            letter = match.group(1).upper()
+            if letter in letters:
+                return letter
+    return None
+
+
+def grade_multiple_choice(
+    response: str, answer: str, aliases: Sequence[str] = (), letters: str = "ABCD"
+) -> float:
+    """1.0 if the response picks the labelled letter, else 0.0."""
+    label = answer.strip().upper()
+    if label not in letters:
+        raise GraderError(f"multiple-choice label {answer!r} is not one of {letters}")
+    return 1.0 if extract_choice(response, letters) == label else 0.0
+
+
+def normalize_text(text: str) -> str:
+    """Lower case, no punctuation, no English articles, single spaces."""
+    lowered = text.lower()
+    no_punct = "".join(ch for ch in lowered if ch not in string.punctuation)
+    return " ".join(_ARTICLES.sub(" ", no_punct).split())
+
+
+def grade_exact_match(response: str, answer: str, aliases: Sequence[str] = ()) -> float:
+    """1.0 if the normalized response (or its first line) equals the answer or an alias."""
+    targets = {normalize_text(t) for t in (answer, *aliases)} - {""}
+    if not targets:
+        raise GraderError("exact-match label is empty")
+    first_line = response.strip().splitlines()[0] if response.strip() else ""
+    return 1.0 if {normalize_text(response), normalize_text(first_line)} & targets else 0.0
+
+
+def extract_number(response: str) -> float | None:
+    """The last number in the response (thousands separators ignored), or None."""
+    matches = _NUMBER.findall(response.replace(",", ""))
+    return float(matches[-1]) if matches else None
+
+
+def grade_numeric(response: str, answer: str, aliases: Sequence[str] = (), rel_tol: float = 1e-6) -> float:
+    """1.0 if the last number in the response equals the label (relative tolerance ``rel_tol``)."""
+    try:
+        target = float(str(answer).replace(",", ""))
+    except ValueError as exc:
+        raise GraderError(f"numeric label {answer!r} is not a number") from exc
+    value = extract_number(response)
+    if value is None:
+        return 0.0
+    return 1.0 if math.isclose(value, target, rel_tol=rel_tol, abs_tol=1e-9) else 0.0
+
+
+GRADERS: dict[str, Callable[..., float]] = {
+    "multiple_choice": grade_multiple_choice,
+    "exact_match": grade_exact_match,
+    "numeric": grade_numeric,
+}
+
+
+def grade(grader: str, response: str, answer: str, aliases: Sequence[str] = ()) -> float:
+    """Apply the named grader; ``GraderError`` for an unknown name."""
+    try:
+        function = GRADERS[grader]
+    except KeyError:
+        raise GraderError(f"unknown grader {grader!r}; known: {', '.join(GRADERS)}") from None
+    return function(response, answer, aliases)

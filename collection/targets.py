@@ -1,0 +1,88 @@
+"""Where ``cascade collect`` sends prompts: models of a gateway config, or the local pool."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+
+
+class TargetError(Exception):
+    """Unknown model or unreadable config; one-line message."""
+
+
+@dataclass(frozen=True)
+class Target:
+    """One OpenAI-compatible model endpoint and its price (USD per million tokens)."""
+
+    name: str
+    base_url: str
+    model: str
+    input_per_mtok: float = 0.0
+    output_per_mtok: float = 0.0
+    per_query_usd: float | None = None
+    api_key: str | None = None
+    timeout_s: float = 120.0
+
+    def cost_usd(self, prompt_tokens: int, completion_tokens: int) -> float:
+        """Cost of one call from its token counts."""
+        if self.per_query_usd is not None:
+            return self.per_query_usd
+        return (prompt_tokens * self.input_per_mtok + completion_tokens * self.output_per_mtok) / 1e6
+
+
+def targets_from_config(config: Path, names: list[str] | None) -> list[Target]:
+    """Models of a gateway.yaml (DESIGN 8): base URL, upstream id, key by env reference, price."""
+    from gateway.config import ConfigError, Settings
+
+    try:
+        settings = Settings.from_yaml(config)
+    except ConfigError as exc:
+        raise TargetError(str(exc)) from exc
+    chosen = _choose(list(settings.models), names, str(config))
+    targets = []
+    for name in chosen:
+        model = settings.models[name]
+        price = model.price
+        targets.append(
+            Target(
+                name=name,
+                base_url=model.base_url,
+                model=model.model,
+                input_per_mtok=price.input_per_mtok or 0.0,
+                output_per_mtok=price.output_per_mtok or 0.0,
+                per_query_usd=price.per_query_usd,
+                api_key=model.api_key(),
+                timeout_s=model.timeout_s,
+            )
+        )
+    return targets
+
+
+def targets_from_pool(names: list[str] | None) -> list[Target]:
+    """Models of the local pool (manifest ports and prices; the servers must be up)."""
+    from localpool.manifest import load_manifest
+    from localpool.pool import base_url
+
+    manifest = load_manifest()
+    chosen = _choose(list(manifest.models), names, "the local pool")
+    if not names:
+        chosen = [n for n in chosen if manifest.models[n].default]
+    return [
+        Target(
+            name=name,
+            base_url=base_url(manifest.models[name]),
+            model=name,
+            input_per_mtok=manifest.models[name].price.input_per_mtok,
+            output_per_mtok=manifest.models[name].price.output_per_mtok,
+        )
+        for name in chosen
+    ]
+
+
+def _choose(available: list[str], names: list[str] | None, where: str) -> list[str]:
+    if not names:
+        return available
+    unknown = [n for n in names if n not in available]
+    if unknown:
+        raise TargetError(f"unknown model {', '.join(unknown)} in {where}; known: {', '.join(available)}")
+    return names

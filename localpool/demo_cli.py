@@ -1,0 +1,147 @@
+"""``cascade demo``: the local pool + the gateway with the calibrated demo policy, no keys, no Redis."""
+
+from __future__ import annotations
+
+import json
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+from typing import Annotated
+
+import typer
+
+DEFAULT_POLICY = Path("policies/local-demo.json")
+
+
+def usage_text(url: str, tiers: list[str]) -> str:
+    """How to call the running demo gateway (curl and the openai SDK)."""
+    return f"""
+The cascade gateway is serving at {url}/v1 (tiers: {", ".join(tiers)}).
+
+  curl -s {url}/v1/chat/completions -H 'Content-Type: application/json' -D - \\
+    -d '{{"model": "cascade", "max_tokens": 16,
+         "messages": [{{"role": "user", "content": "What is the capital of France?"}}]}}'
+
+  from openai import OpenAI
+  client = OpenAI(base_url="{url}/v1", api_key="unused")
+  raw = client.chat.completions.with_raw_response.create(
+      model="cascade/{tiers[0] if tiers else "balanced"}", max_tokens=16,
+      messages=[{{"role": "user", "content": "What is the capital of France?"}}])
+  print(raw.headers["x-cascade-model"], raw.headers["x-cascade-escalated"])
+  print(raw.parse().choices[0].message.content)
+
+Metrics: {url}/metrics    Pool: cascade models status    Stop: Ctrl-C
+"""
+
+
+def demo(
+    host: Annotated[str, typer.Option(help="interface the gateway listens on")] = "127.0.0.1",
+    port: Annotated[int, typer.Option(help="gateway port")] = 8080,
+    policy: Annotated[Path, typer.Option(help="policy file (models must be in the pool)")] = DEFAULT_POLICY,
+    smoke: Annotated[
+        bool, typer.Option("--smoke", help="send one request, print the cascade headers, shut down")
+    ] = False,
+    timeout: Annotated[float, typer.Option(help="seconds to wait for each server")] = 180.0,
+) -> None:
+    """Start the local pool and the gateway (policies/local-demo.json); Ctrl-C stops everything."""
+    from localpool.cli import fail
+    from localpool.demo_config import pool_gateway_config, write_gateway_config
+    from localpool.manifest import ManifestError, load_manifest
+    from localpool.paths import PoolPaths
+    from localpool.pool import ServerOptions
+    from localpool.pool import down as pool_down
+    from localpool.pool import up as pool_up
+    from localpool.process import ProcessError, read_record, wait_healthy
+
+    def say(message: str) -> None:
+        typer.echo(message, err=True)
+
+    try:
+        document = json.loads(policy.read_text(encoding="utf-8"))
+        names = list(document["models"])
+        tiers = list(document["tiers"])
+    except (OSError, ValueError, KeyError) as exc:
+        fail(f"cannot read the policy {policy}: {exc}")
+    paths = PoolPaths.default()
+    try:
+        manifest = load_manifest()
+        manifest.select(names)
+    except ManifestError as exc:
+        fail(f"{policy}: {exc}")
+    already_running = {n for n in names if read_record(paths.pid_file(n)) is not None}
+    gateway: subprocess.Popen[bytes] | None = None
+    interrupted = False
+
+    def _interrupt(signum: int, _frame: object) -> None:
+        raise KeyboardInterrupt
+
+    signal.signal(signal.SIGTERM, _interrupt)
+    try:
+        pool_up(manifest, paths, names, ServerOptions.from_env(), timeout_s=timeout, say=say)
+        config = write_gateway_config(
+            paths.home / "demo" / "gateway.yaml", pool_gateway_config(manifest, names, policy.resolve())
+        )
+        log_path = paths.run / "gateway.log"
+        log_path.parent.mkdir(parents=True, exist_ok=True)
+        command = [
+            sys.executable,
+            "-m",
+            "cascade_cli.main",
+            "serve",
+            "--config",
+            str(config),
+            "--host",
+            host,
+            "--port",
+            str(port),
+        ]
+        with log_path.open("ab") as log:
+            gateway = subprocess.Popen(
+                command, stdin=subprocess.DEVNULL, stdout=log, stderr=subprocess.STDOUT
+            )
+        url = f"http://127.0.0.1:{port}"
+        wait_healthy(f"{url}/readyz", pid=gateway.pid, log_path=log_path, timeout_s=60, name="gateway")
+        say(f"gateway: ready (pid {gateway.pid}, config {config}, log {log_path})")
+        if smoke:
+            _smoke(url)
+        else:
+            typer.echo(usage_text(f"http://{host}:{port}" if host != "0.0.0.0" else url, tiers))
+            while gateway.poll() is None:
+                time.sleep(0.5)
+            fail(f"the gateway exited (code {gateway.returncode}); see {log_path}")
+    except KeyboardInterrupt:
+        interrupted = True
+    except ProcessError as exc:
+        fail(str(exc))
+    finally:
+        if gateway is not None and gateway.poll() is None:
+            gateway.terminate()
+            try:
+                gateway.wait(timeout=10)
+            except subprocess.TimeoutExpired:
+                gateway.kill()
+                gateway.wait()
+            say("gateway: stopped")
+        started = [n for n in names if n not in already_running]
+        pool_down(manifest, paths, started, say=say)
+    if interrupted:
+        say("demo stopped")
+
+
+def _smoke(url: str) -> None:
+    """One cascade request; prints the answer and the x-cascade-* headers."""
+    import httpx
+
+    body = {
+        "model": "cascade",
+        "max_tokens": 8,
+        "messages": [{"role": "user", "content": "What is the capital of France? Answer in one word."}],
+    }
+    response = httpx.post(f"{url}/v1/chat/completions", json=body, timeout=120)
+    response.raise_for_status()
+    for key, value in sorted(response.headers.items()):
+        if key.startswith("x-cascade-"):
+            typer.echo(f"{key}: {value}")
+    typer.echo(f"answer: {response.json()['choices'][0]['message']['content']!r}")

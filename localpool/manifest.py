@@ -1,0 +1,86 @@
+"""The pool manifest (``localpool/models.yaml``): pinned packages, assembled-file digests, ports, prices."""
+
+from __future__ import annotations
+
+from importlib.resources import files
+from pathlib import Path
+
+import yaml
+from pydantic import BaseModel, ConfigDict, Field, ValidationError
+
+DEFAULT_MANIFEST = Path(str(files("localpool").joinpath("models.yaml")))
+
+
+class ManifestError(Exception):
+    """The manifest is missing or invalid, or names an unknown model; the message is one line."""
+
+
+class _Strict(BaseModel):
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+
+class Part(_Strict):
+    """One piece of a model file: a member of a pinned PyPI wheel."""
+
+    package: str
+    version: str
+    member: str = Field(description="path of the piece inside the wheel")
+
+
+class Price(_Strict):
+    """USD per million tokens."""
+
+    input_per_mtok: float = Field(ge=0)
+    output_per_mtok: float = Field(ge=0)
+
+
+class ModelSpec(_Strict):
+    """One GGUF model of the pool and how llama-server serves it."""
+
+    description: str
+    parameters: int = Field(gt=0, description="parameter count (model card)")
+    file: str
+    size_bytes: int = Field(gt=0)
+    sha256: str = Field(pattern=r"^[0-9a-f]{64}$")
+    parts: list[Part] = Field(min_length=1)
+    port: int = Field(ge=1, le=65535)
+    default: bool = True
+    price: Price
+    server_args: list[str] = Field(default_factory=list)
+
+
+class ServerSpec(_Strict):
+    """The pinned llama-server package."""
+
+    package: str
+    version: str
+    cmake_args: str = ""
+
+
+class Manifest(_Strict):
+    """The whole pool."""
+
+    llama_server: ServerSpec
+    models: dict[str, ModelSpec]
+
+    def select(self, names: list[str] | None, *, include_optional: bool = False) -> dict[str, ModelSpec]:
+        """The named models (all defaults when ``names`` is empty); unknown names are an error."""
+        if not names:
+            return {n: m for n, m in self.models.items() if m.default or include_optional}
+        unknown = [n for n in names if n not in self.models]
+        if unknown:
+            raise ManifestError(f"unknown model {', '.join(unknown)}; the pool has {', '.join(self.models)}")
+        return {n: self.models[n] for n in names}
+
+
+def load_manifest(path: Path | None = None) -> Manifest:
+    """Read and validate the manifest (the packaged ``models.yaml`` by default)."""
+    path = path or DEFAULT_MANIFEST
+    try:
+        document = yaml.safe_load(path.read_text(encoding="utf-8"))
+        return Manifest.model_validate(document)
+    except OSError as exc:
+        raise ManifestError(f"{path}: cannot read the model manifest ({exc.strerror})") from exc
+    except (yaml.YAMLError, ValidationError) as exc:
+        first = str(exc).splitlines()
+        raise ManifestError(f"{path}: invalid model manifest: {' '.join(first[:3])}") from exc
