@@ -190,11 +190,11 @@ class CompletionsEndpoint:
             assert current is not None
             watcher = asyncio.create_task(_watch_disconnect(receive, exchange, current))
             deadline = time.monotonic() + gw.settings.limits.request_timeout_s
+            facts = gw.engine.new_facts(plan)
             if parsed.stream:
-                facts = await self._stream(exchange, plan, parsed, deadline, request_id, started)
+                await self._stream(exchange, plan, parsed, facts, deadline, request_id, started)
             else:
-                result = await gw.engine.run(plan, parsed, deadline)
-                facts = result.facts
+                result = await gw.engine.run(plan, parsed, deadline, facts=facts)
                 body = client_body(result.body, facts.answered_by, parsed)  # type: ignore[arg-type]
                 payload = orjson.dumps(body)
                 overhead_ms = (time.perf_counter() - started - facts.upstream_s) * 1000
@@ -237,17 +237,17 @@ class CompletionsEndpoint:
         exchange: _Exchange,
         plan: RoutePlan,
         parsed: ParsedRequest,
+        facts: CascadeFacts,
         deadline: float,
         request_id: str,
         started: float,
-    ) -> CascadeFacts:
+    ) -> None:
         """Serve a streamed request: replay a complete answer, or relay the final stage live."""
         gw = self.gateway
-        result = await gw.engine.run(plan, parsed, deadline, stream_last=True)
-        facts = result.facts
+        result = await gw.engine.run(plan, parsed, deadline, facts=facts, stream_last=True)
         if result.body is not None:
             await self._replay(exchange, result.body, facts, parsed, request_id, started)
-            return facts
+            return
         live = result.live
         assert live is not None
         facts.models_called.append(live.model)
@@ -261,7 +261,7 @@ class CompletionsEndpoint:
                     facts.upstream_s += time.monotonic() - t0
                     gw.engine.account(facts, live.model, complete.get("usage"))
                     await self._replay(exchange, complete, facts, parsed, request_id, started)
-                    return facts
+                    return
                 overhead_ms = (time.perf_counter() - started - facts.upstream_s) * 1000
                 await exchange.start(
                     200, [*SSE_HEADERS, (b"x-request-id", request_id.encode()), *facts.headers(overhead_ms)]
@@ -288,19 +288,19 @@ class CompletionsEndpoint:
                 overhead_ms = (time.perf_counter() - started - facts.upstream_s) * 1000
                 held["cascade"] = facts.as_dict(overhead_ms)
                 await exchange.body(sse(held) + DONE, more=False)
-                return facts
+                return
         except UpstreamFailure as failure:
             facts.failures.append(failure.kind)
             facts.upstream_s += time.monotonic() - t0
             if exchange.started:
                 facts.outcome = "error"
                 await exchange.body(sse_error(failure.to_gateway_error()), more=False)
-                return facts
+                return
             if live.fallback is None:
                 raise failure.to_gateway_error() from None
             facts.answered_by, facts.degraded = live.fallback_model, True
             await self._replay(exchange, live.fallback, facts, parsed, request_id, started)
-            return facts
+            return
 
     async def _replay(
         self,

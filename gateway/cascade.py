@@ -116,19 +116,31 @@ class CascadeEngine:
         self._pool = pool
         self._metrics = metrics
 
-    async def run(
-        self, plan: RoutePlan, request: ParsedRequest, deadline: float, *, stream_last: bool = False
-    ) -> CascadeResult:
-        """Serve ``plan``; with ``stream_last`` the final stage is returned as a LiveStage to stream.
-
-        Raises GatewayError when no answer can be served.
-        """
-        facts = CascadeFacts(
+    @staticmethod
+    def new_facts(plan: RoutePlan) -> CascadeFacts:
+        """Empty facts for ``plan`` (the caller keeps them, so a failed request still reports its calls)."""
+        return CascadeFacts(
             plan.tier,
             plan.policy.policy_id if plan.policy else None,
             within_budget=plan.within_budget,
             route=plan.route.models if plan.route is not None else [plan.model or ""],
         )
+
+    async def run(
+        self,
+        plan: RoutePlan,
+        request: ParsedRequest,
+        deadline: float,
+        *,
+        facts: CascadeFacts | None = None,
+        stream_last: bool = False,
+    ) -> CascadeResult:
+        """Serve ``plan``; with ``stream_last`` the final stage is returned as a LiveStage to stream.
+
+        ``facts`` (from ``new_facts``) are filled in as calls are made. Raises GatewayError when no
+        answer can be served.
+        """
+        facts = facts or self.new_facts(plan)
         if plan.route is None:  # passthrough
             assert plan.model is not None
             facts.outcome = "passthrough"
