@@ -472,7 +472,8 @@ def create_app(settings: Settings, *, rng: random.Random | None = None) -> FastA
         app.router.routes.append(Route(path, endpoint, methods=["POST"]))
 
     @app.get("/v1/models")
-    async def list_models() -> Response:
+    async def list_models(request: Request) -> Response:
+        await gateway.shared.authenticator.authenticate(request.headers.get("authorization"))
         policy = gateway.policy
         names = [CASCADE_MODEL]
         if policy is not None:

@@ -23,6 +23,9 @@ def test_missing_or_wrong_key_is_401(keyed_gateway, upstream) -> None:
         keyed_gateway.client(api_key="sk-wrong").chat.completions.create(model="cascade", messages=MESSAGES)
     assert upstream.requests == []
     assert keyed_gateway.sample("cascade_requests_total", tier="none", outcome="error") == 1
+    with pytest.raises(openai.AuthenticationError):
+        keyed_gateway.client(api_key="sk-wrong").models.list()
+    assert "cascade" in [m.id for m in keyed_gateway.client(api_key="sk-client-1").models.list()]
 
 
 def test_spend_limit_refuses_with_429_once_spent(keyed_gateway, upstream) -> None:
