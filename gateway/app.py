@@ -74,12 +74,14 @@ class Gateway:
         self.router = Router(settings, rng)
         self.engine = CascadeEngine(settings, self.pool, self.metrics)
         self.shared: Any = None  # gateway.state.SharedState once started
+        self.loop: asyncio.AbstractEventLoop | None = None  # the serving loop, once started
 
     async def start(self) -> None:
         """Open upstream sessions, build and start the shared state (initial policy load)."""
         from gateway.state import build_shared_state
 
         configure_logging(self.settings.logging.level)
+        self.loop = asyncio.get_running_loop()
         await self.pool.start()
         self.shared = await build_shared_state(
             self.settings, on_policy_loaded=self._policy_loaded, on_policy_failure=self._policy_failed

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import socket
 import time
 
@@ -206,3 +207,40 @@ def test_client_disconnect_mid_stream_cancels_the_upstream_stream(gateway, upstr
                 break
     assert upstream.wait_for(lambda: "up-large" in upstream.cancelled, timeout_s=5)
     assert "up-large" not in upstream.completed
+
+
+def _in_flight(gateway) -> tuple[int, int]:
+    """(tasks on the gateway's loop, upstream connections checked out of the pools) right now."""
+
+    async def count() -> tuple[int, int]:
+        # aiohttp has no public counter of checked-out connections; _acquired is that set.
+        acquired = sum(len(c.session.connector._acquired) for c in gateway.gateway.pool.clients.values())
+        return len(asyncio.all_tasks()), acquired
+
+    return asyncio.run_coroutine_threadsafe(count(), gateway.gateway.loop).result(5)
+
+
+def test_disconnects_leave_no_tasks_or_connections_behind(gateway, upstream) -> None:
+    gateway.client().chat.completions.create(model="cascade", messages=MESSAGES)  # warm the pools
+    baseline_tasks, _ = _in_flight(gateway)
+    upstream.script("up-small", Reply(delay_s=3), Reply(delay_s=3))
+    upstream.script("up-large", ok(" ".join(["tok"] * 50), chunk_delay_s=0.1))
+    for _ in range(2):
+        with pytest.raises(httpx.ReadTimeout):
+            httpx.post(
+                gateway.url + "/v1/chat/completions",
+                json={"model": "cascade", "messages": MESSAGES},
+                timeout=0.3,
+            )
+    upstream.script("up-small", ok(confidence=0.3))
+    with httpx.stream(
+        "POST",
+        gateway.url + "/v1/chat/completions",
+        timeout=10,
+        json={"model": "cascade", "messages": MESSAGES, "stream": True},
+    ) as response:
+        next(response.iter_lines())
+    assert upstream.wait_for(lambda: len(upstream.cancelled) == 3, timeout_s=5)
+    assert upstream.wait_for(lambda: _in_flight(gateway) == (baseline_tasks, 0), timeout_s=5), _in_flight(
+        gateway
+    )
