@@ -53,6 +53,16 @@ def test_environment_overrides_yaml(config_file: Path, monkeypatch: pytest.Monke
     assert settings.limits.max_body_bytes == 4096  # the rest of the section still comes from YAML
 
 
+def test_environment_overrides_one_field_of_one_model(
+    config_file: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv("CASCADE_MODELS__LARGE__BASE_URL", "https://api.example.com/v1")
+    settings = Settings.from_yaml(config_file)
+    assert settings.models["large"].base_url == "https://api.example.com/v1"
+    assert settings.models["large"].model == "qwen"
+    assert settings.models["small"].base_url == "http://127.0.0.1:9001/v1"
+
+
 def test_api_key_is_read_from_the_named_variable_only(
     config_file: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
