@@ -175,11 +175,11 @@ async def _load(gateways: list[str], requests: int, concurrency: int, seed: int)
             prompt = "A hard question: 17*23?" if rng.random() < 0.4 else "What is 2+2?"
             response = await client.post(
                 f"{gateways[i % len(gateways)]}/v1/chat/completions",
-                json={"model": model, "messages": [{"role": "user", "content": prompt}]},
+                json={"model": model, "max_tokens": 16, "messages": [{"role": "user", "content": prompt}]},
             )
             statuses[str(response.status_code)] = statuses.get(str(response.status_code), 0) + 1
 
-    async with httpx.AsyncClient(timeout=30) as client:
+    async with httpx.AsyncClient(timeout=120) as client:
         await asyncio.gather(*(worker(client) for _ in range(concurrency)))
     return statuses
 
@@ -207,8 +207,9 @@ POLICY_INFO = f"cascade_policy_info{JOB} == 1"
 class Drill:
     """The drill's stack (upstream, two replicas, Prometheus) and its checks, step by step."""
 
-    def __init__(self, work: Path, prefix: str, log: Any) -> None:
+    def __init__(self, work: Path, prefix: str, log: Any, *, pool: bool = False) -> None:
         self.work = work
+        self.pool = pool
         self.log = log
         self.env = {**os.environ, "CASCADE_REDIS_PREFIX": prefix}
         for name in ("CASCADE_API_KEYS", "CASCADE_ADMIN_KEY", "CASCADE_POLICY", "CASCADE_REDIS_URL"):
@@ -218,16 +219,13 @@ class Drill:
         self.gateways: list[str] = []
         self.api: PrometheusAPI | None = None
         self.report: dict[str, Any] = {}
+        self._scripted_port: int | None = None
 
     def start_upstream_and_replicas(self) -> None:
-        """Scripted upstream, the bootstrap policy pushed to Redis, two `cascade serve` replicas."""
-        port = _free_port()
-        self.procs.start("upstream", [sys.executable, str(DEPLOY / "tools" / "scripted_upstream.py"),
-                                      "--port", str(port)], self.env)
-        _wait_http(f"http://127.0.0.1:{port}/health", 20)
+        """Upstreams, the bootstrap policy pushed to Redis, two `cascade serve` replicas."""
         config = yaml.safe_load((DEPLOY / "config" / "gateway.yaml").read_text())
         for model in config["models"].values():
-            model["base_url"] = f"http://127.0.0.1:{port}/v1"
+            model["base_url"] = self._upstream_url(model["model"])
         config["policy"] = config["redis_url"] = REDIS_URL
         config_path = self.work / "gateway.yaml"
         config_path.write_text(yaml.safe_dump(config))
@@ -246,6 +244,21 @@ class Drill:
             except DrillError as exc:
                 raise DrillError(f"{exc}\n{self.procs.log_tail(f'gateway{index}')}") from exc
         self.log(f"2 replicas ready: {', '.join(self.gateways)} (one Redis, key prefix {self.prefix})")
+
+    def _upstream_url(self, model_id: str) -> str:
+        """The running local pool's server for ``model_id``, or the drill's own scripted upstream."""
+        if self.pool:
+            from localpool.manifest import load_manifest
+
+            url = f"http://127.0.0.1:{load_manifest().models[model_id].port}"
+            _wait_http(f"{url}/health", 5)
+            return f"{url}/v1"
+        if self._scripted_port is None:
+            self._scripted_port = _free_port()
+            self.procs.start("upstream", [sys.executable, str(DEPLOY / "tools" / "scripted_upstream.py"),
+                                          "--port", str(self._scripted_port)], self.env)
+            _wait_http(f"http://127.0.0.1:{self._scripted_port}/health", 20)
+        return f"http://127.0.0.1:{self._scripted_port}/v1"
 
     def start_prometheus(self, binary: str) -> PrometheusAPI:
         """Prometheus scraping both replicas every second, with the project's rules loaded."""
@@ -271,11 +284,11 @@ class Drill:
         half = requests // 2
         started = time.monotonic()
         statuses = [asyncio.run(_load(self.gateways, half, concurrency, seed=1))]
-        api.wait_for(SERVED, lambda r: _total(r) >= half, 20, "first half scraped")
+        api.wait_for(SERVED, lambda r: _total(r) >= half, 30, "first half scraped")
         first = api.by_label(SERVED, "instance")
         statuses.append(asyncio.run(_load(self.gateways, requests - half, concurrency, seed=2)))
         self.report["load_seconds"] = round(time.monotonic() - started, 2)
-        api.wait_for(SERVED, lambda r: _total(r) >= requests, 20, "second half scraped")
+        api.wait_for(SERVED, lambda r: _total(r) >= requests, 30, "second half scraped")
         second = api.by_label(SERVED, "instance")
         self.report["statuses"] = statuses
         self.report["requests_per_instance"] = {"after_first_half": first, "after_second_half": second}
@@ -352,14 +365,14 @@ def _total(result: list[dict[str, Any]]) -> float:
     return sum(float(sample["value"][1]) for sample in result)
 
 
-def run(requests: int, concurrency: int, log: Any = print) -> dict[str, Any]:
+def run(requests: int, concurrency: int, log: Any = print, *, pool: bool = False) -> dict[str, Any]:
     """Run the drill; return the measured facts (raises DrillError when a check fails)."""
     prometheus = shutil.which("prometheus")
     if prometheus is None:
         raise DrillError("prometheus not found: apt-get install prometheus (scripts/setup.sh does)")
     redis.Redis.from_url(REDIS_URL).ping()
     with tempfile.TemporaryDirectory(prefix="cascade-drill-") as tmp, _redis_prefix() as prefix:
-        drill = Drill(Path(tmp), prefix, log)
+        drill = Drill(Path(tmp), prefix, log, pool=pool)
         try:
             drill.start_upstream_and_replicas()
             drill.start_prometheus(prometheus)
@@ -397,9 +410,11 @@ def main() -> int:
     parser.add_argument("--requests", type=int, default=400, help="total requests (bounded load)")
     parser.add_argument("--concurrency", type=int, default=8)
     parser.add_argument("--json", action="store_true", help="print the measured facts as JSON at the end")
+    parser.add_argument("--pool", action="store_true",
+                        help="call the running local pool (`cascade models up`), not the scripted upstream")
     args = parser.parse_args()
     try:
-        report = run(args.requests, args.concurrency, log=lambda m: print(m, flush=True))
+        report = run(args.requests, args.concurrency, log=lambda m: print(m, flush=True), pool=args.pool)
     except (DrillError, redis.ConnectionError) as exc:
         print(f"drill failed: {exc}", file=sys.stderr)
         return 1
