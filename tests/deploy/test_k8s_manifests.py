@@ -170,3 +170,28 @@ def test_in_cluster_upstream_urls_reach_the_model_pool_service(objects) -> None:
     models = _pod_spec(objects[("Deployment", "cascade-models")])["containers"][0]
     assert models["args"][:2] == ["models", "up"] and "--foreground" in models["args"]
     assert {p["containerPort"] for p in models["ports"]} == manifest_ports
+
+
+def test_k8s_prometheus_config_keeps_exactly_the_annotated_gateway_pods(objects) -> None:
+    # Debian's promtool is built without Kubernetes service discovery, so this config is checked
+    # here: its keep rules match the gateway pods' label and annotations, and it loads the rules.
+    import re
+
+    config = yaml.safe_load((DEPLOY / "prometheus" / "prometheus.k8s.yml").read_text())
+    (job,) = config["scrape_configs"]
+    assert job["job_name"] == "cascade-gateway"  # the alert rules select on this job name
+    assert job["kubernetes_sd_configs"][0]["namespaces"]["names"] == ["cascade"]
+    template = _gateway(objects)["spec"]["template"]["metadata"]
+    meta = {f"__meta_kubernetes_pod_label_{k}": v for k, v in template["labels"].items()}
+    meta |= {f"__meta_kubernetes_pod_annotation_{k}": v for k, v in template["annotations"].items()}
+    meta = {re.sub(r"[^a-zA-Z0-9_]", "_", k): v for k, v in meta.items()}
+    keeps = [r for r in job["relabel_configs"] if r.get("action") == "keep"]
+    assert len(keeps) == 2
+    for rule in keeps:
+        (label,) = rule["source_labels"]
+        assert re.fullmatch(rule["regex"], meta[label]), label
+    address = next(r for r in job["relabel_configs"] if r.get("target_label") == "__address__")
+    joined = f"10.0.0.7:1234;{template['annotations']['prometheus.io/port']}"
+    match = re.fullmatch(address["regex"], joined)
+    assert match and address["replacement"].replace("$1", match[1]).replace("$2", match[2]) == "10.0.0.7:8080"
+    assert config["rule_files"] == ["rules/*.yml"]
