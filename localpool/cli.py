@@ -81,7 +81,7 @@ def up(
     try:
         manifest = load_manifest()
         selected = list(manifest.select(names))
-        options = ServerOptions.from_env(host)
+        options = ServerOptions.from_env(host, servers=len(selected))
         if foreground:
             raise typer.Exit(
                 run_foreground(manifest, selected, options, PoolPaths.default(), timeout_s=timeout)

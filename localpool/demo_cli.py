@@ -79,7 +79,8 @@ def demo(
 
     signal.signal(signal.SIGTERM, _interrupt)
     try:
-        pool_up(manifest, paths, names, ServerOptions.from_env(), timeout_s=timeout, say=say)
+        options = ServerOptions.from_env(servers=len(names))
+        pool_up(manifest, paths, names, options, timeout_s=timeout, say=say)
         config = write_gateway_config(
             paths.home / "demo" / "gateway.yaml", pool_gateway_config(manifest, names, policy.resolve())
         )

@@ -11,8 +11,10 @@ from localpool.manifest import Manifest, ModelSpec
 from localpool.paths import PoolPaths
 from localpool.process import ProcessError, read_record, start_detached, stop, wait_healthy
 
-# Sized for a small shared machine: 2 threads, 2 request slots sharing a 4096-token context.
-DEFAULT_THREADS = 2
+# Sized for a small shared machine: the cores split between the servers (llama.cpp's threads spin
+# while waiting, so oversubscribing cores slows every server down several times: measured on 2 cores,
+# three servers at 2 threads each collected ~0.35 answers/s, at 1 thread each ~2 answers/s), and
+# 2 request slots per server sharing a 4096-token context.
 DEFAULT_CONTEXT = 4096
 DEFAULT_PARALLEL = 2
 
@@ -22,16 +24,20 @@ class ServerOptions:
     """How llama-server is run (threads and context are per server)."""
 
     host: str = "127.0.0.1"
-    threads: int = DEFAULT_THREADS
+    threads: int = 1
     context: int = DEFAULT_CONTEXT
     parallel: int = DEFAULT_PARALLEL
 
     @classmethod
-    def from_env(cls, host: str = "127.0.0.1") -> ServerOptions:
-        """Defaults, overridable with ``CASCADE_LLAMA_THREADS`` / ``_CONTEXT`` / ``_PARALLEL``."""
+    def from_env(cls, host: str = "127.0.0.1", servers: int = 1) -> ServerOptions:
+        """Threads = cores / servers (at least 1).
+
+        ``CASCADE_LLAMA_THREADS``, ``CASCADE_LLAMA_CONTEXT`` and ``CASCADE_LLAMA_PARALLEL`` override.
+        """
+        threads = max(1, (os.cpu_count() or 1) // max(1, servers))
         return cls(
             host=host,
-            threads=int(os.environ.get("CASCADE_LLAMA_THREADS", DEFAULT_THREADS)),
+            threads=int(os.environ.get("CASCADE_LLAMA_THREADS", threads)),
             context=int(os.environ.get("CASCADE_LLAMA_CONTEXT", DEFAULT_CONTEXT)),
             parallel=int(os.environ.get("CASCADE_LLAMA_PARALLEL", DEFAULT_PARALLEL)),
         )

@@ -1,0 +1,147 @@
+"""Collection engine against httpx.MockTransport: rows, grading, cost, retries, resume after interruption."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import httpx
+
+from collection.collector import CollectOptions, collect
+from collection.prompts import Prompt
+from collection.runs_writer import RunsWriter, done_pairs
+from collection.targets import Target
+
+PROMPTS = [
+    Prompt(query_id=f"q{i}", prompt=f"question {i}", answer="B", grader="multiple_choice", dataset="unit")
+    for i in range(4)
+]
+TARGETS = [
+    Target(
+        name="small",
+        base_url="http://small.test/v1",
+        model="up-small",
+        input_per_mtok=1.0,
+        output_per_mtok=2.0,
+    ),
+    Target(
+        name="large",
+        base_url="http://large.test/v1",
+        model="up-large",
+        input_per_mtok=10.0,
+        output_per_mtok=20.0,
+    ),
+]
+
+
+def _answer(letter: str) -> dict:
+    content = [
+        {
+            "token": letter,
+            "logprob": -0.1,
+            "bytes": None,
+            "top_logprobs": [
+                {"token": letter, "logprob": -0.1, "bytes": None},
+                {"token": "A", "logprob": -2.5, "bytes": None},
+            ],
+        },
+    ]
+    return {
+        "choices": [
+            {
+                "index": 0,
+                "message": {"role": "assistant", "content": letter},
+                "logprobs": {"content": content},
+            }
+        ],
+        "usage": {"prompt_tokens": 100, "completion_tokens": 1},
+    }
+
+
+class Upstream:
+    """Scripted upstreams: ``small`` answers A, ``large`` answers B; records every request body."""
+
+    def __init__(self, fail_first: dict[str, int] | None = None, dead: set[str] | None = None) -> None:
+        self.requests: list[dict] = []
+        self.fail_first = dict(fail_first or {})
+        self.dead = dead or set()
+
+    def __call__(self, request: httpx.Request) -> httpx.Response:
+        body = json.loads(request.content)
+        self.requests.append(body)
+        query = body["messages"][-1]["content"]
+        if query in self.dead:
+            return httpx.Response(500, text="boom")
+        if self.fail_first.get(query, 0) > 0:
+            self.fail_first[query] -= 1
+            return httpx.Response(503, text="busy")
+        return httpx.Response(200, json=_answer("A" if body["model"] == "up-small" else "B"))
+
+
+async def _run(path: Path, upstream: Upstream, options: CollectOptions | None = None):
+    with RunsWriter(path) as writer:
+        return await collect(
+            PROMPTS,
+            TARGETS,
+            writer,
+            done_pairs(path),
+            options or CollectOptions(retries=1),
+            transport=httpx.MockTransport(upstream),
+        )
+
+
+def _rows(path: Path) -> list[dict]:
+    return [json.loads(line) for line in path.read_text().splitlines()]
+
+
+async def test_every_pair_is_recorded_with_grade_cost_and_logprobs(tmp_path: Path) -> None:
+    path, upstream = tmp_path / "runs.jsonl", Upstream()
+    summary = await _run(path, upstream, CollectOptions(top_logprobs=7, max_tokens=1))
+    rows = _rows(path)
+    assert summary.written == 8 and summary.failed == 0
+    assert {(r["query_id"], r["model"]) for r in rows} == {
+        (p.query_id, t.name) for p in PROMPTS for t in TARGETS
+    }
+    small = next(r for r in rows if r["model"] == "small")
+    large = next(r for r in rows if r["model"] == "large")
+    assert small["correct"] == 0.0 and large["correct"] == 1.0
+    assert small["cost_usd"] == (100 * 1.0 + 1 * 2.0) / 1e6
+    assert large["cost_usd"] == (100 * 10.0 + 1 * 20.0) / 1e6
+    assert small["logprobs"][0]["top_logprobs"][1]["token"] == "A"
+    assert small["dataset"] == "unit" and small["latency_ms"] >= 0
+    sent = upstream.requests[0]
+    assert (
+        sent["logprobs"] is True and sent["top_logprobs"] == 7 and sent["max_tokens"] == 1 and sent["n"] == 1
+    )
+
+
+async def test_transient_503_is_retried(tmp_path: Path) -> None:
+    upstream = Upstream(fail_first={"question 0": 1})
+    summary = await _run(tmp_path / "runs.jsonl", upstream)
+    assert summary.failed == 0 and summary.written == 8
+
+
+async def test_rerun_after_failures_only_calls_the_missing_pairs(tmp_path: Path) -> None:
+    path = tmp_path / "runs.jsonl"
+    first = await _run(path, Upstream(dead={"question 2"}))
+    assert first.failed == 2 and first.written == 6 and "q2" in first.errors[0]
+    assert ("q2", "small") not in done_pairs(path)
+
+    upstream = Upstream()
+    second = await _run(path, upstream)
+    assert second.written == 2 and second.skipped == 6
+    assert {r["messages"][-1]["content"] for r in upstream.requests} == {"question 2"}
+    assert len(_rows(path)) == 8
+
+
+async def test_torn_last_line_from_an_interrupted_write_is_dropped_and_redone(tmp_path: Path) -> None:
+    path = tmp_path / "runs.jsonl"
+    await _run(path, Upstream())
+    lines = path.read_text().splitlines()
+    path.write_text("\n".join(lines[:-1]) + "\n" + lines[-1][:25])  # crash mid-write
+    torn = json.loads(lines[-1])
+    assert (torn["query_id"], torn["model"]) not in done_pairs(path)
+    upstream = Upstream()
+    summary = await _run(path, upstream)
+    assert summary.written == 1
+    assert len(_rows(path)) == 8  # every line parses again
