@@ -1,0 +1,198 @@
+"""End to end: `cascade serve` in front of two real llama-server models, the openai SDK as the client.
+
+The policy is written for the test from the cheap model's own scores on the questions (threshold in
+the middle of the widest gap between them), so both outcomes happen: the confident answers are
+accepted, the others escalated to the larger model. Needs scripts/setup.sh (llama-server + models).
+"""
+
+from __future__ import annotations
+
+import itertools
+import socket
+import subprocess
+import sys
+from collections.abc import Iterator
+from pathlib import Path
+
+import httpx
+import pytest
+from openai import OpenAI
+from prometheus_client.parser import text_string_to_metric_families
+
+from localpool.demo_config import pool_gateway_config, write_gateway_config
+from localpool.install import llama_server_binary, model_is_installed
+from localpool.manifest import Manifest, load_manifest
+from localpool.paths import PoolPaths
+from localpool.pool import ServerOptions, server_command
+from localpool.process import start_detached, stop, wait_healthy
+from policies import build_policy, save_policy
+from policies.scorers import score_response
+
+pytestmark = pytest.mark.e2e
+
+CHEAP, STRONG = "smollm2-135m", "qwen2.5-coder-0.5b"
+TOP_K = 10
+QUESTIONS = [
+    "What is the capital of France?",
+    "Say hello.",
+    "What is 2 + 2?",
+    "Name a colour.",
+    "Continue the sequence: qz7, vv, 9k,",
+    "Translate 'Schmetterling' into Basque, then explain its etymology.",
+]
+
+
+def _free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return sock.getsockname()[1]
+
+
+def _body(question: str) -> dict:
+    return {"messages": [{"role": "user", "content": question}], "max_tokens": 8, "temperature": 0}
+
+
+@pytest.fixture(scope="module")
+def pool(repo_root: Path, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Manifest]:
+    """The two real models on free ports (installed by scripts/setup.sh into the repo's .cascade/)."""
+    paths = PoolPaths(repo_root / ".cascade")
+    manifest = load_manifest()
+    binary = llama_server_binary()
+    missing = [n for n in (CHEAP, STRONG) if not model_is_installed(manifest.models[n], paths)]
+    if binary is None or missing:
+        pytest.fail(
+            f"local pool not installed (llama-server: {binary}, missing: {missing}); run scripts/setup.sh"
+        )
+    models = {n: manifest.models[n].model_copy(update={"port": _free_port()}) for n in (CHEAP, STRONG)}
+    run = tmp_path_factory.mktemp("pool")
+    options = ServerOptions.from_env(servers=2)
+    records = []
+    try:
+        for name, spec in models.items():
+            command = server_command(binary, paths.model_file(spec.file), name, spec, options)
+            records.append(start_detached(command, run / f"{name}.log", run / f"{name}.pid", port=spec.port))
+        for (name, spec), record in zip(models.items(), records, strict=True):
+            health = f"http://127.0.0.1:{spec.port}/health"
+            wait_healthy(health, pid=record.pid, log_path=run / f"{name}.log", timeout_s=120, name=name)
+        yield manifest.model_copy(update={"models": models})
+    finally:
+        for record in records:
+            stop(record.pid, grace_s=10)
+
+
+@pytest.fixture(scope="module")
+def cheap_scores(pool: Manifest) -> dict[str, float]:
+    """The cheap model's own mean-token-negentropy score for each question (asked directly)."""
+    url = f"http://127.0.0.1:{pool.models[CHEAP].port}/v1/chat/completions"
+    scores = {}
+    for question in QUESTIONS:
+        body = {**_body(question), "model": CHEAP, "logprobs": True, "top_logprobs": TOP_K}
+        response = httpx.post(url, json=body, timeout=120)
+        response.raise_for_status()
+        score = score_response(response.json(), "mean_token_negentropy", TOP_K)
+        assert score is not None, f"no score for {question!r}"
+        scores[question] = score
+    return scores
+
+
+def _threshold(scores: dict[str, float]) -> tuple[float, float]:
+    """Midpoint of the widest gap between the sorted scores, and that gap."""
+    ordered = sorted(scores.values())
+    gap, index = max((b - a, i) for i, (a, b) in enumerate(itertools.pairwise(ordered)))
+    return (ordered[index] + ordered[index + 1]) / 2, gap
+
+
+@pytest.fixture(scope="module")
+def gateway(
+    pool: Manifest, cheap_scores: dict[str, float], tmp_path_factory: pytest.TempPathFactory
+) -> Iterator[str]:
+    """`cascade serve` with a generated config and a policy whose threshold splits the questions."""
+    threshold, _ = _threshold(cheap_scores)
+    work = tmp_path_factory.mktemp("gateway")
+    policy = build_policy(
+        {
+            "schema_version": 1,
+            "scorer": {"name": "mean_token_negentropy", "top_k": TOP_K},
+            "models": {
+                CHEAP: {"mean_cost_usd": 1e-6, "quality": 0.3},
+                STRONG: {"mean_cost_usd": 5e-6, "quality": 0.5},
+            },
+            "default_tier": "balanced",
+            "tiers": {
+                "balanced": {
+                    "objective": {"max_cost_usd": 1e-5},
+                    "routes": [{"weight": 1.0, "models": [CHEAP, STRONG], "thresholds": [threshold]}],
+                    "expected": {"cost_usd": 3e-6, "quality": 0.4, "escalation_rate": 0.5},
+                    "shadow_price": 1.0,
+                }
+            },
+            "envelope": [
+                {"cost_usd": 3e-6, "quality": 0.4, "models": [CHEAP, STRONG], "thresholds": [threshold]}
+            ],
+        }
+    )
+    policy_path = work / "policy.json"
+    save_policy(policy, policy_path)
+    config = write_gateway_config(
+        work / "gateway.yaml", pool_gateway_config(pool, [CHEAP, STRONG], policy_path)
+    )
+    port = _free_port()
+    log = work / "gateway.log"
+    with log.open("wb") as out:
+        process = subprocess.Popen(
+            [sys.executable, "-m", "cascade_cli.main", "serve", "--config", str(config), "--port", str(port)],
+            stdout=out,
+            stderr=subprocess.STDOUT,
+        )
+    try:
+        wait_healthy(
+            f"http://127.0.0.1:{port}/readyz", pid=process.pid, log_path=log, timeout_s=60, name="gateway"
+        )
+        yield f"http://127.0.0.1:{port}"
+    finally:
+        process.terminate()
+        try:
+            process.wait(timeout=10)
+        except subprocess.TimeoutExpired:
+            process.kill()
+            process.wait()
+
+
+def test_confident_answers_are_accepted_and_the_others_escalated(
+    gateway: str, cheap_scores: dict[str, float]
+) -> None:
+    threshold, gap = _threshold(cheap_scores)
+    assert gap > 0.02, f"the cheap model's scores do not separate: {cheap_scores}"
+    client = OpenAI(base_url=f"{gateway}/v1", api_key="unused", max_retries=0, timeout=120)
+    outcomes = {}
+    for question in QUESTIONS:
+        raw = client.chat.completions.with_raw_response.create(model="cascade", **_body(question))
+        completion = raw.parse()
+        escalated = raw.headers["x-cascade-escalated"] == "true"
+        score = float(raw.headers["x-cascade-score"])
+        assert float(raw.headers["x-cascade-threshold"]) == pytest.approx(threshold)
+        assert escalated == (score < threshold)  # the decision rule, on the gateway's own score
+        assert score == pytest.approx(cheap_scores[question], abs=0.05)  # same scorer as offline
+        expected_model = STRONG if escalated else CHEAP
+        assert raw.headers["x-cascade-model"] == expected_model == completion.model
+        called = [CHEAP, STRONG] if escalated else [CHEAP]
+        assert raw.headers["x-cascade-models-called"].split(",") == called
+        assert completion.choices[0].message.content
+        outcomes[question] = "escalated" if escalated else "accepted"
+    assert set(outcomes.values()) == {"accepted", "escalated"}, outcomes
+
+    families = {f.name: f for f in text_string_to_metric_families(httpx.get(f"{gateway}/metrics").text)}
+    requests = {
+        s.labels["outcome"]: s.value
+        for s in families["cascade_requests"].samples
+        if s.name == "cascade_requests_total" and s.labels.get("tier") == "balanced"
+    }
+    assert requests.get("accepted") == list(outcomes.values()).count("accepted")
+    assert requests.get("escalated") == list(outcomes.values()).count("escalated")
+    escalations = [
+        s.value
+        for s in families["cascade_escalations"].samples
+        if s.name == "cascade_escalations_total"
+        and s.labels == {"tier": "balanced", "from_model": CHEAP, "to_model": STRONG}
+    ]
+    assert escalations == [list(outcomes.values()).count("escalated")]
