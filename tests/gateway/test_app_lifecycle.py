@@ -7,7 +7,7 @@ import time
 import httpx
 import openai
 import pytest
-from conftest import POLICY_DOCUMENT
+from gateway_testkit import POLICY_DOCUMENT
 from redis_support import REDIS_URL, delete_prefix, fresh_keys
 from scripted_upstream import ok
 

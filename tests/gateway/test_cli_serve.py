@@ -13,7 +13,7 @@ from pathlib import Path
 import httpx
 import pytest
 import yaml
-from conftest import model_configs
+from gateway_testkit import model_configs
 from openai import OpenAI
 from scripted_upstream import ok
 from typer.testing import CliRunner

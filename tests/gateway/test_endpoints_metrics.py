@@ -6,7 +6,7 @@ import json
 import time
 
 import httpx
-from conftest import model_configs
+from gateway_testkit import model_configs
 from scripted_upstream import error, ok
 
 MESSAGES = [{"role": "user", "content": "secret prompt text"}]

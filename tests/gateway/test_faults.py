@@ -9,7 +9,7 @@ import time
 import httpx
 import openai
 import pytest
-from conftest import model_configs
+from gateway_testkit import model_configs
 from scripted_upstream import Reply, error, ok
 
 MESSAGES = [{"role": "user", "content": "What is the capital of France?"}]

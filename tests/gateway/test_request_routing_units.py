@@ -8,7 +8,7 @@ import time
 
 import orjson
 import pytest
-from conftest import POLICY_DOCUMENT, model_configs
+from gateway_testkit import POLICY_DOCUMENT, model_configs
 
 from gateway.cascade import client_body, upstream_body
 from gateway.config import Settings

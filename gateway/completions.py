@@ -1,0 +1,350 @@
+"""The completion endpoints as plain ASGI callables (the measured hot path, DESIGN section 2).
+
+``POST /v1/chat/completions`` and ``POST /v1/completions``: read the body under the size limit,
+authenticate, parse with orjson and validate by hand, choose the route, reserve spend, run the
+cascade (or stream it), answer with the ``x-cascade-*`` headers, then record metrics and one JSON log
+line. Every failure a client sees goes through ``error_parts`` (one mapping of GatewayError to an
+OpenAI error body); an unexpected exception is a 500 OpenAI body without traceback, logged. A client
+disconnect cancels the request's task and with it every upstream call.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import time
+from typing import Any
+
+import orjson
+
+from gateway.cascade import CascadeFacts, client_body
+from gateway.errors import BodyTooLargeError, BudgetExceededError, GatewayError
+from gateway.logs import log_event, log_exception
+from gateway.requests import ParsedRequest, RequestKind, parse_request
+from gateway.routing import RoutePlan
+from gateway.runtime import Gateway
+from gateway.streaming import DONE, SSE_HEADERS, client_chunk, replay, sse, sse_error, upstream_events
+from gateway.upstream import UpstreamFailure, read_completion
+
+_JSON_HEADER = (b"content-type", b"application/json")
+_WANTED_HEADERS = frozenset(
+    {b"authorization", b"content-length", b"x-cascade-max-cost-usd", b"x-cascade-tier"}
+)
+
+
+class InternalError(GatewayError):
+    """500: an unexpected failure inside the gateway (details only in the server log)."""
+
+    code = "internal_error"
+
+
+class _ClientGone(Exception):
+    """The client disconnected before its request body arrived."""
+
+
+def error_parts(
+    error: GatewayError, request_id: str | None = None
+) -> tuple[int, list[tuple[bytes, bytes]], bytes]:
+    """The one mapping of a GatewayError to (status, headers, OpenAI error body)."""
+    headers = [_JSON_HEADER]
+    headers.extend((k.lower().encode(), v.encode()) for k, v in error.headers.items())
+    if request_id:
+        headers.append((b"x-request-id", request_id.encode()))
+    payload = orjson.dumps(error.body())
+    return error.status, headers, payload
+
+
+class _Exchange:
+    """One HTTP exchange's send side, remembering whether the response has started."""
+
+    __slots__ = ("done", "gone", "send", "started")
+
+    def __init__(self, send: Any):
+        self.send = send
+        self.started = False
+        self.done = False
+        self.gone = False
+
+    async def start(self, status: int, headers: list[tuple[bytes, bytes]]) -> None:
+        self.started = True
+        await self.send({"type": "http.response.start", "status": status, "headers": headers})
+
+    async def body(self, data: bytes, more: bool = True) -> None:
+        if not more:
+            self.done = True  # from here on a disconnect is the normal end of the exchange
+        await self.send({"type": "http.response.body", "body": data, "more_body": more})
+
+
+class CompletionsEndpoint:
+    """ASGI app for ``POST /v1/chat/completions`` (kind ``chat``) and ``POST /v1/completions``."""
+
+    def __init__(self, gateway: Gateway, kind: RequestKind):
+        self.gateway = gateway
+        self.kind = kind
+        self.path = "/v1/chat/completions" if kind == "chat" else "/v1/completions"
+
+    async def __call__(self, scope: dict[str, Any], receive: Any, send: Any) -> None:
+        gw = self.gateway
+        started = time.perf_counter()
+        request_id = os.urandom(12).hex()
+        exchange = _Exchange(send)
+        headers = {k: v for k, v in scope["headers"] if k in _WANTED_HEADERS}
+        tier, outcome, status = "none", "error", 200
+        facts: CascadeFacts | None = None
+        parsed: ParsedRequest | None = None
+        reservation = None
+        watcher: asyncio.Task[None] | None = None
+        try:
+            raw = await _read_body(receive, headers.get(b"content-length"), gw.settings.limits.max_body_bytes)
+            identity = await gw.shared.authenticator.authenticate(_text(headers.get(b"authorization")))
+            parsed = parse_request(raw, self.kind)
+            plan = gw.router.plan(
+                parsed,
+                gw.policy,
+                _text(headers.get(b"x-cascade-max-cost-usd")),
+                _text(headers.get(b"x-cascade-tier")),
+                gw.no_policy_reason(),
+            )
+            tier = plan.tier
+            try:
+                reservation = await gw.shared.spend.reserve(identity, gw.reserve_estimate(plan))
+            except BudgetExceededError:
+                gw.metrics.budget_rejections.inc()
+                raise
+            # From here on upstream calls may run: cancel them if the client goes away.
+            current = asyncio.current_task()
+            assert current is not None
+            watcher = asyncio.create_task(_watch_disconnect(receive, exchange, current))
+            deadline = time.monotonic() + gw.settings.limits.request_timeout_s
+            facts = gw.engine.new_facts(plan)
+            if parsed.stream:
+                await self._stream(exchange, plan, parsed, facts, deadline, request_id, started)
+            else:
+                result = await gw.engine.run(plan, parsed, deadline, facts=facts)
+                body = client_body(result.body, facts.answered_by, parsed)  # type: ignore[arg-type]
+                payload = orjson.dumps(body)
+                overhead_ms = (time.perf_counter() - started - facts.upstream_s) * 1000
+                out = [
+                    _JSON_HEADER,
+                    (b"content-length", str(len(payload)).encode()),
+                    (b"x-request-id", request_id.encode()),
+                    *facts.headers(overhead_ms),
+                ]
+                await exchange.start(200, out)
+                await exchange.body(payload, more=False)
+            outcome = facts.outcome
+        except asyncio.CancelledError:
+            if not exchange.gone:
+                raise
+            asyncio.current_task().uncancel()  # type: ignore[union-attr]
+            status, outcome = 499, "error"
+        except _ClientGone:
+            status, outcome = 499, "error"
+        except GatewayError as error:
+            status = error.status
+            await self._send_error(exchange, error, request_id)
+        except Exception:
+            log_exception("request_failed", request_id=request_id, route=self.path)
+            status = 500
+            await self._send_error(
+                exchange, InternalError(f"internal error (request {request_id})"), request_id
+            )
+        finally:
+            if watcher is not None:
+                watcher.cancel()
+        if facts is not None and outcome == "error" and facts.outcome != "error":
+            facts.outcome = "error"
+        if reservation is not None:
+            await gw.shared.spend.settle(reservation, facts.cost_usd if facts else 0.0)
+        self._record(request_id, tier, outcome, status, facts, parsed, started)
+
+    async def _stream(
+        self,
+        exchange: _Exchange,
+        plan: RoutePlan,
+        parsed: ParsedRequest,
+        facts: CascadeFacts,
+        deadline: float,
+        request_id: str,
+        started: float,
+    ) -> None:
+        """Serve a streamed request: replay a complete answer, or relay the final stage live."""
+        gw = self.gateway
+        result = await gw.engine.run(plan, parsed, deadline, facts=facts, stream_last=True)
+        if result.body is not None:
+            await self._replay(exchange, result.body, facts, parsed, request_id, started)
+            return
+        live = result.live
+        assert live is not None
+        facts.models_called.append(live.model)
+        t0 = time.monotonic()
+        try:
+            async with gw.pool[live.model].stream(parsed.kind, live.body, deadline) as response:
+                facts.answered_by = live.model
+                if response.content_type == "application/json":
+                    # An upstream that ignores ``stream``: its whole answer, replayed like an accepted one.
+                    complete = await read_completion(response, live.model)
+                    facts.upstream_s += time.monotonic() - t0
+                    gw.engine.account(facts, live.model, complete.get("usage"))
+                    await self._replay(exchange, complete, facts, parsed, request_id, started)
+                    return
+                overhead_ms = (time.perf_counter() - started - facts.upstream_s) * 1000
+                await exchange.start(
+                    200, [*SSE_HEADERS, (b"x-request-id", request_id.encode()), *facts.headers(overhead_ms)]
+                )
+                held: dict[str, Any] | None = None
+                usage = None
+                async for event in upstream_events(response, live.model):
+                    if event.get("usage"):
+                        usage = event["usage"]
+                    if not event.get("choices") and not parsed.include_usage:
+                        continue
+                    client_chunk(event, live.model, parsed)
+                    if held is not None:
+                        await exchange.body(sse(held))
+                    held = event
+                facts.upstream_s += time.monotonic() - t0
+                gw.engine.account(facts, live.model, usage)
+                if held is None:
+                    held = {
+                        "object": "chat.completion.chunk" if parsed.kind == "chat" else "text_completion",
+                        "model": live.model,
+                        "choices": [],
+                    }
+                overhead_ms = (time.perf_counter() - started - facts.upstream_s) * 1000
+                held["cascade"] = facts.as_dict(overhead_ms)
+                await exchange.body(sse(held) + DONE, more=False)
+                return
+        except UpstreamFailure as failure:
+            facts.failures.append(failure.kind)
+            facts.upstream_s += time.monotonic() - t0
+            if exchange.started:
+                facts.outcome = "error"
+                await exchange.body(sse_error(failure.to_gateway_error()), more=False)
+                return
+            if live.fallback is None:
+                raise failure.to_gateway_error() from None
+            facts.answered_by, facts.degraded = live.fallback_model, True
+            await self._replay(exchange, live.fallback, facts, parsed, request_id, started)
+            return
+
+    async def _replay(
+        self,
+        exchange: _Exchange,
+        body: dict[str, Any],
+        facts: CascadeFacts,
+        parsed: ParsedRequest,
+        request_id: str,
+        started: float,
+    ) -> None:
+        body = client_body(body, facts.answered_by or "", parsed)
+        overhead_ms = (time.perf_counter() - started - facts.upstream_s) * 1000
+        await exchange.start(
+            200, [*SSE_HEADERS, (b"x-request-id", request_id.encode()), *facts.headers(overhead_ms)]
+        )
+        await exchange.body(replay(body, parsed, facts.as_dict(overhead_ms)), more=False)
+
+    async def _send_error(self, exchange: _Exchange, error: GatewayError, request_id: str) -> None:
+        if exchange.done:
+            return
+        if exchange.started:  # inside a stream: an SSE error event, never a silent truncation
+            await exchange.body(sse_error(error), more=False)
+            return
+        status, headers, payload = error_parts(error, request_id)
+        headers.append((b"content-length", str(len(payload)).encode()))
+        await exchange.start(status, headers)
+        await exchange.body(payload, more=False)
+
+    def _record(
+        self,
+        request_id: str,
+        tier: str,
+        outcome: str,
+        status: int,
+        facts: CascadeFacts | None,
+        parsed: ParsedRequest | None,
+        started: float,
+    ) -> None:
+        """Metrics and the request's log line."""
+        metrics = self.gateway.metrics
+        duration = time.perf_counter() - started
+        upstream_s = facts.upstream_s if facts else 0.0
+        metrics.child(metrics.requests, tier, outcome).inc()
+        metrics.child(metrics.request_duration, tier).observe(duration)
+        metrics.overhead.observe(max(0.0, duration - upstream_s))
+        fields: dict[str, Any] = {
+            "request_id": request_id,
+            "path": self.path,
+            "status": status,
+            "tier": tier,
+            "outcome": outcome,
+            "duration_ms": round(duration * 1000, 3),
+            "overhead_ms": round((duration - upstream_s) * 1000, 3),
+        }
+        if parsed is not None:
+            fields["model"] = parsed.model[:100]
+            fields["stream"] = parsed.stream
+            if self.gateway.settings.logging.log_prompts:
+                fields["prompt"] = parsed.body.get("messages" if parsed.kind == "chat" else "prompt")
+        if facts is not None:
+            fields.update(
+                route=facts.route,
+                models_called=facts.models_called,
+                answered_by=facts.answered_by,
+                escalated=facts.escalated,
+                score=facts.score,
+                threshold=facts.threshold,
+                cost_usd=facts.cost_usd,
+                upstream_ms=round(upstream_s * 1000, 3),
+                degraded=facts.degraded,
+                policy_id=facts.policy_id,
+            )
+            if facts.failures:
+                fields["upstream_failures"] = facts.failures
+        log_event("request", **fields)
+
+
+async def _read_body(receive: Any, content_length: bytes | None, limit: int) -> bytes:
+    """The request body, refusing more than ``limit`` bytes (413) before or while reading."""
+    if content_length is not None:
+        try:
+            declared = int(content_length)
+        except ValueError:
+            declared = 0
+        if declared > limit:
+            raise BodyTooLargeError(f"request body of {declared} bytes exceeds the limit of {limit} bytes")
+    message = await receive()
+    if message["type"] == "http.disconnect":
+        raise _ClientGone
+    body: bytes = message.get("body", b"")
+    if not message.get("more_body"):
+        if len(body) > limit:
+            raise BodyTooLargeError(f"request body exceeds the limit of {limit} bytes")
+        return body
+    chunks, size = [body], len(body)
+    while True:
+        message = await receive()
+        if message["type"] == "http.disconnect":
+            raise _ClientGone
+        chunk = message.get("body", b"")
+        size += len(chunk)
+        if size > limit:
+            raise BodyTooLargeError(f"request body exceeds the limit of {limit} bytes")
+        chunks.append(chunk)
+        if not message.get("more_body"):
+            return b"".join(chunks)
+
+
+async def _watch_disconnect(receive: Any, exchange: _Exchange, task: asyncio.Task[Any]) -> None:
+    """Cancel the request's task (and with it every upstream call) when the client disconnects."""
+    while True:
+        message = await receive()
+        if message["type"] == "http.disconnect":
+            if not exchange.done:
+                exchange.gone = True
+                task.cancel()
+            return
+
+
+def _text(value: bytes | None) -> str | None:
+    return value.decode("latin-1") if value is not None else None

@@ -1,0 +1,159 @@
+"""Shared helpers of the gateway tests (import them from here, not from conftest: every test
+directory has a ``conftest`` module and ``from conftest import`` picks whichever loaded last).
+
+* ``POLICY_DOCUMENT``: the test policy (tiers ``balanced``, ``chain``, ``direct``, ``mix``).
+* ``model_configs(base_url)``: the test models ``small``/``medium``/``large`` -> ``up-small``/...
+* ``serve(app)`` / ``stop(running)``: run an ASGI app under uvicorn in a thread (``RunningGateway``).
+"""
+
+from __future__ import annotations
+
+import socket
+import threading
+import time
+from typing import Any
+
+import httpx
+import uvicorn
+from openai import AsyncOpenAI, OpenAI
+from prometheus_client.parser import text_string_to_metric_families
+
+POLICY_DOCUMENT: dict[str, Any] = {
+    "schema_version": 1,
+    "scorer": {"name": "mean_token_negentropy", "top_k": 5},
+    "models": {
+        "small": {"mean_cost_usd": 0.00001, "quality": 0.5},
+        "medium": {"mean_cost_usd": 0.0001, "quality": 0.6},
+        "large": {"mean_cost_usd": 0.001, "quality": 0.8},
+    },
+    "default_tier": "balanced",
+    "tiers": {
+        "balanced": {
+            "objective": {"max_cost_usd": 0.0005},
+            "routes": [{"weight": 1.0, "models": ["small", "large"], "thresholds": [0.5]}],
+            "expected": {"cost_usd": 0.0004, "quality": 0.7, "escalation_rate": 0.4},
+            "shadow_price": 100.0,
+        },
+        "chain": {
+            "objective": {"max_cost_usd": 0.0008},
+            "routes": [{"weight": 1.0, "models": ["small", "medium", "large"], "thresholds": [0.5, 0.5]}],
+            "expected": {"cost_usd": 0.0005, "quality": 0.72, "escalation_rate": 0.5},
+        },
+        "direct": {
+            "objective": {"min_quality": 0.8},
+            "routes": [{"weight": 1.0, "models": ["large"], "thresholds": []}],
+            "expected": {"cost_usd": 0.001, "quality": 0.8, "escalation_rate": 0.0},
+        },
+        "mix": {
+            "objective": {"max_cost_usd": 0.0007},
+            "routes": [
+                {"weight": 0.5, "models": ["small", "large"], "thresholds": [0.5]},
+                {"weight": 0.5, "models": ["large"], "thresholds": []},
+            ],
+            "expected": {"cost_usd": 0.0007, "quality": 0.75, "escalation_rate": 0.2},
+        },
+    },
+    "envelope": [
+        {"cost_usd": 0.00001, "quality": 0.5, "models": ["small"], "thresholds": [], "escalation_rate": 0},
+        {
+            "cost_usd": 0.0004,
+            "quality": 0.7,
+            "models": ["small", "large"],
+            "thresholds": [0.5],
+            "escalation_rate": 0.4,
+        },
+        {"cost_usd": 0.001, "quality": 0.8, "models": ["large"], "thresholds": [], "escalation_rate": 0},
+    ],
+    "on_missing_score": "escalate",
+    "allow_degraded": True,
+}
+
+
+def model_configs(base_url: str) -> dict[str, Any]:
+    """The test models: per-token price for small, per-query for medium and large."""
+    return {
+        "small": {
+            "base_url": base_url,
+            "model": "up-small",
+            "timeout_s": 2,
+            "max_retries": 2,
+            "price": {"input_per_mtok": 0.1, "output_per_mtok": 0.2},
+        },
+        "medium": {
+            "base_url": base_url,
+            "model": "up-medium",
+            "timeout_s": 2,
+            "max_retries": 1,
+            "price": {"per_query_usd": 0.0001},
+        },
+        "large": {
+            "base_url": base_url,
+            "model": "up-large",
+            "timeout_s": 2,
+            "max_retries": 1,
+            "price": {"per_query_usd": 0.001},
+        },
+    }
+
+
+class RunningGateway:
+    """The app served by uvicorn in a background thread."""
+
+    def __init__(self, app: Any, server: uvicorn.Server, thread: threading.Thread, port: int):
+        self.app = app
+        self.server = server
+        self.thread = thread
+        self.port = port
+        self.url = f"http://127.0.0.1:{port}"
+
+    @property
+    def gateway(self) -> Any:
+        """The app's ``gateway.app.Gateway`` (metrics, pool, shared state)."""
+        return self.app.state.gateway
+
+    def client(self, api_key: str = "none", **kw: Any) -> OpenAI:
+        """Official sync SDK client (no retries, short timeout)."""
+        return OpenAI(base_url=self.url + "/v1", api_key=api_key, max_retries=0, timeout=20, **kw)
+
+    def async_client(self, api_key: str = "none", **kw: Any) -> AsyncOpenAI:
+        """Official async SDK client (no retries, short timeout)."""
+        return AsyncOpenAI(base_url=self.url + "/v1", api_key=api_key, max_retries=0, timeout=20, **kw)
+
+    def metrics(self) -> dict[str, Any]:
+        """``/metrics`` parsed with prometheus_client.parser: family name -> family."""
+        text = httpx.get(self.url + "/metrics", timeout=5).text
+        return {family.name: family for family in text_string_to_metric_families(text)}
+
+    def sample(self, name: str, **labels: str) -> float:
+        """Value of one sample (0.0 when absent); ``name`` is the full sample name."""
+        for family in self.metrics().values():
+            for sample in family.samples:
+                if sample.name == name and all(sample.labels.get(k) == v for k, v in labels.items()):
+                    return sample.value
+        return 0.0
+
+
+def serve(app: Any) -> RunningGateway:
+    """Start uvicorn (uvloop, httptools, lifespan on) for ``app`` on a free loopback port."""
+    sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+    sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+    sock.bind(("127.0.0.1", 0))
+    port = sock.getsockname()[1]
+    config = uvicorn.Config(
+        app, loop="uvloop", http="httptools", lifespan="on", log_level="warning", access_log=False
+    )
+    server = uvicorn.Server(config)
+    thread = threading.Thread(target=server.run, kwargs={"sockets": [sock]}, daemon=True)
+    thread.start()
+    end = time.monotonic() + 15
+    while not server.started:
+        if not thread.is_alive() or time.monotonic() > end:
+            raise RuntimeError("the gateway did not start (see the log above)")
+        time.sleep(0.01)
+    return RunningGateway(app, server, thread, port)
+
+
+def stop(running: RunningGateway) -> None:
+    """Stop uvicorn and wait for its lifespan shutdown."""
+    running.server.should_exit = True
+    running.thread.join(15)
