@@ -265,16 +265,23 @@ def upstream_body(request: ParsedRequest, upstream_model: str, *, top_k: int | N
 
 
 def client_body(body: dict[str, Any], model_name: str, request: ParsedRequest) -> dict[str, Any]:
-    """Make an upstream answer the client's: configured model name, logprobs only if asked (trimmed)."""
-    body["model"] = model_name
+    """The client's view of an upstream answer: configured model name, logprobs only if asked (trimmed).
+
+    Without logprobs it returns a new top-level dict and leaves ``body`` intact: the caller still
+    holds ``body``, so the big logprob tree is freed after the response is sent, not before.
+    """
     choices = body.get("choices")
     if not isinstance(choices, list):
-        return body
+        return {**body, "model": model_name}
     if not request.wants_logprobs:
-        for choice in choices:
-            if isinstance(choice, dict) and choice.get("logprobs") is not None:
-                choice["logprobs"] = None
-        return body
+        stripped = [
+            {**choice, "logprobs": None}
+            if isinstance(choice, dict) and choice.get("logprobs") is not None
+            else choice
+            for choice in choices
+        ]
+        return {**body, "model": model_name, "choices": stripped}
+    body["model"] = model_name
     _trim_alternatives(choices, request)
     return body
 
