@@ -13,6 +13,19 @@ from typing import Annotated
 import typer
 
 DEFAULT_POLICY = Path("policies/local-demo.json")
+# The demo policy was calibrated on one-letter answers to multiple-choice questions: ask one such.
+SMOKE_MESSAGES = [
+    {
+        "role": "system",
+        "content": "You answer multiple-choice questions. Reply with only the letter (A, B, C or D) "
+        "of the correct answer.",
+    },
+    {
+        "role": "user",
+        "content": "Question: Which planet is known as the Red Planet?\nA. Venus\nB. Mars\nC. Jupiter\n"
+        "D. Saturn\nAnswer:",
+    },
+]
 
 
 def usage_text(url: str, tiers: list[str]) -> str:
@@ -48,7 +61,8 @@ def demo(
     """Start the local pool and the gateway (policies/local-demo.json); Ctrl-C stops everything."""
     from localpool.cli import fail
     from localpool.demo_config import pool_gateway_config, write_gateway_config
-    from localpool.manifest import ManifestError, load_manifest
+    from localpool.install import InstallError, install_model, model_is_installed
+    from localpool.manifest import DEFAULT_MANIFEST, ManifestError, load_manifest
     from localpool.paths import PoolPaths
     from localpool.pool import ServerOptions
     from localpool.pool import down as pool_down
@@ -79,6 +93,9 @@ def demo(
 
     signal.signal(signal.SIGTERM, _interrupt)
     try:
+        for name in names:  # e.g. the optional larger model the calibrated policy escalates to
+            if not model_is_installed(manifest.models[name], paths):
+                install_model(name, manifest.models[name], paths, say, manifest_path=DEFAULT_MANIFEST)
         options = ServerOptions.from_env(servers=len(names))
         pool_up(manifest, paths, names, options, timeout_s=timeout, say=say)
         config = write_gateway_config(
@@ -114,7 +131,7 @@ def demo(
             fail(f"the gateway exited (code {gateway.returncode}); see {log_path}")
     except KeyboardInterrupt:
         interrupted = True
-    except ProcessError as exc:
+    except (ProcessError, InstallError) as exc:
         fail(str(exc))
     finally:
         if gateway is not None and gateway.poll() is None:
@@ -135,11 +152,7 @@ def _smoke(url: str) -> None:
     """One cascade request; prints the answer and the x-cascade-* headers."""
     import httpx
 
-    body = {
-        "model": "cascade",
-        "max_tokens": 8,
-        "messages": [{"role": "user", "content": "What is the capital of France? Answer in one word."}],
-    }
+    body = {"model": "cascade", "max_tokens": 1, "messages": SMOKE_MESSAGES}
     response = httpx.post(f"{url}/v1/chat/completions", json=body, timeout=120)
     response.raise_for_status()
     for key, value in sorted(response.headers.items()):

@@ -1,0 +1,81 @@
+"""`cascade demo --smoke`: pool + gateway started, one cascade request answered, everything stopped."""
+
+from __future__ import annotations
+
+import os
+import socket
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from localpool.manifest import load_manifest
+from localpool.paths import PoolPaths
+from localpool.process import read_record
+from policies import build_policy, save_policy
+
+pytestmark = pytest.mark.e2e
+
+CHEAP, STRONG = "smollm2-135m", "qwen2.5-coder-0.5b"
+
+
+def _free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return sock.getsockname()[1]
+
+
+def test_demo_smoke_serves_one_cascade_request_and_cleans_up(repo_root: Path, tmp_path: Path) -> None:
+    policy = build_policy(
+        {
+            "schema_version": 1,
+            "scorer": {"name": "mean_token_negentropy", "top_k": 15},
+            "models": {
+                CHEAP: {"mean_cost_usd": 1e-6, "quality": 0.2},
+                STRONG: {"mean_cost_usd": 5e-6, "quality": 0.3},
+            },
+            "default_tier": "balanced",
+            "tiers": {
+                "balanced": {
+                    "objective": {"max_cost_usd": 1e-5},
+                    "routes": [{"weight": 1.0, "models": [CHEAP, STRONG], "thresholds": [0.5]}],
+                    "expected": {"cost_usd": 3e-6, "quality": 0.25, "escalation_rate": 0.5},
+                    "shadow_price": 1.0,
+                }
+            },
+            "envelope": [{"cost_usd": 3e-6, "quality": 0.25, "models": [CHEAP, STRONG], "thresholds": [0.5]}],
+        }
+    )
+    policy_path = tmp_path / "policy.json"
+    save_policy(policy, policy_path)
+    paths = PoolPaths(repo_root / ".cascade")
+    running_before = {n for n in (CHEAP, STRONG) if read_record(paths.pid_file(n)) is not None}
+    command = [
+        sys.executable,
+        "-m",
+        "cascade_cli.main",
+        "demo",
+        "--smoke",
+        "--port",
+        str(_free_port()),
+        "--policy",
+        str(policy_path),
+    ]
+    result = subprocess.run(
+        command,
+        cwd=repo_root,
+        env={**os.environ, "CASCADE_HOME": str(paths.home)},
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+    output = result.stdout + result.stderr
+    assert result.returncode == 0, output
+    assert f"x-cascade-policy: {policy.policy_id}" in output
+    assert "x-cascade-models-called: smollm2-135m" in output
+    assert "answer: " in output and "gateway: stopped" in output
+    manifest = load_manifest()
+    for name in {CHEAP, STRONG} - running_before:  # what the demo started, it stopped
+        assert read_record(paths.pid_file(name)) is None, name
+        assert manifest.models[name].port  # (ports come from the manifest)
