@@ -14,7 +14,7 @@ import httpx
 import openai
 import pytest
 import redis
-from conftest import POLICY_DOCUMENT
+from gateway_testkit import POLICY_DOCUMENT
 from redis_support import REDIS_URL, ThreadedRedisLink, delete_prefix, fresh_keys
 from scripted_upstream import ok
 
