@@ -112,7 +112,7 @@ def _run_logged(command: list[str], log_path: Path, env: dict[str, str], say: Sa
             stripped = line.strip()
             if stripped.startswith("[") and "%]" in stripped[:8]:
                 percent = stripped[1 : stripped.index("%]")].strip()
-                if percent != last_percent and int(percent or 0) % 10 == 0:
+                if percent.isdigit() and percent != last_percent and int(percent) % 10 == 0:
                     say(f"  build {percent}%")
                     last_percent = percent
             elif stripped.startswith(("Successfully installed", "ERROR", "error:")):

@@ -20,6 +20,12 @@ pytestmark = pytest.mark.e2e
 CHEAP, STRONG = "smollm2-135m", "qwen2.5-coder-0.5b"
 
 
+def _pool_paths(repo_root: Path) -> PoolPaths:
+    """Where scripts/setup.sh installed the pool: ``$CASCADE_HOME`` or the repository's ``.cascade``."""
+    home = os.environ.get("CASCADE_HOME")
+    return PoolPaths(Path(home) if home else repo_root / ".cascade")
+
+
 def _free_port() -> int:
     with socket.socket() as sock:
         sock.bind(("127.0.0.1", 0))
@@ -49,7 +55,7 @@ def test_demo_smoke_serves_one_cascade_request_and_cleans_up(repo_root: Path, tm
     )
     policy_path = tmp_path / "policy.json"
     save_policy(policy, policy_path)
-    paths = PoolPaths(repo_root / ".cascade")
+    paths = _pool_paths(repo_root)
     running_before = {n for n in (CHEAP, STRONG) if read_record(paths.pid_file(n)) is not None}
     command = [
         sys.executable,

@@ -8,6 +8,7 @@ accepted, the others escalated to the larger model. Needs scripts/setup.sh (llam
 from __future__ import annotations
 
 import itertools
+import os
 import socket
 import subprocess
 import sys
@@ -42,6 +43,12 @@ QUESTIONS = [
 ]
 
 
+def _pool_paths(repo_root: Path) -> PoolPaths:
+    """Where scripts/setup.sh installed the pool: ``$CASCADE_HOME`` or the repository's ``.cascade``."""
+    home = os.environ.get("CASCADE_HOME")
+    return PoolPaths(Path(home) if home else repo_root / ".cascade")
+
+
 def _free_port() -> int:
     with socket.socket() as sock:
         sock.bind(("127.0.0.1", 0))
@@ -55,7 +62,7 @@ def _body(question: str) -> dict:
 @pytest.fixture(scope="module")
 def pool(repo_root: Path, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Manifest]:
     """The two real models on free ports (installed by scripts/setup.sh into the repo's .cascade/)."""
-    paths = PoolPaths(repo_root / ".cascade")
+    paths = _pool_paths(repo_root)
     manifest = load_manifest()
     binary = llama_server_binary()
     missing = [n for n in (CHEAP, STRONG) if not model_is_installed(manifest.models[n], paths)]
