@@ -72,6 +72,10 @@ def demo(
     def say(message: str) -> None:
         typer.echo(message, err=True)
 
+    if policy == DEFAULT_POLICY and not policy.is_file():  # outside a checkout: the installed copy
+        from importlib.resources import files
+
+        policy = Path(str(files("policies").joinpath("local-demo.json")))
     try:
         document = json.loads(policy.read_text(encoding="utf-8"))
         names = list(document["models"])
@@ -99,7 +103,7 @@ def demo(
         options = ServerOptions.from_env(servers=len(names))
         pool_up(manifest, paths, names, options, timeout_s=timeout, say=say)
         config = write_gateway_config(
-            paths.home / "demo" / "gateway.yaml", pool_gateway_config(manifest, names, policy.resolve())
+            paths.run / "demo-gateway.yaml", pool_gateway_config(manifest, names, policy.resolve())
         )
         log_path = paths.run / "gateway.log"
         log_path.parent.mkdir(parents=True, exist_ok=True)

@@ -1,7 +1,9 @@
 """Where the pool keeps its files: ``$CASCADE_HOME`` or ``./.cascade`` (gitignored).
 
 Layout: ``cache/wheels/`` (downloaded wheels, removed once a model is assembled), ``models/`` (GGUF
-files + ``.sha256`` stamps), ``run/`` (``NAME.pid``, ``NAME.log`` of running servers).
+files + ``.sha256`` stamps), ``run/`` (``NAME.pid``, ``NAME.log`` of running servers, the demo's
+generated gateway config). ``$CASCADE_RUN_DIR`` moves ``run/`` elsewhere, e.g. to a writable
+``/tmp`` when the pool itself is installed read-only in an image.
 """
 
 from __future__ import annotations
@@ -16,12 +18,14 @@ class PoolPaths:
     """Directories of one pool home."""
 
     home: Path
+    run_dir: Path | None = None
 
     @classmethod
     def default(cls) -> PoolPaths:
         """``$CASCADE_HOME`` if set, else ``.cascade`` under the working directory."""
         home = os.environ.get("CASCADE_HOME")
-        return cls(Path(home) if home else Path.cwd() / ".cascade")
+        run_dir = os.environ.get("CASCADE_RUN_DIR")
+        return cls(Path(home) if home else Path.cwd() / ".cascade", Path(run_dir) if run_dir else None)
 
     @property
     def wheels(self) -> Path:
@@ -33,7 +37,7 @@ class PoolPaths:
 
     @property
     def run(self) -> Path:
-        return self.home / "run"
+        return self.run_dir or self.home / "run"
 
     def model_file(self, file_name: str) -> Path:
         return self.models / file_name
