@@ -93,12 +93,14 @@ def wait_http(url: str, timeout_s: float = 20.0, method: str = "GET", body: Any 
 
 
 @contextlib.contextmanager
-def process(cmd: list[str], env: dict[str, str] | None = None, log: Path | None = None) -> Iterator[None]:
+def process(
+    cmd: list[str], env: dict[str, str] | None = None, log: Path | None = None
+) -> Iterator[subprocess.Popen[bytes]]:
     """Run ``cmd`` for the duration of the block; stop it (and only it) afterwards."""
     out = open(log, "wb") if log else subprocess.DEVNULL  # noqa: SIM115
     proc = subprocess.Popen(cmd, env=env, stdout=out, stderr=subprocess.STDOUT, start_new_session=True)
     try:
-        yield
+        yield proc
     finally:
         with contextlib.suppress(ProcessLookupError):
             os.killpg(proc.pid, signal.SIGTERM)
@@ -128,7 +130,7 @@ def nginx_upstream(tmp: Path, cpu: str) -> Iterator[int]:
         yield port
 
 
-def write_gateway_files(tmp: Path, upstream: str) -> Path:
+def write_gateway_files(tmp: Path, upstream: str, redis_url: str | None = None) -> Path:
     """Config + policy: tier ``accept`` passes the fixture's score, tier ``escalate`` fails it."""
     sys.path.insert(0, str(REPO))
     from policies import build_policy, save_policy, score_response
@@ -162,18 +164,20 @@ def write_gateway_files(tmp: Path, upstream: str) -> Path:
             "large": {**model, "model": "qwen2.5-0.5b", "price": {"per_query_usd": 0.001}},
         },
         "policy": str(tmp / "policy.json"),
-        "redis_url": None,
+        "redis_url": redis_url,
         "logging": {"level": os.environ.get("BENCH_LOG_LEVEL", "info")},
     }
     import yaml
 
-    path = tmp / "gateway.yaml"
+    path = tmp / ("gateway-redis.yaml" if redis_url else "gateway.yaml")
     path.write_text(yaml.safe_dump(config))
     return path
 
 
-def run_wrk(url: str, body: dict[str, Any], connections: int, duration_s: int, cpu: str) -> dict[str, Any]:
-    env = {**os.environ, "WRK_BODY": json.dumps(body)}
+def run_wrk(
+    url: str, body: dict[str, Any], connections: int, duration_s: int, cpu: str, api_key: str = ""
+) -> dict[str, Any]:
+    env = {**os.environ, "WRK_BODY": json.dumps(body), "WRK_AUTH": api_key}
     cmd = [
         "taskset", "-c", cpu, "wrk", "-t1", f"-c{connections}", f"-d{duration_s}s", "--timeout", "10s",
         "-s", str(HERE / "wrk_post.lua"), url,
@@ -187,7 +191,7 @@ def run_wrk(url: str, body: dict[str, Any], connections: int, duration_s: int, c
 
 def body_for(target: str) -> dict[str, Any]:
     model = {"direct": "smollm2-135m", "passthrough": "x", "accept": "cascade/accept",
-             "escalate": "cascade/escalate", "model": "small"}[target]
+             "accept_keyed": "cascade/accept", "escalate": "cascade/escalate", "model": "small"}[target]
     return {"model": model, "messages": MESSAGES, "max_tokens": 16}
 
 
@@ -203,18 +207,36 @@ def check_paths(gateway_url: str) -> None:
     plain.raise_for_status()
 
 
-def measure(url: str, target: str, args: argparse.Namespace) -> dict[int, dict[str, Any]]:
+def cpu_seconds(pid: int) -> float:
+    """User + system CPU time a process has used so far (from /proc)."""
+    fields = Path(f"/proc/{pid}/stat").read_text().rpartition(")")[2].split()
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
+def measure(
+    url: str, target: str, args: argparse.Namespace, server_pid: int | None = None, api_key: str = ""
+) -> dict[int, dict[str, Any]]:
+    """wrk at each concurrency; with ``server_pid`` also the server's CPU time per request.
+
+    CPU per request is the steadiest number on a shared machine: other processes stretch latency
+    and cut throughput, but barely change how much CPU one request costs the server.
+    """
     results = {}
     for connections in args.connections:
-        run_wrk(url, body_for(target), connections, args.warmup, args.client_cpu)  # warm-up, discarded
-        result = run_wrk(url, body_for(target), connections, args.duration, args.client_cpu)
+        run_wrk(url, body_for(target), connections, args.warmup, args.client_cpu, api_key)  # warm-up
+        cpu_before = cpu_seconds(server_pid) if server_pid else 0.0
+        result = run_wrk(url, body_for(target), connections, args.duration, args.client_cpu, api_key)
+        if server_pid:
+            used = cpu_seconds(server_pid) - cpu_before
+            result["server_cpu_us_per_req"] = used / result["requests"] * 1e6
         bad = result["non_2xx"] + result["connect_errors"] + result["read_errors"] + result["timeouts"]
         if bad:
             raise RuntimeError(f"{target} at {connections} connections: {bad} failed requests: {result}")
         results[connections] = result
         print(
             f"  {target:<12} c={connections:<3} {result['rps']:>8.0f} req/s"
-            f"  p50 {result['p50_us'] / 1000:7.3f} ms  p99 {result['p99_us'] / 1000:7.3f} ms",
+            f"  p50 {result['p50_us'] / 1000:7.3f} ms  p99 {result['p99_us'] / 1000:7.3f} ms"
+            + (f"  server CPU {result['server_cpu_us_per_req']:.0f} us/req" if server_pid else ""),
             flush=True,
         )
     return results
@@ -231,10 +253,10 @@ def one_round(args: argparse.Namespace, tmp: Path, nginx_port: int) -> dict[str,
     env = {**os.environ, "UPSTREAM": upstream, "PYTHONPATH": str(REPO)}
     cmd = ["taskset", "-c", args.server_cpu, python, "-m", "uvicorn", "bench.gateway.passthrough_app:app",
            "--port", str(port), *uvicorn_flags]
-    with process(cmd, env=env, log=tmp / "passthrough.log"):
+    with process(cmd, env=env, log=tmp / "passthrough.log") as server:
         url = f"http://127.0.0.1:{port}/v1/chat/completions"
         wait_http(url, method="POST", body=body_for("passthrough"))
-        out["passthrough"] = measure(url, "passthrough", args)
+        out["passthrough"] = measure(url, "passthrough", args, server.pid)
 
     config = write_gateway_files(tmp, upstream)
     port = free_port()
@@ -245,19 +267,58 @@ def one_round(args: argparse.Namespace, tmp: Path, nginx_port: int) -> dict[str,
     env.update({"PYTHONPATH": str(REPO), "GATEWAY_CONFIG": str(config)})
     cmd = ["taskset", "-c", args.server_cpu, python, "-m", "uvicorn", "bench.gateway.gateway_app:app",
            "--port", str(port), *uvicorn_flags]
-    with process(cmd, env=env, log=tmp / "gateway.log"):
+    with process(cmd, env=env, log=tmp / "gateway.log") as server:
         base = f"http://127.0.0.1:{port}"
         wait_http(base + "/healthz")
         check_paths(base)
         for target in ("accept", "escalate", "model"):
-            out[target] = measure(base + "/v1/chat/completions", target, args)
+            out[target] = measure(base + "/v1/chat/completions", target, args, server.pid)
+    if args.redis:
+        out["accept_keyed"] = measure_keyed(args, tmp, upstream, python, uvicorn_flags)
     return out
+
+
+def measure_keyed(
+    args: argparse.Namespace, tmp: Path, upstream: str, python: str, uvicorn_flags: list[str]
+) -> Any:
+    """The accept path with Redis: a Redis-stored client key with a spend limit (reserve + settle)."""
+    import uuid
+
+    import redis
+
+    sys.path.insert(0, str(REPO))
+    from gateway.policy_cli import add_key
+    from gateway.redis_keys import RedisKeys
+
+    keys = RedisKeys(f"cascade-bench-{uuid.uuid4().hex[:8]}")
+    client = redis.Redis.from_url(args.redis, decode_responses=True)
+    try:
+        api_key, _ = add_key(client, "bench", 1e9, keys)
+        config = write_gateway_files(tmp, upstream, redis_url=args.redis)
+        port = free_port()
+        env = {k: v for k, v in os.environ.items() if not k.startswith("CASCADE_")}
+        env.update({"PYTHONPATH": str(REPO), "GATEWAY_CONFIG": str(config)})
+        env["CASCADE_REDIS_PREFIX"] = keys.prefix  # never touch the contract keys of a real deployment
+        cmd = ["taskset", "-c", args.server_cpu, python, "-m", "uvicorn", "bench.gateway.gateway_app:app",
+               "--port", str(port), *uvicorn_flags]
+        with process(cmd, env=env, log=tmp / "gateway-redis.log") as server:
+            base = f"http://127.0.0.1:{port}"
+            wait_http(base + "/healthz")
+            refused = httpx.post(base + "/v1/chat/completions", json=body_for("accept"), timeout=10)
+            assert refused.status_code == 401, "the keyed gateway must require the key"
+            return measure(base + "/v1/chat/completions", "accept_keyed", args, server.pid, api_key)
+    finally:
+        doomed = list(client.scan_iter(match=f"{keys.prefix}:*"))
+        if doomed:
+            client.delete(*doomed)
+        client.close()
 
 
 def summarize(rounds: list[dict[str, dict[int, dict[str, Any]]]], connections: list[int]) -> dict[str, Any]:
     """Median over rounds of rps/p50/p99 per target and concurrency, added latency and the target ratios."""
     summary: dict[str, Any] = {"targets": {}}
-    for target in TARGETS:
+    targets = [t for t in (*TARGETS, "accept_keyed") if t in rounds[0]]
+    for target in targets:
         summary["targets"][target] = {}
         for c in connections:
             runs = [r[target][c] for r in rounds]
@@ -266,13 +327,17 @@ def summarize(rounds: list[dict[str, dict[int, dict[str, Any]]]], connections: l
                 "p50_ms": statistics.median(x["p50_us"] for x in runs) / 1000,
                 "p99_ms": statistics.median(x["p99_us"] for x in runs) / 1000,
             }
+            if target != "direct":
+                cpu = statistics.median(x["server_cpu_us_per_req"] for x in runs)
+                summary["targets"][target][c]["cpu_us_per_req"] = cpu
     t = summary["targets"]
-    for target in TARGETS[1:]:
+    for target in targets[1:]:
         for c in connections:
             row = t[target][c]
             row["added_p50_ms"] = row["p50_ms"] - t["direct"][c]["p50_ms"]
             row["added_p99_ms"] = row["p99_ms"] - t["direct"][c]["p99_ms"]
             row["rps_vs_passthrough"] = row["rps"] / t["passthrough"][c]["rps"]
+            row["cpu_vs_passthrough"] = row["cpu_us_per_req"] / t["passthrough"][c]["cpu_us_per_req"]
     low, high = min(connections), max(connections)
     summary[f"accept_added_p50_ms_at_{low}"] = t["accept"][low]["added_p50_ms"]
     summary[f"accept_rps_vs_passthrough_at_{high}"] = t["accept"][high]["rps_vs_passthrough"]
@@ -281,15 +346,17 @@ def summarize(rounds: list[dict[str, dict[int, dict[str, Any]]]], connections: l
 
 def markdown(summary: dict[str, Any], connections: list[int]) -> str:
     lines = [
-        "| path | clients | req/s | p50 ms | p99 ms | added p50 ms | added p99 ms | req/s vs passthrough |",
-        "|---|---:|---:|---:|---:|---:|---:|---:|",
+        "| path | clients | req/s | p50 ms | p99 ms | added p50 ms | added p99 ms | req/s vs passthrough "
+        "| server CPU us/req |",
+        "|---|---:|---:|---:|---:|---:|---:|---:|---:|",
     ]
-    for target in TARGETS:
+    for target in summary["targets"]:
         for c in connections:
             row = summary["targets"][target][c]
             extra = (
-                "| | |" if target == "direct" else
-                f"| {row['added_p50_ms']:.3f} | {row['added_p99_ms']:.3f} | {row['rps_vs_passthrough']:.0%} |"
+                "| | | | |" if target == "direct" else
+                f"| {row['added_p50_ms']:.3f} | {row['added_p99_ms']:.3f} | {row['rps_vs_passthrough']:.0%} "
+                f"| {row['cpu_us_per_req']:.0f} |"
             )
             lines.append(
                 f"| {target} | {c} | {row['rps']:.0f} | {row['p50_ms']:.3f} | {row['p99_ms']:.3f} {extra}"
@@ -308,6 +375,9 @@ def main() -> None:
     parser.add_argument("--server-cpu", default="1", help="CPU the server under test is pinned to")
     parser.add_argument("--client-cpu", default="0", help="CPU nginx and wrk are pinned to")
     parser.add_argument("--out", type=Path, help="write all raw results and the summary as JSON")
+    parser.add_argument(
+        "--redis", help="also measure accept with a Redis-stored key and spend limit (Redis URL)"
+    )
     args = parser.parse_args()
     for tool in ("nginx", "wrk", "taskset"):
         if shutil.which(tool) is None and not Path("/usr/sbin/" + tool).exists():
