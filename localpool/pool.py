@@ -12,8 +12,8 @@ from localpool.paths import PoolPaths
 from localpool.process import ProcessError, read_record, start_detached, stop, wait_healthy
 
 # Sized for a small shared machine: the cores split between the servers (llama.cpp's threads spin
-# while waiting, so oversubscribing cores slows every server down several times: measured on 2 cores,
-# three servers at 2 threads each collected ~0.35 answers/s, at 1 thread each ~2 answers/s), and
+# while waiting, so oversubscribing cores slows every server down: measured on 2 cores, three servers
+# answering 90 MMLU questions, 3 in flight: 2 threads each 75.7 s, 1 thread each 36.2 s), and
 # 2 request slots per server sharing a 4096-token context.
 DEFAULT_CONTEXT = 4096
 DEFAULT_PARALLEL = 2
