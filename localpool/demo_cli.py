@@ -45,6 +45,8 @@ The cascade gateway is serving at {url}/v1 (tiers: {", ".join(tiers)}).
   print(raw.headers["x-cascade-model"], raw.headers["x-cascade-escalated"])
   print(raw.parse().choices[0].message.content)
 
+The demo policy was calibrated on one-letter answers to MMLU questions (docs/local-models.md):
+its thresholds mean most for prompts of that kind.
 Metrics: {url}/metrics    Pool: cascade models status    Stop: Ctrl-C
 """
 
