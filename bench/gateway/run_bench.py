@@ -281,7 +281,33 @@ def one_round(args: argparse.Namespace, tmp: Path, nginx_port: int) -> dict[str,
 def measure_keyed(
     args: argparse.Namespace, tmp: Path, upstream: str, python: str, uvicorn_flags: list[str]
 ) -> Any:
-    """The accept path with Redis: a Redis-stored client key with a spend limit (reserve + settle)."""
+    """The accept path with Redis: a Redis-stored client key with a spend limit (reserve + settle).
+
+    ``--redis auto`` starts a private redis-server pinned to the client CPU, so Redis never competes
+    with the gateway for its core (as with a Redis on another host); a URL uses that Redis.
+    """
+    if args.redis != "auto":
+        return _measure_keyed(args, tmp, upstream, python, uvicorn_flags, args.redis)
+    port = free_port()
+    cmd = ["taskset", "-c", args.client_cpu, "redis-server", "--port", str(port), "--bind", "127.0.0.1",
+           "--save", "", "--appendonly", "no"]
+    with process(cmd, log=tmp / "redis.log"):
+        url = f"redis://127.0.0.1:{port}/0"
+        end = time.monotonic() + 10
+        while True:
+            try:
+                with socket.create_connection(("127.0.0.1", port), timeout=1):
+                    break
+            except OSError:
+                if time.monotonic() > end:
+                    raise
+                time.sleep(0.05)
+        return _measure_keyed(args, tmp, upstream, python, uvicorn_flags, url)
+
+
+def _measure_keyed(
+    args: argparse.Namespace, tmp: Path, upstream: str, python: str, uvicorn_flags: list[str], redis_url: str
+) -> Any:
     import uuid
 
     import redis
@@ -291,10 +317,10 @@ def measure_keyed(
     from gateway.redis_keys import RedisKeys
 
     keys = RedisKeys(f"cascade-bench-{uuid.uuid4().hex[:8]}")
-    client = redis.Redis.from_url(args.redis, decode_responses=True)
+    client = redis.Redis.from_url(redis_url, decode_responses=True)
     try:
         api_key, _ = add_key(client, "bench", 1e9, keys)
-        config = write_gateway_files(tmp, upstream, redis_url=args.redis)
+        config = write_gateway_files(tmp, upstream, redis_url=redis_url)
         port = free_port()
         env = {k: v for k, v in os.environ.items() if not k.startswith("CASCADE_")}
         env.update({"PYTHONPATH": str(REPO), "GATEWAY_CONFIG": str(config)})
@@ -376,7 +402,9 @@ def main() -> None:
     parser.add_argument("--client-cpu", default="0", help="CPU nginx and wrk are pinned to")
     parser.add_argument("--out", type=Path, help="write all raw results and the summary as JSON")
     parser.add_argument(
-        "--redis", help="also measure accept with a Redis-stored key and spend limit (Redis URL)"
+        "--redis",
+        help="also measure accept with a Redis-stored key and spend limit: a Redis URL, or 'auto' to "
+        "start a private redis-server pinned to the client CPU",
     )
     args = parser.parse_args()
     for tool in ("nginx", "wrk", "taskset"):
