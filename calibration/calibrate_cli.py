@@ -13,6 +13,8 @@ from typing import TYPE_CHECKING, Annotated
 
 import typer
 
+from calibration.cli_errors import run_or_exit
+
 if TYPE_CHECKING:
     from rich.console import Console
 
@@ -76,26 +78,7 @@ def calibrate(
         runs=runs, tiers=tiers, output=output, prices=prices, score_column=score_column, scorer=scorer,
         top_k=top_k, where=list(where or []), report=report, randomize=randomize,
     )
-    try:
-        run_calibrate(options, console, errors)
-    except typer.Exit:
-        raise
-    except Exception as exc:  # every failure is one red line and exit 1, never a traceback
-        errors.print(f"[bold red]error:[/bold red] {_message(exc)}", highlight=False, soft_wrap=True)
-        raise typer.Exit(1) from None
-
-
-def _message(exc: Exception) -> str:
-    from calibration.runs import RunsError
-    from calibration.tiers import TiersError
-    from policies.errors import PolicyError
-
-    text = str(exc).strip().splitlines()[0] if str(exc).strip() else ""
-    if isinstance(exc, RunsError | TiersError | PolicyError | ValueError):
-        return text
-    if isinstance(exc, OSError):
-        return f"{exc.filename or ''}: {exc.strerror or text}".strip(": ")
-    return f"{type(exc).__name__}: {text}"
+    run_or_exit(lambda: run_calibrate(options, console, errors), errors)
 
 
 @dataclass(frozen=True)

@@ -12,6 +12,8 @@ from typing import TYPE_CHECKING, Annotated
 
 import typer
 
+from calibration.cli_errors import run_or_exit
+
 if TYPE_CHECKING:
     from rich.console import Console
 
@@ -101,24 +103,7 @@ def evaluate(
         methods=split_list(methods) or list(ALL_METHODS), feature_columns=split_list(feature_columns),
         command="cascade " + shlex.join(sys.argv[1:]) if sys.argv[1:2] == ["evaluate"] else None,
     )
-    try:
-        run_evaluate(options, console, errors)
-    except typer.Exit:
-        raise
-    except Exception as exc:  # every failure is one red line and exit 1, never a traceback
-        errors.print(f"[bold red]error:[/bold red] {_message(exc)}", highlight=False, soft_wrap=True)
-        raise typer.Exit(1) from None
-
-
-def _message(exc: Exception) -> str:
-    text = str(exc).strip().splitlines()[0] if str(exc).strip() else ""
-    if isinstance(exc, OSError) and exc.strerror:
-        return f"{exc.filename or ''}: {exc.strerror}".strip(": ")
-    from calibration.runs import RunsError
-
-    if isinstance(exc, RunsError | ValueError | KeyError):
-        return text.strip("'\"")
-    return f"{type(exc).__name__}: {text}"
+    run_or_exit(lambda: run_evaluate(options, console, errors), errors)
 
 
 def run_evaluate(options: EvaluateOptions, console: Console, errors: Console) -> dict:
