@@ -107,7 +107,8 @@ class CompletionsEndpoint:
             )
             tier = plan.tier
             try:
-                reservation = await gw.shared.spend.reserve(identity, gw.reserve_estimate(plan))
+                worst_case_usd = gw.reserve_estimate(plan, parsed, len(raw))
+                reservation = await gw.shared.spend.reserve(identity, worst_case_usd)
             except BudgetExceededError:
                 gw.metrics.budget_rejections.inc()
                 raise

@@ -134,3 +134,17 @@ def _check_prompt(prompt: Any) -> None:
     raise BadRequestError(
         "'prompt' is required and must be a string, an array of strings or token arrays", param="prompt"
     )
+
+
+# Completion tokens assumed for a request that sets no cap, when reserving its worst-case cost
+# against a spend limit (the actual cost is settled afterwards).
+DEFAULT_COMPLETION_BOUND = 4096
+
+
+def completion_cap(body: dict[str, Any]) -> int | None:
+    """The completion-token cap a request sets (``max_completion_tokens`` or ``max_tokens``), if any."""
+    for field in ("max_completion_tokens", "max_tokens"):
+        value = body.get(field)
+        if isinstance(value, int) and not isinstance(value, bool) and value > 0:
+            return value
+    return None

@@ -10,6 +10,7 @@ from gateway.cascade import CascadeEngine
 from gateway.config import Settings
 from gateway.logs import configure_logging, log_event
 from gateway.metrics import GatewayMetrics
+from gateway.requests import DEFAULT_COMPLETION_BOUND, ParsedRequest, completion_cap
 from gateway.routing import RoutePlan, Router
 from gateway.upstream import UpstreamPool
 from policies import Policy
@@ -38,8 +39,6 @@ class Gateway:
             self.settings, on_policy_loaded=self._policy_loaded, on_policy_failure=self._policy_failed
         )
         await self.shared.start()
-        if self.shared.authenticator.is_open:
-            log_event("auth_open", message="no client API keys configured: the gateway is open to anyone")
         policy = self.policy
         log_event(
             "gateway_started",
@@ -72,10 +71,20 @@ class Gateway:
         self.metrics.policy_reload_failures.inc()
         log_event("policy_rejected", level=30, reason=message)
 
-    def reserve_estimate(self, plan: RoutePlan) -> float:
-        """USD to reserve against a key's limit before calling: every stage's calibration mean cost."""
-        policy = plan.policy or self.policy
-        if policy is None:
-            return 0.0
+    def reserve_estimate(self, plan: RoutePlan, request: ParsedRequest, body_bytes: int) -> float:
+        """Worst-case USD of a request, reserved against the key's limit before any call.
+
+        Every model of the route may be called (a chain can escalate to its end), each with at most
+        ``body_bytes`` prompt tokens (a token is at least one byte of the request's text; the JSON
+        around it covers the chat template) and the request's completion cap, or
+        ``DEFAULT_COMPLETION_BOUND`` tokens when it sets none. Settling charges the actual cost and
+        releases the rest, so over-reserving never overcharges; it only keeps a key from starting
+        requests it might not be able to pay for.
+        """
         models = plan.route.models if plan.route is not None else [plan.model]
-        return sum(policy.models[m].mean_cost_usd for m in models if m in policy.models)
+        completion_bound = completion_cap(request.body) or DEFAULT_COMPLETION_BOUND
+        return sum(
+            self.settings.models[m].price.cost_usd(body_bytes, completion_bound)
+            for m in models
+            if m in self.settings.models
+        )

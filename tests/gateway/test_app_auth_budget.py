@@ -37,3 +37,20 @@ def test_spend_limit_refuses_with_429_once_spent(keyed_gateway, upstream) -> Non
     assert info.value.body["code"] == "budget_exceeded"
     assert len(upstream.calls("up-large")) == 1
     assert keyed_gateway.sample("cascade_budget_rejections_total") == 1
+
+
+def test_reservation_covers_the_worst_case_of_a_per_token_route(start_gateway, make_settings, monkeypatch):
+    # small is priced per token (0.2 USD/Mtok output): a 10,000-token cap on a route that may call
+    # small then large (0.001/query) has a worst case above a 0.002 USD limit, so it is refused
+    # before any call, while the same request capped at 10 tokens fits and is served.
+    monkeypatch.setenv("TEST_CLIENT_KEYS", "sk-client-2")
+    gateway = start_gateway(
+        make_settings(
+            auth={"api_keys_env": "TEST_CLIENT_KEYS", "admin_key_env": None},
+            budgets={"limit_usd": 0.002, "window_s": 3600},
+        )
+    )
+    client = gateway.client(api_key="sk-client-2")
+    with pytest.raises(openai.RateLimitError):
+        client.chat.completions.create(model="cascade", messages=MESSAGES, max_tokens=10_000)
+    client.chat.completions.create(model="cascade", messages=MESSAGES, max_tokens=10)

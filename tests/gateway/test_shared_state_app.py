@@ -121,8 +121,9 @@ def test_wrong_or_missing_key_is_an_openai_authentication_error(
 def test_redis_key_and_its_spend_limit_are_enforced_by_the_app(
     keys, sync_redis, make_settings, start_gateway, upstream
 ) -> None:
-    # Worst case reserved per cascade request = small + large calibration costs = 0.00101 USD.
-    key, _ = add_key(sync_redis, "team-a", 0.0015, keys)
+    # Worst case reserved per cascade request (no max_tokens: 4,096 completion tokens assumed) =
+    # small (~0.00082 USD at 0.2 USD/Mtok output) + large (0.001 per query) ~ 0.0018 USD.
+    key, _ = add_key(sync_redis, "team-a", 0.0025, keys)
     gateway = start_gateway(make_settings(redis_url=REDIS_URL))
     upstream.set_default("up-small", ok("Paris.", confidence=0.99))
     for _ in range(5):  # accepted answers cost 2e-6 each: settling releases the rest of the reservation
