@@ -33,7 +33,10 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+import redis
+import redis.asyncio as aioredis
 from gateway_testkit import POLICY_DOCUMENT, RunningGateway, model_configs, serve, stop
+from redis_support import REDIS_URL, delete_prefix, fresh_keys
 from scripted_upstream import ScriptedUpstream
 
 from gateway.app import create_app
@@ -117,3 +120,28 @@ def gateway(start_gateway: Callable[..., RunningGateway]) -> RunningGateway:
 def run(coro: Any) -> Any:
     """Run a coroutine to completion from a sync test."""
     return asyncio.run(coro)
+
+
+@pytest.fixture
+def keys(monkeypatch: pytest.MonkeyPatch) -> Any:
+    """A private Redis key prefix for one test (also for apps it starts), deleted afterwards."""
+    keys = fresh_keys()
+    monkeypatch.setenv("CASCADE_REDIS_PREFIX", keys.prefix)
+    yield keys
+    delete_prefix(keys)
+
+
+@pytest.fixture
+def sync_redis() -> Any:
+    """A synchronous client of the real Redis the tests use."""
+    client = redis.Redis.from_url(REDIS_URL, decode_responses=True)
+    yield client
+    client.close()
+
+
+@pytest.fixture
+async def async_redis() -> Any:
+    """An asyncio client of the real Redis the tests use."""
+    client = aioredis.from_url(REDIS_URL, decode_responses=True)
+    yield client
+    await client.aclose()

@@ -3,37 +3,14 @@
 from __future__ import annotations
 
 import json
-from typing import Any
 
 import pytest
-import redis
 import redis.asyncio as aioredis
-from redis_support import REDIS_URL, RedisLink, delete_prefix, fresh_keys
+from redis_support import RedisLink
 
 from gateway.auth import Authenticator, AuthUnavailableError, hash_key, key_id_of
 from gateway.errors import AuthenticationError
 from gateway.policy_cli import add_key, revoke_key
-
-
-@pytest.fixture
-def keys() -> Any:
-    keys = fresh_keys()
-    yield keys
-    delete_prefix(keys)
-
-
-@pytest.fixture
-def sync_redis() -> Any:
-    client = redis.Redis.from_url(REDIS_URL, decode_responses=True)
-    yield client
-    client.close()
-
-
-@pytest.fixture
-async def async_redis() -> Any:
-    client = aioredis.from_url(REDIS_URL, decode_responses=True)
-    yield client
-    await client.aclose()
 
 
 async def test_environment_key_is_accepted_and_identified_by_a_short_hash() -> None:

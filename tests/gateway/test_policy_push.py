@@ -8,8 +8,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-import redis
-from redis_support import REDIS_URL, delete_prefix, fresh_keys
+from redis_support import REDIS_URL
 from typer.testing import CliRunner
 
 from cascade_cli.main import app
@@ -17,20 +16,6 @@ from gateway.auth import hash_key
 from policies import build_policy, save_policy
 
 runner = CliRunner()
-
-
-@pytest.fixture
-def keys() -> Any:
-    keys = fresh_keys()
-    yield keys
-    delete_prefix(keys)
-
-
-@pytest.fixture
-def sync_redis() -> Any:
-    client = redis.Redis.from_url(REDIS_URL, decode_responses=True)
-    yield client
-    client.close()
 
 
 @pytest.fixture

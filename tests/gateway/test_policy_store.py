@@ -10,9 +10,8 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-import redis
 import redis.asyncio as aioredis
-from redis_support import REDIS_URL, RedisLink, delete_prefix, fresh_keys
+from redis_support import REDIS_URL, RedisLink
 
 from gateway.policy_cli import push_policy
 from gateway.policy_store import FilePolicyStore, RedisPolicyStore
@@ -156,20 +155,6 @@ async def test_file_store_loads_a_policy_file_that_appears_after_start(tmp_path:
 
 
 # ---------------------------------------------------------------- Redis source
-
-
-@pytest.fixture
-def keys() -> Any:
-    keys = fresh_keys()
-    yield keys
-    delete_prefix(keys)
-
-
-@pytest.fixture
-def sync_redis() -> Any:
-    client = redis.Redis.from_url(REDIS_URL, decode_responses=True)
-    yield client
-    client.close()
 
 
 async def start_redis_store(url: str, keys: RedisKeys, recorder: Recorder | None = None) -> RedisPolicyStore:

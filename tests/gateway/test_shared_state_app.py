@@ -13,30 +13,14 @@ from typing import Any
 import httpx
 import openai
 import pytest
-import redis
 from gateway_testkit import POLICY_DOCUMENT
-from redis_support import REDIS_URL, ThreadedRedisLink, delete_prefix, fresh_keys
+from redis_support import REDIS_URL, ThreadedRedisLink
 from scripted_upstream import ok
 
 from gateway.policy_cli import add_key, push_policy
 from policies import build_policy, save_policy
 
 MESSAGES = [{"role": "user", "content": "What is the capital of France?"}]
-
-
-@pytest.fixture
-def keys(monkeypatch: pytest.MonkeyPatch) -> Any:
-    keys = fresh_keys()
-    monkeypatch.setenv("CASCADE_REDIS_PREFIX", keys.prefix)
-    yield keys
-    delete_prefix(keys)
-
-
-@pytest.fixture
-def sync_redis() -> Any:
-    client = redis.Redis.from_url(REDIS_URL, decode_responses=True)
-    yield client
-    client.close()
 
 
 def policy_file(tmp_path: Path, threshold: float, name: str = "policy.json") -> tuple[Path, str]:

@@ -7,7 +7,7 @@ from typing import Any
 
 import pytest
 import redis.asyncio as aioredis
-from redis_support import REDIS_URL, RedisLink, delete_prefix, fresh_keys
+from redis_support import REDIS_URL, RedisLink
 
 from gateway.auth import ClientIdentity
 from gateway.errors import BudgetExceededError
@@ -15,13 +15,6 @@ from gateway.spend import NANO_PER_USD, SpendLimiter
 
 COST = 0.0012  # worst-case cost of one request, USD
 TEN_REQUESTS = ClientIdentity(key_id="k-ten", limit_usd=10 * COST)
-
-
-@pytest.fixture
-def keys() -> Any:
-    keys = fresh_keys()
-    yield keys
-    delete_prefix(keys)
 
 
 @pytest.fixture

@@ -7,7 +7,7 @@ from typing import Any
 
 import pytest
 import redis
-from redis_support import REDIS_URL, delete_prefix, fresh_keys
+from redis_support import REDIS_URL
 
 from gateway.auth import ClientIdentity
 from gateway.config import Settings
@@ -47,14 +47,6 @@ def policy_path(tmp_path: Path) -> Path:
     path = tmp_path / "policy.json"
     save_policy(build_policy(POLICY), path)
     return path
-
-
-@pytest.fixture
-def keys(monkeypatch: pytest.MonkeyPatch) -> Any:
-    keys = fresh_keys()
-    monkeypatch.setenv("CASCADE_REDIS_PREFIX", keys.prefix)
-    yield keys
-    delete_prefix(keys)
 
 
 def settings(**document: Any) -> Settings:
