@@ -5,6 +5,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 from pathlib import Path
 
+from policies.request_defaults import RequestDefaults
+
 
 class TargetError(Exception):
     """Unknown model or unreadable config; one-line message."""
@@ -22,6 +24,7 @@ class Target:
     per_query_usd: float | None = None
     api_key: str | None = None
     timeout_s: float = 120.0
+    request_defaults: RequestDefaults | None = None
 
     def cost_usd(self, prompt_tokens: int, completion_tokens: int) -> float:
         """Cost of one call from its token counts."""
@@ -53,30 +56,41 @@ def targets_from_config(config: Path, names: list[str] | None) -> list[Target]:
                 per_query_usd=price.per_query_usd,
                 api_key=model.api_key(),
                 timeout_s=model.timeout_s,
+                request_defaults=model.request_defaults,
             )
         )
     return targets
 
 
 def targets_from_pool(names: list[str] | None) -> list[Target]:
-    """Models of the local pool (manifest ports and prices; the servers must be up)."""
+    """Models and members of the local pool (manifest ports, prices, request defaults).
+
+    A member is sent to its model's server with the member's request defaults. Without names, the
+    default models. The servers must be up.
+    """
     from localpool.manifest import load_manifest
     from localpool.pool import base_url
 
     manifest = load_manifest()
-    chosen = _choose(list(manifest.models), names, "the local pool")
+    chosen = _choose([*manifest.models, *manifest.members], names, "the local pool")
     if not names:
-        chosen = [n for n in chosen if manifest.models[n].default]
-    return [
-        Target(
-            name=name,
-            base_url=base_url(manifest.models[name]),
-            model=name,
-            input_per_mtok=manifest.models[name].price.input_per_mtok,
-            output_per_mtok=manifest.models[name].price.output_per_mtok,
+        chosen = [n for n in manifest.models if manifest.models[n].default]
+    targets = []
+    for name in chosen:
+        member = manifest.members.get(name)
+        server = member.server if member else name
+        spec = manifest.models[server]
+        targets.append(
+            Target(
+                name=name,
+                base_url=base_url(spec),
+                model=server,
+                input_per_mtok=spec.price.input_per_mtok,
+                output_per_mtok=spec.price.output_per_mtok,
+                request_defaults=member.request_defaults if member else None,
+            )
         )
-        for name in chosen
-    ]
+    return targets
 
 
 def _choose(available: list[str], names: list[str] | None, where: str) -> list[str]:

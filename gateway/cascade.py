@@ -12,8 +12,9 @@ thresholds[i])``. The last stage is not scored. Faults:
 * an answer without usable logprobs (including pure tool calls, which have no content tokens):
   the policy's ``on_missing_score`` rule.
 
-The client's own fields go through unchanged; only ``model`` is rewritten to the upstream's id,
-and ``logprobs``/``top_logprobs`` are added on scored stages.
+The client's own fields go through unchanged, over the model's configured request defaults
+(``policies.request_defaults``); ``model`` is rewritten to the upstream's id, and
+``logprobs``/``top_logprobs`` are added on scored stages.
 """
 
 from __future__ import annotations
@@ -29,6 +30,7 @@ from gateway.requests import ParsedRequest
 from gateway.routing import RoutePlan
 from gateway.upstream import UpstreamFailure, UpstreamPool
 from policies import score_response, should_escalate
+from policies.request_defaults import RequestDefaults, merge_request_defaults
 
 
 @dataclass(slots=True)
@@ -164,7 +166,10 @@ class CascadeEngine:
                     fallback if policy.allow_degraded else None,
                     fallback_model,
                 )
-            body = upstream_body(request, self._models[model].model, top_k=top_k, stream=False)
+            config = self._models[model]
+            body = upstream_body(
+                request, config.model, top_k=top_k, stream=False, defaults=config.request_defaults
+            )
             facts.models_called.append(model)
             try:
                 reply = await self._call(model, request, body, deadline, facts)
@@ -194,7 +199,10 @@ class CascadeEngine:
         fallback: dict[str, Any] | None,
         fallback_model: str | None,
     ) -> CascadeResult:
-        body = upstream_body(request, self._models[model].model, top_k=None, stream=stream)
+        config = self._models[model]
+        body = upstream_body(
+            request, config.model, top_k=None, stream=stream, defaults=config.request_defaults
+        )
         if stream:
             return CascadeResult(facts, live=LiveStage(model, body, fallback, fallback_model))
         facts.models_called.append(model)
@@ -241,13 +249,21 @@ def _int(value: Any) -> int:
     return value if isinstance(value, int) and not isinstance(value, bool) and value > 0 else 0
 
 
-def upstream_body(request: ParsedRequest, upstream_model: str, *, top_k: int | None, stream: bool) -> bytes:
-    """The upstream request: the client's fields, ``model`` rewritten, logprobs added when scored.
+def upstream_body(
+    request: ParsedRequest,
+    upstream_model: str,
+    *,
+    top_k: int | None,
+    stream: bool,
+    defaults: RequestDefaults | None = None,
+) -> bytes:
+    """The upstream request: the client's fields over the model's defaults, ``model`` rewritten,
+    logprobs added when scored.
 
     ``top_k`` set = a scored stage (non-streamed, asks for at least K alternatives).
     ``stream`` = the stage is streamed to the client (usage requested so the cost is known).
     """
-    body = dict(request.body)
+    body = merge_request_defaults(request.body, defaults, chat=request.kind == "chat")
     body["model"] = upstream_model
     if top_k is not None:
         if request.kind == "chat":

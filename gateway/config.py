@@ -19,6 +19,8 @@ import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 from pydantic_settings import BaseSettings, PydanticBaseSettingsSource, SettingsConfigDict
 
+from policies.request_defaults import RequestDefaults
+
 # Model names clients may not use for a configured model: they are the cascade aliases.
 RESERVED_MODEL_PREFIX = "cascade"
 
@@ -64,6 +66,9 @@ class ModelConfig(_Section):
     price: PriceConfig = PriceConfig(per_query_usd=0.0)
     timeout_s: float = Field(30.0, gt=0, description="per upstream call, seconds")
     max_retries: int = Field(2, ge=0, le=10, description="retries for 429/5xx/connect errors")
+    request_defaults: RequestDefaults | None = Field(
+        None, description="fields merged under the client's own (policies/request_defaults.py)"
+    )
 
     @field_validator("base_url")
     @classmethod

@@ -77,14 +77,24 @@ class Gateway:
         Every model of the route may be called (a chain can escalate to its end), each with at most
         ``body_bytes`` prompt tokens (a token is at least one byte of the request's text; the JSON
         around it covers the chat template) and the request's completion cap, or
-        ``DEFAULT_COMPLETION_BOUND`` tokens when it sets none. Settling charges the actual cost and
-        releases the rest, so over-reserving never overcharges; it only keeps a key from starting
-        requests it might not be able to pay for.
+        ``DEFAULT_COMPLETION_BOUND`` tokens when it sets none; a model's request defaults add their
+        system message's bytes and supply the cap the client left out. Settling charges the actual
+        cost and releases the rest, so over-reserving never overcharges; it only keeps a key from
+        starting requests it might not be able to pay for.
         """
         models = plan.route.models if plan.route is not None else [plan.model]
-        completion_bound = completion_cap(request.body) or DEFAULT_COMPLETION_BOUND
-        return sum(
-            self.settings.models[m].price.cost_usd(body_bytes, completion_bound)
-            for m in models
-            if m in self.settings.models
-        )
+        total = 0.0
+        for name in models:
+            config = self.settings.models.get(name) if name is not None else None
+            if config is None:
+                continue
+            # A model's request defaults may add a system message and set the cap the client left out.
+            defaults = config.request_defaults
+            prompt_bound = body_bytes + (defaults.prompt_bytes() if defaults else 0)
+            completion_bound = (
+                completion_cap(request.body)
+                or (defaults.completion_cap() if defaults else None)
+                or DEFAULT_COMPLETION_BOUND
+            )
+            total += config.price.cost_usd(prompt_bound, completion_bound)
+        return total

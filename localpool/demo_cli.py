@@ -87,10 +87,10 @@ def demo(
     paths = PoolPaths.default()
     try:
         manifest = load_manifest()
-        manifest.select(names)
+        servers = manifest.servers_for(names)  # members share their model's server
     except ManifestError as exc:
         fail(f"{policy}: {exc}")
-    already_running = {n for n in names if read_record(paths.pid_file(n)) is not None}
+    already_running = {n for n in servers if read_record(paths.pid_file(n)) is not None}
     gateway: subprocess.Popen[bytes] | None = None
     interrupted = False
 
@@ -99,11 +99,11 @@ def demo(
 
     signal.signal(signal.SIGTERM, _interrupt)
     try:
-        for name in names:  # e.g. the optional larger model the calibrated policy escalates to
+        for name in servers:  # e.g. the optional larger model the calibrated policy escalates to
             if not model_is_installed(manifest.models[name], paths):
                 install_model(name, manifest.models[name], paths, say, manifest_path=DEFAULT_MANIFEST)
-        options = ServerOptions.from_env(servers=len(names))
-        pool_up(manifest, paths, names, options, timeout_s=timeout, say=say)
+        options = ServerOptions.from_env(servers=len(servers))
+        pool_up(manifest, paths, servers, options, timeout_s=timeout, say=say)
         config = write_gateway_config(
             paths.run / "demo-gateway.yaml", pool_gateway_config(manifest, names, policy.resolve())
         )
@@ -148,7 +148,7 @@ def demo(
                 gateway.kill()
                 gateway.wait()
             say("gateway: stopped")
-        started = [n for n in names if n not in already_running]
+        started = [n for n in servers if n not in already_running]
         pool_down(manifest, paths, started, say=say)
     if interrupted:
         say("demo stopped")
