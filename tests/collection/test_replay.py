@@ -1,0 +1,129 @@
+"""``cascade replay`` against a real gateway (scripted upstream models, real policy file).
+
+The upstream answers are scripted so that every realized figure is known in advance: which
+questions the cheap model answers confidently (accepted) or not (escalated), which answers are
+right, and what each call costs (``small``: 10 prompt + 5 completion tokens at 0.1/0.2 USD per
+million = 2e-6 USD; ``large``: 0.001 USD per query).
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+import pytest
+from scripted_upstream import ok
+from typer.testing import CliRunner
+
+from cascade_cli.main import app
+from collection.prompts import load_prompts
+
+SMALL_COST = (10 * 0.1 + 5 * 0.2) / 1e6
+LARGE_COST = 0.001
+
+
+def write_prompts(path: Path, n: int = 10, grader: str = "numeric") -> Path:
+    """``n`` arithmetic questions q0..q{n-1}: 'What is i + i?' -> 2i (with a system message)."""
+    rows = [
+        {
+            "query_id": f"q{i}",
+            "system": "Reply with the number only.",
+            "prompt": f"What is {i} + {i}?",
+            "answer": str(2 * i),
+            "grader": grader,
+        }
+        for i in range(n)
+    ]
+    path.write_text("".join(json.dumps(r) + "\n" for r in rows))
+    return path
+
+
+def script_balanced(scripted: Any) -> None:
+    """Balanced tier (small -> large @ 0.5) on q0..q9, in order: q0-q3 accepted and right, q4-q5
+    accepted and wrong, q6-q9 escalated; large answers q6-q8 right and q9 wrong.
+    Realized: quality 7/10, escalation 4/10, cost (10 x small + 4 x large) / 10."""
+    confident = [ok(str(2 * i), confidence=0.99) for i in range(4)] + [ok("999", confidence=0.99)] * 2
+    unsure = [ok("0", confidence=0.3)] * 4
+    scripted.script("up-small", *confident, *unsure)
+    scripted.script("up-large", ok("12"), ok("14"), ok("16"), ok("999"))
+
+
+def invoke(*args: str) -> Any:
+    """Run ``cascade replay`` in process; stdout and stderr stay separate."""
+    return CliRunner().invoke(app, ["replay", *args])
+
+
+def test_realized_quality_cost_and_escalation_are_exact(
+    tmp_path, scripted, policy_file, start_replay_gateway
+):
+    policy = policy_file()  # balanced expects quality 0.7, cost 0.0004, escalation 0.4
+    gateway = start_replay_gateway(policy)
+    prompts = write_prompts(tmp_path / "set.jsonl")
+    script_balanced(scripted)
+    report_path = tmp_path / "out" / "report.json"
+
+    result = invoke(
+        str(prompts), "-g", gateway.url, "-t", "balanced", "-p", str(policy), "-o", str(report_path),
+        "--concurrency", "1", "--strict", "--html", str(tmp_path / "out" / "report.html"),
+    )  # fmt: skip
+
+    assert result.exit_code == 0, result.output
+    report = json.loads(report_path.read_text())
+    [arm] = report["arms"]
+    assert (arm["arm"], arm["requests"], arm["missing"]) == ("tier:balanced", 10, 0)
+    assert arm["quality"]["realized"] == pytest.approx(0.7)
+    assert arm["escalation_rate"]["realized"] == pytest.approx(0.4)
+    assert arm["cost_usd"]["realized"] == pytest.approx((10 * SMALL_COST + 4 * LARGE_COST) / 10, rel=1e-9)
+    # Wilson 95% interval of 7/10 (Newcombe 1998, table I): 0.3968 to 0.8922.
+    assert (arm["quality"]["method"], arm["quality"]["low"], arm["quality"]["high"]) == (
+        "wilson",
+        pytest.approx(0.3968, abs=5e-5),
+        pytest.approx(0.8922, abs=5e-5),
+    )
+    assert arm["cost_usd"]["method"] == "bootstrap"
+    assert arm["cost_usd"]["low"] < arm["cost_usd"]["realized"] < arm["cost_usd"]["high"]
+    assert arm["answered_by"] == {"small": 6, "large": 4}
+    assert arm["served_tiers"] == {"balanced": 10}
+    assert arm["expected_from"] == "tiers.balanced.expected"
+    assert arm["outside"] == [] and report["flags"] == [] and report["ok"] is True
+    assert report["policy"]["matches"] is True
+    assert arm["latency_ms"]["p50"] > 0 and arm["latency_ms"]["p95"] >= arm["latency_ms"]["p50"]
+    assert "every expectation lies within its realized interval" in result.stdout
+    assert (tmp_path / "out" / "report.html").read_text().count("tier:balanced") >= 1
+
+    # Same prompt format as `cascade collect`: the messages collect would send, at temperature 0.
+    expected_messages = [q.messages() for q in load_prompts(prompts)]
+    small_calls = scripted.calls("up-small")
+    assert [c.body["messages"] for c in small_calls] == expected_messages
+    assert {c.body["temperature"] for c in small_calls} == {0.0}
+    assert len(scripted.calls("up-large")) == 4
+
+
+def test_a_far_expectation_is_flagged_and_a_matching_one_is_not(
+    tmp_path, scripted, policy_file, start_replay_gateway
+):
+    served = policy_file()
+    far = policy_file(balanced={"expected": {"cost_usd": 0.00001, "quality": 0.2, "escalation_rate": 0.95}})
+    gateway = start_replay_gateway(served)
+    prompts = write_prompts(tmp_path / "set.jsonl")
+    script_balanced(scripted)
+    first = tmp_path / "matching.json"
+    assert invoke(str(prompts), "-g", gateway.url, "-t", "balanced", "-p", str(served), "-o", str(first),
+                  "--concurrency", "1").exit_code == 0  # fmt: skip
+
+    # The same results checked against expectations far from them: every metric is flagged,
+    # and the served policy is not the one the expectations come from.
+    far_report = tmp_path / "far.json"
+    (tmp_path / "far.requests.jsonl").write_bytes((tmp_path / "matching.requests.jsonl").read_bytes())
+    result = invoke(str(prompts), "-g", gateway.url, "-t", "balanced", "-p", str(far), "-o", str(far_report),
+                    "--strict")  # fmt: skip
+
+    assert result.exit_code == 3, result.output
+    report = json.loads(far_report.read_text())
+    assert report["arms"][0]["outside"] == ["quality", "cost_usd", "escalation_rate"]
+    assert report["policy"]["matches"] is False and report["ok"] is False
+    assert any("expected quality 0.2 is outside the realized 95% interval" in f for f in report["flags"])
+    assert any("the gateway served policy" in f for f in report["flags"])
+    assert "POLICY MISMATCH" in result.stdout
+    assert len(scripted.calls()) == 14  # nothing was sent again
