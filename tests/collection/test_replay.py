@@ -127,3 +127,70 @@ def test_a_far_expectation_is_flagged_and_a_matching_one_is_not(
     assert any("the gateway served policy" in f for f in report["flags"])
     assert "POLICY MISMATCH" in result.stdout
     assert len(scripted.calls()) == 14  # nothing was sent again
+
+
+def write_yes_prompts(path: Path, n: int) -> Path:
+    """``n`` questions whose right answer is 'yes' (exact match)."""
+    rows = [{"query_id": f"y{i}", "prompt": f"Is {i} an integer?", "answer": "yes", "grader": "exact_match"}
+            for i in range(n)]  # fmt: skip
+    path.write_text("".join(json.dumps(r) + "\n" for r in rows))
+    return path
+
+
+def test_a_budget_is_checked_against_the_envelope_point_the_gateway_picks(
+    tmp_path, scripted, policy_file, start_replay_gateway
+):
+    policy = policy_file()
+    gateway = start_replay_gateway(policy)
+    scripted.set_default("up-small", ok("yes", confidence=0.99))
+    scripted.set_default("up-large", ok("yes"))
+    prompts = write_yes_prompts(tmp_path / "yes.jsonl", 6)
+    out = tmp_path / "budgets.json"
+
+    budgets = ["--max-cost-usd", "0.0005", "--max-cost-usd", "0.002", "--max-cost-usd", "0.000001"]
+    result = invoke(str(prompts), "-g", gateway.url + "/v1", "-p", str(policy), "-o", str(out), *budgets)
+
+    assert result.exit_code == 0, result.output
+    arms = {a["arm"]: a for a in json.loads(out.read_text())["arms"]}
+    assert list(arms) == ["budget:0.0005", "budget:0.002", "budget:1e-06"]  # only budgets: no tier
+    assert arms["budget:0.0005"]["expected_from"] == "envelope[1]"
+    assert arms["budget:0.0005"]["expected_route"] == "small -> large @ 0.5"
+    assert arms["budget:0.002"]["expected_from"] == "envelope[2]"
+    assert arms["budget:0.002"]["answered_by"] == {"large": 6}
+    assert arms["budget:0.002"]["cost_usd"]["realized"] == pytest.approx(LARGE_COST)
+    below = arms["budget:1e-06"]  # below every point: the cheapest is served, marked over budget
+    assert (below["expected_from"], below["expected_within_budget"], below["over_budget"]) == (
+        "envelope[0]",
+        False,
+        6,
+    )
+    assert below["answered_by"] == {"small": 6}
+    assert {a["served_tiers"]["budget"] for a in arms.values()} == {6}
+    # The point expects quality 0.5 and cost 1e-5 for `small` alone; realized 6/6 right (Wilson
+    # [0.61, 1] excludes 0.5) at exactly 2e-6 per request (a zero-width interval that excludes 1e-5).
+    assert below["outside"] == ["quality", "cost_usd"]
+    assert below["quality"]["high"] == 1.0
+    assert (below["cost_usd"]["low"], below["cost_usd"]["high"]) == (pytest.approx(SMALL_COST),) * 2
+    assert arms["budget:0.0005"]["outside"] == ["cost_usd", "escalation_rate"]  # 6/6 right includes 0.7
+
+
+def test_default_tiers_are_the_policys_and_without_a_policy_the_gateways(
+    tmp_path, scripted, policy_file, start_replay_gateway
+):
+    policy = policy_file()
+    gateway = start_replay_gateway(policy)
+    prompts = write_yes_prompts(tmp_path / "yes.jsonl", 2)
+    with_policy = tmp_path / "with.json"
+    assert invoke(str(prompts), "-g", gateway.url, "-p", str(policy), "-o", str(with_policy)).exit_code == 0
+    report = json.loads(with_policy.read_text())
+    assert [a["tier"] for a in report["arms"]] == ["balanced", "chain", "direct", "mix"]
+
+    without = tmp_path / "without.json"
+    result = invoke(str(prompts), "-g", gateway.url, "-o", str(without), "--strict")
+    assert result.exit_code == 0, result.output
+    report = json.loads(without.read_text())
+    assert [a["tier"] for a in report["arms"]] == ["balanced", "chain", "direct", "mix"]  # from /v1/models
+    assert report["policy"]["policy_id"] is None and report["policy"]["matches"] is None
+    assert len(report["policy"]["served_policy_ids"]) == 1
+    assert all(a["quality"]["expected"] is None and a["outside"] == [] for a in report["arms"])
+    assert "no --policy given" in result.stdout
