@@ -115,10 +115,13 @@ def error_message(response: httpx.Response) -> tuple[str, str | None]:
         return response.text[:200].strip() or response.reason_phrase, None
 
 
-async def served_tiers(client: httpx.AsyncClient, base: str, api_key: str | None) -> list[str]:
+async def served_tiers(
+    base: str, api_key: str | None, timeout_s: float = 30.0, transport: httpx.AsyncBaseTransport | None = None
+) -> list[str]:
     """Tiers the gateway serves (``cascade/<tier>`` in ``GET /v1/models``); checks reachability and key."""
     try:
-        response = await client.get(f"{base}/v1/models", headers=auth_headers(api_key))
+        async with httpx.AsyncClient(transport=transport, timeout=timeout_s) as client:
+            response = await client.get(f"{base}/v1/models", headers=auth_headers(api_key))
     except httpx.HTTPError as exc:
         raise ReplayError(f"cannot reach the gateway at {base} ({type(exc).__name__}: {exc})") from exc
     if response.status_code != 200:

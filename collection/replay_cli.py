@@ -5,7 +5,6 @@ from __future__ import annotations
 import asyncio
 import json
 import shlex
-import sys
 from pathlib import Path
 from typing import Annotated, Any, NoReturn
 
@@ -105,25 +104,16 @@ def replay(
     <stem>.requests.jsonl are not sent again. Exit codes: 0 done, 1 error or failed requests (rerun
     to retry them), 3 flags raised with --strict, 130 interrupted.
     """
-    from collection.graders import GraderError, grade
-    from collection.prompts import PromptSetError, load_prompts
     from collection.replay import Arm, ReplayError, ReplayOptions, gateway_base, served_tiers
+    from collection.replay_report import build_report
     from collection.runs_writer import RunsFileError, read_rows
     from policies import PolicyInvalidError, load_policy
 
-    try:
-        questions = load_prompts(prompts, limit)
-        for question in questions:  # a bad label fails now, not after the requests
-            grade(question.grader, "", question.answer, question.aliases)
-    except PromptSetError as exc:
-        _fail(str(exc))
-    except GraderError as exc:
-        _fail(f"{prompts}: question {question.query_id!r}: {exc}")
+    questions = _load_questions(prompts, limit)
     try:
         policy = load_policy(policy_file) if policy_file else None
         base = gateway_base(gateway)
-        options = ReplayOptions(api_key, temperature, max_tokens, concurrency, timeout_s, retries)
-        available = asyncio.run(_served_tiers(base, api_key, timeout_s, served_tiers))
+        available = asyncio.run(served_tiers(base, api_key, min(timeout_s, 30.0)))
     except (PolicyInvalidError, ReplayError) as exc:
         _fail(str(exc))
     tier_names = _split(tiers)
@@ -133,6 +123,7 @@ def replay(
             _fail(f"the gateway at {base} lists no cascade/<tier> model (no policy loaded?); pass --tier")
     arms = [Arm(tier=t) for t in dict.fromkeys(tier_names)]
     arms += [Arm(max_cost_usd=float(b)) for b in dict.fromkeys(budgets or [])]
+    options = ReplayOptions(api_key, temperature, max_tokens, concurrency, timeout_s, retries)
     results = results_path(output)
     try:
         previous = read_rows(results, ("arm", "query_id"))
@@ -140,22 +131,31 @@ def replay(
         _fail(str(exc))
     _check_same_options(previous, arms, options, results)
     done = {(str(r["arm"]), str(r["query_id"])) for r in previous}
+
     summary = _run(base, questions, arms, done, options, results)
-    rows = read_rows(results, ("arm", "query_id"))
-    from collection.replay_report import build_report
 
     report = build_report(
         gateway=base,
         prompts_file=str(prompts),
         questions=[q.query_id for q in questions],
         arms=arms,
-        rows=rows,
+        rows=read_rows(results, ("arm", "query_id")),
         policy=policy,
         policy_file=str(policy_file) if policy_file else None,
         confidence=confidence,
         request=options.request_fields(),
         results_file=str(results),
-        command=shlex.join(["cascade", "replay", *sys.argv[2:]]) if len(sys.argv) > 1 else None,
+        command=_command_line(
+            prompts,
+            gateway,
+            output,
+            _split(tiers),
+            budgets or [],
+            policy_file,
+            max_tokens,
+            temperature,
+            limit,
+        ),
     )
     _write_outputs(report, output, html)
     if summary.failed:
@@ -166,11 +166,41 @@ def replay(
         raise typer.Exit(EXIT_FLAGGED)
 
 
-async def _served_tiers(base: str, api_key: str | None, timeout_s: float, lookup: Any) -> list[str]:
-    import httpx
+def _command_line(
+    prompts: Path,
+    gateway: str,
+    output: Path,
+    tiers: list[str],
+    budgets: list[float],
+    policy_file: Path | None,
+    max_tokens: int | None,
+    temperature: float,
+    limit: int | None,
+) -> str:
+    """The command that reproduces this run's requests (recorded in the report)."""
+    words = ["cascade", "replay", str(prompts), "--gateway", gateway, "-o", str(output)]
+    words += [f"--tier={tier}" for tier in tiers] + [f"--max-cost-usd={budget!r}" for budget in budgets]
+    optional = {"--policy": policy_file, "--max-tokens": max_tokens, "--limit": limit}
+    optional["--temperature"] = temperature or None
+    words += [f"{flag}={value}" for flag, value in optional.items() if value is not None]
+    return shlex.join(words)
 
-    async with httpx.AsyncClient(timeout=min(timeout_s, 30.0)) as client:
-        return await lookup(client, base, api_key)
+
+def _load_questions(prompts: Path, limit: int | None) -> list[Any]:
+    """The prompt set, with every label checked by its grader before anything is sent."""
+    from collection.graders import GraderError, grade
+    from collection.prompts import PromptSetError, load_prompts
+
+    try:
+        questions = load_prompts(prompts, limit)
+    except PromptSetError as exc:
+        _fail(str(exc))
+    for question in questions:
+        try:
+            grade(question.grader, "", question.answer, question.aliases)
+        except GraderError as exc:
+            _fail(f"{prompts}: question {question.query_id!r}: {exc}")
+    return questions
 
 
 def _check_same_options(previous: list[dict[str, Any]], arms: list[Any], options: Any, results: Path) -> None:

@@ -148,7 +148,9 @@ def write_html(report: dict[str, Any], path: Path) -> Path:
             [
                 Preformatted(report.get("command") or ""),
                 f"Gateway {report['gateway']}; prompts {report['prompts']['file']} "
-                f"({report['prompts']['questions']} questions); request options {report['request']}; "
+                f"({report['prompts']['questions']} questions); "
+                f"temperature {report['request']['temperature']}, "
+                f"max_tokens {report['request']['max_tokens'] or 'not sent'}; "
                 f"per-request results in {report['results_file']}; policy file {policy['file']}.",
             ],
         ),
