@@ -72,7 +72,7 @@ class ReplayOptions:
     api_key: str | None = None
     temperature: float = 0.0
     max_tokens: int | None = None
-    concurrency: int = 4
+    concurrency: int = 2
     timeout_s: float = 300.0
     retries: int = 2
 
@@ -191,6 +191,7 @@ def result_row(
         "model": response.headers.get("x-cascade-model"),
         "models_called": [m for m in models_called.split(",") if m],
         "score": _float_header(response, "x-cascade-score"),
+        "overhead_ms": _float_header(response, "x-cascade-overhead-ms"),
         "degraded": response.headers.get("x-cascade-degraded") == "true",
         "over_budget": response.headers.get("x-cascade-over-budget") == "true",
         "prompt_tokens": int(usage.get("prompt_tokens") or 0),

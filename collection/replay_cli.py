@@ -73,7 +73,9 @@ def replay(
         str | None,
         typer.Option("--api-key", envvar="CASCADE_API_KEY", help="client key (env CASCADE_API_KEY)"),
     ] = None,
-    concurrency: Annotated[int, typer.Option(min=1, max=64, help="requests in flight at once")] = 4,
+    concurrency: Annotated[
+        int, typer.Option(min=1, max=64, help="requests in flight at once (queueing shows in the latency)")
+    ] = 2,
     timeout_s: Annotated[float, typer.Option("--timeout-s", min=1, help="per-request timeout")] = 300.0,
     retries: Annotated[int, typer.Option(min=0, max=10, help="retries of a 429/5xx/connection failure")] = 2,
     temperature: Annotated[float, typer.Option(min=0, help="sampling temperature of every request")] = 0.0,

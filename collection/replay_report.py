@@ -102,6 +102,7 @@ def summarize_arm(
             [1.0 if r["escalated"] else 0.0 for r in rows], confidence, expected["escalation_rate"]
         ),
     }
+    outside = [name for name, estimate in estimates.items() if estimate.outside]
     latencies = [float(r["latency_ms"]) for r in rows]
     return {
         "arm": arm.key,
@@ -114,7 +115,8 @@ def summarize_arm(
         "expected_route": expectation.route if expectation else None,
         "expected_within_budget": expectation.within_budget if expectation else None,
         **{name: estimate.as_dict() for name, estimate in estimates.items()},
-        "outside": [name for name, estimate in estimates.items() if estimate.outside],
+        "outside": outside,
+        "ok": not outside and len(rows) == questions,
         "latency_ms": {
             "p50": percentile(latencies, 50),
             "p95": percentile(latencies, 95),
@@ -162,7 +164,7 @@ def build_report(
     (file, questions), ``results_file``, ``confidence``, ``request`` (temperature, max_tokens),
     ``policy`` (file, policy_id, served_policy_ids, matches), ``arms`` (one per tier/budget, see
     ``summarize_arm``: requests, missing, expected_from, expected_route, quality/cost_usd/
-    escalation_rate as {realized, low, high, method, expected, outside}, outside, latency_ms
+    escalation_rate as {realized, low, high, method, expected, outside}, outside, ok, latency_ms
     {p50, p95, mean}, served_tiers, answered_by, degraded, over_budget), ``flags`` (one sentence
     each) and ``ok`` (no flag).
     """

@@ -86,7 +86,7 @@ def test_realized_quality_cost_and_escalation_are_exact(
     assert arm["answered_by"] == {"small": 6, "large": 4}
     assert arm["served_tiers"] == {"balanced": 10}
     assert arm["expected_from"] == "tiers.balanced.expected"
-    assert arm["outside"] == [] and report["flags"] == [] and report["ok"] is True
+    assert arm["outside"] == [] and arm["ok"] is True and report["flags"] == [] and report["ok"] is True
     assert report["policy"]["matches"] is True
     assert arm["latency_ms"]["p50"] > 0 and arm["latency_ms"]["p95"] >= arm["latency_ms"]["p50"]
     assert "every expectation lies within its realized interval" in result.stdout
@@ -122,7 +122,7 @@ def test_a_far_expectation_is_flagged_and_a_matching_one_is_not(
     assert result.exit_code == 3, result.output
     report = json.loads(far_report.read_text())
     assert report["arms"][0]["outside"] == ["quality", "cost_usd", "escalation_rate"]
-    assert report["policy"]["matches"] is False and report["ok"] is False
+    assert report["policy"]["matches"] is False and report["ok"] is False and report["arms"][0]["ok"] is False
     assert any("expected quality 0.2 is outside the realized 95% interval" in f for f in report["flags"])
     assert any("the gateway served policy" in f for f in report["flags"])
     assert "POLICY MISMATCH" in result.stdout
