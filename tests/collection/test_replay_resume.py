@@ -126,3 +126,32 @@ def test_no_more_requests_are_in_flight_than_the_concurrency_bound(
     assert result.exit_code == 0, result.output
     assert len(scripted.calls("up-large")) == 12
     assert peak == 3
+
+
+def test_a_request_slower_than_the_timeout_fails_and_max_tokens_is_passed_through(
+    tmp_path, scripted, policy_file, start_replay_gateway
+):
+    gateway = start_replay_gateway(policy_file())
+    scripted.script("up-large", ok("yes"), ok("yes", delay_s=1.6))  # y1 outlasts --timeout-s 1
+    scripted.set_default("up-large", ok("yes"))
+    prompts = write_questions(tmp_path / "set.jsonl", 3)
+    args = ["replay", str(prompts), "-g", gateway.url, "-t", "direct", "-o", str(tmp_path / "r.json"),
+            "--concurrency", "1", "--retries", "0", "--timeout-s", "1", "--max-tokens", "7"]  # fmt: skip
+
+    result = CliRunner().invoke(app, args)
+
+    assert result.exit_code == 1
+    assert "  tier:direct y1: ReadTimeout" in result.stderr
+    assert sorted(result_ids(tmp_path / "r.requests.jsonl")) == ["y0", "y2"]
+    assert [c.body["max_tokens"] for c in scripted.calls()] == [7, 7, 7]
+
+
+def test_without_max_tokens_none_is_sent(tmp_path, scripted, policy_file, start_replay_gateway):
+    gateway = start_replay_gateway(policy_file())
+    scripted.set_default("up-large", ok("yes"))
+    prompts = write_questions(tmp_path / "set.jsonl", 2)
+    result = CliRunner().invoke(
+        app, ["replay", str(prompts), "-g", gateway.url, "-t", "direct", "-o", str(tmp_path / "r.json")]
+    )
+    assert result.exit_code == 0, result.output
+    assert [("max_tokens" in c.body, c.body["temperature"]) for c in scripted.calls()] == [(False, 0.0)] * 2
