@@ -1,4 +1,5 @@
-"""The runs table written by ``cascade collect`` (DESIGN 3): JSONL, one row per (query, model), appended.
+"""The runs table written by ``cascade collect`` (DESIGN 3): JSONL, one row per (query, model), appended
+(``read_rows`` also reads the per-request results of ``cascade replay``).
 
 Appending row by row makes a run resumable: rows already in the file are skipped on the next start
 (``done_pairs``); a torn last line from an interrupted write is ignored and overwritten.
