@@ -83,7 +83,7 @@ def build_row(
         "query_id": prompt.query_id,
         "model": target.name,
         "correct": grade(prompt.grader, text, prompt.answer, prompt.aliases),
-        "cost_usd": target.cost_usd(prompt_tokens, completion_tokens),
+        "cost_usd": target.price.cost_usd(prompt_tokens, completion_tokens),
         "prompt_tokens": prompt_tokens,
         "completion_tokens": completion_tokens,
         "latency_ms": round(latency_ms, 1),

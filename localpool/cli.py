@@ -128,17 +128,16 @@ def status() -> None:
         fail(str(exc))
     paths = PoolPaths.default()
     table = Table(title=f"local pool ({paths.home})")
-    for column in ("model", "port", "installed", "running", "pid", "price $/Mtok (in/out)"):
+    for column in ("model", "port", "installed", "running", "pid", "price"):
         table.add_column(column)
     for row in pool_status(manifest, paths):
-        price = manifest.models[row.name].price
         table.add_row(
             row.name,
             str(row.port),
             "yes" if row.installed else "no",
             "yes" if row.running else "no",
             str(row.pid or "-"),
-            f"{price.input_per_mtok:g} / {price.output_per_mtok:g}",
+            manifest.models[row.name].price.describe(),
         )
     console = Console()
     console.print(table)

@@ -22,10 +22,7 @@ def pool_gateway_config(manifest: Manifest, names: list[str], policy: Path) -> d
         models[name] = {
             "base_url": base_url(spec),
             "model": name,
-            "price": {
-                "input_per_mtok": spec.price.input_per_mtok,
-                "output_per_mtok": spec.price.output_per_mtok,
-            },
+            "price": spec.price.model_dump(exclude_none=True),
             "timeout_s": 60,
             "max_retries": 1,
         }
