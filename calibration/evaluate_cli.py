@@ -103,7 +103,7 @@ def evaluate(
         methods=split_list(methods) or list(ALL_METHODS), feature_columns=split_list(feature_columns),
         command="cascade " + shlex.join(sys.argv[1:]) if sys.argv[1:2] == ["evaluate"] else None,
     )
-    run_or_exit(lambda: run_evaluate(options, console, errors), errors)
+    run_or_exit(lambda: run_evaluate(options, console, errors))
 
 
 def run_evaluate(options: EvaluateOptions, console: Console, errors: Console) -> dict:

@@ -48,3 +48,11 @@ class RedisKeys:
     def spend(self, key_id: str, window_start: int) -> str:
         """Spend counter (integer nano-USD, with a TTL) of one client key in one window."""
         return f"{self.prefix}:spend:{key_id}:{window_start}"
+
+
+def redact_url(url: str) -> str:
+    """A Redis URL without its password (``redis://***@host:6379/0``), for logs, status and errors."""
+    if "@" not in url:
+        return url
+    scheme, _, rest = url.partition("://")
+    return f"{scheme}://***@{rest.rpartition('@')[2]}"

@@ -2,9 +2,12 @@
 
 from __future__ import annotations
 
-from typing import Annotated, NoReturn
+from typing import Annotated
 
 import typer
+
+from cascade_cli.failure import fail
+from localpool.demo_cli import demo
 
 models_app = typer.Typer(
     name="models",
@@ -18,15 +21,7 @@ Names = Annotated[list[str] | None, typer.Argument(help="model names (default: t
 def register(app: typer.Typer) -> None:
     """Add this package's commands to the root app."""
     app.add_typer(models_app, name="models")
-    from localpool.demo_cli import demo
-
     app.command("demo")(demo)
-
-
-def fail(message: str) -> NoReturn:
-    """One red line on stderr, exit code 1."""
-    typer.secho(f"error: {message}", fg=typer.colors.RED, err=True)
-    raise typer.Exit(1)
 
 
 def _say(message: str) -> None:
