@@ -19,9 +19,9 @@ from fastapi.responses import Response
 from starlette.exceptions import HTTPException as StarletteHTTPException
 from starlette.routing import Route
 
-from gateway.completions import CompletionsEndpoint, InternalError, error_parts
+from gateway.completions import CompletionsEndpoint, error_parts
 from gateway.config import Settings
-from gateway.errors import GatewayError
+from gateway.errors import GatewayError, InternalError
 from gateway.logs import log_exception
 from gateway.metrics import CONTENT_TYPE
 from gateway.routing import CASCADE_MODEL
