@@ -1,4 +1,4 @@
-"""Price sheets (DESIGN section 3): what one call of each model costs, in USD.
+"""Price sheets (docs/contracts.md#prices): what one call of each model costs, in USD.
 
 YAML shape::
 

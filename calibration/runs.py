@@ -1,4 +1,4 @@
-"""The runs table (DESIGN section 3) as a query x model matrix of quality, cost and score.
+"""The runs table (docs/contracts.md#runs-table) as a query x model matrix of quality, cost and score.
 
 ``load_runs`` reads CSV / CSV.gz / Parquet / JSONL, validates it row by row and pivots it into a
 ``RunsMatrix``. Every input problem becomes a ``RunsError`` whose one-line message names the file,

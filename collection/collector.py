@@ -69,7 +69,7 @@ def request_body(prompt: Prompt, target: Target, options: CollectOptions) -> dic
 def build_row(
     prompt: Prompt, target: Target, body: dict[str, Any], latency_ms: float, keep_prompt: bool
 ) -> dict[str, Any]:
-    """One runs-table row (DESIGN 3) from an upstream response body."""
+    """One runs-table row (docs/contracts.md#runs-table) from an upstream response body."""
     try:
         choice = body["choices"][0]
         text = choice["message"].get("content") or ""

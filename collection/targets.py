@@ -25,7 +25,10 @@ class Target:
 
 
 def targets_from_config(config: Path, names: list[str] | None) -> list[Target]:
-    """Models of a gateway.yaml (DESIGN 8): base URL, upstream id, key by env reference, price."""
+    """Models of a gateway.yaml: base URL, upstream id, key by env reference, price.
+
+    The config is described in docs/contracts.md#config.
+    """
     from gateway.config import ConfigError, Settings
 
     try:

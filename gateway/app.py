@@ -1,4 +1,6 @@
-"""The HTTP app (DESIGN section 7): ``create_app(settings)`` builds everything; nothing runs at import.
+"""The HTTP app: ``create_app(settings)`` builds everything; nothing runs at import.
+
+The surface it serves is docs/contracts.md#http-surface.
 
 The two completion endpoints (gateway.completions) are plain ASGI callables that ``GatewayApp``
 dispatches to before FastAPI's middleware stack; everything else (models, health, metrics, admin)

@@ -1,4 +1,6 @@
-"""The cascade engine: call each stage of a route, score, accept or escalate (DESIGN sections 6, 7, 11).
+"""The cascade engine: call each stage of a route, score, accept or escalate.
+
+Contracts: docs/contracts.md#scorers, #http-surface and #faults.
 
 A route is a chain ``models[0..k-1]`` with ``thresholds[0..k-2]``. Every stage but the last is
 called with ``logprobs: true, top_logprobs: K`` and scored with ``policies.score_response`` (the
@@ -51,7 +53,7 @@ class CascadeFacts:
     route: list[str] = field(default_factory=list)
 
     def headers(self, overhead_ms: float) -> list[tuple[bytes, bytes]]:
-        """The ``x-cascade-*`` response headers (DESIGN section 7)."""
+        """The ``x-cascade-*`` response headers (docs/contracts.md#response-headers)."""
         out = [
             (b"x-cascade-tier", self.tier.encode()),
             (b"x-cascade-policy", (self.policy_id or "none").encode()),

@@ -21,7 +21,9 @@ def register(app: typer.Typer) -> None:
 
 
 def serve(
-    config: Annotated[Path, typer.Option("--config", "-c", help="gateway YAML config (DESIGN section 8)")],
+    config: Annotated[
+        Path, typer.Option("--config", "-c", help="gateway YAML config (docs/contracts.md#config)")
+    ],
     host: Annotated[str, typer.Option("--host", help="interface to listen on")] = "127.0.0.1",
     port: Annotated[int, typer.Option("--port", "-p", min=1, max=65535, help="TCP port to listen on")] = 8000,
 ) -> None:

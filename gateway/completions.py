@@ -1,4 +1,4 @@
-"""The completion endpoints as plain ASGI callables (the measured hot path, DESIGN section 2).
+"""The completion endpoints as plain ASGI callables (the measured hot path, docs/benchmarks.md).
 
 ``POST /v1/chat/completions`` and ``POST /v1/completions``: read the body under the size limit,
 authenticate, parse with orjson and validate by hand, choose the route, reserve spend, run the

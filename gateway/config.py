@@ -1,4 +1,6 @@
-"""Gateway settings (DESIGN section 8): a YAML file, overridable by ``CASCADE_*`` environment variables.
+"""Gateway settings: a YAML file, overridable by ``CASCADE_*`` environment variables.
+
+Every field is listed in docs/contracts.md#config.
 
 Settings say *how to run* (upstream URLs, key references, timeouts, limits); the policy file says
 *what to do* (tiers, routes, thresholds). Secrets appear only by reference (``api_key_env``): the
@@ -90,7 +92,7 @@ class LoggingConfig(_Section):
 
 
 class Settings(BaseSettings):
-    """The whole gateway config (DESIGN section 8)."""
+    """The whole gateway config (docs/contracts.md#config)."""
 
     model_config = SettingsConfigDict(
         env_prefix="CASCADE_", env_nested_delimiter="__", extra="forbid", frozen=True

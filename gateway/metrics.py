@@ -1,4 +1,4 @@
-"""Prometheus metrics (DESIGN section 9), in a per-app registry (never the global one).
+"""Prometheus metrics (docs/contracts.md#metrics), in a per-app registry (never the global one).
 
 Label values come only from small fixed sets: tiers of the loaded policy plus ``budget``,
 ``passthrough`` and ``none`` (a request rejected before any route was chosen: bad JSON, unknown

@@ -1,4 +1,6 @@
-"""Names of everything the gateway keeps in Redis (DESIGN section 10), under one configurable prefix.
+"""Names of everything the gateway keeps in Redis, under one configurable prefix.
+
+The keys are listed in docs/contracts.md#redis-keys.
 
 The contract names use the default prefix ``cascade``. A different prefix (``CASCADE_REDIS_PREFIX``)
 lets several deployments, or test runs, share one Redis without seeing each other's policy, keys or

@@ -1,4 +1,4 @@
-"""Request -> route (DESIGN section 7), first match wins:
+"""Request -> route (docs/contracts.md#choosing-the-route), first match wins:
 
 1. header ``X-Cascade-Max-Cost-Usd: <float>`` -> best envelope point within that expected cost;
 2. header ``X-Cascade-Tier: <tier>``;

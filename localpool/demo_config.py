@@ -12,9 +12,9 @@ from localpool.pool import base_url
 
 
 def pool_gateway_config(manifest: Manifest, names: list[str], policy: Path) -> dict[str, Any]:
-    """A DESIGN 8 config: one model per pool server (upstream id = pool name), manifest prices.
+    """A gateway config: one model per pool server (upstream id = pool name), manifest prices.
 
-    No Redis, no client keys.
+    No Redis, no client keys (docs/contracts.md#config).
     """
     models = {}
     for name in names:

@@ -1,6 +1,6 @@
 """The contract shared by calibration and the gateway: policy schema, scorers, decision rule, prices.
 
-Imports neither FastAPI nor pandas (DESIGN section 2).
+Imports neither FastAPI nor pandas; the contracts are written out in docs/contracts.md.
 """
 
 from policies.decision import (

@@ -19,7 +19,7 @@ class UnknownTierError(PolicyError):
 
 
 class UnknownScorerError(PolicyError):
-    """A scorer name outside DESIGN section 6, or ``external`` where it cannot be computed."""
+    """A scorer name outside docs/contracts.md#scorers, or ``external`` where it cannot be computed."""
 
 
 class PriceError(PolicyError, ValueError):
