@@ -5,7 +5,7 @@ budget (header ``X-Cascade-Max-Cost-Usd``). Every (arm, question) pair becomes o
 chat completion with the question rendered exactly as ``cascade collect`` renders it
 (``Prompt.messages()``), graded by the same grader, and one result row appended to a JSONL file
 as soon as it is done: cost, escalation, served tier and policy come from the ``x-cascade-*``
-response headers (DESIGN section 7). A rerun skips the pairs already in the file, so an
+response headers (docs/contracts.md#response-headers). A rerun skips the pairs already in the file, so an
 interrupted replay continues where it stopped. A request that still fails after its retries
 (429 rate limit, 5xx, connection errors) writes no row and is retried by the next run; an answer
 no retry can change (400 unknown tier, 401, 404, 413, budget exhausted, no policy) stops the run

@@ -1,5 +1,7 @@
-"""The runs table written by ``cascade collect`` (DESIGN 3): JSONL, one row per (query, model), appended
-(``read_rows`` also reads the per-request results of ``cascade replay``).
+"""The runs table written by ``cascade collect``: JSONL, one row per (query, model), appended.
+
+Columns as in docs/contracts.md#runs-table. ``read_rows`` also reads the per-request results of
+``cascade replay``.
 
 Appending row by row makes a run resumable: rows already in the file are skipped on the next start
 (``done_pairs``); a torn last line from an interrupted write is ignored and overwritten.
