@@ -6,7 +6,7 @@ realized value (quality, cost per request, escalation rate) comes with a confide
 (``collection.replay_stats``), and every expectation outside its interval becomes a flag, as does
 a gateway serving another policy than the one the expectations were read from.
 
-Report schema (``"report": "cascade-replay"``, ``"version": 1``): see ``build_report``.
+Report schema (``"report": "cascade-replay"``, ``"version": 1``): docs/contracts.md#replay-report.
 """
 
 from __future__ import annotations

@@ -9,6 +9,7 @@ million = 2e-6 USD; ``large``: 0.001 USD per query).
 from __future__ import annotations
 
 import json
+import re
 from pathlib import Path
 from typing import Any
 
@@ -194,3 +195,29 @@ def test_default_tiers_are_the_policys_and_without_a_policy_the_gateways(
     assert len(report["policy"]["served_policy_ids"]) == 1
     assert all(a["quality"]["expected"] is None and a["outside"] == [] for a in report["arms"])
     assert "no --policy given" in result.stdout
+
+
+def test_every_report_field_is_named_in_the_contracts_doc(
+    tmp_path, repo_root, scripted, policy_file, start_replay_gateway
+):
+    policy = policy_file()
+    gateway = start_replay_gateway(policy)
+    scripted.set_default("up-small", ok("yes", confidence=0.99))
+    out = tmp_path / "r.json"
+    prompts = write_yes_prompts(tmp_path / "yes.jsonl", 2)
+    assert (
+        invoke(str(prompts), "-g", gateway.url, "-p", str(policy), "-t", "balanced", "-o", str(out)).exit_code
+        == 0
+    )
+    report = json.loads(out.read_text())
+    row = json.loads((tmp_path / "r.requests.jsonl").read_text().splitlines()[0])
+
+    section = (repo_root / "docs" / "contracts.md").read_text().split("## Replay report", 1)[1]
+    named = {word for span in re.findall(r"`([^`]+)`", section) for word in re.findall(r"[a-z_0-9]+", span)}
+    assert set(report) - named == set()
+    assert set(report["arms"][0]) - named == set()
+    assert (
+        set(report["policy"]) | set(report["arms"][0]["quality"]) | set(report["arms"][0]["latency_ms"])
+        <= named
+    )
+    assert set(row) - named == set()
