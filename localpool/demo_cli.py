@@ -12,6 +12,8 @@ from typing import Annotated, Any
 
 import typer
 
+from cascade_cli.failure import fail
+
 DEFAULT_POLICY = Path("policies/local-demo.json")
 # The demo policy was calibrated on generated arithmetic questions (collection/arithmetic.py), sent
 # bare: the pool members' request defaults say how to answer. Ask one such, at temperature 0.
@@ -106,7 +108,6 @@ def demo(
 
     Prints the policy's held-out table (``<policy>-heldout.json`` beside it, when present).
     """
-    from localpool.cli import fail
     from localpool.demo_config import pool_gateway_config, write_gateway_config
     from localpool.install import InstallError, install_model, model_is_installed
     from localpool.manifest import DEFAULT_MANIFEST, ManifestError, load_manifest

@@ -17,11 +17,12 @@ REQUEST_TIMEOUT_S = 300
 
 
 def pool_gateway_config(manifest: Manifest, names: list[str], policy: Path) -> dict[str, Any]:
-    """A DESIGN 8 config: one entry per pool model or member the policy names, manifest prices.
+    """A gateway config: one entry per pool model or member the policy names, manifest prices.
 
     A model's upstream id is its pool name; a member is its model's server with the member's
     ``request_defaults`` (the ones ``cascade collect`` sent when the policy was calibrated).
-    No Redis, no client keys. Timeouts leave room for a reasoning stage on a busy CPU.
+    No Redis, no client keys (docs/contracts.md#config). Timeouts leave room for a reasoning stage
+    on a busy CPU.
     """
     models = {}
     for name in names:
@@ -30,10 +31,7 @@ def pool_gateway_config(manifest: Manifest, names: list[str], policy: Path) -> d
         entry: dict[str, Any] = {
             "base_url": base_url(spec),
             "model": server,
-            "price": {
-                "input_per_mtok": spec.price.input_per_mtok,
-                "output_per_mtok": spec.price.output_per_mtok,
-            },
+            "price": spec.price.model_dump(exclude_none=True),
             "timeout_s": UPSTREAM_TIMEOUT_S,
             "max_retries": 1,
         }

@@ -13,6 +13,7 @@ from collection.targets import Target, targets_from_config, targets_from_pool
 from gateway.cascade import upstream_body
 from gateway.requests import parse_request
 from localpool.manifest import load_manifest
+from policies import Price
 from policies.request_defaults import RequestDefaults
 
 QUESTION = Prompt(query_id="q1", prompt="What is 6 * 7?", answer="42", grader="final_numeric")
@@ -23,6 +24,7 @@ def _target(defaults: dict | None) -> Target:
         name="member",
         base_url="http://x.test/v1",
         model="up",
+        price=Price(input_per_mtok=1.0, output_per_mtok=2.0),
         request_defaults=RequestDefaults.model_validate(defaults) if defaults is not None else None,
     )
 
@@ -71,7 +73,7 @@ def test_pool_members_are_targets_on_their_models_server() -> None:
     server = manifest.models[member.server]
     assert target.name == member_name and target.model == member.server
     assert target.base_url == f"http://127.0.0.1:{server.port}/v1"
-    assert target.input_per_mtok == server.price.input_per_mtok
+    assert target.price == server.price
     assert target.request_defaults == member.request_defaults
 
 
