@@ -15,10 +15,18 @@ import typer
 from cascade_cli.failure import fail
 
 DEFAULT_POLICY = Path("policies/local-demo.json")
-# The demo policy was calibrated on generated arithmetic questions (collection/arithmetic.py), sent
-# bare: the pool members' request defaults say how to answer. Ask one such, at temperature 0.
-SMOKE_MESSAGES = [{"role": "user", "content": "What is 47 * 8 + 19?"}]
-EXAMPLE_QUESTION = "Lena had 143 stickers and gave 12 stickers to each of 7 friends. How many are left?"
+# The demo policy was calibrated on one-letter answers to multiple-choice questions: ask one such.
+MC_SYSTEM = (
+    "You answer multiple-choice questions. Reply with only the letter (A, B, C or D) of the correct answer."
+)
+SMOKE_MESSAGES = [
+    {"role": "system", "content": MC_SYSTEM},
+    {
+        "role": "user",
+        "content": "Question: Which planet is known as the Red Planet?\nA. Venus\nB. Mars\nC. Jupiter\n"
+        "D. Saturn\nAnswer:",
+    },
+]
 
 
 def cascade_command() -> str:
@@ -73,24 +81,26 @@ def usage_text(url: str, tiers: list[str], heldout: dict[str, Any] | None = None
     """How to call the running demo gateway (curl and the openai SDK), and what to expect of it."""
     table = f"\n{heldout_text(heldout)}\n" if heldout else ""
     tier = "balanced" if "balanced" in tiers else (tiers[0] if tiers else "balanced")
+    question = "Question: What is 15 + 27?\\nA. 32\\nB. 42\\nC. 52\\nD. 41\\nAnswer:"
     return f"""
 The cascade gateway is serving at {url}/v1 (tiers: {", ".join(tiers)}).
 {table}
   curl -s {url}/v1/chat/completions -H 'Content-Type: application/json' -D - \\
-    -d '{{"model": "cascade", "temperature": 0,
-         "messages": [{{"role": "user", "content": "What is 47 * 8 + 19?"}}]}}'
+    -d '{{"model": "cascade", "temperature": 0, "max_tokens": 1, "messages": [
+         {{"role": "system", "content": "{MC_SYSTEM}"}},
+         {{"role": "user", "content": "{question}"}}]}}'
 
   from openai import OpenAI
   client = OpenAI(base_url="{url}/v1", api_key="unused")
   raw = client.chat.completions.with_raw_response.create(
-      model="cascade/{tier}", temperature=0,
-      messages=[{{"role": "user", "content": "{EXAMPLE_QUESTION}"}}])
+      model="cascade/{tier}", temperature=0, max_tokens=1,
+      messages=[{{"role": "system", "content": "{MC_SYSTEM}"}},
+                {{"role": "user", "content": "{question}"}}])
   print(raw.headers["x-cascade-models-called"], raw.headers["x-cascade-cost-usd"])
   print(raw.parse().choices[0].message.content)
 
-The policy was calibrated on generated arithmetic questions (docs/local-models.md): a fast member
-answers with the number only; when its confidence is low the question goes to a member that
-reasons step by step. Send the bare question: the members' request defaults set the instructions.
+The demo policy was calibrated on one-letter answers to MMLU questions at temperature 0
+(docs/local-models.md): its thresholds mean most for prompts of that kind.
 Metrics: {url}/metrics    Pool: {cascade_command()} models status    Stop: Ctrl-C
 """
 
@@ -206,7 +216,7 @@ def _smoke(url: str) -> None:
     """One cascade request; prints the answer and the x-cascade-* headers."""
     import httpx
 
-    body = {"model": "cascade", "temperature": 0, "messages": SMOKE_MESSAGES}
+    body = {"model": "cascade", "temperature": 0, "max_tokens": 1, "messages": SMOKE_MESSAGES}
     response = httpx.post(f"{url}/v1/chat/completions", json=body, timeout=120)
     response.raise_for_status()
     for key, value in sorted(response.headers.items()):

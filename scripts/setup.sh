@@ -30,3 +30,5 @@ fi
 
 echo "==> local model pool (llama-server + models; the first build takes ~8 minutes)"
 .venv/bin/cascade models install
+# The demo policy (and tests/e2e/test_demo_replay.py) escalates to the optional 1.5B model.
+.venv/bin/cascade models install qwen2.5-coder-1.5b
