@@ -13,18 +13,19 @@ from __future__ import annotations
 import asyncio
 import os
 import time
+from contextlib import aclosing
 from typing import Any
 
 import orjson
 
 from gateway.cascade import CascadeFacts, client_body
 from gateway.errors import BodyTooLargeError, BudgetExceededError, GatewayError
+from gateway.live import StreamFailed, StreamStart
 from gateway.logs import log_event, log_exception
 from gateway.requests import ParsedRequest, RequestKind, parse_request
 from gateway.routing import RoutePlan
 from gateway.runtime import Gateway
-from gateway.streaming import DONE, SSE_HEADERS, client_chunk, replay, sse, sse_error, upstream_events
-from gateway.upstream import UpstreamFailure, read_completion
+from gateway.streaming import sse_error
 
 _JSON_HEADER = (b"content-type", b"application/json")
 _WANTED_HEADERS = frozenset(
@@ -119,7 +120,7 @@ class CompletionsEndpoint:
             deadline = time.monotonic() + gw.settings.limits.request_timeout_s
             facts = gw.engine.new_facts(plan)
             if parsed.stream:
-                await self._stream(exchange, plan, parsed, facts, deadline, request_id, started)
+                status = await self._stream(exchange, plan, parsed, facts, deadline, request_id, started)
             else:
                 result = await gw.engine.run(plan, parsed, deadline, facts=facts)
                 body = client_body(result.body, facts.answered_by, parsed)  # type: ignore[arg-type]
@@ -168,82 +169,19 @@ class CompletionsEndpoint:
         deadline: float,
         request_id: str,
         started: float,
-    ) -> None:
-        """Serve a streamed request: replay a complete answer, or relay the final stage live."""
-        gw = self.gateway
-        result = await gw.engine.run(plan, parsed, deadline, facts=facts, stream_last=True)
-        if result.body is not None:
-            await self._replay(exchange, result.body, facts, parsed, request_id, started)
-            return
-        live = result.live
-        assert live is not None
-        facts.models_called.append(live.model)
-        t0 = time.monotonic()
-        try:
-            async with gw.pool[live.model].stream(parsed.kind, live.body, deadline) as response:
-                facts.answered_by = live.model
-                if response.content_type == "application/json":
-                    # An upstream that ignores ``stream``: its whole answer, replayed like an accepted one.
-                    complete = await read_completion(response, live.model)
-                    facts.upstream_s += time.monotonic() - t0
-                    gw.engine.account(facts, live.model, complete.get("usage"))
-                    await self._replay(exchange, complete, facts, parsed, request_id, started)
-                    return
-                overhead_ms = (time.perf_counter() - started - facts.upstream_s) * 1000
-                await exchange.start(
-                    200, [*SSE_HEADERS, (b"x-request-id", request_id.encode()), *facts.headers(overhead_ms)]
-                )
-                held: dict[str, Any] | None = None
-                usage = None
-                async for event in upstream_events(response, live.model):
-                    if event.get("usage"):
-                        usage = event["usage"]
-                    if not event.get("choices") and not parsed.include_usage:
-                        continue
-                    client_chunk(event, live.model, parsed)
-                    if held is not None:
-                        await exchange.body(sse(held))
-                    held = event
-                facts.upstream_s += time.monotonic() - t0
-                gw.engine.account(facts, live.model, usage)
-                if held is None:
-                    held = {
-                        "object": "chat.completion.chunk" if parsed.kind == "chat" else "text_completion",
-                        "model": live.model,
-                        "choices": [],
-                    }
-                overhead_ms = (time.perf_counter() - started - facts.upstream_s) * 1000
-                held["cascade"] = facts.as_dict(overhead_ms)
-                await exchange.body(sse(held) + DONE, more=False)
-                return
-        except UpstreamFailure as failure:
-            facts.failures.append(failure.kind)
-            facts.upstream_s += time.monotonic() - t0
-            if exchange.started:
-                facts.outcome = "error"
-                await exchange.body(sse_error(failure.to_gateway_error()), more=False)
-                return
-            if live.fallback is None:
-                raise failure.to_gateway_error() from None
-            facts.answered_by, facts.degraded = live.fallback_model, True
-            await self._replay(exchange, live.fallback, facts, parsed, request_id, started)
-            return
-
-    async def _replay(
-        self,
-        exchange: _Exchange,
-        body: dict[str, Any],
-        facts: CascadeFacts,
-        parsed: ParsedRequest,
-        request_id: str,
-        started: float,
-    ) -> None:
-        body = client_body(body, facts.answered_by or "", parsed)
-        overhead_ms = (time.perf_counter() - started - facts.upstream_s) * 1000
-        await exchange.start(
-            200, [*SSE_HEADERS, (b"x-request-id", request_id.encode()), *facts.headers(overhead_ms)]
-        )
-        await exchange.body(replay(body, parsed, facts.as_dict(overhead_ms)), more=False)
+    ) -> int:
+        """Write the engine's stream events; the status to log (an error's, if the stream failed)."""
+        events = self.gateway.engine.stream(plan, parsed, deadline, facts, started)
+        async with aclosing(events):  # an abandoned stream is charged when its iterator closes
+            async for event in events:
+                if isinstance(event, StreamStart):
+                    await exchange.start(200, [*event.headers, (b"x-request-id", request_id.encode())])
+                elif isinstance(event, StreamFailed):
+                    await exchange.body(event.data, more=False)
+                    return event.error.status
+                else:
+                    await exchange.body(event.data, more=not event.last)
+        return 200
 
     async def _send_error(self, exchange: _Exchange, error: GatewayError, request_id: str) -> None:
         if exchange.done:

@@ -203,17 +203,20 @@ class UpstreamClient:
                 attempt = await self._backoff_or_raise(failure, attempt, deadline, failure.retry_after)
                 continue
             break
-        ok = False
+        status = "error"
         try:
             yield response
-            ok = True
+            status = "2xx"
+        except UpstreamFailure as failure:
+            status = _FAILURE_STATUS.get(failure.kind, "error")
+            raise
         finally:
             # An unfinished stream (client gone, error) must not go back to the pool half-read.
-            if ok:
+            if status == "2xx":
                 response.release()
             else:
                 response.close()
-            self._observe("2xx" if ok else "error", t0)
+            self._observe(status, t0)
 
     def _attempt_timeout(self, deadline: float) -> float:
         remaining = deadline - time.monotonic()
@@ -252,16 +255,20 @@ class UpstreamClient:
         self._duration.observe(time.monotonic() - started)
 
 
-_NOT_A_COMPLETION = "response is not a completion JSON object"
+_NOT_A_COMPLETION = "response is not a completion JSON object with choices"
 
 
 def parse_completion(payload: bytes) -> dict[str, Any] | None:
-    """An upstream completion body as a dict, or None if it is not JSON with a ``choices`` list."""
+    """An upstream completion as a dict; None unless it is JSON with a non-empty list of choice objects."""
     try:
         parsed = orjson.loads(payload)
     except orjson.JSONDecodeError:
         return None
-    if not isinstance(parsed, dict) or not isinstance(parsed.get("choices"), list):
+    if not isinstance(parsed, dict):
+        return None
+    choices = parsed.get("choices")
+    # ``choices: []`` or non-object choices answer nothing: malformed, never passed to a client.
+    if not isinstance(choices, list) or not choices or not all(isinstance(c, dict) for c in choices):
         return None
     return parsed
 
@@ -279,6 +286,8 @@ async def read_completion(response: aiohttp.ClientResponse, model: str) -> dict[
 
 
 _STATUS_LABELS = ("2xx", "4xx", "429", "5xx", "timeout", "error", "malformed")
+# How a stream that failed after its 200 is counted in cascade_upstream_requests_total{status}.
+_FAILURE_STATUS = {"timeout": "timeout", "malformed": "malformed"}
 
 
 def _status_label(status: int) -> str:
