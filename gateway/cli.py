@@ -31,26 +31,12 @@ def serve(
     if not settings.policy_is_redis and not Path(settings.policy).is_file():
         _fail(f"{config}: policy file {settings.policy} does not exist (write one with `cascade calibrate`)")
 
-    import uvicorn
-
-    from gateway.app import create_app
+    from gateway.server import run
 
     typer.echo(
         f"cascade gateway on http://{host}:{port}/v1 (config {config}, policy {settings.policy})", err=True
     )
-    uvicorn.run(
-        create_app(settings),
-        host=host,
-        port=port,
-        loop="uvloop",
-        http="httptools",
-        workers=1,
-        lifespan="on",
-        access_log=False,
-        log_level="warning",
-        timeout_graceful_shutdown=5,
-        server_header=False,
-    )
+    run(settings, host, port)
 
 
 def _fail(message: str) -> NoReturn:

@@ -11,6 +11,7 @@ disconnect cancels the request's task and with it every upstream call.
 from __future__ import annotations
 
 import asyncio
+import logging
 import os
 import time
 from contextlib import aclosing
@@ -19,7 +20,7 @@ from typing import Any
 import orjson
 
 from gateway.cascade import CascadeFacts, client_body
-from gateway.errors import BodyTooLargeError, BudgetExceededError, GatewayError
+from gateway.errors import BodyTooLargeError, BudgetExceededError, GatewayError, ShuttingDownError
 from gateway.live import StreamFailed, StreamStart
 from gateway.logs import log_event, log_exception
 from gateway.requests import ParsedRequest, RequestKind, parse_request
@@ -28,6 +29,7 @@ from gateway.runtime import Gateway
 from gateway.streaming import sse_error
 
 _JSON_HEADER = (b"content-type", b"application/json")
+_SHUTDOWN_MESSAGE = "the gateway is shutting down and this request outlasted its grace; retry it"
 _WANTED_HEADERS = frozenset(
     {b"authorization", b"content-length", b"x-cascade-max-cost-usd", b"x-cascade-tier"}
 )
@@ -85,12 +87,24 @@ class CompletionsEndpoint:
         self.path = "/v1/chat/completions" if kind == "chat" else "/v1/completions"
 
     async def __call__(self, scope: dict[str, Any], receive: Any, send: Any) -> None:
+        current = asyncio.current_task()
+        assert current is not None
+        self.gateway.track(current)  # the shutdown drain waits for (and at last cuts) tracked requests
+        try:
+            await self._serve(scope, receive, send, current)
+        finally:
+            self.gateway.untrack(current)
+
+    async def _serve(
+        self, scope: dict[str, Any], receive: Any, send: Any, current: asyncio.Task[Any]
+    ) -> None:
         gw = self.gateway
         started = time.perf_counter()
         request_id = os.urandom(12).hex()
         exchange = _Exchange(send)
         headers = {k: v for k, v in scope["headers"] if k in _WANTED_HEADERS}
         tier, outcome, status = "none", "error", 200
+        interrupted = False
         facts: CascadeFacts | None = None
         parsed: ParsedRequest | None = None
         reservation = None
@@ -114,8 +128,6 @@ class CompletionsEndpoint:
                 gw.metrics.budget_rejections.inc()
                 raise
             # From here on upstream calls may run: cancel them if the client goes away.
-            current = asyncio.current_task()
-            assert current is not None
             watcher = asyncio.create_task(_watch_disconnect(receive, exchange, current))
             deadline = time.monotonic() + gw.settings.limits.request_timeout_s
             facts = gw.engine.new_facts(plan)
@@ -136,10 +148,17 @@ class CompletionsEndpoint:
                 await exchange.body(payload, more=False)
             outcome = facts.outcome
         except asyncio.CancelledError:
-            if not exchange.gone:
+            if exchange.gone:
+                current.uncancel()
+                status, outcome = 499, "error"
+            elif gw.draining:  # cut at the end of the shutdown grace
+                current.uncancel()
+                status, outcome, interrupted = ShuttingDownError.status, "error", True
+                # Settle before writing to the client: a slow client must not keep the reservation.
+                await gw.shared.spend.settle(reservation, facts.cost_usd if facts else 0.0)
+                await self._send_error(exchange, ShuttingDownError(_SHUTDOWN_MESSAGE), request_id)
+            else:
                 raise
-            asyncio.current_task().uncancel()  # type: ignore[union-attr]
-            status, outcome = 499, "error"
         except _ClientGone:
             status, outcome = 499, "error"
         except GatewayError as error:
@@ -158,6 +177,17 @@ class CompletionsEndpoint:
             facts.outcome = "error"
         if reservation is not None:
             await gw.shared.spend.settle(reservation, facts.cost_usd if facts else 0.0)
+        if interrupted:
+            gw.metrics.shutdown_interrupted.inc()
+            log_event(
+                "request_interrupted_by_shutdown",
+                level=logging.WARNING,
+                request_id=request_id,
+                path=self.path,
+                streamed=exchange.started,
+                cost_usd=facts.cost_usd if facts else 0.0,
+                reserved_usd=reservation.amount_usd if reservation is not None else None,
+            )
         self._record(request_id, tier, outcome, status, facts, parsed, started)
 
     async def _stream(

@@ -96,6 +96,11 @@ class LimitsConfig(_Section):
 
     max_body_bytes: int = Field(1_048_576, gt=0)
     request_timeout_s: float = Field(120.0, gt=0, description="deadline of a whole request, seconds")
+    shutdown_grace_s: float = Field(
+        20.0,
+        ge=0,
+        description="on SIGTERM/SIGINT, how long in-flight requests may finish before open ones are ended",
+    )
 
 
 class LoggingConfig(_Section):

@@ -119,3 +119,11 @@ class PolicyUnavailableError(GatewayError):
     status = 503
     type = "server_error"
     code = "policy_unavailable"
+
+
+class ShuttingDownError(GatewayError):
+    """503: the gateway is shutting down and its grace for in-flight requests is over."""
+
+    status = 503
+    type = "server_error"
+    code = "server_shutting_down"

@@ -95,6 +95,11 @@ class GatewayMetrics:
             self.redis_up = Gauge(
                 "cascade_redis_up", "1 if Redis answered the last check, else 0.", registry=r
             )
+        self.shutdown_interrupted = Counter(
+            "cascade_shutdown_interrupted_requests",
+            "Requests still open when the shutdown grace ended (ended with an error, spend settled).",
+            registry=r,
+        )
         self.budget_rejections = Counter(
             "cascade_budget_rejections",
             "Requests refused because a key's spend limit was reached.",
