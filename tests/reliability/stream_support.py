@@ -87,7 +87,8 @@ def write_config(
     allow_degraded: bool = True,
 ) -> Path:
     """A gateway YAML (and its policy file) in ``directory``; returns the YAML's path."""
-    policy = directory / "policy.json"
+    name = uuid.uuid4().hex[:6]
+    policy = directory / f"policy-{name}.json"  # one per config: a shared file would be hot-reloaded
     save_policy(build_policy({**POLICY_DOCUMENT, "allow_degraded": allow_degraded}), policy)
     models = {
         name: {
@@ -110,7 +111,7 @@ def write_config(
         "limits": limits,
         "logging": {"level": "info"},
     }
-    config = directory / f"gateway-{uuid.uuid4().hex[:6]}.yaml"
+    config = directory / f"gateway-{name}.yaml"
     config.write_text(yaml.safe_dump(document))
     return config
 
