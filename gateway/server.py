@@ -9,6 +9,7 @@ uvicorn's own cut-off is set a little later, so it never has to cancel requests 
 
 from __future__ import annotations
 
+import contextlib
 import socket
 
 import uvicorn
@@ -54,9 +55,8 @@ def run(settings: Settings, host: str, port: int) -> None:
         server_header=False,
     )
     server = DrainingServer(config, app.state.gateway)
-    try:
+    # uvicorn re-raises the SIGINT it handled once done: a clean stop (as in uvicorn.run).
+    with contextlib.suppress(KeyboardInterrupt):
         server.run()
-    except KeyboardInterrupt:  # uvicorn re-raises the SIGINT it handled: a clean stop (as uvicorn.run)
-        pass
     if not server.started:
         raise SystemExit(3)  # uvicorn's exit status when the app failed to start
