@@ -2,10 +2,14 @@
 
 ``POST /v1/chat/completions`` and ``POST /v1/completions``: read the body under the size limit,
 authenticate, parse with orjson and validate by hand, choose the route, reserve spend, run the
-cascade (or stream it), answer with the ``x-cascade-*`` headers, then record metrics and one JSON log
-line. Every failure a client sees goes through ``error_parts`` (one mapping of GatewayError to an
-OpenAI error body); an unexpected exception is a 500 OpenAI body without traceback, logged. A client
-disconnect cancels the request's task and with it every upstream call.
+cascade (or write the events of ``CascadeEngine.stream``), answer with the ``x-cascade-*`` headers,
+settle spend, then record metrics and one JSON log line. Every cascade rule lives in the engine;
+this module only reads requests and writes bytes. Every failure a client sees goes through
+``error_parts`` (one mapping of GatewayError to an OpenAI error body); an unexpected exception is a
+500 OpenAI body without traceback, logged. A client disconnect cancels the request's task and with
+it every upstream call. At shutdown, a request still open when the drain's grace ends is cancelled
+too, and ends with a 503 ``server_shutting_down`` (an SSE error event inside a stream), settled,
+logged and counted.
 """
 
 from __future__ import annotations
