@@ -1,4 +1,4 @@
-"""The completion endpoints as plain ASGI callables (the measured hot path, DESIGN section 2).
+"""The completion endpoints as plain ASGI callables (the measured hot path, docs/benchmarks.md).
 
 ``POST /v1/chat/completions`` and ``POST /v1/completions``: read the body under the size limit,
 authenticate, parse with orjson and validate by hand, choose the route, reserve spend, run the
@@ -24,7 +24,13 @@ from typing import Any
 import orjson
 
 from gateway.cascade import CascadeFacts, client_body
-from gateway.errors import BodyTooLargeError, BudgetExceededError, GatewayError, ShuttingDownError
+from gateway.errors import (
+    BodyTooLargeError,
+    BudgetExceededError,
+    GatewayError,
+    InternalError,
+    ShuttingDownError,
+)
 from gateway.live import StreamFailed, StreamStart
 from gateway.logs import log_event, log_exception
 from gateway.requests import ParsedRequest, RequestKind, parse_request
@@ -37,12 +43,6 @@ _SHUTDOWN_MESSAGE = "the gateway is shutting down and this request outlasted its
 _WANTED_HEADERS = frozenset(
     {b"authorization", b"content-length", b"x-cascade-max-cost-usd", b"x-cascade-tier"}
 )
-
-
-class InternalError(GatewayError):
-    """500: an unexpected failure inside the gateway (details only in the server log)."""
-
-    code = "internal_error"
 
 
 class _ClientGone(Exception):

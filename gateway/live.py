@@ -23,7 +23,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from gateway.errors import GatewayError
-from gateway.requests import ParsedRequest
+from gateway.requests import ParsedRequest, positive_int
 from gateway.streaming import DONE, SSE_HEADERS, client_chunk, sse, sse_error, upstream_events
 from gateway.upstream import UpstreamClient, UpstreamFailure, read_completion
 
@@ -102,8 +102,8 @@ class StreamTally:
     def tokens(self) -> tuple[int, int]:
         """(prompt, completion) tokens to charge."""
         usage = self.usage or {}
-        prompt = _count(usage.get("prompt_tokens")) if "prompt_tokens" in usage else self.prompt_bound
-        return prompt, max(_count(usage.get("completion_tokens")), self.completion_tokens)
+        prompt = positive_int(usage.get("prompt_tokens")) if "prompt_tokens" in usage else self.prompt_bound
+        return prompt, max(positive_int(usage.get("completion_tokens")), self.completion_tokens)
 
 
 def _chunk_tokens(choice: dict[str, Any]) -> int:
@@ -116,10 +116,6 @@ def _chunk_tokens(choice: dict[str, Any]) -> int:
         listed = logprobs.get("content") or logprobs.get("tokens")
         entries = len(listed) if isinstance(listed, list) else 0
     return max(1, entries) if carries or entries else 0
-
-
-def _count(value: Any) -> int:
-    return value if isinstance(value, int) and not isinstance(value, bool) and value > 0 else 0
 
 
 class LiveRelay:
