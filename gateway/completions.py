@@ -36,6 +36,7 @@ from gateway.logs import log_event, log_exception
 from gateway.requests import ParsedRequest, RequestKind, parse_request
 from gateway.routing import RoutePlan
 from gateway.runtime import Gateway
+from gateway.spend import NANO_PER_USD
 from gateway.streaming import sse_error
 
 _JSON_HEADER = (b"content-type", b"application/json")
@@ -190,7 +191,7 @@ class CompletionsEndpoint:
                 path=self.path,
                 streamed=exchange.started,
                 cost_usd=facts.cost_usd if facts else 0.0,
-                reserved_usd=reservation.amount_usd if reservation is not None else None,
+                reserved_usd=reservation.amount_nano / NANO_PER_USD if reservation is not None else None,
             )
         self._record(request_id, tier, outcome, status, facts, parsed, started)
 
