@@ -79,6 +79,16 @@ def error(status: int, retry_after: float | str | None = None, **kw: Any) -> Rep
 
 
 @dataclass
+class RecordedRequest:
+    """What the upstream received."""
+
+    path: str
+    model: str | None
+    body: dict[str, Any]
+    authorization: str | None
+
+
+@dataclass
 class StreamRecord:
     """What one streamed reply produced: the tokens (content chunks) written before it stopped.
 
@@ -92,25 +102,15 @@ class StreamRecord:
     finished: bool = False
 
 
-@dataclass
-class RecordedRequest:
-    """What the upstream received."""
-
-    path: str
-    model: str | None
-    body: dict[str, Any]
-    authorization: str | None
-
-
 class ScriptedUpstream:
     """The server; start() it once, reset() between tests."""
 
     def __init__(self) -> None:
         self.port = 0
+        self.streams: list[StreamRecord] = []
         self.requests: list[RecordedRequest] = []
         self.cancelled: list[str | None] = []
         self.completed: list[str | None] = []
-        self.streams: list[StreamRecord] = []
         self._scripts: dict[str, deque[Reply]] = defaultdict(deque)
         self._defaults: dict[str, Reply] = {}
         self._lock = threading.Lock()
@@ -137,12 +137,12 @@ class ScriptedUpstream:
     def reset(self) -> None:
         """Forget scripts, defaults and recorded requests."""
         with self._lock:
+            self.streams.clear()
             self._scripts.clear()
             self._defaults.clear()
             self.requests.clear()
             self.cancelled.clear()
             self.completed.clear()
-            self.streams.clear()
 
     def calls(self, model_id: str | None = None) -> list[RecordedRequest]:
         """Recorded requests, optionally only those naming ``model_id``."""
@@ -278,8 +278,8 @@ class ScriptedUpstream:
             if first_token <= index < first_token + tokens:
                 record.completion_tokens += 1  # one token per content chunk, as real servers stream
         await response.write(b"data: [DONE]\n\n")
-        await response.write_eof()
         record.finished = True
+        await response.write_eof()
         self.completed.append(model)
         return response
 
