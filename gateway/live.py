@@ -136,8 +136,9 @@ class LiveRelay:
         self._charge = charge
         self._started = started
 
-    def _overhead_ms(self) -> float:
-        return (time.perf_counter() - self._started - self._facts.upstream_s) * 1000
+    def _overhead_ms(self, running_s: float = 0.0) -> float:
+        """Gateway time so far: all but the finished upstream calls and ``running_s`` of this one."""
+        return (time.perf_counter() - self._started - self._facts.upstream_s - running_s) * 1000
 
     async def events(self, body: bytes, deadline: float) -> AsyncIterator[StreamEvent | WholeAnswer]:
         """Client events of the stream ``body`` asks for; UpstreamFailure only before the start."""
@@ -177,7 +178,8 @@ class LiveRelay:
                             continue  # nothing for the client yet (a usage-only or empty chunk)
                         started = True
                         facts.answered_by = model
-                        yield StreamStart([*SSE_HEADERS, *facts.headers(self._overhead_ms())])
+                        overhead_ms = self._overhead_ms(time.monotonic() - t0)
+                        yield StreamStart([*SSE_HEADERS, *facts.headers(overhead_ms)])
                     elif not event.get("choices") and not request.include_usage:
                         continue
                     client_chunk(event, model, request)
