@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import contextlib
 import socket
+from typing import Any
 
 import uvicorn
 
@@ -35,25 +36,26 @@ class DrainingServer(uvicorn.Server):
         await super().shutdown(sockets)
 
 
-def run(settings: Settings, host: str, port: int) -> None:
+def run(settings: Settings, host: str, port: int, **options: Any) -> None:
     """Serve ``settings`` on ``host:port`` (one process, uvloop + httptools) until SIGINT/SIGTERM.
 
-    Exits with status 3 if the app failed to start (as ``uvicorn.run`` does).
+    ``options`` override ``uvicorn.Config`` arguments (e.g. ``http``, ``log_config``). Exits with
+    status 3 if the app failed to start (as ``uvicorn.run`` does).
     """
     app = create_app(settings)
-    config = uvicorn.Config(
-        app,
-        host=host,
-        port=port,
-        loop="uvloop",
-        http="httptools",
-        workers=1,
-        lifespan="on",
-        access_log=False,
-        log_level="warning",
-        timeout_graceful_shutdown=int(settings.limits.shutdown_grace_s + SETTLE_MARGIN_S) + 1,
-        server_header=False,
-    )
+    arguments: dict[str, Any] = {
+        "host": host,
+        "port": port,
+        "loop": "uvloop",
+        "http": "httptools",
+        "workers": 1,
+        "lifespan": "on",
+        "access_log": False,
+        "log_level": "warning",
+        "timeout_graceful_shutdown": int(settings.limits.shutdown_grace_s + SETTLE_MARGIN_S) + 1,
+        "server_header": False,
+    }
+    config = uvicorn.Config(app, **{**arguments, **options})
     server = DrainingServer(config, app.state.gateway)
     # uvicorn re-raises the SIGINT it handled once done: a clean stop (as in uvicorn.run).
     with contextlib.suppress(KeyboardInterrupt):
