@@ -78,7 +78,7 @@ def test_a_stream_that_ends_within_the_grace_completes(tmp_path: Path) -> None:
     with scripted_upstream() as upstream:
         upstream.script("up-small", ok("unsure", confidence=0.3, usage=SMALL_USAGE))
         upstream.script("up-large", ok(_answer(20), usage=(12, 20), chunk_delay_s=0.1))  # about 2 s
-        config = write_config(tmp_path, upstream.base_url, limit_usd=1.0, shutdown_grace_s=10)
+        config = write_config(tmp_path, upstream.base_url, limit_usd=1.0, shutdown_grace_s=20)
         with gateway_process(config) as gateway:
             pending = _stream_in_background(gateway)
             _wait_for_tokens(upstream, 3)
@@ -96,7 +96,7 @@ def test_a_stream_that_ends_within_the_grace_completes(tmp_path: Path) -> None:
 
     assert read.status == 200 and read.done and not read.errors
     assert read.text == _answer(20)
-    assert exit_after < 5  # it left as soon as the stream was done, not at the end of the grace
+    assert exit_after < 10  # it left as soon as the stream was done, not at the end of the grace
     events = [entry["event"] for entry in logs]
     assert "shutdown_drained" in events and "request_interrupted_by_shutdown" not in events
     assert counted == pytest.approx(true, abs=1e-9)  # the usage arrived: charged exactly
@@ -126,10 +126,10 @@ def test_a_stream_past_the_grace_ends_with_an_sse_error_and_is_settled(tmp_path:
 
     # The client got the grace's worth of answer, then an OpenAI-shaped SSE error, no [DONE].
     assert read.status == 200 and not read.done
-    assert 3 + 5 <= len(read.events) < 100
+    assert 3 + 3 <= len(read.events) < 100  # the stream went on during the grace
     assert [e["error"]["code"] for e in read.errors] == ["server_shutting_down"]
     assert read.errors[0]["error"]["type"] == "server_error"
-    assert grace <= ended_after < grace + 2
+    assert grace <= ended_after < grace + 3
     assert status == -signal.SIGTERM  # uvicorn re-raises the SIGTERM it handled, once it is done
     # Logged as JSON lines (and nothing else but the start banner).
     (interrupted,) = [e for e in logs if e["event"] == "request_interrupted_by_shutdown"]
