@@ -47,7 +47,7 @@ def test_aborted_streams_are_charged_and_refused_once_the_limit_is_reached(
     limit = 1.5 * worst  # admits one full stream, not two
     with scripted_upstream() as upstream:
         upstream.set_default("up-small", ok("unsure", confidence=0.3, usage=SMALL_USAGE))
-        upstream.set_default("up-large", ok(_long_answer(), usage=(LARGE_PROMPT, TOKENS), chunk_delay_s=0.02))
+        upstream.set_default("up-large", ok(_long_answer(), usage=(LARGE_PROMPT, TOKENS), chunk_delay_s=0.05))
         with gateway_process(write_config(tmp_path, upstream.base_url, limit_usd=limit)) as gateway:
             statuses = []
             for _ in range(6):
