@@ -137,9 +137,7 @@ def run_evaluate(options: EvaluateOptions, console: Console, errors: Console) ->
         splits=options.splits, test_fraction=options.test_fraction, seed=options.seed,
         trials=options.trials, methods=tuple(dict.fromkeys(options.methods)),
     )
-    to_run, skipped = runnable_methods(matrix, settings.methods)
-    for reason in skipped.values():
-        errors.print(f"[yellow]router {reason}[/yellow]", highlight=False)
+    to_run, _ = runnable_methods(matrix, settings.methods)  # skipped methods are noted in the summary
 
     columns = (TextColumn("{task.description:<38}"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn())
     with Progress(*columns, console=errors, transient=False) as progress:
@@ -162,7 +160,7 @@ def run_evaluate(options: EvaluateOptions, console: Console, errors: Console) ->
 
     with errors.status("writing report…"):
         summary = write_outputs(result, options)
-    print_summary(console, summary, options.report)
+    print_summary(console, summary, options.report, already_shown=matrix.notes)
     return summary
 
 
@@ -184,14 +182,19 @@ def write_outputs(result: EvaluationResult, options: EvaluateOptions) -> dict:
     return summary
 
 
-def print_summary(console: Console, summary: dict, directory: Path) -> None:
-    """The terminal summary: methods, models, pair diagnostics, where the files are."""
+def print_summary(
+    console: Console, summary: dict, directory: Path, already_shown: tuple[str, ...] = ()
+) -> None:
+    """The terminal summary: methods, models, pair diagnostics, notes not already shown as load
+    warnings (``already_shown``), where the files are."""
     from calibration.evaluation.report import methods_table, models_table, pairs_table
 
     console.print(models_table(summary))
     console.print(pairs_table(summary))
     console.print(methods_table(summary))
     for note in summary["notes"]:
+        if note in already_shown:
+            continue
         console.print(f"[dim]note: {note}[/dim]", highlight=False)
     console.print(
         f"report: {directory / 'report.html'} · summary: {directory / 'summary.json'} · "

@@ -180,7 +180,7 @@ def run_evaluation(
         )
 
     single_test = np.vstack([matrix.quality[split.test].mean(axis=0) for split in splits])
-    notes = list(matrix.notes) + [reason for reason in skipped.values()]
+    notes = list(matrix.notes) + [f"{name} {reason}" for name, reason in skipped.items()]
     if settings.test_fraction == 0:
         notes.append("test fraction 0: calibration and test are the same rows (in-sample, not held out)")
     return EvaluationResult(
