@@ -103,7 +103,7 @@ def run_calibrate(options: CalibrateOptions, console: Console, errors: Console) 
     from calibration.policy_writer import build_calibrated_policy, write_policy
     from calibration.reporting.terminal import print_summary
     from calibration.runs import load_runs
-    from calibration.tiers import load_tiers, solve_tiers
+    from calibration.tiers import UnreachableTierError, load_tiers, solve_tiers
 
     runs, output, report, randomize = options.runs, options.output, options.report, options.randomize
     score_column, scorer, top_k = options.score_column, options.scorer, options.top_k
@@ -122,7 +122,12 @@ def run_calibrate(options: CalibrateOptions, console: Console, errors: Console) 
     size = f"{len(matrix.models)} models on {matrix.n_queries:,} queries"
     with errors.status(f"Computing the envelope of {size} ..."):
         envelope = compute_envelope(matrix)
-        solutions = solve_tiers(envelope, spec, randomize=randomize)
+        try:
+            solutions = solve_tiers(envelope, spec, randomize=randomize)
+        except UnreachableTierError as exc:  # the other tiers' warnings, then the error line
+            for warning in exc.warnings:
+                errors.print(f"[yellow]warning:[/yellow] {warning}", highlight=False, soft_wrap=True)
+            raise
         policy = build_calibrated_policy(matrix, envelope, solutions, spec.default_tier)
         computed = time.perf_counter()
     write_policy(policy, output)

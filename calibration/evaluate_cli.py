@@ -166,15 +166,18 @@ def run_evaluate(options: EvaluateOptions, console: Console, errors: Console) ->
 
 def write_outputs(result: EvaluationResult, options: EvaluateOptions) -> dict:
     """summary.json, curves.npz, heldout_comparison.png, escalation_benefit.png, report.html."""
+    from calibration.calibrate_cli import parse_where
     from calibration.evaluation.report import write_report_page
     from calibration.evaluation.summary import write_summary
+    from calibration.reporting.calibration_report import filters_suffix
     from calibration.reporting.evaluation_plots import benefit_figure, heldout_comparison_figure, save_png
 
     directory = options.report
     summary = write_summary(result, directory, source=str(options.runs), command=options.command)
     comparison = directory / "heldout_comparison.png"
     benefit = directory / "escalation_benefit.png"
-    save_png(heldout_comparison_figure(result), str(comparison))
+    filters = filters_suffix(parse_where(options.where))
+    save_png(heldout_comparison_figure(result, filters), str(comparison))
     save_png(benefit_figure(result), str(benefit))
     write_report_page(
         directory / "report.html", result, summary, comparison.read_bytes(), benefit.read_bytes()

@@ -208,3 +208,38 @@ def test_bad_arguments_exit_1_with_one_red_line(
     assert result.exit_code == 1
     assert message in result.output and "Traceback" not in result.output
     assert result.output.strip().startswith("error:")
+
+
+def test_budget_warnings_are_printed_even_when_another_tier_is_an_error(
+    shared_dir: Path, tmp_path: Path
+) -> None:
+    tiers = tmp_path / "tiers.yaml"
+    tiers.write_text(
+        "default_tier: free\ntiers:\n  free: {max_cost_usd: 0}\n  perfect: {min_quality: 0.99}\n"
+        "  flawless: {min_quality: 1.0}\n"
+    )
+    result = invoke(
+        shared_dir / "data/plaut-mc/runs.csv.gz", "--prices", shared_dir / "data/plaut-mc/prices.yaml",
+        "--score-column", "score_msp", *TRUTHFULQA, "--tiers", tiers, "-o", tmp_path / "policy.json",
+    )
+    assert result.exit_code == 1
+    assert "warning: tier 'free': budget $0/query is below the cheapest route" in result.output
+    assert "error: tier 'perfect': min_quality 0.99" in result.output
+    assert "also unreachable: flawless" in result.output
+    assert not (tmp_path / "policy.json").exists()
+
+
+@pytest.mark.parametrize(("budget", "marked"), [(0, True), (0.0001, False)])
+def test_objective_not_met_footer_only_when_a_tier_is_marked(
+    shared_dir: Path, tmp_path: Path, budget: float, marked: bool
+) -> None:
+    tiers = tmp_path / "tiers.yaml"
+    tiers.write_text(f"default_tier: only\ntiers:\n  only: {{max_cost_usd: {budget}}}\n")
+    result = invoke(
+        shared_dir / "data/plaut-mc/runs.csv.gz", "--prices", shared_dir / "data/plaut-mc/prices.yaml",
+        "--score-column", "score_msp", *TRUTHFULQA, "--tiers", tiers, "-o", tmp_path / "policy.json",
+    )
+    assert result.exit_code == 0, result.output
+    assert "* default tier" in result.output
+    assert ("objective not met" in result.output) is marked
+    assert ("only* !" in result.output) is marked
