@@ -99,6 +99,7 @@ class CalibrateOptions:
 
 def run_calibrate(options: CalibrateOptions, console: Console, errors: Console) -> None:
     """Load, compute, solve, write; print the summary to ``console`` and warnings to ``errors``."""
+    from calibration.agreement import unrelated_model_warnings
     from calibration.envelope import compute_envelope
     from calibration.policy_writer import build_calibrated_policy, write_policy
     from calibration.reporting.terminal import print_summary
@@ -117,7 +118,7 @@ def run_calibrate(options: CalibrateOptions, console: Console, errors: Console) 
             runs, prices=options.prices, score_column=score_column, scorer=scorer, top_k=top_k, where=filters
         )
         loaded = time.perf_counter()
-    for note in matrix.notes:
+    for note in (*matrix.notes, *unrelated_model_warnings(matrix.models, matrix.quality)):
         errors.print(f"[yellow]warning:[/yellow] {note}", highlight=False, soft_wrap=True)
     size = f"{len(matrix.models)} models on {matrix.n_queries:,} queries"
     with errors.status(f"Computing the envelope of {size} ..."):

@@ -124,6 +124,4 @@ def place_labels(
         extent = annotation.get_window_extent(renderer)
         placed.append((extent.x0, extent.y0, extent.x1, extent.y1))
         annotations.append(annotation)
-    if legend is not None:
-        placed.pop(0)
     return annotations

@@ -5,11 +5,14 @@ from __future__ import annotations
 import base64
 from pathlib import Path
 
-from runs_factory import four_model_example
+import numpy as np
+from runs_factory import four_model_example, make_matrix
 
 from calibration.envelope import compute_envelope
+from calibration.evaluation.protocol import EvaluationSettings, run_evaluation
 from calibration.reporting.calibration_plots import envelope_figure, write_calibration_plots
 from calibration.reporting.calibration_report import filters_suffix
+from calibration.reporting.evaluation_plots import heldout_comparison_figure
 from calibration.reporting.html import Figure, Preformatted, Section, Table, write_html_report
 from calibration.runs import load_runs
 from calibration.tiers import TierObjective, load_tiers, solve_tier, solve_tiers
@@ -85,8 +88,30 @@ def test_envelope_labels_on_crowded_real_data_do_not_overprint(shared_dir: Path,
 
 
 def _line_samples_of(axes, line):
-    import numpy as np
-
     xy = axes.transData.transform(np.column_stack(line.get_data()))
     t = np.linspace(0, 1, 20)[:, None, None]
     return (xy[:-1] + (xy[1:] - xy[:-1]) * t).reshape(-1, 2)
+
+
+def test_heldout_comparison_title_names_the_filters_and_crowded_labels_stay_apart() -> None:
+    rng = np.random.default_rng(0)
+    n = 200
+    names = ["tiny-a", "tiny-b", "tiny-c", "mid-a", "mid-b", "large"]
+    costs = [1.0, 1.0, 1.0, 3.0, 3.05, 20.0]  # three at one price, two almost at another
+    skills = [0.4, 0.42, 0.44, 0.6, 0.6, 0.85]
+    matrix = make_matrix(
+        names,
+        quality=[(rng.random(n) < skill).astype(float) for skill in skills],
+        cost=[[cost] * n for cost in costs],
+        score=[rng.random(n) for _ in names],
+    )
+    settings = EvaluationSettings(splits=2, methods=("envelope", "single"), grid_points=50)
+    figure = heldout_comparison_figure(run_evaluation(matrix, settings), " (where dataset=mmlu)")
+    axes = figure.axes[0]
+    assert axes.get_title().startswith("Held-out comparison (where dataset=mmlu) (2 splits")
+    labels = [text for text in axes.texts if text.get_text() in names]
+    assert sorted(text.get_text() for text in labels) == sorted(names)
+    boxes = _boxes(figure, labels)
+    for i, first in enumerate(boxes):
+        for second in boxes[i + 1:]:
+            assert not first.overlaps(second), (first, second)
