@@ -408,7 +408,6 @@ class _Builder:
             notes=tuple(self.notes),
         )
 
-
     def no_query_left(
         self,
         model_codes: np.ndarray,
