@@ -59,13 +59,13 @@ def heldout_comparison_figure(result: EvaluationResult, filters: str = "") -> Fi
     axes.set_xlabel("budget: max expected cost, USD per query (log scale)")
     axes.set_ylabel("mean quality on the test half")
     axes.set_title(
-        f"Held-out comparison{filters} ({result.settings.splits} splits, "
-        f"test fraction {result.settings.test_fraction:g}); dotted: 90% of the best model",
+        f"Held-out comparison{filters}\n{result.settings.splits} splits, "
+        f"test fraction {result.settings.test_fraction:g}; dotted: 90% of the best model",
         fontsize=10,
     )
     axes.grid(True, which="both", alpha=0.25)
     axes.legend(fontsize=8, loc="lower right")
-    figure.subplots_adjust(left=0.08, right=0.97, bottom=0.1, top=0.93)  # fixed: tight_layout is slow
+    figure.subplots_adjust(left=0.08, right=0.97, bottom=0.1, top=0.9)  # fixed: tight_layout is slow
     # Labels last, on the final layout, clear of lines, points, the legend and each other.
     labels = [
         Label(name, result.model_cost[j], q50[j], {"fontsize": 7, "color": "#444444"})

@@ -108,7 +108,7 @@ def test_heldout_comparison_title_names_the_filters_and_crowded_labels_stay_apar
     settings = EvaluationSettings(splits=2, methods=("envelope", "single"), grid_points=50)
     figure = heldout_comparison_figure(run_evaluation(matrix, settings), " (where dataset=mmlu)")
     axes = figure.axes[0]
-    assert axes.get_title().startswith("Held-out comparison (where dataset=mmlu) (2 splits")
+    assert axes.get_title().startswith("Held-out comparison (where dataset=mmlu)\n2 splits")
     labels = [text for text in axes.texts if text.get_text() in names]
     assert sorted(text.get_text() for text in labels) == sorted(names)
     boxes = _boxes(figure, labels)
