@@ -20,7 +20,7 @@ from redis.asyncio import Redis
 from redis.exceptions import RedisError
 
 from gateway.redis_keys import RedisKeys
-from policies import Policy, PolicyError, PolicyInvalidError, parse_policy
+from policies import Policy, PolicyError, PolicyInvalidError, check_content_hash, parse_policy
 
 log = logging.getLogger("cascade.policy")
 
@@ -38,8 +38,10 @@ def check_servable(policy: Policy, known_models: Collection[str] | None) -> None
     """Raise PolicyInvalidError if this gateway cannot serve ``policy``.
 
     ``known_models`` are the model names of the gateway config; every model a tier or envelope point
-    routes to must be one of them (None skips that check).
+    routes to must be one of them (None skips that check). The ``policy_id`` must be the content
+    hash (a policy edited after it was stamped is refused: its id would name other content).
     """
+    check_content_hash(policy, f"policy {policy.policy_id}")
     if policy.scorer.name == "external":
         raise PolicyInvalidError(
             f"policy {policy.policy_id}: scorer 'external' is a precomputed score the gateway cannot "
