@@ -52,7 +52,8 @@ def test_serve_runs_the_gateway(tmp_path: Path, upstream, write_policy) -> None:
         port = sock.getsockname()[1]
     policy = write_policy(tmp_path / "policy.json")
     config = tmp_path / "gateway.yaml"
-    config.write_text(yaml.safe_dump({"models": model_configs(upstream.base_url), "policy": policy.name}))
+    document = {"models": model_configs(upstream.base_url), "policy": policy.name, "auth": {"open": True}}
+    config.write_text(yaml.safe_dump(document))
     env = {k: v for k, v in os.environ.items() if not k.startswith("CASCADE_")}
     process = subprocess.Popen(
         [CASCADE, "serve", "--config", str(config), "--port", str(port)],
