@@ -21,7 +21,7 @@ def serve(
     host: Annotated[str, typer.Option("--host", help="interface to listen on")] = "127.0.0.1",
     port: Annotated[int, typer.Option("--port", "-p", min=1, max=65535, help="TCP port to listen on")] = 8000,
 ) -> None:
-    """Serve the OpenAI-compatible cascade gateway (one process, uvloop + httptools)."""
+    """Serve the OpenAI-compatible cascade gateway (one process, uvloop + httptools, JSON-lines logs)."""
     from gateway.config import ConfigError, Settings
 
     try:
@@ -34,23 +34,38 @@ def serve(
     import uvicorn
 
     from gateway.app import create_app
+    from gateway.logs import configure_logging, log_event
+    from gateway.serving import header_timeout_protocol, uvicorn_log_config
 
-    typer.echo(
-        f"cascade gateway on http://{host}:{port}/v1 (config {config}, policy {settings.policy})", err=True
+    configure_logging(settings.logging.level)
+    log_event(
+        "serving",
+        url=f"http://{host}:{port}/v1",
+        config=str(config),
+        policy=settings.policy if not settings.policy_is_redis else _redact(settings.policy),
     )
     uvicorn.run(
         create_app(settings),
         host=host,
         port=port,
         loop="uvloop",
-        http="httptools",
+        http=header_timeout_protocol(settings.limits.header_timeout_s),
         workers=1,
         lifespan="on",
         access_log=False,
         log_level="warning",
+        log_config=uvicorn_log_config("warning"),
         timeout_graceful_shutdown=5,
         server_header=False,
     )
+
+
+def _redact(url: str) -> str:
+    """A URL without its password (the banner is logged)."""
+    if "@" not in url:
+        return url
+    scheme, _, rest = url.partition("://")
+    return f"{scheme}://***@{rest.rpartition('@')[2]}"
 
 
 def _fail(message: str) -> NoReturn:

@@ -102,6 +102,9 @@ class LimitsConfig(_Section):
 
     max_body_bytes: int = Field(1_048_576, gt=0)
     request_timeout_s: float = Field(120.0, gt=0, description="deadline of a whole request, seconds")
+    header_timeout_s: float = Field(
+        10.0, gt=0, description="a request's line and headers must arrive within this (slowloris guard)"
+    )
 
 
 class LoggingConfig(_Section):
