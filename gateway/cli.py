@@ -35,7 +35,7 @@ def serve(
 
     from gateway.app import create_app
     from gateway.logs import configure_logging, log_event
-    from gateway.serving import header_timeout_protocol, uvicorn_log_config
+    from gateway.serving import gateway_http_protocol, uvicorn_log_config
 
     configure_logging(settings.logging.level)
     log_event(
@@ -49,7 +49,7 @@ def serve(
         host=host,
         port=port,
         loop="uvloop",
-        http=header_timeout_protocol(settings.limits.header_timeout_s),
+        http=gateway_http_protocol(settings.limits.header_timeout_s),
         workers=1,
         lifespan="on",
         access_log=False,

@@ -2,8 +2,9 @@
 
 * uvicorn's own loggers (``uvicorn``, ``uvicorn.error``, ``uvicorn.access``) write the same JSON
   lines as the gateway (``gateway.logs``), so a log pipeline never meets a plain-text line.
+* Requests too malformed for the app to see get an OpenAI-shaped 400 (not uvicorn's plain text).
 * uvicorn has no timeout for a request's headers: a client that opens connections and sends headers
-  one byte at a time (slowloris) would hold them forever. ``header_timeout_protocol`` closes a
+  one byte at a time (slowloris) would hold them forever. ``gateway_http_protocol`` closes a
   connection whose request line and headers are not complete within ``limits.header_timeout_s``
   seconds of the connection opening (or of the previous response, on a keep-alive connection),
   answering 408 when no response is in flight.
@@ -15,6 +16,7 @@ import asyncio
 import logging
 from typing import Any
 
+import orjson
 from uvicorn.protocols.http.httptools_impl import HttpToolsProtocol
 
 from gateway.logs import JsonLinesFormatter
@@ -53,10 +55,26 @@ def uvicorn_log_config(level: str = "warning") -> dict[str, Any]:
     }
 
 
-def header_timeout_protocol(timeout_s: float) -> type[HttpToolsProtocol]:
-    """uvicorn's httptools protocol, closing connections whose headers take over ``timeout_s``."""
-    class HeaderTimeoutProtocol(HttpToolsProtocol):
+def gateway_http_protocol(header_timeout_s: float) -> type[HttpToolsProtocol]:
+    """uvicorn's httptools protocol, closing connections whose headers take over ``header_timeout_s``.
+
+    Requests too malformed to reach the app (a bad request line, a non-numeric Content-Length) get
+    uvicorn's 400 with an OpenAI error body instead of plain text.
+    """
+    timeout_s = header_timeout_s
+    class GatewayHttpProtocol(HttpToolsProtocol):
         header_timeout_s = timeout_s
+
+        def send_400_response(self, msg: str) -> None:
+            body = orjson.dumps(
+                {"error": {"message": msg, "type": "invalid_request_error", "param": None,
+                           "code": "invalid_http_request"}}
+            )
+            self.transport.write(
+                b"HTTP/1.1 400 Bad Request\r\ncontent-type: application/json\r\nconnection: close\r\n"
+                b"content-length: %d\r\n\r\n%s" % (len(body), body)
+            )
+            self.transport.close()
 
         def connection_made(self, transport: asyncio.Transport) -> None:  # type: ignore[override]
             super().connection_made(transport)
@@ -96,4 +114,4 @@ def header_timeout_protocol(timeout_s: float) -> type[HttpToolsProtocol]:
             )
             self.transport.close()
 
-    return HeaderTimeoutProtocol
+    return GatewayHttpProtocol

@@ -144,7 +144,9 @@ def test_slow_request_headers_are_cut_off_and_every_log_line_is_json(
         # Something uvicorn itself logs (a malformed request line).
         with socket.create_connection(("127.0.0.1", port), timeout=5) as bad:
             bad.sendall(b"NOT HTTP AT ALL\r\n\r\n")
-            assert bad.recv(4096).startswith(b"HTTP/1.1 400")
+            answer = bad.recv(4096)
+            assert answer.startswith(b"HTTP/1.1 400")
+            assert json.loads(answer.split(b"\r\n\r\n", 1)[1])["error"]["code"] == "invalid_http_request"
     finally:
         lines = _stop_serve(process)
     assert lines, "cascade serve logged nothing"
