@@ -3,9 +3,9 @@
 Both sources keep the **last good policy**: a new policy that does not parse, does not validate or
 cannot be served by this gateway (scorer ``external``, a route to a model the config lacks, a
 ``policy_id`` that is not its content hash) is rejected, logged and counted, and the previous one
-stays in service (DESIGN section 11). No failure stops a watcher: whatever goes wrong while reading
-a source (corrupt content, a corrupt version key, a bug) is caught, logged, counted once per distinct
-cause and shown in ``status()``, and the watcher keeps watching.
+stays in service (docs/contracts.md#faults). No failure stops a watcher: whatever goes wrong while
+reading a source (corrupt content, a corrupt version key, a bug) is caught, logged, counted once per
+distinct cause and shown in ``status()``, and the watcher keeps watching.
 """
 
 from __future__ import annotations

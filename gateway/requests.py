@@ -83,10 +83,9 @@ def parse_request(raw: bytes, kind: RequestKind) -> ParsedRequest:
         wants_logprobs = logprobs is not None
 
     stream = _optional_bool(body, "stream")
-    n = body.get("n", 1)
-    if n is None:
-        n = 1
-    if not _is_int(n) or n < 1:
+    n = body.get("n")
+    n = 1 if n is None else positive_int(n)
+    if not n:
         raise BadRequestError("'n' must be a positive integer", param="n")
     for name in _NUMBER_FIELDS:
         value = body.get(name)
@@ -116,6 +115,11 @@ def _nesting_exceeds(document: Any, limit: int) -> bool:
         children = node.values() if isinstance(node, dict) else node
         stack.extend((child, depth + 1) for child in children if isinstance(child, dict | list))
     return False
+
+
+def positive_int(value: Any) -> int:
+    """``value`` if it is a positive integer (a JSON bool is not one), else 0."""
+    return value if isinstance(value, int) and not isinstance(value, bool) and value > 0 else 0
 
 
 def _is_int(value: Any) -> bool:
@@ -165,7 +169,7 @@ DEFAULT_COMPLETION_BOUND = 4096
 def completion_cap(body: dict[str, Any]) -> int | None:
     """The completion-token cap a request sets (``max_completion_tokens`` or ``max_tokens``), if any."""
     for field in ("max_completion_tokens", "max_tokens"):
-        value = body.get(field)
-        if isinstance(value, int) and not isinstance(value, bool) and value > 0:
-            return value
+        cap = positive_int(body.get(field))
+        if cap:
+            return cap
     return None
