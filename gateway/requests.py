@@ -21,10 +21,10 @@ RequestKind = Literal["chat", "completions"]
 _NUMBER_FIELDS = ("temperature", "top_p", "presence_penalty", "frequency_penalty")
 _INT_FIELDS = ("max_tokens", "max_completion_tokens", "seed")
 
-# Deepest nesting of arrays/objects a body may have. orjson parses 1,024 levels but serializes
-# only 254, so a deeper body would parse and then fail when forwarded; no real request nests
-# anywhere near 128 levels (tool schemas and multimodal content stay below 20).
-MAX_JSON_DEPTH = 128
+# orjson parses 1,024 levels of nested arrays/objects but serializes only this many, so a deeper
+# body would parse and then fail when it is forwarded. No real request nests anywhere near it
+# (tool schemas and multimodal content stay below 20).
+MAX_JSON_DEPTH = 254
 
 
 @dataclass(slots=True)
@@ -60,9 +60,9 @@ def parse_request(raw: bytes, kind: RequestKind) -> ParsedRequest:
         raise BadRequestError(f"request body is not valid JSON ({exc})") from None
     if not isinstance(body, dict):
         raise BadRequestError("request body must be a JSON object")
-    # Cheap pre-check: a body cannot nest deeper than it has brackets, so almost every body skips
-    # the walk (bytes.count runs at memory speed).
-    if raw.count(b"[") + raw.count(b"{") > MAX_JSON_DEPTH and _nesting_exceeds(body, MAX_JSON_DEPTH):
+    # A body cannot nest deeper than it has brackets, so almost every body skips the check
+    # (bytes.count runs at memory speed); the others are re-encoded once, in C, to find out.
+    if raw.count(b"[") + raw.count(b"{") > MAX_JSON_DEPTH and not _encodable(body):
         raise BadRequestError(f"request body nests arrays/objects deeper than {MAX_JSON_DEPTH} levels")
 
     model = body.get("model")
@@ -105,16 +105,13 @@ def parse_request(raw: bytes, kind: RequestKind) -> ParsedRequest:
     return ParsedRequest(kind, body, model, stream, n, wants_logprobs, include_usage)
 
 
-def _nesting_exceeds(document: Any, limit: int) -> bool:
-    """Whether ``document`` has arrays/objects nested more than ``limit`` levels (iterative walk)."""
-    stack: list[tuple[Any, int]] = [(document, 1)]
-    while stack:
-        node, depth = stack.pop()
-        if depth > limit:
-            return True
-        children = node.values() if isinstance(node, dict) else node
-        stack.extend((child, depth + 1) for child in children if isinstance(child, dict | list))
-    return False
+def _encodable(document: Any) -> bool:
+    """Whether orjson can write ``document`` again (it cannot past MAX_JSON_DEPTH levels)."""
+    try:
+        orjson.dumps(document)
+    except orjson.JSONEncodeError:
+        return False
+    return True
 
 
 def positive_int(value: Any) -> int:

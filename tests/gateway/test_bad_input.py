@@ -83,7 +83,7 @@ def _nested_body(levels: int, kind: bytes = b"[") -> bytes:
     return head + inner + b"}"
 
 
-@pytest.mark.parametrize("levels", [128, 253, 254, 300, 1022, 1023, 1024, 5000])
+@pytest.mark.parametrize("levels", [254, 300, 1022, 1023, 1024, 5000])
 def test_deeply_nested_body_is_400_not_500(gateway, upstream, levels) -> None:
     for kind in (b"[", b"{"):
         error = _assert_openai_error(_post(gateway, _nested_body(levels, kind)), 400, "invalid_request")
@@ -91,13 +91,13 @@ def test_deeply_nested_body_is_400_not_500(gateway, upstream, levels) -> None:
     assert upstream.requests == []
 
 
-def test_moderately_nested_body_is_forwarded(gateway, upstream) -> None:
-    response = _post(gateway, _nested_body(100))
+def test_a_body_nested_as_deep_as_it_can_be_forwarded_is_forwarded(gateway, upstream) -> None:
+    response = _post(gateway, _nested_body(253))  # 254 levels with the body object itself
     assert response.status_code == 200, response.text
     forwarded, depth = upstream.requests[0].body["metadata"], 1
     while forwarded:
         forwarded, depth = forwarded[0], depth + 1
-    assert depth == 100
+    assert depth == 253
 
 
 def test_unknown_model_is_404(gateway) -> None:
