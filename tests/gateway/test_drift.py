@@ -196,3 +196,30 @@ def test_live_scores_shifted_from_the_calibrations_raise_psi_above_the_alert(
     # Other tiers have no bins in this policy: no series for them.
     tiers = {s.labels["tier"] for s in gateway.metrics()["cascade_score_drift_psi"].samples}
     assert tiers == {"balanced"}
+
+
+def test_a_policy_swap_starts_an_empty_window(start_gateway, make_settings, upstream, calibrated_policy,
+                                              monkeypatch) -> None:
+    import json
+
+    import httpx
+
+    from policies import save_policy
+
+    monkeypatch.setenv("CASCADE_ADMIN_KEY", "sk-admin")
+    admin = {"Authorization": "Bearer sk-admin"}
+    gateway = start_gateway(make_settings(policy=calibrated_policy, drift={"min_samples": 50}))
+    _send(gateway, upstream, list(islice(cycle([0.85, 0.9, 0.95]), 60)))
+    assert _drift(gateway)[1] == 60
+    # Reloading the same policy keeps the window.
+    first_id = gateway.gateway.policy.policy_id
+    assert httpx.post(gateway.url + "/admin/reload", headers=admin).json()["policy_id"] == first_id
+    assert _drift(gateway)[1] == 60
+    document = json.loads(calibrated_policy.read_text())
+    document["tiers"]["balanced"]["routes"][0]["thresholds"] = [0.6]
+    document.pop("policy_id")
+    save_policy(build_policy(document), calibrated_policy)
+    reloaded = httpx.post(gateway.url + "/admin/reload", headers=admin).json()["policy_id"]
+    assert reloaded != first_id
+    psi, count = _drift(gateway)
+    assert count == 0 and math.isnan(psi)
