@@ -2,7 +2,7 @@
 
 For every (tier, model) pair the loaded policy's ``score_distribution`` describes, the monitor
 keeps per-bin counts of the live scores of the last ``window_s`` seconds in a ring of time
-buckets. A scored request costs one bisect over at most nine edges and one integer increment
+buckets. A scored answer costs one bisect over the bin edges (nine for deciles) and one increment
 (``observe``); the Population Stability Index against the calibration's shares is computed only
 when Prometheus scrapes (``collect``). Memory is bounded by pairs x buckets x bins, and labels
 come only from the policy's tiers and models.

@@ -46,7 +46,8 @@ def _check_proportions(values: list[float]) -> list[float]:
 class ModelScoreBins(_Strict):
     """Bins of one scored model: ``edges`` and the share of all calibration rows in each bin."""
 
-    edges: list[float] = Field(min_length=1, description="strictly increasing finite bin edges")
+    # At most 99 edges (percentiles): the gateway keeps one counter per bin and time bucket.
+    edges: list[float] = Field(min_length=1, max_length=99, description="strictly increasing finite edges")
     proportions: list[float] = Field(min_length=2, description="share of calibration rows per bin")
 
     @field_validator("edges")

@@ -133,6 +133,7 @@ def test_an_older_policy_without_the_field_keeps_its_bytes_and_policy_id(policy_
     [
         (lambda d: d["models"]["small"].update(edges=[0.2, 0.2, 0.8]), "strictly increasing"),
         (lambda d: d["models"]["small"].update(edges=[0.2, 0.5, 0.7, 0.9]), "make 5 bins"),
+        (lambda d: d["models"]["small"].update(edges=[i / 200 for i in range(100)]), "at most 99"),
         (lambda d: d["models"]["small"].update(proportions=[0.5, 0.5, 0.5, -0.5]), r"\[0, 1\]"),
         (lambda d: d["models"]["small"].update(proportions=[0.3, 0.3, 0.3, 0.3]), "sum to 1"),
         (lambda d: d["tiers"]["balanced"].update(small=[0.5, 0.5]), "needs 4 proportions"),
