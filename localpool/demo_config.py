@@ -21,8 +21,8 @@ def pool_gateway_config(manifest: Manifest, names: list[str], policy: Path) -> d
 
     A model's upstream id is its pool name; a member is its model's server with the member's
     ``request_defaults`` (the ones ``cascade collect`` sent when the policy was calibrated).
-    No Redis, no client keys (docs/contracts.md#config). Timeouts leave room for a reasoning stage
-    on a busy CPU.
+    No Redis, no client keys (docs/contracts.md#config): a local demo is open by choice
+    (``auth.open``); it binds to loopback. Timeouts leave room for a reasoning stage on a busy CPU.
     """
     models = {}
     for name in names:
@@ -43,6 +43,7 @@ def pool_gateway_config(manifest: Manifest, names: list[str], policy: Path) -> d
         "models": models,
         "policy": str(policy),
         "redis_url": None,
+        "auth": {"open": True},
         "limits": {"request_timeout_s": REQUEST_TIMEOUT_S},
     }
 
