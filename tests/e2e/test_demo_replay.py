@@ -29,7 +29,11 @@ pytestmark = pytest.mark.e2e
 
 # Questions replayed per tier: enough for intervals that mean something, few enough that three tiers
 # (one answer token each, a third of them from the 1.5B model) stay within a few minutes on 2 cores.
-REPLAY_QUESTIONS = 16
+REPLAY_QUESTIONS = 24
+# Nine checks (3 tiers x quality, cost, escalation): at 95% each, one false flag in three runs.
+# 99% intervals keep the family-wise false-alarm rate near 9%; a real mismatch (wrong prices,
+# prompts, scorer or models) is far outside them.
+CONFIDENCE = 0.99
 # The committed runs asked for one answer token (`cascade collect --max-tokens 1`).
 COLLECTED_MAX_TOKENS = 1
 
@@ -94,6 +98,8 @@ def test_replayed_questions_match_the_policys_expectations(repo_root: Path, tmp_
                 str(COLLECTED_MAX_TOKENS),
                 "--concurrency",
                 "2",
+                "--confidence",
+                str(CONFIDENCE),
                 "--strict",
                 "-o",
                 str(report_file),
