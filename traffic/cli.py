@@ -1,4 +1,4 @@
-"""``cascade traffic export`` / ``purge``: the stored traffic as a runs table, and retention."""
+"""``cascade traffic export`` / ``label`` / ``purge``: runs tables out of and into the traffic store."""
 
 from __future__ import annotations
 
@@ -18,7 +18,9 @@ if TYPE_CHECKING:
     from traffic.store import TrafficStore
 
 traffic_app = typer.Typer(
-    name="traffic", help="Sampled traffic: export it as a runs table, purge old rows.", no_args_is_help=True
+    name="traffic",
+    help="Sampled traffic: export it as a runs table, label recorded answers, purge old rows.",
+    no_args_is_help=True,
 )
 
 
@@ -107,6 +109,57 @@ def export(
     )
 
 
+class TextJudge(StrEnum):
+    """Judges that need no endpoint (the llm judge is configured in the gateway's learning config)."""
+
+    exact = "exact"
+    numeric = "numeric"
+    choice = "choice"
+    similarity = "similarity"
+
+
+@traffic_app.command("label")
+def label(
+    runs: Annotated[Path, typer.Argument(help="JSONL runs table with a 'response' column (cascade collect)")],
+    store: Annotated[str, typer.Option("--store", help="postgresql://... or file:///path/traffic.jsonl")],
+    reference: Annotated[str, typer.Option("--reference", help="the model whose answer defines right")],
+    judge: Annotated[TextJudge, typer.Option("--judge", help="how answers are compared")] = TextJudge.exact,
+    threshold: Annotated[float, typer.Option("--threshold", help="similarity judge: cosine cut")] = 0.8,
+    log_text: Annotated[bool, typer.Option("--log-text", help="also store prompts and answers")] = False,
+) -> None:
+    """Store a runs table's answers as traffic, labelled by a judge instead of its ground truth."""
+    from pydantic import TypeAdapter
+
+    from traffic.judges import JudgeConfig, make_judge
+    from traffic.replay import ReplayError, read_queries, replay
+    from traffic.store import StoreError, open_store
+
+    config: dict[str, object] = {"kind": judge.value}
+    if judge is TextJudge.similarity:
+        config["threshold"] = threshold
+    try:
+        queries = read_queries(runs)
+        models = {m for answers in queries.values() for m in answers}
+        if reference not in models:
+            fail(f"--reference {reference!r} is not a model of {runs} (it has {', '.join(sorted(models))})")
+        labeller = make_judge(TypeAdapter(JudgeConfig).validate_python(config))
+        rows = list(asyncio.run(replay(queries, labeller, reference, log_text=log_text)))
+        written = asyncio.run(_write(open_store(store), rows))
+    except (ReplayError, StoreError) as exc:
+        fail(str(exc))
+    missing = sum(r.correct is None for r in rows)
+    agreement = {
+        m: sum(r.correct or 0 for r in rows if r.model == m) / max(1, sum(r.model == m for r in rows))
+        for m in sorted(models)
+    }
+    shown = ", ".join(f"{m} {a:.3f}" for m, a in agreement.items())
+    typer.echo(
+        f"stored {written} of {len(rows)} rows ({missing} without a label); "
+        f"agreement with {reference}: {shown}",
+        err=True,
+    )
+
+
 @traffic_app.command("purge")
 def purge(
     store: Annotated[str, typer.Option("--store", help="postgresql://... or file:///path/traffic.jsonl")],
@@ -128,6 +181,16 @@ async def _export_rows(
 ) -> list[TrafficRow]:
     try:
         return await store.export(since, where)
+    finally:
+        await store.close()
+
+
+async def _write(store: TrafficStore, rows: list[TrafficRow]) -> int:
+    try:
+        written = 0
+        for start in range(0, len(rows), 1000):  # batches of 1,000 rows: one statement each
+            written += await store.write_rows(rows[start : start + 1000])
+        return written
     finally:
         await store.close()
 
