@@ -131,7 +131,7 @@ def label(
     from pydantic import TypeAdapter
 
     from traffic.judges import JudgeConfig, make_judge
-    from traffic.replay import ReplayError, read_queries, replay
+    from traffic.relabel import RelabelError, read_queries, relabel
     from traffic.store import StoreError, open_store
 
     config: dict[str, object] = {"kind": judge.value}
@@ -143,9 +143,9 @@ def label(
         if reference not in models:
             fail(f"--reference {reference!r} is not a model of {runs} (it has {', '.join(sorted(models))})")
         labeller = make_judge(TypeAdapter(JudgeConfig).validate_python(config))
-        rows = list(asyncio.run(replay(queries, labeller, reference, log_text=log_text)))
+        rows = list(asyncio.run(relabel(queries, labeller, reference, log_text=log_text)))
         written = asyncio.run(_write(open_store(store), rows))
-    except (ReplayError, StoreError) as exc:
+    except (RelabelError, StoreError) as exc:
         fail(str(exc))
     missing = sum(r.correct is None for r in rows)
     agreement = {

@@ -20,14 +20,14 @@ from traffic.judges.base import Judge, JudgeError, Verdict, label_answers
 from traffic.rows import TrafficRow
 
 
-class ReplayError(Exception):
-    """The runs table cannot be replayed (one-line message)."""
+class RelabelError(Exception):
+    """The runs table cannot be relabelled (one-line message)."""
 
 
 def read_queries(path: Path) -> dict[str, dict[str, dict[str, Any]]]:
     """query_id -> model -> record, from a .jsonl / .jsonl.gz runs table."""
     if not path.name.endswith((".jsonl", ".jsonl.gz", ".ndjson")):
-        raise ReplayError(f"{path}: replay reads JSONL runs tables (.jsonl, .jsonl.gz)")
+        raise RelabelError(f"{path}: relabelling reads JSONL runs tables (.jsonl, .jsonl.gz)")
     opener = gzip.open if path.name.endswith(".gz") else open
     queries: dict[str, dict[str, dict[str, Any]]] = {}
     try:
@@ -37,7 +37,7 @@ def read_queries(path: Path) -> dict[str, dict[str, dict[str, Any]]]:
                     record = _record(path, number, line)
                     queries.setdefault(str(record["query_id"]), {})[str(record["model"])] = record
     except OSError as exc:
-        raise ReplayError(f"{path}: {exc.strerror or exc}") from exc
+        raise RelabelError(f"{path}: {exc.strerror or exc}") from exc
     return queries
 
 
@@ -47,11 +47,11 @@ def _record(path: Path, number: int, line: str) -> dict[str, Any]:
         if "query_id" not in record or "model" not in record:
             raise KeyError("query_id" if "query_id" not in record else "model")
     except (ValueError, KeyError, TypeError) as exc:
-        raise ReplayError(f"{path}: line {number}: not a runs row ({exc})") from None
+        raise RelabelError(f"{path}: line {number}: not a runs row ({exc})") from None
     return record
 
 
-async def replay(
+async def relabel(
     queries: dict[str, dict[str, dict[str, Any]]],
     judge: Judge,
     reference_model: str,
@@ -97,4 +97,4 @@ async def replay(
     return iter(rows)
 
 
-__all__ = ["JudgeError", "ReplayError", "read_queries", "replay"]
+__all__ = ["JudgeError", "RelabelError", "read_queries", "relabel"]
