@@ -66,7 +66,7 @@ def export(
         Incomplete, typer.Option("--incomplete", help="a query without a labelled row for every pool model")
     ] = Incomplete.drop,
 ) -> None:
-    """Write the stored traffic as a runs table that ``cascade calibrate`` and ``evaluate`` read as is.
+    """Write the stored traffic as a runs table that cascade calibrate and evaluate read as is.
 
     Only complete queries are written: one labelled row per pool model. A query whose shadow call
     failed or whose label is missing is dropped (counted), or fails the export with --incomplete error.
