@@ -6,17 +6,14 @@ import asyncio
 import json
 import shlex
 from pathlib import Path
-from typing import Annotated, Any, NoReturn
+from typing import Annotated, Any
 
 import typer
 
+from cascade_cli.failure import fail
+
 EXIT_FLAGGED = 3
 EXIT_INTERRUPTED = 130
-
-
-def _fail(message: str) -> NoReturn:
-    typer.secho(f"error: {message}", fg=typer.colors.RED, err=True)
-    raise typer.Exit(1)
 
 
 def _split(values: list[str] | None) -> list[str]:
@@ -117,12 +114,12 @@ def replay(
         base = gateway_base(gateway)
         available = asyncio.run(served_tiers(base, api_key, min(timeout_s, 30.0)))
     except (PolicyInvalidError, ReplayError) as exc:
-        _fail(str(exc))
+        fail(str(exc))
     tier_names = _split(tiers)
     if not tier_names and not budgets:
         tier_names = list(policy.tiers) if policy else available
         if not tier_names:
-            _fail(f"the gateway at {base} lists no cascade/<tier> model (no policy loaded?); pass --tier")
+            fail(f"the gateway at {base} lists no cascade/<tier> model (no policy loaded?); pass --tier")
     arms = [Arm(tier=t) for t in dict.fromkeys(tier_names)]
     arms += [Arm(max_cost_usd=float(b)) for b in dict.fromkeys(budgets or [])]
     options = ReplayOptions(api_key, temperature, max_tokens, concurrency, timeout_s, retries)
@@ -130,7 +127,7 @@ def replay(
     try:
         previous = read_rows(results, ("arm", "query_id"))
     except RunsFileError as exc:
-        _fail(str(exc))
+        fail(str(exc))
     _check_same_options(previous, arms, options, results)
     done = {(str(r["arm"]), str(r["query_id"])) for r in previous}
 
@@ -163,7 +160,7 @@ def replay(
     if summary.failed:
         for line in summary.errors:
             typer.echo(f"  {line}", err=True)
-        _fail(f"{summary.failed} requests failed; run the same command again to retry them")
+        fail(f"{summary.failed} requests failed; run the same command again to retry them")
     if strict and report["flags"]:
         raise typer.Exit(EXIT_FLAGGED)
 
@@ -196,12 +193,12 @@ def _load_questions(prompts: Path, limit: int | None) -> list[Any]:
     try:
         questions = load_prompts(prompts, limit)
     except PromptSetError as exc:
-        _fail(str(exc))
+        fail(str(exc))
     for question in questions:
         try:
             grade(question.grader, "", question.answer, question.aliases)
         except GraderError as exc:
-            _fail(f"{prompts}: question {question.query_id!r}: {exc}")
+            fail(f"{prompts}: question {question.query_id!r}: {exc}")
     return questions
 
 
@@ -212,7 +209,7 @@ def _check_same_options(previous: list[dict[str, Any]], arms: list[Any], options
     for row in previous:
         if row["arm"] in keys and any(row.get(k) != v for k, v in wanted.items()):
             theirs = {k: row.get(k) for k in wanted}
-            _fail(
+            fail(
                 f"{results} holds results sent with {theirs}, this run asks for {wanted}; "
                 "use the same options, another --output, or delete that file"
             )
@@ -257,7 +254,7 @@ def _run(
                 )
             )
     except ReplayError as exc:
-        _fail(str(exc))
+        fail(str(exc))
     except KeyboardInterrupt:
         typer.secho(
             f"interrupted; finished requests are kept in {results}: run the same command again to continue",

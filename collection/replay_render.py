@@ -5,6 +5,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
+from rich import box
 from rich.console import Console
 from rich.table import Table
 
@@ -15,10 +16,15 @@ def _number(name: str, value: float | None) -> str:
     if value is None:
         return "—"
     if name == "cost_usd":
-        return f"${value:.3g}"
+        return "$" + _short(value)
     if name == "escalation_rate":
         return f"{value:.1%}"
     return f"{value:.3f}"
+
+
+def _short(value: float) -> str:
+    """3 significant digits, exponent without padding (``3.32e-6``)."""
+    return f"{value:.3g}".replace("e-0", "e-").replace("e+0", "e+")
 
 
 def _interval(name: str, metric: dict[str, Any]) -> str:
@@ -27,44 +33,49 @@ def _interval(name: str, metric: dict[str, Any]) -> str:
     return f"{_number(name, metric['low'])} - {_number(name, metric['high'])}".replace("$", "")
 
 
+def duration_text(ms: float | None) -> str:
+    """``840 ms``, or ``7.0 s`` from 10 s up."""
+    if ms is None:
+        return "—"
+    return f"{ms / 1000:.1f} s" if ms >= 10_000 else f"{ms:.0f} ms"
+
+
 def arms_table(report: dict[str, Any]) -> Table:
-    """Per tier/budget, one row per metric: realized, its interval, the expectation, a flag."""
+    """Per tier/budget, one row per metric: realized, its interval, the expectation (! if outside)."""
     level = f"{report['confidence']:.0%}"
     table = Table(
-        title=f"Realized vs expected, {report['prompts']['questions']} questions", title_justify="left"
+        title=f"Realized vs expected, {report['prompts']['questions']} questions",
+        title_justify="left",
+        box=box.SIMPLE_HEAD,  # no vertical rules: fits 80 columns
     )
     table.add_column("tier / budget", no_wrap=True)
     table.add_column("metric", no_wrap=True)
     table.add_column("realized", justify="right", no_wrap=True)
     table.add_column(f"{level} interval", justify="right", no_wrap=True)
     table.add_column("expected", justify="right", no_wrap=True)
-    table.add_column("", no_wrap=True)
     for arm in report["arms"]:
         count = f"n={arm['requests']}" + (f", {arm['missing']} missing" if arm["missing"] else "")
-        labels = [arm["arm"], count, ""]
-        for label, name in zip(labels, METRICS, strict=True):
-            metric = arm[name]
-            interval = _interval(name, metric)
-            table.add_row(
-                label,
+        labels = [arm["arm"], count, "", "", ""]
+        rows = [
+            (
                 METRIC_LABELS[name],
-                _number(name, metric["realized"]),
-                interval,
-                _number(name, metric["expected"]),
-                "[bold red]![/bold red]" if metric["outside"] else "",
+                _number(name, arm[name]["realized"]),
+                _interval(name, arm[name]),
+                _expected(name, arm[name]),
             )
-        latency = arm["latency_ms"]
-        table.add_row(
-            "",
-            "latency",
-            "—" if latency["p50"] is None else f"{latency['p50']:.0f} / {latency['p95']:.0f} ms",
-            "",
-            "",
-            "",
-            end_section=True,
-        )
+            for name in METRICS
+        ]
+        rows.append(("latency p50", duration_text(arm["latency_ms"]["p50"]), "", ""))
+        rows.append(("latency p95", duration_text(arm["latency_ms"]["p95"]), "", ""))
+        for index, (label, row) in enumerate(zip(labels, rows, strict=True)):
+            table.add_row(label, *row, end_section=index == len(rows) - 1)
     table.caption = "! the expectation lies outside the realized interval"
     return table
+
+
+def _expected(name: str, metric: dict[str, Any]) -> str:
+    text = _number(name, metric["expected"])
+    return f"[bold red]{text} ![/bold red]" if metric["outside"] else text
 
 
 def policy_line(report: dict[str, Any]) -> str:

