@@ -80,8 +80,6 @@ def start_replay_gateway(
             {
                 "models": model_configs(scripted.base_url),
                 "policy": str(policy_path),
-                # Open unless the test configures client keys (an open gateway is an explicit choice).
-                "auth": {"open": api_keys is None},
                 "limits": {"max_body_bytes": 65536, "request_timeout_s": 10},
                 "logging": {"level": "warning"},
                 "auth": {"open": True},  # no client key configured: every caller is served
