@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import math
 import random
 from typing import Any
 
@@ -10,7 +11,7 @@ from gateway.cascade import CascadeEngine
 from gateway.config import Settings
 from gateway.logs import configure_logging, log_event
 from gateway.metrics import GatewayMetrics
-from gateway.requests import DEFAULT_COMPLETION_BOUND, ParsedRequest, completion_cap
+from gateway.requests import DEFAULT_COMPLETION_BOUND, ParsedRequest
 from gateway.routing import RoutePlan, Router
 from gateway.upstream import UpstreamPool
 from policies import Policy
@@ -36,8 +37,12 @@ class Gateway:
         self.loop = asyncio.get_running_loop()
         await self.pool.start()
         self.shared = await build_shared_state(
-            self.settings, on_policy_loaded=self._policy_loaded, on_policy_failure=self._policy_failed
+            self.settings,
+            on_policy_loaded=self._policy_loaded,
+            on_policy_failure=self._policy_failed,
+            on_spend_fallback=self._spend_fallback,
         )
+        self.metrics.spend_unsynced.set_function(self.shared.spend.unsynced_usd)
         await self.shared.start()
         policy = self.policy
         log_event(
@@ -71,20 +76,49 @@ class Gateway:
         self.metrics.policy_reload_failures.inc()
         log_event("policy_rejected", level=30, reason=message)
 
+    def _spend_fallback(self, reason: str) -> None:
+        self.metrics.child(self.metrics.spend_fallbacks, reason).inc()
+
     def reserve_estimate(self, plan: RoutePlan, request: ParsedRequest, body_bytes: int) -> float:
         """Worst-case USD of a request, reserved against the key's limit before any call.
 
         Every model of the route may be called (a chain can escalate to its end), each with at most
         ``body_bytes`` prompt tokens (a token is at least one byte of the request's text; the JSON
-        around it covers the chat template) and the request's completion cap, or
-        ``DEFAULT_COMPLETION_BOUND`` tokens when it sets none. Settling charges the actual cost and
-        releases the rest, so over-reserving never overcharges; it only keeps a key from starting
-        requests it might not be able to pay for.
+        around it covers the chat template) and, per generated choice (``max(n, best_of)``), the
+        largest completion cap the upstream may honour (``completion_bound``). Settling charges the
+        actual cost and releases the rest, so over-reserving never overcharges; it only keeps a key
+        from starting requests it might not be able to pay for.
         """
         models = plan.route.models if plan.route is not None else [plan.model]
-        completion_bound = completion_cap(request.body) or DEFAULT_COMPLETION_BOUND
+        completion_tokens = completion_bound(request.body) * generated_choices(request.body)
         return sum(
-            self.settings.models[m].price.cost_usd(body_bytes, completion_bound)
+            self.settings.models[m].price.cost_usd(body_bytes, completion_tokens)
             for m in models
             if m in self.settings.models
         )
+
+
+# Fields an OpenAI-compatible upstream may read as the completion-token cap (llama.cpp reads
+# n_predict before max_tokens), and the fields that multiply the choices generated and billed.
+_COMPLETION_CAP_FIELDS = ("max_completion_tokens", "max_tokens", "n_predict")
+_CHOICE_FIELDS = ("n", "best_of")
+
+
+def _positive_count(value: object) -> int | None:
+    """An integer count from a JSON number (rounded up), or None when it is not a positive number."""
+    if isinstance(value, bool) or not isinstance(value, int | float) or not math.isfinite(value):
+        return None
+    count = math.ceil(value)
+    return count if count > 0 else None
+
+
+def completion_bound(body: dict[str, Any]) -> int:
+    """Completion tokens one choice may take: the largest cap the request sets under any name the
+    upstream may honour, or ``DEFAULT_COMPLETION_BOUND`` when it sets none (a cap <= 0 is none)."""
+    caps = [c for c in (_positive_count(body.get(f)) for f in _COMPLETION_CAP_FIELDS) if c is not None]
+    return max(caps) if caps else DEFAULT_COMPLETION_BOUND
+
+
+def generated_choices(body: dict[str, Any]) -> int:
+    """Choices the upstream generates and bills: ``max(n, best_of)``, at least 1."""
+    return max([1, *(c for c in (_positive_count(body.get(f)) for f in _CHOICE_FIELDS) if c is not None)])

@@ -7,9 +7,15 @@ With it, replicas share the policy (when ``policy`` is a ``redis://`` URL), keys
 Which Redis: ``redis_url`` holds keys and spend; a ``redis://`` policy URL holds the policy. When
 only the policy URL is given, that same Redis holds keys and spend too.
 
+Two Redis clients per Redis: the request path (client keys, spend) uses one whose every call is
+bounded by ``redis_timeout_s`` with no retries, so a frozen Redis costs a request milliseconds; the
+policy watcher and the health loop use one with longer timeouts. The health loop (1 s) also lets the
+spend limiter reconcile (write back spend counted in process during an outage, see gateway.spend).
+
 Metrics the app exports from here: ``redis_up`` (-> ``cascade_redis_up``; updated by a 1 s PING loop
-and by every Redis operation), ``on_policy_failure`` (-> ``cascade_policy_reload_failures_total``) and
-``spend.rejections`` (-> ``cascade_budget_rejections_total``).
+and by every Redis operation), ``on_policy_failure`` (-> ``cascade_policy_reload_failures_total``),
+``on_spend_fallback`` (-> ``cascade_spend_fallback_total{reason}``) and ``spend.rejections``
+(-> ``cascade_budget_rejections_total``).
 """
 
 from __future__ import annotations
@@ -22,6 +28,8 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 import redis.asyncio as aioredis
+from redis.asyncio.retry import Retry
+from redis.backoff import NoBackoff
 from redis.exceptions import RedisError
 
 from gateway.auth import Authenticator, ClientIdentity, authenticator_from_env
@@ -38,8 +46,21 @@ log = logging.getLogger("cascade.state")
 __all__ = ["ClientIdentity", "Reservation", "SharedState", "build_shared_state", "connect_redis"]
 
 
-def connect_redis(url: str) -> aioredis.Redis:
-    """A Redis client with short timeouts: a dead Redis must not stall requests for long."""
+def connect_redis(url: str, command_timeout_s: float | None = None) -> aioredis.Redis:
+    """A Redis client with short timeouts: a dead Redis must not stall requests for long.
+
+    ``command_timeout_s`` (request path): connect and every command bounded by it, and no retries
+    (redis-py otherwise retries a timed-out command 3 times). Without it: 1 s connect, 2 s per command.
+    """
+    if command_timeout_s is not None:
+        return aioredis.from_url(
+            url,
+            decode_responses=True,
+            socket_connect_timeout=command_timeout_s,
+            socket_timeout=command_timeout_s,
+            retry=Retry(NoBackoff(), 0),
+            health_check_interval=10,
+        )
     return aioredis.from_url(
         url,
         decode_responses=True,
@@ -58,6 +79,7 @@ class SharedState:
     spend: SpendLimiter
     redis: aioredis.Redis | None = None
     policy_redis: aioredis.Redis | None = None  # only when distinct from ``redis``
+    request_redis: aioredis.Redis | None = None  # same Redis as ``redis``, request-path timeouts
     keys: RedisKeys = field(default_factory=RedisKeys)
     health_interval_s: float = 1.0
     redis_up: bool | None = None
@@ -66,7 +88,8 @@ class SharedState:
     async def start(self) -> None:
         """Initial policy load, key discovery, and the watchers (file poll or Redis pub/sub)."""
         if self.redis is not None:
-            await self._ping()
+            if await self._ping():
+                await self.spend.maintain()  # learn the spend epoch before the first request
             self._health_task = asyncio.create_task(self._health_loop(), name="redis-health")
         await self.policy_store.start()
         await self.authenticator.start()
@@ -78,7 +101,7 @@ class SharedState:
             self._health_task.cancel()
             await asyncio.gather(self._health_task, return_exceptions=True)
             self._health_task = None
-        for client in (self.redis, self.policy_redis):
+        for client in (self.redis, self.policy_redis, self.request_redis):
             if client is not None:
                 with contextlib.suppress(RedisError, OSError):
                     await client.aclose()
@@ -125,7 +148,8 @@ class SharedState:
     async def _health_loop(self) -> None:
         while True:
             await asyncio.sleep(self.health_interval_s)
-            await self._ping()
+            if await self._ping():
+                await self.spend.maintain()
 
 
 async def build_shared_state(
@@ -133,6 +157,7 @@ async def build_shared_state(
     *,
     on_policy_loaded: Callable[[Policy], None],
     on_policy_failure: Callable[[str], None],
+    on_spend_fallback: Callable[[str], None] | None = None,
     keys: RedisKeys | None = None,
     file_poll_interval_s: float = 0.25,
 ) -> SharedState:
@@ -145,6 +170,7 @@ async def build_shared_state(
     policy_url = settings.policy if settings.policy_is_redis else None
     state_url = settings.redis_url or policy_url
     redis = connect_redis(state_url) if state_url else None
+    request_redis = connect_redis(state_url, settings.redis_timeout_s) if state_url else None
     policy_redis: aioredis.Redis | None = None
     if policy_url is not None:
         policy_redis = redis if policy_url == state_url else connect_redis(policy_url)
@@ -179,11 +205,18 @@ async def build_shared_state(
         api_keys_env=settings.auth.api_keys_env,
         admin_key_env=settings.auth.admin_key_env,
         default_limit_usd=settings.budgets.limit_usd,
-        redis=redis,
+        redis=request_redis,
         keys=keys,
     )
     spend = SpendLimiter(
-        window_s=settings.budgets.window_s, redis=redis, keys=keys, on_redis_status=report_redis
+        window_s=settings.budgets.window_s,
+        redis=request_redis,
+        keys=keys,
+        on_redis_status=report_redis,
+        on_fallback=on_spend_fallback,
+        timeout_s=settings.redis_timeout_s,
+        on_redis_down=settings.budgets.on_redis_down,
+        outage_share=settings.budgets.outage_share,
     )
     state = SharedState(
         policy_store=store,
@@ -191,6 +224,7 @@ async def build_shared_state(
         spend=spend,
         redis=redis,
         policy_redis=policy_redis if policy_redis is not redis else None,
+        request_redis=request_redis,
         keys=keys,
     )
     state_ref.append(state)
