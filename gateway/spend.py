@@ -119,13 +119,23 @@ class SpendLimiter:
         timeout_s: float = 0.1,
         on_redis_down: OutagePolicy = "local",
         outage_share: float = 1.0,
+        maintenance_redis: Redis | None = None,
+        maintenance_timeout_s: float = 2.0,
     ):
+        """``redis``: the request-path client (every call bounded by ``timeout_s``);
+        ``maintenance_redis``: the client the periodic ``maintain()`` uses, off the request path, so
+        a slow-but-alive Redis is not mistaken for an outage (default: ``redis``)."""
         self.window_s = window_s
-        self._store = (
-            RedisSpendStore(redis, keys or RedisKeys(), timeout_s=timeout_s,
-                            counter_ttl_s=window_s + _TTL_MARGIN_S)
-            if redis is not None else None
-        )
+        ttl = window_s + _TTL_MARGIN_S
+        keys = keys or RedisKeys()
+        self._store: RedisSpendStore | None = None
+        if redis is not None:
+            self._store = RedisSpendStore(redis, keys, timeout_s=timeout_s, counter_ttl_s=ttl)
+        self._background_store = self._store
+        if redis is not None and maintenance_redis is not None:
+            self._background_store = RedisSpendStore(
+                maintenance_redis, keys, timeout_s=maintenance_timeout_s, counter_ttl_s=ttl
+            )
         self._clock = clock
         self._on_redis_status = on_redis_status
         self._on_fallback = on_fallback
@@ -238,16 +248,21 @@ class SpendLimiter:
     async def maintain(self) -> None:
         """Reconcile with Redis (call about once a second): adopt a new epoch after data loss,
         repeat unfinished operations, write back what was counted in process. Never raises."""
-        if self._store is not None and not self._maintaining.locked():
+        if self._background_store is not None and not self._maintaining.locked():
             await self._maintain(probe=True)
 
-    async def _maintain(self, *, probe: bool) -> None:
-        async with self._maintaining:
+    async def _maintain(self, *, probe: bool, wait_s: float | None = None) -> bool:
+        """One reconcile round under the lock; False if the lock was not free within ``wait_s``."""
+        try:
+            await asyncio.wait_for(self._maintaining.acquire(), wait_s)
+        except TimeoutError:
+            return False
+        try:
             settled = not self._dirty and self._epoch is not None
             if not probe and (time.monotonic() < self._down_until or settled):
-                return  # another request just did it, or found Redis down
+                return True  # another request just did it, or found Redis down
             try:
-                await self._reconcile()
+                await self._reconcile(self._background_store if probe else self._store)
             except (RedisError, OSError, TimeoutError) as exc:
                 self._failed(exc)
             else:
@@ -255,10 +270,13 @@ class SpendLimiter:
                 self._dirty = bool(self._retries) or any(
                     led.local or led.sending for led in self._ledgers.values()
                 )
+            return True
+        finally:
+            self._maintaining.release()
 
-    async def _reconcile(self) -> None:
-        assert self._store is not None
-        epoch = await self._store.establish_epoch()
+    async def _reconcile(self, store: RedisSpendStore | None) -> None:
+        assert store is not None
+        epoch = await store.establish_epoch()
         self._report_redis(True)
         if epoch != self._epoch:
             if self._epoch is not None or any(ledger.synced for ledger in self._ledgers.values()):
@@ -271,7 +289,7 @@ class SpendLimiter:
                 if not retry.cancel:
                     self._ledger(reservation.key_id, reservation.window_start).local += retry.actual
                 continue
-            result = await self._store.finish(
+            result = await store.finish(
                 reservation.key_id, reservation.window_start, reservation.op_id, retry.actual,
                 self._epoch, cancel=retry.cancel,
             )
@@ -286,7 +304,7 @@ class SpendLimiter:
                 ledger.sending[new_op_id()] = ledger.local
                 ledger.local = 0
             for op_id, amount in list(ledger.sending.items()):
-                result = await self._store.apply_once(key_id, window, op_id, amount, self._epoch)
+                result = await store.apply_once(key_id, window, op_id, amount, self._epoch)
                 if result == EPOCH_CHANGED:
                     self._epoch = None
                     return  # next round adopts the new epoch first
@@ -337,8 +355,11 @@ class SpendLimiter:
             return "down"
         if self._epoch is None or self._dirty:
             # First use, after data loss, or after an outage: learn the epoch and write back first,
-            # so the shared counter includes this replica's outage spend before it admits more.
-            await self._maintain(probe=False)
+            # so the shared counter includes this replica's outage spend before it admits more. The
+            # background round may hold the lock for seconds: wait for it no longer than one call.
+            assert self._store is not None
+            if not await self._maintain(probe=False, wait_s=self._store.timeout_s):
+                return "down" if self._epoch is None else None
             if time.monotonic() < self._down_until:
                 return self._last_failure
             if self._epoch is None:

@@ -217,6 +217,7 @@ async def build_shared_state(
         timeout_s=settings.redis_timeout_s,
         on_redis_down=settings.budgets.on_redis_down,
         outage_share=settings.budgets.outage_share,
+        maintenance_redis=redis,
     )
     state = SharedState(
         policy_store=store,

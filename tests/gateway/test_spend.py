@@ -21,7 +21,10 @@ TEN_REQUESTS = ClientIdentity(key_id="k-ten", limit_usd=10 * COST)
 async def replicas(keys) -> Any:
     """Two limiters with their own Redis clients, as two gateway replicas would have."""
     clients = [aioredis.from_url(REDIS_URL, decode_responses=True) for _ in range(2)]
-    yield [SpendLimiter(window_s=3600, redis=c, keys=keys) for c in clients]
+    limiters = [SpendLimiter(window_s=3600, redis=c, keys=keys, timeout_s=2.0) for c in clients]
+    for limiter in limiters:
+        await limiter.maintain()  # learn the spend epoch, as the app does at start
+    yield limiters
     for client in clients:
         await client.aclose()
 

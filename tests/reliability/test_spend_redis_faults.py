@@ -127,8 +127,8 @@ def test_a_frozen_redis_costs_milliseconds_and_leaves_no_reservation_behind(
     start_replicas, redis_server: RedisServer, money: Money
 ) -> None:
     a, b = replicas_with(start_replicas, redis_server, limit_usd=100.0)
-    for replica in (a, b):
-        assert send(replica, KEY, **BODY)[0] == 200
+    baseline = [send(replica, KEY, **BODY) for replica in (a, b, a, b)]
+    assert {status for status, _ in baseline} == {200}
     redis_server.freeze()
     latencies: list[float] = []
     frozen_until = time.monotonic() + 8
@@ -137,7 +137,10 @@ def test_a_frozen_redis_costs_milliseconds_and_leaves_no_reservation_behind(
         assert status == 200
         latencies.append(seconds)
     redis_server.thaw()  # it now executes what was queued meanwhile, reservations included
-    assert len(latencies) >= 8 and max(latencies) < 1.0, latencies
+    # Under a second each; on a saturated test machine, under a second more than the slowest
+    # request before the freeze (a Redis call that waited for its 2 s timeout would exceed it).
+    bound_s = 1.0 + max(seconds for _, seconds in baseline)
+    assert len(latencies) >= 8 and max(latencies) < bound_s, (latencies, baseline)
     assert a.sample("cascade_spend_fallback_total", reason="timeout") >= 1
     assert_counter_rebuilt(money, [a, b])
 
