@@ -1,4 +1,6 @@
-"""Names of everything the gateway keeps in Redis (DESIGN section 10), under one configurable prefix.
+"""Names of everything the gateway keeps in Redis, under one configurable prefix.
+
+The keys are listed in docs/contracts.md#redis-keys.
 
 The contract names use the default prefix ``cascade``. A different prefix (``CASCADE_REDIS_PREFIX``)
 lets several deployments, or test runs, share one Redis without seeing each other's policy, keys or
@@ -48,3 +50,28 @@ class RedisKeys:
     def spend(self, key_id: str, window_start: int) -> str:
         """Spend counter (integer nano-USD, with a TTL) of one client key in one window."""
         return f"{self.prefix}:spend:{key_id}:{window_start}"
+
+    def spend_pending(self, key_id: str, window_start: int) -> str:
+        """Hash: reservation id -> reserved nano-USD, until settled (same TTL as the counter)."""
+        return f"{self.spend(key_id, window_start)}:pending"
+
+    def spend_cancelled(self, op_id: str) -> str:
+        """Tombstone of a reservation cancelled before it landed (short TTL)."""
+        return f"{self.prefix}:spend:cancelled:{op_id}"
+
+    def spend_applied(self, op_id: str) -> str:
+        """Marker of a write-back already applied (short TTL)."""
+        return f"{self.prefix}:spend:applied:{op_id}"
+
+    @property
+    def spend_epoch(self) -> str:
+        """Random id of this Redis's spend data; missing or new means the data was lost."""
+        return f"{self.prefix}:spend:epoch"
+
+
+def redact_url(url: str) -> str:
+    """A Redis URL without its password (``redis://***@host:6379/0``), for logs, status and errors."""
+    if "@" not in url:
+        return url
+    scheme, _, rest = url.partition("://")
+    return f"{scheme}://***@{rest.rpartition('@')[2]}"

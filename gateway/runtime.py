@@ -87,15 +87,18 @@ class Gateway:
         around it covers the chat template) and, per generated choice (``max(n, best_of)``), the
         largest completion cap the upstream may honour (``completion_bound``). Settling charges the
         actual cost and releases the rest, so over-reserving never overcharges; it only keeps a key
-        from starting requests it might not be able to pay for.
+        from starting requests it might not be able to pay for. A price with both forms charges the
+        flat ``per_query_usd`` when an answer reports no usage, so the larger of the two is reserved.
         """
         models = plan.route.models if plan.route is not None else [plan.model]
         completion_tokens = completion_bound(request.body) * generated_choices(request.body)
-        return sum(
-            self.settings.models[m].price.cost_usd(body_bytes, completion_tokens)
-            for m in models
-            if m in self.settings.models
-        )
+        total = 0.0
+        for name in models:
+            model = self.settings.models.get(name)
+            if model is not None:
+                by_tokens = float(model.price.cost_usd(body_bytes, completion_tokens))
+                total += max(by_tokens, model.price.per_query_usd or 0.0)
+        return total
 
 
 # Fields an OpenAI-compatible upstream may read as the completion-token cap (llama.cpp reads

@@ -78,11 +78,6 @@ class Reservation:
     op_id: str = ""
     epoch: str | None = None  # Redis epoch it was recorded in (backend "redis")
 
-    @property
-    def amount_usd(self) -> float:
-        """The reserved amount in USD."""
-        return self.amount_nano / NANO_PER_USD
-
 
 @dataclass(slots=True)
 class _Ledger:
@@ -150,8 +145,6 @@ class SpendLimiter:
         self._maintaining = asyncio.Lock()
         self._last_log = float("-inf")
         self._unlogged = 0
-        self.rejections = 0
-        self.fallbacks = 0
 
     def window_start(self) -> int:
         """Start (unix seconds) of the current window."""
@@ -194,7 +187,6 @@ class SpendLimiter:
                 else:
                     ledger.seen = reply.spent_nano
                     if reply.status != 1:
-                        self.rejections += 1
                         raise self._exceeded(identity, reply.spent_nano, amount, window)
                     return Reservation(identity.key_id, window, amount, "redis", op_id=op_id, epoch=epoch)
         if self._policy == "refuse":
@@ -373,7 +365,6 @@ class SpendLimiter:
         # No await between the check and the add: atomic within the event loop.
         spent = ledger.seen + ledger.held + ledger.local + sum(ledger.sending.values())
         if spent >= limit or spent + amount > allowance:
-            self.rejections += 1
             raise self._exceeded(identity, spent, amount, window)
         ledger.held += amount
         return Reservation(identity.key_id or "", window, amount, "memory", op_id=op_id)
@@ -410,7 +401,6 @@ class SpendLimiter:
 
     def _fallback(self, reason: str, key_id: str) -> None:
         """Count the fallback; log at most one line per ``_LOG_EVERY_S`` seconds."""
-        self.fallbacks += 1
         if self._on_fallback is not None:
             self._on_fallback(reason)
         self._unlogged += 1

@@ -98,19 +98,18 @@ class RedisSpendStore:
         self._apply_once = redis.register_script(_APPLY_ONCE_LUA)
 
     def _spend_keys(self, key_id: str, window: int, op_id: str) -> list[str]:
-        counter = self.keys.spend(key_id, window)
-        return [counter, f"{counter}:pending", f"{self.keys.prefix}:spend:cancelled:{op_id}",
-                self._epoch_key]
-
-    @property
-    def _epoch_key(self) -> str:
-        return f"{self.keys.prefix}:spend:epoch"
+        return [
+            self.keys.spend(key_id, window),
+            self.keys.spend_pending(key_id, window),
+            self.keys.spend_cancelled(op_id),
+            self.keys.spend_epoch,
+        ]
 
     async def establish_epoch(self) -> str:
         """The current epoch, creating one if Redis has none (new or wiped)."""
         async def run() -> str:
-            await self._redis.set(self._epoch_key, new_op_id(), nx=True)
-            value = await self._redis.get(self._epoch_key)
+            await self._redis.set(self.keys.spend_epoch, new_op_id(), nx=True)
+            value = await self._redis.get(self.keys.spend_epoch)
             return value.decode() if isinstance(value, bytes) else str(value)
 
         return await asyncio.wait_for(run(), self.timeout_s)
@@ -146,7 +145,7 @@ class RedisSpendStore:
         counter = self.keys.spend(key_id, window)
         result = await asyncio.wait_for(
             self._apply_once(
-                keys=[counter, f"{self.keys.prefix}:spend:applied:{op_id}", self._epoch_key],
+                keys=[counter, self.keys.spend_applied(op_id), self.keys.spend_epoch],
                 args=[amount, epoch, self._counter_ttl_s, _MARKER_TTL_S],
             ),
             self.timeout_s,

@@ -43,7 +43,6 @@ async def test_fifty_concurrent_reservations_across_two_replicas_admit_exactly_t
     assert len(admitted) == 10 and len(refused) == 40
     assert {r.backend for r in admitted} == {"redis"}
     assert await replicas[0].spent_usd("k-ten") == pytest.approx(10 * COST)
-    assert replicas[0].rejections + replicas[1].rejections == 40
 
 
 async def test_settling_below_the_reservation_releases_the_difference(replicas) -> None:
@@ -127,7 +126,10 @@ async def test_redis_outage_falls_back_to_in_process_enforcement(keys) -> None:
         link.url, decode_responses=True, socket_connect_timeout=0.5, socket_timeout=0.5
     )
     statuses: list[bool] = []
-    limiter = SpendLimiter(window_s=3600, redis=client, keys=keys, on_redis_status=statuses.append)
+    fallbacks: list[str] = []
+    limiter = SpendLimiter(
+        window_s=3600, redis=client, keys=keys, on_redis_status=statuses.append, on_fallback=fallbacks.append
+    )
     try:
         assert (await limiter.reserve(TEN_REQUESTS, COST)).backend == "redis"
         await link.down()
@@ -136,7 +138,9 @@ async def test_redis_outage_falls_back_to_in_process_enforcement(keys) -> None:
         # In process it counts on from what Redis last said (one reservation): nine more fit.
         assert len(admitted) == 9 and {r.backend for r in admitted} == {"memory"}
         assert statuses[0] is True and statuses[-1] is False
-        assert limiter.fallbacks == 12
+        # Every reservation fell back: the first found Redis gone, the others did not try it again
+        # within the second (a dead Redis costs one failed call per second, not one per request).
+        assert fallbacks == ["error"] + ["down"] * 11
     finally:
         await client.aclose()
         await link.down()
