@@ -1,4 +1,8 @@
-"""What one gateway app owns: settings, metrics, upstream pool, router, cascade engine, shared state."""
+"""What one gateway app owns: settings, metrics, upstream pool, router, cascade engine, shared state.
+
+Everything is built when the ``Gateway`` is constructed (no I/O: Redis clients connect on first
+use); ``start()`` opens sessions and loads the policy, ``close()`` releases them.
+"""
 
 from __future__ import annotations
 
@@ -13,6 +17,7 @@ from gateway.logs import configure_logging, log_event
 from gateway.metrics import GatewayMetrics
 from gateway.requests import DEFAULT_COMPLETION_BOUND, ParsedRequest
 from gateway.routing import RoutePlan, Router
+from gateway.state import SharedState, build_shared_state
 from gateway.upstream import UpstreamPool
 from policies import Policy
 
@@ -26,23 +31,20 @@ class Gateway:
         self.pool = UpstreamPool(settings, self.metrics)
         self.router = Router(settings, rng)
         self.engine = CascadeEngine(settings, self.pool, self.metrics)
-        self.shared: Any = None  # gateway.state.SharedState once started
-        self.loop: asyncio.AbstractEventLoop | None = None  # the serving loop, once started
-
-    async def start(self) -> None:
-        """Open upstream sessions, build and start the shared state (initial policy load)."""
-        from gateway.state import build_shared_state
-
-        configure_logging(self.settings.logging.level)
-        self.loop = asyncio.get_running_loop()
-        await self.pool.start()
-        self.shared = await build_shared_state(
-            self.settings,
+        self.shared: SharedState = build_shared_state(
+            settings,
             on_policy_loaded=self._policy_loaded,
             on_policy_failure=self._policy_failed,
             on_spend_fallback=self._spend_fallback,
         )
         self.metrics.spend_unsynced.set_function(self.shared.spend.unsynced_usd)
+        self.loop: asyncio.AbstractEventLoop | None = None  # the serving loop, once started
+
+    async def start(self) -> None:
+        """Open upstream sessions and start the shared state (initial policy load, watchers)."""
+        configure_logging(self.settings.logging.level)
+        self.loop = asyncio.get_running_loop()
+        await self.pool.start()
         await self.shared.start()
         policy = self.policy
         log_event(
@@ -53,18 +55,17 @@ class Gateway:
 
     async def close(self) -> None:
         """Stop watchers, close Redis and upstream sessions."""
-        if self.shared is not None:
-            await self.shared.close()
+        await self.shared.close()
         await self.pool.close()
 
     @property
     def policy(self) -> Policy | None:
         """The policy being served now (None until one loads)."""
-        return self.shared.policy_store.current if self.shared is not None else None
+        return self.shared.policy_store.current
 
     def no_policy_reason(self) -> str | None:
         """Why no policy is served (the store's last load error), when none is."""
-        if self.shared is None or self.shared.policy_store.current is not None:
+        if self.shared.policy_store.current is not None:
             return None
         return self.shared.policy_store.last_error
 

@@ -1,8 +1,9 @@
 """The gateway's shared state: policy store, client keys, spend limits, and the Redis behind them.
 
-``build_shared_state(settings, ...)`` wires them from the config; the app calls ``start()`` at
-startup and ``close()`` at shutdown. Without ``redis_url`` everything is in process (one replica).
-With it, replicas share the policy (when ``policy`` is a ``redis://`` URL), keys and spend.
+``build_shared_state(settings, ...)`` wires them from the config (no I/O: Redis clients connect on
+first use); the app calls ``start()`` at startup and ``close()`` at shutdown. Without ``redis_url``
+everything is in process (one replica). With it, replicas share the policy (when ``policy`` is a
+``redis://`` URL), keys and spend.
 
 Which Redis: ``redis_url`` holds keys and spend; a ``redis://`` policy URL holds the policy. When
 only the policy URL is given, that same Redis holds keys and spend too.
@@ -24,7 +25,7 @@ import contextlib
 import logging
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 import redis.asyncio as aioredis
 from redis.asyncio.retry import Retry
@@ -32,13 +33,11 @@ from redis.backoff import NoBackoff
 from redis.exceptions import RedisError
 
 from gateway.auth import Authenticator, ClientIdentity, authenticator_from_env
+from gateway.config import Settings
 from gateway.policy_store import FilePolicyStore, PolicyStore, RedisPolicyStore
 from gateway.redis_keys import RedisKeys, redact_url
 from gateway.spend import Reservation, SpendLimiter
 from policies import Policy
-
-if TYPE_CHECKING:
-    from gateway.config import Settings
 
 log = logging.getLogger("cascade.state")
 
@@ -151,7 +150,7 @@ class SharedState:
                 await self.spend.maintain()
 
 
-async def build_shared_state(
+def build_shared_state(
     settings: Settings,
     *,
     on_policy_loaded: Callable[[Policy], None],
