@@ -182,7 +182,7 @@ class SpendLimiter:
             else:
                 self._report_redis(True)
                 if reply.status == EPOCH_CHANGED:
-                    self._epoch = None  # the maintenance loop adopts the new epoch and writes back
+                    self._lost_epoch(epoch)  # the next reconcile adopts the new one and writes back
                     reason = "epoch"
                 else:
                     ledger.seen = reply.spent_nano
@@ -276,14 +276,14 @@ class SpendLimiter:
             self._adopt_epoch(epoch)
         for retry in list(self._retries):
             reservation = retry.reservation
-            if reservation.epoch != self._epoch:
+            if reservation.epoch != epoch:
                 self._retries.remove(retry)
                 if not retry.cancel:
                     self._ledger(reservation.key_id, reservation.window_start).local += retry.actual
                 continue
             result = await store.finish(
                 reservation.key_id, reservation.window_start, reservation.op_id, retry.actual,
-                self._epoch, cancel=retry.cancel,
+                epoch, cancel=retry.cancel,
             )
             self._retries.remove(retry)
             if not retry.cancel:
@@ -296,9 +296,9 @@ class SpendLimiter:
                 ledger.sending[new_op_id()] = ledger.local
                 ledger.local = 0
             for op_id, amount in list(ledger.sending.items()):
-                result = await store.apply_once(key_id, window, op_id, amount, self._epoch)
+                result = await store.apply_once(key_id, window, op_id, amount, epoch)
                 if result == EPOCH_CHANGED:
-                    self._epoch = None
+                    self._lost_epoch(epoch)
                     return  # next round adopts the new epoch first
                 del ledger.sending[op_id]
                 ledger.synced += amount
@@ -372,13 +372,21 @@ class SpendLimiter:
     def _finished(self, reservation: Reservation, actual: int, result: int) -> None:
         ledger = self._ledger(reservation.key_id, reservation.window_start)
         if result == EPOCH_CHANGED:
-            self._epoch = None
+            if reservation.epoch is not None:
+                self._lost_epoch(reservation.epoch)
             ledger.local += actual
             self._dirty = True
         elif result == 1:
             ledger.synced += actual
             ledger.seen += actual - reservation.amount_nano
         # 0: nothing pending any more (an earlier attempt went through, or the window expired).
+
+    def _lost_epoch(self, epoch: str) -> None:
+        """Redis no longer holds ``epoch``: forget it, unless a newer one was adopted meanwhile (a
+        reply can arrive after the reconcile loop moved on; forgetting the new epoch would write
+        this replica's spend back a second time)."""
+        if self._epoch == epoch:
+            self._epoch = None
 
     def _ledger(self, key_id: str, window: int) -> _Ledger:
         ledger = self._ledgers.get((key_id, window))

@@ -262,7 +262,7 @@ class GatewayProcess:
         log.close()
         return self
 
-    def wait_ready(self, timeout_s: float = 30.0, path: str = "/healthz") -> GatewayProcess:
+    def wait_ready(self, timeout_s: float = 90.0, path: str = "/healthz") -> GatewayProcess:
         """Wait until ``path`` answers 200 (fails with the log if the process exits first)."""
         deadline = time.monotonic() + timeout_s
         while time.monotonic() < deadline:
