@@ -13,6 +13,7 @@ from typing import Any
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, generate_latest
 from prometheus_client.exposition import CONTENT_TYPE_LATEST
 
+from gateway.drift import DriftConfig, ScoreDriftMonitor
 from policies import Policy
 
 CONTENT_TYPE = CONTENT_TYPE_LATEST
@@ -26,8 +27,9 @@ _SCORE_BUCKETS = (-5, -2, -1, -0.5, -0.25, 0, 0.1, 0.2, 0.3, 0.4, 0.5, 0.6, 0.7,
 class GatewayMetrics:
     """Every metric the gateway exports, registered in ``self.registry``."""
 
-    def __init__(self, *, with_redis: bool = False) -> None:
-        """``with_redis``: export ``cascade_redis_up`` (only meaningful when Redis is configured)."""
+    def __init__(self, *, with_redis: bool = False, drift: DriftConfig | None = None) -> None:
+        """``with_redis``: export ``cascade_redis_up`` (only meaningful when Redis is configured);
+        ``drift``: the window of the score drift metric (``gateway.drift``)."""
         self.registry = CollectorRegistry(auto_describe=True)
         self._children: dict[tuple[int, tuple[str, ...]], Any] = {}
         r = self.registry
@@ -89,11 +91,22 @@ class GatewayMetrics:
             "Policy loads that failed (last good policy kept).",
             registry=r,
         )
+        self.upstream_up = Gauge(
+            "cascade_upstream_up",
+            "1 if the upstream answered the last background probe (GET /models, status < 500), else 0.",
+            ["model"],
+            registry=r,
+        )
         self.redis_up: Gauge | None = None
         if with_redis:
             self.redis_up = Gauge(
                 "cascade_redis_up", "1 if Redis answered the last check, else 0.", registry=r
             )
+        self.shutdown_interrupted = Counter(
+            "cascade_shutdown_interrupted_requests",
+            "Requests still open when the shutdown grace ended (ended with an error, spend settled).",
+            registry=r,
+        )
         self.budget_rejections = Counter(
             "cascade_budget_rejections",
             "Requests refused because a key's spend limit was reached.",
@@ -111,6 +124,8 @@ class GatewayMetrics:
             "Spend counted in process that Redis does not hold yet (written back when it answers).",
             registry=r,
         )
+        self.drift = ScoreDriftMonitor(drift)
+        r.register(self.drift)
 
     def child(self, metric: Any, *labels: str) -> Any:
         """``metric.labels(*labels)``, memoized: label sets are few and the hot path asks often.
@@ -131,6 +146,7 @@ class GatewayMetrics:
         self.expected_escalation_rate.clear()
         for name, tier in policy.tiers.items():
             self.expected_escalation_rate.labels(name).set(tier.expected.escalation_rate)
+        self.drift.reset(policy)
 
     def render(self) -> bytes:
         """The Prometheus text exposition of this registry."""

@@ -11,6 +11,8 @@ from typing import Literal
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
+from policies.score_distribution import ScoreDistribution
+
 SCHEMA_VERSION = 1
 
 ScorerName = Literal[
@@ -29,7 +31,9 @@ _WEIGHT_TOLERANCE = 1e-6
 
 class _Strict(BaseModel):
     # Unknown keys are errors: a typo in a hand-edited policy must not be silently ignored.
-    model_config = ConfigDict(extra="forbid", frozen=True)
+    # NaN and infinity are errors too (Python's json reads the literals NaN/Infinity): a NaN
+    # threshold or cost compares false with everything and would break routing and budgets.
+    model_config = ConfigDict(extra="forbid", frozen=True, allow_inf_nan=False)
 
 
 class ScorerSpec(_Strict):
@@ -119,6 +123,8 @@ class EnvelopePoint(_Strict):
     def _thresholds_match_stages(self) -> EnvelopePoint:
         if len(self.thresholds) != len(self.models) - 1:
             raise ValueError("an envelope point of k models needs k-1 thresholds")
+        if len(set(self.models)) != len(self.models):
+            raise ValueError(f"an envelope point must not repeat a model: {self.models}")
         return self
 
     def as_route(self) -> Route:
@@ -141,6 +147,8 @@ class Policy(_Strict):
     on_missing_score: Literal["escalate", "accept"] = "escalate"
     # Whether the cheap answer may be returned (marked degraded) when the escalation target fails.
     allow_degraded: bool = True
+    # Optional: where scores fell on the calibration rows, for the gateway's drift metric.
+    score_distribution: ScoreDistribution | None = None
 
     @model_validator(mode="after")
     def _references_resolve(self) -> Policy:
@@ -160,4 +168,6 @@ class Policy(_Strict):
         costs = [p.cost_usd for p in self.envelope]
         if costs != sorted(costs):
             raise ValueError("envelope points must be sorted by cost_usd")
+        if self.score_distribution is not None:
+            self.score_distribution.check_references(list(self.models), list(self.tiers))
         return self
