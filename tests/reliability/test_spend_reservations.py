@@ -12,7 +12,7 @@ from __future__ import annotations
 import pytest
 from processes import RedisServer
 from scripted_upstream import ScriptedUpstream, ok
-from spend_support import Money, burst, send, worst_case_usd
+from spend_support import Money, burst, send, wait_until, worst_case_usd
 
 KEY = "sk-reliability-money"
 LIMIT_USD = 1.0
@@ -43,10 +43,11 @@ def money(upstream: ScriptedUpstream, redis_server: RedisServer) -> Money:
 def assert_exact_and_bounded(money: Money, worst_usd: float, limit_usd: float = LIMIT_USD) -> None:
     """Counter within one worst case of the truth (and to the micro-dollar); truth within the limit
     plus one worst case."""
+    # A replica settles right after the response is written: let the last ones land.
+    assert wait_until(lambda: money.pending_reservations() == 0, timeout_s=10)
     true_usd, counter_usd = money.true_usd(), money.counter_usd()
     assert abs(counter_usd - true_usd) <= min(worst_usd, 1e-6), (counter_usd, true_usd)
     assert true_usd <= limit_usd + worst_usd, (true_usd, limit_usd)
-    assert money.pending_reservations() == 0
 
 
 def test_n_choices_are_reserved_so_a_burst_of_n_60_stays_within_the_limit(
@@ -78,6 +79,7 @@ def test_a_cost_above_its_reservation_is_charged_and_the_key_refused_until_back_
     body = {"model": "large", "max_tokens": 10}
     assert send(replicas[0], KEY, **body)[0] == 200
     assert send(replicas[1], KEY, **body)[0] == 200  # $0.6 spent: a $0.0006 worst case still fits
+    assert wait_until(lambda: money.pending_reservations() == 0, timeout_s=10)
     assert money.counter_usd() == pytest.approx(money.true_usd(), abs=1e-6)
     assert money.counter_usd() > LIMIT_USD  # charged in full, above the limit
     assert [send(replicas[i % 2], KEY, **body)[0] for i in range(4)] == [429] * 4
