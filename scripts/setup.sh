@@ -30,6 +30,20 @@ if ! command -v promtool >/dev/null 2>&1 || ! command -v prometheus >/dev/null 2
 fi
 # --- end of deploy block ---
 
+# --- reliability block (tests/reliability): a private redis-server binary, from the Debian package ---
+if ! command -v redis-server >/dev/null 2>&1; then
+  if [ "$(id -u)" = 0 ] && command -v apt-get >/dev/null 2>&1; then
+    echo "==> installing the Debian package redis-server (private servers for tests/reliability)"
+    export DEBIAN_FRONTEND=noninteractive
+    apt-get install -y -q --no-install-recommends redis-server >/dev/null 2>&1 \
+      || { apt-get update -q >/dev/null && apt-get install -y -q --no-install-recommends redis-server >/dev/null; } \
+      || echo "WARNING: apt-get install redis-server failed: tests/reliability will fail" >&2
+  else
+    echo "WARNING: redis-server not installed and apt-get not usable: tests/reliability will fail" >&2
+  fi
+fi
+# --- end of reliability block ---
+
 echo "==> local model pool (llama-server + models; the first build takes ~8 minutes)"
 .venv/bin/cascade models install
 # The demo policy (and tests/e2e/test_demo_replay.py) escalates to the optional 1.5B model.
