@@ -23,10 +23,10 @@ from pathlib import Path
 
 import numpy as np
 
-from calibration.baselines.fixed_chain import fixed_chain_split_curve
-from calibration.baselines.subsequence import subsequence_split_curve
+from calibration.evaluation.fixed_chain import fixed_chain_split_curve
 from calibration.evaluation.heldout import envelope_split_curve
 from calibration.evaluation.protocol import EvaluationSettings, cost_grid, endpoints, run_evaluation
+from calibration.evaluation.subsequence import subsequence_split_curve
 from calibration.metrics import cost_reduction, median_curve, normalized_gain
 from calibration.runs import load_runs
 from calibration.splits import Split, stratified_splits

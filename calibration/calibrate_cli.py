@@ -78,7 +78,7 @@ def calibrate(
         runs=runs, tiers=tiers, output=output, prices=prices, score_column=score_column, scorer=scorer,
         top_k=top_k, where=list(where or []), report=report, randomize=randomize,
     )
-    run_or_exit(lambda: run_calibrate(options, console, errors), errors)
+    run_or_exit(lambda: run_calibrate(options, console, errors))
 
 
 @dataclass(frozen=True)

@@ -3,12 +3,10 @@
 from __future__ import annotations
 
 from collections.abc import Callable
-from typing import TYPE_CHECKING
 
 import typer
 
-if TYPE_CHECKING:
-    from rich.console import Console
+from cascade_cli.failure import fail
 
 
 def one_line_message(exc: BaseException) -> str:
@@ -25,12 +23,11 @@ def one_line_message(exc: BaseException) -> str:
     return f"{type(exc).__name__}: {text}"
 
 
-def run_or_exit(command: Callable[[], object], errors: Console) -> None:
-    """Run a command body; any failure becomes one red line on ``errors`` and exit code 1."""
+def run_or_exit(command: Callable[[], object]) -> None:
+    """Run a command body; any failure becomes one red line on stderr and exit code 1."""
     try:
         command()
     except typer.Exit:
         raise
     except Exception as exc:  # every failure is one red line and exit 1, never a traceback
-        errors.print(f"[bold red]error:[/bold red] {one_line_message(exc)}", highlight=False, soft_wrap=True)
-        raise typer.Exit(1) from None
+        fail(one_line_message(exc))

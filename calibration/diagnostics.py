@@ -1,4 +1,4 @@
-"""Diagnostics of a model pool (DESIGN section 4, item 7).
+"""Diagnostics of a model pool (docs/evaluate.md, Diagnostics).
 
 * Escalation benefit m_H(s) - m_L(s) of each pair (L, H): the mean quality gain from escalating
   queries whose cheap-model score is s. Estimated by equal-count bins of s_L (edges from all

@@ -1,4 +1,4 @@
-"""The pairwise envelope (DESIGN section 4): best achievable quality at every cost over a model pool.
+"""The pairwise envelope: best achievable quality at every cost over a model pool.
 
 Steps, all on the given calibration rows:
 

@@ -1,4 +1,4 @@
-"""``cascade evaluate``: held-out evaluation of the envelope against baselines (DESIGN 4, item 6).
+"""``cascade evaluate``: held-out evaluation of the envelope against baselines (docs/evaluate.md).
 
 Heavy imports (numpy, pandas, optuna, scikit-learn, matplotlib) happen inside the command so
 ``cascade --help`` stays fast.
@@ -55,7 +55,10 @@ class EvaluateOptions:
 
 
 def evaluate(
-    runs: Annotated[Path, typer.Argument(help="Runs table: .csv, .csv.gz, .parquet or .jsonl (DESIGN 3).")],
+    runs: Annotated[
+        Path,
+        typer.Argument(help="Runs table: .csv, .csv.gz, .parquet or .jsonl (docs/contracts.md#runs-table)."),
+    ],
     report: Annotated[
         Path, typer.Option("--report", help="Directory for summary.json, curves.npz, PNG plots, report.html.")
     ],
@@ -66,7 +69,8 @@ def evaluate(
         str | None, typer.Option("--score-column", help="Precomputed confidence column.")
     ] = None,
     scorer: Annotated[
-        str | None, typer.Option("--scorer", help="Scorer applied to the 'logprobs' column (DESIGN 6).")
+        str | None,
+        typer.Option("--scorer", help="Scorer applied to the 'logprobs' column (docs/contracts.md#scorers)."),
     ] = None,
     top_k: Annotated[int | None, typer.Option("--top-k", help="Top-K alternatives for the scorer.")] = None,
     where: Annotated[
@@ -103,7 +107,7 @@ def evaluate(
         methods=split_list(methods) or list(ALL_METHODS), feature_columns=split_list(feature_columns),
         command="cascade " + shlex.join(sys.argv[1:]) if sys.argv[1:2] == ["evaluate"] else None,
     )
-    run_or_exit(lambda: run_evaluate(options, console, errors), errors)
+    run_or_exit(lambda: run_evaluate(options, console, errors))
 
 
 def run_evaluate(options: EvaluateOptions, console: Console, errors: Console) -> dict:

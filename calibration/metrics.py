@@ -1,6 +1,6 @@
 """Summary metrics of a cost-quality curve: normalized gain and cost reduction at 90% (CR@90).
 
-Definitions are fixed by the paper (DESIGN.md section 4, "Summary metrics") and pinned by the
+Definitions are fixed by the paper (docs/evaluate.md, "Protocol (exact definitions)") and pinned by the
 cached curves in ``shared/data/paper-curves``, whose Table 2 they reproduce exactly.
 
 A *curve* is one array of quality values on a cost grid (USD per query); NaN marks grid points

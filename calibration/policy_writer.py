@@ -1,4 +1,4 @@
-"""Turn a calibration (runs, envelope, solved tiers) into a policy file (DESIGN section 5).
+"""Turn a calibration (runs, envelope, solved tiers) into a policy file (docs/contracts.md#policy-file).
 
 The document is validated and content-hashed by ``policies.store.build_policy``: this module
 only assembles fields, it never computes ``policy_id`` itself.

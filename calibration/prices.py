@@ -1,4 +1,4 @@
-"""Price sheets (DESIGN section 3): what one call of each model costs, in USD.
+"""Price sheets (docs/contracts.md#prices): what one call of each model costs, in USD.
 
 YAML shape::
 
@@ -6,46 +6,26 @@ YAML shape::
       NAME: {input_per_mtok: 0.2, output_per_mtok: 0.6}   # USD per 1M prompt / completion tokens
       OTHER: {per_query_usd: 0.00003}                     # a flat cost per query
 
-A model may carry both; the runs loader prefers token prices when the runs have token counts.
+Each entry is a ``policies.Price`` (the gateway config prices models the same way). A model may
+carry both forms; the runs loader uses token prices when the runs have token counts, else
+``per_query_usd`` (``Price.cost_usd``).
 """
 
 from __future__ import annotations
 
-import math
-from dataclasses import dataclass
 from pathlib import Path
 
 import yaml
+
+from policies import Price, PriceError, parse_price
 
 
 class PriceSheetError(Exception):
     """A price sheet is unreadable or malformed (one-line message naming the file and entry)."""
 
 
-@dataclass(frozen=True)
-class ModelPrice:
-    """Prices of one model: USD per 1M input/output tokens and/or a flat USD per query."""
-
-    input_per_mtok: float | None = None
-    output_per_mtok: float | None = None
-    per_query_usd: float | None = None
-
-    @property
-    def has_token_prices(self) -> bool:
-        """True when both per-token prices are given."""
-        return self.input_per_mtok is not None and self.output_per_mtok is not None
-
-    def token_cost(self, prompt_tokens: float, completion_tokens: float) -> float:
-        """USD cost of one call with these token counts (requires token prices)."""
-        assert self.input_per_mtok is not None and self.output_per_mtok is not None
-        return (prompt_tokens * self.input_per_mtok + completion_tokens * self.output_per_mtok) / 1e6
-
-
-_FIELDS = ("input_per_mtok", "output_per_mtok", "per_query_usd")
-
-
-def load_price_sheet(path: str | Path) -> dict[str, ModelPrice]:
-    """Read a price-sheet YAML into ``{model name: ModelPrice}``; PriceSheetError on bad input."""
+def load_price_sheet(path: str | Path) -> dict[str, Price]:
+    """Read a price-sheet YAML into ``{model name: Price}``; PriceSheetError on bad input."""
     path = Path(path)
     try:
         document = yaml.safe_load(path.read_text())
@@ -55,28 +35,12 @@ def load_price_sheet(path: str | Path) -> dict[str, ModelPrice]:
         raise PriceSheetError(f"{path}: not valid YAML ({_first_line(exc)})") from exc
     if not isinstance(document, dict) or not isinstance(document.get("models"), dict):
         raise PriceSheetError(f"{path}: a price sheet needs a top-level 'models:' mapping")
-    prices: dict[str, ModelPrice] = {}
+    prices: dict[str, Price] = {}
     for name, entry in document["models"].items():
-        if not isinstance(entry, dict):
-            raise PriceSheetError(f"{path}: models.{name}: expected a mapping of prices")
-        unknown = sorted(set(entry) - set(_FIELDS))
-        if unknown:
-            raise PriceSheetError(f"{path}: models.{name}: unknown field(s) {', '.join(unknown)}")
-        values: dict[str, float] = {}
-        for field, raw in entry.items():
-            try:
-                value = float(raw)
-            except (TypeError, ValueError):
-                raise PriceSheetError(f"{path}: models.{name}.{field}: not a number ({raw!r})") from None
-            if not math.isfinite(value) or value < 0:
-                raise PriceSheetError(f"{path}: models.{name}.{field}: must be a finite number >= 0")
-            values[field] = value
-        price = ModelPrice(**values)
-        if not price.has_token_prices and price.per_query_usd is None:
-            raise PriceSheetError(
-                f"{path}: models.{name}: needs input_per_mtok and output_per_mtok, or per_query_usd"
-            )
-        prices[str(name)] = price
+        try:
+            prices[str(name)] = parse_price(entry, f"{path}: models.{name}")
+        except PriceError as exc:
+            raise PriceSheetError(str(exc)) from None
     return prices
 
 

@@ -1,4 +1,4 @@
-"""The runs table (DESIGN section 3) as a query x model matrix of quality, cost and score.
+"""The runs table (docs/contracts.md#runs-table) as a query x model matrix of quality, cost and score.
 
 ``load_runs`` reads CSV / CSV.gz / Parquet / JSONL, validates it row by row and pivots it into a
 ``RunsMatrix``. Every input problem becomes a ``RunsError`` whose one-line message names the file,
@@ -14,8 +14,9 @@ from pathlib import Path
 
 import numpy as np
 
-from calibration.prices import ModelPrice, PriceSheetError, load_price_sheet
+from calibration.prices import PriceSheetError, load_price_sheet
 from calibration.table_io import Columns, TableReadError, read_columns
+from policies import Price, PriceError
 
 REQUIRED_COLUMNS = ("query_id", "model", "correct")
 COST_COLUMNS = ("cost_usd", "prompt_tokens", "completion_tokens")
@@ -131,7 +132,7 @@ def load_runs(
     )
 
 
-def _load_prices(path: Path) -> dict[str, ModelPrice]:
+def _load_prices(path: Path) -> dict[str, Price]:
     try:
         return load_price_sheet(path)
     except PriceSheetError as exc:
@@ -190,7 +191,7 @@ class _Builder:
 
     def build(
         self,
-        price_sheet: dict[str, ModelPrice] | None,
+        price_sheet: dict[str, Price] | None,
         prices_path: Path | None,
         score_column: str | None,
         scorer: str | None,
@@ -225,7 +226,7 @@ class _Builder:
         )
 
     def cost(
-        self, model: np.ndarray, sheet: dict[str, ModelPrice] | None, sheet_path: Path | None
+        self, model: np.ndarray, sheet: dict[str, Price] | None, sheet_path: Path | None
     ) -> np.ndarray:
         """(r,) USD per row: from the price sheet when one is given, else the cost_usd column."""
         if sheet is None:
@@ -248,26 +249,24 @@ class _Builder:
                 f"{self.path}: model '{unpriced[0]}' is not in the price sheet {sheet_path} "
                 f"(it has {', '.join(sheet)})"
             )
-        has_tokens = all(c in self.columns.values for c in ("prompt_tokens", "completion_tokens"))
-        if has_tokens:
+        prompt: np.ndarray | None = None
+        completion: np.ndarray | None = None
+        if all(c in self.columns.values for c in ("prompt_tokens", "completion_tokens")):
             prompt, _ = self.numeric("prompt_tokens")
             completion, _ = self.numeric("completion_tokens")
-        per_model = np.empty(len(names), dtype=object)
-        per_model[:] = [sheet[n] for n in names]
         cost = np.empty(model.shape[0], dtype=np.float64)
-        for index, price in enumerate(per_model):  # a loop over models, not rows
+        for index, name in enumerate(names):  # a loop over models, not rows
             rows = codes == index
-            if has_tokens and price.has_token_prices:
-                cost[rows] = (
-                    prompt[rows] * price.input_per_mtok + completion[rows] * price.output_per_mtok
-                ) / 1e6
-            elif price.per_query_usd is not None:
-                cost[rows] = price.per_query_usd
-            else:
-                raise RunsError(
-                    f"{self.path}: model '{names[index]}' has only token prices in {sheet_path} but the "
-                    "runs have no 'prompt_tokens'/'completion_tokens' columns"
+            try:  # Price.cost_usd: token prices where counts are known, else per_query_usd
+                cost[rows] = sheet[name].cost_usd(
+                    None if prompt is None else prompt[rows],
+                    None if completion is None else completion[rows],
                 )
+            except PriceError:
+                raise RunsError(
+                    f"{self.path}: model '{name}' has only token prices in {sheet_path} but the "
+                    "runs have no 'prompt_tokens'/'completion_tokens' columns"
+                ) from None
         return cost
 
     def score(

@@ -20,11 +20,6 @@ class Split:
     calibration: np.ndarray
     test: np.ndarray
 
-    @property
-    def in_sample(self) -> bool:
-        """True when test rows are the calibration rows (``test_fraction == 0``)."""
-        return self.calibration is self.test
-
 
 def stratified_splits(
     n_rows: int,

@@ -1,4 +1,4 @@
-"""Budget tiers (DESIGN section 4, step 5): solve each tier's objective on the envelope.
+"""Budget tiers (README, "The tiers file"): solve each tier's objective on the envelope.
 
 TIERS.yaml::
 

@@ -3,19 +3,16 @@
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Annotated, NoReturn
+from typing import Annotated
 
 import typer
+
+from cascade_cli.failure import fail
 
 
 def register(app: typer.Typer) -> None:
     """Add this module's commands to the root app."""
     app.command("collect")(collect)
-
-
-def _fail(message: str) -> NoReturn:
-    typer.secho(f"error: {message}", fg=typer.colors.RED, err=True)
-    raise typer.Exit(1)
 
 
 def _split(values: list[str] | None) -> list[str] | None:
@@ -65,7 +62,7 @@ def collect(
         targets = targets_from_config(config, names) if config else targets_from_pool(names)
         done = done_pairs(output)
     except (PromptSetError, TargetError, RunsFileError) as exc:
-        _fail(str(exc))
+        fail(str(exc))
     options = CollectOptions(
         top_logprobs=top_logprobs, max_tokens=max_tokens, concurrency=concurrency, keep_prompt=keep_prompt
     )
@@ -106,4 +103,4 @@ def collect(
     if summary.failed:
         for line in summary.errors:
             typer.echo(f"  {line}", err=True)
-        _fail(f"{summary.failed} calls failed; run the same command again to retry them")
+        fail(f"{summary.failed} calls failed; run the same command again to retry them")

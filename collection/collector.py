@@ -69,7 +69,7 @@ def request_body(prompt: Prompt, target: Target, options: CollectOptions) -> dic
 def build_row(
     prompt: Prompt, target: Target, body: dict[str, Any], latency_ms: float, keep_prompt: bool
 ) -> dict[str, Any]:
-    """One runs-table row (DESIGN 3) from an upstream response body."""
+    """One runs-table row (docs/contracts.md#runs-table) from an upstream response body."""
     try:
         choice = body["choices"][0]
         text = choice["message"].get("content") or ""
@@ -83,7 +83,7 @@ def build_row(
         "query_id": prompt.query_id,
         "model": target.name,
         "correct": grade(prompt.grader, text, prompt.answer, prompt.aliases),
-        "cost_usd": target.cost_usd(prompt_tokens, completion_tokens),
+        "cost_usd": target.price.cost_usd(prompt_tokens, completion_tokens),
         "prompt_tokens": prompt_tokens,
         "completion_tokens": completion_tokens,
         "latency_ms": round(latency_ms, 1),

@@ -13,8 +13,6 @@ import re
 import string
 from collections.abc import Callable, Sequence
 
-LETTERS = "ABCDEFGHIJ"
-
 _LEADING_LETTER = re.compile(r"^\s*[\(\[]?([A-J])(?:[\)\]\.:,]|\s|$)")
 _ANSWER_IS = re.compile(r"answer\s*(?:is|:)?\s*[\(\[]?([A-J])\b", re.IGNORECASE)
 _LONE_LETTER = re.compile(r"\b([A-J])\b")

@@ -1,4 +1,6 @@
-"""The runs table written by ``cascade collect`` (DESIGN 3): JSONL, one row per (query, model), appended.
+"""The runs table written by ``cascade collect``: JSONL, one row per (query, model), appended.
+
+Columns as in docs/contracts.md#runs-table.
 
 Appending row by row makes a run resumable: rows already in the file are skipped on the next start
 (``done_pairs``); a torn last line from an interrupted write is ignored and overwritten.

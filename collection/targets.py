@@ -5,6 +5,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 from pathlib import Path
 
+from policies import Price
+
 
 class TargetError(Exception):
     """Unknown model or unreadable config; one-line message."""
@@ -12,26 +14,21 @@ class TargetError(Exception):
 
 @dataclass(frozen=True)
 class Target:
-    """One OpenAI-compatible model endpoint and its price (USD per million tokens)."""
+    """One OpenAI-compatible model endpoint and its price."""
 
     name: str
     base_url: str
     model: str
-    input_per_mtok: float = 0.0
-    output_per_mtok: float = 0.0
-    per_query_usd: float | None = None
+    price: Price
     api_key: str | None = None
     timeout_s: float = 120.0
 
-    def cost_usd(self, prompt_tokens: int, completion_tokens: int) -> float:
-        """Cost of one call from its token counts."""
-        if self.per_query_usd is not None:
-            return self.per_query_usd
-        return (prompt_tokens * self.input_per_mtok + completion_tokens * self.output_per_mtok) / 1e6
-
 
 def targets_from_config(config: Path, names: list[str] | None) -> list[Target]:
-    """Models of a gateway.yaml (DESIGN 8): base URL, upstream id, key by env reference, price."""
+    """Models of a gateway.yaml: base URL, upstream id, key by env reference, price.
+
+    The config is described in docs/contracts.md#config.
+    """
     from gateway.config import ConfigError, Settings
 
     try:
@@ -42,15 +39,12 @@ def targets_from_config(config: Path, names: list[str] | None) -> list[Target]:
     targets = []
     for name in chosen:
         model = settings.models[name]
-        price = model.price
         targets.append(
             Target(
                 name=name,
                 base_url=model.base_url,
                 model=model.model,
-                input_per_mtok=price.input_per_mtok or 0.0,
-                output_per_mtok=price.output_per_mtok or 0.0,
-                per_query_usd=price.per_query_usd,
+                price=model.price,
                 api_key=model.api_key(),
                 timeout_s=model.timeout_s,
             )
@@ -72,8 +66,7 @@ def targets_from_pool(names: list[str] | None) -> list[Target]:
             name=name,
             base_url=base_url(manifest.models[name]),
             model=name,
-            input_per_mtok=manifest.models[name].price.input_per_mtok,
-            output_per_mtok=manifest.models[name].price.output_per_mtok,
+            price=manifest.models[name].price,
         )
         for name in chosen
     ]

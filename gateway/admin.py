@@ -10,26 +10,10 @@ from typing import Any
 
 from fastapi import APIRouter, Header
 
-from gateway.errors import GatewayError
+from gateway.errors import PolicyReloadFailedError, PolicySourceDownError
 from gateway.policy_store import PolicySourceUnavailableError
 from gateway.state import SharedState
 from policies import PolicyInvalidError
-
-
-class PolicyReloadFailedError(GatewayError):
-    """422: the policy source holds an invalid policy; the last good one is still served."""
-
-    status = 422
-    type = "invalid_request_error"
-    code = "policy_invalid"
-
-
-class PolicySourceDownError(GatewayError):
-    """503: the policy source (Redis) cannot be read; the last good policy is still served."""
-
-    status = 503
-    type = "server_error"
-    code = "policy_source_unavailable"
 
 
 def admin_router(state: SharedState) -> APIRouter:

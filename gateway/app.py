@@ -1,4 +1,6 @@
-"""The HTTP app (DESIGN section 7): ``create_app(settings)`` builds everything; nothing runs at import.
+"""The HTTP app: ``create_app(settings)`` builds everything; nothing runs at import.
+
+The surface it serves is docs/contracts.md#http-surface.
 
 The two completion endpoints (gateway.completions) are plain ASGI callables that ``GatewayApp``
 dispatches to before FastAPI's middleware stack; everything else (models, health, metrics, admin)
@@ -19,9 +21,9 @@ from fastapi.responses import Response
 from starlette.exceptions import HTTPException as StarletteHTTPException
 from starlette.routing import Route
 
-from gateway.completions import CompletionsEndpoint, InternalError, error_parts
+from gateway.completions import CompletionsEndpoint, error_parts
 from gateway.config import Settings
-from gateway.errors import GatewayError
+from gateway.errors import GatewayError, InternalError
 from gateway.logs import log_exception
 from gateway.metrics import CONTENT_TYPE
 from gateway.routing import CASCADE_MODEL

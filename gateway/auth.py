@@ -16,26 +16,17 @@ import os
 import time
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass
-from typing import Any
 
 from redis.asyncio import Redis
 from redis.exceptions import RedisError
 
-from gateway.errors import AuthenticationError, GatewayError
+from gateway.errors import AuthenticationError, AuthUnavailableError
 from gateway.redis_keys import RedisKeys
 
 log = logging.getLogger("cascade.auth")
 
 # Length of the hex key_id shown in logs and used in spend counter names: identifies, never reveals.
 KEY_ID_CHARS = 16
-
-
-class AuthUnavailableError(GatewayError):
-    """503: a key could not be checked because Redis is unreachable and the key is not cached."""
-
-    status = 503
-    type = "server_error"
-    code = "auth_unavailable"
 
 
 @dataclass(frozen=True, slots=True)
@@ -106,7 +97,6 @@ class Authenticator:
         # Whether a key is required; sticky once True. None = not known yet (Redis never answered).
         self._closed: bool | None = True if self._static else (False if redis is None else None)
         self._closed_checked_at = float("-inf")
-        self.rejections = 0
 
     @property
     def is_open(self) -> bool:
@@ -126,10 +116,6 @@ class Authenticator:
         if self._admin_hash is None:
             log.info("no admin key (%s unset): admin endpoints are disabled", self._admin_key_env)
 
-    def status(self) -> dict[str, Any]:
-        """What readiness reports about auth (never a key)."""
-        return {"open": self.is_open, "env_keys": len(self._static), "admin": self._admin_hash is not None}
-
     async def authenticate(self, authorization: str | None) -> ClientIdentity:
         """The caller's identity from its Authorization header; AuthenticationError (401) if refused."""
         await self._refresh_closed()
@@ -137,7 +123,6 @@ class Authenticator:
             return ANONYMOUS  # open gateway: no key exists, so any or no key is fine
         token = bearer_token(authorization)
         if token is None:
-            self.rejections += 1
             raise AuthenticationError(
                 "Missing API key: send it as 'Authorization: Bearer <key>'.", code="missing_api_key"
             )
@@ -145,7 +130,6 @@ class Authenticator:
         identity = self._static.get(key_hash) or await self._lookup(key_hash)
         if identity is not None:
             return identity
-        self.rejections += 1
         raise AuthenticationError("Incorrect API key provided.")
 
     def check_admin(self, authorization: str | None) -> None:

@@ -1,4 +1,6 @@
-"""The cascade engine: call each stage of a route, score, accept or escalate (DESIGN sections 6, 7, 11).
+"""The cascade engine: call each stage of a route, score, accept or escalate.
+
+Contracts: docs/contracts.md#scorers, #http-surface and #faults.
 
 A route is a chain ``models[0..k-1]`` with ``thresholds[0..k-2]``. Every stage but the last is
 called with ``logprobs: true, top_logprobs: K`` and scored with ``policies.score_response`` (the
@@ -25,7 +27,7 @@ import orjson
 
 from gateway.config import Settings
 from gateway.metrics import GatewayMetrics
-from gateway.requests import ParsedRequest
+from gateway.requests import ParsedRequest, positive_int
 from gateway.routing import RoutePlan
 from gateway.upstream import UpstreamFailure, UpstreamPool
 from policies import score_response, should_escalate
@@ -51,7 +53,7 @@ class CascadeFacts:
     route: list[str] = field(default_factory=list)
 
     def headers(self, overhead_ms: float) -> list[tuple[bytes, bytes]]:
-        """The ``x-cascade-*`` response headers (DESIGN section 7)."""
+        """The ``x-cascade-*`` response headers (docs/contracts.md#response-headers)."""
         out = [
             (b"x-cascade-tier", self.tier.encode()),
             (b"x-cascade-policy", (self.policy_id or "none").encode()),
@@ -221,8 +223,8 @@ class CascadeEngine:
         """Add one call's cost (config price x ``usage`` tokens) to the facts and the metrics."""
         prompt = completion = 0
         if isinstance(usage, dict):
-            prompt = _int(usage.get("prompt_tokens"))
-            completion = _int(usage.get("completion_tokens"))
+            prompt = positive_int(usage.get("prompt_tokens"))
+            completion = positive_int(usage.get("completion_tokens"))
         cost = self._models[model].price.cost_usd(prompt, completion)
         facts.cost_usd += cost
         metrics = self._metrics
@@ -237,10 +239,6 @@ class CascadeEngine:
         self._metrics.child(self._metrics.escalations, tier, from_model, to_model).inc()
 
 
-def _int(value: Any) -> int:
-    return value if isinstance(value, int) and not isinstance(value, bool) and value > 0 else 0
-
-
 def upstream_body(request: ParsedRequest, upstream_model: str, *, top_k: int | None, stream: bool) -> bytes:
     """The upstream request: the client's fields, ``model`` rewritten, logprobs added when scored.
 
@@ -252,9 +250,9 @@ def upstream_body(request: ParsedRequest, upstream_model: str, *, top_k: int | N
     if top_k is not None:
         if request.kind == "chat":
             body["logprobs"] = True
-            body["top_logprobs"] = max(top_k, _int(request.body.get("top_logprobs")))
+            body["top_logprobs"] = max(top_k, positive_int(request.body.get("top_logprobs")))
         else:
-            body["logprobs"] = max(top_k, _int(request.body.get("logprobs")))
+            body["logprobs"] = max(top_k, positive_int(request.body.get("logprobs")))
     if stream:
         body["stream"] = True
         body["stream_options"] = {"include_usage": True}
@@ -288,7 +286,7 @@ def client_body(body: dict[str, Any], model_name: str, request: ParsedRequest) -
 
 def _trim_alternatives(choices: list[Any], request: ParsedRequest) -> None:
     """Cut alternatives down to what the client asked for (a scored stage may have asked more)."""
-    wanted = _int(request.body.get("top_logprobs" if request.kind == "chat" else "logprobs"))
+    wanted = positive_int(request.body.get("top_logprobs" if request.kind == "chat" else "logprobs"))
     for choice in choices:
         logprobs = choice.get("logprobs") if isinstance(choice, dict) else None
         if not isinstance(logprobs, dict):

@@ -3,11 +3,15 @@
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Annotated, NoReturn
+from typing import Annotated
 
 import typer
 
+from cascade_cli.failure import fail
 from gateway.policy_cli import register as register_policy
+
+# `cascade serve` exits 2 on a config it cannot start with (README, "Serve").
+_CONFIG_ERROR = 2
 
 
 def register(app: typer.Typer) -> None:
@@ -17,7 +21,9 @@ def register(app: typer.Typer) -> None:
 
 
 def serve(
-    config: Annotated[Path, typer.Option("--config", "-c", help="gateway YAML config (DESIGN section 8)")],
+    config: Annotated[
+        Path, typer.Option("--config", "-c", help="gateway YAML config (docs/contracts.md#config)")
+    ],
     host: Annotated[str, typer.Option("--host", help="interface to listen on")] = "127.0.0.1",
     port: Annotated[int, typer.Option("--port", "-p", min=1, max=65535, help="TCP port to listen on")] = 8000,
 ) -> None:
@@ -27,9 +33,12 @@ def serve(
     try:
         settings = Settings.from_yaml(config)
     except ConfigError as exc:
-        _fail(str(exc))
+        fail(str(exc), code=_CONFIG_ERROR)
     if not settings.policy_is_redis and not Path(settings.policy).is_file():
-        _fail(f"{config}: policy file {settings.policy} does not exist (write one with `cascade calibrate`)")
+        fail(
+            f"{config}: policy file {settings.policy} does not exist (write one with `cascade calibrate`)",
+            code=_CONFIG_ERROR,
+        )
 
     import uvicorn
 
@@ -51,8 +60,3 @@ def serve(
         timeout_graceful_shutdown=5,
         server_header=False,
     )
-
-
-def _fail(message: str) -> NoReturn:
-    typer.secho(f"error: {message}", fg=typer.colors.RED, err=True)
-    raise typer.Exit(2)

@@ -1,4 +1,4 @@
-"""The completion endpoints as plain ASGI callables (the measured hot path, DESIGN section 2).
+"""The completion endpoints as plain ASGI callables (the measured hot path, docs/benchmarks.md).
 
 ``POST /v1/chat/completions`` and ``POST /v1/completions``: read the body under the size limit,
 authenticate, parse with orjson and validate by hand, choose the route, reserve spend, run the
@@ -18,7 +18,7 @@ from typing import Any
 import orjson
 
 from gateway.cascade import CascadeFacts, client_body
-from gateway.errors import BodyTooLargeError, BudgetExceededError, GatewayError
+from gateway.errors import BodyTooLargeError, BudgetExceededError, GatewayError, InternalError
 from gateway.logs import log_event, log_exception
 from gateway.requests import ParsedRequest, RequestKind, parse_request
 from gateway.routing import RoutePlan
@@ -30,12 +30,6 @@ _JSON_HEADER = (b"content-type", b"application/json")
 _WANTED_HEADERS = frozenset(
     {b"authorization", b"content-length", b"x-cascade-max-cost-usd", b"x-cascade-tier"}
 )
-
-
-class InternalError(GatewayError):
-    """500: an unexpected failure inside the gateway (details only in the server log)."""
-
-    code = "internal_error"
 
 
 class _ClientGone(Exception):

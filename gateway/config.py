@@ -1,4 +1,6 @@
-"""Gateway settings (DESIGN section 8): a YAML file, overridable by ``CASCADE_*`` environment variables.
+"""Gateway settings: a YAML file, overridable by ``CASCADE_*`` environment variables.
+
+Every field is listed in docs/contracts.md#config.
 
 Settings say *how to run* (upstream URLs, key references, timeouts, limits); the policy file says
 *what to do* (tiers, routes, thresholds). Secrets appear only by reference (``api_key_env``): the
@@ -16,8 +18,10 @@ from pathlib import Path
 from typing import Any, Literal
 
 import yaml
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
 from pydantic_settings import BaseSettings, PydanticBaseSettingsSource, SettingsConfigDict
+
+from policies import Price
 
 # Model names clients may not use for a configured model: they are the cascade aliases.
 RESERVED_MODEL_PREFIX = "cascade"
@@ -32,36 +36,13 @@ class _Section(BaseModel):
     model_config = ConfigDict(extra="forbid", frozen=True)
 
 
-class PriceConfig(_Section):
-    """Price of one model: per million input/output tokens, or a flat price per call (USD)."""
-
-    input_per_mtok: float | None = Field(None, ge=0)
-    output_per_mtok: float | None = Field(None, ge=0)
-    per_query_usd: float | None = Field(None, ge=0)
-
-    @model_validator(mode="after")
-    def _one_form(self) -> PriceConfig:
-        per_token = self.input_per_mtok is not None or self.output_per_mtok is not None
-        if per_token == (self.per_query_usd is not None):
-            raise ValueError("price needs either input_per_mtok/output_per_mtok or per_query_usd")
-        return self
-
-    def cost_usd(self, prompt_tokens: int, completion_tokens: int) -> float:
-        """USD cost of one call with the given token counts (from the upstream's ``usage``)."""
-        if self.per_query_usd is not None:
-            return self.per_query_usd
-        return (
-            prompt_tokens * (self.input_per_mtok or 0.0) + completion_tokens * (self.output_per_mtok or 0.0)
-        ) / 1e6
-
-
 class ModelConfig(_Section):
     """One upstream model served by an OpenAI-compatible endpoint."""
 
     base_url: str = Field(description="OpenAI-compatible base URL, e.g. http://127.0.0.1:9001/v1")
     model: str = Field(min_length=1, description="the upstream's model id")
     api_key_env: str | None = Field(None, description="name of the env var holding the upstream key")
-    price: PriceConfig = PriceConfig(per_query_usd=0.0)
+    price: Price = Price(per_query_usd=0.0)
     timeout_s: float = Field(30.0, gt=0, description="per upstream call, seconds")
     max_retries: int = Field(2, ge=0, le=10, description="retries for 429/5xx/connect errors")
 
@@ -111,7 +92,7 @@ class LoggingConfig(_Section):
 
 
 class Settings(BaseSettings):
-    """The whole gateway config (DESIGN section 8)."""
+    """The whole gateway config (docs/contracts.md#config)."""
 
     model_config = SettingsConfigDict(
         env_prefix="CASCADE_", env_nested_delimiter="__", extra="forbid", frozen=True

@@ -97,6 +97,14 @@ class RateLimitedError(GatewayError):
     code = "rate_limited"
 
 
+class AuthUnavailableError(GatewayError):
+    """503: a key could not be checked because Redis is unreachable and the key is not cached."""
+
+    status = 503
+    type = "server_error"
+    code = "auth_unavailable"
+
+
 class UpstreamError(GatewayError):
     """502: an upstream failed (5xx, refused, malformed JSON) and nothing could be served."""
 
@@ -119,3 +127,25 @@ class PolicyUnavailableError(GatewayError):
     status = 503
     type = "server_error"
     code = "policy_unavailable"
+
+
+class PolicyReloadFailedError(GatewayError):
+    """422 (admin reload): the policy source holds an invalid policy; the last good one is still served."""
+
+    status = 422
+    type = "invalid_request_error"
+    code = "policy_invalid"
+
+
+class PolicySourceDownError(GatewayError):
+    """503 (admin reload): the policy source (Redis) cannot be read; the last good policy is still served."""
+
+    status = 503
+    type = "server_error"
+    code = "policy_source_unavailable"
+
+
+class InternalError(GatewayError):
+    """500: an unexpected failure inside the gateway (details only in the server log)."""
+
+    code = "internal_error"

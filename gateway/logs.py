@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import logging
 import sys
-import time
 from typing import Any
 
 import orjson
@@ -75,8 +74,3 @@ def log_event(event: str, level: int = logging.INFO, **fields: Any) -> None:
 def log_exception(event: str, **fields: Any) -> None:
     """Log an unexpected exception with its traceback (server side only; clients never see it)."""
     logger.error(event, exc_info=True, extra={"fields": fields})
-
-
-def now_ms(start: float) -> float:
-    """Milliseconds since ``start`` (a ``time.perf_counter()`` value), rounded to 0.01 ms."""
-    return round((time.perf_counter() - start) * 1000, 2)

@@ -1,4 +1,4 @@
-"""Prometheus metrics (DESIGN section 9), in a per-app registry (never the global one).
+"""Prometheus metrics (docs/contracts.md#metrics), in a per-app registry (never the global one).
 
 Label values come only from small fixed sets: tiers of the loaded policy plus ``budget``,
 ``passthrough`` and ``none`` (a request rejected before any route was chosen: bad JSON, unknown
@@ -16,7 +16,6 @@ from prometheus_client.exposition import CONTENT_TYPE_LATEST
 from policies import Policy
 
 CONTENT_TYPE = CONTENT_TYPE_LATEST
-OUTCOMES = ("accepted", "escalated", "direct", "passthrough", "error")
 # Whole requests against local models take from milliseconds to minutes.
 _REQUEST_BUCKETS = (0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60, 120)
 # Gateway overhead is meant to be well under a millisecond.

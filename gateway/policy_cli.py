@@ -14,7 +14,8 @@ from typing import Annotated, Any
 
 import typer
 
-from gateway.redis_keys import DEFAULT_PREFIX, PREFIX_ENV, RedisKeys
+from cascade_cli.failure import fail
+from gateway.redis_keys import DEFAULT_PREFIX, PREFIX_ENV, RedisKeys, redact_url
 
 RedisOption = Annotated[
     str,
@@ -123,17 +124,8 @@ def _connect(url: str) -> Any:
     try:
         client.ping()
     except (redis.RedisError, OSError) as exc:
-        raise CliError(f"cannot reach Redis at {_redact(url)}: {exc}") from exc
+        raise CliError(f"cannot reach Redis at {redact_url(url)}: {exc}") from exc
     return client
-
-
-def _redact(url: str) -> str:
-    return url if "@" not in url else url.split("://", 1)[0] + "://***@" + url.rpartition("@")[2]
-
-
-def _fail(message: str) -> None:
-    typer.secho(f"error: {message}", fg=typer.colors.RED, err=True)
-    raise typer.Exit(1)
 
 
 def _run(action: Any) -> Any:
@@ -143,9 +135,9 @@ def _run(action: Any) -> Any:
     try:
         return action()
     except CliError as exc:
-        _fail(str(exc))
+        fail(str(exc))
     except (redis.RedisError, OSError) as exc:
-        _fail(f"redis: {exc}")
+        fail(f"redis: {exc}")
 
 
 policy_app = typer.Typer(help="Push and inspect the policy served from Redis.", no_args_is_help=True)

@@ -2,7 +2,7 @@
 
 Both sources keep the **last good policy**: a new policy that does not parse, does not validate or
 cannot be served by this gateway (scorer ``external``, a route to a model the config lacks) is
-rejected, logged and counted, and the previous one stays in service (DESIGN section 11).
+rejected, logged and counted, and the previous one stays in service (docs/contracts.md#faults).
 """
 
 from __future__ import annotations

@@ -1,4 +1,6 @@
-"""Names of everything the gateway keeps in Redis (DESIGN section 10), under one configurable prefix.
+"""Names of everything the gateway keeps in Redis, under one configurable prefix.
+
+The keys are listed in docs/contracts.md#redis-keys.
 
 The contract names use the default prefix ``cascade``. A different prefix (``CASCADE_REDIS_PREFIX``)
 lets several deployments, or test runs, share one Redis without seeing each other's policy, keys or
@@ -48,3 +50,11 @@ class RedisKeys:
     def spend(self, key_id: str, window_start: int) -> str:
         """Spend counter (integer nano-USD, with a TTL) of one client key in one window."""
         return f"{self.prefix}:spend:{key_id}:{window_start}"
+
+
+def redact_url(url: str) -> str:
+    """A Redis URL without its password (``redis://***@host:6379/0``), for logs, status and errors."""
+    if "@" not in url:
+        return url
+    scheme, _, rest = url.partition("://")
+    return f"{scheme}://***@{rest.rpartition('@')[2]}"

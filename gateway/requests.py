@@ -74,10 +74,9 @@ def parse_request(raw: bytes, kind: RequestKind) -> ParsedRequest:
         wants_logprobs = logprobs is not None
 
     stream = _optional_bool(body, "stream")
-    n = body.get("n", 1)
-    if n is None:
-        n = 1
-    if not _is_int(n) or n < 1:
+    n = body.get("n")
+    n = 1 if n is None else positive_int(n)
+    if not n:
         raise BadRequestError("'n' must be a positive integer", param="n")
     for name in _NUMBER_FIELDS:
         value = body.get(name)
@@ -95,6 +94,11 @@ def parse_request(raw: bytes, kind: RequestKind) -> ParsedRequest:
             raise BadRequestError("'stream_options' must be an object", param="stream_options")
         include_usage = _optional_bool(options, "include_usage")
     return ParsedRequest(kind, body, model, stream, n, wants_logprobs, include_usage)
+
+
+def positive_int(value: Any) -> int:
+    """``value`` if it is a positive integer (a JSON bool is not one), else 0."""
+    return value if isinstance(value, int) and not isinstance(value, bool) and value > 0 else 0
 
 
 def _is_int(value: Any) -> bool:
@@ -144,7 +148,7 @@ DEFAULT_COMPLETION_BOUND = 4096
 def completion_cap(body: dict[str, Any]) -> int | None:
     """The completion-token cap a request sets (``max_completion_tokens`` or ``max_tokens``), if any."""
     for field in ("max_completion_tokens", "max_tokens"):
-        value = body.get(field)
-        if isinstance(value, int) and not isinstance(value, bool) and value > 0:
-            return value
+        cap = positive_int(body.get(field))
+        if cap:
+            return cap
     return None

@@ -1,4 +1,4 @@
-"""Request -> route (DESIGN section 7), first match wins:
+"""Request -> route (docs/contracts.md#choosing-the-route), first match wins:
 
 1. header ``X-Cascade-Max-Cost-Usd: <float>`` -> best envelope point within that expected cost;
 2. header ``X-Cascade-Tier: <tier>``;
@@ -22,11 +22,9 @@ from gateway.errors import (
     PolicyUnavailableError,
     UnknownTierRequestError,
 )
-from gateway.policy_store import check_servable
 from gateway.requests import ParsedRequest
 from policies import (
     Policy,
-    PolicyInvalidError,
     Route,
     UnknownTierError,
     choose_for_budget,
@@ -35,7 +33,6 @@ from policies import (
 
 CASCADE_MODEL = "cascade"
 _CASCADE_PREFIX = "cascade/"
-BUDGET_TIER = "budget"
 PASSTHROUGH_TIER = "passthrough"
 
 
@@ -64,7 +61,6 @@ class Router:
     def __init__(self, settings: Settings, rng: random.Random | None = None):
         self._models = settings.models
         self._rng = rng or random.Random()
-        self._servable: dict[str, str | None] = {}  # policy_id -> reason it cannot be served, or None
 
     def plan(
         self,
@@ -113,11 +109,6 @@ class Router:
             raise PolicyUnavailableError(
                 f"no servable cascade policy is loaded{why}; configured model names still work as passthrough"
             )
-        reason = self._servable.get(policy.policy_id, "")
-        if reason == "":
-            reason = self._servable[policy.policy_id] = self.unservable_reason(policy)
-        if reason is not None:
-            raise PolicyUnavailableError(reason)
         if request.n != 1:
             raise BadRequestError(
                 "n > 1 is not supported on cascade routes (one answer is scored per stage); "
@@ -125,14 +116,6 @@ class Router:
                 param="n",
             )
         return policy
-
-    def unservable_reason(self, policy: Policy) -> str | None:
-        """Why this gateway cannot serve ``policy`` (external scorer, unconfigured models), or None."""
-        try:
-            check_servable(policy, self._models)
-        except PolicyInvalidError as exc:
-            return str(exc)
-        return None
 
 
 def _parse_budget(value: str) -> float:

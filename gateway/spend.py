@@ -77,11 +77,6 @@ class Reservation:
     backend: str  # "redis" or "memory"
     settled: bool = field(default=False)
 
-    @property
-    def amount_usd(self) -> float:
-        """The reserved amount in USD."""
-        return self.amount_nano / NANO_PER_USD
-
 
 class SpendLimiter:
     """Reserve/settle spend against per-key limits in fixed windows of ``window_s`` seconds."""
@@ -103,8 +98,6 @@ class SpendLimiter:
         self._memory: dict[tuple[str, int], int] = {}
         self._reserve_script = redis.register_script(_RESERVE_LUA) if redis is not None else None
         self._settle_script = redis.register_script(_SETTLE_LUA) if redis is not None else None
-        self.rejections = 0
-        self.fallbacks = 0
 
     def window_start(self) -> int:
         """Start (unix seconds) of the current window."""
@@ -131,7 +124,6 @@ class SpendLimiter:
                 backend = "redis"
             except (RedisError, OSError) as exc:
                 self._report_redis(False)
-                self.fallbacks += 1
                 log.warning("spend store unreachable (%s): enforcing key %s in process", exc, identity.key_id)
                 admitted, spent = self._reserve_in_memory(identity.key_id, window, amount, limit)
                 backend = "memory"
@@ -139,7 +131,6 @@ class SpendLimiter:
             admitted, spent = self._reserve_in_memory(identity.key_id, window, amount, limit)
             backend = "memory"
         if not admitted:
-            self.rejections += 1
             raise self._exceeded(identity, int(spent), amount, window)
         return Reservation(identity.key_id, window, amount, backend)
 

@@ -8,8 +8,7 @@ Which Redis: ``redis_url`` holds keys and spend; a ``redis://`` policy URL holds
 only the policy URL is given, that same Redis holds keys and spend too.
 
 Metrics the app exports from here: ``redis_up`` (-> ``cascade_redis_up``; updated by a 1 s PING loop
-and by every Redis operation), ``on_policy_failure`` (-> ``cascade_policy_reload_failures_total``) and
-``spend.rejections`` (-> ``cascade_budget_rejections_total``).
+and by every Redis operation) and ``on_policy_failure`` (-> ``cascade_policy_reload_failures_total``).
 """
 
 from __future__ import annotations
@@ -26,7 +25,7 @@ from redis.exceptions import RedisError
 
 from gateway.auth import Authenticator, ClientIdentity, authenticator_from_env
 from gateway.policy_store import FilePolicyStore, PolicyStore, RedisPolicyStore
-from gateway.redis_keys import RedisKeys
+from gateway.redis_keys import RedisKeys, redact_url
 from gateway.spend import Reservation, SpendLimiter
 from policies import Policy
 
@@ -161,7 +160,7 @@ async def build_shared_state(
         store = RedisPolicyStore(
             policy_redis,
             keys,
-            location=_redact(policy_url or ""),
+            location=redact_url(policy_url or ""),
             on_redis_status=report_redis,
             on_loaded=on_policy_loaded,
             on_failure=on_policy_failure,
@@ -195,11 +194,3 @@ async def build_shared_state(
     )
     state_ref.append(state)
     return state
-
-
-def _redact(url: str) -> str:
-    """A Redis URL without its password, for logs and status."""
-    if "@" not in url:
-        return url
-    scheme, _, rest = url.partition("://")
-    return f"{scheme}://***@{rest.rpartition('@')[2]}"

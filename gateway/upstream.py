@@ -1,6 +1,6 @@
 """Upstream OpenAI-compatible clients: one pooled keep-alive aiohttp session per configured model.
 
-aiohttp + orjson because the request path is measured (DESIGN section 2): httpx was ~10x slower
+aiohttp + orjson because the request path is measured (docs/benchmarks.md): httpx was ~10x slower
 as a proxy client on this machine. Every call is bounded by the model's ``timeout_s`` and by the
 request deadline; 429, 5xx and connection errors are retried with exponential backoff (and an
 upstream ``Retry-After`` is honoured) only while the deadline allows. Task cancellation (client

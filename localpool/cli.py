@@ -2,9 +2,12 @@
 
 from __future__ import annotations
 
-from typing import Annotated, NoReturn
+from typing import Annotated
 
 import typer
+
+from cascade_cli.failure import fail
+from localpool.demo_cli import demo
 
 models_app = typer.Typer(
     name="models",
@@ -18,15 +21,7 @@ Names = Annotated[list[str] | None, typer.Argument(help="model names (default: t
 def register(app: typer.Typer) -> None:
     """Add this package's commands to the root app."""
     app.add_typer(models_app, name="models")
-    from localpool.demo_cli import demo
-
     app.command("demo")(demo)
-
-
-def fail(message: str) -> NoReturn:
-    """One red line on stderr, exit code 1."""
-    typer.secho(f"error: {message}", fg=typer.colors.RED, err=True)
-    raise typer.Exit(1)
 
 
 def _say(message: str) -> None:
@@ -128,17 +123,16 @@ def status() -> None:
         fail(str(exc))
     paths = PoolPaths.default()
     table = Table(title=f"local pool ({paths.home})")
-    for column in ("model", "port", "installed", "running", "pid", "price $/Mtok (in/out)"):
+    for column in ("model", "port", "installed", "running", "pid", "price"):
         table.add_column(column)
     for row in pool_status(manifest, paths):
-        price = manifest.models[row.name].price
         table.add_row(
             row.name,
             str(row.port),
             "yes" if row.installed else "no",
             "yes" if row.running else "no",
             str(row.pid or "-"),
-            f"{price.input_per_mtok:g} / {price.output_per_mtok:g}",
+            manifest.models[row.name].price.describe(),
         )
     console = Console()
     console.print(table)

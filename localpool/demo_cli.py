@@ -12,6 +12,8 @@ from typing import Annotated
 
 import typer
 
+from cascade_cli.failure import fail
+
 DEFAULT_POLICY = Path("policies/local-demo.json")
 # The demo policy was calibrated on one-letter answers to multiple-choice questions: ask one such.
 SMOKE_MESSAGES = [
@@ -61,7 +63,6 @@ def demo(
     timeout: Annotated[float, typer.Option(help="seconds to wait for each server")] = 180.0,
 ) -> None:
     """Start the local pool and the gateway (policies/local-demo.json); Ctrl-C stops everything."""
-    from localpool.cli import fail
     from localpool.demo_config import pool_gateway_config, write_gateway_config
     from localpool.install import InstallError, install_model, model_is_installed
     from localpool.manifest import DEFAULT_MANIFEST, ManifestError, load_manifest

@@ -12,9 +12,9 @@ from localpool.pool import base_url
 
 
 def pool_gateway_config(manifest: Manifest, names: list[str], policy: Path) -> dict[str, Any]:
-    """A DESIGN 8 config: one model per pool server (upstream id = pool name), manifest prices.
+    """A gateway config: one model per pool server (upstream id = pool name), manifest prices.
 
-    No Redis, no client keys.
+    No Redis, no client keys (docs/contracts.md#config).
     """
     models = {}
     for name in names:
@@ -22,10 +22,7 @@ def pool_gateway_config(manifest: Manifest, names: list[str], policy: Path) -> d
         models[name] = {
             "base_url": base_url(spec),
             "model": name,
-            "price": {
-                "input_per_mtok": spec.price.input_per_mtok,
-                "output_per_mtok": spec.price.output_per_mtok,
-            },
+            "price": spec.price.model_dump(exclude_none=True),
             "timeout_s": 60,
             "max_retries": 1,
         }

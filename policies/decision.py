@@ -1,4 +1,7 @@
-"""The decision rule (DESIGN sections 5 and 7): request -> route, score -> accept or escalate."""
+"""The decision rule: request -> route, score -> accept or escalate.
+
+Contracts: docs/contracts.md#policy-file and #choosing-the-route.
+"""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""The policy file model (DESIGN section 5): what calibration writes and the gateway serves.
+"""The policy file model (docs/contracts.md#policy-file): what calibration writes and the gateway serves.
 
 Everything here is a contract. Field names and meanings must not change without bumping
 ``schema_version`` and documenting a migration in the README.
@@ -127,7 +127,7 @@ class EnvelopePoint(_Strict):
 
 
 class Policy(_Strict):
-    """A complete, servable cascade policy (DESIGN section 5)."""
+    """A complete, servable cascade policy (docs/contracts.md#policy-file)."""
 
     schema_version: Literal[1] = SCHEMA_VERSION
     policy_id: str = Field(min_length=1, description="content hash, see policies.store")
@@ -137,7 +137,7 @@ class Policy(_Strict):
     default_tier: str
     tiers: dict[str, Tier] = Field(min_length=1)
     envelope: list[EnvelopePoint] = Field(default_factory=list)
-    # What to do when the cheap answer has no usable logprobs (DESIGN section 6).
+    # What to do when the cheap answer has no usable logprobs (docs/contracts.md#scorers).
     on_missing_score: Literal["escalate", "accept"] = "escalate"
     # Whether the cheap answer may be returned (marked degraded) when the escalation target fails.
     allow_degraded: bool = True

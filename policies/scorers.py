@@ -1,4 +1,4 @@
-"""Confidence scorers over OpenAI ``logprobs.content`` (DESIGN section 6).
+"""Confidence scorers over OpenAI ``logprobs.content`` (docs/contracts.md#scorers).
 
 Calibration applies these to recorded logprobs and the gateway to live ones: the same function on
 both sides, so a threshold chosen offline means the same thing online. Higher score = more
@@ -202,7 +202,7 @@ def score_logprobs(
 
     Args:
         content: the OpenAI token-logprob entries (``token``, ``logprob``, ``top_logprobs``).
-        scorer: one of ``SCORERS`` (DESIGN section 6); ``external`` cannot be computed here.
+        scorer: one of ``SCORERS`` (docs/contracts.md#scorers); ``external`` cannot be computed here.
         top_k: K, the number of alternatives the scorer uses per position.
 
     Returns:

@@ -148,7 +148,10 @@ def synthetic_cases() -> list[dict[str, Any]]:
 
 
 def upstream_cases(upstream: Path) -> list[dict[str, Any]]:
-    """Each upstream answer as served, plus the variants on which UQLM and DESIGN coincide."""
+    """Each upstream answer as served, plus the variants on which UQLM and our scorers coincide.
+
+    Our scorers: docs/contracts.md#scorers.
+    """
     native_k = {
         "native_smol_top15.json": 15,
         "native_qwen_top20.json": 20,

@@ -56,7 +56,7 @@ def single_model_candidates(matrix: RunsMatrix, rows: np.ndarray) -> Candidates:
 def non_dominated_models(matrix: RunsMatrix, rows: np.ndarray) -> list[str]:
     """Models not dominated on ``rows`` (another is strictly cheaper and strictly better), by cost.
 
-    The pool the fixed chain and the subsequence search draw from, as in DESIGN section 4.
+    The pool the fixed chain and the subsequence search draw from, as in calibration.
     """
     cost = matrix.cost[rows].mean(axis=0)
     dominated = dominated_models(cost, matrix.quality[rows].mean(axis=0))

@@ -60,18 +60,3 @@ def chain_outcomes(
     out_cost, out_quality, out_escalated = total_cost / n, total_quality / n, escalated / n
     return out_cost, out_quality, out_escalated
 
-
-def thresholds_from_quantiles(stage_scores: np.ndarray, quantiles: np.ndarray) -> np.ndarray:
-    """Map normalized search coordinates in [0, 1] to score thresholds, per stage.
-
-    ``stage_scores``: ``(n, k-1)`` calibration scores of the escalating stages; ``quantiles``:
-    ``(T, k-1)``. Threshold = that quantile of the stage's calibration scores, so uniform search
-    coordinates spread evenly over escalation rates whatever the score's scale (the paper maps
-    linearly onto the score range instead, which wastes trials on skewed scores).
-    """
-    stage_scores = np.asarray(stage_scores, dtype=np.float64)
-    quantiles = np.atleast_2d(np.asarray(quantiles, dtype=np.float64))
-    thresholds = np.empty_like(quantiles)
-    for stage in range(quantiles.shape[1]):
-        thresholds[:, stage] = np.quantile(stage_scores[:, stage], quantiles[:, stage])
-    return thresholds

@@ -14,12 +14,12 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from calibration.baselines.fixed_chain import fixed_chain_split_curve
-from calibration.baselines.router import router_split_curve
-from calibration.baselines.subsequence import subsequence_split_curve
 from calibration.diagnostics import PairDiagnostics, model_auroc, pair_diagnostics
 from calibration.evaluation.budget import SplitCurve
+from calibration.evaluation.fixed_chain import fixed_chain_split_curve
 from calibration.evaluation.heldout import envelope_split_curve, hull_split_curve, single_model_split_curve
+from calibration.evaluation.router import router_split_curve
+from calibration.evaluation.subsequence import subsequence_split_curve
 from calibration.runs import RunsMatrix
 from calibration.splits import Split, stratified_splits
 

@@ -20,7 +20,6 @@ from __future__ import annotations
 
 import base64
 import html
-import io
 import math
 from collections.abc import Sequence
 from dataclasses import dataclass, field
@@ -49,13 +48,6 @@ class Figure:
     def from_file(cls, path: str | Path, caption: str = "") -> Figure:
         """A figure from a PNG file on disk."""
         return cls(Path(path).read_bytes(), caption)
-
-    @classmethod
-    def from_matplotlib(cls, figure: Any, caption: str = "", dpi: int = 110) -> Figure:
-        """A figure rendered from a matplotlib ``Figure`` (not closed here)."""
-        buffer = io.BytesIO()
-        figure.savefig(buffer, format="png", dpi=dpi, bbox_inches="tight")
-        return cls(buffer.getvalue(), caption)
 
 
 @dataclass(frozen=True)

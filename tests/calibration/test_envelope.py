@@ -68,7 +68,7 @@ def small_matrices(draw: st.DrawFn):  # type: ignore[no-untyped-def]
 
 
 def spec_candidates(matrix) -> list[tuple[float, float]]:  # type: ignore[no-untyped-def]
-    """Brute force over the DESIGN candidate set, one query at a time.
+    """Brute force over the envelope's candidate set, one query at a time.
 
     Singles; pool = models no other model beats strictly on cost and quality; pairs = (L, H) from
     the pool, L before H in cost order, a_H > a_L; every distinct L score (and +inf) a threshold.

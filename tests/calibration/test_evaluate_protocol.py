@@ -42,7 +42,7 @@ def test_splits_are_deterministic_in_the_seed_and_differ_between_splits() -> Non
 
 def test_test_fraction_zero_makes_calibration_and_test_the_same_rows() -> None:
     (split,) = stratified_splits(10, n_splits=1, test_fraction=0.0)
-    assert split.in_sample and np.array_equal(split.test, np.arange(10))
+    assert split.calibration is split.test and np.array_equal(split.test, np.arange(10))
 
 
 @pytest.mark.parametrize("fraction", [-0.1, 1.0])

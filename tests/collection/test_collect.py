@@ -11,6 +11,7 @@ from collection.collector import CollectOptions, collect
 from collection.prompts import Prompt
 from collection.runs_writer import RunsWriter, done_pairs
 from collection.targets import Target
+from policies import Price
 
 PROMPTS = [
     Prompt(query_id=f"q{i}", prompt=f"question {i}", answer="B", grader="multiple_choice", dataset="unit")
@@ -21,15 +22,13 @@ TARGETS = [
         name="small",
         base_url="http://small.test/v1",
         model="up-small",
-        input_per_mtok=1.0,
-        output_per_mtok=2.0,
+        price=Price(input_per_mtok=1.0, output_per_mtok=2.0),
     ),
     Target(
         name="large",
         base_url="http://large.test/v1",
         model="up-large",
-        input_per_mtok=10.0,
-        output_per_mtok=20.0,
+        price=Price(input_per_mtok=10.0, output_per_mtok=20.0),
     ),
 ]
 

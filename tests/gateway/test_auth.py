@@ -8,8 +8,8 @@ import pytest
 import redis.asyncio as aioredis
 from redis_support import RedisLink
 
-from gateway.auth import Authenticator, AuthUnavailableError, hash_key, key_id_of
-from gateway.errors import AuthenticationError
+from gateway.auth import Authenticator, hash_key, key_id_of
+from gateway.errors import AuthenticationError, AuthUnavailableError
 from gateway.policy_cli import add_key, revoke_key
 
 

@@ -6,7 +6,8 @@ from pathlib import Path
 
 import pytest
 
-from gateway.config import ConfigError, PriceConfig, Settings
+from gateway.config import ConfigError, Settings
+from policies import Price
 
 CONFIG = """
 models:
@@ -73,9 +74,16 @@ def test_api_key_is_read_from_the_named_variable_only(
     assert "sk-secret" not in repr(settings)
 
 
-def test_price_per_token_and_per_query() -> None:
-    assert PriceConfig(input_per_mtok=1.0, output_per_mtok=2.0).cost_usd(1000, 500) == pytest.approx(0.002)
-    assert PriceConfig(per_query_usd=0.01).cost_usd(10**6, 10**6) == 0.01
+def test_config_prices_are_the_shared_price_model(config_file: Path) -> None:
+    settings = Settings.from_yaml(config_file)
+    assert isinstance(settings.models["small"].price, Price)
+    assert settings.models["small"].price.cost_usd(1000, 500) == pytest.approx(0.002)
+    assert settings.models["large"].price.cost_usd(10**6, 10**6) == 0.001
+
+
+def test_a_model_without_price_is_free() -> None:
+    settings = Settings.from_mapping({"models": {"a": {"base_url": "http://x", "model": "m"}}, "policy": "p"})
+    assert settings.models["a"].price.cost_usd(10**6, 10**6) == 0.0
 
 
 @pytest.mark.parametrize(
@@ -85,7 +93,9 @@ def test_price_per_token_and_per_query() -> None:
         ("models:\n  cascade: {base_url: 'http://x', model: m}\npolicy: p\n", "reserved"),
         ("models:\n  a: {base_url: 'http://x', model: m, typo: 1}\npolicy: p\n", "typo"),
         ("models:\n  a: {base_url: 'ftp://x', model: m}\npolicy: p\n", "base_url"),
-        ("models:\n  a: {base_url: 'http://x', model: m, price: {}}\npolicy: p\n", "price"),
+        ("models:\n  a: {base_url: 'http://x', model: m, price: {}}\npolicy: p\n", "price needs"),
+        ("models:\n  a: {base_url: 'http://x', model: m, price: {input_per_mtok: 1}}\npolicy: p\n", "pair"),
+        ("models:\n  a: {base_url: 'http://x', model: m, price: {per_query_usd: -1}}\npolicy: p\n", "price"),
         ("models: {a: [\n", "not valid YAML"),
         ("- 1\n", "mapping"),
     ],
@@ -102,3 +112,20 @@ def test_bad_config_is_a_one_line_error(tmp_path: Path, text: str, fragment: str
 def test_missing_file_is_a_config_error(tmp_path: Path) -> None:
     with pytest.raises(ConfigError, match="cannot read"):
         Settings.from_yaml(tmp_path / "absent.yaml")
+
+
+def test_a_price_with_both_forms_is_accepted_and_priced_by_tokens(shared_dir: Path) -> None:
+    # The shared price sheet gives both forms for every model; the gateway takes the same entries.
+    import yaml
+
+    sheet = yaml.safe_load((shared_dir / "data/plaut-mc/prices.yaml").read_text())["models"]
+    models = {
+        name: {"base_url": "http://127.0.0.1:9/v1", "model": name, "price": entry}
+        for name, entry in sheet.items()
+    }
+    settings = Settings.from_mapping({"models": models, "policy": "p.json"})
+    for name, entry in sheet.items():
+        price = settings.models[name].price
+        expected = (100 * entry["input_per_mtok"] + 7 * entry["output_per_mtok"]) / 1e6
+        assert price.cost_usd(100, 7) == pytest.approx(expected)
+        assert price.cost_usd(None, None) == entry["per_query_usd"]

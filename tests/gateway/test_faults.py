@@ -1,4 +1,4 @@
-"""DESIGN section 11: upstream faults, degraded answers, retries, Retry-After, client disconnects."""
+"""docs/contracts.md#faults: upstream faults, degraded answers, retries, Retry-After, client disconnects."""
 
 from __future__ import annotations
 

@@ -1,4 +1,7 @@
-"""The decision rule (DESIGN sections 5 and 7): tier or budget -> route, score -> accept or escalate."""
+"""The decision rule: tier or budget -> route, score -> accept or escalate.
+
+Contracts: docs/contracts.md#policy-file and #choosing-the-route.
+"""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""Scorers (DESIGN section 6): hand-computed values, upstream quirks, UQLM agreement, properties."""
+"""Scorers (docs/contracts.md#scorers): hand-computed values, upstream quirks, UQLM agreement, properties."""
 
 from __future__ import annotations
 
@@ -236,7 +236,7 @@ def test_legacy_completions_logprobs_score_like_content() -> None:
 
 # --- agreement with UQLM (fixtures/uqlm_scores.json, see fixtures/README.md) --------------------
 
-# (our input: upstream file, our K, the UQLM case whose input coincides with DESIGN's reading)
+# (our input: upstream file, our K, the UQLM case whose input coincides with our reading)
 UPSTREAM_AGREEMENT = [
     ("native_smol_top15.json", 15, "native_smol_top15/no_end_of_text/k15"),
     ("native_smol_top15.json", 5, "native_smol_top15/no_end_of_text_top5/k5"),
@@ -315,12 +315,12 @@ def test_uqlm_counts_the_end_of_text_entry_we_skip(shared_dir: Path) -> None:
 
 
 def test_uqlm_drops_positions_without_exactly_k_alternatives(shared_dir: Path) -> None:
-    # A K=20 answer under a K=15 policy: UQLM has no negentropy, DESIGN takes the top 15.
+    # A K=20 answer under a K=15 policy: UQLM has no negentropy, we take the top 15.
     theirs = UQLM["cases"]["native_qwen_top20/as_served/k15"]["uqlm"]
     assert theirs["mean_token_negentropy"] is None
     assert score_logprobs(upstream_content(shared_dir, "native_qwen_top20.json"), "mean_token_negentropy",
                           15) is not None
-    # A position with 2 of K=3 alternatives: UQLM ignores it, DESIGN scores it over ln 2.
+    # A position with 2 of K=3 alternatives: UQLM ignores it, we score it over ln 2.
     fewer = UQLM["cases"]["synthetic/fewer_alternatives/k3"]
     ours = score_logprobs(fewer["content"], "mean_token_negentropy", 3)
     assert fewer["uqlm"]["mean_token_negentropy"] == pytest.approx(
@@ -347,7 +347,7 @@ def content_of(alternatives: list[list[float]]) -> list[dict[str, Any]]:
 
 
 def reference_negentropies(alternatives: list[list[float]], top_k: int) -> list[float]:
-    """DESIGN section 6 position by position, in plain Python."""
+    """docs/contracts.md#scorers position by position, in plain Python."""
     values = []
     for alts in alternatives:
         top = sorted(alts, reverse=True)[:top_k]

@@ -10,9 +10,9 @@ from __future__ import annotations
 
 import numpy as np
 
-from calibration.baselines.search import SEARCHES, ChainScorer, ChainSpace, ProgressCallback
 from calibration.evaluation.budget import SplitCurve
 from calibration.evaluation.candidates import Candidates, heldout_curve, non_dominated_models
+from calibration.evaluation.search import SEARCHES, ChainScorer, ChainSpace, ProgressCallback
 from calibration.runs import RunsMatrix
 from calibration.splits import Split
 

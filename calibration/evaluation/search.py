@@ -2,7 +2,7 @@
 
 A search space is a list of model sequences (each a cost-ordered chain); a trial picks a
 sequence and k-1 normalized coordinates ``u`` in [0, 1], mapped to thresholds as quantiles of
-each stage's calibration scores (see ``chains.thresholds_from_quantiles``). Trials are scored in
+each stage's calibration scores (``ChainScorer``). Trials are scored in
 batches with the vectorized ``chain_outcomes``: NSGA-II asks one whole generation, scores it and
 tells it back, so the Python work per trial is Optuna's bookkeeping only.
 """

@@ -13,9 +13,9 @@ from itertools import combinations
 
 import numpy as np
 
-from calibration.baselines.search import SEARCHES, ChainScorer, ChainSpace, ProgressCallback
 from calibration.evaluation.budget import SplitCurve
 from calibration.evaluation.candidates import heldout_curve, non_dominated_models
+from calibration.evaluation.search import SEARCHES, ChainScorer, ChainSpace, ProgressCallback
 from calibration.runs import RunsMatrix
 from calibration.splits import Split
 

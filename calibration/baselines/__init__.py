@@ -1,1 +1,0 @@
-"""Comparison methods for held-out evaluation: fixed chains, optimized subsequences, a router."""

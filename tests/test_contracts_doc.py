@@ -1,0 +1,131 @@
+"""docs/contracts.md names what the code exports: metrics and their labels, headers, config fields,
+Redis keys, policy fields, scorers and price fields. A rename in the code without the doc fails here."""
+
+from __future__ import annotations
+
+import re
+from pathlib import Path
+from typing import Any
+
+import pytest
+from prometheus_client import Counter, Gauge, Histogram
+from pydantic import BaseModel
+
+from gateway.cascade import CascadeFacts
+from gateway.config import Settings
+from gateway.metrics import GatewayMetrics
+from gateway.redis_keys import RedisKeys
+from policies import SCORERS, Policy, Price, Tier
+from policies.schema import EnvelopePoint, Route
+
+
+@pytest.fixture(scope="module")
+def sections(repo_root: Path) -> dict[str, str]:
+    """The doc's ``## `` sections by title."""
+    text = (repo_root / "docs" / "contracts.md").read_text()
+    parts = re.split(r"^## (.+)$", text, flags=re.M)
+    return {title.strip(): body for title, body in zip(parts[1::2], parts[2::2], strict=True)}
+
+
+def table_rows(section: str) -> dict[str, str]:
+    """First backticked cell of each table row -> the rest of the row."""
+    rows = {}
+    for line in section.splitlines():
+        match = re.match(r"\|\s*`([^`]+)`\s*\|(.*)$", line)
+        if match:
+            rows[match.group(1)] = match.group(2)
+    return rows
+
+
+def documented_labels(cell: str) -> list[str]:
+    """Label names in a metric row's labels cell: backticked words not following ``=`` or ``|``."""
+    labels = []
+    for match in re.finditer(r"`(\w+)`", cell):
+        before = cell[: match.start()].rstrip()
+        if not before.endswith(("=", "\\|")):
+            labels.append(match.group(1))
+    return labels
+
+
+def exported_metrics() -> dict[str, Any]:
+    """Exposition name -> metric object, for every metric GatewayMetrics registers."""
+    metrics = GatewayMetrics(with_redis=True)
+    found = {}
+    for value in vars(metrics).values():
+        if isinstance(value, Counter | Gauge | Histogram):
+            (family,) = value.describe()
+            found[family.name + ("_total" if family.type == "counter" else "")] = value
+    return found
+
+
+def test_every_exported_metric_is_documented_with_its_type_and_exact_labels(sections: dict[str, str]) -> None:
+    rows = table_rows(sections["Metrics"])
+    exported = exported_metrics()
+    assert set(rows) == set(exported)
+    for name, metric in exported.items():
+        kind, labels_cell = rows[name].split("|")[0].strip(), rows[name].split("|", 1)[1]
+        assert kind == metric.describe()[0].type, name
+        labels = documented_labels(labels_cell)
+        if labels:
+            metric.labels(**dict.fromkeys(labels, "x"))  # ValueError unless exactly these labels
+        else:
+            with pytest.raises(ValueError, match="No label names"):
+                metric.labels(x="x")
+
+
+def test_every_response_header_is_documented(sections: dict[str, str]) -> None:
+    facts = CascadeFacts("balanced", "p1", degraded=True, within_budget=False)
+    emitted = {name.decode() for name, _ in facts.headers(0.1)}
+    documented = set(table_rows(sections["Response headers"]))
+    assert emitted | {"x-request-id"} == documented
+
+
+def test_every_x_cascade_header_named_in_the_gateway_code_is_documented(
+    repo_root: Path, sections: dict[str, str]
+) -> None:
+    documented = (sections["Choosing the route"] + sections["Response headers"]).lower()
+    named = {
+        header.lower()
+        for path in (repo_root / "gateway").glob("*.py")
+        for header in re.findall(r"x-cascade-[a-z-]*[a-z]", path.read_text(), flags=re.I)
+    }
+    assert len(named) >= 11
+    for header in named:
+        assert f"`{header}" in documented, header
+
+
+def config_paths(model: type[BaseModel], prefix: str = "") -> set[str]:
+    """Dotted config field paths (``models.*.base_url``); a price is one field (see Prices)."""
+    paths = set()
+    for name, field in model.model_fields.items():
+        path = prefix + name
+        annotation = field.annotation
+        item = getattr(annotation, "__args__", (None, None))[-1] if path == "models" else None
+        if isinstance(item, type) and issubclass(item, BaseModel):
+            paths |= {path} | config_paths(item, path + ".*.")
+        elif isinstance(annotation, type) and issubclass(annotation, BaseModel) and annotation is not Price:
+            paths |= config_paths(annotation, path + ".")
+        else:
+            paths.add(path)
+    return paths
+
+
+def test_every_config_field_is_documented(sections: dict[str, str]) -> None:
+    assert config_paths(Settings) == set(table_rows(sections["Config"]))
+
+
+def test_redis_keys_are_documented(sections: dict[str, str]) -> None:
+    keys = RedisKeys()
+    names = {keys.policy_current, keys.policy_version, keys.policy_updates, keys.client_keys}
+    names.add(keys.spend("<key_id>", "<window_start>"))  # type: ignore[arg-type]
+    assert names == set(table_rows(sections["Redis keys"]))
+
+
+def test_policy_fields_scorers_and_prices_are_documented(sections: dict[str, str]) -> None:
+    policy = sections["Policy file"]
+    assert set(Policy.model_fields) == set(table_rows(policy))
+    for model in (Tier, Route, EnvelopePoint):
+        for name in model.model_fields:
+            assert re.search(rf"\b{name}\b", policy), name
+    assert set(SCORERS) == set(table_rows(sections["Scorers"]))
+    assert set(Price.model_fields) == set(table_rows(sections["Prices"]))
