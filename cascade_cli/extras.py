@@ -20,6 +20,8 @@ from typing import Any
 
 import typer
 
+from cascade_cli.failure import fail
+
 DISTRIBUTION = "cascade-gateway"
 
 # Top-level command (or command group) -> the extras its body imports. Commands not listed run on
@@ -91,8 +93,7 @@ def require_extras(command: str) -> None:
     """Exit with code 1 and the missing-extra message if ``cascade COMMAND`` cannot run here."""
     missing = missing_extras(command)
     if missing:
-        typer.secho(f"error: {missing_extras_message(command, missing)}", fg=typer.colors.RED, err=True)
-        raise typer.Exit(1)
+        fail(missing_extras_message(command, missing))
 
 
 def _guard(command: str, info: Any) -> None:
