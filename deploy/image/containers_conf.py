@@ -75,15 +75,23 @@ def needed_settings(host: HostFacts) -> list[Setting]:
     if host.nofile_hard < PODMAN_ROOT_NOFILE:
         nofile = host.nofile_hard
         nproc = min(host.nproc_hard, host.pid_max)
-        settings.append(Setting(
-            "containers", "default_ulimits", f'["nofile={nofile}:{nofile}", "nproc={nproc}:{nproc}"]',
-            f"podman as root asks for nofile={PODMAN_ROOT_NOFILE}, above this host's hard limit "
-            f"({nofile}): containers would fail with 'setrlimit RLIMIT_NOFILE: Operation not permitted'",
-        ))
-    settings.append(Setting(
-        "engine", "runtime", '"runc"',
-        "crun 1.8 refuses hybrid cgroup v1+v2 hosts ('cgroups in hybrid mode not supported'); runc works",
-    ))
+        settings.append(
+            Setting(
+                "containers",
+                "default_ulimits",
+                f'["nofile={nofile}:{nofile}", "nproc={nproc}:{nproc}"]',
+                f"podman as root asks for nofile={PODMAN_ROOT_NOFILE}, above this host's hard limit "
+                f"({nofile}): containers would fail with 'setrlimit RLIMIT_NOFILE: Operation not permitted'",
+            )
+        )
+    settings.append(
+        Setting(
+            "engine",
+            "runtime",
+            '"runc"',
+            "crun 1.8 refuses hybrid cgroup v1+v2 hosts ('cgroups in hybrid mode not supported'); runc works",
+        )
+    )
     if not host.systemd_running:
         settings.append(Setting("engine", "cgroup_manager", '"cgroupfs"', "no systemd on this host"))
         settings.append(Setting("engine", "events_logger", '"file"', "no systemd (journald) on this host"))
@@ -100,7 +108,7 @@ def add_missing(text: str, settings: list[Setting]) -> tuple[str, list[Setting]]
         line = f"# {setting.why}\n{setting.key} = {setting.value}\n"
         header = re.search(rf"^[ \t]*\[{re.escape(setting.table)}\][ \t]*(#.*)?$\n?", text, re.MULTILINE)
         if header:
-            text = text[: header.end()] + line + text[header.end():]
+            text = text[: header.end()] + line + text[header.end() :]
         else:
             separator = "" if not text else ("\n" if text.endswith("\n") else "\n\n")
             text = f"{text}{separator}[{setting.table}]\n{line}"

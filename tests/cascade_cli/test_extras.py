@@ -146,8 +146,9 @@ def without(monkeypatch: pytest.MonkeyPatch):
     def hide(*distributions: str) -> None:
         hidden = {_canonical(d) for d in distributions}
         real = extras.is_installed
-        monkeypatch.setattr(extras, "is_installed",
-                            lambda name: _canonical(name) not in hidden and real(name))
+        monkeypatch.setattr(
+            extras, "is_installed", lambda name: _canonical(name) not in hidden and real(name)
+        )
 
     return hide
 
@@ -155,13 +156,21 @@ def without(monkeypatch: pytest.MonkeyPatch):
 def test_calibrate_without_its_extra_names_it_and_does_not_run(without, tmp_path: Path) -> None:
     without("pyarrow")
     output = tmp_path / "policy.json"
-    result = CliRunner().invoke(app, [
-        "calibrate", str(REPO / "data/local/mmlu-local-runs.jsonl.gz"),
-        "--tiers", str(REPO / "data/local/tiers.yaml"), "-o", str(output),
-    ])
+    result = CliRunner().invoke(
+        app,
+        [
+            "calibrate",
+            str(REPO / "data/local/mmlu-local-runs.jsonl.gz"),
+            "--tiers",
+            str(REPO / "data/local/tiers.yaml"),
+            "-o",
+            str(output),
+        ],
+    )
     assert result.exit_code == 1
     assert result.output.strip() == (
-        "error: cascade calibrate needs the calibrate extra: pip install 'cascade-gateway[calibrate]'")
+        "error: cascade calibrate needs the calibrate extra: pip install 'cascade-gateway[calibrate]'"
+    )
     assert not output.exists()
 
 
@@ -176,8 +185,10 @@ def test_demo_names_every_missing_extra(without) -> None:
     without("fastapi", "httpx")
     result = CliRunner().invoke(app, ["demo"])
     assert result.exit_code == 1
-    assert ("cascade demo needs the gateway and local extras: pip install 'cascade-gateway[gateway,local]'"
-            in result.output)
+    assert (
+        "cascade demo needs the gateway and local extras: pip install 'cascade-gateway[gateway,local]'"
+        in result.output
+    )
 
 
 def test_help_and_core_commands_work_without_the_extras(without) -> None:

@@ -74,8 +74,13 @@ def gateway_image() -> BuiltImage:
         pytest.skip(message)
     # A tag of this checkout's own: several checkouts on one host may build at the same time.
     tag = f"localhost/cascade-gateway:test-{hashlib.sha256(str(REPO).encode()).hexdigest()[:10]}"
-    result = subprocess.run(["bash", str(DEPLOY / "image" / "build.sh"), "gateway"], capture_output=True,
-                            text=True, timeout=BUILD_TIMEOUT_S, env={**os.environ, "IMAGE_TAG": tag})
+    result = subprocess.run(
+        ["bash", str(DEPLOY / "image" / "build.sh"), "gateway"],
+        capture_output=True,
+        text=True,
+        timeout=BUILD_TIMEOUT_S,
+        env={**os.environ, "IMAGE_TAG": tag},
+    )
     assert result.returncode == 0, f"deploy/image/build.sh failed:\n{result.stderr[-6000:]}"
     match = re.fullmatch(r"image (\S+) (\d+) built in (\d+)s", result.stdout.strip().splitlines()[-1])
     assert match, result.stdout
@@ -92,8 +97,9 @@ class RunningContainer:
 
 
 @pytest.fixture(scope="module")
-def gateway_container(gateway_image: BuiltImage, scripted_upstream_url: str,
-                      tmp_path_factory: pytest.TempPathFactory) -> Iterator[RunningContainer]:
+def gateway_container(
+    gateway_image: BuiltImage, scripted_upstream_url: str, tmp_path_factory: pytest.TempPathFactory
+) -> Iterator[RunningContainer]:
     """The image run read-only, as its own user, on a free loopback port (host network)."""
     document = yaml.safe_load((DEPLOY / "config" / "gateway.yaml").read_text())
     for model in document["models"].values():
@@ -105,19 +111,37 @@ def gateway_container(gateway_image: BuiltImage, scripted_upstream_url: str,
     name = f"cascade-image-test-{uuid.uuid4().hex[:10]}"
     prefix = f"cascade-image-test-{uuid.uuid4().hex[:10]}"
     # The image's own health command, pointed at the port this run listens on.
-    health = json.loads(_podman("image", "inspect", "--format", "{{json .Config.Healthcheck.Test}}",
-                                gateway_image.tag).stdout)
+    health = json.loads(
+        _podman("image", "inspect", "--format", "{{json .Config.Healthcheck.Test}}", gateway_image.tag).stdout
+    )
     assert health[0] == "CMD" and ":8080/healthz" in health[-1]
     health_cmd = json.dumps([*health[1:-1], health[-1].replace(":8080/", f":{port}/")])
     try:
         _podman(
-            "run", "-d", "--name", name, "--network=host", "--read-only",
-            "-v", f"{config}:/etc/cascade/gateway.yaml:ro",
-            "-v", f"{DEPLOY / 'config' / 'policy.json'}:/etc/cascade/policy.json:ro",
-            "-e", f"CASCADE_REDIS_URL={REDIS_URL}", "-e", f"CASCADE_REDIS_PREFIX={prefix}",
-            "--health-cmd", health_cmd,
+            "run",
+            "-d",
+            "--name",
+            name,
+            "--network=host",
+            "--read-only",
+            "-v",
+            f"{config}:/etc/cascade/gateway.yaml:ro",
+            "-v",
+            f"{DEPLOY / 'config' / 'policy.json'}:/etc/cascade/policy.json:ro",
+            "-e",
+            f"CASCADE_REDIS_URL={REDIS_URL}",
+            "-e",
+            f"CASCADE_REDIS_PREFIX={prefix}",
+            "--health-cmd",
+            health_cmd,
             gateway_image.tag,
-            "serve", "--config", "/etc/cascade/gateway.yaml", "--host", "127.0.0.1", "--port", str(port),
+            "serve",
+            "--config",
+            "/etc/cascade/gateway.yaml",
+            "--host",
+            "127.0.0.1",
+            "--port",
+            str(port),
         )
         yield RunningContainer(name, f"http://127.0.0.1:{port}", port)
     finally:
@@ -166,7 +190,8 @@ def test_health_and_readiness(healthy_gateway: RunningContainer) -> None:
 def test_a_cascade_request_through_the_openai_sdk(healthy_gateway: RunningContainer) -> None:
     client = openai.OpenAI(base_url=healthy_gateway.url + "/v1", api_key="unused", max_retries=0)
     raw = client.chat.completions.with_raw_response.create(
-        model="cascade", messages=[{"role": "user", "content": "A hard question: what is 2+2?"}])
+        model="cascade", messages=[{"role": "user", "content": "A hard question: what is 2+2?"}]
+    )
     completion = raw.parse()
     assert completion.choices[0].message.content == "The answer is four."
     headers = raw.headers
@@ -195,22 +220,37 @@ def test_runs_as_uid_10001_on_a_read_only_root(healthy_gateway: RunningContainer
     uids = re.search(r"^Uid:\s+(\d+)\s+(\d+)\s+(\d+)\s+(\d+)", status, re.MULTILINE)
     assert uids and set(uids.groups()) == {"10001"}, status  # real, effective, saved, filesystem
     assert "cascade" in Path(f"/proc/{pid}/cmdline").read_text()
-    assert _podman("inspect", "--format", "{{.HostConfig.ReadonlyRootfs}}",
-                   healthy_gateway.name).stdout.strip() == "true"
+    assert (
+        _podman("inspect", "--format", "{{.HostConfig.ReadonlyRootfs}}", healthy_gateway.name).stdout.strip()
+        == "true"
+    )
     for path in ("/opt/cascade/written", "/etc/cascade/written", "/written"):
         write = _podman("exec", healthy_gateway.name, "python", "-c", f"open({path!r}, 'w')", check=False)
-        assert write.returncode != 0 and ("Read-only file system" in write.stderr
-                                          or "Permission denied" in write.stderr), write.stderr
+        assert write.returncode != 0 and (
+            "Read-only file system" in write.stderr or "Permission denied" in write.stderr
+        ), write.stderr
 
 
 def test_installs_only_the_gateway_extra(healthy_gateway: RunningContainer) -> None:
     probe = "import importlib.util as u; print(' '.join(m for m in {!r} if u.find_spec(m)))"
-    found = _podman("exec", healthy_gateway.name, "python", "-c",
-                    probe.format((*CALIBRATION_ONLY, "pip", "setuptools"))).stdout.split()
+    found = _podman(
+        "exec", healthy_gateway.name, "python", "-c", probe.format((*CALIBRATION_ONLY, "pip", "setuptools"))
+    ).stdout.split()
     assert found == []
-    calibrate = _podman("exec", healthy_gateway.name, "cascade", "calibrate", "runs.csv", "--tiers", "t.yaml",
-                        "-o", "p.json", check=False)
+    calibrate = _podman(
+        "exec",
+        healthy_gateway.name,
+        "cascade",
+        "calibrate",
+        "runs.csv",
+        "--tiers",
+        "t.yaml",
+        "-o",
+        "p.json",
+        check=False,
+    )
     assert calibrate.returncode == 1
-    assert ("cascade calibrate needs the calibrate extra: pip install 'cascade-gateway[calibrate]'"
-            in calibrate.stderr)
-
+    assert (
+        "cascade calibrate needs the calibrate extra: pip install 'cascade-gateway[calibrate]'"
+        in calibrate.stderr
+    )
