@@ -1,4 +1,4 @@
-"""Time ``cascade calibrate`` on plaut-mc's largest set (14 models x 6,000 MMLU questions).
+"""Time ``cascade calibrate`` on plaut-mc's largest set (12 models x 6,000 MMLU questions).
 
 Splits the time into loading the runs (read + validate + pivot) and compute (pool, every pair
 frontier at every threshold, envelope, hull, tiers, policy validation), in-process, and times

@@ -1,4 +1,4 @@
-"""Timing of ``cascade evaluate`` pieces on plaut-mc's largest set (14 models x 6,000 MMLU queries).
+"""Timing of ``cascade evaluate`` pieces on plaut-mc's largest set (12 models x 6,000 MMLU queries).
 
     .venv/bin/python bench/evaluate_bench.py            # from the repository root
     .venv/bin/python bench/evaluate_bench.py --search-splits 2 --paper-trials 2000

@@ -141,9 +141,7 @@ def run_evaluate(options: EvaluateOptions, console: Console, errors: Console) ->
         splits=options.splits, test_fraction=options.test_fraction, seed=options.seed,
         trials=options.trials, methods=tuple(dict.fromkeys(options.methods)),
     )
-    to_run, skipped = runnable_methods(matrix, settings.methods)
-    for reason in skipped.values():
-        errors.print(f"[yellow]router {reason}[/yellow]", highlight=False)
+    to_run, _ = runnable_methods(matrix, settings.methods)  # skipped methods are noted in the summary
 
     columns = (TextColumn("{task.description:<38}"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn())
     with Progress(*columns, console=errors, transient=False) as progress:
@@ -166,21 +164,24 @@ def run_evaluate(options: EvaluateOptions, console: Console, errors: Console) ->
 
     with errors.status("writing report…"):
         summary = write_outputs(result, options)
-    print_summary(console, summary, options.report)
+    print_summary(console, summary, options.report, already_shown=matrix.notes)
     return summary
 
 
 def write_outputs(result: EvaluationResult, options: EvaluateOptions) -> dict:
     """summary.json, curves.npz, heldout_comparison.png, escalation_benefit.png, report.html."""
+    from calibration.calibrate_cli import parse_where
     from calibration.evaluation.report import write_report_page
     from calibration.evaluation.summary import write_summary
+    from calibration.reporting.calibration_report import filters_suffix
     from calibration.reporting.evaluation_plots import benefit_figure, heldout_comparison_figure, save_png
 
     directory = options.report
     summary = write_summary(result, directory, source=str(options.runs), command=options.command)
     comparison = directory / "heldout_comparison.png"
     benefit = directory / "escalation_benefit.png"
-    save_png(heldout_comparison_figure(result), str(comparison))
+    filters = filters_suffix(parse_where(options.where))
+    save_png(heldout_comparison_figure(result, filters), str(comparison))
     save_png(benefit_figure(result), str(benefit))
     write_report_page(
         directory / "report.html", result, summary, comparison.read_bytes(), benefit.read_bytes()
@@ -188,14 +189,19 @@ def write_outputs(result: EvaluationResult, options: EvaluateOptions) -> dict:
     return summary
 
 
-def print_summary(console: Console, summary: dict, directory: Path) -> None:
-    """The terminal summary: methods, models, pair diagnostics, where the files are."""
+def print_summary(
+    console: Console, summary: dict, directory: Path, already_shown: tuple[str, ...] = ()
+) -> None:
+    """The terminal summary: methods, models, pair diagnostics, notes not already shown as load
+    warnings (``already_shown``), where the files are."""
     from calibration.evaluation.report import methods_table, models_table, pairs_table
 
     console.print(models_table(summary))
     console.print(pairs_table(summary))
     console.print(methods_table(summary))
     for note in summary["notes"]:
+        if note in already_shown:
+            continue
         console.print(f"[dim]note: {note}[/dim]", highlight=False)
     console.print(
         f"report: {directory / 'report.html'} · summary: {directory / 'summary.json'} · "

@@ -370,7 +370,7 @@ class _Builder:
                 "query needs a row for every model)"
             )
         if not kept_queries.any():
-            raise RunsError(f"{self.path}: no query left after dropping rows with a missing score")
+            raise RunsError(self.no_query_left(model_codes, model_names, score_missing, scorer, score_column))
         # Renumber the kept queries 0..n-1 in first-seen order and fill (n, k) matrices.
         new_index = np.cumsum(kept_queries) - 1
         rows_q = new_index[query_codes[keep_rows]]
@@ -406,6 +406,31 @@ class _Builder:
             top_k=top_k,
             score_column=score_column,
             notes=tuple(self.notes),
+        )
+
+    def no_query_left(
+        self,
+        model_codes: np.ndarray,
+        model_names: Sequence[str],
+        score_missing: np.ndarray,
+        scorer: str,
+        score_column: str | None,
+    ) -> str:
+        """Why every query was dropped: the models without a score, worst first."""
+        rows = np.bincount(model_codes, minlength=len(model_names))
+        missing = np.bincount(model_codes[score_missing], minlength=len(model_names))
+        blamed = sorted(
+            (j for j in range(len(model_names)) if missing[j]), key=lambda j: -missing[j] / rows[j]
+        )
+        parts = [
+            f"'{model_names[j]}' ({'all' if missing[j] == rows[j] else missing[j]} of {rows[j]} rows)"
+            for j in blamed
+        ]
+        source = f"column '{score_column}'" if score_column else f"'{LOGPROBS_COLUMN}' ({scorer})"
+        return (
+            f"{self.path}: no query left after dropping rows with a missing score: no score in {source} "
+            f"for {', '.join(parts)}; every model needs a score on every query "
+            f"(record logprobs for every model, or give a score column they all fill)"
         )
 
 

@@ -39,7 +39,16 @@ class TiersError(Exception):
 
 
 class UnreachableTierError(TiersError):
-    """A tier's min_quality is above every quality the envelope reaches."""
+    """A tier's min_quality is above every quality the envelope reaches.
+
+    ``warnings`` carries the warnings of the tiers that were solved (e.g. a budget below the
+    cheapest route), so a caller that reports this error can report them too.
+    """
+
+    def __init__(self, message: str, tier: str, warnings: tuple[str, ...] = ()) -> None:
+        super().__init__(message)
+        self.tier = tier
+        self.warnings = warnings
 
 
 @dataclass(frozen=True)
@@ -154,11 +163,25 @@ def _parse_objective(entry: object, where: str) -> TierObjective:
 
 
 def solve_tiers(envelope: Envelope, spec: TiersSpec, *, randomize: bool = False) -> dict[str, TierSolution]:
-    """Solve every tier of ``spec`` (file order). Raises UnreachableTierError for the first bad one."""
-    return {
-        name: solve_tier(envelope, objective, randomize=randomize, name=name)
-        for name, objective in spec.tiers.items()
-    }
+    """Solve every tier of ``spec`` (file order).
+
+    Every tier is tried before failing, so one UnreachableTierError names the first unreachable
+    tier and carries the warnings of all the others (the user fixes the file once, not per run).
+    """
+    solutions: dict[str, TierSolution] = {}
+    unreachable: list[UnreachableTierError] = []
+    for name, objective in spec.tiers.items():
+        try:
+            solutions[name] = solve_tier(envelope, objective, randomize=randomize, name=name)
+        except UnreachableTierError as exc:
+            unreachable.append(exc)
+    if unreachable:
+        message = str(unreachable[0])
+        if len(unreachable) > 1:
+            message += f" (also unreachable: {', '.join(exc.tier for exc in unreachable[1:])})"
+        warnings = tuple(s.warning for s in solutions.values() if s.warning)
+        raise UnreachableTierError(message, unreachable[0].tier, warnings)
+    return solutions
 
 
 def solve_tier(
@@ -203,7 +226,8 @@ def _solve_quality(
     if target - slack > best:
         raise UnreachableTierError(
             f"tier '{name}': min_quality {target:g} is above the best quality these runs reach "
-            f"({best:.4f}, by {envelope.route_label(len(envelope) - 1)}); lower it or add a stronger model"
+            f"({best:.4f}, by {envelope.route_label(len(envelope) - 1)}); lower it or add a stronger model",
+            name,
         )
     if not randomize:
         index = int(np.searchsorted(envelope.quality, target - slack, side="left"))

@@ -9,10 +9,15 @@ thresholds[i])``. The last stage is not scored. Faults:
 
 * a non-final stage fails (timeout, 5xx, refused, malformed JSON, 429 past the deadline):
   escalate to the next stage and count the escalation;
-* the final stage fails after an escalation: the last good answer is returned marked
-  ``degraded`` if ``policy.allow_degraded``, else the final stage's error (502/504/429);
+* the final stage fails after an escalation (including a malformed answer: not JSON, ``choices``
+  empty or not objects): the last good answer is returned marked ``degraded`` if
+  ``policy.allow_degraded``, else the final stage's error (502/504/429);
 * an answer without usable logprobs (including pure tool calls, which have no content tokens):
   the policy's ``on_missing_score`` rule.
+
+A streamed request is served by ``CascadeEngine.stream`` as client-ready SSE events: the scored
+stages are the same, an accepted answer is replayed, the final stage is relayed live by
+gateway.live (which charges it however the stream ends).
 
 The client's own fields go through unchanged; only ``model`` is rewritten to the upstream's id,
 and ``logprobs``/``top_logprobs`` are added on scored stages.
@@ -20,15 +25,20 @@ and ``logprobs``/``top_logprobs`` are added on scored stages.
 
 from __future__ import annotations
 
+import time
+from collections.abc import AsyncIterator
+from contextlib import aclosing
 from dataclasses import dataclass, field
 from typing import Any
 
 import orjson
 
 from gateway.config import Settings
+from gateway.live import LiveRelay, StreamChunk, StreamEvent, StreamStart, WholeAnswer
 from gateway.metrics import GatewayMetrics
 from gateway.requests import ParsedRequest, positive_int
 from gateway.routing import RoutePlan
+from gateway.streaming import SSE_HEADERS, replay
 from gateway.upstream import UpstreamFailure, UpstreamPool
 from policies import score_response, should_escalate
 
@@ -92,26 +102,28 @@ def _number(value: float | None) -> bytes:
 
 
 @dataclass(slots=True)
-class LiveStage:
-    """The final stage, to be streamed live by the caller, and the answer to fall back on."""
+class FinalStage:
+    """The last stage of a route, still to call, and the answer to fall back on if it fails."""
 
     model: str
-    body: bytes
-    fallback: dict[str, Any] | None
-    fallback_model: str | None
+    fallback: dict[str, Any] | None = None
+    fallback_model: str | None = None
 
 
 @dataclass(slots=True)
 class CascadeResult:
-    """Either a complete answer (``body``) or a stage to stream live (``live``), plus the facts."""
+    """A complete answer (the upstream's body) and the facts."""
 
     facts: CascadeFacts
-    body: dict[str, Any] | None = None
-    live: LiveStage | None = None
+    body: dict[str, Any]
 
 
 class CascadeEngine:
-    """Runs plans against the upstream pool and records metrics of every call."""
+    """Runs plans against the upstream pool and records metrics of every call.
+
+    ``run`` serves a request as one answer; ``stream`` serves it as client-ready SSE events. Both
+    share the scored stages, the degraded-fallback rule (``_fall_back``) and the accounting.
+    """
 
     def __init__(self, settings: Settings, pool: UpstreamPool, metrics: GatewayMetrics):
         self._models = settings.models
@@ -129,24 +141,66 @@ class CascadeEngine:
         )
 
     async def run(
-        self,
-        plan: RoutePlan,
-        request: ParsedRequest,
-        deadline: float,
-        *,
-        facts: CascadeFacts | None = None,
-        stream_last: bool = False,
+        self, plan: RoutePlan, request: ParsedRequest, deadline: float, *, facts: CascadeFacts | None = None
     ) -> CascadeResult:
-        """Serve ``plan``; with ``stream_last`` the final stage is returned as a LiveStage to stream.
+        """Serve ``plan`` as one complete answer.
 
         ``facts`` (from ``new_facts``) are filled in as calls are made. Raises GatewayError when no
         answer can be served.
         """
         facts = facts or self.new_facts(plan)
+        stage = await self._scored_stages(plan, request, deadline, facts)
+        if isinstance(stage, dict):
+            return CascadeResult(facts, stage)
+        body = upstream_body(request, self._models[stage.model].model, top_k=None, stream=False)
+        facts.models_called.append(stage.model)
+        try:
+            reply = await self._call(stage.model, request, body, deadline, facts)
+        except UpstreamFailure as failure:
+            return CascadeResult(facts, self._fall_back(stage, failure, facts))
+        facts.answered_by = stage.model
+        return CascadeResult(facts, reply)
+
+    async def stream(
+        self, plan: RoutePlan, request: ParsedRequest, deadline: float, facts: CascadeFacts, started: float
+    ) -> AsyncIterator[StreamEvent]:
+        """Serve ``plan`` as client-ready events: ``StreamStart``, ``StreamChunk``s, maybe ``StreamFailed``.
+
+        An accepted (or degraded) answer is replayed; the final stage is relayed live and charged
+        however it ends (gateway.live). Raises GatewayError before ``StreamStart`` when nothing can
+        be served; after it, failures arrive as a ``StreamFailed`` event. ``started`` is the
+        request's ``time.perf_counter()`` start (for the overhead reported in headers and the
+        final chunk). Close the iterator (``contextlib.aclosing``) so an abandoned stream is charged.
+        """
+        stage = await self._scored_stages(plan, request, deadline, facts)
+        if isinstance(stage, dict):
+            for event in self._replay(stage, facts, request, started):
+                yield event
+            return
+        body = upstream_body(request, self._models[stage.model].model, top_k=None, stream=True)
+        relay = LiveRelay(self._pool[stage.model], request, facts, self.account, started)
+        events = relay.events(body, deadline)
+        async with aclosing(events):
+            try:
+                async for event in events:
+                    if isinstance(event, WholeAnswer):  # an upstream that ignores ``stream``
+                        for replayed in self._replay(event.body, facts, request, started):
+                            yield replayed
+                        return
+                    yield event
+            except UpstreamFailure as failure:  # before the client saw a byte
+                fallback = self._fall_back(stage, failure, facts)
+                for replayed in self._replay(fallback, facts, request, started):
+                    yield replayed
+
+    async def _scored_stages(
+        self, plan: RoutePlan, request: ParsedRequest, deadline: float, facts: CascadeFacts
+    ) -> dict[str, Any] | FinalStage:
+        """Call and score every stage but the last: an accepted answer, or the final stage to call."""
         if plan.route is None:  # passthrough
             assert plan.model is not None
             facts.outcome = "passthrough"
-            return await self._final_stage(plan.model, request, facts, deadline, stream_last, None, None)
+            return FinalStage(plan.model)
         policy = plan.policy
         assert policy is not None
         models, thresholds = plan.route.models, plan.route.thresholds
@@ -154,18 +208,7 @@ class CascadeEngine:
         fallback: dict[str, Any] | None = None
         fallback_model: str | None = None
         last = len(models) - 1
-        for stage, model in enumerate(models):
-            if stage == last:
-                facts.outcome = "direct" if last == 0 else "escalated"
-                return await self._final_stage(
-                    model,
-                    request,
-                    facts,
-                    deadline,
-                    stream_last,
-                    fallback if policy.allow_degraded else None,
-                    fallback_model,
-                )
+        for stage, model in enumerate(models[:last]):
             body = upstream_body(request, self._models[model].model, top_k=top_k, stream=False)
             facts.models_called.append(model)
             try:
@@ -181,35 +224,34 @@ class CascadeEngine:
             if not should_escalate(score, thresholds[stage], policy.on_missing_score):
                 facts.answered_by = model
                 facts.outcome = "accepted" if stage == 0 else "escalated"
-                return CascadeResult(facts, body=reply)
+                return reply
             fallback, fallback_model = reply, model
             self._escalate(plan.tier, model, models[stage + 1], facts)
-        raise AssertionError("unreachable: the last stage always returns")
+        facts.outcome = "direct" if last == 0 else "escalated"
+        if not policy.allow_degraded:
+            fallback = fallback_model = None
+        return FinalStage(models[last], fallback, fallback_model)
 
-    async def _final_stage(
-        self,
-        model: str,
-        request: ParsedRequest,
-        facts: CascadeFacts,
-        deadline: float,
-        stream: bool,
-        fallback: dict[str, Any] | None,
-        fallback_model: str | None,
-    ) -> CascadeResult:
-        body = upstream_body(request, self._models[model].model, top_k=None, stream=stream)
-        if stream:
-            return CascadeResult(facts, live=LiveStage(model, body, fallback, fallback_model))
-        facts.models_called.append(model)
-        try:
-            reply = await self._call(model, request, body, deadline, facts)
-        except UpstreamFailure as failure:
-            facts.failures.append(failure.kind)
-            if fallback is None:
-                raise failure.to_gateway_error() from None
-            facts.answered_by, facts.degraded = fallback_model, True
-            return CascadeResult(facts, body=fallback)
-        facts.answered_by = model
-        return CascadeResult(facts, body=reply)
+    @staticmethod
+    def _fall_back(stage: FinalStage, failure: UpstreamFailure, facts: CascadeFacts) -> dict[str, Any]:
+        """The final stage failed: the last good answer marked degraded, if allowed; else the error."""
+        facts.failures.append(failure.kind)
+        if stage.fallback is None:
+            raise failure.to_gateway_error() from None
+        facts.answered_by, facts.degraded = stage.fallback_model, True
+        return stage.fallback
+
+    @staticmethod
+    def _replay(
+        body: dict[str, Any], facts: CascadeFacts, request: ParsedRequest, started: float
+    ) -> tuple[StreamStart, StreamChunk]:
+        """A complete answer as the events of an equivalent stream."""
+        shaped = client_body(body, facts.answered_by or "", request)
+        overhead_ms = (time.perf_counter() - started - facts.upstream_s) * 1000
+        return (
+            StreamStart([*SSE_HEADERS, *facts.headers(overhead_ms)]),
+            StreamChunk(replay(shaped, request, facts.as_dict(overhead_ms)), last=True),
+        )
 
     async def _call(
         self, model: str, request: ParsedRequest, body: bytes, deadline: float, facts: CascadeFacts

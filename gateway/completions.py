@@ -2,31 +2,45 @@
 
 ``POST /v1/chat/completions`` and ``POST /v1/completions``: read the body under the size limit,
 authenticate, parse with orjson and validate by hand, choose the route, reserve spend, run the
-cascade (or stream it), answer with the ``x-cascade-*`` headers, then record metrics and one JSON log
-line. Every failure a client sees goes through ``error_parts`` (one mapping of GatewayError to an
-OpenAI error body); an unexpected exception is a 500 OpenAI body without traceback, logged. A client
-disconnect cancels the request's task and with it every upstream call.
+cascade (or write the events of ``CascadeEngine.stream``), answer with the ``x-cascade-*`` headers,
+settle spend, then record metrics and one JSON log line. Every cascade rule lives in the engine;
+this module only reads requests and writes bytes. Every failure a client sees goes through
+``error_parts`` (one mapping of GatewayError to an OpenAI error body); an unexpected exception is a
+500 OpenAI body without traceback, logged. A client disconnect cancels the request's task and with
+it every upstream call. At shutdown, a request still open when the drain's grace ends is cancelled
+too, and ends with a 503 ``server_shutting_down`` (an SSE error event inside a stream), settled,
+logged and counted.
 """
 
 from __future__ import annotations
 
 import asyncio
+import logging
 import os
 import time
+from contextlib import aclosing
 from typing import Any
 
 import orjson
 
 from gateway.cascade import CascadeFacts, client_body
-from gateway.errors import BodyTooLargeError, BudgetExceededError, GatewayError, InternalError
+from gateway.errors import (
+    BodyTooLargeError,
+    BudgetExceededError,
+    GatewayError,
+    InternalError,
+    ShuttingDownError,
+)
+from gateway.live import StreamFailed, StreamStart
 from gateway.logs import log_event, log_exception
 from gateway.requests import ParsedRequest, RequestKind, parse_request
 from gateway.routing import RoutePlan
 from gateway.runtime import Gateway
-from gateway.streaming import DONE, SSE_HEADERS, client_chunk, replay, sse, sse_error, upstream_events
-from gateway.upstream import UpstreamFailure, read_completion
+from gateway.spend import NANO_PER_USD
+from gateway.streaming import sse_error
 
 _JSON_HEADER = (b"content-type", b"application/json")
+_SHUTDOWN_MESSAGE = "the gateway is shutting down and this request outlasted its grace; retry it"
 _WANTED_HEADERS = frozenset(
     {b"authorization", b"content-length", b"x-cascade-max-cost-usd", b"x-cascade-tier"}
 )
@@ -78,12 +92,24 @@ class CompletionsEndpoint:
         self.path = "/v1/chat/completions" if kind == "chat" else "/v1/completions"
 
     async def __call__(self, scope: dict[str, Any], receive: Any, send: Any) -> None:
+        current = asyncio.current_task()
+        assert current is not None
+        self.gateway.track(current)  # the shutdown drain waits for (and at last cuts) tracked requests
+        try:
+            await self._serve(scope, receive, send, current)
+        finally:
+            self.gateway.untrack(current)
+
+    async def _serve(
+        self, scope: dict[str, Any], receive: Any, send: Any, current: asyncio.Task[Any]
+    ) -> None:
         gw = self.gateway
         started = time.perf_counter()
         request_id = os.urandom(12).hex()
         exchange = _Exchange(send)
         headers = {k: v for k, v in scope["headers"] if k in _WANTED_HEADERS}
         tier, outcome, status = "none", "error", 200
+        interrupted = False
         facts: CascadeFacts | None = None
         parsed: ParsedRequest | None = None
         reservation = None
@@ -107,13 +133,11 @@ class CompletionsEndpoint:
                 gw.metrics.budget_rejections.inc()
                 raise
             # From here on upstream calls may run: cancel them if the client goes away.
-            current = asyncio.current_task()
-            assert current is not None
             watcher = asyncio.create_task(_watch_disconnect(receive, exchange, current))
             deadline = time.monotonic() + gw.settings.limits.request_timeout_s
             facts = gw.engine.new_facts(plan)
             if parsed.stream:
-                await self._stream(exchange, plan, parsed, facts, deadline, request_id, started)
+                status = await self._stream(exchange, plan, parsed, facts, deadline, request_id, started)
             else:
                 result = await gw.engine.run(plan, parsed, deadline, facts=facts)
                 body = client_body(result.body, facts.answered_by, parsed)  # type: ignore[arg-type]
@@ -129,10 +153,17 @@ class CompletionsEndpoint:
                 await exchange.body(payload, more=False)
             outcome = facts.outcome
         except asyncio.CancelledError:
-            if not exchange.gone:
+            if exchange.gone:
+                current.uncancel()
+                status, outcome = 499, "error"
+            elif gw.draining:  # cut at the end of the shutdown grace
+                current.uncancel()
+                status, outcome, interrupted = ShuttingDownError.status, "error", True
+                # Settle before writing to the client: a slow client must not keep the reservation.
+                await gw.shared.spend.settle(reservation, facts.cost_usd if facts else 0.0)
+                await self._send_error(exchange, ShuttingDownError(_SHUTDOWN_MESSAGE), request_id)
+            else:
                 raise
-            asyncio.current_task().uncancel()  # type: ignore[union-attr]
-            status, outcome = 499, "error"
         except _ClientGone:
             status, outcome = 499, "error"
         except GatewayError as error:
@@ -151,6 +182,17 @@ class CompletionsEndpoint:
             facts.outcome = "error"
         if reservation is not None:
             await gw.shared.spend.settle(reservation, facts.cost_usd if facts else 0.0)
+        if interrupted:
+            gw.metrics.shutdown_interrupted.inc()
+            log_event(
+                "request_interrupted_by_shutdown",
+                level=logging.WARNING,
+                request_id=request_id,
+                path=self.path,
+                streamed=exchange.started,
+                cost_usd=facts.cost_usd if facts else 0.0,
+                reserved_usd=reservation.amount_nano / NANO_PER_USD if reservation is not None else None,
+            )
         self._record(request_id, tier, outcome, status, facts, parsed, started)
 
     async def _stream(
@@ -162,82 +204,19 @@ class CompletionsEndpoint:
         deadline: float,
         request_id: str,
         started: float,
-    ) -> None:
-        """Serve a streamed request: replay a complete answer, or relay the final stage live."""
-        gw = self.gateway
-        result = await gw.engine.run(plan, parsed, deadline, facts=facts, stream_last=True)
-        if result.body is not None:
-            await self._replay(exchange, result.body, facts, parsed, request_id, started)
-            return
-        live = result.live
-        assert live is not None
-        facts.models_called.append(live.model)
-        t0 = time.monotonic()
-        try:
-            async with gw.pool[live.model].stream(parsed.kind, live.body, deadline) as response:
-                facts.answered_by = live.model
-                if response.content_type == "application/json":
-                    # An upstream that ignores ``stream``: its whole answer, replayed like an accepted one.
-                    complete = await read_completion(response, live.model)
-                    facts.upstream_s += time.monotonic() - t0
-                    gw.engine.account(facts, live.model, complete.get("usage"))
-                    await self._replay(exchange, complete, facts, parsed, request_id, started)
-                    return
-                overhead_ms = (time.perf_counter() - started - facts.upstream_s) * 1000
-                await exchange.start(
-                    200, [*SSE_HEADERS, (b"x-request-id", request_id.encode()), *facts.headers(overhead_ms)]
-                )
-                held: dict[str, Any] | None = None
-                usage = None
-                async for event in upstream_events(response, live.model):
-                    if event.get("usage"):
-                        usage = event["usage"]
-                    if not event.get("choices") and not parsed.include_usage:
-                        continue
-                    client_chunk(event, live.model, parsed)
-                    if held is not None:
-                        await exchange.body(sse(held))
-                    held = event
-                facts.upstream_s += time.monotonic() - t0
-                gw.engine.account(facts, live.model, usage)
-                if held is None:
-                    held = {
-                        "object": "chat.completion.chunk" if parsed.kind == "chat" else "text_completion",
-                        "model": live.model,
-                        "choices": [],
-                    }
-                overhead_ms = (time.perf_counter() - started - facts.upstream_s) * 1000
-                held["cascade"] = facts.as_dict(overhead_ms)
-                await exchange.body(sse(held) + DONE, more=False)
-                return
-        except UpstreamFailure as failure:
-            facts.failures.append(failure.kind)
-            facts.upstream_s += time.monotonic() - t0
-            if exchange.started:
-                facts.outcome = "error"
-                await exchange.body(sse_error(failure.to_gateway_error()), more=False)
-                return
-            if live.fallback is None:
-                raise failure.to_gateway_error() from None
-            facts.answered_by, facts.degraded = live.fallback_model, True
-            await self._replay(exchange, live.fallback, facts, parsed, request_id, started)
-            return
-
-    async def _replay(
-        self,
-        exchange: _Exchange,
-        body: dict[str, Any],
-        facts: CascadeFacts,
-        parsed: ParsedRequest,
-        request_id: str,
-        started: float,
-    ) -> None:
-        body = client_body(body, facts.answered_by or "", parsed)
-        overhead_ms = (time.perf_counter() - started - facts.upstream_s) * 1000
-        await exchange.start(
-            200, [*SSE_HEADERS, (b"x-request-id", request_id.encode()), *facts.headers(overhead_ms)]
-        )
-        await exchange.body(replay(body, parsed, facts.as_dict(overhead_ms)), more=False)
+    ) -> int:
+        """Write the engine's stream events; the status to log (an error's, if the stream failed)."""
+        events = self.gateway.engine.stream(plan, parsed, deadline, facts, started)
+        async with aclosing(events):  # an abandoned stream is charged when its iterator closes
+            async for event in events:
+                if isinstance(event, StreamStart):
+                    await exchange.start(200, [*event.headers, (b"x-request-id", request_id.encode())])
+                elif isinstance(event, StreamFailed):
+                    await exchange.body(event.data, more=False)
+                    return event.error.status
+                else:
+                    await exchange.body(event.data, more=not event.last)
+        return 200
 
     async def _send_error(self, exchange: _Exchange, error: GatewayError, request_id: str) -> None:
         if exchange.done:

@@ -149,3 +149,11 @@ class InternalError(GatewayError):
     """500: an unexpected failure inside the gateway (details only in the server log)."""
 
     code = "internal_error"
+
+
+class ShuttingDownError(GatewayError):
+    """503: the gateway is shutting down and its grace for in-flight requests is over."""
+
+    status = 503
+    type = "server_error"
+    code = "server_shutting_down"

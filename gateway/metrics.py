@@ -89,11 +89,22 @@ class GatewayMetrics:
             "Policy loads that failed (last good policy kept).",
             registry=r,
         )
+        self.upstream_up = Gauge(
+            "cascade_upstream_up",
+            "1 if the upstream answered the last background probe (GET /models, status < 500), else 0.",
+            ["model"],
+            registry=r,
+        )
         self.redis_up: Gauge | None = None
         if with_redis:
             self.redis_up = Gauge(
                 "cascade_redis_up", "1 if Redis answered the last check, else 0.", registry=r
             )
+        self.shutdown_interrupted = Counter(
+            "cascade_shutdown_interrupted_requests",
+            "Requests still open when the shutdown grace ended (ended with an error, spend settled).",
+            registry=r,
+        )
         self.budget_rejections = Counter(
             "cascade_budget_rejections",
             "Requests refused because a key's spend limit was reached.",

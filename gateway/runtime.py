@@ -3,17 +3,22 @@
 from __future__ import annotations
 
 import asyncio
+import logging
 import random
 from typing import Any
 
 from gateway.cascade import CascadeEngine
 from gateway.config import Settings
+from gateway.health import UpstreamHealth
 from gateway.logs import configure_logging, log_event
 from gateway.metrics import GatewayMetrics
 from gateway.requests import DEFAULT_COMPLETION_BOUND, ParsedRequest, completion_cap
 from gateway.routing import RoutePlan, Router
 from gateway.upstream import UpstreamPool
 from policies import Policy
+
+# How long closing waits for requests that are still settling (cut by the drain, or cancelled).
+_CLOSE_WAIT_S = 5.0
 
 
 class Gateway:
@@ -25,8 +30,15 @@ class Gateway:
         self.pool = UpstreamPool(settings, self.metrics)
         self.router = Router(settings, rng)
         self.engine = CascadeEngine(settings, self.pool, self.metrics)
+        self.health = UpstreamHealth(self.pool, self.metrics)
         self.shared: Any = None  # gateway.state.SharedState once started
         self.loop: asyncio.AbstractEventLoop | None = None  # the serving loop, once started
+        # Completion requests being served (their tasks), for the shutdown drain.
+        self.in_flight: set[asyncio.Task[Any]] = set()
+        self.draining = False
+        self._idle = asyncio.Event()
+        self._idle.set()
+        self._drain_task: asyncio.Task[None] | None = None
 
     async def start(self) -> None:
         """Open upstream sessions, build and start the shared state (initial policy load)."""
@@ -35,6 +47,7 @@ class Gateway:
         configure_logging(self.settings.logging.level)
         self.loop = asyncio.get_running_loop()
         await self.pool.start()
+        self.health.start()
         self.shared = await build_shared_state(
             self.settings, on_policy_loaded=self._policy_loaded, on_policy_failure=self._policy_failed
         )
@@ -46,8 +59,56 @@ class Gateway:
             policy_id=policy.policy_id if policy else None,
         )
 
+    def track(self, task: asyncio.Task[Any]) -> None:
+        """Count ``task`` (one completion request) as in flight until ``untrack``."""
+        self.in_flight.add(task)
+        self._idle.clear()
+
+    def untrack(self, task: asyncio.Task[Any]) -> None:
+        """The request is done (answered, failed or cut, and its spend settled)."""
+        self.in_flight.discard(task)
+        if not self.in_flight:
+            self._idle.set()
+
+    def begin_drain(self) -> None:
+        """Start the shutdown drain (the server has stopped accepting connections).
+
+        In-flight requests get ``limits.shutdown_grace_s`` seconds to finish; the ones still open
+        then are cancelled with ``draining`` set, which the endpoint turns into an error for the
+        client (an SSE ``error`` event inside a stream), a settled spend, a log line and
+        ``cascade_shutdown_interrupted_requests_total``.
+        """
+        if self._drain_task is not None:
+            return
+        self.draining = True
+        grace = self.settings.limits.shutdown_grace_s
+        log_event("shutdown_draining", in_flight=len(self.in_flight), grace_s=grace)
+        self._drain_task = asyncio.get_running_loop().create_task(self._cut_after(grace), name="drain")
+
+    async def _cut_after(self, grace_s: float) -> None:
+        try:
+            await asyncio.wait_for(self._idle.wait(), timeout=grace_s)
+        except TimeoutError:
+            log_event("shutdown_grace_over", level=logging.WARNING, interrupting=len(self.in_flight))
+            for task in list(self.in_flight):
+                task.cancel("gateway shutting down")
+            return
+        log_event("shutdown_drained")
+
+    async def wait_idle(self, timeout_s: float) -> bool:
+        """Wait up to ``timeout_s`` until no request is in flight; whether that happened."""
+        try:
+            await asyncio.wait_for(self._idle.wait(), timeout=timeout_s)
+        except TimeoutError:
+            return False
+        return True
+
     async def close(self) -> None:
-        """Stop watchers, close Redis and upstream sessions."""
+        """Let interrupted requests settle their spend, then stop watchers, close Redis and upstreams."""
+        await self.wait_idle(_CLOSE_WAIT_S)
+        if self._drain_task is not None:
+            self._drain_task.cancel()
+        await self.health.close()
         if self.shared is not None:
             await self.shared.close()
         await self.pool.close()

@@ -123,8 +123,9 @@ def _chat_content(choice: dict[str, Any]) -> dict[str, Any]:
 async def upstream_events(response: aiohttp.ClientResponse, model: str) -> AsyncIterator[dict[str, Any]]:
     """Parsed ``data:`` objects of a live upstream stream, until ``[DONE]``.
 
-    Raises UpstreamFailure if an event is not JSON or the stream stops before ``[DONE]`` without
-    any ``finish_reason`` (a truncated stream is never passed off as a complete answer).
+    Raises UpstreamFailure if an event is not JSON, its ``choices`` are not a list of objects, the
+    stream stops before ``[DONE]`` without any ``finish_reason`` (a truncated stream is never passed
+    off as a complete answer), or it outlasts its timeout (kind ``timeout``).
     """
     finished = False
     try:
@@ -143,10 +144,16 @@ async def upstream_events(response: aiohttp.ClientResponse, model: str) -> Async
                 raise UpstreamFailure(model, "malformed", "stream event is not a JSON object")
             if event.get("error"):
                 raise UpstreamFailure(model, "http", "upstream sent an error event")
-            for choice in event.get("choices") or ():
-                if isinstance(choice, dict) and choice.get("finish_reason"):
+            choices = event.get("choices", [])
+            if not isinstance(choices, list) or not all(isinstance(c, dict) for c in choices):
+                raise UpstreamFailure(model, "malformed", "stream event choices are not a list of objects")
+            for choice in choices:
+                if choice.get("finish_reason"):
                     finished = True
             yield event
+    except TimeoutError:
+        # The request deadline (the stream's total timeout) or the per-read timeout passed.
+        raise UpstreamFailure(model, "timeout", "stream outlasted the request deadline") from None
     except (aiohttp.ClientError, ValueError) as exc:
         raise UpstreamFailure(model, "connect", f"stream broke ({type(exc).__name__})") from None
     if not finished:

@@ -138,6 +138,7 @@ class UpstreamClient:
                     data=body,
                     headers=self._headers,
                     timeout=aiohttp.ClientTimeout(total=timeout),
+                    allow_redirects=False,  # a redirect would re-post the prompt elsewhere: a failure
                 ) as response:
                     status = response.status
                     payload = await response.read()
@@ -181,7 +182,11 @@ class UpstreamClient:
             )
             try:
                 response = await self.session.post(
-                    self._urls[kind], data=body, headers=self._stream_headers, timeout=timeout
+                    self._urls[kind],
+                    data=body,
+                    headers=self._stream_headers,
+                    timeout=timeout,
+                    allow_redirects=False,
                 )
             except TimeoutError:
                 self._observe("timeout", t0)
@@ -203,17 +208,20 @@ class UpstreamClient:
                 attempt = await self._backoff_or_raise(failure, attempt, deadline, failure.retry_after)
                 continue
             break
-        ok = False
+        status = "error"
         try:
             yield response
-            ok = True
+            status = "2xx"
+        except UpstreamFailure as failure:
+            status = _FAILURE_STATUS.get(failure.kind, "error")
+            raise
         finally:
             # An unfinished stream (client gone, error) must not go back to the pool half-read.
-            if ok:
+            if status == "2xx":
                 response.release()
             else:
                 response.close()
-            self._observe("2xx" if ok else "error", t0)
+            self._observe(status, t0)
 
     def _attempt_timeout(self, deadline: float) -> float:
         remaining = deadline - time.monotonic()
@@ -237,6 +245,8 @@ class UpstreamClient:
 
     def _status_failure(self, status: int, payload: bytes, retry_after: str | None) -> UpstreamFailure:
         detail = f"HTTP {status}"
+        if 300 <= status < 400:
+            detail += " (a redirect; upstream redirects are never followed)"
         if status == 429:
             return UpstreamFailure(
                 self.name, "rate_limited", detail, status=status, retry_after=_parse_retry_after(retry_after)
@@ -252,16 +262,20 @@ class UpstreamClient:
         self._duration.observe(time.monotonic() - started)
 
 
-_NOT_A_COMPLETION = "response is not a completion JSON object"
+_NOT_A_COMPLETION = "response is not a completion JSON object with choices"
 
 
 def parse_completion(payload: bytes) -> dict[str, Any] | None:
-    """An upstream completion body as a dict, or None if it is not JSON with a ``choices`` list."""
+    """An upstream completion as a dict; None unless it is JSON with a non-empty list of choice objects."""
     try:
         parsed = orjson.loads(payload)
     except orjson.JSONDecodeError:
         return None
-    if not isinstance(parsed, dict) or not isinstance(parsed.get("choices"), list):
+    if not isinstance(parsed, dict):
+        return None
+    choices = parsed.get("choices")
+    # ``choices: []`` or non-object choices answer nothing: malformed, never passed to a client.
+    if not isinstance(choices, list) or not choices or not all(isinstance(c, dict) for c in choices):
         return None
     return parsed
 
@@ -279,6 +293,8 @@ async def read_completion(response: aiohttp.ClientResponse, model: str) -> dict[
 
 
 _STATUS_LABELS = ("2xx", "4xx", "429", "5xx", "timeout", "error", "malformed")
+# How a stream that failed after its 200 is counted in cascade_upstream_requests_total{status}.
+_FAILURE_STATUS = {"timeout": "timeout", "malformed": "malformed"}
 
 
 def _status_label(status: int) -> str:
@@ -286,6 +302,8 @@ def _status_label(status: int) -> str:
         return "429"
     if 200 <= status < 300:
         return "2xx"
+    if status < 400:
+        return "error"  # a redirect (never followed) or another non-final answer
     return "5xx" if status >= 500 else "4xx"
 
 

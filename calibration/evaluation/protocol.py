@@ -14,6 +14,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
+from calibration.agreement import unrelated_model_warnings
 from calibration.diagnostics import PairDiagnostics, model_auroc, pair_diagnostics
 from calibration.evaluation.budget import SplitCurve
 from calibration.evaluation.fixed_chain import fixed_chain_split_curve
@@ -180,7 +181,8 @@ def run_evaluation(
         )
 
     single_test = np.vstack([matrix.quality[split.test].mean(axis=0) for split in splits])
-    notes = list(matrix.notes) + [reason for reason in skipped.values()]
+    notes = list(matrix.notes) + unrelated_model_warnings(matrix.models, matrix.quality)
+    notes += [f"{name} {reason}" for name, reason in skipped.items()]
     if settings.test_fraction == 0:
         notes.append("test fraction 0: calibration and test are the same rows (in-sample, not held out)")
     return EvaluationResult(

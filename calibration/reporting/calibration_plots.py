@@ -9,6 +9,7 @@ from typing import Any
 import numpy as np
 
 from calibration.envelope import Envelope
+from calibration.reporting.labels import Label, place_labels
 from calibration.tiers import TierSolution
 
 
@@ -51,22 +52,12 @@ def envelope_figure(
             zorder=5, label="switching points",
         )
     pool = set(envelope.pool)
-    singles = zip(envelope.model_names, envelope.model_cost, envelope.model_quality, strict=True)
+    singles = list(zip(envelope.model_names, envelope.model_cost, envelope.model_quality, strict=True))
     for name, cost, quality in singles:
-        in_pool = name in pool
-        axes.scatter(cost, quality, s=40, color="k" if in_pool else "0.55", zorder=6)
-        axes.annotate(
-            name, (cost, quality), textcoords="offset points", xytext=(4, -10), fontsize=7.5,
-            color="k" if in_pool else "0.45",
-        )
+        axes.scatter(cost, quality, s=40, color="k" if name in pool else "0.55", zorder=6)
     axes.scatter([], [], s=40, color="k", label="single models (grey: dominated)")
-    for position, (name, solution) in enumerate((tiers or {}).items()):
+    for solution in (tiers or {}).values():
         axes.scatter(solution.cost, solution.quality, marker="*", s=180, color="C2", edgecolor="k", zorder=7)
-        axes.annotate(
-            name, (solution.cost, solution.quality), textcoords="offset points",
-            xytext=(-10, 10) if position % 2 else (8, -14),
-            fontsize=9, fontweight="bold", color="C2",
-        )
     if tiers:
         axes.scatter([], [], marker="*", s=120, color="C2", edgecolor="k", label="tiers")
     axes.set_xscale("log")
@@ -76,6 +67,18 @@ def envelope_figure(
     axes.grid(True, which="both", alpha=0.25)
     axes.legend(loc="lower right", fontsize=8)
     figure.tight_layout()
+    # Labels last: their placement avoids lines, markers, the legend and each other on the final layout.
+    tier_labels = [
+        Label(name, s.cost, s.quality, {"fontsize": 9, "fontweight": "bold", "color": "C2"})
+        for name, s in (tiers or {}).items()
+    ]
+    model_labels = [
+        Label(name, cost, quality, {"fontsize": 7.5, "color": "k" if name in pool else "0.45"})
+        for name, cost, quality in sorted(singles, key=lambda single: single[0] not in pool)
+    ]
+    markers = [(cost, quality) for _, cost, quality in singles]
+    markers += [(s.cost, s.quality) for s in (tiers or {}).values()]
+    place_labels(axes, tier_labels + model_labels, np.array(markers, dtype=float))
     return figure
 
 

@@ -126,6 +126,13 @@ def calibration_sections(
     return [summary, models, tier_section, figures, switching, hull]
 
 
+def filters_suffix(filters: Mapping[str, str] | None) -> str:
+    """' (where dataset=mmlu, prompt_variant=first)' for plot titles, or '' without filters."""
+    if not filters:
+        return ""
+    return " (where " + ", ".join(f"{column}={value}" for column, value in filters.items()) + ")"
+
+
 def write_calibration_report(
     directory: str | Path,
     matrix: RunsMatrix,
@@ -139,7 +146,7 @@ def write_calibration_report(
 ) -> Path:
     """Write envelope.png, shadow_price.png and report.html into ``directory``; returns the page."""
     directory = Path(directory)
-    title = f"Envelope of {Path(matrix.source).name}"
+    title = f"Envelope of {Path(matrix.source).name}" + filters_suffix(filters)
     plots = write_calibration_plots(directory, envelope, tiers, title=title)
     sections = calibration_sections(
         matrix, envelope, tiers, default_tier, plots,

@@ -11,6 +11,7 @@ from typing import TYPE_CHECKING
 import numpy as np
 
 from calibration.metrics import median_curve, percentile_band
+from calibration.reporting.labels import Label, place_labels
 
 if TYPE_CHECKING:
     from matplotlib.figure import Figure
@@ -29,9 +30,10 @@ _COLORS = {
 }
 
 
-def heldout_comparison_figure(result: EvaluationResult) -> Figure:
+def heldout_comparison_figure(result: EvaluationResult, filters: str = "") -> Figure:
     """Median held-out quality per budget with 10th-90th percentile bands, one line per method;
-    single models as points (full-data cost, median test quality, 10th-90th bar)."""
+    single models as points (full-data cost, median test quality, 10th-90th bar). ``filters``
+    (e.g. ' (where dataset=mmlu)') is appended to the title."""
     from matplotlib.figure import Figure
 
     figure = Figure(figsize=(9.5, 5.8))
@@ -52,20 +54,24 @@ def heldout_comparison_figure(result: EvaluationResult) -> Figure:
         result.model_cost, q50, yerr=[q50 - q10, q90 - q50], fmt="o", color="black", markersize=4,
         capsize=2, linewidth=0.8, label="single models (test)",
     )
-    for j, name in enumerate(result.models):
-        axes.annotate(name, (result.model_cost[j], q50[j]), textcoords="offset points", xytext=(4, -9),
-                      fontsize=7, color="#444444")
     axes.axhline(0.9 * result.model_quality[result.best], color="#bbbbbb", linestyle=":", linewidth=1)
     axes.set_xscale("log")
     axes.set_xlabel("budget: max expected cost, USD per query (log scale)")
     axes.set_ylabel("mean quality on the test half")
     axes.set_title(
-        f"Held-out comparison ({result.settings.splits} splits, "
-        f"test fraction {result.settings.test_fraction:g}); dotted: 90% of the best model"
+        f"Held-out comparison{filters}\n{result.settings.splits} splits, "
+        f"test fraction {result.settings.test_fraction:g}; dotted: 90% of the best model",
+        fontsize=10,
     )
     axes.grid(True, which="both", alpha=0.25)
     axes.legend(fontsize=8, loc="lower right")
-    figure.subplots_adjust(left=0.08, right=0.97, bottom=0.1, top=0.93)  # fixed: tight_layout is slow
+    figure.subplots_adjust(left=0.08, right=0.97, bottom=0.1, top=0.9)  # fixed: tight_layout is slow
+    # Labels last, on the final layout, clear of lines, points, the legend and each other.
+    labels = [
+        Label(name, result.model_cost[j], q50[j], {"fontsize": 7, "color": "#444444"})
+        for j, name in enumerate(result.models)
+    ]
+    place_labels(axes, labels, np.column_stack([result.model_cost, q50]))
     return figure
 
 

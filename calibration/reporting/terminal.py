@@ -68,7 +68,8 @@ def tiers_table(tiers: Mapping[str, TierSolution], default_tier: str) -> Table:
             f"{solution.escalation_rate:.1%}",
             shadow_text(solution.shadow_price),
         )
-    table.caption = "* default tier; ! objective not met (see warning)"
+    marked = any(solution.warning for solution in tiers.values())
+    table.caption = "* default tier" + ("; ! objective not met (see warning)" if marked else "")
     return table
 
 

@@ -16,12 +16,17 @@ from calibration.runs import load_runs
 from policies.store import load_policy
 
 # Held-out tolerance: tiers are chosen on 3,000 MMLU questions and simulated on the other 3,000.
-# A route's cost moves with its escalation rate on new questions. Over five random halvings the
-# held-out cost stayed within 5% of the calibration estimate (randomized tiers: of the budget
-# itself) and the quality within 0.022; the bounds below leave about 2x headroom. Deterministic
-# tiers sit at the best envelope point under the budget, up to ~15% below it on these data.
+# A route's cost moves with its escalation rate on new questions. Over five random halvings (this
+# fixture with seeds 0-4; seed 0 is the one tested) the held-out cost stayed within 8.1% of the
+# calibration estimate and the quality within 0.017. Deterministic tiers sit
+# at the best envelope point under the budget, up to ~15% below it on these data.
 COST_TOLERANCE = 0.10
 QUALITY_TOLERANCE = 0.03
+# What the cascade buys on held-out questions (same five halvings): the premium tier (a third of
+# gpt-4-turbo's price) beats every single model it can afford by 0.071-0.093 quality, and the
+# accurate tier reaches quality 0.80 at 66-77% of gpt-4-turbo's cost.
+PREMIUM_MARGIN_OVER_SINGLES = 0.04
+ACCURATE_MAX_COST_SHARE = 0.85
 
 TRUTHFULQA = ["--where", "dataset=truthfulqa", "--where", "prompt_variant=first"]
 
@@ -83,10 +88,12 @@ def test_calibrated_tiers_hold_up_on_held_out_questions(
 
     policy = load_policy(policy_path)
     assert policy.scorer.name == "external"
-    assert len(policy.models) == 14 and policy.default_tier == "balanced"
-    assert len(policy.envelope) > 100
     held_out = load_runs(test_path, prices=prices, score_column="score_msp")
     assert held_out.n_queries == 3000
+    assert set(policy.models) == set(held_out.models) and policy.default_tier == "balanced"
+    assert len(policy.envelope) > 100
+    held_out_quality: dict[str, float] = {}
+    held_out_cost: dict[str, float] = {}
     for name, tier in policy.tiers.items():
         simulated = np.array(
             [chain_metrics(held_out, route.models, route.thresholds) for route in tier.routes]
@@ -103,6 +110,14 @@ def test_calibrated_tiers_hold_up_on_held_out_questions(
             assert cost == pytest.approx(budget, rel=COST_TOLERANCE), name
         else:
             assert 0.8 * budget <= tier.expected.cost_usd <= budget * (1 + 1e-9), name
+        held_out_quality[name], held_out_cost[name] = quality, cost
+
+    single_cost, single_quality = held_out.cost.mean(axis=0), held_out.quality.mean(axis=0)
+    affordable = single_cost <= policy.tiers["premium"].objective.max_cost_usd
+    best_affordable = single_quality[affordable].max()
+    assert held_out_quality["premium"] > best_affordable + PREMIUM_MARGIN_OVER_SINGLES
+    best_model = int(np.argmax(single_quality))
+    assert held_out_cost["accurate"] < ACCURATE_MAX_COST_SHARE * single_cost[best_model]
 
 
 def test_where_filters_select_one_dataset_and_report_is_self_contained(
@@ -193,3 +208,38 @@ def test_bad_arguments_exit_1_with_one_red_line(
     assert result.exit_code == 1
     assert message in result.output and "Traceback" not in result.output
     assert result.output.strip().startswith("error:")
+
+
+def test_budget_warnings_are_printed_even_when_another_tier_is_an_error(
+    shared_dir: Path, tmp_path: Path
+) -> None:
+    tiers = tmp_path / "tiers.yaml"
+    tiers.write_text(
+        "default_tier: free\ntiers:\n  free: {max_cost_usd: 0}\n  perfect: {min_quality: 0.99}\n"
+        "  flawless: {min_quality: 1.0}\n"
+    )
+    result = invoke(
+        shared_dir / "data/plaut-mc/runs.csv.gz", "--prices", shared_dir / "data/plaut-mc/prices.yaml",
+        "--score-column", "score_msp", *TRUTHFULQA, "--tiers", tiers, "-o", tmp_path / "policy.json",
+    )
+    assert result.exit_code == 1
+    assert "warning: tier 'free': budget $0/query is below the cheapest route" in result.output
+    assert "error: tier 'perfect': min_quality 0.99" in result.output
+    assert "also unreachable: flawless" in result.output
+    assert not (tmp_path / "policy.json").exists()
+
+
+@pytest.mark.parametrize(("budget", "marked"), [(0, True), (0.0001, False)])
+def test_objective_not_met_footer_only_when_a_tier_is_marked(
+    shared_dir: Path, tmp_path: Path, budget: float, marked: bool
+) -> None:
+    tiers = tmp_path / "tiers.yaml"
+    tiers.write_text(f"default_tier: only\ntiers:\n  only: {{max_cost_usd: {budget}}}\n")
+    result = invoke(
+        shared_dir / "data/plaut-mc/runs.csv.gz", "--prices", shared_dir / "data/plaut-mc/prices.yaml",
+        "--score-column", "score_msp", *TRUTHFULQA, "--tiers", tiers, "-o", tmp_path / "policy.json",
+    )
+    assert result.exit_code == 0, result.output
+    assert "* default tier" in result.output
+    assert ("objective not met" in result.output) is marked
+    assert ("only* !" in result.output) is marked

@@ -130,6 +130,24 @@ def test_missing_scores_drop_the_query_for_every_model_with_a_counting_note(tmp_
     assert matrix.notes == ("dropped 2 queries (4 rows) with a missing score (column 'conf')",)
 
 
+def test_a_model_without_logprobs_is_named_when_no_query_is_left(shared_dir: Path, tmp_path: Path) -> None:
+    fixture = shared_dir / "fixtures/upstream/llamacpp_smol_top15.json"
+    content = json.loads(fixture.read_text())["choices"][0]["logprobs"]["content"]
+    records = [
+        {"query_id": f"q{i}", "model": model, "correct": 1, "cost_usd": cost,
+         "logprobs": content if model != "no-logprobs" else None}
+        for i in range(3) for model, cost in (("small", 1.0), ("no-logprobs", 2.0), ("big", 3.0))
+    ]
+    path = tmp_path / "runs.jsonl"
+    path.write_text("".join(json.dumps(record) + "\n" for record in records))
+    with pytest.raises(RunsError) as caught:
+        load_runs(path)
+    message = str(caught.value)
+    assert "no query left" in message and "'no-logprobs' (all of 3 rows)" in message
+    assert "every model needs a score" in message
+    assert "'small'" not in message and "'big'" not in message
+
+
 HEADER = "query_id,model,correct,cost_usd,conf\n"
 
 

@@ -11,7 +11,9 @@ authorization header), and so is every request whose client went away before the
 Replies (see ``Reply``): an answer with token logprobs of a chosen confidence (honouring
 ``logprobs``/``top_logprobs`` like llama.cpp), with tool calls, without logprobs, a captured
 real llama.cpp body, an HTTP error (5xx, 429 + Retry-After), a slow answer, malformed JSON, and
-streams (SSE, optionally slow per chunk or cut off after N chunks).
+streams (SSE, optionally slow per chunk, cut off after N chunks, or of verbatim events). Every
+stream is recorded with the tokens it wrote before it stopped (``streams``), so tests know what an
+abandoned stream really cost.
 """
 
 from __future__ import annotations
@@ -46,6 +48,8 @@ class Reply:
         chunk_delay_s: pause between streamed chunks.
         break_stream_after: close the connection after this many streamed chunks (no [DONE]).
         ignore_stream: answer with one JSON body even when the request asks for a stream.
+        stream_events: stream exactly these ``data:`` objects (then ``[DONE]``) instead of an answer
+            built from ``content`` (e.g. ``choices: []`` or non-object choices).
     """
 
     status: int = 200
@@ -60,6 +64,7 @@ class Reply:
     chunk_delay_s: float = 0.0
     break_stream_after: int | None = None
     ignore_stream: bool = False
+    stream_events: list[dict[str, Any]] | None = None
 
 
 def ok(content: str = "Paris is the capital of France.", confidence: float | None = 0.99, **kw: Any) -> Reply:
@@ -83,11 +88,26 @@ class RecordedRequest:
     authorization: str | None
 
 
+@dataclass
+class StreamRecord:
+    """What one streamed reply produced: the tokens (content chunks) written before it stopped.
+
+    ``prompt_tokens`` is the prompt count the reply reports in its usage; ``finished`` is whether
+    ``[DONE]`` was written. Tests price these to know the true spend of an abandoned stream.
+    """
+
+    model: str | None
+    prompt_tokens: int
+    completion_tokens: int = 0
+    finished: bool = False
+
+
 class ScriptedUpstream:
     """The server; start() it once, reset() between tests."""
 
     def __init__(self) -> None:
         self.port = 0
+        self.streams: list[StreamRecord] = []
         self.requests: list[RecordedRequest] = []
         self.cancelled: list[str | None] = []
         self.completed: list[str | None] = []
@@ -117,6 +137,7 @@ class ScriptedUpstream:
     def reset(self) -> None:
         """Forget scripts, defaults and recorded requests."""
         with self._lock:
+            self.streams.clear()
             self._scripts.clear()
             self._defaults.clear()
             self.requests.clear()
@@ -237,7 +258,15 @@ class ScriptedUpstream:
     ) -> web.StreamResponse:
         response = web.StreamResponse(headers={"Content-Type": "text/event-stream", **reply.headers})
         await response.prepare(request)
-        chunks = _stream_chunks(request.path, body, reply)
+        record = StreamRecord(model, reply.usage[0])
+        self.streams.append(record)
+        if reply.stream_events is not None:
+            chunks = [b"data: " + orjson.dumps(e) + b"\n\n" for e in reply.stream_events]
+            first_token, tokens = 0, 0
+        else:
+            chunks = _stream_chunks(request.path, body, reply)
+            first_token = 1 if request.path.endswith("/chat/completions") else 0  # after the role chunk
+            tokens = len(_tokens(reply.content))
         for index, chunk in enumerate(chunks):
             if reply.break_stream_after is not None and index >= reply.break_stream_after:
                 request.transport.close()  # type: ignore[union-attr]
@@ -246,7 +275,10 @@ class ScriptedUpstream:
             if reply.chunk_delay_s and index:
                 await asyncio.sleep(reply.chunk_delay_s)
             await response.write(chunk)
+            if first_token <= index < first_token + tokens:
+                record.completion_tokens += 1  # one token per content chunk, as real servers stream
         await response.write(b"data: [DONE]\n\n")
+        record.finished = True
         await response.write_eof()
         self.completed.append(model)
         return response

@@ -1,0 +1,203 @@
+"""The live final stage of a streamed request: relay the upstream's SSE, charge what was streamed.
+
+The cascade engine (gateway.cascade) drives a streamed request as an async iterator of
+client-ready events (``StreamStart``, ``StreamChunk``, ``StreamFailed``); the endpoint only writes
+them. ``LiveRelay`` is the part of that iterator that relays one upstream stream:
+
+* the client's response starts only at the first upstream chunk that carries a choice, so an
+  upstream that answers 200 and then sends nothing usable (``choices: []``, non-object choices,
+  broken JSON, an error event) fails *before* the client saw a byte and can still fall back to
+  the cheap answer (or a 502/504);
+* a failure after the start ends the stream with an SSE ``error`` event (never a silent cut);
+* the stage is charged whenever the upstream accepted the call (HTTP 200), however the stream
+  ends: the upstream's ``usage`` when it arrived, otherwise an estimate of what was streamed
+  (``StreamTally.tokens``). This covers a client that disconnects, an upstream cut, the request
+  deadline and a shutdown alike: the charge is made in a ``finally`` that runs on cancellation.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import AsyncIterator, Callable
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
+
+from gateway.errors import GatewayError
+from gateway.requests import ParsedRequest, positive_int
+from gateway.streaming import DONE, SSE_HEADERS, client_chunk, sse, sse_error, upstream_events
+from gateway.upstream import UpstreamClient, UpstreamFailure, read_completion
+
+if TYPE_CHECKING:
+    from gateway.cascade import CascadeFacts
+
+
+@dataclass(slots=True, frozen=True)
+class StreamStart:
+    """Start the 200 SSE response with these headers (SSE headers and the ``x-cascade-*`` facts)."""
+
+    headers: list[tuple[bytes, bytes]]
+
+
+@dataclass(slots=True, frozen=True)
+class StreamChunk:
+    """Bytes of the SSE body; ``last`` ends the response."""
+
+    data: bytes
+    last: bool = False
+
+
+@dataclass(slots=True, frozen=True)
+class StreamFailed:
+    """The stream failed after it started: end it with this error as an SSE ``error`` event."""
+
+    error: GatewayError
+
+    @property
+    def data(self) -> bytes:
+        """The SSE ``error`` event (OpenAI error body) that ends the response."""
+        return sse_error(self.error)
+
+
+StreamEvent = StreamStart | StreamChunk | StreamFailed
+
+
+@dataclass(slots=True, frozen=True)
+class WholeAnswer:
+    """The upstream ignored ``stream`` and sent one JSON completion (the engine replays it)."""
+
+    body: dict[str, Any]
+
+
+class StreamTally:
+    """What one live stage consumed, for charging it however it ends.
+
+    The charge is the upstream's ``usage`` when the stream delivered it. Otherwise (the stream
+    ended early, or the upstream never sends usage) it is an estimate that errs high:
+
+    * prompt: ``prompt_bound`` tokens, one per byte of the upstream request body (the bound the
+      spend reservation uses). The upstream has read the whole prompt before the first chunk and
+      the gateway has no tokenizer, so it charges the bound rather than a guess that may fall short;
+    * completion: one token per upstream chunk that carries output (text, content, a tool-call or
+      refusal delta), or the chunk's number of logprob entries when larger. OpenAI-compatible
+      servers stream one token per chunk. Every chunk read from the upstream counts, including
+      one received but not yet written to a client that has gone.
+    """
+
+    __slots__ = ("completion_tokens", "prompt_bound", "usage")
+
+    def __init__(self, prompt_bound: int):
+        self.prompt_bound = prompt_bound
+        self.completion_tokens = 0
+        self.usage: dict[str, Any] | None = None
+
+    def observe(self, event: dict[str, Any]) -> None:
+        """Count one upstream chunk (and keep its ``usage``, if it has one)."""
+        usage = event.get("usage")
+        if isinstance(usage, dict):
+            self.usage = usage
+        choices = event.get("choices")
+        if isinstance(choices, list):
+            self.completion_tokens += sum(_chunk_tokens(c) for c in choices if isinstance(c, dict))
+
+    def tokens(self) -> tuple[int, int]:
+        """(prompt, completion) tokens to charge."""
+        usage = self.usage or {}
+        prompt = positive_int(usage.get("prompt_tokens")) if "prompt_tokens" in usage else self.prompt_bound
+        return prompt, max(positive_int(usage.get("completion_tokens")), self.completion_tokens)
+
+
+def _chunk_tokens(choice: dict[str, Any]) -> int:
+    delta = choice.get("delta")
+    part = delta if isinstance(delta, dict) else choice
+    carries = any(part.get(k) for k in ("content", "text", "tool_calls", "refusal", "reasoning_content"))
+    logprobs = choice.get("logprobs")
+    entries = 0
+    if isinstance(logprobs, dict):
+        listed = logprobs.get("content") or logprobs.get("tokens")
+        entries = len(listed) if isinstance(listed, list) else 0
+    return max(1, entries) if carries or entries else 0
+
+
+class LiveRelay:
+    """Relays one upstream stream as client events and charges it (see the module docstring)."""
+
+    def __init__(
+        self,
+        client: UpstreamClient,
+        request: ParsedRequest,
+        facts: CascadeFacts,
+        charge: Callable[[CascadeFacts, str, dict[str, int]], None],
+        started: float,
+    ):
+        """``charge(facts, model, usage)`` accounts one call; ``started`` is the request's perf_counter."""
+        self._client = client
+        self._request = request
+        self._facts = facts
+        self._charge = charge
+        self._started = started
+
+    def _overhead_ms(self, running_s: float = 0.0) -> float:
+        """Gateway time so far: all but the finished upstream calls and ``running_s`` of this one."""
+        return (time.perf_counter() - self._started - self._facts.upstream_s - running_s) * 1000
+
+    async def events(self, body: bytes, deadline: float) -> AsyncIterator[StreamEvent | WholeAnswer]:
+        """Client events of the stream ``body`` asks for; UpstreamFailure only before the start."""
+        model, request, facts = self._client.name, self._request, self._facts
+        facts.models_called.append(model)
+        tally = StreamTally(len(body))
+        accepted = started = done = False
+        t0 = time.monotonic()
+
+        def finish() -> None:
+            """Stop the upstream clock and charge the stage (once; only if the upstream accepted it)."""
+            nonlocal done
+            if done:
+                return
+            done = True
+            facts.upstream_s += time.monotonic() - t0
+            if accepted:
+                prompt, completion = tally.tokens()
+                self._charge(facts, model, {"prompt_tokens": prompt, "completion_tokens": completion})
+
+        try:
+            async with self._client.stream(request.kind, body, deadline) as response:
+                accepted = True
+                if response.content_type == "application/json":
+                    complete = await read_completion(response, model)
+                    usage = complete.get("usage")
+                    tally.usage = usage if isinstance(usage, dict) else None
+                    finish()
+                    facts.answered_by = model
+                    yield WholeAnswer(complete)
+                    return
+                held: dict[str, Any] | None = None
+                async for event in upstream_events(response, model):
+                    tally.observe(event)
+                    if not started:
+                        if not event.get("choices"):
+                            continue  # nothing for the client yet (a usage-only or empty chunk)
+                        started = True
+                        facts.answered_by = model
+                        overhead_ms = self._overhead_ms(time.monotonic() - t0)
+                        yield StreamStart([*SSE_HEADERS, *facts.headers(overhead_ms)])
+                    elif not event.get("choices") and not request.include_usage:
+                        continue
+                    client_chunk(event, model, request)
+                    if held is not None:
+                        yield StreamChunk(sse(held))
+                    held = event
+                if held is None:
+                    raise UpstreamFailure(model, "malformed", "stream carried no choices")
+                finish()
+                held["cascade"] = facts.as_dict(self._overhead_ms())
+                yield StreamChunk(sse(held) + DONE, last=True)
+        except UpstreamFailure as failure:
+            if not started:
+                raise  # the engine falls back to the cheap answer or answers with an HTTP error
+            finish()
+            facts.failures.append(failure.kind)
+            facts.outcome = "error"
+            yield StreamFailed(failure.to_gateway_error())
+        finally:
+            # Every ending passes here: done, failed, client gone, deadline, shutdown (cancellation).
+            finish()

@@ -1,0 +1,319 @@
+"""Real processes for the streaming, shutdown, deadline and malformed-answer reliability tests.
+
+* ``scripted_upstream()``: the fault-injecting scripted upstream (tests/gateway/scripted_upstream.py)
+  on a loopback port, in this process's thread; it records what every stream really produced.
+* ``GatewayProcess``: ``cascade serve`` as a subprocess (its own uvicorn, signals, exit status),
+  with a config written by ``write_config`` (per-token prices for every model, so a stream's cost
+  depends on its tokens), client key ``KEY``, a spend limit, and the real Redis at 127.0.0.1:6379
+  under a private key prefix. Its stderr (JSON lines) is kept in a file and parsed by ``logs()``.
+* Money: ``Prices`` prices tokens like the gateway's config; ``spend_usd`` reads the key's Redis
+  spend counters; ``true_spend_usd`` prices what the scripted upstream actually produced.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import signal
+import socket
+import subprocess
+import sys
+import time
+import uuid
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import httpx
+import orjson
+import redis
+import yaml
+from prometheus_client.parser import text_string_to_metric_families
+
+from policies import build_policy, save_policy
+from tests.gateway.gateway_testkit import POLICY_DOCUMENT
+from tests.gateway.scripted_upstream import ScriptedUpstream
+
+REDIS_URL = "redis://127.0.0.1:6379/0"
+KEY = "sk-reliability-stream"
+CASCADE = str(Path(sys.executable).with_name("cascade"))
+NANO_PER_USD = 1_000_000_000
+MESSAGES = [{"role": "user", "content": "Tell me a long story about the capital of France."}]
+
+# USD per million tokens (input, output): every model priced per token, the final one dearest.
+PRICES: dict[str, tuple[float, float]] = {"small": (1.0, 2.0), "medium": (2.0, 4.0), "large": (10.0, 30.0)}
+UPSTREAM_IDS = {"small": "up-small", "medium": "up-medium", "large": "up-large"}
+
+
+def price_usd(model: str, prompt_tokens: int, completion_tokens: int) -> float:
+    """What the config's price charges for one call of ``model``."""
+    per_in, per_out = PRICES[model]
+    return (prompt_tokens * per_in + completion_tokens * per_out) / 1e6
+
+
+def worst_case_usd(route: list[str], body: dict[str, Any], completion_cap: int) -> float:
+    """One request's worst case as the spend contract defines it: every model of the route called
+    with one prompt token per byte of the request body and ``completion_cap`` completion tokens."""
+    body_bytes = len(orjson.dumps(body))
+    return sum(price_usd(m, body_bytes, completion_cap) for m in route)
+
+
+def free_port() -> int:
+    """A free TCP port on loopback."""
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return int(sock.getsockname()[1])
+
+
+@contextlib.contextmanager
+def scripted_upstream() -> Iterator[ScriptedUpstream]:
+    """A started scripted upstream, stopped afterwards."""
+    server = ScriptedUpstream()
+    server.start()
+    try:
+        yield server
+    finally:
+        server.stop()
+
+
+def write_config(
+    directory: Path,
+    upstream_url: str,
+    *,
+    limit_usd: float | None = None,
+    request_timeout_s: float = 30.0,
+    shutdown_grace_s: float | None = None,
+    allow_degraded: bool = True,
+) -> Path:
+    """A gateway YAML (and its policy file) in ``directory``; returns the YAML's path."""
+    name = uuid.uuid4().hex[:6]
+    policy = directory / f"policy-{name}.json"  # one per config: a shared file would be hot-reloaded
+    save_policy(build_policy({**POLICY_DOCUMENT, "allow_degraded": allow_degraded}), policy)
+    models = {
+        name: {
+            "base_url": upstream_url,
+            "model": UPSTREAM_IDS[name],
+            "timeout_s": 5,
+            "max_retries": 0,
+            "price": {"input_per_mtok": per_in, "output_per_mtok": per_out},
+        }
+        for name, (per_in, per_out) in PRICES.items()
+    }
+    limits: dict[str, Any] = {"request_timeout_s": request_timeout_s}
+    if shutdown_grace_s is not None:
+        limits["shutdown_grace_s"] = shutdown_grace_s
+    document = {
+        "models": models,
+        "policy": policy.name,
+        "redis_url": REDIS_URL,
+        "budgets": {"limit_usd": limit_usd, "window_s": 86400},
+        "limits": limits,
+        "logging": {"level": "info"},
+    }
+    config = directory / f"gateway-{name}.yaml"
+    config.write_text(yaml.safe_dump(document))
+    return config
+
+
+@dataclass
+class ReadStream:
+    """What a client read from one streamed response."""
+
+    status: int
+    headers: dict[str, str]
+    events: list[dict[str, Any]]  # parsed ``data:`` objects
+    errors: list[dict[str, Any]]  # parsed ``event: error`` data
+    done: bool  # ``data: [DONE]`` arrived
+
+    @property
+    def text(self) -> str:
+        """The streamed answer text (chat deltas)."""
+        out = []
+        for event in self.events:
+            for choice in event.get("choices") or ():
+                out.append((choice.get("delta") or {}).get("content") or "")
+        return "".join(out)
+
+
+class GatewayProcess:
+    """``cascade serve`` as a real subprocess, against the real Redis under a private prefix."""
+
+    def __init__(self, config: Path, *, prefix: str | None = None):
+        self.config = config
+        self.prefix = prefix or f"cascade-rel-{uuid.uuid4().hex[:12]}"
+        self.port = free_port()
+        self.url = f"http://127.0.0.1:{self.port}"
+        self.log_path = config.with_suffix(".log")
+        env = {k: v for k, v in os.environ.items() if not k.startswith("CASCADE_")}
+        env.update(CASCADE_API_KEYS=KEY, CASCADE_REDIS_PREFIX=self.prefix)
+        self._log = self.log_path.open("wb")
+        self.process = subprocess.Popen(
+            [CASCADE, "serve", "--config", str(config), "--port", str(self.port)],
+            env=env,
+            stdout=subprocess.DEVNULL,
+            stderr=self._log,
+        )
+        self._wait_healthy()
+
+    def _wait_healthy(self) -> None:
+        end = time.monotonic() + 30
+        while True:
+            try:
+                if httpx.get(self.url + "/healthz", timeout=1).status_code == 200:
+                    return
+            except httpx.TransportError:
+                pass
+            if self.process.poll() is not None:
+                raise RuntimeError(f"cascade serve exited: {self.log_path.read_text()[-2000:]}")
+            if time.monotonic() > end:
+                raise RuntimeError("cascade serve did not come up")
+            time.sleep(0.05)
+
+    # -- clients -----------------------------------------------------------------------------------
+
+    def headers(self) -> dict[str, str]:
+        """The client key's authorization header."""
+        return {"authorization": f"Bearer {KEY}"}
+
+    def post(self, body: dict[str, Any], path: str = "/v1/chat/completions") -> httpx.Response:
+        """A whole (non-streamed or fully read) response."""
+        return httpx.post(self.url + path, json=body, headers=self.headers(), timeout=30)
+
+    def stream(self, body: dict[str, Any], *, stop_after: int | None = None) -> ReadStream:
+        """Stream ``body``; with ``stop_after``, abandon the stream (close the connection) after that
+        many ``data:`` events, as a client that goes away mid-answer."""
+        events: list[dict[str, Any]] = []
+        errors: list[dict[str, Any]] = []
+        done = False
+        with httpx.stream(
+            "POST", self.url + "/v1/chat/completions", json=body, headers=self.headers(), timeout=30
+        ) as response:
+            if response.status_code != 200:
+                response.read()
+                return ReadStream(response.status_code, dict(response.headers), [], [], False)
+            event_name = None
+            for line in response.iter_lines():
+                if line.startswith("event:"):
+                    event_name = line[6:].strip()
+                elif line.startswith("data:"):
+                    payload = line[5:].strip()
+                    if payload == "[DONE]":
+                        done = True
+                    elif event_name == "error":
+                        errors.append(orjson.loads(payload))
+                    else:
+                        events.append(orjson.loads(payload))
+                    event_name = None
+                    if stop_after is not None and len(events) >= stop_after:
+                        break  # leaving the block closes the connection mid-stream
+            return ReadStream(response.status_code, dict(response.headers), events, errors, done)
+
+    # -- observations ------------------------------------------------------------------------------
+
+    def samples(self) -> dict[tuple[str, tuple[tuple[str, str], ...]], float]:
+        """Every sample of ``/metrics`` (parsed with prometheus_client's parser)."""
+        text = httpx.get(self.url + "/metrics", timeout=5).text
+        return {
+            (s.name, tuple(sorted(s.labels.items()))): s.value
+            for family in text_string_to_metric_families(text)
+            for s in family.samples
+        }
+
+    def sample(self, name: str, **labels: str) -> float:
+        """One sample's value (0.0 when absent)."""
+        wanted = tuple(sorted(labels.items()))
+        return self.samples().get((name, wanted), 0.0)
+
+    def logs(self) -> list[dict[str, Any]]:
+        """The JSON log lines of stderr, parsed."""
+        return [orjson.loads(line) for line in self._lines() if line.startswith(b"{")]
+
+    def plain_lines(self) -> list[str]:
+        """The stderr lines that are not JSON (the CLI's start banner, anything else is a defect)."""
+        return [line.decode() for line in self._lines() if line.strip() and not line.startswith(b"{")]
+
+    def _lines(self) -> list[bytes]:
+        self._log.flush()
+        return self.log_path.read_bytes().splitlines()
+
+    def request_logs(self) -> list[dict[str, Any]]:
+        """The per-request log lines."""
+        return [line for line in self.logs() if line.get("event") == "request"]
+
+    def wait_for_requests(self, count: int, timeout_s: float = 10.0) -> list[dict[str, Any]]:
+        """Wait until ``count`` requests have been logged (their spend is settled before the line)."""
+        end = time.monotonic() + timeout_s
+        while True:
+            lines = self.request_logs()
+            if len(lines) >= count or time.monotonic() > end:
+                return lines
+            time.sleep(0.05)
+
+    def spend_usd(self) -> float:
+        """The client key's spend counters in Redis (spent + still reserved), in USD."""
+        client = redis.Redis.from_url(REDIS_URL)
+        try:
+            keys = list(client.scan_iter(match=f"{self.prefix}:spend:*", count=1000))
+            return sum(int(client.get(k) or 0) for k in keys) / NANO_PER_USD
+        finally:
+            client.close()
+
+    # -- lifecycle ---------------------------------------------------------------------------------
+
+    def terminate(self) -> None:
+        """SIGTERM, as an orchestrator stopping the replica."""
+        self.process.send_signal(signal.SIGTERM)
+
+    def wait(self, timeout_s: float) -> int:
+        """The exit status, waiting up to ``timeout_s``."""
+        return self.process.wait(timeout_s)
+
+    def close(self) -> None:
+        """Stop the process (if still running), close the log, delete the Redis keys."""
+        if self.process.poll() is None:
+            self.process.send_signal(signal.SIGINT)
+            try:
+                self.process.wait(15)
+            except subprocess.TimeoutExpired:
+                self.process.kill()
+                self.process.wait(5)
+        self._log.close()
+        client = redis.Redis.from_url(REDIS_URL)
+        try:
+            doomed = list(client.scan_iter(match=f"{self.prefix}:*", count=1000))
+            if doomed:
+                client.delete(*doomed)
+        finally:
+            client.close()
+
+
+@contextlib.contextmanager
+def gateway_process(config: Path) -> Iterator[GatewayProcess]:
+    """A running ``cascade serve`` for ``config``, stopped and cleaned up afterwards."""
+    process = GatewayProcess(config)
+    try:
+        yield process
+    finally:
+        process.close()
+
+
+def true_spend_usd(upstream: ScriptedUpstream, small_calls: int, small_usage: tuple[int, int]) -> float:
+    """What the upstream really produced: ``small_calls`` scored calls of ``small_usage`` tokens
+    plus every recorded stream (its prompt and the tokens it wrote before it stopped)."""
+    total = small_calls * price_usd("small", *small_usage)
+    model_of = {v: k for k, v in UPSTREAM_IDS.items()}
+    for record in upstream.streams:
+        total += price_usd(model_of[record.model or ""], record.prompt_tokens, record.completion_tokens)
+    return total
+
+
+def prompt_bound_excess_usd(upstream: ScriptedUpstream, model: str, prompt_tokens: int) -> float:
+    """How much charging ``model``'s streamed calls their prompt bound (one token per byte of the
+    upstream request) exceeds charging their true ``prompt_tokens``: the estimate's documented
+    margin when a stream ends before its usage arrives."""
+    return sum(
+        price_usd(model, len(orjson.dumps(call.body)) - prompt_tokens, 0)
+        for call in upstream.calls(UPSTREAM_IDS[model])
+        if call.body.get("stream")
+    )
