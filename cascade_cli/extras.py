@@ -33,6 +33,7 @@ COMMAND_EXTRAS: dict[str, tuple[str, ...]] = {
     "calibrate": ("calibrate",),
     "evaluate": ("calibrate",),
     "collect": ("collect",),
+    "replay": ("collect",),
     "models": ("local",),
     "demo": ("gateway", "local"),
 }
