@@ -46,7 +46,7 @@ from processes import (  # noqa: E402
     write_gateway_config,
     write_policy,
 )
-from scripted_upstream import ScriptedUpstream, ok  # noqa: E402
+from scripted_upstream import Produced, ScriptedUpstream, ok  # noqa: E402
 
 MESSAGES = [{"role": "user", "content": "Name the capital of France and one fact about it."}]
 LONG = " ".join(f"word{i}" for i in range(40))  # 40 streamed chunks
@@ -187,6 +187,9 @@ def main() -> None:
                         counters += int(client.get(name) or 0)
                 pending = sum(int(client.hlen(n)) for n in client.scan_iter(match="cascade:spend:*:pending"))
             true_usd = true_cost_usd(list(upstream.produced))
+            # Streams that ended before [DONE] (client aborts): priced at what the upstream wrote.
+            cut = [s for s in upstream.streams if not s.finished]
+            cut_usd = true_cost_usd(Produced(s.model, s.prompt_tokens, s.completion_tokens) for s in cut)
             summary = {
                 "minutes": round(elapsed / 60, 2),
                 "requests": sum(outcomes.values()),
@@ -198,6 +201,11 @@ def main() -> None:
                 "spend_counter_usd": counters / NANO_PER_USD,
                 "upstream_completed_usd": round(true_usd, 9),
                 "counter_minus_completed_usd": round(counters / NANO_PER_USD - true_usd, 9),
+                "upstream_cut_streams": len(cut),
+                "upstream_cut_streams_usd": round(cut_usd, 9),
+                # Money check: never short of the true spend (completed + cut streams); the excess is
+                # the documented over-charge of a cut stream's prompt (one token per request byte).
+                "counter_minus_true_usd": round(counters / NANO_PER_USD - true_usd - cut_usd, 9),
                 "upstream_cancelled_calls": len(upstream.cancelled),
                 "pending_reservations": pending,
                 "spend_fallbacks": replica.sample("cascade_spend_fallback_total", reason="timeout")
