@@ -31,6 +31,10 @@ def admin_router(state: SharedState) -> APIRouter:
             raise PolicyReloadFailedError(f"{exc}; still serving {_id(previous)}") from exc
         except PolicySourceUnavailableError as exc:
             raise PolicySourceDownError(f"{exc}; still serving {_id(previous)}") from exc
+        except Exception as exc:  # the store turns every failure into the two above; never a 500
+            raise PolicyReloadFailedError(
+                f"policy reload failed ({type(exc).__name__}); still serving {_id(previous)}"
+            ) from exc
         return {
             "policy_id": policy.policy_id,
             "previous_policy_id": previous.policy_id if previous else None,

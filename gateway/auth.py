@@ -2,8 +2,10 @@
 
 Client keys come from the environment variable named by ``auth.api_keys_env`` (comma-separated) and,
 with Redis, from the hash ``{prefix}:keys`` (sha256(key) -> JSON ``{"name", "limit_usd"}``), which
-``cascade keys add`` fills. With no key anywhere the gateway is open, and says so once in the log.
-Once any key exists the gateway requires one; it does not reopen by itself if keys are later removed.
+``cascade keys add`` fills. With no key anywhere the gateway is open only if the config says so
+(``auth.open: true``, logged once at start); otherwise an empty key store refuses every request
+with 401 and says why in the log, so a Redis that lost its data never opens the gateway. Once any
+key exists the gateway requires one; it does not reopen by itself if keys are later removed.
 """
 
 from __future__ import annotations
@@ -81,6 +83,7 @@ class Authenticator:
         admin_key_env: str | None = None,
         cache_ttl_s: float = 5.0,
         clock: Callable[[], float] = time.monotonic,
+        allow_open: bool = False,
     ):
         self._static = {hash_key(k): ClientIdentity(key_id_of(hash_key(k)), default_limit_usd)
                         for k in env_keys}
@@ -97,11 +100,13 @@ class Authenticator:
         # Whether a key is required; sticky once True. None = not known yet (Redis never answered).
         self._closed: bool | None = True if self._static else (False if redis is None else None)
         self._closed_checked_at = float("-inf")
+        self._allow_open = allow_open
+        self._empty_logged_at = float("-inf")
 
     @property
     def is_open(self) -> bool:
-        """True while no client key is configured anywhere (requests need no key)."""
-        return self._closed is False
+        """True while the config allows an open gateway and no client key exists anywhere."""
+        return self._allow_open and self._closed is False
 
     async def start(self) -> None:
         """Find out whether keys exist and log once if the gateway is open."""
@@ -110,7 +115,11 @@ class Authenticator:
             where = f"${self._api_keys_env} unset" if self._api_keys_env else "no api_keys_env"
             if self._redis is not None:
                 where += f", Redis hash {self._keys.client_keys} empty"
-            log.warning("no client API keys configured (%s): the gateway is OPEN to every caller", where)
+            if self._allow_open:
+                log.warning("no client API keys configured (%s) and auth.open is true: the gateway is "
+                            "OPEN to every caller", where)
+            else:
+                self._log_empty_store(where)
         elif self._closed is None:
             log.warning("client keys unknown until Redis answers; requests are refused meanwhile")
         if self._admin_hash is None:
@@ -119,10 +128,12 @@ class Authenticator:
     async def authenticate(self, authorization: str | None) -> ClientIdentity:
         """The caller's identity from its Authorization header; AuthenticationError (401) if refused."""
         await self._refresh_closed()
-        if self._closed is False:
-            return ANONYMOUS  # open gateway: no key exists, so any or no key is fine
+        if self.is_open:
+            return ANONYMOUS  # open by config and no key exists: any or no key is fine
         token = bearer_token(authorization)
         if token is None:
+            if self._closed is False:
+                self._log_empty_store("key store empty")
             raise AuthenticationError(
                 "Missing API key: send it as 'Authorization: Bearer <key>'.", code="missing_api_key"
             )
@@ -130,7 +141,30 @@ class Authenticator:
         identity = self._static.get(key_hash) or await self._lookup(key_hash)
         if identity is not None:
             return identity
+        if self._closed is False:  # no key exists at all and the config does not allow open
+            self._log_empty_store("key store empty")
         raise AuthenticationError("Incorrect API key provided.")
+
+    def is_admin(self, authorization: str | None) -> bool:
+        """Whether the header carries the admin key (False when no admin key is configured)."""
+        try:
+            self.check_admin(authorization)
+        except AuthenticationError:
+            return False
+        return True
+
+    def _log_empty_store(self, where: str) -> None:
+        """Say (at most once a minute) why every request is refused."""
+        now = self._clock()
+        if now - self._empty_logged_at < 60.0:
+            return
+        self._empty_logged_at = now
+        log.warning(
+            "no client API keys configured (%s) and auth.open is false: every request is refused "
+            "with 401 until a key exists (`cascade keys add`, $%s) or the config sets auth.open: true",
+            where,
+            self._api_keys_env or "CASCADE_API_KEYS",
+        )
 
     def check_admin(self, authorization: str | None) -> None:
         """Raise AuthenticationError unless the header carries the admin key."""
@@ -205,6 +239,7 @@ def authenticator_from_env(
     default_limit_usd: float | None,
     redis: Redis | None,
     keys: RedisKeys,
+    allow_open: bool = False,
 ) -> Authenticator:
     """An Authenticator reading keys from the named environment variables (at call time)."""
     return Authenticator(
@@ -215,4 +250,5 @@ def authenticator_from_env(
         keys=keys,
         api_keys_env=api_keys_env,
         admin_key_env=admin_key_env,
+        allow_open=allow_open,
     )

@@ -9,6 +9,7 @@ import typer
 
 from cascade_cli.failure import fail
 from gateway.policy_cli import register as register_policy
+from gateway.redis_keys import redact_url
 
 # `cascade serve` exits 2 on a config it cannot start with (README, "Serve").
 _CONFIG_ERROR = 2
@@ -27,7 +28,7 @@ def serve(
     host: Annotated[str, typer.Option("--host", help="interface to listen on")] = "127.0.0.1",
     port: Annotated[int, typer.Option("--port", "-p", min=1, max=65535, help="TCP port to listen on")] = 8000,
 ) -> None:
-    """Serve the OpenAI-compatible cascade gateway (one process, uvloop + httptools)."""
+    """Serve the OpenAI-compatible cascade gateway (one process, uvloop + httptools, JSON-lines logs)."""
     from gateway.config import ConfigError, Settings
 
     try:
@@ -40,9 +41,14 @@ def serve(
             code=_CONFIG_ERROR,
         )
 
+    from gateway.logs import configure_logging, log_event
     from gateway.server import run
 
-    typer.echo(
-        f"cascade gateway on http://{host}:{port}/v1 (config {config}, policy {settings.policy})", err=True
+    configure_logging(settings.logging.level)
+    log_event(
+        "serving",
+        url=f"http://{host}:{port}/v1",
+        config=str(config),
+        policy=settings.policy if not settings.policy_is_redis else redact_url(settings.policy),
     )
     run(settings, host, port)

@@ -59,10 +59,16 @@ class ModelConfig(_Section):
 
 
 class AuthConfig(_Section):
-    """Where client and admin keys come from (env var names; unset variables = open gateway)."""
+    """Where client and admin keys come from (env var names), and whether no key at all means open.
+
+    ``open: true`` serves every caller while no client key exists anywhere; with ``open: false``
+    (the default) an empty key store refuses every request (401), so losing Redis's data never
+    opens the gateway by accident.
+    """
 
     api_keys_env: str | None = "CASCADE_API_KEYS"
     admin_key_env: str | None = "CASCADE_ADMIN_KEY"
+    open: bool = False
 
 
 class BudgetConfig(_Section):
@@ -81,6 +87,9 @@ class LimitsConfig(_Section):
         20.0,
         ge=0,
         description="on SIGTERM/SIGINT, how long in-flight requests may finish before open ones are ended",
+    )
+    header_timeout_s: float = Field(
+        10.0, gt=0, description="a request's line and headers must arrive within this (slowloris guard)"
     )
 
 

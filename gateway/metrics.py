@@ -89,6 +89,12 @@ class GatewayMetrics:
             "Policy loads that failed (last good policy kept).",
             registry=r,
         )
+        self.upstream_up = Gauge(
+            "cascade_upstream_up",
+            "1 if the upstream answered the last background probe (GET /models, status < 500), else 0.",
+            ["model"],
+            registry=r,
+        )
         self.redis_up: Gauge | None = None
         if with_redis:
             self.redis_up = Gauge(

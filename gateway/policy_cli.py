@@ -47,15 +47,32 @@ def push_policy(client: Any, policy_path: Path, keys: RedisKeys) -> tuple[str, i
 
     try:
         policy = load_policy(policy_path)
-        check_servable(policy, None)
+        check_servable(policy, None)  # includes the content-hash check of policy_id
     except PolicyError as exc:
         raise CliError(str(exc)) from exc
+    # INCR on a value that is not an integer fails *inside* MULTI/EXEC after SET already applied,
+    # so check first: a corrupt version (hand edit, stray SET) restarts at 1. Replicas compare the
+    # stored content too, so they still switch.
+    stored = client.get(keys.policy_version)
+    corrupt = stored is not None and not _is_integer(stored)
     pipe = client.pipeline(transaction=True)
     pipe.set(keys.policy_current, dump_policy(policy))
-    pipe.incr(keys.policy_version)
-    _, version = pipe.execute()
+    if corrupt:
+        pipe.set(keys.policy_version, 1)
+    else:
+        pipe.incr(keys.policy_version)
+    results = pipe.execute()
+    version = 1 if corrupt else int(results[1])
     client.publish(keys.policy_updates, str(version))
-    return policy.policy_id, int(version)
+    return policy.policy_id, version
+
+
+def _is_integer(value: str) -> bool:
+    try:
+        int(value)
+    except ValueError:
+        return False
+    return True
 
 
 def read_policy(client: Any, keys: RedisKeys) -> tuple[dict[str, Any], int | None]:
@@ -138,6 +155,10 @@ def _run(action: Any) -> Any:
         fail(str(exc))
     except (redis.RedisError, OSError) as exc:
         fail(f"redis: {exc}")
+    except (typer.Exit, typer.Abort):
+        raise
+    except Exception as exc:  # never a traceback for an operator's command: one line, exit 1
+        fail(f"unexpected {type(exc).__name__}: {' '.join(str(exc).split())[:300]}")
 
 
 policy_app = typer.Typer(help="Push and inspect the policy served from Redis.", no_args_is_help=True)

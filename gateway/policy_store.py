@@ -1,8 +1,11 @@
 """Where the served policy comes from: a watched file, or Redis with pub/sub hot reload.
 
 Both sources keep the **last good policy**: a new policy that does not parse, does not validate or
-cannot be served by this gateway (scorer ``external``, a route to a model the config lacks) is
-rejected, logged and counted, and the previous one stays in service (docs/contracts.md#faults).
+cannot be served by this gateway (scorer ``external``, a route to a model the config lacks, a
+``policy_id`` that is not its content hash) is rejected, logged and counted, and the previous one
+stays in service (docs/contracts.md#faults). No failure stops a watcher: whatever goes wrong while
+reading a source (corrupt content, a corrupt version key, a bug) is caught, logged, counted once per
+distinct cause and shown in ``status()``, and the watcher keeps watching.
 """
 
 from __future__ import annotations
@@ -20,7 +23,7 @@ from redis.asyncio import Redis
 from redis.exceptions import RedisError
 
 from gateway.redis_keys import RedisKeys
-from policies import Policy, PolicyError, PolicyInvalidError, parse_policy
+from policies import Policy, PolicyError, PolicyInvalidError, check_content_hash, parse_policy
 
 log = logging.getLogger("cascade.policy")
 
@@ -38,8 +41,10 @@ def check_servable(policy: Policy, known_models: Collection[str] | None) -> None
     """Raise PolicyInvalidError if this gateway cannot serve ``policy``.
 
     ``known_models`` are the model names of the gateway config; every model a tier or envelope point
-    routes to must be one of them (None skips that check).
+    routes to must be one of them (None skips that check). The ``policy_id`` must be the content
+    hash (a policy edited after it was stamped is refused: its id would name other content).
     """
+    check_content_hash(policy, f"policy {policy.policy_id}")
     if policy.scorer.name == "external":
         raise PolicyInvalidError(
             f"policy {policy.policy_id}: scorer 'external' is a precomputed score the gateway cannot "
@@ -61,6 +66,7 @@ class PolicyStore:
     """The current policy and its reload history; subclasses say where policies come from."""
 
     kind = "none"
+    retry_interval_s = 0.5
 
     def __init__(
         self,
@@ -80,13 +86,37 @@ class PolicyStore:
         self._on_failure = on_failure
         self._known_models = known_models
         self._task: asyncio.Task[None] | None = None
+        self._last_failure: str | None = None  # counted once until something succeeds or changes
 
     async def start(self) -> None:
-        """Load the initial policy (a failure is recorded, not raised) and start watching."""
-        # A failure is recorded by reload(); readiness reports "no policy" until a good one arrives.
-        with contextlib.suppress(PolicyError):
+        """Load the initial policy (a failure is recorded, never raised) and start watching.
+
+        A replica that starts against a bad source starts anyway: not ready (no policy) until a
+        good one arrives, instead of failing to start.
+        """
+        await self._reload_quietly()
+        self._task = asyncio.create_task(self._watch_forever(), name=f"policy-watch-{self.kind}")
+
+    async def _reload_quietly(self) -> None:
+        """reload(), with every failure recorded (PolicyError already is) instead of raised."""
+        try:
             await self.reload()
-        self._task = asyncio.create_task(self._watch(), name=f"policy-watch-{self.kind}")
+        except PolicyError:
+            pass  # recorded by reload()
+        except Exception as exc:  # a bug or an unforeseen input: recorded, never fatal
+            self._record_failure(_describe(exc), unexpected=True)
+
+    async def _watch_forever(self) -> None:
+        """Run ``_watch``; if it ever raises, record why and start it again after a pause."""
+        while True:
+            try:
+                await self._watch()
+                return  # a source without a watch loop
+            except asyncio.CancelledError:
+                raise
+            except Exception as exc:
+                self._record_failure(f"policy watcher failed: {_describe(exc)}", unexpected=True)
+                await asyncio.sleep(self.retry_interval_s)
 
     async def close(self) -> None:
         """Stop watching."""
@@ -112,6 +142,7 @@ class PolicyStore:
             "reloads": self.reloads,
             "reload_failures": self.reload_failures,
             "last_error": self.last_error,
+            "watching": self._task is not None and not self._task.done(),
         }
 
     def _install(self, raw: bytes | str, where: str) -> Policy:
@@ -122,10 +153,15 @@ class PolicyStore:
         except PolicyInvalidError as exc:
             self._record_failure(str(exc))
             raise
+        except Exception as exc:  # e.g. RecursionError from a pathological document
+            message = f"{where}: cannot be read as a policy ({_describe(exc)})"
+            self._record_failure(message, unexpected=True)
+            raise PolicyInvalidError(message) from exc
         previous = self.current
         self.current = policy
         self.loaded_at = time.time()
         self.last_error = None
+        self._last_failure = None
         if previous is None or previous.policy_id != policy.policy_id:
             self.reloads += 1
             log.info("policy %s loaded from %s", policy.policy_id, where)
@@ -136,11 +172,17 @@ class PolicyStore:
                     log.exception("policy-loaded hook failed")
         return policy
 
-    def _record_failure(self, message: str) -> None:
-        self.reload_failures += 1
+    def _record_failure(self, message: str, *, unexpected: bool = False) -> None:
+        """Show ``message`` in status(); log and count it unless it repeats the previous failure."""
         self.last_error = message
+        if message == self._last_failure:
+            return  # the same cause seen again (a resync): counted and logged once
+        self._last_failure = message
+        self.reload_failures += 1
         kept = self.current.policy_id if self.current else "none"
-        log.warning("policy rejected, keeping last good policy (%s): %s", kept, message)
+        log.warning(
+            "policy rejected, keeping last good policy (%s): %s", kept, message, exc_info=unexpected or None
+        )
         if self._on_failure is not None:
             try:
                 self._on_failure(message)
@@ -190,19 +232,23 @@ class FilePolicyStore(PolicyStore):
             if signature == self._seen:
                 continue
             # A failure is recorded; _seen now holds this signature, so it is counted once per change.
-            with contextlib.suppress(PolicyError):
-                await self.reload()
+            await self._reload_quietly()
 
 
 class RedisPolicyStore(PolicyStore):
     """The policy at ``{prefix}:policy:current``, versioned, hot-reloaded through pub/sub.
 
     ``cascade policy push`` SETs the JSON and INCRs ``{prefix}:policy:version`` in one transaction,
-    then PUBLISHes the version on ``{prefix}:policy:updates``. Every replica subscribes and reloads on
-    a message; it also compares the version every ``resync_interval_s`` seconds, because pub/sub
-    delivers at most once and a replica that was disconnected would miss the message. While Redis is
-    unreachable the last good policy keeps being served and ``redis_up`` is False; on reconnection
-    the replica catches up with whatever was pushed meanwhile.
+    then PUBLISHes the version on ``{prefix}:policy:updates``. Every replica subscribes and re-reads
+    on a message; it also re-reads every ``resync_interval_s`` seconds, because pub/sub delivers at
+    most once and a replica that was disconnected would miss the message.
+
+    A change is detected by **content**, not only by version: after Redis loses its data the version
+    restarts at 1, so a replica that saw version 1 before must still notice that the stored policy
+    is another one. The version is informational (reported, never trusted alone); a version key that
+    is not an integer is recorded as a failure and does not stop a valid policy from being served.
+    While Redis is unreachable, or holds no policy, the last good policy keeps being served and
+    ``redis_up`` says whether Redis answers; on reconnection the replica catches up.
     """
 
     kind = "redis"
@@ -225,8 +271,10 @@ class RedisPolicyStore(PolicyStore):
         self.retry_interval_s = retry_interval_s
         self.version: int | None = None
         self.redis_up: bool | None = None
-        # The version last read (good or bad): a bad version is counted once, not on every resync.
-        self._seen_version: object = _UNSEEN
+        # What was last read (good or bad, content and version as stored): a bad policy is counted
+        # once, not on every resync, and any change of either is re-read.
+        self._seen: object = _UNSEEN
+        self._seen_served = False  # whether the content in _seen is the policy being served
         self._on_redis_status = on_redis_status
 
     def status(self) -> dict[str, Any]:
@@ -239,6 +287,10 @@ class RedisPolicyStore(PolicyStore):
         Raises PolicySourceUnavailableError when Redis is unreachable or holds no policy (not
         counted as a reload failure), PolicyInvalidError when the stored policy is bad (counted).
         """
+        raw, version = await self._read()
+        return self._apply(raw, version)
+
+    async def _read(self) -> tuple[str | None, str | None]:
         try:
             raw, version = await self._redis.mget(self._keys.policy_current, self._keys.policy_version)
         except (RedisError, OSError) as exc:
@@ -246,30 +298,47 @@ class RedisPolicyStore(PolicyStore):
             self.last_error = f"redis unreachable: {exc}"
             raise PolicySourceUnavailableError(self.last_error) from exc
         self._mark_redis(True)
+        return raw, version
+
+    def _apply(self, raw: str | None, version: str | None) -> Policy:
+        """Install the stored policy ``raw`` (with its stored ``version``); see reload()."""
+        self._seen = (raw, version)
+        self._seen_served = False
         if raw is None:
             self.last_error = (
                 f"no policy at Redis key {self._keys.policy_current}; push one with `cascade policy push`"
             )
-            self._seen_version = None
             raise PolicySourceUnavailableError(self.last_error)
-        number = int(version) if version is not None else None
-        self._seen_version = number
-        policy = self._install(raw, f"redis:{self._keys.policy_current}@v{number}")
-        self.version = number  # the version of the policy being served
+        policy = self._install(raw, f"redis:{self._keys.policy_current}")
+        self._seen_served = True
+        self._note_version(version, policy)
         return policy
 
+    def _note_version(self, version: str | None, policy: Policy) -> None:
+        """Report the stored version of the served policy; a non-integer one is a recorded failure."""
+        self.version = _parse_version(version)
+        if version is not None and self.version is None:
+            self._record_failure(
+                f"Redis key {self._keys.policy_version} holds {version[:40]!r}, not an integer; serving "
+                f"policy {policy.policy_id} by content (the next `cascade policy push` restarts it at 1)"
+            )
+
     async def _sync(self) -> None:
-        """Reload if the stored version differs from the one served; Redis errors propagate."""
-        version = await self._redis.get(self._keys.policy_version)
-        seen = int(version) if version is not None else None
-        if seen != self._seen_version:
-            try:
-                await self.reload()
-            except PolicyInvalidError:
-                pass  # counted once: reload() recorded this version as seen
-            except PolicySourceUnavailableError as exc:
-                if isinstance(exc.__cause__, (RedisError, OSError)):
-                    raise exc.__cause__ from None
+        """Re-read if the stored content or version differs from what was last read.
+
+        Redis errors propagate (the watch loop marks Redis down and reconnects); a bad policy is
+        recorded by _apply() and not retried until the stored content changes.
+        """
+        raw, version = await self._redis.mget(self._keys.policy_current, self._keys.policy_version)
+        self._mark_redis(True)
+        if self._seen is not _UNSEEN and raw == self._seen[0]:  # type: ignore[index]
+            if version != self._seen[1]:  # type: ignore[index]
+                self._seen = (raw, version)
+                if self._seen_served and self.current is not None:
+                    self._note_version(version, self.current)
+            return
+        with contextlib.suppress(PolicyError):
+            self._apply(raw, version)
 
     async def _watch(self) -> None:
         while True:
@@ -294,8 +363,11 @@ class RedisPolicyStore(PolicyStore):
                     log.warning("redis unreachable (%s); serving last good policy %s", exc, kept)
                 self._mark_redis(False)
                 await asyncio.sleep(self.retry_interval_s)
+            except Exception as exc:  # anything else: recorded, and the watcher carries on
+                self._record_failure(f"policy watcher failed: {_describe(exc)}", unexpected=True)
+                await asyncio.sleep(self.retry_interval_s)
             finally:
-                with contextlib.suppress(RedisError, OSError):
+                with contextlib.suppress(Exception):
                     await pubsub.aclose()
 
     def _mark_redis(self, up: bool) -> None:
@@ -304,3 +376,19 @@ class RedisPolicyStore(PolicyStore):
         self.redis_up = up
         if self._on_redis_status is not None:
             self._on_redis_status(up)
+
+
+def _parse_version(value: str | None) -> int | None:
+    """The stored version as an integer; None when absent or not an integer."""
+    if value is None:
+        return None
+    try:
+        return int(value)
+    except ValueError:
+        return None
+
+
+def _describe(exc: BaseException) -> str:
+    """``Type: message`` on one line, bounded (messages can quote huge inputs)."""
+    text = " ".join(str(exc).split())
+    return f"{type(exc).__name__}: {text[:300]}" if text else type(exc).__name__

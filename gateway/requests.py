@@ -21,6 +21,11 @@ RequestKind = Literal["chat", "completions"]
 _NUMBER_FIELDS = ("temperature", "top_p", "presence_penalty", "frequency_penalty")
 _INT_FIELDS = ("max_tokens", "max_completion_tokens", "seed")
 
+# orjson parses 1,024 levels of nested arrays/objects but serializes only this many, so a deeper
+# body would parse and then fail when it is forwarded. No real request nests anywhere near it
+# (tool schemas and multimodal content stay below 20).
+MAX_JSON_DEPTH = 254
+
 
 @dataclass(slots=True)
 class ParsedRequest:
@@ -55,6 +60,10 @@ def parse_request(raw: bytes, kind: RequestKind) -> ParsedRequest:
         raise BadRequestError(f"request body is not valid JSON ({exc})") from None
     if not isinstance(body, dict):
         raise BadRequestError("request body must be a JSON object")
+    # A body cannot nest deeper than it has brackets, so almost every body skips the check
+    # (bytes.count runs at memory speed); the others are re-encoded once, in C, to find out.
+    if raw.count(b"[") + raw.count(b"{") > MAX_JSON_DEPTH and not _encodable(body):
+        raise BadRequestError(f"request body nests arrays/objects deeper than {MAX_JSON_DEPTH} levels")
 
     model = body.get("model")
     if not isinstance(model, str) or not model:
@@ -94,6 +103,15 @@ def parse_request(raw: bytes, kind: RequestKind) -> ParsedRequest:
             raise BadRequestError("'stream_options' must be an object", param="stream_options")
         include_usage = _optional_bool(options, "include_usage")
     return ParsedRequest(kind, body, model, stream, n, wants_logprobs, include_usage)
+
+
+def _encodable(document: Any) -> bool:
+    """Whether orjson can write ``document`` again (it cannot past MAX_JSON_DEPTH levels)."""
+    try:
+        orjson.dumps(document)
+    except orjson.JSONEncodeError:
+        return False
+    return True
 
 
 def positive_int(value: Any) -> int:

@@ -80,7 +80,9 @@ class Router:
             choice = choose_for_budget(policy, budget)
             return RoutePlan(choice.tier, policy, choice.route, within_budget=choice.within_budget)
         tier: str | None
+        tier_param = "model"
         if tier_header is not None:
+            tier_param = "X-Cascade-Tier"
             tier = tier_header.strip()
         elif request.model == CASCADE_MODEL:
             tier = None
@@ -98,7 +100,7 @@ class Router:
         try:
             choice = choose_for_tier(policy, tier, self._rng)
         except UnknownTierError as exc:
-            raise UnknownTierRequestError(str(exc), param="model") from None
+            raise UnknownTierRequestError(str(exc), param=tier_param) from None
         return RoutePlan(choice.tier, policy, choice.route)
 
     def _check_policy(

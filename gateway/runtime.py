@@ -9,6 +9,7 @@ from typing import Any
 
 from gateway.cascade import CascadeEngine
 from gateway.config import Settings
+from gateway.health import UpstreamHealth
 from gateway.logs import configure_logging, log_event
 from gateway.metrics import GatewayMetrics
 from gateway.requests import DEFAULT_COMPLETION_BOUND, ParsedRequest, completion_cap
@@ -29,6 +30,7 @@ class Gateway:
         self.pool = UpstreamPool(settings, self.metrics)
         self.router = Router(settings, rng)
         self.engine = CascadeEngine(settings, self.pool, self.metrics)
+        self.health = UpstreamHealth(self.pool, self.metrics)
         self.shared: Any = None  # gateway.state.SharedState once started
         self.loop: asyncio.AbstractEventLoop | None = None  # the serving loop, once started
         # Completion requests being served (their tasks), for the shutdown drain.
@@ -45,6 +47,7 @@ class Gateway:
         configure_logging(self.settings.logging.level)
         self.loop = asyncio.get_running_loop()
         await self.pool.start()
+        self.health.start()
         self.shared = await build_shared_state(
             self.settings, on_policy_loaded=self._policy_loaded, on_policy_failure=self._policy_failed
         )
@@ -105,6 +108,7 @@ class Gateway:
         await self.wait_idle(_CLOSE_WAIT_S)
         if self._drain_task is not None:
             self._drain_task.cancel()
+        await self.health.close()
         if self.shared is not None:
             await self.shared.close()
         await self.pool.close()

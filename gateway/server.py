@@ -25,6 +25,7 @@ import uvicorn
 from gateway.app import create_app
 from gateway.config import Settings
 from gateway.runtime import Gateway
+from gateway.serving import gateway_http_protocol, uvicorn_log_config
 
 # Time after the grace for cut requests to write their error and settle, before uvicorn gives up.
 SETTLE_MARGIN_S = 5.0
@@ -71,11 +72,12 @@ def run(settings: Settings, host: str, port: int, **options: Any) -> None:
         "host": host,
         "port": port,
         "loop": "uvloop",
-        "http": "httptools",
+        "http": gateway_http_protocol(settings.limits.header_timeout_s),
         "workers": 1,
         "lifespan": "on",
         "access_log": False,
         "log_level": "warning",
+        "log_config": uvicorn_log_config("warning"),
         "timeout_graceful_shutdown": int(settings.limits.shutdown_grace_s + SETTLE_MARGIN_S) + 1,
         "server_header": False,
     }

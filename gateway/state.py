@@ -82,16 +82,17 @@ class SharedState:
                 with contextlib.suppress(RedisError, OSError):
                     await client.aclose()
 
-    async def readiness(self) -> dict[str, Any]:
-        """State of the policy and Redis for /readyz.
+    def readiness(self) -> dict[str, Any]:
+        """State of the policy and Redis for /readyz (the admin's detailed view).
 
         ``policy``: a policy is loaded (requests can be served). ``redis``: None without Redis, else
-        whether it answers a PING now. ``policy_stale``: the policy comes from Redis and Redis is
-        down, so a push made now would not be seen (the last good policy keeps being served).
+        whether it answered the last check (the 1 s PING loop and every operation; never a PING per
+        /readyz call, so a frozen Redis cannot make the probe itself time out). ``policy_stale``: the
+        policy comes from Redis and Redis is down, so a push made now would not be seen.
         """
         redis_ok: bool | None = None
         if self.redis is not None or self.policy_redis is not None:
-            redis_ok = await self._ping()
+            redis_ok = self.redis_up
         store = self.policy_store.status()
         return {
             "policy": self.policy_store.current is not None,
@@ -100,6 +101,7 @@ class SharedState:
             "policy_version": store.get("version"),
             "policy_reload_failures": store["reload_failures"],
             "policy_last_error": store["last_error"],
+            "policy_watching": store["watching"],
             "policy_stale": store["source"] == "redis" and redis_ok is False,
             "redis": redis_ok,
             "auth_open": self.authenticator.is_open,
@@ -180,6 +182,7 @@ async def build_shared_state(
         default_limit_usd=settings.budgets.limit_usd,
         redis=redis,
         keys=keys,
+        allow_open=settings.auth.open,
     )
     spend = SpendLimiter(
         window_s=settings.budgets.window_s, redis=redis, keys=keys, on_redis_status=report_redis

@@ -138,6 +138,7 @@ class UpstreamClient:
                     data=body,
                     headers=self._headers,
                     timeout=aiohttp.ClientTimeout(total=timeout),
+                    allow_redirects=False,  # a redirect would re-post the prompt elsewhere: a failure
                 ) as response:
                     status = response.status
                     payload = await response.read()
@@ -181,7 +182,11 @@ class UpstreamClient:
             )
             try:
                 response = await self.session.post(
-                    self._urls[kind], data=body, headers=self._stream_headers, timeout=timeout
+                    self._urls[kind],
+                    data=body,
+                    headers=self._stream_headers,
+                    timeout=timeout,
+                    allow_redirects=False,
                 )
             except TimeoutError:
                 self._observe("timeout", t0)
@@ -240,6 +245,8 @@ class UpstreamClient:
 
     def _status_failure(self, status: int, payload: bytes, retry_after: str | None) -> UpstreamFailure:
         detail = f"HTTP {status}"
+        if 300 <= status < 400:
+            detail += " (a redirect; upstream redirects are never followed)"
         if status == 429:
             return UpstreamFailure(
                 self.name, "rate_limited", detail, status=status, retry_after=_parse_retry_after(retry_after)
@@ -295,6 +302,8 @@ def _status_label(status: int) -> str:
         return "429"
     if 200 <= status < 300:
         return "2xx"
+    if status < 400:
+        return "error"  # a redirect (never followed) or another non-final answer
     return "5xx" if status >= 500 else "4xx"
 
 

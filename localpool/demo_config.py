@@ -14,7 +14,8 @@ from localpool.pool import base_url
 def pool_gateway_config(manifest: Manifest, names: list[str], policy: Path) -> dict[str, Any]:
     """A gateway config: one model per pool server (upstream id = pool name), manifest prices.
 
-    No Redis, no client keys (docs/contracts.md#config).
+    No Redis, no client keys (docs/contracts.md#config): a local demo is open by choice
+    (``auth.open``); it binds to loopback.
     """
     models = {}
     for name in names:
@@ -26,7 +27,7 @@ def pool_gateway_config(manifest: Manifest, names: list[str], policy: Path) -> d
             "timeout_s": 60,
             "max_retries": 1,
         }
-    return {"models": models, "policy": str(policy), "redis_url": None}
+    return {"models": models, "policy": str(policy), "redis_url": None, "auth": {"open": True}}
 
 
 def write_gateway_config(path: Path, config: dict[str, Any]) -> Path:

@@ -33,6 +33,7 @@ from policies.schema import (
 from policies.scorers import SCORERS, score_logprobs, score_response
 from policies.store import (
     build_policy,
+    check_content_hash,
     compute_policy_id,
     dump_policy,
     load_policy,
@@ -60,6 +61,7 @@ __all__ = [
     "UnknownScorerError",
     "UnknownTierError",
     "build_policy",
+    "check_content_hash",
     "choose_for_budget",
     "choose_for_tier",
     "compute_policy_id",

@@ -29,7 +29,9 @@ _WEIGHT_TOLERANCE = 1e-6
 
 class _Strict(BaseModel):
     # Unknown keys are errors: a typo in a hand-edited policy must not be silently ignored.
-    model_config = ConfigDict(extra="forbid", frozen=True)
+    # NaN and infinity are errors too (Python's json reads the literals NaN/Infinity): a NaN
+    # threshold or cost compares false with everything and would break routing and budgets.
+    model_config = ConfigDict(extra="forbid", frozen=True, allow_inf_nan=False)
 
 
 class ScorerSpec(_Strict):
@@ -119,6 +121,8 @@ class EnvelopePoint(_Strict):
     def _thresholds_match_stages(self) -> EnvelopePoint:
         if len(self.thresholds) != len(self.models) - 1:
             raise ValueError("an envelope point of k models needs k-1 thresholds")
+        if len(set(self.models)) != len(self.models):
+            raise ValueError(f"an envelope point must not repeat a model: {self.models}")
         return self
 
     def as_route(self) -> Route:

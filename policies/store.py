@@ -27,6 +27,23 @@ def compute_policy_id(document: dict[str, Any]) -> str:
     return hashlib.sha256(canonical.encode()).hexdigest()[:16]
 
 
+def check_content_hash(policy: Policy, source: str = "<policy>") -> None:
+    """Raise PolicyInvalidError unless ``policy.policy_id`` is the content hash of ``policy``.
+
+    The id names what a policy does in metrics, headers and rollouts, so a policy edited after it
+    was stamped (same id, different thresholds) is refused instead of being served under a name
+    that describes other content. The message gives the hash to put in ``policy_id`` after a
+    deliberate hand edit.
+    """
+    actual = compute_policy_id(policy.model_dump(mode="json"))
+    if actual != policy.policy_id:
+        raise PolicyInvalidError(
+            f"{source}: policy_id {policy.policy_id!r} does not match the policy's content (hash "
+            f"{actual!r}); the policy was changed after it was written: if the change is intended, "
+            f"set \"policy_id\": \"{actual}\""
+        )
+
+
 def build_policy(document: dict[str, Any]) -> Policy:
     """Validate a policy document lacking ``policy_id``/``created_at`` and stamp both."""
     stamped = dict(document)
@@ -43,6 +60,8 @@ def parse_policy(raw: bytes | str, source: str = "<policy>") -> Policy:
         document = json.loads(raw)
     except (ValueError, UnicodeDecodeError) as exc:
         raise PolicyInvalidError(f"{source}: not valid JSON ({exc})") from exc
+    except RecursionError:
+        raise PolicyInvalidError(f"{source}: not a policy (JSON nested too deeply to read)") from None
     if not isinstance(document, dict):
         raise PolicyInvalidError(f"{source}: a policy must be a JSON object")
     return _validate(document, source)

@@ -9,7 +9,9 @@ Reusable pieces (import-free: they are fixtures):
   ``upstream.script("up-small", ok(confidence=0.2), error(503))`` queues replies per upstream model id.
 * ``write_policy(path=None, **changes)``: writes a valid policy (tiers below) and returns its path;
   ``changes`` replace top-level policy fields (e.g. ``allow_degraded=False``, ``tiers={...}``).
-* ``make_settings(policy=..., **changes)``: a ``Settings`` whose models point at the upstream:
+* ``make_settings(policy=..., **changes)``: a ``Settings`` whose models point at the upstream
+  (``auth.open: true``: with no client key configured every request is served; the admin key is
+  ``gateway_testkit.ADMIN_KEY``):
   ``small`` -> ``up-small``, ``medium`` -> ``up-medium``, ``large`` -> ``up-large``
   (``changes`` replace top-level config fields, e.g. ``redis_url=...`` or ``models=...``).
 * ``start_gateway(settings=None, rng=None)``: runs ``create_app(settings)`` under uvicorn (uvloop,
@@ -35,7 +37,7 @@ from typing import Any
 import pytest
 import redis
 import redis.asyncio as aioredis
-from gateway_testkit import POLICY_DOCUMENT, RunningGateway, model_configs, serve, stop
+from gateway_testkit import ADMIN_KEY, POLICY_DOCUMENT, RunningGateway, model_configs, serve, stop
 from redis_support import REDIS_URL, delete_prefix, fresh_keys
 from scripted_upstream import ScriptedUpstream
 
@@ -79,8 +81,9 @@ def make_settings(
     upstream: ScriptedUpstream, write_policy: Callable[..., Path], monkeypatch: pytest.MonkeyPatch
 ) -> Callable[..., Settings]:
     """Settings against the scripted upstream; an open gateway (no client keys) unless changed."""
-    for name in ("CASCADE_API_KEYS", "CASCADE_ADMIN_KEY", "CASCADE_POLICY", "CASCADE_REDIS_URL"):
+    for name in ("CASCADE_API_KEYS", "CASCADE_POLICY", "CASCADE_REDIS_URL"):
         monkeypatch.delenv(name, raising=False)
+    monkeypatch.setenv("CASCADE_ADMIN_KEY", ADMIN_KEY)
 
     def make(policy: Path | str | None = None, **changes: Any) -> Settings:
         document: dict[str, Any] = {
@@ -88,6 +91,7 @@ def make_settings(
             "policy": str(policy or write_policy()),
             "limits": {"max_body_bytes": 65536, "request_timeout_s": 10},
             "logging": {"level": "warning"},
+            "auth": {"open": True},
         }
         document.update(changes)
         return Settings.from_mapping(document)

@@ -1,8 +1,10 @@
 """Shared helpers of the gateway tests (import them from here, not from conftest: every test
 directory has a ``conftest`` module and ``from conftest import`` picks whichever loaded last).
 
+* ``ADMIN_KEY``: the admin key of gateways built by the ``make_settings`` fixture.
 * ``POLICY_DOCUMENT``: the test policy (tiers ``balanced``, ``chain``, ``direct``, ``mix``).
 * ``model_configs(base_url)``: the test models ``small``/``medium``/``large`` -> ``up-small``/...
+* ``until(predicate, timeout_s)``: poll a condition.
 * ``serve(app)`` / ``stop(running)``: run an ASGI app under uvicorn in a thread (``RunningGateway``).
 """
 
@@ -17,6 +19,9 @@ import httpx
 import uvicorn
 from openai import AsyncOpenAI, OpenAI
 from prometheus_client.parser import text_string_to_metric_families
+
+# The admin key of the gateways the ``make_settings`` fixture configures (CASCADE_ADMIN_KEY).
+ADMIN_KEY = "sk-test-admin"
 
 POLICY_DOCUMENT: dict[str, Any] = {
     "schema_version": 1,
@@ -119,6 +124,10 @@ class RunningGateway:
         """Official async SDK client (no retries, short timeout)."""
         return AsyncOpenAI(base_url=self.url + "/v1", api_key=api_key, max_retries=0, timeout=20, **kw)
 
+    def readiness(self, admin_key: str = ADMIN_KEY) -> httpx.Response:
+        """``GET /readyz`` with the admin key: the detailed view (policy, Redis, upstreams)."""
+        return httpx.get(self.url + "/readyz", headers={"authorization": f"Bearer {admin_key}"}, timeout=5)
+
     def metrics(self) -> dict[str, Any]:
         """``/metrics`` parsed with prometheus_client.parser: family name -> family."""
         text = httpx.get(self.url + "/metrics", timeout=5).text
@@ -131,6 +140,16 @@ class RunningGateway:
                 if sample.name == name and all(sample.labels.get(k) == v for k, v in labels.items()):
                     return sample.value
         return 0.0
+
+
+def until(predicate: Any, timeout_s: float = 5.0) -> bool:
+    """Poll ``predicate()`` every 50 ms until it holds or ``timeout_s`` passed; its last value."""
+    end = time.monotonic() + timeout_s
+    while time.monotonic() < end:
+        if predicate():
+            return True
+        time.sleep(0.05)
+    return bool(predicate())
 
 
 def serve(app: Any) -> RunningGateway:

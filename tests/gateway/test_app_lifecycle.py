@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import time
 
-import httpx
 import openai
 import pytest
 from gateway_testkit import POLICY_DOCUMENT
@@ -54,7 +53,7 @@ def test_redis_backed_gateway_reports_redis_up(start_gateway, make_settings, mon
         gateway = start_gateway(make_settings(redis_url=REDIS_URL))
         gateway.client().chat.completions.create(model="cascade", messages=MESSAGES)
         assert gateway.sample("cascade_redis_up") == 1
-        assert httpx.get(gateway.url + "/readyz").json()["redis"] is True
+        assert gateway.readiness().json()["redis"] is True
     finally:
         delete_prefix(keys)
 

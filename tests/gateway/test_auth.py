@@ -36,8 +36,8 @@ async def test_missing_or_wrong_key_is_a_401_in_openai_shape(header: str | None)
     assert "sk-wrong" not in body["error"]["message"]
 
 
-async def test_gateway_without_keys_is_open_and_says_so_once(caplog) -> None:
-    auth = Authenticator(api_keys_env="CASCADE_API_KEYS")
+async def test_gateway_without_keys_is_open_when_configured_and_says_so_once(caplog) -> None:
+    auth = Authenticator(api_keys_env="CASCADE_API_KEYS", allow_open=True)
     with caplog.at_level("WARNING", logger="cascade.auth"):
         await auth.start()
     assert auth.is_open
@@ -46,6 +46,31 @@ async def test_gateway_without_keys_is_open_and_says_so_once(caplog) -> None:
     identity = await auth.authenticate(None)
     assert identity.key_id is None
     assert (await auth.authenticate("Bearer anything")).key_id is None
+
+
+async def test_without_keys_and_without_auth_open_every_request_is_refused_and_logged(caplog) -> None:
+    auth = Authenticator(api_keys_env="CASCADE_API_KEYS")
+    with caplog.at_level("WARNING", logger="cascade.auth"):
+        await auth.start()
+        assert not auth.is_open
+        for header in (None, "Bearer anything", "Bearer none"):
+            with pytest.raises(AuthenticationError):
+                await auth.authenticate(header)
+    said = [r.message for r in caplog.records if "auth.open is false" in r.message]
+    assert len(said) == 1  # at start; the refusals right after are not logged again (once a minute)
+    assert "every request is refused" in said[0]
+
+
+async def test_an_emptied_key_store_does_not_open_a_fresh_replica(keys, sync_redis, async_redis) -> None:
+    """Redis lost its data: a replica that starts against the empty key hash refuses everyone."""
+    key, _ = add_key(sync_redis, "team-a", None, keys)
+    sync_redis.delete(keys.client_keys)
+    auth = Authenticator(redis=async_redis, keys=keys)
+    await auth.start()
+    assert not auth.is_open
+    for header in (None, f"Bearer {key}"):
+        with pytest.raises(AuthenticationError):
+            await auth.authenticate(header)
 
 
 async def test_redis_key_added_by_the_cli_is_accepted_with_its_limit(keys, sync_redis, async_redis) -> None:
@@ -68,7 +93,7 @@ async def test_redis_key_without_a_limit_gets_the_default_limit(keys, sync_redis
 
 
 async def test_open_gateway_closes_when_the_first_key_is_added(keys, sync_redis, async_redis) -> None:
-    auth = Authenticator(redis=async_redis, keys=keys, cache_ttl_s=0.0)
+    auth = Authenticator(redis=async_redis, keys=keys, cache_ttl_s=0.0, allow_open=True)
     await auth.start()
     assert auth.is_open
     key, _ = add_key(sync_redis, "first", None, keys)

@@ -65,11 +65,39 @@ def test_unknown_tier_is_400_by_alias_and_by_header(gateway) -> None:
         _post(gateway, {"model": "cascade/gold", "messages": MESSAGES}), 400, "unknown_tier"
     )
     assert "gold" in error["message"] and "balanced" in error["message"]
-    _assert_openai_error(
+    error = _assert_openai_error(
         _post(gateway, {"model": "cascade", "messages": MESSAGES}, **{"X-Cascade-Tier": "gold"}),
         400,
         "unknown_tier",
     )
+    assert error["param"] == "X-Cascade-Tier"
+
+
+def _nested_body(levels: int, kind: bytes = b"[") -> bytes:
+    """A chat body whose extra field nests ``levels`` arrays (or objects) inside the body object."""
+    if kind == b"[":
+        inner = b"[" * levels + b"]" * levels
+    else:
+        inner = b'{"a":' * (levels - 1) + b"{}" + b"}" * (levels - 1)
+    head = b'{"model": "cascade", "messages": [{"role": "user", "content": "hi"}], "metadata": '
+    return head + inner + b"}"
+
+
+@pytest.mark.parametrize("levels", [254, 300, 1022, 1023, 1024, 5000])
+def test_deeply_nested_body_is_400_not_500(gateway, upstream, levels) -> None:
+    for kind in (b"[", b"{"):
+        error = _assert_openai_error(_post(gateway, _nested_body(levels, kind)), 400, "invalid_request")
+        assert "nest" in error["message"] or "not valid JSON" in error["message"]
+    assert upstream.requests == []
+
+
+def test_a_body_nested_as_deep_as_it_can_be_forwarded_is_forwarded(gateway, upstream) -> None:
+    response = _post(gateway, _nested_body(253))  # 254 levels with the body object itself
+    assert response.status_code == 200, response.text
+    forwarded, depth = upstream.requests[0].body["metadata"], 1
+    while forwarded:
+        forwarded, depth = forwarded[0], depth + 1
+    assert depth == 253
 
 
 def test_unknown_model_is_404(gateway) -> None:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import os
 import signal
 import socket
@@ -46,32 +47,52 @@ def test_missing_config_file_is_one_line(tmp_path: Path) -> None:
     assert result.exit_code == 2 and "cannot read config" in result.output
 
 
-def test_serve_runs_the_gateway(tmp_path: Path, upstream, write_policy) -> None:
+def _start_serve(tmp_path: Path, upstream, write_policy, **config: object) -> tuple[subprocess.Popen, str]:
+    """`cascade serve` as a process on a free port (stderr piped); returns it and its base URL."""
     with socket.socket() as sock:
         sock.bind(("127.0.0.1", 0))
         port = sock.getsockname()[1]
     policy = write_policy(tmp_path / "policy.json")
-    config = tmp_path / "gateway.yaml"
-    config.write_text(yaml.safe_dump({"models": model_configs(upstream.base_url), "policy": policy.name}))
+    path = tmp_path / "gateway.yaml"
+    document = {"models": model_configs(upstream.base_url), "policy": policy.name, "auth": {"open": True}}
+    path.write_text(yaml.safe_dump({**document, **config}))
     env = {k: v for k, v in os.environ.items() if not k.startswith("CASCADE_")}
     process = subprocess.Popen(
-        [CASCADE, "serve", "--config", str(config), "--port", str(port)],
+        [CASCADE, "serve", "--config", str(path), "--port", str(port)],
         env=env,
         stdout=subprocess.PIPE,
         stderr=subprocess.STDOUT,
     )
+    url = f"http://127.0.0.1:{port}"
+    end = time.monotonic() + 20
+    while True:
+        try:
+            if httpx.get(url + "/healthz", timeout=1).status_code == 200:
+                return process, url
+        except httpx.TransportError:
+            pass
+        if process.poll() is not None:
+            pytest.fail(process.stdout.read().decode())
+        if time.monotonic() > end:
+            process.kill()
+            pytest.fail("cascade serve did not come up")
+        time.sleep(0.1)
+
+
+def _stop_serve(process: subprocess.Popen) -> list[str]:
+    """SIGINT, wait for a clean exit, return its output lines."""
+    process.send_signal(signal.SIGINT)
     try:
-        url = f"http://127.0.0.1:{port}"
-        end = time.monotonic() + 20
-        while True:
-            try:
-                if httpx.get(url + "/healthz", timeout=1).status_code == 200:
-                    break
-            except httpx.TransportError:
-                pass
-            assert process.poll() is None, process.stdout.read().decode()
-            assert time.monotonic() < end, "cascade serve did not come up"
-            time.sleep(0.1)
+        assert process.wait(15) == 0
+    finally:
+        if process.poll() is None:
+            process.kill()
+    return process.stdout.read().decode().splitlines()
+
+
+def test_serve_runs_the_gateway(tmp_path: Path, upstream, write_policy) -> None:
+    process, url = _start_serve(tmp_path, upstream, write_policy)
+    try:
         upstream.script("up-small", ok("Paris.", confidence=0.99))
         with OpenAI(base_url=url + "/v1", api_key="none", max_retries=0) as client:
             raw = client.chat.completions.with_raw_response.create(
@@ -80,5 +101,58 @@ def test_serve_runs_the_gateway(tmp_path: Path, upstream, write_policy) -> None:
         assert raw.parse().choices[0].message.content == "Paris."
         assert raw.headers["x-cascade-model"] == "small"
     finally:
-        process.send_signal(signal.SIGINT)
-        assert process.wait(15) == 0
+        _stop_serve(process)
+
+
+def test_slow_request_headers_are_cut_off_and_every_log_line_is_json(
+    tmp_path: Path, upstream, write_policy
+) -> None:
+    process, url = _start_serve(
+        tmp_path, upstream, write_policy, limits={"header_timeout_s": 1.0}, logging={"level": "info"}
+    )
+    port = int(url.rsplit(":", 1)[1])
+    try:
+        # Slowloris: the request line, then one header byte every 0.2 s.
+        with socket.create_connection(("127.0.0.1", port), timeout=10) as slow:
+            started = time.monotonic()
+            slow.sendall(b"POST /v1/chat/completions HTTP/1.1\r\n")
+            answer = b""
+            for byte in b"x-padding: " + b"a" * 100:
+                try:
+                    slow.sendall(bytes([byte]))
+                except OSError:
+                    break  # the server closed the connection
+                time.sleep(0.2)
+                if time.monotonic() - started > 4:
+                    break
+            slow.settimeout(2)
+            try:
+                while chunk := slow.recv(4096):
+                    answer += chunk
+            except OSError:
+                pass
+            took = time.monotonic() - started
+        assert answer.startswith(b"HTTP/1.1 408"), answer
+        assert b'"code": "request_timeout"' in answer
+        assert took < 3.0
+        # A connection that never sends anything is closed too.
+        with socket.create_connection(("127.0.0.1", port), timeout=5) as idle:
+            idle.settimeout(4)
+            assert idle.recv(4096).startswith(b"HTTP/1.1 408")
+        # A prompt request on the same server still works.
+        assert httpx.get(url + "/healthz", timeout=5).status_code == 200
+        # Something uvicorn itself logs (a malformed request line).
+        with socket.create_connection(("127.0.0.1", port), timeout=5) as bad:
+            bad.sendall(b"NOT HTTP AT ALL\r\n\r\n")
+            answer = bad.recv(4096)
+            assert answer.startswith(b"HTTP/1.1 400")
+            assert json.loads(answer.split(b"\r\n\r\n", 1)[1])["error"]["code"] == "invalid_http_request"
+    finally:
+        lines = _stop_serve(process)
+    assert lines, "cascade serve logged nothing"
+    parsed = [json.loads(line) for line in lines]  # every line is a JSON object
+    events = [entry["event"] for entry in parsed]
+    assert "serving" in events and "gateway_started" in events
+    assert any(entry.get("logger") == "uvicorn.error" and "Invalid HTTP request" in entry["event"]
+               for entry in parsed)
+    assert any("not complete within" in entry["event"] for entry in parsed)

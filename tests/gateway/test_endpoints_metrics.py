@@ -6,7 +6,7 @@ import json
 import time
 
 import httpx
-from gateway_testkit import model_configs
+from gateway_testkit import model_configs, until
 from scripted_upstream import error, ok
 
 MESSAGES = [{"role": "user", "content": "secret prompt text"}]
@@ -23,18 +23,43 @@ def test_health_and_readiness(gateway) -> None:
     assert httpx.get(gateway.url + "/healthz").json() == {"status": "ok"}
     ready = httpx.get(gateway.url + "/readyz")
     assert ready.status_code == 200
-    body = ready.json()
-    assert body["ready"] is True and body["policy"] is True
-    assert body["upstreams"] == {"small": True, "medium": True, "large": True}
+    assert ready.json() == {"ready": True}  # anonymous callers see the status only
+    body = gateway.readiness().json()  # the admin key shows the details
+    assert body["ready"] is True and body["policy"] is True and body["policy_watching"] is True
+    all_up = {"small": True, "medium": True, "large": True}
+    assert until(lambda: gateway.readiness().json()["upstreams"] == all_up)
 
 
-def test_readiness_fails_when_an_upstream_is_unreachable(start_gateway, make_settings, upstream) -> None:
+def test_readiness_details_need_the_admin_key_and_never_show_paths_to_others(
+    start_gateway, make_settings, tmp_path
+) -> None:
+    gateway = start_gateway(make_settings(policy=tmp_path / "missing-policy.json"))
+    anonymous = httpx.get(gateway.url + "/readyz")
+    wrong_key = httpx.get(gateway.url + "/readyz", headers={"authorization": "Bearer sk-not-admin"})
+    for response in (anonymous, wrong_key):
+        assert response.status_code == 503
+        assert response.json() == {"ready": False}
+        assert "missing-policy" not in response.text
+    detailed = gateway.readiness()
+    assert detailed.status_code == 503
+    assert "missing-policy.json" in detailed.json()["policy_last_error"]
+
+
+def test_an_unreachable_upstream_is_a_metric_not_unreadiness(start_gateway, make_settings, upstream) -> None:
     models = model_configs(upstream.base_url)
     models["large"]["base_url"] = "http://127.0.0.1:9/v1"
     gateway = start_gateway(make_settings(models=models))
-    response = httpx.get(gateway.url + "/readyz")
-    assert response.status_code == 503
-    assert response.json()["upstreams"]["large"] is False
+    assert httpx.get(gateway.url + "/readyz").status_code == 200  # the replica can still serve
+    assert until(lambda: gateway.readiness().json()["upstreams"]["large"] is False)
+    assert gateway.readiness().json()["upstreams"]["small"] is True
+    assert gateway.sample("cascade_upstream_up", model="large") == 0
+    assert gateway.sample("cascade_upstream_up", model="small") == 1
+    # The background probe runs on its own interval, never per /readyz call.
+    checked_at = gateway.gateway.health.checked_at
+    for _ in range(5):
+        httpx.get(gateway.url + "/readyz")
+        gateway.readiness()
+    assert gateway.gateway.health.checked_at == checked_at
 
 
 def test_metrics_follow_the_contract(gateway, upstream) -> None:

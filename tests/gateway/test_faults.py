@@ -167,6 +167,30 @@ def test_upstream_rejecting_the_request_is_a_client_error_on_passthrough(gateway
     assert "n must be 1" in info.value.body["message"]
 
 
+@pytest.mark.parametrize("status", [302, 307, 308])
+def test_upstream_redirects_are_failures_never_followed(gateway, upstream, status) -> None:
+    # 307/308 would re-post the prompt to the Location; it points back at the upstream, so a
+    # followed redirect would show up as a second recorded call.
+    location = upstream.base_url + "/chat/completions"
+    upstream.script("up-small", Reply(status=status, headers={"Location": location}))
+    raw = _create(gateway)
+    assert raw.headers["x-cascade-models-called"] == "small,large"  # escalated past the failure
+    assert len(upstream.calls("up-small")) == 1
+    assert gateway.sample("cascade_upstream_requests_total", model="small", status="error") == 1
+
+    upstream.script("up-medium", Reply(status=status, headers={"Location": location}))
+    with pytest.raises(openai.APIStatusError) as info:
+        _create(gateway, model="medium")
+    assert info.value.status_code == 502 and "redirect" in info.value.body["message"]
+    assert len(upstream.calls("up-medium")) == 1
+
+    upstream.script("up-medium", Reply(status=status, headers={"Location": location}))
+    with pytest.raises(openai.APIStatusError) as info:
+        gateway.client().chat.completions.create(model="medium", messages=MESSAGES, stream=True)
+    assert info.value.status_code == 502
+    assert len(upstream.calls("up-medium")) == 2
+
+
 def test_real_llamacpp_answer_is_scored(gateway, upstream, shared_dir) -> None:
     import orjson
 

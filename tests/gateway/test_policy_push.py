@@ -82,6 +82,47 @@ def test_push_refuses_an_invalid_policy_and_leaves_redis_alone(tmp_path: Path, k
     assert sync_redis.get(keys.policy_version) is None
 
 
+@pytest.mark.parametrize(
+    ("content", "fragment"),
+    [
+        ("[" * 100_000 + "]" * 100_000, "nested too deeply"),
+        ("NaN-threshold", "finite"),
+        ("edited-after-stamping", "does not match"),
+        ("repeated-envelope-model", "repeat"),
+    ],
+)
+def test_push_of_a_bad_file_is_one_line_and_leaves_redis_alone(
+    tmp_path: Path, policy_document, keys, sync_redis, content: str, fragment: str
+) -> None:
+    path = tmp_path / "bad.json"
+    document = build_policy(policy_document).model_dump(mode="json")
+    if content == "NaN-threshold":
+        document["tiers"]["balanced"]["routes"][0]["thresholds"] = [float("nan")]
+        content = json.dumps(document)  # Python writes the NaN literal, as a hand edit might
+    elif content == "edited-after-stamping":
+        document["tiers"]["balanced"]["routes"][0]["thresholds"] = [0.9]
+        content = json.dumps(document)
+    elif content == "repeated-envelope-model":
+        document["envelope"] = [{"cost_usd": 0.001, "quality": 0.8, "models": ["large", "large"],
+                                 "thresholds": [0.5]}]
+        content = json.dumps(document)
+    path.write_text(content)
+    result = cli("policy", "push", str(path), prefix=keys.prefix)
+    assert result.exit_code == 1
+    output = result.output.strip()
+    assert output.startswith("error: ") and fragment in output, output
+    assert len(output.splitlines()) == 1 and "Traceback" not in output
+    assert sync_redis.get(keys.policy_current) is None
+
+
+def test_push_over_a_corrupt_version_restarts_it_at_one(policy_file, keys, sync_redis) -> None:
+    sync_redis.set(keys.policy_version, "not-a-number")
+    result = cli("policy", "push", str(policy_file), prefix=keys.prefix)
+    assert result.exit_code == 0, result.output
+    assert sync_redis.get(keys.policy_version) == "1"
+    assert json.loads(sync_redis.get(keys.policy_current))["policy_id"] == result.stdout.strip()
+
+
 def test_push_refuses_the_external_scorer(tmp_path: Path, policy_document, keys) -> None:
     path = tmp_path / "external.json"
     save_policy(build_policy({**policy_document, "scorer": {"name": "external"}}), path)

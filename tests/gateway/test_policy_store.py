@@ -13,6 +13,7 @@ import pytest
 import redis.asyncio as aioredis
 from redis_support import REDIS_URL, RedisLink
 
+from gateway import policy_store
 from gateway.policy_cli import push_policy
 from gateway.policy_store import FilePolicyStore, RedisPolicyStore
 from gateway.redis_keys import RedisKeys
@@ -262,5 +263,123 @@ async def test_redis_store_without_a_pushed_policy_is_not_ready_until_a_push(
         save_policy(make_policy(0.5), path)
         push_policy(sync_redis, path, keys)
         await wait_until(lambda: store.current is not None, 1.0)
+    finally:
+        await stop_redis_store(store)
+
+
+# ---------------------------------------------------------------- the watcher never dies
+
+DEEP = "[" * 100_000 + "]" * 100_000
+
+
+async def test_file_store_survives_a_hundred_thousand_deep_file_and_picks_up_the_next(file_store) -> None:
+    store, path, _ = file_store
+    good = store.current
+    path.write_text(DEEP)
+    await wait_until(lambda: store.reload_failures == 1)
+    assert store.current is good and "nested too deeply" in store.last_error
+    assert store.status()["watching"] is True
+    fixed = make_policy(0.66)
+    save_policy(fixed, path)
+    await wait_until(lambda: store.current.policy_id == fixed.policy_id)
+
+
+async def test_file_store_refuses_an_edit_that_keeps_the_policy_id(file_store) -> None:
+    store, path, recorder = file_store
+    good = store.current
+    document = good.model_dump(mode="json")
+    document["tiers"]["balanced"]["routes"][0]["thresholds"] = [0.99]  # id left as it was
+    path.write_text(json.dumps(document))
+    await wait_until(lambda: store.reload_failures == 1)
+    assert store.current is good
+    assert "does not match" in store.last_error and good.policy_id in store.last_error
+    assert recorder.loaded == [good.policy_id]
+
+
+async def test_redis_store_survives_deep_content_and_a_non_integer_version(
+    tmp_path: Path, keys, sync_redis
+) -> None:
+    path = tmp_path / "p.json"
+    save_policy(make_policy(0.4), path)
+    push_policy(sync_redis, path, keys)
+    recorder = Recorder()
+    store = await start_redis_store(REDIS_URL, keys, recorder)
+    try:
+        good = store.current
+        sync_redis.set(keys.policy_current, DEEP)
+        sync_redis.publish(keys.policy_updates, str(sync_redis.incr(keys.policy_version)))
+        await wait_until(lambda: store.reload_failures == 1)
+        assert store.current is good and "nested too deeply" in store.last_error
+        # A version that is not an integer: recorded, the (valid) content still served by content.
+        sync_redis.set(keys.policy_current, good.model_dump_json())
+        sync_redis.set(keys.policy_version, "seven")
+        await wait_until(lambda: store.reload_failures == 2, 2.5)
+        assert "not an integer" in store.last_error and store.current.policy_id == good.policy_id
+        await asyncio.sleep(1.2)  # resyncs of the same content and version: not counted again
+        assert store.reload_failures == 2 and len(recorder.failures) == 2
+        assert store.status()["watching"] is True
+        # The watcher is alive: the next push (which repairs the version) is served.
+        new = make_policy(0.77)
+        save_policy(new, path)
+        assert push_policy(sync_redis, path, keys) == (new.policy_id, 1)
+        await wait_until(lambda: store.current.policy_id == new.policy_id, 2.0)
+        assert store.version == 1 and store.last_error is None
+    finally:
+        await stop_redis_store(store)
+
+
+async def test_redis_store_starting_against_deep_content_starts_not_ready(keys, sync_redis) -> None:
+    sync_redis.set(keys.policy_current, DEEP)
+    sync_redis.set(keys.policy_version, "x")
+    store = await start_redis_store(REDIS_URL, keys)
+    try:
+        assert store.current is None and store.reload_failures == 1
+        sync_redis.set(keys.policy_current, make_policy(0.3).model_dump_json())
+        await wait_until(lambda: store.current is not None, 2.5)
+    finally:
+        await stop_redis_store(store)
+
+
+async def test_redis_store_switches_when_content_changes_under_the_same_version(keys, sync_redis) -> None:
+    """Redis lost its data and the version restarted at the number this replica already serves."""
+    first, second = make_policy(0.4), make_policy(0.6)
+    sync_redis.set(keys.policy_current, first.model_dump_json())
+    sync_redis.set(keys.policy_version, 1)
+    store = await start_redis_store(REDIS_URL, keys)
+    try:
+        assert store.current.policy_id == first.policy_id and store.version == 1
+        pipe = sync_redis.pipeline(transaction=True)  # wiped and re-pushed between two checks
+        pipe.delete(keys.policy_current, keys.policy_version)
+        pipe.set(keys.policy_current, second.model_dump_json())
+        pipe.set(keys.policy_version, 1)
+        pipe.execute()
+        await wait_until(lambda: store.current.policy_id == second.policy_id, 2.5)
+        assert store.version == 1 and store.reload_failures == 0
+    finally:
+        await stop_redis_store(store)
+
+
+async def test_an_unexpected_error_in_the_watcher_is_recorded_and_the_watcher_goes_on(
+    keys, sync_redis, monkeypatch
+) -> None:
+    sync_redis.set(keys.policy_current, make_policy(0.4).model_dump_json())
+    store = await start_redis_store(REDIS_URL, keys)
+    real_parse = policy_store.parse_policy
+    failures = iter([RuntimeError("a bug")])
+
+    def flaky_parse(raw: Any, source: str = "") -> Policy:
+        for exc in failures:
+            raise exc
+        return real_parse(raw, source=source)
+
+    monkeypatch.setattr(policy_store, "parse_policy", flaky_parse)
+    try:
+        good = store.current
+        new = make_policy(0.45)
+        sync_redis.set(keys.policy_current, new.model_dump_json())
+        await wait_until(lambda: store.reload_failures == 1, 2.5)
+        assert "RuntimeError: a bug" in store.last_error and store.current is good
+        sync_redis.set(keys.policy_current, make_policy(0.46).model_dump_json())
+        await wait_until(lambda: store.current.tiers["balanced"].routes[0].thresholds == [0.46], 2.5)
     finally:
         await stop_redis_store(store)

@@ -56,7 +56,7 @@ def settings(**document: Any) -> Settings:
 async def test_without_redis_everything_is_in_process(policy_path: Path) -> None:
     loaded: list[str] = []
     state = await build_shared_state(
-        settings(policy=str(policy_path), budgets={"limit_usd": 0.02}),
+        settings(policy=str(policy_path), budgets={"limit_usd": 0.02}, auth={"open": True}),
         on_policy_loaded=lambda p: loaded.append(p.policy_id),
         on_policy_failure=lambda m: None,
     )
@@ -64,7 +64,7 @@ async def test_without_redis_everything_is_in_process(policy_path: Path) -> None
     try:
         assert isinstance(state.policy_store, FilePolicyStore) and state.redis is None
         assert loaded == [state.policy_store.current.policy_id]
-        ready = await state.readiness()
+        ready = state.readiness()
         assert ready["policy"] is True and ready["redis"] is None and ready["policy_stale"] is False
         assert ready["auth_open"] is True
         identity = await state.authenticator.authenticate(None)
@@ -94,7 +94,7 @@ async def test_a_redis_policy_url_alone_also_holds_keys_and_spend(
         reservation = await state.spend.reserve(identity, 0.011)
         assert reservation.backend == "redis"
         assert await state.redis.exists(keys.spend(identity.key_id, reservation.window_start)) == 1
-        ready = await state.readiness()
+        ready = state.readiness()
         assert ready["redis"] is True and ready["policy_version"] == 1 and ready["policy_source"] == "redis"
     finally:
         await state.close()

@@ -1,6 +1,7 @@
 from __future__ import annotations
 
 import json
+import math
 from pathlib import Path
 from typing import Any
 
@@ -10,6 +11,7 @@ import pytest
 from policies import (
     PolicyInvalidError,
     build_policy,
+    check_content_hash,
     load_policy,
     parse_policy,
     policy_json_schema,
@@ -59,6 +61,15 @@ def test_policy_id_is_a_content_hash_independent_of_creation_time(
         (lambda d: d["tiers"]["balanced"].update(objective={}), "exactly one"),
         (lambda d: d.update(surprise=1), "surprise"),
         (lambda d: d["envelope"].reverse(), "sorted"),
+        (lambda d: d["tiers"]["balanced"]["routes"][0].update(thresholds=[math.nan]), "finite"),
+        (lambda d: d["tiers"]["balanced"]["routes"][0].update(thresholds=[math.inf]), "finite"),
+        (lambda d: d["envelope"][1].update(thresholds=[math.nan]), "finite"),
+        (lambda d: d["envelope"][0].update(cost_usd=math.nan), "finite"),
+        (lambda d: d["models"]["small"].update(mean_cost_usd=math.inf), "finite"),
+        (lambda d: d["tiers"]["balanced"]["expected"].update(cost_usd=math.nan), "finite"),
+        (lambda d: d["tiers"]["balanced"].update(shadow_price=math.inf), "finite"),
+        (lambda d: d["tiers"]["balanced"]["routes"][0].update(models=["small", "small"]), "repeat"),
+        (lambda d: d["envelope"][-1].update(models=["small", "small"], thresholds=[0.5]), "repeat"),
     ],
 )
 def test_invalid_policies_are_rejected_with_a_one_line_reason(
@@ -93,3 +104,24 @@ def test_corrupt_file_is_a_policy_error_not_a_traceback(tmp_path: Path) -> None:
 def test_saved_policy_is_readable_by_other_users(policy_document: dict[str, Any], tmp_path: Path) -> None:
     save_policy(build_policy(policy_document), tmp_path / "p.json")
     assert (tmp_path / "p.json").stat().st_mode & 0o777 == 0o644
+
+
+def test_a_hundred_thousand_deep_document_is_a_policy_error_not_a_recursion_error() -> None:
+    with pytest.raises(PolicyInvalidError, match="nested too deeply"):
+        parse_policy("[" * 100_000 + "]" * 100_000, source="deep.json")
+
+
+def test_content_hash_check_refuses_a_policy_changed_after_it_was_stamped(
+    policy_document: dict[str, Any],
+) -> None:
+    policy = build_policy(policy_document)
+    check_content_hash(policy)  # freshly stamped: fine
+    edited = json.loads(json.dumps(policy.model_dump(mode="json")))
+    edited["tiers"]["balanced"]["routes"][0]["thresholds"] = [0.123]
+    tampered = parse_policy(json.dumps(edited), source="p.json")  # the schema alone accepts it
+    with pytest.raises(PolicyInvalidError) as caught:
+        check_content_hash(tampered, "p.json")
+    message = str(caught.value)
+    assert policy.policy_id in message and "\n" not in message
+    expected = build_policy({k: v for k, v in edited.items() if k not in ("policy_id", "created_at")})
+    assert f'"policy_id": "{expected.policy_id}"' in message  # says how to re-stamp a deliberate edit

@@ -1,0 +1,208 @@
+"""Real processes for the policy reliability tests: `cascade serve` replicas sharing the real Redis.
+
+* ``scripted_upstream()``: deploy/tools/scripted_upstream.py as a process (an OpenAI-compatible
+  upstream answering instantly; prompts with "hard" are unconfident), yields its /v1 base URL.
+* ``Replica``: one `cascade serve` process whose policy is in Redis under a private key prefix
+  (``CASCADE_REDIS_PREFIX``), with an admin key; ``ready()``, ``details()``, ``ask()``, ``stop()``.
+* ``make_policy(threshold)``: a valid, stamped policy for the models ``small`` and ``large``.
+* ``wipe(keys)``: what Redis losing its data looks like to one deployment (every key of the prefix).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import signal
+import socket
+import subprocess
+import sys
+import time
+from collections.abc import Callable, Iterator
+from pathlib import Path
+from typing import Any
+
+import httpx
+import redis
+import yaml
+
+from gateway.redis_keys import RedisKeys
+from policies import Policy, build_policy
+
+REPO = Path(__file__).resolve().parents[2]
+CASCADE = str(Path(sys.executable).with_name("cascade"))
+REDIS_URL = "redis://127.0.0.1:6379/0"
+ADMIN_KEY = "sk-reliability-admin"
+DEEP_JSON = "[" * 100_000 + "]" * 100_000
+
+
+def free_port() -> int:
+    """A TCP port free on loopback right now."""
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return sock.getsockname()[1]
+
+
+def wait_for(condition: Callable[[], bool], timeout_s: float, what: str) -> float:
+    """Poll ``condition`` every 50 ms; seconds it took, or AssertionError naming ``what``."""
+    started = time.monotonic()
+    while not condition():
+        if time.monotonic() - started > timeout_s:
+            raise AssertionError(f"{what}: not within {timeout_s}s")
+        time.sleep(0.05)
+    return time.monotonic() - started
+
+
+@contextlib.contextmanager
+def scripted_upstream() -> Iterator[str]:
+    """The scripted upstream as a process on a free port; yields its /v1 base URL."""
+    port = free_port()
+    process = subprocess.Popen(
+        [sys.executable, str(REPO / "deploy" / "tools" / "scripted_upstream.py"), "--port", str(port)],
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+    )
+    try:
+        wait_for(lambda: _answers(f"http://127.0.0.1:{port}/health"), 20, "scripted upstream up")
+        yield f"http://127.0.0.1:{port}/v1"
+    finally:
+        process.terminate()
+        process.wait(10)
+
+
+def make_policy(threshold: float) -> Policy:
+    """A valid policy over ``small`` -> ``large`` whose id depends on ``threshold``."""
+    return build_policy(
+        {
+            "scorer": {"name": "mean_token_negentropy", "top_k": 5},
+            "models": {
+                "small": {"mean_cost_usd": 0.00001, "quality": 0.5},
+                "large": {"mean_cost_usd": 0.001, "quality": 0.8},
+            },
+            "default_tier": "balanced",
+            "tiers": {
+                "balanced": {
+                    "objective": {"max_cost_usd": 0.0005},
+                    "routes": [{"weight": 1.0, "models": ["small", "large"], "thresholds": [threshold]}],
+                    "expected": {"cost_usd": 0.0004, "quality": 0.7, "escalation_rate": 0.4},
+                }
+            },
+            "envelope": [
+                {"cost_usd": 0.0004, "quality": 0.7, "models": ["small", "large"], "thresholds": [threshold]},
+            ],
+        }
+    )
+
+
+def wipe(keys: RedisKeys) -> None:
+    """Delete every key under the prefix: Redis lost this deployment's data."""
+    client = redis.Redis.from_url(REDIS_URL)
+    try:
+        doomed = list(client.scan_iter(match=f"{keys.prefix}:*", count=1000))
+        if doomed:
+            client.delete(*doomed)
+    finally:
+        client.close()
+
+
+class Replica:
+    """One `cascade serve` process serving the policy in Redis under ``keys.prefix``."""
+
+    def __init__(self, work: Path, upstream_url: str, keys: RedisKeys, name: str, **config: Any):
+        self.port = free_port()
+        self.url = f"http://127.0.0.1:{self.port}"
+        self.log_path = work / f"{name}.log"
+        model = {"base_url": upstream_url, "timeout_s": 5, "max_retries": 0}
+        document = {
+            "models": {
+                "small": {**model, "model": "small", "price": {"per_query_usd": 0.0001}},
+                "large": {**model, "model": "large", "price": {"per_query_usd": 0.001}},
+            },
+            "policy": REDIS_URL,
+            "auth": {"open": True},
+            "logging": {"level": "info"},
+            **config,
+        }
+        config_path = work / f"{name}.yaml"
+        config_path.write_text(yaml.safe_dump(document))
+        env = {k: v for k, v in os.environ.items() if not k.startswith("CASCADE_")}
+        env.update(CASCADE_REDIS_PREFIX=keys.prefix, CASCADE_ADMIN_KEY=ADMIN_KEY)
+        with self.log_path.open("wb") as log:
+            self.process = subprocess.Popen(
+                [CASCADE, "serve", "--config", str(config_path), "--port", str(self.port)],
+                env=env,
+                stdout=log,
+                stderr=subprocess.STDOUT,
+            )
+        try:
+            wait_for(self._alive_and_listening, 30, f"replica {name} listening")
+        except AssertionError:
+            self.stop()
+            raise
+
+    def _alive_and_listening(self) -> bool:
+        if self.process.poll() is not None:
+            raise AssertionError(f"cascade serve exited {self.process.returncode}: {self.log()}")
+        return _answers(self.url + "/healthz")
+
+    def ready(self) -> httpx.Response:
+        """``GET /readyz`` as an anonymous caller (what a load balancer sees)."""
+        return httpx.get(self.url + "/readyz", timeout=5)
+
+    def details(self) -> dict[str, Any]:
+        """``GET /readyz`` with the admin key: policy id, reload failures, last error, ..."""
+        response = httpx.get(self.url + "/readyz", headers=admin_headers(), timeout=5)
+        return dict(response.json())
+
+    def policy_id(self) -> str | None:
+        """The policy id this replica serves now."""
+        return self.details().get("policy_id")
+
+    def ask(self, api_key: str = "none") -> httpx.Response:
+        """One cascade chat completion."""
+        return httpx.post(
+            self.url + "/v1/chat/completions",
+            json={"model": "cascade", "messages": [{"role": "user", "content": "What is 2+2?"}]},
+            headers={"authorization": f"Bearer {api_key}"},
+            timeout=10,
+        )
+
+    def metric(self, name: str) -> float:
+        """The value of an unlabelled sample in ``/metrics`` (0.0 when absent)."""
+        from prometheus_client.parser import text_string_to_metric_families
+
+        text = httpx.get(self.url + "/metrics", timeout=5).text
+        for family in text_string_to_metric_families(text):
+            for sample in family.samples:
+                if sample.name == name and not sample.labels:
+                    return float(sample.value)
+        return 0.0
+
+    def log(self) -> str:
+        """Everything the process wrote so far."""
+        return self.log_path.read_text(errors="replace")
+
+    def alive(self) -> bool:
+        """The process is still running."""
+        return self.process.poll() is None
+
+    def stop(self) -> None:
+        """SIGINT, then kill if it does not exit within 15 s."""
+        if self.process.poll() is None:
+            self.process.send_signal(signal.SIGINT)
+            try:
+                self.process.wait(15)
+            except subprocess.TimeoutExpired:
+                self.process.kill()
+                self.process.wait(5)
+
+
+def admin_headers() -> dict[str, str]:
+    """The Authorization header of the replicas' admin key."""
+    return {"authorization": f"Bearer {ADMIN_KEY}"}
+
+
+def _answers(url: str) -> bool:
+    try:
+        return httpx.get(url, timeout=1).status_code == 200
+    except httpx.HTTPError:
+        return False
