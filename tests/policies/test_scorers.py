@@ -421,7 +421,9 @@ def test_small_answers_score_the_same_in_plain_python_as_with_numpy(
         {
             "token": rng.choice(["", "t"]),
             "logprob": alts[0] if alts else -0.5,
-            "top_logprobs": [{"token": f"a{i}", "logprob": lp} for i, lp in enumerate(rng.sample(alts, len(alts)))],
+            "top_logprobs": [
+                {"token": f"a{i}", "logprob": lp} for i, lp in enumerate(rng.sample(alts, len(alts)))
+            ],
         }
         for alts in alternatives
     ]
