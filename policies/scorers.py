@@ -221,32 +221,31 @@ def _plain_negentropies(content: Sequence[Any], top_k: int) -> list[float] | Non
         total += len(alternatives)
         if total > _PLAIN_MAX_VALUES:
             return None
-        row = []
-        for alternative in alternatives:
-            if type(alternative) is not dict:
-                return None
-            value = alternative.get("logprob")
+        try:
+            row = [alternative["logprob"] for alternative in alternatives]
+        except (TypeError, KeyError, IndexError):
+            return None
+        for value in row:
             if type(value) is not float or value != value:  # None, ints, NaN: the numpy path
                 return None
-            row.append(value)
         rows.append(row)
     k = max(top_k, 1)
     out = []
-    log, exp = math.log, math.exp
+    log, exp, isfinite = math.log, math.exp, math.isfinite
     for row in rows:
-        top = sorted(row, reverse=True)[:k] if len(row) > 1 else row
-        n = len(top)
-        if n < 2 or not math.isfinite(top[0]):
+        top = sorted(row, reverse=True)[:k]
+        if len(top) < 2 or not isfinite(top[0]):
             continue
         first = top[0]
+        # H = -sum p log p with p = w / norm, log p = (v - first) - log norm; p = 0 terms add nothing.
         weights = [exp(v - first) for v in top]
         norm = sum(weights)
-        entropy = 0.0
-        for w in weights:
-            p = w / norm
-            if p > 0:
-                entropy -= p * log(p)
-        out.append(min(max(1.0 - entropy / log(n), 0.0), 1.0))
+        weighted = 0.0
+        for w, v in zip(weights, top):
+            if w > 0:
+                weighted += w * (v - first)
+        entropy = log(norm) - weighted / norm
+        out.append(min(max(1.0 - entropy / log(len(top)), 0.0), 1.0))
     return out
 
 
