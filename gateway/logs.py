@@ -37,7 +37,7 @@ class _StderrHandler(logging.StreamHandler):
 
 
 def json_line(created: float, level: str, event: str, fields: dict[str, Any] | None) -> str:
-    """One log line: ``ts``, ``level``, ``event``, then ``fields`` (the formatter and the fast path share it)."""
+    """One JSON log line: ``ts``, ``level``, ``event``, then ``fields``."""
     entry: dict[str, Any] = {"ts": round(created, 6), "level": level, "event": event}
     if fields:
         entry.update(fields)

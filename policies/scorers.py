@@ -241,7 +241,7 @@ def _plain_negentropies(content: Sequence[Any], top_k: int) -> list[float] | Non
         weights = [exp(v - first) for v in top]
         norm = sum(weights)
         weighted = 0.0
-        for w, v in zip(weights, top):
+        for w, v in zip(weights, top, strict=True):
             if w > 0:
                 weighted += w * (v - first)
         entropy = log(norm) - weighted / norm
