@@ -12,6 +12,7 @@ from typing import Any
 
 from calibration.envelope import Envelope
 from calibration.runs import RunsMatrix
+from calibration.score_distribution import score_distribution_document
 from calibration.tiers import TierSolution
 from policies.schema import Policy
 from policies.store import build_policy, save_policy
@@ -30,7 +31,9 @@ def policy_document(
     """The policy as a plain document (no ``policy_id`` / ``created_at`` yet).
 
     ``models`` lists every model of the runs with its mean cost and quality on the calibration
-    rows (``envelope.model_cost`` / ``model_quality``); ``envelope`` holds every envelope point.
+    rows (``envelope.model_cost`` / ``model_quality``); ``envelope`` holds every envelope point;
+    ``score_distribution`` where the scored models' scores fell on those rows (when any tier
+    scores a stage).
     """
     scorer = {"name": matrix.scorer, "top_k": matrix.top_k if matrix.top_k is not None else _EXTERNAL_TOP_K}
     models = {
@@ -65,7 +68,7 @@ def policy_document(
         }
         for i in range(len(envelope))
     ]
-    return {
+    document: dict[str, Any] = {
         "schema_version": 1,
         "scorer": scorer,
         "models": models,
@@ -73,6 +76,10 @@ def policy_document(
         "tiers": tier_documents,
         "envelope": points,
     }
+    distribution = score_distribution_document(matrix, tiers)
+    if distribution is not None:
+        document["score_distribution"] = distribution
+    return document
 
 
 def build_calibrated_policy(

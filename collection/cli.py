@@ -1,4 +1,4 @@
-"""Commands of this module, mounted on the root ``cascade`` app: ``cascade collect``."""
+"""Commands of this module, mounted on the root ``cascade`` app: ``cascade collect``, ``cascade replay``."""
 
 from __future__ import annotations
 
@@ -12,7 +12,10 @@ from cascade_cli.failure import fail
 
 def register(app: typer.Typer) -> None:
     """Add this module's commands to the root app."""
+    from collection.replay_cli import replay
+
     app.command("collect")(collect)
+    app.command("replay")(replay)
 
 
 def _split(values: list[str] | None) -> list[str] | None:

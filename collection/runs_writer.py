@@ -1,6 +1,7 @@
 """The runs table written by ``cascade collect``: JSONL, one row per (query, model), appended.
 
-Columns as in docs/contracts.md#runs-table.
+Columns as in docs/contracts.md#runs-table. ``read_rows`` also reads the per-request results of
+``cascade replay``.
 
 Appending row by row makes a run resumable: rows already in the file are skipped on the next start
 (``done_pairs``); a torn last line from an interrupted write is ignored and overwritten.
@@ -23,13 +24,22 @@ def done_pairs(path: Path) -> set[tuple[str, str]]:
     A last line that is not valid JSON (interrupted write) is truncated away; an invalid line
     elsewhere is an error naming it.
     """
+    return {(str(row["query_id"]), str(row["model"])) for row in read_rows(path, ("query_id", "model"))}
+
+
+def read_rows(path: Path, required: tuple[str, ...] = ()) -> list[dict[str, Any]]:
+    """Rows of an appended JSONL file (empty if it does not exist), each holding ``required`` keys.
+
+    A last line that is not a valid row (interrupted write) is truncated away; an invalid line
+    elsewhere is an error naming it.
+    """
     if not path.exists():
-        return set()
+        return []
     if path.name.endswith(".gz"):
         raise RunsFileError(f"{path}: cannot append to a gzip file; collect to .jsonl and gzip it afterwards")
     data = path.read_bytes()
     lines = data.split(b"\n")
-    pairs: set[tuple[str, str]] = set()
+    rows: list[dict[str, Any]] = []
     good_length = 0
     for number, line in enumerate(lines, start=1):
         if not line.strip():
@@ -37,15 +47,20 @@ def done_pairs(path: Path) -> set[tuple[str, str]]:
             continue
         try:
             row = json.loads(line)
-            pairs.add((str(row["query_id"]), str(row["model"])))
+            missing = [key for key in required if key not in row]
+            if missing:
+                raise KeyError(", ".join(missing))
         except (ValueError, KeyError, TypeError) as exc:
             if number == len(lines) or (number == len(lines) - 1 and not lines[-1].strip()):
                 with path.open("r+b") as handle:  # torn tail from an interrupted run
                     handle.truncate(good_length)
                 break
-            raise RunsFileError(f"{path}:{number}: not a runs row ({exc})") from exc
+            raise RunsFileError(
+                f"{path}:{number}: not a row of this file ({type(exc).__name__}: {exc})"
+            ) from exc
+        rows.append(row)
         good_length += len(line) + 1
-    return pairs
+    return rows
 
 
 class RunsWriter:

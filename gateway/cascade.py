@@ -221,6 +221,7 @@ class CascadeEngine:
             facts.score, facts.threshold = score, thresholds[stage]
             if score is not None:
                 self._metrics.child(self._metrics.confidence, plan.tier, model).observe(score)
+                self._metrics.drift.observe(policy.policy_id, plan.tier, model, score)
             if not should_escalate(score, thresholds[stage], policy.on_missing_score):
                 facts.answered_by = model
                 facts.outcome = "accepted" if stage == 0 else "escalated"

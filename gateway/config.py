@@ -21,6 +21,7 @@ import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
 from pydantic_settings import BaseSettings, PydanticBaseSettingsSource, SettingsConfigDict
 
+from gateway.drift import DriftConfig
 from policies import Price
 
 # Model names clients may not use for a configured model: they are the cascade aliases.
@@ -119,6 +120,7 @@ class Settings(BaseSettings):
     budgets: BudgetConfig = BudgetConfig()
     limits: LimitsConfig = LimitsConfig()
     logging: LoggingConfig = LoggingConfig()
+    drift: DriftConfig = DriftConfig()
 
     @field_validator("models")
     @classmethod

@@ -13,6 +13,7 @@ from typing import Any
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, generate_latest
 from prometheus_client.exposition import CONTENT_TYPE_LATEST
 
+from gateway.drift import DriftConfig, ScoreDriftMonitor
 from policies import Policy
 
 CONTENT_TYPE = CONTENT_TYPE_LATEST
@@ -26,8 +27,9 @@ _SCORE_BUCKETS = (-5, -2, -1, -0.5, -0.25, 0, 0.1, 0.2, 0.3, 0.4, 0.5, 0.6, 0.7,
 class GatewayMetrics:
     """Every metric the gateway exports, registered in ``self.registry``."""
 
-    def __init__(self, *, with_redis: bool = False) -> None:
-        """``with_redis``: export ``cascade_redis_up`` (only meaningful when Redis is configured)."""
+    def __init__(self, *, with_redis: bool = False, drift: DriftConfig | None = None) -> None:
+        """``with_redis``: export ``cascade_redis_up`` (only meaningful when Redis is configured);
+        ``drift``: the window of the score drift metric (``gateway.drift``)."""
         self.registry = CollectorRegistry(auto_describe=True)
         self._children: dict[tuple[int, tuple[str, ...]], Any] = {}
         r = self.registry
@@ -110,6 +112,8 @@ class GatewayMetrics:
             "Requests refused because a key's spend limit was reached.",
             registry=r,
         )
+        self.drift = ScoreDriftMonitor(drift)
+        r.register(self.drift)
 
     def child(self, metric: Any, *labels: str) -> Any:
         """``metric.labels(*labels)``, memoized: label sets are few and the hot path asks often.
@@ -130,6 +134,7 @@ class GatewayMetrics:
         self.expected_escalation_rate.clear()
         for name, tier in policy.tiers.items():
             self.expected_escalation_rate.labels(name).set(tier.expected.escalation_rate)
+        self.drift.reset(policy)
 
     def render(self) -> bytes:
         """The Prometheus text exposition of this registry."""

@@ -26,7 +26,9 @@ class Gateway:
 
     def __init__(self, settings: Settings, rng: random.Random | None = None):
         self.settings = settings
-        self.metrics = GatewayMetrics(with_redis=bool(settings.redis_url or settings.policy_is_redis))
+        self.metrics = GatewayMetrics(
+            with_redis=bool(settings.redis_url or settings.policy_is_redis), drift=settings.drift
+        )
         self.pool = UpstreamPool(settings, self.metrics)
         self.router = Router(settings, rng)
         self.engine = CascadeEngine(settings, self.pool, self.metrics)

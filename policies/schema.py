@@ -11,6 +11,8 @@ from typing import Literal
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
+from policies.score_distribution import ScoreDistribution
+
 SCHEMA_VERSION = 1
 
 ScorerName = Literal[
@@ -145,6 +147,8 @@ class Policy(_Strict):
     on_missing_score: Literal["escalate", "accept"] = "escalate"
     # Whether the cheap answer may be returned (marked degraded) when the escalation target fails.
     allow_degraded: bool = True
+    # Optional: where scores fell on the calibration rows, for the gateway's drift metric.
+    score_distribution: ScoreDistribution | None = None
 
     @model_validator(mode="after")
     def _references_resolve(self) -> Policy:
@@ -164,4 +168,6 @@ class Policy(_Strict):
         costs = [p.cost_usd for p in self.envelope]
         if costs != sorted(costs):
             raise ValueError("envelope points must be sorted by cost_usd")
+        if self.score_distribution is not None:
+            self.score_distribution.check_references(list(self.models), list(self.tiers))
         return self

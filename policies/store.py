@@ -18,11 +18,18 @@ from policies.schema import Policy
 # Fields that do not change what a policy does, so they are left out of its content hash:
 # recalibrating the same data twice gives the same policy_id.
 _HASH_EXCLUDED = ("policy_id", "created_at")
+# Optional fields added to schema version 1 after it was published: when absent (null) they are left
+# out of the file and of the hash, so a policy written before them keeps its bytes and policy_id.
+_OPTIONAL_FIELDS = ("score_distribution",)
 
 
 def compute_policy_id(document: dict[str, Any]) -> str:
     """Content hash (first 16 hex digits of SHA-256) of a policy document's canonical JSON."""
-    content = {k: v for k, v in document.items() if k not in _HASH_EXCLUDED}
+    content = {
+        k: v
+        for k, v in document.items()
+        if k not in _HASH_EXCLUDED and not (k in _OPTIONAL_FIELDS and v is None)
+    }
     canonical = json.dumps(content, sort_keys=True, separators=(",", ":"), allow_nan=False)
     return hashlib.sha256(canonical.encode()).hexdigest()[:16]
 
@@ -50,8 +57,7 @@ def build_policy(document: dict[str, Any]) -> Policy:
     stamped.setdefault("created_at", datetime.now(UTC).isoformat(timespec="seconds"))
     stamped["policy_id"] = "pending"
     policy = _validate(stamped, source="<new policy>")
-    as_json = policy.model_dump(mode="json")
-    return policy.model_copy(update={"policy_id": compute_policy_id(as_json)})
+    return policy.model_copy(update={"policy_id": compute_policy_id(policy_as_document(policy))})
 
 
 def parse_policy(raw: bytes | str, source: str = "<policy>") -> Policy:
@@ -79,7 +85,16 @@ def load_policy(path: str | Path) -> Policy:
 
 def dump_policy(policy: Policy) -> str:
     """Policy as pretty, stable JSON text."""
-    return json.dumps(policy.model_dump(mode="json"), indent=2, allow_nan=False) + "\n"
+    return json.dumps(policy_as_document(policy), indent=2, allow_nan=False) + "\n"
+
+
+def policy_as_document(policy: Policy) -> dict[str, Any]:
+    """The policy as a JSON-ready document, without the optional fields it does not have."""
+    document = policy.model_dump(mode="json")
+    for name in _OPTIONAL_FIELDS:
+        if document.get(name) is None:
+            document.pop(name, None)
+    return document
 
 
 def save_policy(policy: Policy, path: str | Path) -> None:

@@ -13,6 +13,7 @@ from pydantic import BaseModel
 
 from gateway.cascade import CascadeFacts
 from gateway.config import Settings
+from gateway.drift import ScoreDriftMonitor
 from gateway.metrics import GatewayMetrics
 from gateway.redis_keys import RedisKeys
 from policies import SCORERS, Policy, Price, Tier
@@ -55,6 +56,11 @@ def exported_metrics() -> dict[str, Any]:
         if isinstance(value, Counter | Gauge | Histogram):
             (family,) = value.describe()
             found[family.name + ("_total" if family.type == "counter" else "")] = value
+        elif isinstance(value, ScoreDriftMonitor):
+            # A custom collector (computed at scrape time): its families, label names fixed.
+            for family in value.describe():
+                found[family.name] = Gauge(family.name, family.documentation, family._labelnames,
+                                           registry=None)
     return found
 
 

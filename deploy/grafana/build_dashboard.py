@@ -72,6 +72,15 @@ def _stat(title: str, description: str, expr: str, legend: str, unit: str,
     }
 
 
+def _with_threshold_line(panel: dict[str, Any], value: float) -> dict[str, Any]:
+    """Draw ``value`` as a red horizontal line on a time series panel (the alert's threshold)."""
+    defaults = panel["fieldConfig"]["defaults"]
+    defaults["thresholds"] = {"mode": "absolute", "steps": [{"color": "green", "value": None},
+                                                          {"color": "red", "value": value}]}
+    defaults["custom"]["thresholdsStyle"] = {"mode": "line"}
+    return panel
+
+
 def _row(title: str) -> dict[str, Any]:
     return {"type": "row", "title": title, "collapsed": False, "panels": []}
 
@@ -123,11 +132,24 @@ def panels() -> list[dict[str, Any]]:
                     "cost) than calibrated; negative: fewer (lower quality) than calibrated.",
                     [(f"({OBSERVED_ESCALATION}) - on (tier) {EXPECTED_ESCALATION}", "{{tier}}")],
                     "percentunit"),
+        _with_threshold_line(_timeseries(
+            "Score drift (PSI) by tier and model", "Population Stability Index of each scored "
+            "model's live confidence scores in a tier (the gateway's sliding window) against the "
+            "calibration's distribution recorded in the policy (cascade_score_drift_psi; highest "
+            "replica). Under 0.1 stable, over 0.25 (red line) a significant shift: see the "
+            "CascadeScoreDrift alert. Gaps: fewer scores than drift.min_samples in the window.",
+            [(f"max by (tier, model) (cascade_score_drift_psi{{{TIER_SEL}}})", "{{tier}} / {{model}}")],
+            "none"), 0.25),
         _timeseries("Escalations by model pair", "cascade_escalations_total per tier and "
                     "(from_model -> to_model).",
                     [("sum by (tier, from_model, to_model) "
                       f"(rate(cascade_escalations_total{{{TIER_SEL}}}[{RI}]))",
                       "{{tier}}: {{from_model}} -> {{to_model}}")], "reqps"),
+        _timeseries("Score drift window samples", "Live confidence scores in each replica's drift "
+                    "window per tier and model (cascade_score_drift_samples, all replicas); PSI is "
+                    "reported from drift.min_samples on.",
+                    [(f"sum by (tier, model) (cascade_score_drift_samples{{{TIER_SEL}}})",
+                      "{{tier}} / {{model}}")], "short"),
         _row("Cost"),
         _timeseries("Cost per request by tier", "Upstream spend per served request (all calls of a "
                     "request: the cheap call plus the escalation), USD.",

@@ -14,6 +14,8 @@ from typing import Any
 
 from policies.store import build_policy, save_policy
 
+_SMALL_DECILES = [0.42, 0.55, 0.63, 0.70, 0.76, 0.81, 0.86, 0.90, 0.94]
+
 DOCUMENT: dict[str, Any] = {
     "schema_version": 1,
     "created_at": "2026-01-01T00:00:00+00:00",
@@ -49,6 +51,13 @@ DOCUMENT: dict[str, Any] = {
         {"cost_usd": 0.00003, "quality": 0.52, "models": ["small", "large"], "thresholds": [0.55]},
         {"cost_usd": 0.00005, "quality": 0.55, "models": ["large"], "thresholds": []},
     ],
+    # Deciles of the small model's scores on the calibration rows; it is the first stage of both
+    # cascading tiers, so each tier expects a tenth of its live scores in each bin.
+    "score_distribution": {
+        "calibration_rows": 1000,
+        "models": {"small": {"edges": _SMALL_DECILES, "proportions": [0.1] * 10}},
+        "tiers": {"economy": {"small": [0.1] * 10}, "balanced": {"small": [0.1] * 10}},
+    },
 }
 
 

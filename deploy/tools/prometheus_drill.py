@@ -308,6 +308,9 @@ class Drill:
             "overhead_p50_seconds": (
                 f"histogram_quantile(0.5, sum by (le) (rate(cascade_overhead_seconds_bucket{JOB}[5m])))", ""),
             "overhead_p99_seconds": ("cascade:overhead_seconds:p99_5m", ""),
+            # The example policy's score bins are placeholders, not the scripted upstream's scores.
+            "score_drift_samples": (f"sum by (tier) (cascade_score_drift_samples{JOB})", "tier"),
+            "score_drift_psi_max": (f"max by (tier) (cascade_score_drift_psi{JOB})", "tier"),
         }
         for key, (expr, label) in queries.items():
             self.report[key] = api.by_label(expr, label)

@@ -5,6 +5,7 @@ from __future__ import annotations
 import subprocess
 from pathlib import Path
 
+import pytest
 import yaml
 from deploy_support import (
     DEPLOY,
@@ -53,6 +54,26 @@ def test_drift_unit_test_fails_when_the_alert_threshold_is_loosened(tmp_path: Pa
     result = _promtool("test", "rules", RULE_TESTS.name, cwd=tmp_path / "tests")
     assert result.returncode != 0
     assert "CascadeEscalationRateDrift" in result.stdout + result.stderr
+
+
+@pytest.mark.parametrize(
+    ("original", "changed"),
+    [
+        ("cascade_score_drift_psi > 0.25", "cascade_score_drift_psi > 0.75"),  # 0.6 no longer fires
+        ("cascade_score_drift_samples >= 100", "cascade_score_drift_samples >= 0"),  # 50 scores fire
+    ],
+)
+def test_score_drift_unit_test_fails_when_the_alert_is_changed(tmp_path: Path, original: str,
+                                                              changed: str) -> None:
+    (tmp_path / "rules").mkdir()
+    (tmp_path / "tests").mkdir()
+    rules = RULES.read_text()
+    assert original in rules
+    (tmp_path / "rules" / RULES.name).write_text(rules.replace(original, changed))
+    (tmp_path / "tests" / RULE_TESTS.name).write_text(RULE_TESTS.read_text())
+    result = _promtool("test", "rules", RULE_TESTS.name, cwd=tmp_path / "tests")
+    assert result.returncode != 0
+    assert "CascadeScoreDrift" in result.stdout + result.stderr
 
 
 def test_compose_prometheus_config_is_valid_and_loads_the_rules() -> None:

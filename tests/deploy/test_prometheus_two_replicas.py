@@ -10,7 +10,7 @@ import json
 import subprocess
 import sys
 
-from deploy_support import DEPLOY, require_tool
+from deploy_support import DEPLOY, require_tool, rule_expressions
 
 
 def test_prometheus_sees_both_replicas_count_and_switch_policy_on_push() -> None:
@@ -33,4 +33,9 @@ def test_prometheus_sees_both_replicas_count_and_switch_policy_on_push() -> None
     assert {"accepted", "escalated", "direct"} <= set(report["outcomes"])
     assert set(report["escalation_rate_expected"]) == {"economy", "balanced", "quality"}
     assert report["escalation_rate_observed"]["quality"] == 0
-    assert report["alert_rules_loaded"] == 9
+    alerts = [name for name, _ in rule_expressions() if not name.startswith("cascade:")]
+    assert report["alert_rules_loaded"] == len(alerts) == 10
+    # The score drift gauges of the policy's cascading tiers reached Prometheus (80 requests are
+    # too few for a PSI in a 100-score window, so only the sample counts are checked).
+    assert set(report["score_drift_samples"]) == {"economy", "balanced"}
+    assert sum(report["score_drift_samples"].values()) > 0

@@ -1,0 +1,53 @@
+"""The policy's ``score_distribution``: where each scored model's scores fell on the calibration rows.
+
+The gateway compares live scores with it (the drift metric, docs/contracts.md#metrics). A model is
+scored when it is a non-final stage of some tier's route; its bin edges are the distinct deciles
+of its scores on every calibration row, and per tier the expected bin shares are those of the
+rows that reach it in that tier: all rows for a first stage, the rows the previous stages
+escalated for a later one, routes of a mixture weighted by their weight. That is the population
+whose scores the gateway observes live in that tier.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Any
+
+import numpy as np
+
+from calibration.runs import RunsMatrix
+from calibration.tiers import TierSolution
+from policies.score_distribution import DEFAULT_BIN_COUNT, bin_counts, decile_edges
+
+
+def score_distribution_document(
+    matrix: RunsMatrix, tiers: Mapping[str, TierSolution], bin_count: int = DEFAULT_BIN_COUNT
+) -> dict[str, Any] | None:
+    """The ``score_distribution`` field for these tiers, or None when no tier has a scored stage."""
+    scored = sorted({m for s in tiers.values() for r in s.routes for m in r.models[:-1]})
+    if not scored or matrix.n_queries == 0:
+        return None
+    edges = {m: decile_edges(matrix.score[:, matrix.model_index(m)], bin_count) for m in scored}
+    models = {}
+    for m in scored:
+        all_rows = bin_counts(edges[m], matrix.score[:, matrix.model_index(m)])
+        models[m] = {"edges": edges[m], "proportions": _shares(all_rows)}
+    tier_bins: dict[str, dict[str, list[float]]] = {}
+    for name, solution in tiers.items():
+        weighted: dict[str, np.ndarray] = {}
+        for route in solution.routes:
+            reached = np.ones(matrix.n_queries, dtype=bool)
+            for model, threshold in zip(route.models[:-1], route.thresholds, strict=True):
+                scores = matrix.score[:, matrix.model_index(model)]
+                counts = bin_counts(edges[model], scores[reached], route.weight)
+                weighted[model] = weighted.get(model, 0) + counts
+                # Stage i escalates iff score < thresholds[i] (policies.decision).
+                reached &= scores < threshold
+        shares = {m: _shares(c) for m, c in weighted.items() if c.sum() > 0}
+        if shares:
+            tier_bins[name] = shares
+    return {"calibration_rows": matrix.n_queries, "models": models, "tiers": tier_bins}
+
+
+def _shares(counts: np.ndarray) -> list[float]:
+    return [float(v) for v in counts / counts.sum()]

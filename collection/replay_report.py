@@ -1,0 +1,218 @@
+"""What a replay measured against what the policy expects: the JSON report of ``cascade replay``.
+
+For a tier the expectation is ``tiers.<tier>.expected`` of the policy; for a budget it is the
+envelope point the gateway's own rule (``policies.decision``) picks for that budget. Each
+realized value (quality, cost per request, escalation rate) comes with a confidence interval
+(``collection.replay_stats``), and every expectation outside its interval becomes a flag, as does
+a gateway serving another policy than the one the expectations were read from.
+
+Report schema (``"report": "cascade-replay"``, ``"version": 1``): docs/contracts.md#replay-report.
+"""
+
+from __future__ import annotations
+
+import bisect
+from collections import Counter
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass, replace
+from datetime import UTC, datetime
+from typing import Any
+
+from collection.replay import Arm
+from collection.replay_stats import Estimate, mean_estimate, percentile
+from policies import Policy, Route
+from policies.decision import budget_index
+
+METRICS = ("quality", "cost_usd", "escalation_rate")
+METRIC_LABELS = {"quality": "quality", "cost_usd": "cost/request", "escalation_rate": "escalation"}
+
+
+@dataclass(frozen=True)
+class Expectation:
+    """What the policy expects of one arm, and where in the policy that comes from."""
+
+    source: str
+    cost_usd: float
+    quality: float
+    escalation_rate: float
+    route: str
+    within_budget: bool = True
+
+
+def route_text(routes: Sequence[Route]) -> str:
+    """``small -> large @ 0.5``, or ``0.5 x (small -> large @ 0.5) + 0.5 x (large)`` for a mixture."""
+    parts = []
+    for route in routes:
+        text = " -> ".join(route.models)
+        if route.thresholds:
+            text += " @ " + ", ".join(f"{t:.6g}" for t in route.thresholds)
+        parts.append(text if len(routes) == 1 else f"{route.weight:g} x ({text})")
+    return " + ".join(parts)
+
+
+def expectation_for(policy: Policy, arm: Arm) -> Expectation | None:
+    """The policy's expectation for ``arm``; None for a tier the policy does not define."""
+    if arm.tier is not None:
+        tier = policy.tiers.get(arm.tier)
+        if tier is None:
+            return None
+        e = tier.expected
+        return Expectation(
+            f"tiers.{arm.tier}.expected", e.cost_usd, e.quality, e.escalation_rate, route_text(tier.routes)
+        )
+    assert arm.max_cost_usd is not None
+    if not policy.envelope:  # the gateway then serves the default tier
+        fallback = expectation_for(policy, Arm(tier=policy.default_tier))
+        assert fallback is not None
+        return replace(fallback, source=f"{fallback.source} (no envelope)")
+    index = budget_index(policy)
+    # The same lookup as BudgetIndex.lookup, keeping the point's index to report its figures.
+    within = arm.max_cost_usd >= index.costs[0]
+    chosen = index.best_upto[bisect.bisect_right(index.costs, arm.max_cost_usd) - 1] if within else 0
+    point = policy.envelope[chosen]
+    return Expectation(
+        f"envelope[{chosen}]",
+        point.cost_usd,
+        point.quality,
+        point.escalation_rate,
+        route_text([point.as_route()]),
+        within,
+    )
+
+
+def summarize_arm(
+    arm: Arm,
+    rows: Sequence[dict[str, Any]],
+    questions: int,
+    expectation: Expectation | None,
+    confidence: float,
+) -> dict[str, Any]:
+    """One arm's entry of the report (see ``build_report``)."""
+    expected = dict(zip(METRICS, (None, None, None), strict=True))
+    if expectation is not None:
+        expected = {
+            "quality": expectation.quality,
+            "cost_usd": expectation.cost_usd,
+            "escalation_rate": expectation.escalation_rate,
+        }
+    estimates: dict[str, Estimate] = {
+        "quality": mean_estimate([float(r["correct"]) for r in rows], confidence, expected["quality"]),
+        "cost_usd": mean_estimate([float(r["cost_usd"]) for r in rows], confidence, expected["cost_usd"]),
+        "escalation_rate": mean_estimate(
+            [1.0 if r["escalated"] else 0.0 for r in rows], confidence, expected["escalation_rate"]
+        ),
+    }
+    outside = [name for name, estimate in estimates.items() if estimate.outside]
+    latencies = [float(r["latency_ms"]) for r in rows]
+    return {
+        "arm": arm.key,
+        "kind": arm.kind,
+        "tier": arm.tier,
+        "max_cost_usd": arm.max_cost_usd,
+        "requests": len(rows),
+        "missing": questions - len(rows),
+        "expected_from": expectation.source if expectation else None,
+        "expected_route": expectation.route if expectation else None,
+        "expected_within_budget": expectation.within_budget if expectation else None,
+        **{name: estimate.as_dict() for name, estimate in estimates.items()},
+        "outside": outside,
+        "ok": not outside and len(rows) == questions,
+        "latency_ms": {
+            "p50": percentile(latencies, 50),
+            "p95": percentile(latencies, 95),
+            "mean": sum(latencies) / len(latencies) if latencies else None,
+        },
+        "served_tiers": dict(Counter(str(r.get("tier")) for r in rows)),
+        "answered_by": dict(Counter(str(r.get("model")) for r in rows)),
+        "degraded": sum(bool(r.get("degraded")) for r in rows),
+        "over_budget": sum(bool(r.get("over_budget")) for r in rows),
+    }
+
+
+def _flags(arms: Iterable[dict[str, Any]], confidence: float) -> list[str]:
+    flags = []
+    for arm in arms:
+        if arm["missing"]:
+            flags.append(f"{arm['arm']}: {arm['missing']} questions have no result (failed requests)")
+        for name in arm["outside"]:
+            metric = arm[name]
+            flags.append(
+                f"{arm['arm']}: expected {METRIC_LABELS[name]} {metric['expected']:.4g} is outside the "
+                f"realized {confidence:.0%} interval [{metric['low']:.4g}, {metric['high']:.4g}] "
+                f"(realized {metric['realized']:.4g}, n={arm['requests']})"
+            )
+    return flags
+
+
+def build_report(
+    *,
+    gateway: str,
+    prompts_file: str,
+    questions: Sequence[str],
+    arms: Sequence[Arm],
+    rows: Iterable[dict[str, Any]],
+    policy: Policy | None,
+    policy_file: str | None,
+    confidence: float,
+    request: dict[str, Any],
+    results_file: str,
+    command: str | None = None,
+) -> dict[str, Any]:
+    """The JSON report of a replay.
+
+    Top level: ``report``/``version``, ``created_at``, ``command``, ``gateway``, ``prompts``
+    (file, questions), ``results_file``, ``confidence``, ``request`` (temperature, max_tokens),
+    ``policy`` (file, policy_id, served_policy_ids, matches), ``arms`` (one per tier/budget, see
+    ``summarize_arm``: requests, missing, expected_from, expected_route, quality/cost_usd/
+    escalation_rate as {realized, low, high, method, expected, outside}, outside, ok, latency_ms
+    {p50, p95, mean}, served_tiers, answered_by, degraded, over_budget), ``flags`` (one sentence
+    each) and ``ok`` (no flag).
+    """
+    wanted = set(questions)
+    by_arm: dict[str, list[dict[str, Any]]] = {arm.key: [] for arm in arms}
+    for row in rows:
+        if row.get("arm") in by_arm and row.get("query_id") in wanted:
+            by_arm[row["arm"]].append(row)
+    summaries = [
+        summarize_arm(
+            arm,
+            by_arm[arm.key],
+            len(wanted),
+            expectation_for(policy, arm) if policy is not None else None,
+            confidence,
+        )
+        for arm in arms
+    ]
+    served = sorted({str(r.get("policy_id")) for arm_rows in by_arm.values() for r in arm_rows})
+    matches = None if policy is None or not served else served == [policy.policy_id]
+    flags = []
+    if matches is False:
+        flags.append(
+            f"the gateway served policy {', '.join(served)} but the expectations are those of policy "
+            f"{policy.policy_id if policy else '?'} ({policy_file}): they do not describe what was served"
+        )
+    if policy is not None:
+        for arm in arms:
+            if arm.tier is not None and arm.tier not in policy.tiers:
+                flags.append(f"{arm.key}: the policy file has no tier {arm.tier!r}, so no expectation")
+    flags += _flags(summaries, confidence)
+    return {
+        "report": "cascade-replay",
+        "version": 1,
+        "created_at": datetime.now(UTC).isoformat(timespec="seconds"),
+        "command": command,
+        "gateway": gateway,
+        "prompts": {"file": prompts_file, "questions": len(wanted)},
+        "results_file": results_file,
+        "confidence": confidence,
+        "request": request,
+        "policy": {
+            "file": policy_file,
+            "policy_id": policy.policy_id if policy else None,
+            "served_policy_ids": served,
+            "matches": matches,
+        },
+        "arms": summaries,
+        "flags": flags,
+        "ok": not flags,
+    }
