@@ -272,7 +272,7 @@ def cascade_serve(
     cmd = ["taskset", "-c", cpu, cascade, "serve", "--config", str(config), "--port", str(port)]
     with process(cmd, env=env, log=tmp / f"{log_name}.log") as server:
         base = f"http://127.0.0.1:{port}"
-        wait_http(base + "/healthz")
+        wait_http(base + "/healthz", timeout_s=60)  # start-up imports take long on a busy machine
         yield base, server.pid  # taskset execs the command: same pid
 
 
