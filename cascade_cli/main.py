@@ -13,6 +13,7 @@ from calibration.cli import register as register_calibration
 from collection.cli import register as register_collection
 from gateway.cli import register as register_gateway
 from localpool.cli import register as register_localpool
+from traffic.cli import register as register_traffic
 
 app = typer.Typer(
     name="cascade",
@@ -41,6 +42,7 @@ register_calibration(app)
 register_collection(app)
 register_gateway(app)
 register_localpool(app)
+register_traffic(app)
 
 
 if __name__ == "__main__":

@@ -39,8 +39,12 @@ def collect(
         int, typer.Option("--top-logprobs", "-k", min=1, max=20, help="alternatives per token")
     ] = 15,
     max_tokens: Annotated[
-        int, typer.Option(min=1, help="completion tokens per answer (default for the set)")
-    ] = 1,
+        int | None,
+        typer.Option(
+            min=1,
+            help="completion tokens per answer (default: the model's request defaults, else 1)",
+        ),
+    ] = None,
     concurrency: Annotated[int, typer.Option(min=1, max=64, help="calls in flight at once")] = 2,
     limit: Annotated[int | None, typer.Option(min=1, help="only the first N questions")] = None,
     keep_prompt: Annotated[bool, typer.Option("--keep-prompt", help="also store the prompt text")] = False,

@@ -22,8 +22,12 @@ from collection.graders import grade
 from collection.prompts import Prompt
 from collection.runs_writer import RunsWriter
 from collection.targets import Target
+from policies.request_defaults import merge_request_defaults
 
 RETRY_STATUSES = {429, 500, 502, 503, 504}
+# Completion tokens asked for when neither the question, the run nor the target's defaults set a cap
+# (one token: the answer letter of a multiple-choice question).
+DEFAULT_MAX_TOKENS = 1
 
 
 @dataclass(frozen=True)
@@ -31,7 +35,7 @@ class CollectOptions:
     """Request parameters shared by every call."""
 
     top_logprobs: int = 15
-    max_tokens: int = 1
+    max_tokens: int | None = None
     temperature: float = 0.0
     concurrency: int = 2
     retries: int = 2
@@ -53,17 +57,29 @@ class CallError(Exception):
 
 
 def request_body(prompt: Prompt, target: Target, options: CollectOptions) -> dict[str, Any]:
-    """The chat-completions body for one question."""
-    return {
-        "model": target.model,
-        "messages": prompt.messages(),
-        "max_tokens": prompt.max_tokens or options.max_tokens,
-        "temperature": options.temperature,
-        "logprobs": True,
-        "top_logprobs": max(1, options.top_logprobs),
-        "n": 1,
-        "stream": False,
-    }
+    """The chat-completions body for one question, as the gateway would send it upstream.
+
+    The collector is the client: its fields (messages, temperature, a cap set by the question or
+    the run) are merged over the target's request defaults exactly as the gateway merges a client's
+    (``policies.request_defaults``); logprobs are then added as on a scored stage.
+    """
+    client: dict[str, Any] = {"messages": prompt.messages(), "temperature": options.temperature}
+    cap = prompt.max_tokens or options.max_tokens
+    if cap is None and (target.request_defaults is None or target.request_defaults.completion_cap() is None):
+        cap = DEFAULT_MAX_TOKENS
+    if cap is not None:
+        client["max_tokens"] = cap
+    body = merge_request_defaults(client, target.request_defaults)
+    body.update(
+        {
+            "model": target.model,
+            "logprobs": True,
+            "top_logprobs": max(1, options.top_logprobs),
+            "n": 1,
+            "stream": False,
+        }
+    )
+    return body
 
 
 def build_row(

@@ -4,6 +4,9 @@
 * ``exact_match``: normalized text equality with the answer or any alias (case, punctuation,
   articles and whitespace ignored).
 * ``numeric``: the last number in the answer equals the label within a relative tolerance.
+* ``final_numeric``: for answers that reason before concluding: the number after the last final-answer
+  marker (``Answer: 42``, ``the answer is 42``, ``\\boxed{42}``, ``#### 42``), else the last number;
+  equal to the label within a relative tolerance.
 """
 
 from __future__ import annotations
@@ -18,6 +21,11 @@ _ANSWER_IS = re.compile(r"answer\s*(?:is|:)?\s*[\(\[]?([A-J])\b", re.IGNORECASE)
 _LONE_LETTER = re.compile(r"\b([A-J])\b")
 _NUMBER = re.compile(r"-?\d+(?:\.\d+)?(?:[eE][-+]?\d+)?")
 _ARTICLES = re.compile(r"\b(a|an|the)\b")
+# A final-answer marker and the number after it (markdown emphasis, "$" and "=" allowed between).
+_FINAL_MARKER = re.compile(
+    r"(?:answer\s*(?:is|:)|\\boxed\{|####)[\s*:=$]*(-?\d+(?:\.\d+)?(?:[eE][-+]?\d+)?)",
+    re.IGNORECASE,
+)
 
 
 class GraderError(ValueError):
@@ -83,10 +91,39 @@ def grade_numeric(response: str, answer: str, aliases: Sequence[str] = (), rel_t
     return 1.0 if math.isclose(value, target, rel_tol=rel_tol, abs_tol=1e-9) else 0.0
 
 
+def extract_final_number(response: str) -> float | None:
+    """The number a reasoned answer concludes with, or None.
+
+    The number after the LAST final-answer marker (``Answer: 42``, ``The answer is 42``,
+    ``\\boxed{42}``, ``#### 42``; thousands separators ignored), so intermediate results of a chain
+    of thought do not count; without a marker, the last number in the response.
+    """
+    text = response.replace(",", "")
+    markers = _FINAL_MARKER.findall(text)
+    if markers:
+        return float(markers[-1])
+    return extract_number(text)
+
+
+def grade_final_numeric(
+    response: str, answer: str, aliases: Sequence[str] = (), rel_tol: float = 1e-6
+) -> float:
+    """1.0 if the response's final number (``extract_final_number``) equals the label."""
+    try:
+        target = float(str(answer).replace(",", ""))
+    except ValueError as exc:
+        raise GraderError(f"numeric label {answer!r} is not a number") from exc
+    value = extract_final_number(response)
+    if value is None:
+        return 0.0
+    return 1.0 if math.isclose(value, target, rel_tol=rel_tol, abs_tol=1e-9) else 0.0
+
+
 GRADERS: dict[str, Callable[..., float]] = {
     "multiple_choice": grade_multiple_choice,
     "exact_match": grade_exact_match,
     "numeric": grade_numeric,
+    "final_numeric": grade_final_numeric,
 }
 
 

@@ -6,6 +6,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from policies import Price
+from policies.request_defaults import RequestDefaults
 
 
 class TargetError(Exception):
@@ -22,6 +23,7 @@ class Target:
     price: Price
     api_key: str | None = None
     timeout_s: float = 120.0
+    request_defaults: RequestDefaults | None = None
 
 
 def targets_from_config(config: Path, names: list[str] | None) -> list[Target]:
@@ -47,29 +49,40 @@ def targets_from_config(config: Path, names: list[str] | None) -> list[Target]:
                 price=model.price,
                 api_key=model.api_key(),
                 timeout_s=model.timeout_s,
+                request_defaults=model.request_defaults,
             )
         )
     return targets
 
 
 def targets_from_pool(names: list[str] | None) -> list[Target]:
-    """Models of the local pool (manifest ports and prices; the servers must be up)."""
+    """Models and members of the local pool (manifest ports, prices, request defaults).
+
+    A member is sent to its model's server with the member's request defaults. Without names, the
+    default models. The servers must be up.
+    """
     from localpool.manifest import load_manifest
     from localpool.pool import base_url
 
     manifest = load_manifest()
-    chosen = _choose(list(manifest.models), names, "the local pool")
+    chosen = _choose([*manifest.models, *manifest.members], names, "the local pool")
     if not names:
-        chosen = [n for n in chosen if manifest.models[n].default]
-    return [
-        Target(
-            name=name,
-            base_url=base_url(manifest.models[name]),
-            model=name,
-            price=manifest.models[name].price,
+        chosen = [n for n in manifest.models if manifest.models[n].default]
+    targets = []
+    for name in chosen:
+        member = manifest.members.get(name)
+        server = member.server if member else name
+        spec = manifest.models[server]
+        targets.append(
+            Target(
+                name=name,
+                base_url=base_url(spec),
+                model=server,
+                price=spec.price,
+                request_defaults=member.request_defaults if member else None,
+            )
         )
-        for name in chosen
-    ]
+    return targets
 
 
 def _choose(available: list[str], names: list[str] | None, where: str) -> list[str]:

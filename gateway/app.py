@@ -19,7 +19,9 @@ from fastapi import FastAPI, Request
 from fastapi.responses import Response
 from starlette.exceptions import HTTPException as StarletteHTTPException
 from starlette.routing import Route
+from starlette.types import Receive, Scope, Send
 
+from gateway.admin import admin_router
 from gateway.completions import CompletionsEndpoint, error_parts
 from gateway.config import Settings
 from gateway.errors import GatewayError, InternalError
@@ -39,7 +41,7 @@ class GatewayApp(FastAPI):
 
     fast_paths: dict[str, CompletionsEndpoint]
 
-    async def __call__(self, scope: dict[str, Any], receive: Any, send: Any) -> None:
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         if scope["type"] == "http" and scope["method"] == "POST":
             endpoint = self.fast_paths.get(scope["path"])
             if endpoint is not None:
@@ -57,10 +59,7 @@ def create_app(settings: Settings, *, rng: random.Random | None = None) -> FastA
 
     @asynccontextmanager
     async def lifespan(app: FastAPI) -> AsyncIterator[None]:
-        from gateway.admin import admin_router
-
         await gateway.start()
-        app.include_router(admin_router(gateway.shared))
         try:
             yield
         finally:
@@ -70,6 +69,7 @@ def create_app(settings: Settings, *, rng: random.Random | None = None) -> FastA
         title="cascade gateway", lifespan=lifespan, docs_url=None, redoc_url=None, openapi_url=None
     )
     app.state.gateway = gateway
+    app.include_router(admin_router(gateway.shared))
     app.fast_paths = {
         "/v1/chat/completions": CompletionsEndpoint(gateway, "chat"),
         "/v1/completions": CompletionsEndpoint(gateway, "completions"),
@@ -105,7 +105,7 @@ def create_app(settings: Settings, *, rng: random.Random | None = None) -> FastA
 
     @app.get("/metrics")
     async def metrics() -> Response:
-        if gateway.metrics.redis_up is not None and gateway.shared is not None:
+        if gateway.metrics.redis_up is not None:
             gateway.metrics.redis_up.set(1 if gateway.shared.redis_up else 0)
         return Response(gateway.metrics.render(), media_type=CONTENT_TYPE)
 

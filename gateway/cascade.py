@@ -19,8 +19,9 @@ A streamed request is served by ``CascadeEngine.stream`` as client-ready SSE eve
 stages are the same, an accepted answer is replayed, the final stage is relayed live by
 gateway.live (which charges it however the stream ends).
 
-The client's own fields go through unchanged; only ``model`` is rewritten to the upstream's id,
-and ``logprobs``/``top_logprobs`` are added on scored stages.
+The client's own fields go through unchanged, over the model's configured request defaults
+(``policies.request_defaults``); ``model`` is rewritten to the upstream's id, and
+``logprobs``/``top_logprobs`` are added on scored stages.
 """
 
 from __future__ import annotations
@@ -41,6 +42,7 @@ from gateway.routing import RoutePlan
 from gateway.streaming import SSE_HEADERS, replay
 from gateway.upstream import UpstreamFailure, UpstreamPool
 from policies import score_response, should_escalate
+from policies.request_defaults import RequestDefaults, merge_request_defaults
 
 
 @dataclass(slots=True)
@@ -152,7 +154,10 @@ class CascadeEngine:
         stage = await self._scored_stages(plan, request, deadline, facts)
         if isinstance(stage, dict):
             return CascadeResult(facts, stage)
-        body = upstream_body(request, self._models[stage.model].model, top_k=None, stream=False)
+        config = self._models[stage.model]
+        body = upstream_body(
+            request, config.model, top_k=None, stream=False, defaults=config.request_defaults
+        )
         facts.models_called.append(stage.model)
         try:
             reply = await self._call(stage.model, request, body, deadline, facts)
@@ -177,7 +182,10 @@ class CascadeEngine:
             for event in self._replay(stage, facts, request, started):
                 yield event
             return
-        body = upstream_body(request, self._models[stage.model].model, top_k=None, stream=True)
+        config = self._models[stage.model]
+        body = upstream_body(
+            request, config.model, top_k=None, stream=True, defaults=config.request_defaults
+        )
         relay = LiveRelay(self._pool[stage.model], request, facts, self.account, started)
         events = relay.events(body, deadline)
         async with aclosing(events):
@@ -209,7 +217,10 @@ class CascadeEngine:
         fallback_model: str | None = None
         last = len(models) - 1
         for stage, model in enumerate(models[:last]):
-            body = upstream_body(request, self._models[model].model, top_k=top_k, stream=False)
+            config = self._models[model]
+            body = upstream_body(
+                request, config.model, top_k=top_k, stream=False, defaults=config.request_defaults
+            )
             facts.models_called.append(model)
             try:
                 reply = await self._call(model, request, body, deadline, facts)
@@ -282,13 +293,21 @@ class CascadeEngine:
         self._metrics.child(self._metrics.escalations, tier, from_model, to_model).inc()
 
 
-def upstream_body(request: ParsedRequest, upstream_model: str, *, top_k: int | None, stream: bool) -> bytes:
-    """The upstream request: the client's fields, ``model`` rewritten, logprobs added when scored.
+def upstream_body(
+    request: ParsedRequest,
+    upstream_model: str,
+    *,
+    top_k: int | None,
+    stream: bool,
+    defaults: RequestDefaults | None = None,
+) -> bytes:
+    """The upstream request: the client's fields over the model's defaults, ``model`` rewritten,
+    logprobs added when scored.
 
     ``top_k`` set = a scored stage (non-streamed, asks for at least K alternatives).
     ``stream`` = the stage is streamed to the client (usage requested so the cost is known).
     """
-    body = dict(request.body)
+    body = merge_request_defaults(request.body, defaults, chat=request.kind == "chat")
     body["model"] = upstream_model
     if top_k is not None:
         if request.kind == "chat":

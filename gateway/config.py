@@ -23,6 +23,7 @@ from pydantic_settings import BaseSettings, PydanticBaseSettingsSource, Settings
 
 from gateway.drift import DriftConfig
 from policies import Price
+from policies.request_defaults import RequestDefaults
 
 # Model names clients may not use for a configured model: they are the cascade aliases.
 RESERVED_MODEL_PREFIX = "cascade"
@@ -46,6 +47,9 @@ class ModelConfig(_Section):
     price: Price = Price(per_query_usd=0.0)
     timeout_s: float = Field(30.0, gt=0, description="per upstream call, seconds")
     max_retries: int = Field(2, ge=0, le=10, description="retries for 429/5xx/connect errors")
+    request_defaults: RequestDefaults | None = Field(
+        None, description="fields merged under the client's own (policies/request_defaults.py)"
+    )
 
     @field_validator("base_url")
     @classmethod
@@ -73,10 +77,20 @@ class AuthConfig(_Section):
 
 
 class BudgetConfig(_Section):
-    """Default per-client-key spend limit over a fixed window (None = unlimited)."""
+    """Default per-client-key spend limit over a fixed window (None = unlimited), and what to do
+    while Redis cannot be reached (docs/redis-and-auth.md, "When Redis goes away")."""
 
     limit_usd: float | None = Field(None, ge=0)
     window_s: int = Field(86400, gt=0)
+    on_redis_down: Literal["local", "refuse"] = Field(
+        "local",
+        description="local: each replica enforces limits in process and writes the spend back to Redis "
+        "when it returns; refuse: keyed requests get 503 spend_unavailable while spend cannot be checked",
+    )
+    outage_share: float = Field(
+        1.0, gt=0, le=1, description="share of a key's remaining budget one replica may admit on its own "
+        "during an outage (1/N for N replicas: never above the limit)"
+    )
 
 
 class LimitsConfig(_Section):
@@ -116,6 +130,9 @@ class Settings(BaseSettings):
     models: dict[str, ModelConfig] = Field(min_length=1)
     policy: str = Field(description="policy file path, or redis://host:6379/0 (key cascade:policy:current)")
     redis_url: str | None = None
+    redis_timeout_s: float = Field(
+        0.1, gt=0, le=5, description="bound of every Redis call on the request path (keys, spend), seconds"
+    )
     auth: AuthConfig = AuthConfig()
     budgets: BudgetConfig = BudgetConfig()
     limits: LimitsConfig = LimitsConfig()

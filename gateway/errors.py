@@ -89,6 +89,14 @@ class BudgetExceededError(GatewayError):
     code = "budget_exceeded"
 
 
+class SpendUnavailableError(GatewayError):
+    """503: spend limits cannot be checked (Redis down) and the config says to refuse meanwhile."""
+
+    status = 503
+    type = "server_error"
+    code = "spend_unavailable"
+
+
 class RateLimitedError(GatewayError):
     """429: rate limited (including an upstream 429 that outlasted the request deadline)."""
 

@@ -112,6 +112,18 @@ class GatewayMetrics:
             "Requests refused because a key's spend limit was reached.",
             registry=r,
         )
+        self.spend_fallbacks = Counter(
+            "cascade_spend_fallback",
+            "Keyed requests whose spend could not be checked in Redis, by reason "
+            "(timeout, error, down, epoch: counted in process; refused: 503 by config).",
+            ["reason"],
+            registry=r,
+        )
+        self.spend_unsynced = Gauge(
+            "cascade_spend_unsynced_usd",
+            "Spend counted in process that Redis does not hold yet (written back when it answers).",
+            registry=r,
+        )
         self.drift = ScoreDriftMonitor(drift)
         r.register(self.drift)
 

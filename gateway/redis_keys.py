@@ -51,6 +51,23 @@ class RedisKeys:
         """Spend counter (integer nano-USD, with a TTL) of one client key in one window."""
         return f"{self.prefix}:spend:{key_id}:{window_start}"
 
+    def spend_pending(self, key_id: str, window_start: int) -> str:
+        """Hash: reservation id -> reserved nano-USD, until settled (same TTL as the counter)."""
+        return f"{self.spend(key_id, window_start)}:pending"
+
+    def spend_cancelled(self, op_id: str) -> str:
+        """Tombstone of a reservation cancelled before it landed (short TTL)."""
+        return f"{self.prefix}:spend:cancelled:{op_id}"
+
+    def spend_applied(self, op_id: str) -> str:
+        """Marker of a write-back already applied (short TTL)."""
+        return f"{self.prefix}:spend:applied:{op_id}"
+
+    @property
+    def spend_epoch(self) -> str:
+        """Random id of this Redis's spend data; missing or new means the data was lost."""
+        return f"{self.prefix}:spend:epoch"
+
 
 def redact_url(url: str) -> str:
     """A Redis URL without its password (``redis://***@host:6379/0``), for logs, status and errors."""

@@ -1,9 +1,14 @@
-"""What one gateway app owns: settings, metrics, upstream pool, router, cascade engine, shared state."""
+"""What one gateway app owns: settings, metrics, upstream pool, router, cascade engine, shared state.
+
+Everything is built when the ``Gateway`` is constructed (no I/O: Redis clients connect on first
+use); ``start()`` opens sessions and loads the policy, ``close()`` releases them.
+"""
 
 from __future__ import annotations
 
 import asyncio
 import logging
+import math
 import random
 from typing import Any
 
@@ -12,8 +17,9 @@ from gateway.config import Settings
 from gateway.health import UpstreamHealth
 from gateway.logs import configure_logging, log_event
 from gateway.metrics import GatewayMetrics
-from gateway.requests import DEFAULT_COMPLETION_BOUND, ParsedRequest, completion_cap
+from gateway.requests import DEFAULT_COMPLETION_BOUND, ParsedRequest
 from gateway.routing import RoutePlan, Router
+from gateway.state import SharedState, build_shared_state
 from gateway.upstream import UpstreamPool
 from policies import Policy
 
@@ -33,7 +39,13 @@ class Gateway:
         self.router = Router(settings, rng)
         self.engine = CascadeEngine(settings, self.pool, self.metrics)
         self.health = UpstreamHealth(self.pool, self.metrics)
-        self.shared: Any = None  # gateway.state.SharedState once started
+        self.shared: SharedState = build_shared_state(
+            settings,
+            on_policy_loaded=self._policy_loaded,
+            on_policy_failure=self._policy_failed,
+            on_spend_fallback=self._spend_fallback,
+        )
+        self.metrics.spend_unsynced.set_function(self.shared.spend.unsynced_usd)
         self.loop: asyncio.AbstractEventLoop | None = None  # the serving loop, once started
         # Completion requests being served (their tasks), for the shutdown drain.
         self.in_flight: set[asyncio.Task[Any]] = set()
@@ -43,16 +55,11 @@ class Gateway:
         self._drain_task: asyncio.Task[None] | None = None
 
     async def start(self) -> None:
-        """Open upstream sessions, build and start the shared state (initial policy load)."""
-        from gateway.state import build_shared_state
-
+        """Open upstream sessions and start the shared state (initial policy load, watchers)."""
         configure_logging(self.settings.logging.level)
         self.loop = asyncio.get_running_loop()
         await self.pool.start()
         self.health.start()
-        self.shared = await build_shared_state(
-            self.settings, on_policy_loaded=self._policy_loaded, on_policy_failure=self._policy_failed
-        )
         await self.shared.start()
         policy = self.policy
         log_event(
@@ -111,18 +118,17 @@ class Gateway:
         if self._drain_task is not None:
             self._drain_task.cancel()
         await self.health.close()
-        if self.shared is not None:
-            await self.shared.close()
+        await self.shared.close()
         await self.pool.close()
 
     @property
     def policy(self) -> Policy | None:
         """The policy being served now (None until one loads)."""
-        return self.shared.policy_store.current if self.shared is not None else None
+        return self.shared.policy_store.current
 
     def no_policy_reason(self) -> str | None:
         """Why no policy is served (the store's last load error), when none is."""
-        if self.shared is None or self.shared.policy_store.current is not None:
+        if self.shared.policy_store.current is not None:
             return None
         return self.shared.policy_store.last_error
 
@@ -134,20 +140,67 @@ class Gateway:
         self.metrics.policy_reload_failures.inc()
         log_event("policy_rejected", level=30, reason=message)
 
+    def _spend_fallback(self, reason: str) -> None:
+        self.metrics.child(self.metrics.spend_fallbacks, reason).inc()
+
     def reserve_estimate(self, plan: RoutePlan, request: ParsedRequest, body_bytes: int) -> float:
         """Worst-case USD of a request, reserved against the key's limit before any call.
 
         Every model of the route may be called (a chain can escalate to its end), each with at most
         ``body_bytes`` prompt tokens (a token is at least one byte of the request's text; the JSON
-        around it covers the chat template) and the request's completion cap, or
-        ``DEFAULT_COMPLETION_BOUND`` tokens when it sets none. Settling charges the actual cost and
-        releases the rest, so over-reserving never overcharges; it only keeps a key from starting
-        requests it might not be able to pay for.
+        around it covers the chat template) and, per generated choice (``max(n, best_of)``), the
+        largest completion cap the upstream may honour (``completion_bound``); a model's request
+        defaults add their system message's bytes and supply the cap the client left out. Settling
+        charges the actual cost and releases the rest, so over-reserving never overcharges; it only
+        keeps a key from starting requests it might not be able to pay for. A price with both forms
+        charges the flat ``per_query_usd`` when an answer reports no usage, so the larger of the two
+        is reserved.
         """
         models = plan.route.models if plan.route is not None else [plan.model]
-        completion_bound = completion_cap(request.body) or DEFAULT_COMPLETION_BOUND
-        return sum(
-            self.settings.models[m].price.cost_usd(body_bytes, completion_bound)
-            for m in models
-            if m in self.settings.models
-        )
+        choices = generated_choices(request.body)
+        requested_cap = _requested_cap(request.body)
+        total = 0.0
+        for name in models:
+            model = self.settings.models.get(name) if name is not None else None
+            if model is None:
+                continue
+            # A model's request defaults may add a system message and set the cap the client left out.
+            defaults = model.request_defaults
+            prompt_bound = body_bytes + (defaults.prompt_bytes() if defaults else 0)
+            default_cap = defaults.completion_cap() if defaults else None
+            cap = requested_cap or default_cap or DEFAULT_COMPLETION_BOUND
+            by_tokens = float(model.price.cost_usd(prompt_bound, cap * choices))
+            total += max(by_tokens, model.price.per_query_usd or 0.0)
+        return total
+
+
+# Fields an OpenAI-compatible upstream may read as the completion-token cap (llama.cpp reads
+# n_predict before max_tokens), and the fields that multiply the choices generated and billed.
+_COMPLETION_CAP_FIELDS = ("max_completion_tokens", "max_tokens", "n_predict")
+_CHOICE_FIELDS = ("n", "best_of")
+
+
+def _positive_count(value: object) -> int | None:
+    """An integer count from a JSON number (rounded up), or None when it is not a positive number."""
+    if isinstance(value, bool) or not isinstance(value, int | float) or not math.isfinite(value):
+        return None
+    count = math.ceil(value)
+    return count if count > 0 else None
+
+
+def _requested_cap(body: dict[str, Any]) -> int | None:
+    """The largest completion cap the request sets under any name the upstream may honour, or None
+    when it sets none (a cap <= 0 is none)."""
+    caps = [c for c in (_positive_count(body.get(f)) for f in _COMPLETION_CAP_FIELDS) if c is not None]
+    return max(caps) if caps else None
+
+
+def completion_bound(body: dict[str, Any]) -> int:
+    """Completion tokens one choice may take: the largest cap the request sets under any name the
+    upstream may honour, or ``DEFAULT_COMPLETION_BOUND`` when it sets none (a cap <= 0 is none)."""
+    return _requested_cap(body) or DEFAULT_COMPLETION_BOUND
+
+
+def generated_choices(body: dict[str, Any]) -> int:
+    """Choices the upstream generates and bills: ``max(n, best_of)``, at least 1."""
+    return max([1, *(c for c in (_positive_count(body.get(f)) for f in _CHOICE_FIELDS) if c is not None)])

@@ -2,64 +2,63 @@
 
 Before the upstream calls the request path reserves the route's worst-case cost; the reservation is
 admitted only if spent + reserved + this amount stays within the key's limit. After the calls it
-settles with the actual cost, which releases the unused part. With Redis the check-and-add is one
-Lua script, so any number of replicas together never admit more than the limit; without Redis the
-same rule runs in process. Amounts are kept as integer nano-USD so counters never drift.
+settles with the actual cost, which releases the unused part, or charges more if the upstream
+billed more than the worst case (the counter may then pass the limit, and the key is refused until
+it is back under). Amounts are integer nano-USD so counters never drift.
 
-If Redis is unreachable, reservations fall back to the in-process counters (each replica then
-enforces the limit on its own traffic: at most N x the limit over N replicas) rather than refusing
-every request or admitting unlimited spend; the fallback is logged and counted.
+With Redis every replica shares one counter per key and window (``gateway.spend_store``: atomic,
+idempotent scripts, each bounded by ``redis_timeout_s``). When Redis cannot be used (an error, a
+timeout, or it failed less than ``_RETRY_S`` ago so it is not even tried) the outage policy
+applies:
+
+* ``on_redis_down: local`` (default): the replica admits on its own, against what it last saw in
+  Redis for the key plus what it counted since, up to ``outage_share`` of the key's remaining
+  budget. What it counts in process is written back to Redis (once, idempotently) as soon as
+  Redis answers, so the window total is right afterwards. Over N replicas a key can spend at most
+  ``N * outage_share`` times its remaining budget during an outage (``outage_share = 1/N``: never
+  more than the limit).
+* ``on_redis_down: refuse``: keyed requests get 503 ``spend_unavailable`` while spend cannot be
+  checked; nothing is overspent.
+
+A Redis that lost its data (restart without persistence) is told apart by its epoch marker: each
+replica then writes back every charge it had made in the current windows, so the counters are
+rebuilt. Reservations whose outcome is unknown (a timed-out call may still execute when a frozen
+Redis resumes) are cancelled by id once Redis answers, so none is left behind.
+
+Without Redis the same admission rule runs in process (one replica).
 """
 
 from __future__ import annotations
 
+import asyncio
 import logging
 import math
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
+from typing import Literal
 
 from redis.asyncio import Redis
 from redis.exceptions import RedisError
 
 from gateway.auth import ClientIdentity
-from gateway.errors import BudgetExceededError
+from gateway.errors import BudgetExceededError, SpendUnavailableError
 from gateway.redis_keys import RedisKeys
+from gateway.spend_store import EPOCH_CHANGED, RedisSpendStore, new_op_id
 
 log = logging.getLogger("cascade.spend")
 
 NANO_PER_USD = 1_000_000_000
 # Counters outlive their window a little so a late settle still finds them.
 _TTL_MARGIN_S = 300
+# After a failed Redis call the request path skips Redis for this long (the maintenance loop probes).
+_RETRY_S = 1.0
+# At most one fallback warning per this many seconds (with the count since the last one).
+_LOG_EVERY_S = 10.0
 
-# KEYS[1] counter; ARGV amount, limit (nano-USD), ttl (s). Returns {admitted 0|1, spent after}.
-_RESERVE_LUA = """
-local spent = tonumber(redis.call('GET', KEYS[1]) or '0')
-local amount = tonumber(ARGV[1])
-local limit = tonumber(ARGV[2])
-if spent >= limit or spent + amount > limit then
-  return {0, spent}
-end
-local after = redis.call('INCRBY', KEYS[1], amount)
-if redis.call('TTL', KEYS[1]) < 0 then
-  redis.call('EXPIRE', KEYS[1], tonumber(ARGV[3]))
-end
-return {1, after}
-"""
-
-# KEYS[1] counter; ARGV delta (nano-USD, may be negative). A counter whose window expired is left alone.
-_SETTLE_LUA = """
-if redis.call('EXISTS', KEYS[1]) == 0 then
-  return -1
-end
-local after = redis.call('INCRBY', KEYS[1], tonumber(ARGV[1]))
-if after < 0 then
-  redis.call('SET', KEYS[1], 0, 'KEEPTTL')
-  after = 0
-end
-return after
-"""
+OutagePolicy = Literal["local", "refuse"]
+FallbackReason = Literal["timeout", "error", "down", "epoch", "refused"]
 
 
 def to_nano(amount_usd: float) -> int:
@@ -76,6 +75,28 @@ class Reservation:
     amount_nano: int
     backend: str  # "redis" or "memory"
     settled: bool = field(default=False)
+    op_id: str = ""
+    epoch: str | None = None  # Redis epoch it was recorded in (backend "redis")
+
+
+@dataclass(slots=True)
+class _Ledger:
+    """What this replica knows about one key in one window (nano-USD)."""
+
+    seen: int = 0  # the Redis counter as last reported
+    held: int = 0  # reservations admitted in process, not settled yet
+    local: int = 0  # settled in process, not in Redis yet (written back when it answers)
+    sending: dict[str, int] = field(default_factory=dict)  # write-backs in flight: op_id -> amount
+    synced: int = 0  # this replica's settled charges that Redis holds in the current epoch
+
+
+@dataclass(slots=True)
+class _Retry:
+    """A Redis operation to repeat once Redis answers (finish or cancel of a reservation)."""
+
+    reservation: Reservation
+    actual: int
+    cancel: bool
 
 
 class SpendLimiter:
@@ -89,95 +110,317 @@ class SpendLimiter:
         keys: RedisKeys | None = None,
         clock: Callable[[], float] = time.time,
         on_redis_status: Callable[[bool], None] | None = None,
+        on_fallback: Callable[[str], None] | None = None,
+        timeout_s: float = 0.1,
+        on_redis_down: OutagePolicy = "local",
+        outage_share: float = 1.0,
+        maintenance_redis: Redis | None = None,
+        maintenance_timeout_s: float = 2.0,
     ):
+        """``redis``: the request-path client (every call bounded by ``timeout_s``);
+        ``maintenance_redis``: the client the periodic ``maintain()`` uses, off the request path, so
+        a slow-but-alive Redis is not mistaken for an outage (default: ``redis``)."""
         self.window_s = window_s
-        self._redis = redis
-        self._keys = keys or RedisKeys()
+        ttl = window_s + _TTL_MARGIN_S
+        keys = keys or RedisKeys()
+        self._store: RedisSpendStore | None = None
+        if redis is not None:
+            self._store = RedisSpendStore(redis, keys, timeout_s=timeout_s, counter_ttl_s=ttl)
+        self._background_store = self._store
+        if redis is not None and maintenance_redis is not None:
+            self._background_store = RedisSpendStore(
+                maintenance_redis, keys, timeout_s=maintenance_timeout_s, counter_ttl_s=ttl
+            )
         self._clock = clock
         self._on_redis_status = on_redis_status
-        self._memory: dict[tuple[str, int], int] = {}
-        self._reserve_script = redis.register_script(_RESERVE_LUA) if redis is not None else None
-        self._settle_script = redis.register_script(_SETTLE_LUA) if redis is not None else None
+        self._on_fallback = on_fallback
+        self._policy = on_redis_down
+        self._share = outage_share
+        self._ledgers: dict[tuple[str, int], _Ledger] = {}
+        self._retries: list[_Retry] = []
+        self._epoch: str | None = None
+        self._down_until = 0.0
+        self._dirty = False  # there is something to write back or repeat
+        self._last_failure: FallbackReason = "error"
+        self._maintaining = asyncio.Lock()
+        self._last_log = float("-inf")
+        self._unlogged = 0
 
     def window_start(self) -> int:
         """Start (unix seconds) of the current window."""
         return int(self._clock() // self.window_s) * self.window_s
 
+    # -- request path ---------------------------------------------------------------------------
+
     async def reserve(self, identity: ClientIdentity, amount_usd: float) -> Reservation | None:
         """Reserve ``amount_usd`` for this request; None when the caller has no key or no limit.
 
         Raises BudgetExceededError (429, with Retry-After until the window ends) if the key's limit
-        would be exceeded.
+        would be exceeded, SpendUnavailableError (503) if Redis is down and the policy is ``refuse``.
         """
         if identity.key_id is None or identity.limit_usd is None:
             return None
         amount = to_nano(amount_usd)
         limit = math.floor(round(identity.limit_usd * NANO_PER_USD, 3))
         window = self.window_start()
-        if self._reserve_script is not None:
+        op_id = new_op_id()
+        ledger = self._ledger(identity.key_id, window)
+        if self._store is None:
+            return self._reserve_locally(identity, ledger, window, op_id, amount, limit, limit)
+        reason = await self._usable_epoch()
+        if reason is None:
+            epoch = self._epoch
+            assert epoch is not None
             try:
-                admitted, spent = await self._reserve_script(
-                    keys=[self._keys.spend(identity.key_id, window)],
-                    args=[amount, limit, self.window_s + _TTL_MARGIN_S],
-                )
+                reply = await self._store.reserve(identity.key_id, window, op_id, amount, limit, epoch)
+            except (RedisError, OSError, TimeoutError) as exc:
+                reason = self._failed(exc)
+                # It may still land when Redis resumes: cancel it by id then.
+                uncertain = Reservation(identity.key_id, window, amount, "redis", op_id=op_id, epoch=epoch)
+                self._retries.append(_Retry(uncertain, 0, cancel=True))
+                self._dirty = True
+            else:
                 self._report_redis(True)
-                backend = "redis"
-            except (RedisError, OSError) as exc:
-                self._report_redis(False)
-                log.warning("spend store unreachable (%s): enforcing key %s in process", exc, identity.key_id)
-                admitted, spent = self._reserve_in_memory(identity.key_id, window, amount, limit)
-                backend = "memory"
-        else:
-            admitted, spent = self._reserve_in_memory(identity.key_id, window, amount, limit)
-            backend = "memory"
-        if not admitted:
-            raise self._exceeded(identity, int(spent), amount, window)
-        return Reservation(identity.key_id, window, amount, backend)
+                if reply.status == EPOCH_CHANGED:
+                    self._lost_epoch(epoch)  # the next reconcile adopts the new one and writes back
+                    reason = "epoch"
+                else:
+                    ledger.seen = reply.spent_nano
+                    if reply.status != 1:
+                        raise self._exceeded(identity, reply.spent_nano, amount, window)
+                    return Reservation(identity.key_id, window, amount, "redis", op_id=op_id, epoch=epoch)
+        if self._policy == "refuse":
+            self._fallback("refused", identity.key_id)
+            raise SpendUnavailableError(
+                "Spend limits cannot be checked right now (spend store unreachable); retry shortly.",
+                headers={"Retry-After": "1"},
+            )
+        self._fallback(reason, identity.key_id)
+        allowance = ledger.seen + math.floor(self._share * max(0, limit - ledger.seen))
+        return self._reserve_locally(identity, ledger, window, op_id, amount, limit, allowance)
 
     async def settle(self, reservation: Reservation | None, actual_usd: float) -> None:
-        """Replace the reserved amount by the actual cost (releasing the rest); idempotent."""
+        """Replace the reserved amount by the actual cost (releasing the rest); idempotent.
+
+        An actual cost above the reservation is charged in full: the counter may pass the limit,
+        and the key is refused until it is back under.
+        """
         if reservation is None or reservation.settled:
             return
         reservation.settled = True
-        delta = to_nano(actual_usd) - reservation.amount_nano
-        if delta == 0:
+        actual = to_nano(actual_usd)
+        ledger = self._ledger(reservation.key_id, reservation.window_start)
+        if reservation.backend != "redis":
+            ledger.held = max(0, ledger.held - reservation.amount_nano)
+            ledger.local += actual
+            self._dirty = self._store is not None
             return
-        if reservation.backend == "redis" and self._settle_script is not None:
+        if self._store is None or reservation.epoch != self._epoch:
+            ledger.local += actual  # its Redis data was lost: write the actual cost back
+            self._dirty = True
+            return
+        if time.monotonic() < self._down_until:
+            self._retries.append(_Retry(reservation, actual, cancel=False))
+            self._dirty = True
+            return
+        try:
+            result = await self._store.finish(
+                reservation.key_id, reservation.window_start, reservation.op_id, actual, reservation.epoch
+            )
+        except (RedisError, OSError, TimeoutError) as exc:
+            self._failed(exc)
+            self._retries.append(_Retry(reservation, actual, cancel=False))  # idempotent: retried later
+            self._dirty = True
+            return
+        self._report_redis(True)
+        self._finished(reservation, actual, result)
+
+    # -- recovery ------------------------------------------------------------------------------
+
+    async def maintain(self) -> None:
+        """Reconcile with Redis (call about once a second): adopt a new epoch after data loss,
+        repeat unfinished operations, write back what was counted in process. Never raises."""
+        if self._background_store is not None and not self._maintaining.locked():
+            await self._maintain(probe=True)
+
+    async def _maintain(self, *, probe: bool, wait_s: float | None = None) -> bool:
+        """One reconcile round under the lock; False if the lock was not free within ``wait_s``."""
+        try:
+            await asyncio.wait_for(self._maintaining.acquire(), wait_s)
+        except TimeoutError:
+            return False
+        try:
+            settled = not self._dirty and self._epoch is not None
+            if not probe and (time.monotonic() < self._down_until or settled):
+                return True  # another request just did it, or found Redis down
             try:
-                await self._settle_script(
-                    keys=[self._keys.spend(reservation.key_id, reservation.window_start)], args=[delta]
+                await self._reconcile(self._background_store if probe else self._store)
+            except (RedisError, OSError, TimeoutError) as exc:
+                self._failed(exc)
+            else:
+                self._down_until = 0.0
+                self._dirty = bool(self._retries) or any(
+                    led.local or led.sending for led in self._ledgers.values()
                 )
-                self._report_redis(True)
-            except (RedisError, OSError) as exc:
-                # The full reservation stays counted: errs on the side of the limit.
-                self._report_redis(False)
-                log.warning("could not settle spend of key %s (%s)", reservation.key_id, exc)
-            return
-        slot = (reservation.key_id, reservation.window_start)
-        if slot in self._memory:
-            self._memory[slot] = max(0, self._memory[slot] + delta)
+            return True
+        finally:
+            self._maintaining.release()
+
+    async def _reconcile(self, store: RedisSpendStore | None) -> None:
+        assert store is not None
+        epoch = await store.establish_epoch()
+        self._report_redis(True)
+        if epoch != self._epoch:
+            if self._epoch is not None or any(ledger.synced for ledger in self._ledgers.values()):
+                log.warning("spend store lost its data (new epoch): writing back this replica's spend")
+            self._adopt_epoch(epoch)
+        for retry in list(self._retries):
+            reservation = retry.reservation
+            if reservation.epoch != epoch:
+                self._retries.remove(retry)
+                if not retry.cancel:
+                    self._ledger(reservation.key_id, reservation.window_start).local += retry.actual
+                continue
+            result = await store.finish(
+                reservation.key_id, reservation.window_start, reservation.op_id, retry.actual,
+                epoch, cancel=retry.cancel,
+            )
+            self._retries.remove(retry)
+            if not retry.cancel:
+                self._finished(reservation, retry.actual, result)
+        oldest = self.window_start() - self.window_s
+        for (key_id, window), ledger in list(self._ledgers.items()):
+            if window < oldest:
+                continue  # its counter has expired in Redis too
+            if ledger.local and not ledger.sending:
+                ledger.sending[new_op_id()] = ledger.local
+                ledger.local = 0
+            for op_id, amount in list(ledger.sending.items()):
+                result = await store.apply_once(key_id, window, op_id, amount, epoch)
+                if result == EPOCH_CHANGED:
+                    self._lost_epoch(epoch)
+                    return  # next round adopts the new epoch first
+                del ledger.sending[op_id]
+                ledger.synced += amount
+                ledger.seen += amount
+        self._drop_old_windows()
+
+    def _adopt_epoch(self, epoch: str) -> None:
+        """Redis is new or lost its data: everything this replica charged must be written again."""
+        for ledger in self._ledgers.values():
+            ledger.local += ledger.synced + sum(ledger.sending.values())
+            ledger.synced = 0
+            ledger.sending.clear()
+            ledger.seen = 0
+        for retry in self._retries:
+            if not retry.cancel and retry.reservation.epoch != epoch:
+                self._ledger(retry.reservation.key_id, retry.reservation.window_start).local += retry.actual
+        self._retries = [r for r in self._retries if r.reservation.epoch == epoch]
+        self._epoch = epoch
+
+    # -- views ------------------------------------------------------------------------------------
+
+    def unsynced_usd(self) -> float:
+        """Spend counted in process that Redis does not hold yet (0 without Redis)."""
+        if self._store is None:
+            return 0.0
+        pending = sum(led.local + sum(led.sending.values()) for led in self._ledgers.values())
+        pending += sum(r.actual for r in self._retries if not r.cancel)
+        return pending / NANO_PER_USD
 
     async def spent_usd(self, key_id: str) -> float:
-        """Spent + reserved USD of a key in the current window (Redis if configured)."""
+        """Spent + reserved USD of a key in the current window (Redis if it answers)."""
         window = self.window_start()
-        if self._redis is not None:
+        if self._store is not None:
             try:
-                raw = await self._redis.get(self._keys.spend(key_id, window))
-                return int(raw or 0) / NANO_PER_USD
-            except (RedisError, OSError):
+                return await self._store.counter(key_id, window) / NANO_PER_USD
+            except (RedisError, OSError, TimeoutError):
                 pass
-        return self._memory.get((key_id, window), 0) / NANO_PER_USD
+        ledger = self._ledgers.get((key_id, window)) or _Ledger()
+        return (ledger.seen + ledger.held + ledger.local + sum(ledger.sending.values())) / NANO_PER_USD
 
-    def _reserve_in_memory(self, key_id: str, window: int, amount: int, limit: int) -> tuple[int, int]:
+    # -- internals ----------------------------------------------------------------------------
+
+    async def _usable_epoch(self) -> FallbackReason | None:
+        """None when Redis may be tried now, else why not."""
+        if time.monotonic() < self._down_until:
+            return "down"
+        if self._epoch is None or self._dirty:
+            # First use, after data loss, or after an outage: learn the epoch and write back first,
+            # so the shared counter includes this replica's outage spend before it admits more. The
+            # background round may hold the lock for seconds: wait for it no longer than one call.
+            assert self._store is not None
+            if not await self._maintain(probe=False, wait_s=self._store.timeout_s):
+                return "down" if self._epoch is None else None
+            if time.monotonic() < self._down_until:
+                return self._last_failure
+            if self._epoch is None:
+                return "epoch"
+        return None
+
+    def _reserve_locally(
+        self, identity: ClientIdentity, ledger: _Ledger, window: int, op_id: str, amount: int,
+        limit: int, allowance: int,
+    ) -> Reservation:
         # No await between the check and the add: atomic within the event loop.
-        slot = (key_id, window)
-        if slot not in self._memory:
-            self._memory = {k: v for k, v in self._memory.items() if k[1] >= window}  # drop old windows
-        spent = self._memory.get(slot, 0)
-        if spent >= limit or spent + amount > limit:
-            return 0, spent
-        self._memory[slot] = spent + amount
-        return 1, spent + amount
+        spent = ledger.seen + ledger.held + ledger.local + sum(ledger.sending.values())
+        if spent >= limit or spent + amount > allowance:
+            raise self._exceeded(identity, spent, amount, window)
+        ledger.held += amount
+        return Reservation(identity.key_id or "", window, amount, "memory", op_id=op_id)
+
+    def _finished(self, reservation: Reservation, actual: int, result: int) -> None:
+        ledger = self._ledger(reservation.key_id, reservation.window_start)
+        if result == EPOCH_CHANGED:
+            if reservation.epoch is not None:
+                self._lost_epoch(reservation.epoch)
+            ledger.local += actual
+            self._dirty = True
+        elif result == 1:
+            ledger.synced += actual
+            ledger.seen += actual - reservation.amount_nano
+        # 0: nothing pending any more (an earlier attempt went through, or the window expired).
+
+    def _lost_epoch(self, epoch: str) -> None:
+        """Redis no longer holds ``epoch``: forget it, unless a newer one was adopted meanwhile (a
+        reply can arrive after the reconcile loop moved on; forgetting the new epoch would write
+        this replica's spend back a second time)."""
+        if self._epoch == epoch:
+            self._epoch = None
+
+    def _ledger(self, key_id: str, window: int) -> _Ledger:
+        ledger = self._ledgers.get((key_id, window))
+        if ledger is None:
+            self._drop_old_windows()
+            ledger = self._ledgers[(key_id, window)] = _Ledger()
+        return ledger
+
+    def _drop_old_windows(self) -> None:
+        oldest = self.window_start() - self.window_s
+        for slot in [s for s, led in self._ledgers.items() if s[1] < oldest and not led.sending]:
+            del self._ledgers[slot]
+
+    def _failed(self, exc: BaseException) -> FallbackReason:
+        self._report_redis(False)
+        self._down_until = time.monotonic() + _RETRY_S
+        timed_out = isinstance(exc, TimeoutError) or "Timeout" in type(exc).__name__
+        self._last_failure = "timeout" if timed_out else "error"
+        return self._last_failure
+
+    def _fallback(self, reason: str, key_id: str) -> None:
+        """Count the fallback; log at most one line per ``_LOG_EVERY_S`` seconds."""
+        if self._on_fallback is not None:
+            self._on_fallback(reason)
+        self._unlogged += 1
+        now = time.monotonic()
+        if now - self._last_log >= _LOG_EVERY_S:
+            action = "refusing keyed requests" if self._policy == "refuse" else "enforcing limits in process"
+            log.warning(
+                "spend store unusable (%s, last key %s): %s; %d request(s) since the last report",
+                reason, key_id, action, self._unlogged,
+            )
+            self._last_log = now
+            self._unlogged = 0
 
     def _exceeded(
         self, identity: ClientIdentity, spent: int, amount: int, window: int

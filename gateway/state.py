@@ -1,14 +1,21 @@
 """The gateway's shared state: policy store, client keys, spend limits, and the Redis behind them.
 
-``build_shared_state(settings, ...)`` wires them from the config; the app calls ``start()`` at
-startup and ``close()`` at shutdown. Without ``redis_url`` everything is in process (one replica).
-With it, replicas share the policy (when ``policy`` is a ``redis://`` URL), keys and spend.
+``build_shared_state(settings, ...)`` wires them from the config (no I/O: Redis clients connect on
+first use); the app calls ``start()`` at startup and ``close()`` at shutdown. Without ``redis_url``
+everything is in process (one replica). With it, replicas share the policy (when ``policy`` is a
+``redis://`` URL), keys and spend.
 
 Which Redis: ``redis_url`` holds keys and spend; a ``redis://`` policy URL holds the policy. When
 only the policy URL is given, that same Redis holds keys and spend too.
 
+Two Redis clients per Redis: the request path (client keys, spend) uses one whose every call is
+bounded by ``redis_timeout_s`` with no retries, so a frozen Redis costs a request milliseconds; the
+policy watcher and the health loop use one with longer timeouts. The health loop (1 s) also lets the
+spend limiter reconcile (write back spend counted in process during an outage, see gateway.spend).
+
 Metrics the app exports from here: ``redis_up`` (-> ``cascade_redis_up``; updated by a 1 s PING loop
-and by every Redis operation) and ``on_policy_failure`` (-> ``cascade_policy_reload_failures_total``).
+and by every Redis operation), ``on_policy_failure`` (-> ``cascade_policy_reload_failures_total``)
+and ``on_spend_fallback`` (-> ``cascade_spend_fallback_total{reason}``).
 """
 
 from __future__ import annotations
@@ -18,27 +25,40 @@ import contextlib
 import logging
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 import redis.asyncio as aioredis
+from redis.asyncio.retry import Retry
+from redis.backoff import NoBackoff
 from redis.exceptions import RedisError
 
 from gateway.auth import Authenticator, ClientIdentity, authenticator_from_env
+from gateway.config import Settings
 from gateway.policy_store import FilePolicyStore, PolicyStore, RedisPolicyStore
 from gateway.redis_keys import RedisKeys, redact_url
 from gateway.spend import Reservation, SpendLimiter
 from policies import Policy
-
-if TYPE_CHECKING:
-    from gateway.config import Settings
 
 log = logging.getLogger("cascade.state")
 
 __all__ = ["ClientIdentity", "Reservation", "SharedState", "build_shared_state", "connect_redis"]
 
 
-def connect_redis(url: str) -> aioredis.Redis:
-    """A Redis client with short timeouts: a dead Redis must not stall requests for long."""
+def connect_redis(url: str, command_timeout_s: float | None = None) -> aioredis.Redis:
+    """A Redis client with short timeouts: a dead Redis must not stall requests for long.
+
+    ``command_timeout_s`` (request path): connect and every command bounded by it, and no retries
+    (redis-py otherwise retries a timed-out command 3 times). Without it: 1 s connect, 2 s per command.
+    """
+    if command_timeout_s is not None:
+        return aioredis.from_url(
+            url,
+            decode_responses=True,
+            socket_connect_timeout=command_timeout_s,
+            socket_timeout=command_timeout_s,
+            retry=Retry(NoBackoff(), 0),
+            health_check_interval=10,
+        )
     return aioredis.from_url(
         url,
         decode_responses=True,
@@ -57,6 +77,7 @@ class SharedState:
     spend: SpendLimiter
     redis: aioredis.Redis | None = None
     policy_redis: aioredis.Redis | None = None  # only when distinct from ``redis``
+    request_redis: aioredis.Redis | None = None  # same Redis as ``redis``, request-path timeouts
     keys: RedisKeys = field(default_factory=RedisKeys)
     health_interval_s: float = 1.0
     redis_up: bool | None = None
@@ -65,7 +86,8 @@ class SharedState:
     async def start(self) -> None:
         """Initial policy load, key discovery, and the watchers (file poll or Redis pub/sub)."""
         if self.redis is not None:
-            await self._ping()
+            if await self._ping():
+                await self.spend.maintain()  # learn the spend epoch before the first request
             self._health_task = asyncio.create_task(self._health_loop(), name="redis-health")
         await self.policy_store.start()
         await self.authenticator.start()
@@ -77,7 +99,7 @@ class SharedState:
             self._health_task.cancel()
             await asyncio.gather(self._health_task, return_exceptions=True)
             self._health_task = None
-        for client in (self.redis, self.policy_redis):
+        for client in (self.redis, self.policy_redis, self.request_redis):
             if client is not None:
                 with contextlib.suppress(RedisError, OSError):
                     await client.aclose()
@@ -126,14 +148,16 @@ class SharedState:
     async def _health_loop(self) -> None:
         while True:
             await asyncio.sleep(self.health_interval_s)
-            await self._ping()
+            if await self._ping():
+                await self.spend.maintain()
 
 
-async def build_shared_state(
+def build_shared_state(
     settings: Settings,
     *,
     on_policy_loaded: Callable[[Policy], None],
     on_policy_failure: Callable[[str], None],
+    on_spend_fallback: Callable[[str], None] | None = None,
     keys: RedisKeys | None = None,
     file_poll_interval_s: float = 0.25,
 ) -> SharedState:
@@ -146,6 +170,7 @@ async def build_shared_state(
     policy_url = settings.policy if settings.policy_is_redis else None
     state_url = settings.redis_url or policy_url
     redis = connect_redis(state_url) if state_url else None
+    request_redis = connect_redis(state_url, settings.redis_timeout_s) if state_url else None
     policy_redis: aioredis.Redis | None = None
     if policy_url is not None:
         policy_redis = redis if policy_url == state_url else connect_redis(policy_url)
@@ -180,12 +205,20 @@ async def build_shared_state(
         api_keys_env=settings.auth.api_keys_env,
         admin_key_env=settings.auth.admin_key_env,
         default_limit_usd=settings.budgets.limit_usd,
-        redis=redis,
+        redis=request_redis,
         keys=keys,
         allow_open=settings.auth.open,
     )
     spend = SpendLimiter(
-        window_s=settings.budgets.window_s, redis=redis, keys=keys, on_redis_status=report_redis
+        window_s=settings.budgets.window_s,
+        redis=request_redis,
+        keys=keys,
+        on_redis_status=report_redis,
+        on_fallback=on_spend_fallback,
+        timeout_s=settings.redis_timeout_s,
+        on_redis_down=settings.budgets.on_redis_down,
+        outage_share=settings.budgets.outage_share,
+        maintenance_redis=redis,
     )
     state = SharedState(
         policy_store=store,
@@ -193,6 +226,7 @@ async def build_shared_state(
         spend=spend,
         redis=redis,
         policy_redis=policy_redis if policy_redis is not redis else None,
+        request_redis=request_redis,
         keys=keys,
     )
     state_ref.append(state)

@@ -8,7 +8,7 @@ import subprocess
 import sys
 import time
 from pathlib import Path
-from typing import Annotated
+from typing import Annotated, Any
 
 import typer
 
@@ -16,12 +16,11 @@ from cascade_cli.failure import fail
 
 DEFAULT_POLICY = Path("policies/local-demo.json")
 # The demo policy was calibrated on one-letter answers to multiple-choice questions: ask one such.
+MC_SYSTEM = (
+    "You answer multiple-choice questions. Reply with only the letter (A, B, C or D) of the correct answer."
+)
 SMOKE_MESSAGES = [
-    {
-        "role": "system",
-        "content": "You answer multiple-choice questions. Reply with only the letter (A, B, C or D) "
-        "of the correct answer.",
-    },
+    {"role": "system", "content": MC_SYSTEM},
     {
         "role": "user",
         "content": "Question: Which planet is known as the Red Planet?\nA. Venus\nB. Mars\nC. Jupiter\n"
@@ -30,26 +29,79 @@ SMOKE_MESSAGES = [
 ]
 
 
-def usage_text(url: str, tiers: list[str]) -> str:
-    """How to call the running demo gateway (curl and the openai SDK)."""
+def cascade_command() -> str:
+    """How to invoke ``cascade`` from the user's shell: bare if it is on PATH, else its path.
+
+    ``cascade demo`` usually runs from a virtualenv that is not activated, where a bare ``cascade``
+    would not be found; the script next to this interpreter is printed instead (relative to the
+    current directory when it is below it, e.g. ``.venv/bin/cascade``).
+    """
+    import os
+    import shutil
+
+    script = Path(sys.executable).parent / "cascade"
+    on_path = shutil.which("cascade")
+    if on_path and Path(on_path).resolve() == script.resolve():
+        return "cascade"
+    if not script.exists():
+        return "cascade"
+    try:
+        return os.path.relpath(script) if script.resolve().is_relative_to(Path.cwd()) else str(script)
+    except ValueError:
+        return str(script)
+
+
+def heldout_path(policy: Path) -> Path:
+    """The held-out table written beside a policy (``local-demo.json`` -> ``local-demo-heldout.json``)."""
+    return policy.with_name(f"{policy.stem}-heldout.json")
+
+
+def heldout_text(table: dict[str, Any]) -> str:
+    """The held-out table (``localpool.heldout_table`` JSON) as banner lines: tiers vs best single."""
+    best = table["best_single"]
+    lines = [
+        f"Held out ({table['splits']} random halves of {table['n_queries']} questions; routes chosen on "
+        "the other half):",
+        f"  {'':<34}{'quality':>8}{'cost/question':>15}{'vs best: quality, cost':>26}",
+    ]
+
+    def row(label: str, quality: float, cost: float) -> str:
+        share = f"{quality / best['quality']:.0%}, {cost / best['cost_usd']:.0%}"
+        return f"  {label:<34}{quality:>8.3f}{'$' + format(cost, '.3g'):>15}{share:>26}"
+
+    lines.append(row(f"best single: {best['model']}", best["quality"], best["cost_usd"]))
+    for entry in table["tiers"]:
+        if entry["method"] == "envelope":
+            label = f"cascade/{entry['tier']} (<= ${entry['budget_usd']:.3g})"
+            lines.append(row(label, entry["quality"], entry["cost_usd"]))
+    return "\n".join(lines)
+
+
+def usage_text(url: str, tiers: list[str], heldout: dict[str, Any] | None = None) -> str:
+    """How to call the running demo gateway (curl and the openai SDK), and what to expect of it."""
+    table = f"\n{heldout_text(heldout)}\n" if heldout else ""
+    tier = "balanced" if "balanced" in tiers else (tiers[0] if tiers else "balanced")
+    question = "Question: What is 15 + 27?\\nA. 32\\nB. 42\\nC. 52\\nD. 41\\nAnswer:"
     return f"""
 The cascade gateway is serving at {url}/v1 (tiers: {", ".join(tiers)}).
-
+{table}
   curl -s {url}/v1/chat/completions -H 'Content-Type: application/json' -D - \\
-    -d '{{"model": "cascade", "max_tokens": 16,
-         "messages": [{{"role": "user", "content": "What is the capital of France?"}}]}}'
+    -d '{{"model": "cascade", "temperature": 0, "max_tokens": 1, "messages": [
+         {{"role": "system", "content": "{MC_SYSTEM}"}},
+         {{"role": "user", "content": "{question}"}}]}}'
 
   from openai import OpenAI
   client = OpenAI(base_url="{url}/v1", api_key="unused")
   raw = client.chat.completions.with_raw_response.create(
-      model="cascade/{tiers[0] if tiers else "balanced"}", max_tokens=16,
-      messages=[{{"role": "user", "content": "What is the capital of France?"}}])
-  print(raw.headers["x-cascade-model"], raw.headers["x-cascade-escalated"])
+      model="cascade/{tier}", temperature=0, max_tokens=1,
+      messages=[{{"role": "system", "content": "{MC_SYSTEM}"}},
+                {{"role": "user", "content": "{question}"}}])
+  print(raw.headers["x-cascade-models-called"], raw.headers["x-cascade-cost-usd"])
   print(raw.parse().choices[0].message.content)
 
-The demo policy was calibrated on one-letter answers to MMLU questions (docs/local-models.md):
-its thresholds mean most for prompts of that kind.
-Metrics: {url}/metrics    Pool: cascade models status    Stop: Ctrl-C
+The demo policy was calibrated on one-letter answers to MMLU questions at temperature 0
+(docs/local-models.md): its thresholds mean most for prompts of that kind.
+Metrics: {url}/metrics    Pool: {cascade_command()} models status    Stop: Ctrl-C
 """
 
 
@@ -62,7 +114,10 @@ def demo(
     ] = False,
     timeout: Annotated[float, typer.Option(help="seconds to wait for each server")] = 180.0,
 ) -> None:
-    """Start the local pool and the gateway (policies/local-demo.json); Ctrl-C stops everything."""
+    """Start the local pool and the gateway (policies/local-demo.json); Ctrl-C stops everything.
+
+    Prints the policy's held-out table (``<policy>-heldout.json`` beside it, when present).
+    """
     from localpool.demo_config import pool_gateway_config, write_gateway_config
     from localpool.install import InstallError, install_model, model_is_installed
     from localpool.manifest import DEFAULT_MANIFEST, ManifestError, load_manifest
@@ -83,15 +138,17 @@ def demo(
         document = json.loads(policy.read_text(encoding="utf-8"))
         names = list(document["models"])
         tiers = list(document["tiers"])
+        table_file = heldout_path(policy)
+        heldout = json.loads(table_file.read_text(encoding="utf-8")) if table_file.is_file() else None
     except (OSError, ValueError, KeyError) as exc:
         fail(f"cannot read the policy {policy}: {exc}")
     paths = PoolPaths.default()
     try:
         manifest = load_manifest()
-        manifest.select(names)
+        servers = manifest.servers_for(names)  # members share their model's server
     except ManifestError as exc:
         fail(f"{policy}: {exc}")
-    already_running = {n for n in names if read_record(paths.pid_file(n)) is not None}
+    already_running = {n for n in servers if read_record(paths.pid_file(n)) is not None}
     gateway: subprocess.Popen[bytes] | None = None
     interrupted = False
 
@@ -100,11 +157,11 @@ def demo(
 
     signal.signal(signal.SIGTERM, _interrupt)
     try:
-        for name in names:  # e.g. the optional larger model the calibrated policy escalates to
+        for name in servers:  # e.g. the optional larger model the calibrated policy escalates to
             if not model_is_installed(manifest.models[name], paths):
                 install_model(name, manifest.models[name], paths, say, manifest_path=DEFAULT_MANIFEST)
-        options = ServerOptions.from_env(servers=len(names))
-        pool_up(manifest, paths, names, options, timeout_s=timeout, say=say)
+        options = ServerOptions.from_env(servers=len(servers))
+        pool_up(manifest, paths, servers, options, timeout_s=timeout, say=say)
         config = write_gateway_config(
             paths.run / "demo-gateway.yaml", pool_gateway_config(manifest, names, policy.resolve())
         )
@@ -132,7 +189,7 @@ def demo(
         if smoke:
             _smoke(url)
         else:
-            typer.echo(usage_text(f"http://{host}:{port}" if host != "0.0.0.0" else url, tiers))
+            typer.echo(usage_text(f"http://{host}:{port}" if host != "0.0.0.0" else url, tiers, heldout))
             while gateway.poll() is None:
                 time.sleep(0.5)
             fail(f"the gateway exited (code {gateway.returncode}); see {log_path}")
@@ -149,7 +206,7 @@ def demo(
                 gateway.kill()
                 gateway.wait()
             say("gateway: stopped")
-        started = [n for n in names if n not in already_running]
+        started = [n for n in servers if n not in already_running]
         pool_down(manifest, paths, started, say=say)
     if interrupted:
         say("demo stopped")
@@ -159,7 +216,7 @@ def _smoke(url: str) -> None:
     """One cascade request; prints the answer and the x-cascade-* headers."""
     import httpx
 
-    body = {"model": "cascade", "max_tokens": 1, "messages": SMOKE_MESSAGES}
+    body = {"model": "cascade", "temperature": 0, "max_tokens": 1, "messages": SMOKE_MESSAGES}
     response = httpx.post(f"{url}/v1/chat/completions", json=body, timeout=120)
     response.raise_for_status()
     for key, value in sorted(response.headers.items()):

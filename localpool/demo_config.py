@@ -10,24 +10,42 @@ import yaml
 from localpool.manifest import Manifest
 from localpool.pool import base_url
 
+# Seconds per upstream call and per whole request: a reasoning stage writes up to a few hundred
+# tokens, which takes tens of seconds on a shared 2-core CPU.
+UPSTREAM_TIMEOUT_S = 180
+REQUEST_TIMEOUT_S = 300
+
 
 def pool_gateway_config(manifest: Manifest, names: list[str], policy: Path) -> dict[str, Any]:
-    """A gateway config: one model per pool server (upstream id = pool name), manifest prices.
+    """A gateway config: one entry per pool model or member the policy names, manifest prices.
 
+    A model's upstream id is its pool name; a member is its model's server with the member's
+    ``request_defaults`` (the ones ``cascade collect`` sent when the policy was calibrated).
     No Redis, no client keys (docs/contracts.md#config): a local demo is open by choice
-    (``auth.open``); it binds to loopback.
+    (``auth.open``); it binds to loopback. Timeouts leave room for a reasoning stage on a busy CPU.
     """
     models = {}
     for name in names:
-        spec = manifest.models[name]
-        models[name] = {
+        server = manifest.server_of(name)
+        spec = manifest.models[server]
+        entry: dict[str, Any] = {
             "base_url": base_url(spec),
-            "model": name,
+            "model": server,
             "price": spec.price.model_dump(exclude_none=True),
-            "timeout_s": 60,
+            "timeout_s": UPSTREAM_TIMEOUT_S,
             "max_retries": 1,
         }
-    return {"models": models, "policy": str(policy), "redis_url": None, "auth": {"open": True}}
+        member = manifest.members.get(name)
+        if member is not None:
+            entry["request_defaults"] = member.request_defaults.model_dump(exclude_none=True)
+        models[name] = entry
+    return {
+        "models": models,
+        "policy": str(policy),
+        "redis_url": None,
+        "auth": {"open": True},
+        "limits": {"request_timeout_s": REQUEST_TIMEOUT_S},
+    }
 
 
 def write_gateway_config(path: Path, config: dict[str, Any]) -> Path:

@@ -6,9 +6,10 @@ from importlib.resources import files
 from pathlib import Path
 
 import yaml
-from pydantic import BaseModel, ConfigDict, Field, ValidationError
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
 
 from policies import Price
+from policies.request_defaults import RequestDefaults
 
 DEFAULT_MANIFEST = Path(str(files("localpool").joinpath("models.yaml")))
 
@@ -52,11 +53,48 @@ class ServerSpec(_Strict):
     cmake_args: str = ""
 
 
+class MemberSpec(_Strict):
+    """A pool member: one of the pool's models asked in a particular way (its request defaults).
+
+    Members let one model appear twice in a policy, e.g. a fast member answering in a few tokens
+    and a reasoning member thinking step by step; each has the model's per-token price, so their
+    costs differ by the tokens they spend. ``cascade collect`` and ``cascade demo`` send exactly
+    these defaults (``policies.request_defaults``).
+    """
+
+    server: str = Field(description="the pool model that serves this member")
+    description: str = ""
+    request_defaults: RequestDefaults
+
+
 class Manifest(_Strict):
     """The whole pool."""
 
     llama_server: ServerSpec
     models: dict[str, ModelSpec]
+    members: dict[str, MemberSpec] = Field(default_factory=dict)
+
+    @model_validator(mode="after")
+    def _members_name_models(self) -> Manifest:
+        for name, member in self.members.items():
+            if name in self.models:
+                raise ValueError(f"member {name!r} has the name of a model")
+            if member.server not in self.models:
+                raise ValueError(f"member {name!r} names unknown model {member.server!r}")
+        return self
+
+    def server_of(self, name: str) -> str:
+        """The pool model serving ``name`` (a model serves itself; a member, its ``server``)."""
+        if name in self.members:
+            return self.members[name].server
+        if name in self.models:
+            return name
+        known = ", ".join([*self.models, *self.members])
+        raise ManifestError(f"unknown model {name}; the pool has {known}")
+
+    def servers_for(self, names: list[str]) -> list[str]:
+        """The pool models serving these models or members, in first-use order, without repeats."""
+        return list(dict.fromkeys(self.server_of(n) for n in names))
 
     def select(self, names: list[str] | None, *, include_optional: bool = False) -> dict[str, ModelSpec]:
         """The named models (all defaults when ``names`` is empty); unknown names are an error."""

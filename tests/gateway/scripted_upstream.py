@@ -7,6 +7,12 @@ model id with ``script(model_id, reply, ...)``; when a model's queue is empty it
 ``default_reply`` (a confident "ok"). Every request is recorded (path, model, parsed body,
 authorization header), and so is every request whose client went away before the reply was done
 (``cancelled``), which is how tests see that a client disconnect reached the upstream.
+``produced`` lists the usage of every answer the upstream sent in full (``Produced``: model id,
+prompt and completion tokens): what a real provider would bill, so spend tests can price it.
+
+A request asking for ``n`` choices gets ``n`` choices (non-streamed), each of the reply's text;
+its usage bills ``usage[1]`` completion tokens per generated choice, ``max(n, best_of)`` of them,
+and the prompt once, as OpenAI-compatible servers do.
 
 Replies (see ``Reply``): an answer with token logprobs of a chosen confidence (honouring
 ``logprobs``/``top_logprobs`` like llama.cpp), with tool calls, without logprobs, a captured
@@ -78,6 +84,15 @@ def error(status: int, retry_after: float | str | None = None, **kw: Any) -> Rep
     return Reply(status=status, headers=headers, **kw)
 
 
+@dataclass(frozen=True)
+class Produced:
+    """Usage of one answer the upstream sent in full (what a provider bills)."""
+
+    model: str | None
+    prompt_tokens: int
+    completion_tokens: int
+
+
 @dataclass
 class RecordedRequest:
     """What the upstream received."""
@@ -111,6 +126,7 @@ class ScriptedUpstream:
         self.requests: list[RecordedRequest] = []
         self.cancelled: list[str | None] = []
         self.completed: list[str | None] = []
+        self.produced: list[Produced] = []
         self._scripts: dict[str, deque[Reply]] = defaultdict(deque)
         self._defaults: dict[str, Reply] = {}
         self._lock = threading.Lock()
@@ -143,6 +159,7 @@ class ScriptedUpstream:
             self.requests.clear()
             self.cancelled.clear()
             self.completed.clear()
+            self.produced.clear()
 
     def calls(self, model_id: str | None = None) -> list[RecordedRequest]:
         """Recorded requests, optionally only those naming ``model_id``."""
@@ -242,11 +259,14 @@ class ScriptedUpstream:
             elif body.get("stream") and not reply.ignore_stream:
                 return await self._stream(request, body, reply, model)
             else:
+                answer = _completion(request.path, body, reply)
                 response = web.Response(
-                    body=orjson.dumps(_completion(request.path, body, reply)),
+                    body=orjson.dumps(answer),
                     headers=reply.headers,
                     content_type="application/json",
                 )
+                usage = answer["usage"]
+                self.produced.append(Produced(model, usage["prompt_tokens"], usage["completion_tokens"]))
             self.completed.append(model)
             return response
         except (asyncio.CancelledError, ConnectionResetError):
@@ -281,6 +301,7 @@ class ScriptedUpstream:
         record.finished = True
         await response.write_eof()
         self.completed.append(model)
+        self.produced.append(Produced(model, reply.usage[0], reply.usage[1] * _billed_choices(body)))
         return response
 
 
@@ -323,11 +344,22 @@ def _legacy_logprobs(body: dict[str, Any], reply: Reply) -> dict[str, Any] | Non
     }
 
 
+def _positive_int(value: Any) -> int:
+    return value if isinstance(value, int) and not isinstance(value, bool) and value > 0 else 1
+
+
+def _billed_choices(body: dict[str, Any]) -> int:
+    """Choices generated (and billed) for a request: ``max(n, best_of)``."""
+    return max(_positive_int(body.get("n")), _positive_int(body.get("best_of")))
+
+
 def _completion(path: str, body: dict[str, Any], reply: Reply) -> dict[str, Any]:
+    returned = _positive_int(body.get("n"))
+    completion_tokens = reply.usage[1] * _billed_choices(body)
     usage = {
         "prompt_tokens": reply.usage[0],
-        "completion_tokens": reply.usage[1],
-        "total_tokens": sum(reply.usage),
+        "completion_tokens": completion_tokens,
+        "total_tokens": reply.usage[0] + completion_tokens,
     }
     base = {"id": "cmpl-scripted", "created": 1700000000, "model": body.get("model"), "usage": usage}
     if path.endswith("/chat/completions"):
@@ -342,18 +374,22 @@ def _completion(path: str, body: dict[str, Any], reply: Reply) -> dict[str, Any]
         return {
             **base,
             "object": "chat.completion",
-            "choices": [{"index": 0, "message": message, "logprobs": logprobs, "finish_reason": finish}],
+            "choices": [
+                {"index": i, "message": message, "logprobs": logprobs, "finish_reason": finish}
+                for i in range(returned)
+            ],
         }
     return {
         **base,
         "object": "text_completion",
         "choices": [
             {
-                "index": 0,
+                "index": i,
                 "text": reply.content or "",
                 "logprobs": _legacy_logprobs(body, reply),
                 "finish_reason": "stop",
             }
+            for i in range(returned)
         ],
     }
 
@@ -405,8 +441,8 @@ def _stream_chunks(path: str, body: dict[str, Any], reply: Reply) -> list[bytes]
                 "choices": [],
                 "usage": {
                     "prompt_tokens": reply.usage[0],
-                    "completion_tokens": reply.usage[1],
-                    "total_tokens": sum(reply.usage),
+                    "completion_tokens": reply.usage[1] * _billed_choices(body),
+                    "total_tokens": reply.usage[0] + reply.usage[1] * _billed_choices(body),
                 },
             }
         )

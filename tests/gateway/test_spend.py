@@ -7,10 +7,10 @@ from typing import Any
 
 import pytest
 import redis.asyncio as aioredis
-from redis_support import REDIS_URL, RedisLink
+from redis_support import REDIS_URL, RedisLink, delete_prefix
 
 from gateway.auth import ClientIdentity
-from gateway.errors import BudgetExceededError
+from gateway.errors import BudgetExceededError, SpendUnavailableError
 from gateway.spend import NANO_PER_USD, SpendLimiter
 
 COST = 0.0012  # worst-case cost of one request, USD
@@ -21,7 +21,10 @@ TEN_REQUESTS = ClientIdentity(key_id="k-ten", limit_usd=10 * COST)
 async def replicas(keys) -> Any:
     """Two limiters with their own Redis clients, as two gateway replicas would have."""
     clients = [aioredis.from_url(REDIS_URL, decode_responses=True) for _ in range(2)]
-    yield [SpendLimiter(window_s=3600, redis=c, keys=keys) for c in clients]
+    limiters = [SpendLimiter(window_s=3600, redis=c, keys=keys, timeout_s=2.0) for c in clients]
+    for limiter in limiters:
+        await limiter.maintain()  # learn the spend epoch, as the app does at start
+    yield limiters
     for client in clients:
         await client.aclose()
 
@@ -71,10 +74,10 @@ async def test_budget_error_is_a_429_with_retry_after(replicas) -> None:
     assert 1 <= int(error.headers["Retry-After"]) <= 3600
 
 
-async def test_counters_expire_after_their_window(replicas, keys) -> None:
+async def test_counters_expire_after_their_window(replicas, keys, async_redis) -> None:
     await replicas[0].reserve(TEN_REQUESTS, COST)
     counter = keys.spend("k-ten", replicas[0].window_start())
-    ttl = await replicas[0]._redis.ttl(counter)
+    ttl = await async_redis.ttl(counter)
     assert 3600 < ttl <= 3600 + 300
 
 
@@ -123,15 +126,94 @@ async def test_redis_outage_falls_back_to_in_process_enforcement(keys) -> None:
         link.url, decode_responses=True, socket_connect_timeout=0.5, socket_timeout=0.5
     )
     statuses: list[bool] = []
-    limiter = SpendLimiter(window_s=3600, redis=client, keys=keys, on_redis_status=statuses.append)
+    fallbacks: list[str] = []
+    limiter = SpendLimiter(
+        window_s=3600, redis=client, keys=keys, on_redis_status=statuses.append, on_fallback=fallbacks.append
+    )
     try:
         assert (await limiter.reserve(TEN_REQUESTS, COST)).backend == "redis"
         await link.down()
         results = [await attempt(limiter, TEN_REQUESTS, COST) for _ in range(12)]
         admitted = [r for r in results if not isinstance(r, BudgetExceededError)]
-        assert len(admitted) == 10 and {r.backend for r in admitted} == {"memory"}
+        # In process it counts on from what Redis last said (one reservation): nine more fit.
+        assert len(admitted) == 9 and {r.backend for r in admitted} == {"memory"}
         assert statuses[0] is True and statuses[-1] is False
-        assert statuses[1:] == [False] * 12  # every reservation found Redis down and fell back
+        # Every reservation fell back: the first found Redis gone, the others did not try it again
+        # within the second (a dead Redis costs one failed call per second, not one per request).
+        assert fallbacks == ["error"] + ["down"] * 11
+    finally:
+        await client.aclose()
+        await link.down()
+
+
+async def outage_limiter(link: RedisLink, keys: Any, **options: Any) -> tuple[SpendLimiter, Any]:
+    client = aioredis.from_url(
+        link.url, decode_responses=True, socket_connect_timeout=0.5, socket_timeout=0.5
+    )
+    return SpendLimiter(window_s=3600, redis=client, keys=keys, timeout_s=0.5, **options), client
+
+
+async def test_spend_counted_during_an_outage_is_written_back_once_redis_answers(keys, async_redis) -> None:
+    link = RedisLink()
+    await link.up()
+    limiter, client = await outage_limiter(link, keys)
+    try:
+        await limiter.settle(await limiter.reserve(TEN_REQUESTS, COST), COST / 2)
+        await link.down()
+        for _ in range(3):
+            await limiter.settle(await limiter.reserve(TEN_REQUESTS, COST), COST / 4)
+        assert limiter.unsynced_usd() == pytest.approx(3 * COST / 4)
+        await link.up()
+        await limiter.maintain()
+        await limiter.maintain()  # a second round writes nothing twice
+        counter = await async_redis.get(keys.spend("k-ten", limiter.window_start()))
+        assert int(counter) == round((COST / 2 + 3 * COST / 4) * NANO_PER_USD)
+        assert limiter.unsynced_usd() == 0.0
+    finally:
+        await client.aclose()
+        await link.down()
+
+
+async def test_a_wiped_redis_gets_every_charge_of_the_window_back(keys, async_redis) -> None:
+    limiter = SpendLimiter(window_s=3600, redis=async_redis, keys=keys)
+    for _ in range(4):
+        await limiter.settle(await limiter.reserve(TEN_REQUESTS, COST), COST / 2)
+    in_flight = await limiter.reserve(TEN_REQUESTS, COST)
+    delete_prefix(keys)  # Redis lost its data (restart without persistence)
+    await limiter.maintain()
+    await limiter.settle(in_flight, COST / 2)
+    await limiter.maintain()
+    counter = await async_redis.get(keys.spend("k-ten", limiter.window_start()))
+    assert int(counter) == round(5 * COST / 2 * NANO_PER_USD)
+
+
+async def test_refuse_policy_answers_503_while_redis_is_down(keys) -> None:
+    link = RedisLink()
+    await link.up()
+    fallbacks: list[str] = []
+    limiter, client = await outage_limiter(link, keys, on_redis_down="refuse", on_fallback=fallbacks.append)
+    try:
+        await limiter.reserve(TEN_REQUESTS, COST)
+        await link.down()
+        with pytest.raises(SpendUnavailableError) as caught:
+            await limiter.reserve(TEN_REQUESTS, COST)
+        assert caught.value.status == 503 and caught.value.code == "spend_unavailable"
+        assert fallbacks == ["refused"]
+    finally:
+        await client.aclose()
+        await link.down()
+
+
+async def test_outage_share_bounds_what_one_replica_admits_alone(keys) -> None:
+    link = RedisLink()
+    await link.up()
+    limiter, client = await outage_limiter(link, keys, outage_share=0.5)
+    try:
+        await limiter.reserve(TEN_REQUESTS, COST)  # Redis: 1 of 10 used
+        await link.down()
+        results = [await attempt(limiter, TEN_REQUESTS, COST) for _ in range(10)]
+        # Half of the remaining nine: four whole requests fit in 4.5.
+        assert sum(not isinstance(r, BudgetExceededError) for r in results) == 4
     finally:
         await client.aclose()
         await link.down()

@@ -55,7 +55,7 @@ def settings(**document: Any) -> Settings:
 
 async def test_without_redis_everything_is_in_process(policy_path: Path) -> None:
     loaded: list[str] = []
-    state = await build_shared_state(
+    state = build_shared_state(
         settings(policy=str(policy_path), budgets={"limit_usd": 0.02}, auth={"open": True}),
         on_policy_loaded=lambda p: loaded.append(p.policy_id),
         on_policy_failure=lambda m: None,
@@ -80,7 +80,7 @@ async def test_a_redis_policy_url_alone_also_holds_keys_and_spend(
     push_policy(client, policy_path, keys)
     client.close()
     monkeypatch.setenv("CASCADE_API_KEYS", "sk-one")
-    state = await build_shared_state(
+    state = build_shared_state(
         settings(policy=REDIS_URL, budgets={"limit_usd": 0.02, "window_s": 60}),
         on_policy_loaded=lambda p: None,
         on_policy_failure=lambda m: None,
@@ -101,7 +101,7 @@ async def test_a_redis_policy_url_alone_also_holds_keys_and_spend(
 
 
 async def test_a_file_policy_with_redis_url_shares_only_keys_and_spend(policy_path: Path, keys) -> None:
-    state = await build_shared_state(
+    state = build_shared_state(
         settings(policy=str(policy_path), redis_url=REDIS_URL),
         on_policy_loaded=lambda p: None,
         on_policy_failure=lambda m: None,

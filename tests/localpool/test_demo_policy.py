@@ -34,3 +34,19 @@ def test_generated_gateway_config_points_at_the_pool_ports_with_manifest_prices(
         assert model.base_url == f"http://127.0.0.1:{manifest.models[name].port}/v1"
         assert model.model == name
         assert model.price.input_per_mtok == manifest.models[name].price.input_per_mtok
+
+
+def test_generated_config_gives_members_their_models_server_and_request_defaults(tmp_path: Path) -> None:
+    from gateway.config import Settings
+    from localpool.demo_config import write_gateway_config
+
+    manifest = load_manifest()
+    names = list(manifest.members)
+    config = pool_gateway_config(manifest, names, tmp_path / "p.json")
+    settings = Settings.from_yaml(write_gateway_config(tmp_path / "g.yaml", config))
+    for name in names:
+        member = manifest.members[name]
+        model = settings.models[name]
+        assert model.model == member.server
+        assert model.base_url == f"http://127.0.0.1:{manifest.models[member.server].port}/v1"
+        assert model.request_defaults == member.request_defaults

@@ -5,6 +5,7 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
+import yaml
 
 from localpool.manifest import ManifestError, load_manifest
 
@@ -35,4 +36,25 @@ def test_invalid_manifest_names_the_file(tmp_path: Path) -> None:
     path = tmp_path / "models.yaml"
     path.write_text("llama_server: {package: x}\nmodels: {}\n")
     with pytest.raises(ManifestError, match=r"models\.yaml: invalid model manifest"):
+        load_manifest(path)
+
+
+def test_members_are_served_by_pool_models_with_their_request_defaults() -> None:
+    manifest = load_manifest()
+    assert manifest.members, "the demo pool defines fast and reasoning members"
+    for name, member in manifest.members.items():
+        assert manifest.server_of(name) == member.server in manifest.models
+        assert member.request_defaults.system and member.request_defaults.completion_cap()
+    members = list(manifest.members)
+    assert manifest.servers_for([*members, *manifest.models]) == list(
+        dict.fromkeys([*(manifest.members[m].server for m in members), *manifest.models])
+    )
+
+
+def test_member_naming_an_unknown_model_is_refused(tmp_path: Path) -> None:
+    document = load_manifest().model_dump(mode="json")
+    document["members"] = {"fast": {"server": "nope", "request_defaults": {"max_tokens": 4}}}
+    path = tmp_path / "models.yaml"
+    path.write_text(yaml.safe_dump(document))
+    with pytest.raises(ManifestError, match="names unknown model"):
         load_manifest(path)

@@ -255,7 +255,11 @@ class GatewayProcess:
         client = redis.Redis.from_url(REDIS_URL)
         try:
             keys = list(client.scan_iter(match=f"{self.prefix}:spend:*", count=1000))
-            return sum(int(client.get(k) or 0) for k in keys) / NANO_PER_USD
+            # Only the counters (...:spend:<key_id>:<window_start>), not the pending reservations,
+            # tombstones, write-back markers or the epoch kept beside them.
+            names = [k.decode() for k in keys]
+            counters = [n for n in names if n.count(":") == 3 and n.rsplit(":", 1)[1].isdigit()]
+            return sum(int(client.get(k) or 0) for k in counters) / NANO_PER_USD
         finally:
             client.close()
 

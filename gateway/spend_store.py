@@ -1,0 +1,158 @@
+"""The spend counters in Redis: atomic, idempotent operations bounded by a short timeout.
+
+Counter ``{prefix}:spend:{key_id}:{window_start}`` holds spent + reserved nano-USD of a key in a
+window. Every operation is one Lua script and carries an id, so any of them can be retried, or
+arrive late (a frozen Redis executes what was queued in its sockets when it resumes), without
+counting twice:
+
+* ``reserve(op_id, amount, limit)``: admit if spent + amount <= limit; records the reservation in the
+  hash ``...:pending`` (op_id -> amount). A reservation cancelled before it arrived is not applied.
+* ``finish(op_id, actual)``: replaces a recorded reservation by its actual cost (removing it from
+  ``pending``); a second call finds nothing and does nothing. ``cancel`` = finish with actual 0,
+  and leaves a tombstone so a reservation still in flight is refused when it lands.
+* ``apply_once(op_id, amount)``: adds spend counted elsewhere (in process during an outage) once.
+
+An epoch marker (``{prefix}:spend:epoch``, random, never expires) tells a live Redis from one that
+lost its data: every script checks the caller's epoch first and does nothing on a mismatch
+(``EPOCH_CHANGED``), so the caller can write back what it had counted before the loss.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import os
+from dataclasses import dataclass
+
+from redis.asyncio import Redis
+
+from gateway.redis_keys import RedisKeys
+
+EPOCH_CHANGED = -2
+# How long tombstones and apply-once markers live: far longer than any command stays queued.
+_MARKER_TTL_S = 900
+
+_RESERVE_LUA = """
+if redis.call('GET', KEYS[4]) ~= ARGV[5] then return {-2, 0} end
+if redis.call('EXISTS', KEYS[3]) == 1 then return {-1, 0} end
+local spent = tonumber(redis.call('GET', KEYS[1]) or '0')
+local amount = tonumber(ARGV[1])
+local limit = tonumber(ARGV[2])
+if spent >= limit or spent + amount > limit then
+  return {0, spent}
+end
+local after = redis.call('INCRBY', KEYS[1], amount)
+redis.call('HSET', KEYS[2], ARGV[4], amount)
+for i = 1, 2 do
+  if redis.call('TTL', KEYS[i]) < 0 then redis.call('EXPIRE', KEYS[i], tonumber(ARGV[3])) end
+end
+return {1, after}
+"""
+
+_FINISH_LUA = """
+if redis.call('GET', KEYS[4]) ~= ARGV[3] then return -2 end
+local amount = redis.call('HGET', KEYS[2], ARGV[1])
+if not amount then
+  if ARGV[5] == '1' then redis.call('SET', KEYS[3], '1', 'EX', tonumber(ARGV[4])) end
+  return 0
+end
+redis.call('HDEL', KEYS[2], ARGV[1])
+if redis.call('EXISTS', KEYS[1]) == 1 then
+  local after = redis.call('INCRBY', KEYS[1], tonumber(ARGV[2]) - tonumber(amount))
+  if after < 0 then redis.call('SET', KEYS[1], 0, 'KEEPTTL') end
+end
+return 1
+"""
+
+_APPLY_ONCE_LUA = """
+if redis.call('GET', KEYS[3]) ~= ARGV[2] then return -2 end
+if not redis.call('SET', KEYS[2], '1', 'NX', 'EX', tonumber(ARGV[4])) then return 0 end
+redis.call('INCRBY', KEYS[1], tonumber(ARGV[1]))
+if redis.call('TTL', KEYS[1]) < 0 then redis.call('EXPIRE', KEYS[1], tonumber(ARGV[3])) end
+return 1
+"""
+
+
+@dataclass(frozen=True, slots=True)
+class ReserveReply:
+    """``status``: 1 admitted, 0 refused (over the limit), -1 cancelled already, -2 epoch changed."""
+
+    status: int
+    spent_nano: int
+
+
+def new_op_id() -> str:
+    """A random operation id (96 bits)."""
+    return os.urandom(12).hex()
+
+
+class RedisSpendStore:
+    """The Redis half of the spend limiter; every call raises on error or after ``timeout_s``."""
+
+    def __init__(self, redis: Redis, keys: RedisKeys, *, timeout_s: float, counter_ttl_s: int):
+        self.keys = keys
+        self.timeout_s = timeout_s
+        self._redis = redis
+        self._counter_ttl_s = counter_ttl_s
+        self._reserve = redis.register_script(_RESERVE_LUA)
+        self._finish = redis.register_script(_FINISH_LUA)
+        self._apply_once = redis.register_script(_APPLY_ONCE_LUA)
+
+    def _spend_keys(self, key_id: str, window: int, op_id: str) -> list[str]:
+        return [
+            self.keys.spend(key_id, window),
+            self.keys.spend_pending(key_id, window),
+            self.keys.spend_cancelled(op_id),
+            self.keys.spend_epoch,
+        ]
+
+    async def establish_epoch(self) -> str:
+        """The current epoch, creating one if Redis has none (new or wiped)."""
+        async def run() -> str:
+            await self._redis.set(self.keys.spend_epoch, new_op_id(), nx=True)
+            value = await self._redis.get(self.keys.spend_epoch)
+            return value.decode() if isinstance(value, bytes) else str(value)
+
+        return await asyncio.wait_for(run(), self.timeout_s)
+
+    async def reserve(
+        self, key_id: str, window: int, op_id: str, amount: int, limit: int, epoch: str
+    ) -> ReserveReply:
+        """Admit ``amount`` nano-USD if it fits under ``limit``; see the module docstring."""
+        status, spent = await asyncio.wait_for(
+            self._reserve(
+                keys=self._spend_keys(key_id, window, op_id),
+                args=[amount, limit, self._counter_ttl_s, op_id, epoch],
+            ),
+            self.timeout_s,
+        )
+        return ReserveReply(int(status), int(spent))
+
+    async def finish(
+        self, key_id: str, window: int, op_id: str, actual: int, epoch: str, *, cancel: bool = False
+    ) -> int:
+        """Replace reservation ``op_id`` by ``actual``: 1 done, 0 nothing pending, -2 epoch changed."""
+        result = await asyncio.wait_for(
+            self._finish(
+                keys=self._spend_keys(key_id, window, op_id),
+                args=[op_id, actual, epoch, _MARKER_TTL_S, 1 if cancel else 0],
+            ),
+            self.timeout_s,
+        )
+        return int(result)
+
+    async def apply_once(self, key_id: str, window: int, op_id: str, amount: int, epoch: str) -> int:
+        """Add ``amount`` once per ``op_id``: 1 added, 0 added before, -2 epoch changed."""
+        counter = self.keys.spend(key_id, window)
+        result = await asyncio.wait_for(
+            self._apply_once(
+                keys=[counter, self.keys.spend_applied(op_id), self.keys.spend_epoch],
+                args=[amount, epoch, self._counter_ttl_s, _MARKER_TTL_S],
+            ),
+            self.timeout_s,
+        )
+        return int(result)
+
+    async def counter(self, key_id: str, window: int) -> int:
+        """The counter's value (0 when absent)."""
+        raw = await asyncio.wait_for(self._redis.get(self.keys.spend(key_id, window)), self.timeout_s)
+        return int(raw or 0)

@@ -1,0 +1,103 @@
+"""Per-model request defaults: fields a pool member adds to every request it is sent.
+
+One upstream model can appear as several pool members (e.g. a *fast* member that answers in a few
+tokens and a *reasoning* member that thinks step by step) that differ only in how they are asked.
+The gateway config (``models.NAME.request_defaults``) and ``cascade collect`` targets share this
+definition and this merge, so what calibration measured is what the gateway sends.
+
+Precedence, from lowest to highest (``merge_request_defaults``):
+
+1. the member's default fields (``max_tokens``, ``temperature``, ``reasoning_effort``, any other
+   top-level field of the upstream API);
+2. the client's own fields: a field present in the client's body wins over its default. The two
+   completion caps are one setting: a client that sends ``max_tokens`` or
+   ``max_completion_tokens`` replaces both defaults;
+3. what the gateway itself controls, always: ``model`` (the upstream id), ``stream`` and
+   ``stream_options``, and ``logprobs``/``top_logprobs`` on scored stages. These, ``n``,
+   ``messages`` and ``prompt`` cannot be defaults (a config naming one is refused).
+
+``system`` is a default system message (chat requests only): it is put first in ``messages`` unless
+the client's messages already contain a ``system`` or ``developer`` message, which then wins.
+Legacy ``/v1/completions`` requests get the default fields but no system message.
+
+Only the contract package's dependencies (pydantic) are used: the gateway and collection import it.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from pydantic import BaseModel, ConfigDict, Field, model_validator
+
+# Fields the gateway or the client's request shape owns; a default for one would be ignored or wrong.
+RESERVED_FIELDS = frozenset(
+    {"model", "messages", "prompt", "stream", "stream_options", "logprobs", "top_logprobs", "n"}
+)
+# The completion cap has two spellings; a client setting either overrides both defaults.
+COMPLETION_CAP_FIELDS = ("max_tokens", "max_completion_tokens")
+_SYSTEM_ROLES = frozenset({"system", "developer"})
+# Tokens a chat template wraps one message in (e.g. "<|im_start|>system\n ... <|im_end|>\n"), generously.
+_ROLE_MARKER_BYTES = 32
+
+
+class RequestDefaults(BaseModel):
+    """Default request fields of one pool member (``system`` + any top-level API field)."""
+
+    model_config = ConfigDict(extra="allow", frozen=True)
+
+    system: str | None = Field(
+        None, min_length=1, description="system message used when the client's messages have none"
+    )
+
+    @model_validator(mode="after")
+    def _no_reserved_fields(self) -> RequestDefaults:
+        reserved = sorted(RESERVED_FIELDS & set(self.fields()))
+        if reserved:
+            raise ValueError(
+                f"request_defaults cannot set {', '.join(reserved)} (the client or the gateway owns them)"
+            )
+        return self
+
+    def fields(self) -> dict[str, Any]:
+        """The default top-level fields (everything but ``system``)."""
+        return dict(self.model_extra or {})
+
+    def completion_cap(self) -> int | None:
+        """The default completion-token cap, if the defaults set one."""
+        for name in COMPLETION_CAP_FIELDS:
+            value = self.fields().get(name)
+            if isinstance(value, int) and not isinstance(value, bool) and value > 0:
+                return value
+        return None
+
+    def prompt_bytes(self) -> int:
+        """Bytes the defaults may add to a request's prompt (the system message), for cost bounds.
+
+        At least one byte per token, plus room for the chat template's role markers.
+        """
+        return len(self.system.encode()) + _ROLE_MARKER_BYTES if self.system else 0
+
+
+def merge_request_defaults(
+    body: dict[str, Any], defaults: RequestDefaults | None, *, chat: bool = True
+) -> dict[str, Any]:
+    """The client's body with the member's defaults merged under it (see the module docstring).
+
+    Returns a new dict; ``body`` is not modified. ``chat`` = a chat-completions body (the only kind
+    that gets the default system message).
+    """
+    if defaults is None:
+        return dict(body)
+    merged = defaults.fields()
+    if any(name in body for name in COMPLETION_CAP_FIELDS):
+        for name in COMPLETION_CAP_FIELDS:
+            merged.pop(name, None)
+    merged.update(body)
+    messages = body.get("messages")
+    if chat and defaults.system and isinstance(messages, list) and not _has_system_message(messages):
+        merged["messages"] = [{"role": "system", "content": defaults.system}, *messages]
+    return merged
+
+
+def _has_system_message(messages: list[Any]) -> bool:
+    return any(isinstance(m, dict) and m.get("role") in _SYSTEM_ROLES for m in messages)

@@ -1,0 +1,132 @@
+"""The demo's promise, checked live: `cascade replay` through `cascade demo` in front of the real models.
+
+`cascade demo` serves the committed policy (policies/local-demo.json); `cascade replay --strict`
+sends a slice of the committed question set (collection/data/mmlu-local.jsonl, with the one-token
+answers `cascade collect` recorded) through every tier, grades the answers as `cascade collect`
+did, and flags any tier whose realized quality, cost per request or escalation rate has a
+confidence interval that excludes the policy's expectation. The policy was calibrated on the whole
+set, so the slice is not held out: this checks that the live gateway reproduces what calibration
+measured (same prompts, scorer, models and prices), not that the policy generalizes.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import socket
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import httpx
+import pytest
+
+from policies import load_policy
+
+pytestmark = pytest.mark.e2e
+
+# Questions replayed per tier: enough for intervals that mean something, few enough that three tiers
+# (one answer token each, a third of them from the 1.5B model) stay within a few minutes on 2 cores.
+REPLAY_QUESTIONS = 24
+# Nine checks (3 tiers x quality, cost, escalation): at 95% each, one false flag in three runs.
+# 99% intervals keep the family-wise false-alarm rate near 9%; a real mismatch (wrong prices,
+# prompts, scorer or models) is far outside them.
+CONFIDENCE = 0.99
+# The committed runs asked for one answer token (`cascade collect --max-tokens 1`).
+COLLECTED_MAX_TOKENS = 1
+
+
+def _free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return sock.getsockname()[1]
+
+
+def _pool_env(repo_root: Path) -> dict[str, str]:
+    home = os.environ.get("CASCADE_HOME") or str(repo_root / ".cascade")
+    return {**os.environ, "CASCADE_HOME": home}
+
+
+def _wait_ready(url: str, demo: subprocess.Popen[str], timeout_s: float) -> None:
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline:
+        if demo.poll() is not None:
+            pytest.fail(f"cascade demo exited early (code {demo.returncode}): {demo.stderr.read()}")
+        try:
+            if httpx.get(f"{url}/readyz", timeout=2).status_code == 200:
+                return
+        except httpx.HTTPError:
+            pass
+        time.sleep(1)
+    pytest.fail(f"the demo gateway was not ready at {url} within {timeout_s:.0f} s")
+
+
+def test_replayed_questions_match_the_policys_expectations(repo_root: Path, tmp_path: Path) -> None:
+    policy_file = repo_root / "policies" / "local-demo.json"
+    policy = load_policy(policy_file)
+    prompts = repo_root / "collection" / "data" / "mmlu-local.jsonl"
+    port = _free_port()
+    url = f"http://127.0.0.1:{port}"
+    env = _pool_env(repo_root)
+    demo = subprocess.Popen(
+        [sys.executable, "-m", "cascade_cli.main", "demo", "--port", str(port), "--policy", str(policy_file)],
+        cwd=repo_root,
+        env=env,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+    try:
+        _wait_ready(url, demo, timeout_s=600)
+        report_file = tmp_path / "replay.json"
+        result = subprocess.run(
+            [
+                sys.executable,
+                "-m",
+                "cascade_cli.main",
+                "replay",
+                str(prompts),
+                "--gateway",
+                url,
+                "--policy",
+                str(policy_file),
+                "--limit",
+                str(REPLAY_QUESTIONS),
+                "--max-tokens",
+                str(COLLECTED_MAX_TOKENS),
+                "--concurrency",
+                "2",
+                "--confidence",
+                str(CONFIDENCE),
+                "--strict",
+                "-o",
+                str(report_file),
+            ],
+            cwd=repo_root,
+            env=env,
+            capture_output=True,
+            text=True,
+            timeout=1500,
+        )
+    finally:
+        demo.send_signal(signal.SIGTERM)
+        try:
+            demo.wait(timeout=60)
+        except subprocess.TimeoutExpired:
+            demo.kill()
+            demo.wait()
+    output = result.stdout + result.stderr
+    report = json.loads(report_file.read_text(encoding="utf-8"))
+    assert report["policy"]["matches"] is True, output
+    arms = {arm["tier"]: arm for arm in report["arms"]}
+    assert set(arms) == set(policy.tiers), output
+    for tier, arm in arms.items():
+        assert arm["requests"] == REPLAY_QUESTIONS and not arm["missing"], (tier, output)
+        for metric in ("quality", "cost_usd"):
+            value = arm[metric]
+            expected = policy.tiers[tier].expected.model_dump()[metric]
+            assert value["expected"] == pytest.approx(expected), (tier, metric)
+            assert value["low"] <= expected <= value["high"], (tier, metric, value, output)
+    assert report["ok"] and result.returncode == 0, output

@@ -1,0 +1,103 @@
+"""Helpers of the spend reliability tests: send requests through real replicas, read the money.
+
+* ``send(replica, api_key, **body)``: one chat completion through the official SDK; returns the
+  HTTP status (200, 429, 503, ...) and the elapsed seconds.
+* ``burst(replicas, api_key, count, **body)``: ``count`` concurrent requests, round-robin over the
+  replicas; the list of statuses.
+* ``Money``: what the scripted upstream produced (priced at ``PRICES``) next to the key's Redis
+  counter, with ``worst_case_usd(body, models)`` for the bounds.
+* ``wait_until(predicate, timeout_s)``.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from collections.abc import Callable, Sequence
+from typing import Any
+
+import openai
+import orjson
+from processes import NANO_PER_USD, PRICES, GatewayProcess, RedisServer, spend_counter_nano, true_cost_usd
+from scripted_upstream import ScriptedUpstream
+
+MESSAGES = [{"role": "user", "content": "What is the capital of France?"}]
+DEFAULT_COMPLETION_BOUND = 4096
+
+
+async def send_async(replica: GatewayProcess, api_key: str, **body: Any) -> tuple[int, float]:
+    """One chat completion; (HTTP status, seconds)."""
+    body.setdefault("messages", MESSAGES)
+    started = time.monotonic()
+    async with replica.async_client(api_key) as client:
+        try:
+            await client.chat.completions.create(**body)
+            status = 200
+        except openai.APIStatusError as exc:
+            status = exc.status_code
+    return status, time.monotonic() - started
+
+
+def send(replica: GatewayProcess, api_key: str, **body: Any) -> tuple[int, float]:
+    """``send_async`` from sync code."""
+    return asyncio.run(send_async(replica, api_key, **body))
+
+
+def burst(replicas: Sequence[GatewayProcess], api_key: str, count: int, **body: Any) -> list[int]:
+    """``count`` concurrent requests spread round-robin over ``replicas``; their statuses."""
+
+    async def run() -> list[int]:
+        results = await asyncio.gather(
+            *(send_async(replicas[i % len(replicas)], api_key, **dict(body)) for i in range(count))
+        )
+        return [status for status, _ in results]
+
+    return asyncio.run(run())
+
+
+def wait_until(predicate: Callable[[], bool], timeout_s: float = 15.0, every_s: float = 0.1) -> bool:
+    """Poll ``predicate`` until it is true or ``timeout_s`` passed; its last value."""
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline:
+        if predicate():
+            return True
+        time.sleep(every_s)
+    return predicate()
+
+
+def worst_case_usd(body: dict[str, Any], models: Sequence[str]) -> float:
+    """The gateway's worst case for ``body`` over ``models`` (prompt bounded by the body's bytes)."""
+    request = {"messages": MESSAGES, **body}
+    size = len(orjson.dumps(request))
+    caps = [request[f] for f in ("max_completion_tokens", "max_tokens", "n_predict") if request.get(f)]
+    completion = max(caps) if caps else DEFAULT_COMPLETION_BOUND
+    choices = max(int(request.get("n") or 1), int(request.get("best_of") or 1))
+    return sum((size * PRICES[m][0] + completion * choices * PRICES[m][1]) / 1e6 for m in models)
+
+
+class Money:
+    """The true spend (what the upstream produced) and the key's Redis counter, in USD."""
+
+    def __init__(self, upstream: ScriptedUpstream, redis_server: RedisServer, api_key: str):
+        self.upstream = upstream
+        self.redis_server = redis_server
+        self.api_key = api_key
+
+    def true_usd(self) -> float:
+        """Price of everything the upstream sent in full."""
+        return true_cost_usd(list(self.upstream.produced))
+
+    def counter_usd(self) -> float:
+        """The key's spend counter(s) in Redis."""
+        with self.redis_server.client() as client:
+            return spend_counter_nano(client, self.api_key) / NANO_PER_USD
+
+    def pending_reservations(self) -> int:
+        """Reservations recorded in Redis and not settled (every window of every key)."""
+        with self.redis_server.client() as client:
+            return sum(int(client.hlen(name)) for name in client.scan_iter(match="cascade:spend:*:pending"))
+
+
+def settled(replicas: Sequence[GatewayProcess]) -> bool:
+    """No replica holds spend that Redis does not have yet."""
+    return all(r.sample("cascade_spend_unsynced_usd") == 0.0 for r in replicas)

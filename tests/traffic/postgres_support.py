@@ -1,0 +1,21 @@
+"""The test PostgreSQL (127.0.0.1:5432, database ``test``) and dropping a private test schema."""
+
+from __future__ import annotations
+
+import asyncio
+
+POSTGRES_URL = "postgresql://postgres@127.0.0.1:5432/test"
+
+
+def drop_schema(schema: str) -> None:
+    """Drop a test schema (own event loop: works from sync fixtures)."""
+    import asyncpg
+
+    async def drop() -> None:
+        conn = await asyncpg.connect(POSTGRES_URL)
+        try:
+            await conn.execute(f"DROP SCHEMA IF EXISTS {schema} CASCADE")
+        finally:
+            await conn.close()
+
+    asyncio.run(drop())

@@ -1,0 +1,42 @@
+"""The README's "Learn from your traffic" try-it block works when pasted (run in a scratch copy)."""
+
+from __future__ import annotations
+
+import json
+import re
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+from policies.store import load_policy
+
+
+def try_it_block(readme: str) -> str:
+    section = readme.split("## Learn from your traffic\n", 1)[1].split("\n## ", 1)[0]
+    after = section.split("**Try it**", 1)[1]
+    block = re.search(r"```bash\n(.*?)```", after, re.DOTALL)
+    assert block is not None, "no bash block after **Try it** in 'Learn from your traffic'"
+    return block.group(1)
+
+
+def test_learn_from_traffic_block_labels_exports_and_calibrates(repo_root: Path, tmp_path: Path) -> None:
+    block = try_it_block((repo_root / "README.md").read_text())
+    assert "cascade traffic export" in block and "cascade calibrate" in block
+    (tmp_path / "data").mkdir()
+    shutil.copytree(repo_root / "data/local", tmp_path / "data/local")
+    script = block.replace(".venv/bin/cascade", f"{sys.executable} -m cascade_cli.main")
+    result = subprocess.run(
+        ["bash", "-euc", script],
+        cwd=tmp_path,
+        capture_output=True,
+        text=True,
+        timeout=600,
+        env={"PATH": "/usr/bin:/bin", "PYTHONPATH": str(repo_root)},
+    )
+    assert result.returncode == 0, result.stderr
+    assert "agreement with qwen2.5-coder-1.5b" in result.stderr
+    rows = [json.loads(line) for line in (tmp_path / "reports/traffic/runs.jsonl").read_text().splitlines()]
+    assert {r["judge"] for r in rows} == {"choice", "reference"}
+    policy = load_policy(tmp_path / "reports/traffic/policy.json")
+    assert policy.models["qwen2.5-coder-1.5b"].quality == 1.0  # agreement with itself

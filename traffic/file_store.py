@@ -1,0 +1,161 @@
+"""The embedded store: one JSONL file, one row per line, for a single gateway process.
+
+``file:///var/lib/cascade/traffic.jsonl``. Writes append a whole batch under an exclusive
+``flock`` on ``<file>.lock`` (so two processes on one host never interleave lines), in a worker
+thread (the event loop never waits on the disk). ``purge`` rewrites the file to a temporary one and
+renames it over, under the same lock. A torn last line (a crash mid-write) is skipped on read.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import fcntl
+import json
+import os
+import threading
+from collections.abc import Iterator, Mapping, Sequence
+from contextlib import contextmanager
+from datetime import datetime
+from pathlib import Path
+from urllib.parse import unquote, urlparse
+
+from traffic.rows import TrafficRow
+from traffic.store import StoreError, StoreUnavailableError, check_where
+
+
+class FileStore:
+    """A ``TrafficStore`` over one JSONL file."""
+
+    def __init__(self, path: Path):
+        self.path = Path(path)
+        self._lock_path = self.path.with_name(self.path.name + ".lock")
+        self._thread_lock = threading.Lock()
+
+    @classmethod
+    def from_url(cls, url: str) -> FileStore:
+        """``file:///abs/path.jsonl`` (or ``file:relative/path.jsonl``) -> a store."""
+        parsed = urlparse(url)
+        path = (
+            unquote(parsed.netloc + parsed.path)
+            if parsed.netloc not in {"", "localhost"}
+            else unquote(parsed.path)
+        )
+        if not path:
+            raise StoreError(f"traffic store URL {url!r} has no path")
+        return cls(Path(path))
+
+    def __repr__(self) -> str:
+        return f"FileStore({str(self.path)!r})"
+
+    # --- TrafficStore -----------------------------------------------------------------------------
+
+    async def write_rows(self, batch: Sequence[TrafficRow]) -> int:
+        """Append the batch (one write call); rows whose (query_id, model) is already stored are kept out."""
+        if not batch:
+            return 0
+        return await asyncio.to_thread(self._append, list(batch))
+
+    async def export(
+        self, since: datetime | None = None, where: Mapping[str, str] | None = None
+    ) -> list[TrafficRow]:
+        """Rows at or after ``since`` matching ``where`` (as text), in file order."""
+        where = check_where(where)
+        rows = await asyncio.to_thread(self._read_all)
+        return [r for r in rows if (since is None or r.timestamp >= since) and _matches(r, where)]
+
+    async def purge(self, older_than: datetime) -> int:
+        """Drop rows recorded before ``older_than``; returns how many."""
+        return await asyncio.to_thread(self._purge, older_than)
+
+    async def close(self) -> None:
+        """Nothing stays open between calls."""
+
+    # --- blocking parts, run in a worker thread -----------------------------------------------------
+
+    @contextmanager
+    def _locked(self) -> Iterator[None]:
+        try:
+            self.path.parent.mkdir(parents=True, exist_ok=True)
+            with self._thread_lock, open(self._lock_path, "a") as lock:
+                fcntl.flock(lock, fcntl.LOCK_EX)
+                try:
+                    yield
+                finally:
+                    fcntl.flock(lock, fcntl.LOCK_UN)
+        except OSError as exc:
+            raise StoreUnavailableError(f"traffic store {self.path}: {exc.strerror or exc}") from exc
+
+    def _append(self, batch: list[TrafficRow]) -> int:
+        with self._locked():
+            seen = {(r.query_id, r.model) for r in self._read_unlocked()}
+            fresh = []
+            for row in batch:
+                key = (row.query_id, row.model)
+                if key not in seen:
+                    seen.add(key)
+                    fresh.append(row)
+            data = "".join(
+                json.dumps(r.to_record(), ensure_ascii=False, separators=(",", ":")) + "\n" for r in fresh
+            )
+            with open(self.path, "a", encoding="utf-8") as handle:
+                if handle.tell() and not self._ends_with_newline():
+                    handle.write("\n")  # close a torn last line so the batch starts on its own line
+                handle.write(data)
+                handle.flush()
+                os.fsync(handle.fileno())
+            return len(fresh)
+
+    def _ends_with_newline(self) -> bool:
+        with open(self.path, "rb") as handle:
+            handle.seek(-1, os.SEEK_END)
+            return handle.read(1) == b"\n"
+
+    def _read_all(self) -> list[TrafficRow]:
+        with self._locked():
+            return self._read_unlocked()
+
+    def _read_unlocked(self) -> list[TrafficRow]:
+        if not self.path.exists():
+            return []
+        rows = []
+        with open(self.path, encoding="utf-8") as handle:
+            for number, line in enumerate(handle, start=1):
+                if not line.strip():
+                    continue
+                try:
+                    rows.append(TrafficRow.from_record(json.loads(line)))
+                except ValueError as exc:
+                    if not line.endswith("\n"):
+                        continue  # torn last line of an interrupted write
+                    raise StoreError(
+                        f"traffic store {self.path}: line {number}: not a traffic row ({exc})"
+                    ) from None
+        return rows
+
+    def _purge(self, older_than: datetime) -> int:
+        with self._locked():
+            rows = self._read_unlocked()
+            kept = [r for r in rows if r.timestamp >= older_than]
+            if len(kept) == len(rows):
+                return 0
+            temporary = self.path.with_name(self.path.name + ".purge")
+            with open(temporary, "w", encoding="utf-8") as handle:
+                for row in kept:
+                    handle.write(
+                        json.dumps(row.to_record(), ensure_ascii=False, separators=(",", ":")) + "\n"
+                    )
+                handle.flush()
+                os.fsync(handle.fileno())
+            os.replace(temporary, self.path)
+            return len(rows) - len(kept)
+
+
+def _matches(row: TrafficRow, where: Mapping[str, str]) -> bool:
+    record = row.to_record()
+    return all(
+        record.get(column) is not None and _text(record[column]) == value for column, value in where.items()
+    )
+
+
+def _text(value: object) -> str:
+    return str(value)

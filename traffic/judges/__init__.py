@@ -1,0 +1,10 @@
+"""Judges: label a model's answer by its agreement with the reference model's answer.
+
+``make_judge(config)`` builds one from a ``JudgeConfig`` (``traffic.judges.config``);
+``label_answers`` labels every model's answer of one query.
+"""
+
+from traffic.judges.base import Judge, JudgeError, Verdict, label_answers
+from traffic.judges.config import JudgeConfig, make_judge
+
+__all__ = ["Judge", "JudgeConfig", "JudgeError", "Verdict", "label_answers", "make_judge"]

@@ -1,0 +1,135 @@
+"""The ``llm`` judge: the reference model is asked whether two answers agree.
+
+One chat completion on an OpenAI-compatible endpoint, ``max_tokens: 1``, ``temperature: 0``,
+``logprobs`` with ``top_logprobs``. The soft label is P(yes) / (P(yes) + P(no)), summing the
+probabilities of the alternatives of the first token that read "yes" / "no" (case and spaces
+ignored): renormalizing over the two words makes the label independent of how much mass the model
+puts elsewhere (punctuation, "Yes" vs " yes" tokens). If neither word is among the alternatives
+the label is missing. The call's cost (its usage priced with the configured price) is in the
+verdict: the sampler counts it as shadow cost.
+"""
+
+from __future__ import annotations
+
+import math
+import os
+from typing import Any
+
+import httpx
+
+from policies import Price
+from traffic.judges.base import JudgeError, Verdict
+
+SYSTEM_PROMPT = (
+    "You compare two answers to the same question. Reply with one word: yes if they give the same "
+    "final answer (wording, length and explanations do not matter), no otherwise."
+)
+USER_TEMPLATE = (
+    "Question:\n{question}\n\nAnswer A:\n{reference}\n\nAnswer B:\n{answer}\n\n"
+    "Do A and B give the same answer?"
+)
+
+
+class LLMJudge:
+    """Asks an OpenAI-compatible model whether the answers agree; label = its normalized P(yes)."""
+
+    name = "llm"
+
+    def __init__(
+        self,
+        base_url: str,
+        model: str,
+        *,
+        price: Price | None = None,
+        api_key_env: str | None = None,
+        timeout_s: float = 30.0,
+        top_logprobs: int = 10,
+        transport: httpx.AsyncBaseTransport | None = None,
+    ):
+        self.url = base_url.rstrip("/") + "/chat/completions"
+        self.model = model
+        self.price = price or Price(per_query_usd=0.0)
+        self.api_key_env = api_key_env
+        self.timeout_s = timeout_s
+        self.top_logprobs = top_logprobs
+        self._transport = transport
+        self._client: httpx.AsyncClient | None = None
+
+    def _http(self) -> httpx.AsyncClient:
+        if self._client is None:  # created on first use, inside the running loop
+            self._client = httpx.AsyncClient(transport=self._transport, timeout=self.timeout_s)
+        return self._client
+
+    async def aclose(self) -> None:
+        """Close the HTTP client."""
+        if self._client is not None:
+            await self._client.aclose()
+            self._client = None
+
+    def request_body(self, question: str, reference: str, answer: str) -> dict[str, Any]:
+        """The chat completion request sent for one pair."""
+        return {
+            "model": self.model,
+            "messages": [
+                {"role": "system", "content": SYSTEM_PROMPT},
+                {
+                    "role": "user",
+                    "content": USER_TEMPLATE.format(question=question, reference=reference, answer=answer),
+                },
+            ],
+            "max_tokens": 1,
+            "temperature": 0,
+            "logprobs": True,
+            "top_logprobs": self.top_logprobs,
+        }
+
+    async def judge(self, question: str, reference: str, answer: str) -> Verdict:
+        """P(yes) as a soft label; ``JudgeError`` when the call fails."""
+        headers = {}
+        if self.api_key_env:
+            key = os.environ.get(self.api_key_env)
+            if not key:
+                raise JudgeError(f"llm judge: environment variable {self.api_key_env} is not set")
+            headers["Authorization"] = f"Bearer {key}"
+        try:
+            response = await self._http().post(
+                self.url, json=self.request_body(question, reference, answer), headers=headers
+            )
+        except httpx.HTTPError as exc:
+            raise JudgeError(f"llm judge {self.model}: {type(exc).__name__}: {exc}") from exc
+        if response.status_code != 200:
+            raise JudgeError(f"llm judge {self.model}: HTTP {response.status_code}: {response.text[:200]}")
+        try:
+            body = response.json()
+            usage = body.get("usage") or {}
+            cost = float(
+                self.price.cost_usd(
+                    int(usage.get("prompt_tokens") or 0), int(usage.get("completion_tokens") or 0)
+                )
+            )
+            content = body["choices"][0].get("logprobs", {}).get("content") or []
+        except (ValueError, KeyError, IndexError, TypeError, AttributeError) as exc:
+            raise JudgeError(f"llm judge {self.model}: malformed response ({exc})") from exc
+        p_yes, p_no = yes_no_mass(content[0] if content else None)
+        if p_yes + p_no <= 0:
+            return Verdict(
+                None, self.name, cost, detail="neither yes nor no among the first token's alternatives"
+            )
+        return Verdict(p_yes / (p_yes + p_no), self.name, cost, detail=f"P(yes)={p_yes:.4f} P(no)={p_no:.4f}")
+
+
+def yes_no_mass(position: dict[str, Any] | None) -> tuple[float, float]:
+    """Probability mass of "yes" and "no" among a token position's alternatives (or its chosen token)."""
+    if not position:
+        return 0.0, 0.0
+    alternatives = position.get("top_logprobs") or [position]
+    mass = {"yes": 0.0, "no": 0.0}
+    seen: set[str] = set()
+    for alternative in alternatives:
+        token = str(alternative.get("token", ""))
+        word = token.strip().lower().rstrip(".!,")
+        logprob = alternative.get("logprob")
+        if word in mass and token not in seen and logprob is not None:
+            seen.add(token)
+            mass[word] += math.exp(float(logprob))
+    return mass["yes"], mass["no"]

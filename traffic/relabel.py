@@ -1,0 +1,100 @@
+"""Label a runs table's recorded answers by a judge, as if they were sampled traffic.
+
+Reads a JSONL runs table with a ``response`` column (``cascade collect`` writes one), labels each
+model's response against the reference model's response to the same query, and returns traffic
+rows: the table's ground truth (``correct``) is replaced by the judge's label. This is how
+label-free calibration is tried on data whose true labels are known: calibrate the exported rows,
+evaluate the policy against the true labels.
+"""
+
+from __future__ import annotations
+
+import gzip
+import json
+from collections.abc import Iterator
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import Any
+
+from traffic.judges.base import Judge, JudgeError, Verdict, label_answers
+from traffic.rows import TrafficRow
+
+
+class RelabelError(Exception):
+    """The runs table cannot be relabelled (one-line message)."""
+
+
+def read_queries(path: Path) -> dict[str, dict[str, dict[str, Any]]]:
+    """query_id -> model -> record, from a .jsonl / .jsonl.gz runs table."""
+    if not path.name.endswith((".jsonl", ".jsonl.gz", ".ndjson")):
+        raise RelabelError(f"{path}: relabelling reads JSONL runs tables (.jsonl, .jsonl.gz)")
+    opener = gzip.open if path.name.endswith(".gz") else open
+    queries: dict[str, dict[str, dict[str, Any]]] = {}
+    try:
+        with opener(path, "rt", encoding="utf-8") as handle:
+            for number, line in enumerate(handle, start=1):
+                if line.strip():
+                    record = _record(path, number, line)
+                    queries.setdefault(str(record["query_id"]), {})[str(record["model"])] = record
+    except OSError as exc:
+        raise RelabelError(f"{path}: {exc.strerror or exc}") from exc
+    return queries
+
+
+def _record(path: Path, number: int, line: str) -> dict[str, Any]:
+    try:
+        record = json.loads(line)
+        if "query_id" not in record or "model" not in record:
+            raise KeyError("query_id" if "query_id" not in record else "model")
+    except (ValueError, KeyError, TypeError) as exc:
+        raise RelabelError(f"{path}: line {number}: not a runs row ({exc})") from None
+    return record
+
+
+async def relabel(
+    queries: dict[str, dict[str, dict[str, Any]]],
+    judge: Judge,
+    reference_model: str,
+    *,
+    log_text: bool = False,
+    now: datetime | None = None,
+) -> Iterator[TrafficRow]:
+    """Traffic rows labelled by ``judge`` against ``reference_model``'s response, query by query.
+
+    A query without the reference model, or whose reference has no response, gets no rows (there
+    is nothing to agree with); a model without a response or whose judging failed gets a row with
+    a missing label.
+    """
+    now = now or datetime.now(UTC)
+    rows: list[TrafficRow] = []
+    for query_id, answers in queries.items():
+        reference = answers.get(reference_model)
+        if reference is None or not isinstance(reference.get("response"), str):
+            continue
+        texts = {m: r["response"] for m, r in answers.items() if isinstance(r.get("response"), str)}
+        question = str(reference.get("prompt") or "")
+        labels = await label_answers(judge, question, reference_model, texts)
+        for model, record in answers.items():
+            verdict = labels.get(model)
+            label = verdict.correct if isinstance(verdict, Verdict) else None
+            rows.append(
+                TrafficRow(
+                    query_id=query_id,
+                    model=model,
+                    correct=label,
+                    prompt_tokens=int(record.get("prompt_tokens") or 0),
+                    completion_tokens=int(record.get("completion_tokens") or 0),
+                    cost_usd=float(record.get("cost_usd") or 0.0),
+                    logprobs=record.get("logprobs"),
+                    latency_ms=record.get("latency_ms"),
+                    dataset=None if record.get("dataset") is None else str(record["dataset"]),
+                    timestamp=now,
+                    judge=verdict.judge if isinstance(verdict, Verdict) else None,
+                    prompt=record.get("prompt") if log_text else None,
+                    response=record.get("response") if log_text else None,
+                )
+            )
+    return iter(rows)
+
+
+__all__ = ["JudgeError", "RelabelError", "read_queries", "relabel"]

@@ -1,0 +1,105 @@
+"""One stored traffic row: a runs-table row (docs/contracts.md#runs-table) plus where it came from.
+
+A row is one (query, model) answer of a sampled request. ``correct`` is the judge's label
+(agreement with the reference model's answer) or ``None`` when it is missing: the model's call
+failed or the judge could not decide. A missing label is never a wrong answer: the export treats
+the query as incomplete.
+"""
+
+from __future__ import annotations
+
+from dataclasses import asdict, dataclass, field, fields
+from datetime import UTC, datetime
+from typing import Any
+
+# Every column, in the order of the exported table.
+COLUMNS = (
+    "query_id",
+    "model",
+    "correct",
+    "prompt_tokens",
+    "completion_tokens",
+    "cost_usd",
+    "logprobs",
+    "score",
+    "latency_ms",
+    "dataset",
+    "timestamp",
+    "tier",
+    "policy_id",
+    "replica",
+    "judge",
+    "prompt",
+    "response",
+)
+# The text columns a `where` filter may name (equality, as with `cascade calibrate --where`).
+FILTER_COLUMNS = ("query_id", "model", "dataset", "tier", "policy_id", "replica", "judge")
+
+
+class RowError(ValueError):
+    """A row that cannot be stored (one-line message)."""
+
+
+@dataclass(frozen=True)
+class TrafficRow:
+    """One model's answer to one sampled query.
+
+    Attributes:
+        query_id: the same id for the same query across models.
+        model: configured model name.
+        correct: judge label in [0, 1]; None when missing (failed call, undecided judge).
+        prompt_tokens, completion_tokens: the upstream's usage.
+        cost_usd: realized cost of the call.
+        logprobs: OpenAI ``choices[0].logprobs.content`` (None if the stage is not scored).
+        score: the policy scorer's value for this answer, if computed.
+        latency_ms: upstream latency of the call.
+        dataset: optional stratum (e.g. the client or the route) for stratified splits.
+        timestamp: when the answer was recorded (timezone-aware, UTC).
+        tier: the tier label of the request; policy_id: the serving policy; replica: the writer.
+        judge: which judge produced ``correct`` (e.g. ``exact``, ``llm``, ``reference``).
+        prompt, response: the texts, stored only when ``log_text`` is on.
+    """
+
+    query_id: str
+    model: str
+    correct: float | None
+    prompt_tokens: int = 0
+    completion_tokens: int = 0
+    cost_usd: float = 0.0
+    logprobs: list[dict[str, Any]] | None = None
+    score: float | None = None
+    latency_ms: float | None = None
+    dataset: str | None = None
+    timestamp: datetime = field(default_factory=lambda: datetime.now(UTC))
+    tier: str | None = None
+    policy_id: str | None = None
+    replica: str | None = None
+    judge: str | None = None
+    prompt: str | None = None
+    response: str | None = None
+
+    def __post_init__(self) -> None:
+        if not self.query_id or not self.model:
+            raise RowError("a traffic row needs a query_id and a model")
+        if self.correct is not None and not 0.0 <= self.correct <= 1.0:
+            raise RowError(f"correct {self.correct!r} outside [0, 1] ({self.query_id}, {self.model})")
+        if self.cost_usd < 0 or self.prompt_tokens < 0 or self.completion_tokens < 0:
+            raise RowError(f"negative cost or token count ({self.query_id}, {self.model})")
+        if self.timestamp.tzinfo is None:
+            raise RowError(f"timestamp without a timezone ({self.query_id}, {self.model})")
+
+    def to_record(self) -> dict[str, Any]:
+        """A JSON-ready dict (timestamp as ISO-8601 UTC), in ``COLUMNS`` order."""
+        record = asdict(self)
+        record["timestamp"] = self.timestamp.astimezone(UTC).isoformat()
+        return {name: record[name] for name in COLUMNS}
+
+    @classmethod
+    def from_record(cls, record: dict[str, Any]) -> TrafficRow:
+        """The inverse of ``to_record``; unknown keys are ignored (a newer writer's columns)."""
+        known = {f.name for f in fields(cls)}
+        values = {k: v for k, v in record.items() if k in known}
+        stamp = values.get("timestamp")
+        if isinstance(stamp, str):
+            values["timestamp"] = datetime.fromisoformat(stamp)
+        return cls(**values)
