@@ -27,6 +27,7 @@ import argparse
 import contextlib
 import json
 import os
+import re
 import shutil
 import signal
 import socket
@@ -364,8 +365,11 @@ def keyed_gateway(
             )
             accepted.raise_for_status()
             assert accepted.headers["x-cascade-escalated"] == "false", accepted.headers
-            spend = list(client.scan_iter(match=f"{keys.prefix}:spend:*"))
-            assert spend and int(client.get(spend[0]) or 0) > 0, "the limit must be reserved and settled"
+            counters = [  # {prefix}:spend:{key_id}:{window}, not the pending hashes or markers beside it
+                name for name in client.scan_iter(match=f"{keys.prefix}:spend:*")
+                if re.fullmatch(rf"{re.escape(keys.prefix)}:spend:[0-9a-f]+:[0-9]+", name)
+            ]
+            assert counters and int(client.get(counters[0]) or 0) > 0, "spend must be reserved and settled"
             yield base, pid, api_key
     finally:
         doomed = list(client.scan_iter(match=f"{keys.prefix}:*"))
