@@ -85,16 +85,32 @@ def main() -> None:
         url = base + "/v1/chat/completions"
         run_wrk(url, body_for(args.target), args.connections, 2, args.client_cpu, api_key)  # warm-up
         spy = subprocess.Popen(
-            [py_spy, "record", "--pid", str(pid), "--rate", "500", "--format", "raw",
-             "--output", str(args.out), "--duration", str(args.duration + 1), "--nonblocking"],
-            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+            [
+                py_spy,
+                "record",
+                "--pid",
+                str(pid),
+                "--rate",
+                "500",
+                "--format",
+                "raw",
+                "--output",
+                str(args.out),
+                "--duration",
+                str(args.duration + 1),
+                "--nonblocking",
+            ],
+            stdout=subprocess.DEVNULL,
+            stderr=subprocess.DEVNULL,
         )
         time.sleep(0.5)
         request = body_for(args.target)
         result = run_wrk(url, request, args.connections, args.duration, args.client_cpu, api_key)
         spy.wait(60)
-        print(f"{args.target} body={args.body} c={args.connections}: {result['rps']:.0f} req/s, "
-              f"p50 {result['p50_us'] / 1000:.3f} ms, p99 {result['p99_us'] / 1000:.3f} ms\n")
+        print(
+            f"{args.target} body={args.body} c={args.connections}: {result['rps']:.0f} req/s, "
+            f"p50 {result['p50_us'] / 1000:.3f} ms, p99 {result['p99_us'] / 1000:.3f} ms\n"
+        )
     top(args.out, args.top)
 
 

@@ -134,8 +134,9 @@ def nginx_upstream(tmp: Path, cpu: str) -> Iterator[int]:
     port = free_port()
     (tmp / "nginx.conf").write_text(NGINX_CONF.format(tmp=tmp, port=port))
     nginx = shutil.which("nginx") or "/usr/sbin/nginx"
-    with process(["taskset", "-c", cpu, nginx, "-p", str(tmp), "-c", str(tmp / "nginx.conf")],
-                 log=tmp / "nginx.out"):
+    with process(
+        ["taskset", "-c", cpu, nginx, "-p", str(tmp), "-c", str(tmp / "nginx.conf")], log=tmp / "nginx.out"
+    ):
         wait_http(f"http://127.0.0.1:{port}/2k/v1/models")
         for name in BODIES:
             check = httpx.post(f"http://127.0.0.1:{port}/{name}/v1/chat/completions", json={}, timeout=5)
@@ -194,19 +195,35 @@ def run_wrk(
 ) -> dict[str, Any]:
     env = {**os.environ, "WRK_BODY": json.dumps(body), "WRK_AUTH": api_key}
     cmd = [
-        "taskset", "-c", cpu, "wrk", "-t1", f"-c{connections}", f"-d{duration_s}s", "--timeout", "10s",
-        "-s", str(HERE / "wrk_post.lua"), url,
+        "taskset",
+        "-c",
+        cpu,
+        "wrk",
+        "-t1",
+        f"-c{connections}",
+        f"-d{duration_s}s",
+        "--timeout",
+        "10s",
+        "-s",
+        str(HERE / "wrk_post.lua"),
+        url,
     ]
     out = subprocess.run(cmd, env=env, capture_output=True, text=True, check=True).stdout
     line = next(line for line in out.splitlines() if line.startswith("WRK_JSON "))
-    result = json.loads(line[len("WRK_JSON "):])
+    result = json.loads(line[len("WRK_JSON ") :])
     result["rps"] = result["requests"] / (result["duration_us"] / 1e6)
     return result
 
 
 def body_for(target: str) -> dict[str, Any]:
-    model = {"direct": "smollm2-135m", "passthrough": "x", "accept": "cascade/accept",
-             "accept_keyed": "cascade/accept", "escalate": "cascade/escalate", "model": "small"}[target]
+    model = {
+        "direct": "smollm2-135m",
+        "passthrough": "x",
+        "accept": "cascade/accept",
+        "accept_keyed": "cascade/accept",
+        "escalate": "cascade/escalate",
+        "model": "small",
+    }[target]
     return {"model": model, "messages": MESSAGES, "max_tokens": 16}
 
 
@@ -295,8 +312,18 @@ def one_body(args: argparse.Namespace, tmp: Path, nginx_port: int, body: str) ->
 
     port = free_port()
     env = {**os.environ, "UPSTREAM": upstream, "PYTHONPATH": str(REPO)}
-    cmd = ["taskset", "-c", args.server_cpu, python, "-m", "uvicorn", "bench.gateway.passthrough_app:app",
-           "--port", str(port), *uvicorn_flags]
+    cmd = [
+        "taskset",
+        "-c",
+        args.server_cpu,
+        python,
+        "-m",
+        "uvicorn",
+        "bench.gateway.passthrough_app:app",
+        "--port",
+        str(port),
+        *uvicorn_flags,
+    ]
     with process(cmd, env=env, log=tmp / f"passthrough-{body}.log") as server:
         url = f"http://127.0.0.1:{port}/v1/chat/completions"
         wait_http(url, method="POST", body=body_for("passthrough"))
@@ -319,8 +346,20 @@ def redis_for(args: argparse.Namespace, tmp: Path) -> Iterator[str]:
         yield args.redis
         return
     port = free_port()
-    cmd = ["taskset", "-c", args.client_cpu, "redis-server", "--port", str(port), "--bind", "127.0.0.1",
-           "--save", "", "--appendonly", "no"]
+    cmd = [
+        "taskset",
+        "-c",
+        args.client_cpu,
+        "redis-server",
+        "--port",
+        str(port),
+        "--bind",
+        "127.0.0.1",
+        "--save",
+        "",
+        "--appendonly",
+        "no",
+    ]
     with process(cmd, log=tmp / "redis.log"):
         end = time.monotonic() + 10
         while True:
@@ -360,13 +399,16 @@ def keyed_gateway(
             refused = httpx.post(base + "/v1/chat/completions", json=body_for("accept"), timeout=10)
             assert refused.status_code == 401, "the keyed gateway must require the key"
             accepted = httpx.post(
-                base + "/v1/chat/completions", json=body_for("accept"), timeout=10,
+                base + "/v1/chat/completions",
+                json=body_for("accept"),
+                timeout=10,
                 headers={"authorization": f"Bearer {api_key}"},
             )
             accepted.raise_for_status()
             assert accepted.headers["x-cascade-escalated"] == "false", accepted.headers
             counters = [  # {prefix}:spend:{key_id}:{window}, not the pending hashes or markers beside it
-                name for name in client.scan_iter(match=f"{keys.prefix}:spend:*")
+                name
+                for name in client.scan_iter(match=f"{keys.prefix}:spend:*")
                 if re.fullmatch(rf"{re.escape(keys.prefix)}:spend:[0-9a-f]+:[0-9]+", name)
             ]
             assert counters and int(client.get(counters[0]) or 0) > 0, "spend must be reserved and settled"
@@ -380,9 +422,10 @@ def keyed_gateway(
 
 def measure_keyed(args: argparse.Namespace, tmp: Path, upstream: str, body: str) -> Any:
     """The accept path with Redis: a Redis-stored client key with a spend limit (reserve + settle)."""
-    with redis_for(args, tmp) as redis_url, keyed_gateway(
-        tmp, upstream, redis_url, args.server_cpu, body
-    ) as (base, pid, api_key):
+    with (
+        redis_for(args, tmp) as redis_url,
+        keyed_gateway(tmp, upstream, redis_url, args.server_cpu, body) as (base, pid, api_key),
+    ):
         return measure(base + "/v1/chat/completions", "accept_keyed", args, pid, api_key)
 
 
@@ -431,8 +474,9 @@ def markdown(summary: dict[str, Any], connections: list[int]) -> str:
             for c in connections:
                 row = rows[c]
                 extra = (
-                    "| | | | | |" if target == "direct" else
-                    f"| {row['added_p50_ms']:.3f} | {row['added_p99_ms']:.3f} "
+                    "| | | | | |"
+                    if target == "direct"
+                    else f"| {row['added_p50_ms']:.3f} | {row['added_p99_ms']:.3f} "
                     f"| {row['rps_vs_passthrough']:.2f} "
                     f"| {row['cpu_us_per_req']:.0f} | {row['cpu_vs_passthrough']:.2f} |"
                 )
@@ -456,8 +500,10 @@ def verdicts(summary: dict[str, Any], connections: list[int]) -> str:
             if target not in targets:
                 continue
             row = targets[target][high]
-            text = f"{body} {target:<12} c={high}: req/s {row['rps_vs_passthrough']:.2f} of the floor " \
-                   f"(target >= {rps_goal})"
+            text = (
+                f"{body} {target:<12} c={high}: req/s {row['rps_vs_passthrough']:.2f} of the floor "
+                f"(target >= {rps_goal})"
+            )
             if cpu_goal is not None:
                 text += f", CPU {row['cpu_vs_passthrough']:.2f}x the floor's (target <= {cpu_goal})"
             lines.append(text)
@@ -471,8 +517,13 @@ def main() -> None:
     parser.add_argument("--duration", type=int, default=10, help="seconds per measurement")
     parser.add_argument("--warmup", type=int, default=2, help="seconds of discarded warm-up per measurement")
     parser.add_argument("--connections", type=int, nargs="+", default=[1, 16, 64])
-    parser.add_argument("--bodies", nargs="+", choices=list(BODIES), default=list(BODIES),
-                        help="upstream bodies to measure with (2k: 8 tokens x top-5, 25k: 8 tokens x top-15)")
+    parser.add_argument(
+        "--bodies",
+        nargs="+",
+        choices=list(BODIES),
+        default=list(BODIES),
+        help="upstream bodies to measure with (2k: 8 tokens x top-5, 25k: 8 tokens x top-15)",
+    )
     parser.add_argument("--rounds", type=int, default=1, help="repeat the whole matrix; medians reported")
     parser.add_argument("--server-cpu", default="1", help="CPU the server under test is pinned to")
     parser.add_argument("--client-cpu", default="0", help="CPU nginx, wrk and a private Redis are pinned to")
@@ -502,9 +553,18 @@ def main() -> None:
     print(verdicts(summary, args.connections))
     print(f"\nload average (1, 5, 15 min) before: {load_before}, after: {load_after}")
     if args.out:
-        args.out.write_text(json.dumps({"args": {k: str(v) for k, v in vars(args).items()},
-                                        "load_before": load_before, "load_after": load_after,
-                                        "rounds": rounds, "summary": summary}, indent=2))
+        args.out.write_text(
+            json.dumps(
+                {
+                    "args": {k: str(v) for k, v in vars(args).items()},
+                    "load_before": load_before,
+                    "load_after": load_after,
+                    "rounds": rounds,
+                    "summary": summary,
+                },
+                indent=2,
+            )
+        )
 
 
 if __name__ == "__main__":
