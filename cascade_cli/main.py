@@ -2,7 +2,8 @@
 
 Each package contributes its commands through a ``register(app)`` function in its ``cli``
 module; heavy imports (pandas, FastAPI, ...) happen inside the commands, so ``cascade --help``
-stays fast and ``calibration`` and ``gateway`` never import each other.
+stays fast, works on the core install, and ``calibration`` and ``gateway`` never import each
+other. A command whose optional extra is not installed says so (``cascade_cli.extras``).
 """
 
 from __future__ import annotations
@@ -10,6 +11,7 @@ from __future__ import annotations
 import typer
 
 from calibration.cli import register as register_calibration
+from cascade_cli.extras import guard_commands
 from collection.cli import register as register_collection
 from gateway.cli import register as register_gateway
 from localpool.cli import register as register_localpool
@@ -43,6 +45,9 @@ register_collection(app)
 register_gateway(app)
 register_localpool(app)
 register_traffic(app)
+# Each package's commands import their extra's dependencies (FastAPI, pandas, ...) only when they
+# run; a lean install then gets one line naming the missing extra instead of a traceback.
+guard_commands(app)
 
 
 if __name__ == "__main__":

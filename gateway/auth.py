@@ -16,8 +16,9 @@ import json
 import logging
 import os
 import time
-from collections.abc import Callable, Iterable
+from collections.abc import Awaitable, Callable, Iterable
 from dataclasses import dataclass
+from typing import cast
 
 from redis.asyncio import Redis
 from redis.exceptions import RedisError
@@ -186,7 +187,9 @@ class Authenticator:
         if cached is not None and cached[1] > now:
             return cached[0]
         try:
-            raw = await self._redis.hget(self._keys.client_keys, key_hash)
+            # redis-py types a command as "awaitable or value" (one class serves sync and async).
+            pending = self._redis.hget(self._keys.client_keys, key_hash)
+            raw = await cast("Awaitable[bytes | str | None]", pending)
         except (RedisError, OSError) as exc:
             if cached is not None:  # stale but known: better than refusing a paying client
                 return cached[0]
@@ -221,7 +224,7 @@ class Authenticator:
             return
         self._closed_checked_at = now
         try:
-            count = await self._redis.hlen(self._keys.client_keys)
+            count = await cast("Awaitable[int]", self._redis.hlen(self._keys.client_keys))
         except (RedisError, OSError):
             return  # keep what we knew; unknown (None) refuses keyless requests
         if count > 0:

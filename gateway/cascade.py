@@ -27,7 +27,7 @@ The client's own fields go through unchanged, over the model's configured reques
 from __future__ import annotations
 
 import time
-from collections.abc import AsyncIterator
+from collections.abc import AsyncGenerator
 from contextlib import aclosing
 from dataclasses import dataclass, field
 from typing import Any
@@ -168,7 +168,7 @@ class CascadeEngine:
 
     async def stream(
         self, plan: RoutePlan, request: ParsedRequest, deadline: float, facts: CascadeFacts, started: float
-    ) -> AsyncIterator[StreamEvent]:
+    ) -> AsyncGenerator[StreamEvent, None]:
         """Serve ``plan`` as client-ready events: ``StreamStart``, ``StreamChunk``s, maybe ``StreamFailed``.
 
         An accepted (or degraded) answer is replayed; the final stage is relayed live and charged
@@ -190,12 +190,12 @@ class CascadeEngine:
         events = relay.events(body, deadline)
         async with aclosing(events):
             try:
-                async for event in events:
-                    if isinstance(event, WholeAnswer):  # an upstream that ignores ``stream``
-                        for replayed in self._replay(event.body, facts, request, started):
+                async for live in events:
+                    if isinstance(live, WholeAnswer):  # an upstream that ignores ``stream``
+                        for replayed in self._replay(live.body, facts, request, started):
                             yield replayed
                         return
-                    yield event
+                    yield live
             except UpstreamFailure as failure:  # before the client saw a byte
                 fallback = self._fall_back(stage, failure, facts)
                 for replayed in self._replay(fallback, facts, request, started):

@@ -22,6 +22,7 @@ from contextlib import aclosing
 from typing import Any
 
 import orjson
+from starlette.types import Receive, Scope, Send
 
 from gateway.cascade import CascadeFacts, client_body
 from gateway.errors import (
@@ -67,7 +68,7 @@ class _Exchange:
 
     __slots__ = ("done", "gone", "send", "started")
 
-    def __init__(self, send: Any):
+    def __init__(self, send: Send):
         self.send = send
         self.started = False
         self.done = False
@@ -91,7 +92,7 @@ class CompletionsEndpoint:
         self.kind = kind
         self.path = "/v1/chat/completions" if kind == "chat" else "/v1/completions"
 
-    async def __call__(self, scope: dict[str, Any], receive: Any, send: Any) -> None:
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         current = asyncio.current_task()
         assert current is not None
         self.gateway.track(current)  # the shutdown drain waits for (and at last cuts) tracked requests
@@ -101,7 +102,7 @@ class CompletionsEndpoint:
             self.gateway.untrack(current)
 
     async def _serve(
-        self, scope: dict[str, Any], receive: Any, send: Any, current: asyncio.Task[Any]
+        self, scope: Scope, receive: Receive, send: Send, current: asyncio.Task[Any]
     ) -> None:
         gw = self.gateway
         started = time.perf_counter()
@@ -278,7 +279,7 @@ class CompletionsEndpoint:
         log_event("request", **fields)
 
 
-async def _read_body(receive: Any, content_length: bytes | None, limit: int) -> bytes:
+async def _read_body(receive: Receive, content_length: bytes | None, limit: int) -> bytes:
     """The request body, refusing more than ``limit`` bytes (413) before or while reading."""
     if content_length is not None:
         try:
@@ -309,7 +310,7 @@ async def _read_body(receive: Any, content_length: bytes | None, limit: int) -> 
             return b"".join(chunks)
 
 
-async def _watch_disconnect(receive: Any, exchange: _Exchange, task: asyncio.Task[Any]) -> None:
+async def _watch_disconnect(receive: Receive, exchange: _Exchange, task: asyncio.Task[Any]) -> None:
     """Cancel the request's task (and with it every upstream call) when the client disconnects."""
     while True:
         message = await receive()

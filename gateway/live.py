@@ -18,7 +18,7 @@ them. ``LiveRelay`` is the part of that iterator that relays one upstream stream
 from __future__ import annotations
 
 import time
-from collections.abc import AsyncIterator, Callable
+from collections.abc import AsyncGenerator, Callable
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
@@ -140,7 +140,7 @@ class LiveRelay:
         """Gateway time so far: all but the finished upstream calls and ``running_s`` of this one."""
         return (time.perf_counter() - self._started - self._facts.upstream_s - running_s) * 1000
 
-    async def events(self, body: bytes, deadline: float) -> AsyncIterator[StreamEvent | WholeAnswer]:
+    async def events(self, body: bytes, deadline: float) -> AsyncGenerator[StreamEvent | WholeAnswer, None]:
         """Client events of the stream ``body`` asks for; UpstreamFailure only before the start."""
         model, request, facts = self._client.name, self._request, self._facts
         facts.models_called.append(model)

@@ -161,12 +161,3 @@ def _check_prompt(prompt: Any) -> None:
 # Completion tokens assumed for a request that sets no cap, when reserving its worst-case cost
 # against a spend limit (the actual cost is settled afterwards).
 DEFAULT_COMPLETION_BOUND = 4096
-
-
-def completion_cap(body: dict[str, Any]) -> int | None:
-    """The completion-token cap a request sets (``max_completion_tokens`` or ``max_tokens``), if any."""
-    for field in ("max_completion_tokens", "max_tokens"):
-        cap = positive_int(body.get(field))
-        if cap:
-            return cap
-    return None

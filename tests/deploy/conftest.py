@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import logging
-import socket
 import subprocess
 import sys
 import threading
@@ -17,16 +16,7 @@ import httpx
 import pytest
 import redis
 import yaml
-from deploy_support import DEPLOY
-
-REDIS_URL = "redis://127.0.0.1:6379/0"
-
-
-def free_port() -> int:
-    """A TCP port free on loopback right now."""
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return sock.getsockname()[1]
+from deploy_support import DEPLOY, REDIS_URL, free_port
 
 
 def wait_http(url: str, timeout_s: float = 20.0) -> None:

@@ -1,8 +1,11 @@
-"""The Dockerfile is correct by construction (Docker cannot run here): checked statically."""
+"""The Dockerfile checked statically, in seconds (tests/deploy/test_image.py builds and runs it)."""
 
 from __future__ import annotations
 
 import re
+import shlex
+import subprocess
+import sys
 import tomllib
 
 import pytest
@@ -55,6 +58,51 @@ def test_is_multi_stage_with_gateway_as_default_and_a_demo_target(dockerfile) ->
     assert runtime_from == "${PYTHON_IMAGE}"
     runtime = _stage(instructions, "runtime")
     assert not any(i.keyword == "RUN" and "apt-get install" in i.args for i in runtime)
+
+
+def _stage_chain(instructions, stage: str) -> list[str]:
+    """The stage and its parents, following FROM."""
+    chain = [stage]
+    while True:
+        parent = _stage(instructions, chain[-1])[0].args.split()[0]
+        if not any(i.stage == parent for i in instructions):
+            return chain
+        chain.append(parent)
+
+
+@pytest.mark.parametrize("stage", ["gateway", "demo"])
+def test_each_served_target_carries_exactly_one_virtualenv(dockerfile, stage: str) -> None:
+    _, instructions = dockerfile
+    copies = [i for i in instructions if i.stage in _stage_chain(instructions, stage)
+              and i.keyword == "COPY" and i.args.split()[-1].rstrip("/") == "/opt/cascade"]
+    assert len(copies) == 1, [c.args for c in copies]  # a second copy would add a second layer of it
+
+
+def _requirements_commands(instructions, stage: str) -> list[str]:
+    """The `python -c` programs of a stage that print the requirements it installs."""
+    programs = []
+    for run in (i for i in instructions if i.stage == stage and i.keyword == "RUN" and "tomllib" in i.args):
+        words = shlex.split(run.args)
+        programs.append(words[words.index("-c") + 1])
+    return programs
+
+
+def test_the_gateway_image_installs_only_the_core_and_the_gateway_extra(dockerfile) -> None:
+    _, instructions = dockerfile
+    gateway_copy = next(i for i in _stage(instructions, "gateway") if i.keyword == "COPY")
+    venv_stage = gateway_copy.flags_and_words()[0]["from"]
+    chain = _stage_chain(instructions, venv_stage)
+    programs = [p for stage in chain for p in _requirements_commands(instructions, stage)]
+    assert len(programs) == 1
+    # Run the Dockerfile's own program on the real pyproject.toml.
+    printed = subprocess.run([sys.executable, "-c", programs[0]], cwd=REPO, capture_output=True, text=True,
+                             check=True).stdout.splitlines()
+    project = tomllib.loads((REPO / "pyproject.toml").read_text())["project"]
+    assert printed == project["dependencies"] + project["optional-dependencies"]["gateway"]
+    installs = " ".join(i.args for stage in chain for i in _stage(instructions, stage) if i.keyword == "RUN")
+    assert "pip install --no-deps ." in installs  # the project itself adds no dependency
+    # The final virtualenv has no installers.
+    assert re.search(r"pip uninstall -y( -q)? pip setuptools", installs)
 
 
 def test_every_copy_source_exists_and_is_in_the_build_context(dockerfile) -> None:
