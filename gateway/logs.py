@@ -81,7 +81,7 @@ def _sole_stderr_handler() -> _StderrHandler | None:
             found = handler
         if not current.propagate:
             break
-        current = current.parent  # type: ignore[assignment]
+        current = current.parent
     return found
 
 
