@@ -5,11 +5,18 @@ wait, ``DrainingServer`` starts the gateway's own drain (``Gateway.begin_drain``
 ``limits.shutdown_grace_s`` to finish, and the ones still open are then ended by the gateway itself
 with an error the client can read (an SSE ``error`` event inside a stream) and their spend settled.
 uvicorn's own cut-off is set a little later, so it never has to cancel requests blindly.
+
+Once started, the process moves everything it holds (imported modules, settings, policy, sessions)
+out of the garbage collector's sight (``gc.freeze``) and collects the youngest generation less
+often: a request allocates thousands of short-lived containers (the parsed upstream body), and
+with the default thresholds collections ran several times per request and kept re-walking
+long-lived objects (docs/benchmarks.md, "Where the time goes").
 """
 
 from __future__ import annotations
 
 import contextlib
+import gc
 import socket
 from typing import Any
 
@@ -22,6 +29,17 @@ from gateway.serving import gateway_http_protocol, uvicorn_log_config
 
 # Time after the grace for cut requests to write their error and settle, before uvicorn gives up.
 SETTLE_MARGIN_S = 5.0
+# Allocations (net, of containers) between young-generation collections; Python's default is 700.
+# Dead request objects are freed by reference counting anyway; only cycles wait for a collection.
+GC_YOUNG_THRESHOLD = 50_000
+
+
+def tune_gc_for_serving() -> None:
+    """Freeze what start-up allocated and collect the young generation less often (see module doc)."""
+    gc.collect()
+    gc.freeze()
+    _, middle, old = gc.get_threshold()
+    gc.set_threshold(GC_YOUNG_THRESHOLD, middle, old)
 
 
 class DrainingServer(uvicorn.Server):
@@ -30,6 +48,12 @@ class DrainingServer(uvicorn.Server):
     def __init__(self, config: uvicorn.Config, gateway: Gateway):
         super().__init__(config)
         self.gateway = gateway
+
+    async def startup(self, sockets: list[socket.socket] | None = None) -> None:
+        """uvicorn's start-up (lifespan, sockets), then ``tune_gc_for_serving``."""
+        await super().startup(sockets)
+        if self.started:
+            tune_gc_for_serving()
 
     async def shutdown(self, sockets: list[socket.socket] | None = None) -> None:
         """Begin the gateway's drain, then uvicorn's shutdown (stop accepting, wait, lifespan)."""

@@ -118,26 +118,23 @@ class RedisSpendStore:
         self, key_id: str, window: int, op_id: str, amount: int, limit: int, epoch: str
     ) -> ReserveReply:
         """Admit ``amount`` nano-USD if it fits under ``limit``; see the module docstring."""
-        status, spent = await asyncio.wait_for(
-            self._reserve(
+        # asyncio.timeout, not wait_for: the same bound without a task per call (the request path).
+        async with asyncio.timeout(self.timeout_s):
+            status, spent = await self._reserve(
                 keys=self._spend_keys(key_id, window, op_id),
                 args=[amount, limit, self._counter_ttl_s, op_id, epoch],
-            ),
-            self.timeout_s,
-        )
+            )
         return ReserveReply(int(status), int(spent))
 
     async def finish(
         self, key_id: str, window: int, op_id: str, actual: int, epoch: str, *, cancel: bool = False
     ) -> int:
         """Replace reservation ``op_id`` by ``actual``: 1 done, 0 nothing pending, -2 epoch changed."""
-        result = await asyncio.wait_for(
-            self._finish(
+        async with asyncio.timeout(self.timeout_s):
+            result = await self._finish(
                 keys=self._spend_keys(key_id, window, op_id),
                 args=[op_id, actual, epoch, _MARKER_TTL_S, 1 if cancel else 0],
-            ),
-            self.timeout_s,
-        )
+            )
         return int(result)
 
     async def apply_once(self, key_id: str, window: int, op_id: str, amount: int, epoch: str) -> int:

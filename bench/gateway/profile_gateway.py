@@ -1,17 +1,18 @@
 """Where the gateway's time goes: py-spy samples the gateway process under wrk load (run by hand).
 
-Same setup as run_bench.py (nginx upstream with a real llama-server body, gateway pinned to one
-CPU). Prints the functions with the most self time and inclusive time, and writes the collapsed
-stacks (flamegraph input) to ``--out``. Needs ``pip install py-spy`` and root (ptrace).
+Same setup as run_bench.py (nginx upstream with a real-shaped body, ``cascade serve`` pinned to
+one CPU; ``--target accept_keyed`` adds a private Redis, a client key and a spend limit). Prints the
+functions with the most self time and inclusive time, and writes the collapsed stacks (flamegraph
+input) to ``--out``. Needs ``pip install py-spy`` and root (ptrace).
 
-    .venv/bin/python bench/gateway/profile_gateway.py --target accept --connections 64 --duration 15
+    .venv/bin/python bench/gateway/profile_gateway.py --target accept --body 2k --connections 64 --duration 15
 """
 
 from __future__ import annotations
 
 import argparse
 import collections
-import os
+import contextlib
 import shutil
 import subprocess
 import tempfile
@@ -19,13 +20,14 @@ import time
 from pathlib import Path
 
 from run_bench import (
-    REPO,
+    BODIES,
     body_for,
+    cascade_serve,
     check_paths,
-    free_port,
+    keyed_gateway,
     nginx_upstream,
+    redis_for,
     run_wrk,
-    wait_http,
     write_gateway_files,
 )
 
@@ -55,7 +57,8 @@ def main() -> None:
     parser = argparse.ArgumentParser(
         description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
     )
-    parser.add_argument("--target", default="accept", choices=["accept", "escalate", "model"])
+    parser.add_argument("--target", default="accept", choices=["accept", "escalate", "model", "accept_keyed"])
+    parser.add_argument("--body", default="2k", choices=list(BODIES))
     parser.add_argument("--connections", type=int, default=64)
     parser.add_argument("--duration", type=int, default=15)
     parser.add_argument("--server-cpu", default="1")
@@ -63,38 +66,51 @@ def main() -> None:
     parser.add_argument("--top", type=int, default=40)
     parser.add_argument("--out", type=Path, default=Path("gateway-profile.collapsed"))
     args = parser.parse_args()
-    py_spy = shutil.which("py-spy") or str(REPO / ".venv" / "bin" / "py-spy")
-    python = str(REPO / ".venv" / "bin" / "python")
-    with tempfile.TemporaryDirectory(prefix="cascade-profile-") as name:
+    args.redis = "auto"
+    py_spy = shutil.which("py-spy") or str(Path(__file__).resolve().parents[2] / ".venv" / "bin" / "py-spy")
+    with tempfile.TemporaryDirectory(prefix="cascade-profile-") as name, contextlib.ExitStack() as stack:
         tmp = Path(name)
-        with nginx_upstream(tmp, args.client_cpu) as nginx_port:
-            config = write_gateway_files(tmp, f"http://127.0.0.1:{nginx_port}/v1")
-            port = free_port()
-            env = {k: v for k, v in os.environ.items() if not k.startswith("CASCADE_")}
-            env.update({"PYTHONPATH": str(REPO), "GATEWAY_CONFIG": str(config)})
-            cmd = ["taskset", "-c", args.server_cpu, python, "-m", "uvicorn", "bench.gateway.gateway_app:app",
-                   "--port", str(port), "--loop", "uvloop", "--http", "httptools", "--no-access-log",
-                   "--log-level", "warning"]
-            proc = subprocess.Popen(cmd, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.STDOUT)
-            try:
-                base = f"http://127.0.0.1:{port}"
-                wait_http(base + "/healthz")
-                check_paths(base)
-                url = base + "/v1/chat/completions"
-                run_wrk(url, body_for(args.target), args.connections, 2, args.client_cpu)  # warm-up
-                spy = subprocess.Popen(
-                    [py_spy, "record", "--pid", str(proc.pid), "--rate", "500", "--format", "raw",
-                     "--output", str(args.out), "--duration", str(args.duration + 1), "--nonblocking"],
-                    stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
-                )
-                time.sleep(0.5)
-                result = run_wrk(url, body_for(args.target), args.connections, args.duration, args.client_cpu)
-                spy.wait(60)
-                print(f"{args.target} c={args.connections}: {result['rps']:.0f} req/s, "
-                      f"p50 {result['p50_us'] / 1000:.3f} ms, p99 {result['p99_us'] / 1000:.3f} ms\n")
-            finally:
-                proc.terminate()
-                proc.wait(10)
+        nginx_port = stack.enter_context(nginx_upstream(tmp, args.client_cpu))
+        upstream = f"http://127.0.0.1:{nginx_port}/{args.body}/v1"
+        api_key = ""
+        if args.target == "accept_keyed":
+            redis_url = stack.enter_context(redis_for(args, tmp))
+            base, pid, api_key = stack.enter_context(
+                keyed_gateway(tmp, upstream, redis_url, args.server_cpu, args.body)
+            )
+        else:
+            config = write_gateway_files(tmp, upstream, body=args.body)
+            base, pid = stack.enter_context(cascade_serve(tmp, config, args.server_cpu))
+            check_paths(base)
+        url = base + "/v1/chat/completions"
+        run_wrk(url, body_for(args.target), args.connections, 2, args.client_cpu, api_key)  # warm-up
+        spy = subprocess.Popen(
+            [
+                py_spy,
+                "record",
+                "--pid",
+                str(pid),
+                "--rate",
+                "500",
+                "--format",
+                "raw",
+                "--output",
+                str(args.out),
+                "--duration",
+                str(args.duration + 1),
+                "--nonblocking",
+            ],
+            stdout=subprocess.DEVNULL,
+            stderr=subprocess.DEVNULL,
+        )
+        time.sleep(0.5)
+        request = body_for(args.target)
+        result = run_wrk(url, request, args.connections, args.duration, args.client_cpu, api_key)
+        spy.wait(60)
+        print(
+            f"{args.target} body={args.body} c={args.connections}: {result['rps']:.0f} req/s, "
+            f"p50 {result['p50_us'] / 1000:.3f} ms, p99 {result['p99_us'] / 1000:.3f} ms\n"
+        )
     top(args.out, args.top)
 
 

@@ -1,20 +1,24 @@
 """Gateway latency/throughput benchmark on loopback (run by hand; see docs/benchmarks.md).
 
-One run measures, with wrk at each concurrency (default 1, 16, 64 connections, 10 s each):
+One run measures, for each upstream body (``--bodies``: a 2.7 KB chat.completion with 8 tokens x
+top-5 logprobs, and the 25.6 KB llama-server answer with 8 tokens x top-15), with wrk at each
+concurrency (default 1, 16, 64 connections, 10 s each):
 
-  direct       wrk -> nginx (the upstream: a fixed, real llama-server chat.completion with logprobs)
-  passthrough  wrk -> minimal FastAPI + aiohttp + orjson proxy -> nginx (the floor for a Python proxy)
-  accept       wrk -> gateway, model cascade/accept: cheap call, scored, accepted (1 upstream call)
-  escalate     wrk -> gateway, model cascade/escalate: cheap call, scored, escalated (2 upstream calls)
-  model        wrk -> gateway, model "small": plain passthrough of a configured model (1 upstream call)
+  direct        wrk -> nginx (the upstream: a fixed, real-shaped chat.completion with logprobs)
+  passthrough   wrk -> minimal FastAPI + aiohttp + orjson proxy -> nginx (the floor for a Python proxy)
+  model         wrk -> gateway, model "small": plain passthrough of a configured model (1 upstream call)
+  accept        wrk -> gateway, model cascade/accept: cheap call, scored, accepted (1 upstream call)
+  escalate      wrk -> gateway, model cascade/escalate: cheap call, scored, escalated (2 upstream calls)
+  accept_keyed  (with ``--redis``) accept on a gateway with Redis, a client key and a spend limit
 
-The server under test (passthrough or gateway: one uvicorn worker, uvloop + httptools) is pinned to
-CPU ``--server-cpu``; nginx (one worker) and wrk (one thread) share CPU ``--client-cpu``. Added
-latency = target percentile - direct percentile at the same concurrency.
+The gateway runs as ``cascade serve`` itself (the real CLI process: one uvicorn worker, uvloop +
+httptools); the passthrough under uvicorn with the same flags. The server under test is pinned to
+CPU ``--server-cpu``; nginx (one worker), wrk (one thread) and a ``--redis auto`` Redis share CPU
+``--client-cpu``. Added latency = target percentile - direct percentile at the same concurrency.
 
 Needs the Debian packages ``nginx`` and ``wrk``. Example:
 
-    .venv/bin/python bench/gateway/run_bench.py --duration 10 --rounds 2 --out bench/gateway/results.json
+    .venv/bin/python bench/gateway/run_bench.py --duration 10 --redis auto --out bench/gateway/results.json
 """
 
 from __future__ import annotations
@@ -23,6 +27,7 @@ import argparse
 import contextlib
 import json
 import os
+import re
 import shutil
 import signal
 import socket
@@ -40,8 +45,13 @@ import httpx
 REPO = Path(__file__).resolve().parents[2]
 HERE = Path(__file__).resolve().parent
 FIXTURE = REPO.parent / "shared" / "fixtures" / "upstream" / "native_smol_top15.json"
+# name -> (upstream body nginx returns, top-K the policy's scorer uses on it)
+BODIES: dict[str, tuple[Path, int]] = {
+    "2k": (HERE / "fixtures" / "chat_top5_8tok.json", 5),
+    "25k": (FIXTURE, 15),
+}
 MESSAGES = [{"role": "user", "content": "What is the capital of France? Answer in one sentence."}]
-TARGETS = ("direct", "passthrough", "accept", "escalate", "model")
+TARGETS = ("direct", "passthrough", "model", "accept", "escalate", "accept_keyed")
 
 NGINX_CONF = """
 worker_processes 1;
@@ -61,12 +71,13 @@ http {{
     server {{
         listen 127.0.0.1:{port} backlog=4096;
         root {tmp}/www;
-        # The static module answers POST with 405; turn that into the file's 200 (method becomes GET).
-        location = /v1/chat/completions {{
+        # /<body>/v1/chat/completions: the static module answers POST with 405; turn that into the
+        # file's 200 (method becomes GET).
+        location ~ /v1/chat/completions$ {{
             default_type application/json;
             error_page 405 =200 $uri;
         }}
-        location = /v1/models {{
+        location ~ /v1/models$ {{
             default_type application/json;
             return 200 '{{"object": "list", "data": []}}';
         }}
@@ -115,28 +126,32 @@ def process(
 
 @contextlib.contextmanager
 def nginx_upstream(tmp: Path, cpu: str) -> Iterator[int]:
-    """nginx (one worker, pinned to ``cpu``) serving the fixture on a free port; yields the port."""
-    (tmp / "www" / "v1" / "chat").mkdir(parents=True)
-    shutil.copy(FIXTURE, tmp / "www" / "v1" / "chat" / "completions")
+    """nginx (one worker, pinned to ``cpu``) serving each body at ``/<body>/v1``; yields the port."""
+    for name, (fixture, _) in BODIES.items():
+        (tmp / "www" / name / "v1" / "chat").mkdir(parents=True)
+        shutil.copy(fixture, tmp / "www" / name / "v1" / "chat" / "completions")
     os.chmod(tmp, 0o755)  # nginx workers run unprivileged
     port = free_port()
     (tmp / "nginx.conf").write_text(NGINX_CONF.format(tmp=tmp, port=port))
     nginx = shutil.which("nginx") or "/usr/sbin/nginx"
-    with process(["taskset", "-c", cpu, nginx, "-p", str(tmp), "-c", str(tmp / "nginx.conf")],
-                 log=tmp / "nginx.out"):
-        wait_http(f"http://127.0.0.1:{port}/v1/models")
-        check = httpx.post(f"http://127.0.0.1:{port}/v1/chat/completions", json={}, timeout=5)
-        assert check.status_code == 200 and check.json()["choices"][0]["logprobs"], check.text[:200]
+    with process(
+        ["taskset", "-c", cpu, nginx, "-p", str(tmp), "-c", str(tmp / "nginx.conf")], log=tmp / "nginx.out"
+    ):
+        wait_http(f"http://127.0.0.1:{port}/2k/v1/models")
+        for name in BODIES:
+            check = httpx.post(f"http://127.0.0.1:{port}/{name}/v1/chat/completions", json={}, timeout=5)
+            assert check.status_code == 200 and check.json()["choices"][0]["logprobs"], check.text[:200]
         yield port
 
 
-def write_gateway_files(tmp: Path, upstream: str, redis_url: str | None = None) -> Path:
-    """Config + policy: tier ``accept`` passes the fixture's score, tier ``escalate`` fails it."""
+def write_gateway_files(tmp: Path, upstream: str, redis_url: str | None = None, body: str = "25k") -> Path:
+    """Config + policy: tier ``accept`` passes the body's score, tier ``escalate`` fails it."""
     sys.path.insert(0, str(REPO))
     from policies import build_policy, save_policy, score_response
 
-    fixture = json.loads(FIXTURE.read_text())
-    score = score_response(fixture, "mean_token_negentropy", 15)
+    fixture_path, top_k = BODIES[body]
+    fixture = json.loads(fixture_path.read_text())
+    score = score_response(fixture, "mean_token_negentropy", top_k)
     assert score is not None
     tiers = {}
     for name, threshold in (("accept", score - 0.2), ("escalate", min(score + 0.2, 1.0))):
@@ -147,7 +162,7 @@ def write_gateway_files(tmp: Path, upstream: str, redis_url: str | None = None) 
         }
     policy = build_policy(
         {
-            "scorer": {"name": "mean_token_negentropy", "top_k": 15},
+            "scorer": {"name": "mean_token_negentropy", "top_k": top_k},
             "models": {
                 "small": {"mean_cost_usd": 0.0001, "quality": 0.5},
                 "large": {"mean_cost_usd": 0.001, "quality": 0.8},
@@ -156,21 +171,21 @@ def write_gateway_files(tmp: Path, upstream: str, redis_url: str | None = None) 
             "tiers": tiers,
         }
     )
-    save_policy(policy, tmp / "policy.json")
+    save_policy(policy, tmp / f"policy-{body}.json")
     model = {"base_url": upstream, "timeout_s": 30, "max_retries": 0}
     config = {
         "models": {
             "small": {**model, "model": "smollm2-135m", "price": {"per_query_usd": 0.0001}},
             "large": {**model, "model": "qwen2.5-0.5b", "price": {"per_query_usd": 0.001}},
         },
-        "policy": str(tmp / "policy.json"),
+        "policy": str(tmp / f"policy-{body}.json"),
         "redis_url": redis_url,
         "auth": {"open": True},  # the benchmark measures the request path, not key checks
         "logging": {"level": os.environ.get("BENCH_LOG_LEVEL", "info")},
     }
     import yaml
 
-    path = tmp / ("gateway-redis.yaml" if redis_url else "gateway.yaml")
+    path = tmp / (f"gateway-{body}-redis.yaml" if redis_url else f"gateway-{body}.yaml")
     path.write_text(yaml.safe_dump(config))
     return path
 
@@ -180,19 +195,35 @@ def run_wrk(
 ) -> dict[str, Any]:
     env = {**os.environ, "WRK_BODY": json.dumps(body), "WRK_AUTH": api_key}
     cmd = [
-        "taskset", "-c", cpu, "wrk", "-t1", f"-c{connections}", f"-d{duration_s}s", "--timeout", "10s",
-        "-s", str(HERE / "wrk_post.lua"), url,
+        "taskset",
+        "-c",
+        cpu,
+        "wrk",
+        "-t1",
+        f"-c{connections}",
+        f"-d{duration_s}s",
+        "--timeout",
+        "10s",
+        "-s",
+        str(HERE / "wrk_post.lua"),
+        url,
     ]
     out = subprocess.run(cmd, env=env, capture_output=True, text=True, check=True).stdout
     line = next(line for line in out.splitlines() if line.startswith("WRK_JSON "))
-    result = json.loads(line[len("WRK_JSON "):])
+    result = json.loads(line[len("WRK_JSON ") :])
     result["rps"] = result["requests"] / (result["duration_us"] / 1e6)
     return result
 
 
 def body_for(target: str) -> dict[str, Any]:
-    model = {"direct": "smollm2-135m", "passthrough": "x", "accept": "cascade/accept",
-             "accept_keyed": "cascade/accept", "escalate": "cascade/escalate", "model": "small"}[target]
+    model = {
+        "direct": "smollm2-135m",
+        "passthrough": "x",
+        "accept": "cascade/accept",
+        "accept_keyed": "cascade/accept",
+        "escalate": "cascade/escalate",
+        "model": "small",
+    }[target]
     return {"model": model, "messages": MESSAGES, "max_tokens": 16}
 
 
@@ -243,57 +274,93 @@ def measure(
     return results
 
 
-def one_round(args: argparse.Namespace, tmp: Path, nginx_port: int) -> dict[str, dict[int, dict[str, Any]]]:
-    upstream = f"http://127.0.0.1:{nginx_port}/v1"
+@contextlib.contextmanager
+def cascade_serve(
+    tmp: Path, config: Path, cpu: str, env_extra: dict[str, str] | None = None, log_name: str = "gateway"
+) -> Iterator[tuple[str, int]]:
+    """``cascade serve`` (the real CLI process) pinned to ``cpu``; yields (base URL, pid).
+
+    CASCADE_* variables of the calling shell are dropped (an open, file-policy gateway unless the
+    config says otherwise); ``env_extra`` adds some back.
+    """
+    port = free_port()
+    env = {k: v for k, v in os.environ.items() if not k.startswith("CASCADE_")}
+    env.update(env_extra or {})
+    cascade = str(REPO / ".venv" / "bin" / "cascade")
+    cmd = ["taskset", "-c", cpu, cascade, "serve", "--config", str(config), "--port", str(port)]
+    with process(cmd, env=env, log=tmp / f"{log_name}.log") as server:
+        base = f"http://127.0.0.1:{port}"
+        wait_http(base + "/healthz", timeout_s=60)  # start-up imports take long on a busy machine
+        yield base, server.pid  # taskset execs the command: same pid
+
+
+def one_round(args: argparse.Namespace, tmp: Path, nginx_port: int) -> dict[str, Any]:
+    """Every target for every body: ``{body: {target: {connections: wrk result}}}``."""
+    out: dict[str, Any] = {}
+    for body in args.bodies:
+        print(f" body {body}", flush=True)
+        out[body] = one_body(args, tmp, nginx_port, body)
+    return out
+
+
+def one_body(args: argparse.Namespace, tmp: Path, nginx_port: int, body: str) -> dict[str, dict[int, Any]]:
+    upstream = f"http://127.0.0.1:{nginx_port}/{body}/v1"
     python = str(REPO / ".venv" / "bin" / "python")
     uvicorn_flags = ["--loop", "uvloop", "--http", "httptools", "--no-access-log", "--log-level", "warning"]
     out: dict[str, dict[int, dict[str, Any]]] = {}
-    out["direct"] = measure(upstream.removesuffix("/v1") + "/v1/chat/completions", "direct", args)
+    out["direct"] = measure(upstream + "/chat/completions", "direct", args)
 
     port = free_port()
     env = {**os.environ, "UPSTREAM": upstream, "PYTHONPATH": str(REPO)}
-    cmd = ["taskset", "-c", args.server_cpu, python, "-m", "uvicorn", "bench.gateway.passthrough_app:app",
-           "--port", str(port), *uvicorn_flags]
-    with process(cmd, env=env, log=tmp / "passthrough.log") as server:
+    cmd = [
+        "taskset",
+        "-c",
+        args.server_cpu,
+        python,
+        "-m",
+        "uvicorn",
+        "bench.gateway.passthrough_app:app",
+        "--port",
+        str(port),
+        *uvicorn_flags,
+    ]
+    with process(cmd, env=env, log=tmp / f"passthrough-{body}.log") as server:
         url = f"http://127.0.0.1:{port}/v1/chat/completions"
         wait_http(url, method="POST", body=body_for("passthrough"))
         out["passthrough"] = measure(url, "passthrough", args, server.pid)
 
-    config = write_gateway_files(tmp, upstream)
-    port = free_port()
-    env = {
-        k: v for k, v in os.environ.items()
-        if not k.startswith("CASCADE_")  # an open, file-policy gateway: no keys, no Redis
-    }
-    env.update({"PYTHONPATH": str(REPO), "GATEWAY_CONFIG": str(config)})
-    cmd = ["taskset", "-c", args.server_cpu, python, "-m", "uvicorn", "bench.gateway.gateway_app:app",
-           "--port", str(port), *uvicorn_flags]
-    with process(cmd, env=env, log=tmp / "gateway.log") as server:
-        base = f"http://127.0.0.1:{port}"
-        wait_http(base + "/healthz")
+    config = write_gateway_files(tmp, upstream, body=body)
+    with cascade_serve(tmp, config, args.server_cpu, log_name=f"gateway-{body}") as (base, pid):
         check_paths(base)
-        for target in ("accept", "escalate", "model"):
-            out[target] = measure(base + "/v1/chat/completions", target, args, server.pid)
+        for target in ("model", "accept", "escalate"):
+            out[target] = measure(base + "/v1/chat/completions", target, args, pid)
     if args.redis:
-        out["accept_keyed"] = measure_keyed(args, tmp, upstream, python, uvicorn_flags)
+        out["accept_keyed"] = measure_keyed(args, tmp, upstream, body)
     return out
 
 
-def measure_keyed(
-    args: argparse.Namespace, tmp: Path, upstream: str, python: str, uvicorn_flags: list[str]
-) -> Any:
-    """The accept path with Redis: a Redis-stored client key with a spend limit (reserve + settle).
-
-    ``--redis auto`` starts a private redis-server pinned to the client CPU, so Redis never competes
-    with the gateway for its core (as with a Redis on another host); a URL uses that Redis.
-    """
+@contextlib.contextmanager
+def redis_for(args: argparse.Namespace, tmp: Path) -> Iterator[str]:
+    """The Redis URL to use: ``--redis``, or with ``auto`` a private redis-server on the client CPU."""
     if args.redis != "auto":
-        return _measure_keyed(args, tmp, upstream, python, uvicorn_flags, args.redis)
+        yield args.redis
+        return
     port = free_port()
-    cmd = ["taskset", "-c", args.client_cpu, "redis-server", "--port", str(port), "--bind", "127.0.0.1",
-           "--save", "", "--appendonly", "no"]
+    cmd = [
+        "taskset",
+        "-c",
+        args.client_cpu,
+        "redis-server",
+        "--port",
+        str(port),
+        "--bind",
+        "127.0.0.1",
+        "--save",
+        "",
+        "--appendonly",
+        "no",
+    ]
     with process(cmd, log=tmp / "redis.log"):
-        url = f"redis://127.0.0.1:{port}/0"
         end = time.monotonic() + 10
         while True:
             try:
@@ -303,12 +370,17 @@ def measure_keyed(
                 if time.monotonic() > end:
                     raise
                 time.sleep(0.05)
-        return _measure_keyed(args, tmp, upstream, python, uvicorn_flags, url)
+        yield f"redis://127.0.0.1:{port}/0"
 
 
-def _measure_keyed(
-    args: argparse.Namespace, tmp: Path, upstream: str, python: str, uvicorn_flags: list[str], redis_url: str
-) -> Any:
+@contextlib.contextmanager
+def keyed_gateway(
+    tmp: Path, upstream: str, redis_url: str, cpu: str, body: str
+) -> Iterator[tuple[str, int, str]]:
+    """``cascade serve`` with Redis and one client key with a spend limit; yields (base, pid, api key).
+
+    Uses a private key prefix (never the contract keys of a real deployment) and deletes its keys.
+    """
     import uuid
 
     import redis
@@ -321,19 +393,26 @@ def _measure_keyed(
     client = redis.Redis.from_url(redis_url, decode_responses=True)
     try:
         api_key, _ = add_key(client, "bench", 1e9, keys)
-        config = write_gateway_files(tmp, upstream, redis_url=redis_url)
-        port = free_port()
-        env = {k: v for k, v in os.environ.items() if not k.startswith("CASCADE_")}
-        env.update({"PYTHONPATH": str(REPO), "GATEWAY_CONFIG": str(config)})
-        env["CASCADE_REDIS_PREFIX"] = keys.prefix  # never touch the contract keys of a real deployment
-        cmd = ["taskset", "-c", args.server_cpu, python, "-m", "uvicorn", "bench.gateway.gateway_app:app",
-               "--port", str(port), *uvicorn_flags]
-        with process(cmd, env=env, log=tmp / "gateway-redis.log") as server:
-            base = f"http://127.0.0.1:{port}"
-            wait_http(base + "/healthz")
+        config = write_gateway_files(tmp, upstream, redis_url=redis_url, body=body)
+        env = {"CASCADE_REDIS_PREFIX": keys.prefix}
+        with cascade_serve(tmp, config, cpu, env, log_name=f"gateway-{body}-redis") as (base, pid):
             refused = httpx.post(base + "/v1/chat/completions", json=body_for("accept"), timeout=10)
             assert refused.status_code == 401, "the keyed gateway must require the key"
-            return measure(base + "/v1/chat/completions", "accept_keyed", args, server.pid, api_key)
+            accepted = httpx.post(
+                base + "/v1/chat/completions",
+                json=body_for("accept"),
+                timeout=10,
+                headers={"authorization": f"Bearer {api_key}"},
+            )
+            accepted.raise_for_status()
+            assert accepted.headers["x-cascade-escalated"] == "false", accepted.headers
+            counters = [  # {prefix}:spend:{key_id}:{window}, not the pending hashes or markers beside it
+                name
+                for name in client.scan_iter(match=f"{keys.prefix}:spend:*")
+                if re.fullmatch(rf"{re.escape(keys.prefix)}:spend:[0-9a-f]+:[0-9]+", name)
+            ]
+            assert counters and int(client.get(counters[0]) or 0) > 0, "spend must be reserved and settled"
+            yield base, pid, api_key
     finally:
         doomed = list(client.scan_iter(match=f"{keys.prefix}:*"))
         if doomed:
@@ -341,53 +420,93 @@ def _measure_keyed(
         client.close()
 
 
-def summarize(rounds: list[dict[str, dict[int, dict[str, Any]]]], connections: list[int]) -> dict[str, Any]:
-    """Median over rounds of rps/p50/p99 per target and concurrency, added latency and the target ratios."""
-    summary: dict[str, Any] = {"targets": {}}
-    targets = [t for t in (*TARGETS, "accept_keyed") if t in rounds[0]]
+def measure_keyed(args: argparse.Namespace, tmp: Path, upstream: str, body: str) -> Any:
+    """The accept path with Redis: a Redis-stored client key with a spend limit (reserve + settle)."""
+    with (
+        redis_for(args, tmp) as redis_url,
+        keyed_gateway(tmp, upstream, redis_url, args.server_cpu, body) as (base, pid, api_key),
+    ):
+        return measure(base + "/v1/chat/completions", "accept_keyed", args, pid, api_key)
+
+
+def summarize(rounds: list[dict[str, Any]], connections: list[int]) -> dict[str, Any]:
+    """Per body: median over rounds of rps/p50/p99/CPU per target and concurrency, and ratios."""
+    return {body: _summarize_body([r[body] for r in rounds], connections) for body in rounds[0]}
+
+
+def _summarize_body(rounds: list[dict[str, Any]], connections: list[int]) -> dict[str, Any]:
+    summary: dict[str, Any] = {}
+    targets = [t for t in TARGETS if t in rounds[0]]
     for target in targets:
-        summary["targets"][target] = {}
+        summary[target] = {}
         for c in connections:
             runs = [r[target][c] for r in rounds]
-            summary["targets"][target][c] = {
+            summary[target][c] = {
                 "rps": statistics.median(x["rps"] for x in runs),
                 "p50_ms": statistics.median(x["p50_us"] for x in runs) / 1000,
                 "p99_ms": statistics.median(x["p99_us"] for x in runs) / 1000,
             }
             if target != "direct":
                 cpu = statistics.median(x["server_cpu_us_per_req"] for x in runs)
-                summary["targets"][target][c]["cpu_us_per_req"] = cpu
-    t = summary["targets"]
+                summary[target][c]["cpu_us_per_req"] = cpu
     for target in targets[1:]:
         for c in connections:
-            row = t[target][c]
-            row["added_p50_ms"] = row["p50_ms"] - t["direct"][c]["p50_ms"]
-            row["added_p99_ms"] = row["p99_ms"] - t["direct"][c]["p99_ms"]
-            row["rps_vs_passthrough"] = row["rps"] / t["passthrough"][c]["rps"]
-            row["cpu_vs_passthrough"] = row["cpu_us_per_req"] / t["passthrough"][c]["cpu_us_per_req"]
-    low, high = min(connections), max(connections)
-    summary[f"accept_added_p50_ms_at_{low}"] = t["accept"][low]["added_p50_ms"]
-    summary[f"accept_rps_vs_passthrough_at_{high}"] = t["accept"][high]["rps_vs_passthrough"]
+            row = summary[target][c]
+            row["added_p50_ms"] = row["p50_ms"] - summary["direct"][c]["p50_ms"]
+            row["added_p99_ms"] = row["p99_ms"] - summary["direct"][c]["p99_ms"]
+            row["rps_vs_passthrough"] = row["rps"] / summary["passthrough"][c]["rps"]
+            row["cpu_vs_passthrough"] = row["cpu_us_per_req"] / summary["passthrough"][c]["cpu_us_per_req"]
     return summary
 
 
 def markdown(summary: dict[str, Any], connections: list[int]) -> str:
-    lines = [
-        "| path | clients | req/s | p50 ms | p99 ms | added p50 ms | added p99 ms | req/s vs passthrough "
-        "| server CPU us/req |",
-        "|---|---:|---:|---:|---:|---:|---:|---:|---:|",
-    ]
-    for target in summary["targets"]:
-        for c in connections:
-            row = summary["targets"][target][c]
-            extra = (
-                "| | | | |" if target == "direct" else
-                f"| {row['added_p50_ms']:.3f} | {row['added_p99_ms']:.3f} | {row['rps_vs_passthrough']:.0%} "
-                f"| {row['cpu_us_per_req']:.0f} |"
+    """One full table per body."""
+    lines = []
+    for body, targets in summary.items():
+        lines += [
+            f"body {body} ({BODIES[body][0].name}, {BODIES[body][0].stat().st_size} bytes)",
+            "",
+            "| path | clients | req/s | p50 ms | p99 ms | added p50 ms | added p99 ms | req/s vs floor "
+            "| server CPU us/req | CPU vs floor |",
+            "|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|",
+        ]
+        for target, rows in targets.items():
+            for c in connections:
+                row = rows[c]
+                extra = (
+                    "| | | | | |"
+                    if target == "direct"
+                    else f"| {row['added_p50_ms']:.3f} | {row['added_p99_ms']:.3f} "
+                    f"| {row['rps_vs_passthrough']:.2f} "
+                    f"| {row['cpu_us_per_req']:.0f} | {row['cpu_vs_passthrough']:.2f} |"
+                )
+                lines.append(
+                    f"| {target} | {c} | {row['rps']:.0f} | {row['p50_ms']:.3f} | {row['p99_ms']:.3f} {extra}"
+                )
+        lines.append("")
+    return "\n".join(lines)
+
+
+# The targets of the request path at the highest concurrency: (req/s vs floor >=, CPU vs floor <=).
+GOALS = {"accept": (0.85, 1.25), "accept_keyed": (0.70, None), "escalate": (0.47, None)}
+
+
+def verdicts(summary: dict[str, Any], connections: list[int]) -> str:
+    """The targets at the highest concurrency, per body."""
+    high = max(connections)
+    lines = []
+    for body, targets in summary.items():
+        for target, (rps_goal, cpu_goal) in GOALS.items():
+            if target not in targets:
+                continue
+            row = targets[target][high]
+            text = (
+                f"{body} {target:<12} c={high}: req/s {row['rps_vs_passthrough']:.2f} of the floor "
+                f"(target >= {rps_goal})"
             )
-            lines.append(
-                f"| {target} | {c} | {row['rps']:.0f} | {row['p50_ms']:.3f} | {row['p99_ms']:.3f} {extra}"
-            )
+            if cpu_goal is not None:
+                text += f", CPU {row['cpu_vs_passthrough']:.2f}x the floor's (target <= {cpu_goal})"
+            lines.append(text)
     return "\n".join(lines)
 
 
@@ -398,9 +517,16 @@ def main() -> None:
     parser.add_argument("--duration", type=int, default=10, help="seconds per measurement")
     parser.add_argument("--warmup", type=int, default=2, help="seconds of discarded warm-up per measurement")
     parser.add_argument("--connections", type=int, nargs="+", default=[1, 16, 64])
+    parser.add_argument(
+        "--bodies",
+        nargs="+",
+        choices=list(BODIES),
+        default=list(BODIES),
+        help="upstream bodies to measure with (2k: 8 tokens x top-5, 25k: 8 tokens x top-15)",
+    )
     parser.add_argument("--rounds", type=int, default=1, help="repeat the whole matrix; medians reported")
     parser.add_argument("--server-cpu", default="1", help="CPU the server under test is pinned to")
-    parser.add_argument("--client-cpu", default="0", help="CPU nginx and wrk are pinned to")
+    parser.add_argument("--client-cpu", default="0", help="CPU nginx, wrk and a private Redis are pinned to")
     parser.add_argument("--out", type=Path, help="write all raw results and the summary as JSON")
     parser.add_argument(
         "--redis",
@@ -412,6 +538,7 @@ def main() -> None:
         if shutil.which(tool) is None and not Path("/usr/sbin/" + tool).exists():
             sys.exit(f"{tool} not found: apt-get install nginx wrk")
 
+    load_before = os.getloadavg()
     with tempfile.TemporaryDirectory(prefix="cascade-bench-") as name:
         tmp = Path(name)
         with nginx_upstream(tmp, args.client_cpu) as nginx_port:
@@ -419,17 +546,25 @@ def main() -> None:
             for index in range(args.rounds):
                 print(f"round {index + 1}/{args.rounds}", flush=True)
                 rounds.append(one_round(args, tmp, nginx_port))
+    load_after = os.getloadavg()
     summary = summarize(rounds, args.connections)
     print()
     print(markdown(summary, args.connections))
-    low, high = min(args.connections), max(args.connections)
-    print(f"\naccept path added p50 at {low} client(s): {summary[f'accept_added_p50_ms_at_{low}']:.3f} ms "
-          "(target <= 1 ms)")
-    print(f"accept path req/s at {high} clients vs passthrough: "
-          f"{summary[f'accept_rps_vs_passthrough_at_{high}']:.0%} (target >= 65%)")
+    print(verdicts(summary, args.connections))
+    print(f"\nload average (1, 5, 15 min) before: {load_before}, after: {load_after}")
     if args.out:
-        args.out.write_text(json.dumps({"args": {k: str(v) for k, v in vars(args).items()},
-                                        "rounds": rounds, "summary": summary}, indent=2))
+        args.out.write_text(
+            json.dumps(
+                {
+                    "args": {k: str(v) for k, v in vars(args).items()},
+                    "load_before": load_before,
+                    "load_after": load_after,
+                    "rounds": rounds,
+                    "summary": summary,
+                },
+                indent=2,
+            )
+        )
 
 
 if __name__ == "__main__":

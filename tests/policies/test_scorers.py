@@ -13,7 +13,8 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from policies import UnknownScorerError
-from policies.scorers import SCORERS, legacy_to_content, score_logprobs, score_response
+from policies import scorers as scorers_module
+from policies.scorers import SCORERS, TokenLogprobs, legacy_to_content, score_logprobs, score_response
 
 FIXTURES = Path(__file__).resolve().parent / "fixtures"
 UQLM = json.loads((FIXTURES / "uqlm_scores.json").read_text())
@@ -398,3 +399,42 @@ def test_score_ignores_the_order_of_alternatives_and_a_trailing_end_of_text_entr
         expected = score_logprobs(content, name, top_k)
         assert_same(score_logprobs(shuffled, name, top_k), expected, tolerance=1e-9)
         assert_same(score_logprobs([*content, end_of_text], name, top_k), expected, tolerance=1e-9)
+
+
+# --- the plain-Python path for small answers ---------------------------------------------------
+
+ragged_logprobs = st.one_of(logprobs, st.just(-math.inf), st.just(0.0))
+ragged_answers = st.lists(st.lists(ragged_logprobs, min_size=0, max_size=20), min_size=1, max_size=16)
+
+
+def numpy_score(content: list[dict[str, Any]], scorer: str, top_k: int) -> float | None:
+    """The numpy implementation alone (what large answers and calibration batches go through)."""
+    return SCORERS[scorer](TokenLogprobs.from_content(content, top_k))
+
+
+@settings(max_examples=300, deadline=None)
+@given(ragged_answers, st.integers(min_value=1, max_value=20), st.randoms(use_true_random=False))
+def test_small_answers_score_the_same_in_plain_python_as_with_numpy(
+    alternatives: list[list[float]], top_k: int, rng: random.Random
+) -> None:
+    content = [
+        {
+            "token": rng.choice(["", "t"]),
+            "logprob": alts[0] if alts else -0.5,
+            "top_logprobs": [
+                {"token": f"a{i}", "logprob": lp} for i, lp in enumerate(rng.sample(alts, len(alts)))
+            ],
+        }
+        for alts in alternatives
+    ]
+    for name in ("mean_token_negentropy", "min_token_negentropy"):
+        small = sum(map(len, alternatives)) <= 256
+        assert (scorers_module._plain_negentropies(content, top_k) is not None) == small  # the path taken
+        assert_same(score_logprobs(content, name, top_k), numpy_score(content, name, top_k))
+
+
+def test_the_served_answers_score_the_same_in_plain_python_as_with_numpy(shared_dir: Path) -> None:
+    for name, top_k, _ in UPSTREAM_AGREEMENT:
+        content = upstream_content(shared_dir, name)
+        for scorer in ("mean_token_negentropy", "min_token_negentropy"):
+            assert_same(score_logprobs(content, scorer, top_k), numpy_score(content, scorer, top_k))
