@@ -54,19 +54,38 @@ def main() -> None:
         compute_times.append(t2 - t1)
 
     print(f"data: {os.path.relpath(runs)} --where dataset=mmlu --where prompt_variant=first")
-    print(f"matrix: {matrix.n_queries} queries x {len(matrix.models)} models; pool {len(envelope.pool)}; "
-          f"{len(envelope.pairs)} pairs; {len(envelope)} envelope points; {len(envelope.hull)} hull vertices")
+    print(
+        f"matrix: {matrix.n_queries} queries x {len(matrix.models)} models; pool {len(envelope.pool)}; "
+        f"{len(envelope.pairs)} pairs; {len(envelope)} envelope points; {len(envelope.hull)} hull vertices"
+    )
     print(f"imports (calibration modules): {imports:.2f} s")
-    print(f"load    (read+validate+pivot): first {load_times[0]:.3f} s, "
-          f"median {statistics.median(load_times):.3f} s over {args.repeat}")
-    print(f"compute (envelope+tiers+policy): first {compute_times[0]:.3f} s, "
-          f"median {statistics.median(compute_times):.3f} s over {args.repeat}")
+    print(
+        f"load    (read+validate+pivot): first {load_times[0]:.3f} s, "
+        f"median {statistics.median(load_times):.3f} s over {args.repeat}"
+    )
+    print(
+        f"compute (envelope+tiers+policy): first {compute_times[0]:.3f} s, "
+        f"median {statistics.median(compute_times):.3f} s over {args.repeat}"
+    )
 
     with tempfile.TemporaryDirectory() as tmp:
         command = [
-            str(Path(sys.executable).with_name("cascade")), "calibrate", str(runs), "--prices", str(prices),
-            "--score-column", "score_msp", "--where", "dataset=mmlu", "--where", "prompt_variant=first",
-            "--tiers", str(TIERS), "-o", str(Path(tmp) / "policy.json"), "--randomize",
+            str(Path(sys.executable).with_name("cascade")),
+            "calibrate",
+            str(runs),
+            "--prices",
+            str(prices),
+            "--score-column",
+            "score_msp",
+            "--where",
+            "dataset=mmlu",
+            "--where",
+            "prompt_variant=first",
+            "--tiers",
+            str(TIERS),
+            "-o",
+            str(Path(tmp) / "policy.json"),
+            "--randomize",
         ]
         t0 = time.perf_counter()
         subprocess.run(command, check=True, capture_output=True)

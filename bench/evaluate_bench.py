@@ -55,14 +55,16 @@ def report_selection_optimism(matrix, grid: np.ndarray, n_splits: int) -> None:
     best = (model_cost[best_column], model_quality[best_column])
     splits = stratified_splits(matrix.n_queries, n_splits=n_splits, seed=0, strata=matrix.strata)
     held_out = np.array([envelope_split_curve(matrix, split, grid).quality for split in splits])
-    on_test = np.array([
-        envelope_split_curve(matrix, Split(split.test, split.test), grid).quality for split in splits
-    ])
+    on_test = np.array(
+        [envelope_split_curve(matrix, Split(split.test, split.test), grid).quality for split in splits]
+    )
     variants = (("chosen on calibration (held out)", held_out), ("chosen on test (paper)", on_test))
     for label, curves in variants:
         median = median_curve(curves)
-        print(f"envelope {label:<33} gain {normalized_gain(grid, median, low, best):.3f}  "
-              f"CR@90 {cost_reduction(grid, median, best):.1f}")
+        print(
+            f"envelope {label:<33} gain {normalized_gain(grid, median, low, best):.3f}  "
+            f"CR@90 {cost_reduction(grid, median, best):.1f}"
+        )
     gap = median_curve(on_test) - median_curve(held_out)
     print(f"median curve, on-test minus held-out: max {np.nanmax(gap):.4f}, mean {np.nanmean(gap):.4f}")
 
@@ -81,7 +83,9 @@ def main() -> None:
     args = parser.parse_args()
 
     matrix = load_runs(
-        args.runs, prices=args.prices, score_column="score_msp",
+        args.runs,
+        prices=args.prices,
+        score_column="score_msp",
         where={"dataset": "mmlu", "prompt_variant": "first"},
     )
     print(f"runs: {matrix.n_queries:,} queries x {len(matrix.models)} models ({args.runs})")
@@ -90,23 +94,30 @@ def main() -> None:
     envelope_only = EvaluationSettings(splits=args.splits, methods=("envelope",))
     run_evaluation(matrix, envelope_only)  # warm-up: imports, caches
     best, median, cpu = timed(lambda: run_evaluation(matrix, envelope_only), args.repeat)
-    print(f"{args.splits}-split held-out envelope (+ diagnostics): wall best {best:.3f} s, "
-          f"median {median:.3f} s; CPU {cpu:.3f} s")
+    print(
+        f"{args.splits}-split held-out envelope (+ diagnostics): wall best {best:.3f} s, "
+        f"median {median:.3f} s; CPU {cpu:.3f} s"
+    )
     with_single = EvaluationSettings(splits=args.splits, methods=("envelope", "single"))
     best, median, cpu = timed(lambda: run_evaluation(matrix, with_single), args.repeat)
-    print(f"{args.splits}-split envelope + best single model (+ diagnostics): "
-          f"wall best {best:.3f} s, median {median:.3f} s; CPU {cpu:.3f} s")
+    print(
+        f"{args.splits}-split envelope + best single model (+ diagnostics): "
+        f"wall best {best:.3f} s, median {median:.3f} s; CPU {cpu:.3f} s"
+    )
 
     grid = cost_grid(matrix.cost.mean(axis=0))
     report_selection_optimism(matrix, grid, args.splits)
     splits = stratified_splits(matrix.n_queries, n_splits=args.search_splits, seed=0, strata=matrix.strata)
     searches = {
         "fixed chain, NSGA-II": lambda split, trials: fixed_chain_split_curve(
-            matrix, split, grid, trials=trials, seed=1),
+            matrix, split, grid, trials=trials, seed=1
+        ),
         "subsequence, NSGA-II": lambda split, trials: subsequence_split_curve(
-            matrix, split, grid, trials=trials, seed=1, search="nsga2"),
+            matrix, split, grid, trials=trials, seed=1, search="nsga2"
+        ),
         "subsequence, random search": lambda split, trials: subsequence_split_curve(
-            matrix, split, grid, trials=trials, seed=1, search="random"),
+            matrix, split, grid, trials=trials, seed=1, search="random"
+        ),
     }
     per_split_at_paper: dict[str, float] = {}
     for label, run in searches.items():
@@ -115,13 +126,17 @@ def main() -> None:
             for split in splits:
                 run(split, trials)
             per_split = (time.perf_counter() - started) / len(splits)
-            print(f"{label:<28} {trials:>5} trials: {per_split:7.3f} s per split, "
-                  f"{1000 * per_split / trials:6.3f} ms per trial")
+            print(
+                f"{label:<28} {trials:>5} trials: {per_split:7.3f} s per split, "
+                f"{1000 * per_split / trials:6.3f} ms per trial"
+            )
             if trials == args.paper_trials:
                 per_split_at_paper[label] = per_split
     paper = 50 * (per_split_at_paper["fixed chain, NSGA-II"] + per_split_at_paper["subsequence, NSGA-II"])
-    print(f"paper protocol ({args.paper_trials} NSGA-II trials x 50 splits, fixed chain + subsequence): "
-          f"~{paper / 60:.1f} min here (extrapolated from {args.search_splits} splits)")
+    print(
+        f"paper protocol ({args.paper_trials} NSGA-II trials x 50 splits, fixed chain + subsequence): "
+        f"~{paper / 60:.1f} min here (extrapolated from {args.search_splits} splits)"
+    )
     print(f"numpy {np.__version__}")
 
 

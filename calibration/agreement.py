@@ -63,4 +63,3 @@ def unrelated_model_warnings(models: Sequence[str], quality: np.ndarray) -> list
             "cascades through it look better than they are"
         )
     return found
-

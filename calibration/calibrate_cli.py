@@ -75,8 +75,16 @@ def calibrate(
     console = Console()
     errors = Console(stderr=True)
     options = CalibrateOptions(
-        runs=runs, tiers=tiers, output=output, prices=prices, score_column=score_column, scorer=scorer,
-        top_k=top_k, where=list(where or []), report=report, randomize=randomize,
+        runs=runs,
+        tiers=tiers,
+        output=output,
+        prices=prices,
+        score_column=score_column,
+        scorer=scorer,
+        top_k=top_k,
+        where=list(where or []),
+        report=report,
+        randomize=randomize,
     )
     run_or_exit(lambda: run_calibrate(options, console, errors))
 
@@ -140,7 +148,8 @@ def run_calibrate(options: CalibrateOptions, console: Console, errors: Console) 
     if matrix.scorer == "external":
         errors.print(
             "[yellow]note:[/yellow] " + EXTERNAL_SCORER_NOTE.format(column=matrix.score_column),
-            highlight=False, soft_wrap=True,
+            highlight=False,
+            soft_wrap=True,
         )
     else:
         console.print(
@@ -158,7 +167,13 @@ def run_calibrate(options: CalibrateOptions, console: Console, errors: Console) 
 
         with errors.status(f"Writing the report to {report} ..."):
             page = write_calibration_report(
-                report, matrix, envelope, solutions, spec.default_tier, policy_id=policy.policy_id,
-                filters=filters, randomize=randomize,
+                report,
+                matrix,
+                envelope,
+                solutions,
+                spec.default_tier,
+                policy_id=policy.policy_id,
+                filters=filters,
+                randomize=randomize,
             )
         console.print(f"Report: {page} (plots beside it)", highlight=False, soft_wrap=True)

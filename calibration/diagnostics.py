@@ -139,10 +139,14 @@ def pair_diagnostics(
         curve = escalation_benefit(
             matrix.score[:, low], matrix.quality[:, low], matrix.quality[:, high], sets, n_bins
         )
-        out.append(PairDiagnostics(
-            matrix.models[low], matrix.models[high], curve,
-            spearman(matrix.score[:, low], matrix.cost[:, high]),
-        ))
+        out.append(
+            PairDiagnostics(
+                matrix.models[low],
+                matrix.models[high],
+                curve,
+                spearman(matrix.score[:, low], matrix.cost[:, high]),
+            )
+        )
     return out
 
 

@@ -121,8 +121,11 @@ def compute_envelope(matrix: RunsMatrix, rows: np.ndarray | None = None) -> Enve
     curves: dict[tuple[str, str], FrontierCurve] = {}
     for low, high in pairs:  # a loop over pairs; each pair's thresholds are handled as arrays
         curve = pair_frontier(
-            data.score[:, low], data.cost[:, low], data.quality[:, low],
-            data.cost[:, high], data.quality[:, high],
+            data.score[:, low],
+            data.cost[:, low],
+            data.quality[:, low],
+            data.cost[:, high],
+            data.quality[:, high],
         )
         curves[(data.models[low], data.models[high])] = curve
         # Zero escalation is the single model L itself; within the pair keep its own Pareto set.

@@ -20,7 +20,13 @@ if TYPE_CHECKING:
     from calibration.evaluation.protocol import EvaluationResult
 
 ALL_METHODS = (
-    "envelope", "envelope_hull", "single", "fixed_chain", "subsequence_nsga2", "subsequence_random", "router"
+    "envelope",
+    "envelope_hull",
+    "single",
+    "fixed_chain",
+    "subsequence_nsga2",
+    "subsequence_random",
+    "router",
 )
 
 
@@ -102,9 +108,19 @@ def evaluate(
     console = Console()
     errors = Console(stderr=True)
     options = EvaluateOptions(
-        runs=runs, report=report, prices=prices, score_column=score_column, scorer=scorer, top_k=top_k,
-        where=list(where or []), splits=splits, test_fraction=test_fraction, seed=seed, trials=trials,
-        methods=split_list(methods) or list(ALL_METHODS), feature_columns=split_list(feature_columns),
+        runs=runs,
+        report=report,
+        prices=prices,
+        score_column=score_column,
+        scorer=scorer,
+        top_k=top_k,
+        where=list(where or []),
+        splits=splits,
+        test_fraction=test_fraction,
+        seed=seed,
+        trials=trials,
+        methods=split_list(methods) or list(ALL_METHODS),
+        feature_columns=split_list(feature_columns),
         command="cascade " + shlex.join(sys.argv[1:]) if sys.argv[1:2] == ["evaluate"] else None,
     )
     run_or_exit(lambda: run_evaluate(options, console, errors))
@@ -131,15 +147,22 @@ def run_evaluate(options: EvaluateOptions, console: Console, errors: Console) ->
         raise ValueError("give --score-column or --scorer/--top-k, not both")
     with errors.status("loading runs…"):
         matrix = load_runs(
-            options.runs, prices=options.prices, score_column=options.score_column, scorer=options.scorer,
-            top_k=options.top_k, where=parse_where(options.where),
+            options.runs,
+            prices=options.prices,
+            score_column=options.score_column,
+            scorer=options.scorer,
+            top_k=options.top_k,
+            where=parse_where(options.where),
             feature_columns=options.feature_columns or None,
         )
     for note in matrix.notes:
         errors.print(f"[yellow]warning:[/yellow] {note}", highlight=False)
     settings = EvaluationSettings(
-        splits=options.splits, test_fraction=options.test_fraction, seed=options.seed,
-        trials=options.trials, methods=tuple(dict.fromkeys(options.methods)),
+        splits=options.splits,
+        test_fraction=options.test_fraction,
+        seed=options.seed,
+        trials=options.trials,
+        methods=tuple(dict.fromkeys(options.methods)),
     )
     to_run, _ = runnable_methods(matrix, settings.methods)  # skipped methods are noted in the summary
 
@@ -206,5 +229,6 @@ def print_summary(
     console.print(
         f"report: {directory / 'report.html'} · summary: {directory / 'summary.json'} · "
         f"curves: {directory / 'curves.npz'} · plots: heldout_comparison.png, escalation_benefit.png",
-        highlight=False, soft_wrap=True,
+        highlight=False,
+        soft_wrap=True,
     )

@@ -71,9 +71,7 @@ def pair_frontier(
         A FrontierCurve with T = (number of distinct scores) + 1 points, thresholds ascending
         (so cost and escalation rate non-decreasing).
     """
-    return pair_metrics_at(
-        score_l, cost_l, quality_l, cost_h, quality_h, frontier_thresholds(score_l)
-    )
+    return pair_metrics_at(score_l, cost_l, quality_l, cost_h, quality_h, frontier_thresholds(score_l))
 
 
 def pair_metrics_at(
@@ -152,7 +150,5 @@ def chain_metrics(
         escalate = active & (score[:, stage] < thresholds[stage])
         answer = np.where(active & ~escalate, quality[:, stage], answer)
         active = escalate
-    left_first_stage = (
-        np.zeros(n, dtype=bool) if len(columns) == 1 else score[:, 0] < thresholds[0]
-    )
+    left_first_stage = np.zeros(n, dtype=bool) if len(columns) == 1 else score[:, 0] < thresholds[0]
     return float(total_cost.mean()), float(answer.mean()), float(left_first_stage.mean())

@@ -160,9 +160,7 @@ class _Builder:
 
     def require_column(self, name: str, why: str = "required column") -> None:
         if name not in self.columns.values:
-            raise RunsError(
-                f"{self.path}: missing {why} '{name}' (columns: {', '.join(self.columns.names)})"
-            )
+            raise RunsError(f"{self.path}: missing {why} '{name}' (columns: {', '.join(self.columns.names)})")
 
     def numeric(self, name: str, *, allow_missing: bool = False) -> tuple[np.ndarray, np.ndarray]:
         """(values float64, missing bool) of a column; errors on non-numeric / NaN / missing."""
@@ -221,13 +219,19 @@ class _Builder:
             self.require_column(column, "feature column")
             features.append(self.numeric(column)[0])
         return self.pivot(
-            query, model, quality, cost, score, score_missing, features,
-            scorer_name, used_top_k, score_column,
+            query,
+            model,
+            quality,
+            cost,
+            score,
+            score_missing,
+            features,
+            scorer_name,
+            used_top_k,
+            score_column,
         )
 
-    def cost(
-        self, model: np.ndarray, sheet: dict[str, Price] | None, sheet_path: Path | None
-    ) -> np.ndarray:
+    def cost(self, model: np.ndarray, sheet: dict[str, Price] | None, sheet_path: Path | None) -> np.ndarray:
         """(r,) USD per row: from the price sheet when one is given, else the cost_usd column."""
         if sheet is None:
             if "cost_usd" not in self.columns.values:
@@ -442,4 +446,3 @@ def _is_nan_literal(value: object) -> bool:
 
 def _is_inf_text(value: object) -> bool:
     return isinstance(value, str) and value.strip().lower().lstrip("+-") in {"inf", "infinity"}
-

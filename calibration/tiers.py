@@ -143,9 +143,14 @@ def parse_tiers(document: object, source: str = "<tiers>") -> TiersSpec:
 
 
 def _parse_objective(entry: object, where: str) -> TierObjective:
-    if not isinstance(entry, Mapping) or len(entry) != 1 or next(iter(entry)) not in (
-        "max_cost_usd",
-        "min_quality",
+    if (
+        not isinstance(entry, Mapping)
+        or len(entry) != 1
+        or next(iter(entry))
+        not in (
+            "max_cost_usd",
+            "min_quality",
+        )
     ):
         raise TiersError(f"{where}: needs exactly one of max_cost_usd or min_quality")
     key, raw = next(iter(entry.items()))

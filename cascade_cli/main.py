@@ -26,7 +26,6 @@ app = typer.Typer(
 )
 
 
-
 @app.callback()
 def main() -> None:
     """LLM cascade gateway: calibrate a policy from per-query runs, serve it, operate it."""

@@ -32,6 +32,7 @@ from gateway.runtime import Gateway
 
 __all__ = ["Gateway", "GatewayApp", "create_app", "error_parts"]
 
+
 class GatewayApp(FastAPI):
     """FastAPI with a fast path: ``POST`` to a completion endpoint goes straight to its ASGI handler.
 

@@ -86,8 +86,9 @@ class Authenticator:
         clock: Callable[[], float] = time.monotonic,
         allow_open: bool = False,
     ):
-        self._static = {hash_key(k): ClientIdentity(key_id_of(hash_key(k)), default_limit_usd)
-                        for k in env_keys}
+        self._static = {
+            hash_key(k): ClientIdentity(key_id_of(hash_key(k)), default_limit_usd) for k in env_keys
+        }
         self._admin_hash = hash_key(admin_key) if admin_key else None
         self._default_limit = default_limit_usd
         self._redis = redis
@@ -117,8 +118,11 @@ class Authenticator:
             if self._redis is not None:
                 where += f", Redis hash {self._keys.client_keys} empty"
             if self._allow_open:
-                log.warning("no client API keys configured (%s) and auth.open is true: the gateway is "
-                            "OPEN to every caller", where)
+                log.warning(
+                    "no client API keys configured (%s) and auth.open is true: the gateway is "
+                    "OPEN to every caller",
+                    where,
+                )
             else:
                 self._log_empty_store(where)
         elif self._closed is None:

@@ -183,9 +183,7 @@ class CascadeEngine:
                 yield event
             return
         config = self._models[stage.model]
-        body = upstream_body(
-            request, config.model, top_k=None, stream=True, defaults=config.request_defaults
-        )
+        body = upstream_body(request, config.model, top_k=None, stream=True, defaults=config.request_defaults)
         relay = LiveRelay(self._pool[stage.model], request, facts, self.account, started)
         events = relay.events(body, deadline)
         async with aclosing(events):

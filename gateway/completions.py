@@ -101,9 +101,7 @@ class CompletionsEndpoint:
         finally:
             self.gateway.untrack(current)
 
-    async def _serve(
-        self, scope: Scope, receive: Receive, send: Send, current: asyncio.Task[Any]
-    ) -> None:
+    async def _serve(self, scope: Scope, receive: Receive, send: Send, current: asyncio.Task[Any]) -> None:
         gw = self.gateway
         started = time.perf_counter()
         request_id = os.urandom(12).hex()

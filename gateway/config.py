@@ -88,8 +88,11 @@ class BudgetConfig(_Section):
         "when it returns; refuse: keyed requests get 503 spend_unavailable while spend cannot be checked",
     )
     outage_share: float = Field(
-        1.0, gt=0, le=1, description="share of a key's remaining budget one replica may admit on its own "
-        "during an outage (1/N for N replicas: never above the limit)"
+        1.0,
+        gt=0,
+        le=1,
+        description="share of a key's remaining budget one replica may admit on its own "
+        "during an outage (1/N for N replicas: never above the limit)",
     )
 
 

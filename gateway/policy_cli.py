@@ -196,7 +196,8 @@ def policy_show(
     typer.echo(f"default     {document.get('default_tier')}")
     for name, tier in document.get("tiers", {}).items():
         routes = " | ".join(
-            f"{r.get('weight', 1):g}x " + " -> ".join(r["models"])
+            f"{r.get('weight', 1):g}x "
+            + " -> ".join(r["models"])
             + (f" @ {', '.join(f'{t:.4g}' for t in r.get('thresholds', []))}" if r.get("thresholds") else "")
             for r in tier.get("routes", [])
         )

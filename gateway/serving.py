@@ -62,13 +62,20 @@ def gateway_http_protocol(header_timeout_s: float) -> type[HttpToolsProtocol]:
     uvicorn's 400 with an OpenAI error body instead of plain text.
     """
     timeout_s = header_timeout_s
+
     class GatewayHttpProtocol(HttpToolsProtocol):
         header_timeout_s = timeout_s
 
         def send_400_response(self, msg: str) -> None:
             body = orjson.dumps(
-                {"error": {"message": msg, "type": "invalid_request_error", "param": None,
-                           "code": "invalid_http_request"}}
+                {
+                    "error": {
+                        "message": msg,
+                        "type": "invalid_request_error",
+                        "param": None,
+                        "code": "invalid_http_request",
+                    }
+                }
             )
             self.transport.write(
                 b"HTTP/1.1 400 Bad Request\r\ncontent-type: application/json\r\nconnection: close\r\n"

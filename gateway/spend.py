@@ -282,8 +282,12 @@ class SpendLimiter:
                     self._ledger(reservation.key_id, reservation.window_start).local += retry.actual
                 continue
             result = await store.finish(
-                reservation.key_id, reservation.window_start, reservation.op_id, retry.actual,
-                epoch, cancel=retry.cancel,
+                reservation.key_id,
+                reservation.window_start,
+                reservation.op_id,
+                retry.actual,
+                epoch,
+                cancel=retry.cancel,
             )
             self._retries.remove(retry)
             if not retry.cancel:
@@ -359,8 +363,14 @@ class SpendLimiter:
         return None
 
     def _reserve_locally(
-        self, identity: ClientIdentity, ledger: _Ledger, window: int, op_id: str, amount: int,
-        limit: int, allowance: int,
+        self,
+        identity: ClientIdentity,
+        ledger: _Ledger,
+        window: int,
+        op_id: str,
+        amount: int,
+        limit: int,
+        allowance: int,
     ) -> Reservation:
         # No await between the check and the add: atomic within the event loop.
         spent = ledger.seen + ledger.held + ledger.local + sum(ledger.sending.values())
@@ -417,7 +427,10 @@ class SpendLimiter:
             action = "refusing keyed requests" if self._policy == "refuse" else "enforcing limits in process"
             log.warning(
                 "spend store unusable (%s, last key %s): %s; %d request(s) since the last report",
-                reason, key_id, action, self._unlogged,
+                reason,
+                key_id,
+                action,
+                self._unlogged,
             )
             self._last_log = now
             self._unlogged = 0

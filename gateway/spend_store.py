@@ -107,6 +107,7 @@ class RedisSpendStore:
 
     async def establish_epoch(self) -> str:
         """The current epoch, creating one if Redis has none (new or wiped)."""
+
         async def run() -> str:
             await self._redis.set(self.keys.spend_epoch, new_op_id(), nx=True)
             value = await self._redis.get(self.keys.spend_epoch)

@@ -49,9 +49,7 @@ def draw_route(routes: Sequence[Route], rng: random.Random | None = None) -> Rou
     return routes[-1]  # float round-off: weights sum to 1 within tolerance
 
 
-def choose_for_tier(
-    policy: Policy, tier: str | None, rng: random.Random | None = None
-) -> RouteChoice:
+def choose_for_tier(policy: Policy, tier: str | None, rng: random.Random | None = None) -> RouteChoice:
     """Route for a named tier (None = default tier), drawing among mixture routes by weight."""
     name, spec = tier_for(policy, tier)
     return RouteChoice(route=draw_route(spec.routes, rng), tier=name)

@@ -263,9 +263,7 @@ _PLAIN_REDUCERS: dict[str, Callable[[list[float]], float | None]] = {
 }
 
 
-def score_logprobs(
-    content: Sequence[TokenEntry] | None, scorer: str, top_k: int
-) -> float | None:
+def score_logprobs(content: Sequence[TokenEntry] | None, scorer: str, top_k: int) -> float | None:
     """Confidence of one answer from its ``choices[i].logprobs.content`` list.
 
     Args:
@@ -280,8 +278,7 @@ def score_logprobs(
         function = SCORERS[scorer]
     except KeyError:
         raise UnknownScorerError(
-            f"scorer {scorer!r} cannot be computed from logprobs; "
-            f"choose one of {', '.join(SCORERS)}"
+            f"scorer {scorer!r} cannot be computed from logprobs; choose one of {', '.join(SCORERS)}"
         ) from None
     reducer = _PLAIN_REDUCERS.get(scorer)
     if reducer is not None and content:

@@ -47,7 +47,7 @@ def check_content_hash(policy: Policy, source: str = "<policy>") -> None:
         raise PolicyInvalidError(
             f"{source}: policy_id {policy.policy_id!r} does not match the policy's content (hash "
             f"{actual!r}); the policy was changed after it was written: if the change is intended, "
-            f"set \"policy_id\": \"{actual}\""
+            f'set "policy_id": "{actual}"'
         )
 
 

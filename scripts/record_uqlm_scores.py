@@ -116,9 +116,7 @@ def synthetic_cases() -> list[dict[str, Any]]:
         entry("B", ln(0.9), [ln(0.9), ln(0.05), ln(0.05)]),
     ]
     fewer = [*two_token, entry("C", ln(0.6), [ln(0.6), ln(0.4)])]
-    unsorted = [
-        {**e, "top_logprobs": list(reversed(e["top_logprobs"]))} for e in two_token
-    ]
+    unsorted = [{**e, "top_logprobs": list(reversed(e["top_logprobs"]))} for e in two_token]
     return [
         {"id": "synthetic/two_token/k3", "content": two_token, "top_k": 3},
         {"id": "synthetic/fewer_alternatives/k3", "content": fewer, "top_k": 3},
@@ -172,10 +170,17 @@ def upstream_cases(upstream: Path) -> list[dict[str, Any]]:
                 {"id": f"{stem}/no_end_of_text/k{k}", "source": name, "content": stripped, "top_k": k}
             )
         for small in smaller_k.get(name, []):
-            cases.append({"id": f"{stem}/as_served/k{small}", "source": name, "content": content,
-                          "top_k": small})
-            cases.append({"id": f"{stem}/no_end_of_text_top{small}/k{small}", "source": name,
-                          "content": truncated(stripped, small), "top_k": small})
+            cases.append(
+                {"id": f"{stem}/as_served/k{small}", "source": name, "content": content, "top_k": small}
+            )
+            cases.append(
+                {
+                    "id": f"{stem}/no_end_of_text_top{small}/k{small}",
+                    "source": name,
+                    "content": truncated(stripped, small),
+                    "top_k": small,
+                }
+            )
     return cases
 
 

@@ -4,5 +4,6 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 bash scripts/setup.sh
 .venv/bin/ruff check .
+.venv/bin/ruff format --check .
 .venv/bin/mypy  # policies/ and gateway/ (pyproject.toml [tool.mypy])
 exec .venv/bin/python -m pytest "$@"

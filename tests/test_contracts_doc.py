@@ -59,8 +59,9 @@ def exported_metrics() -> dict[str, Any]:
         elif isinstance(value, ScoreDriftMonitor):
             # A custom collector (computed at scrape time): its families, label names fixed.
             for family in value.describe():
-                found[family.name] = Gauge(family.name, family.documentation, family._labelnames,
-                                           registry=None)
+                found[family.name] = Gauge(
+                    family.name, family.documentation, family._labelnames, registry=None
+                )
     return found
 
 

@@ -64,9 +64,22 @@ def add_keys(redis_url: str, limits: dict[str, float]) -> dict[str, str]:
     keys = {}
     for name, limit in limits.items():
         out = subprocess.run(
-            [sys.executable, "-m", "cascade_cli.main", "keys", "add", name, "--redis", redis_url,
-             "--limit-usd", str(limit)],
-            cwd=REPO, capture_output=True, text=True, check=True,
+            [
+                sys.executable,
+                "-m",
+                "cascade_cli.main",
+                "keys",
+                "add",
+                name,
+                "--redis",
+                redis_url,
+                "--limit-usd",
+                str(limit),
+            ],
+            cwd=REPO,
+            capture_output=True,
+            text=True,
+            check=True,
         )
         keys[name] = out.stdout.strip().split()[0]
     return keys
@@ -111,8 +124,14 @@ async def one_request(client: openai.AsyncOpenAI, kind: str, upstream: ScriptedU
 
 
 async def load(
-    replica: GatewayProcess, keys: list[str], upstream: ScriptedUpstream, seconds: float, concurrency: int,
-    sample_s: float, samples: list[dict[str, Any]], outcomes: Counter[str],
+    replica: GatewayProcess,
+    keys: list[str],
+    upstream: ScriptedUpstream,
+    seconds: float,
+    concurrency: int,
+    sample_s: float,
+    samples: list[dict[str, Any]],
+    outcomes: Counter[str],
 ) -> None:
     end = time.monotonic() + seconds
     started = time.monotonic()
@@ -127,12 +146,14 @@ async def load(
 
     async def sampler() -> None:
         while time.monotonic() < end:
-            samples.append({
-                "t_s": round(time.monotonic() - started, 1),
-                "rss_mib": round(replica.rss_bytes() / 2**20, 2),
-                "fds": replica.open_fds(),
-                "requests": sum(outcomes.values()),
-            })
+            samples.append(
+                {
+                    "t_s": round(time.monotonic() - started, 1),
+                    "rss_mib": round(replica.rss_bytes() / 2**20, 2),
+                    "fds": replica.open_fds(),
+                    "requests": sum(outcomes.values()),
+                }
+            )
             await asyncio.sleep(sample_s)
 
     await asyncio.gather(sampler(), *(worker() for _ in range(concurrency)))
@@ -163,15 +184,29 @@ def main() -> None:
             limits = {"team-a": 1000.0, "team-b": 1000.0, "team-c": 1000.0, "tight": 0.05}
             keys = add_keys(redis_server.url, limits)
             config = write_gateway_config(
-                directory, upstream_base_url=upstream.base_url, policy=write_policy(directory),
-                redis_url=redis_server.url, budgets={"window_s": 3600}, logging={"level": "warning"},
+                directory,
+                upstream_base_url=upstream.base_url,
+                policy=write_policy(directory),
+                redis_url=redis_server.url,
+                budgets={"window_s": 3600},
+                logging={"level": "warning"},
             )
             replica = GatewayProcess(config).start().wait_ready()
             samples: list[dict[str, Any]] = []
             outcomes: Counter[str] = Counter()
             began = time.monotonic()
-            asyncio.run(load(replica, list(keys.values()), upstream, args.minutes * 60, args.concurrency,
-                             args.sample_s, samples, outcomes))
+            asyncio.run(
+                load(
+                    replica,
+                    list(keys.values()),
+                    upstream,
+                    args.minutes * 60,
+                    args.concurrency,
+                    args.sample_s,
+                    samples,
+                    outcomes,
+                )
+            )
             elapsed = time.monotonic() - began
             deadline = time.monotonic() + 30
             while replica.sample("cascade_spend_unsynced_usd") and time.monotonic() < deadline:
@@ -195,8 +230,11 @@ def main() -> None:
                 "requests": sum(outcomes.values()),
                 "requests_per_s": round(sum(outcomes.values()) / elapsed, 2),
                 "outcomes": dict(sorted(outcomes.items())),
-                "rss_mib_first_last_max": [samples[0]["rss_mib"], samples[-1]["rss_mib"],
-                                           max(s["rss_mib"] for s in samples)],
+                "rss_mib_first_last_max": [
+                    samples[0]["rss_mib"],
+                    samples[-1]["rss_mib"],
+                    max(s["rss_mib"] for s in samples),
+                ],
                 "fds_first_last_max": [samples[0]["fds"], samples[-1]["fds"], max(s["fds"] for s in samples)],
                 "spend_counter_usd": counters / NANO_PER_USD,
                 "upstream_completed_usd": round(true_usd, 9),

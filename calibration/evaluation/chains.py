@@ -59,4 +59,3 @@ def chain_outcomes(
             escalated = alive.sum(axis=1)
     out_cost, out_quality, out_escalated = total_cost / n, total_quality / n, escalated / n
     return out_cost, out_quality, out_escalated
-

@@ -15,8 +15,10 @@ from calibration.splits import Split
 
 def envelope_candidates(envelope: Envelope) -> Candidates:
     """The envelope's deterministic routes with their (calibration) cost and quality."""
-    routes = [(tuple(models), tuple(thresholds)) for models, thresholds in
-              zip(envelope.models, envelope.thresholds, strict=True)]
+    routes = [
+        (tuple(models), tuple(thresholds))
+        for models, thresholds in zip(envelope.models, envelope.thresholds, strict=True)
+    ]
     return Candidates(routes, envelope.cost, envelope.quality)
 
 

@@ -152,8 +152,11 @@ def run_evaluation(
     grid = cost_grid(model_cost, settings.grid_points)
     low, best = endpoints(model_cost, model_quality)
     splits = stratified_splits(
-        matrix.n_queries, n_splits=settings.splits, test_fraction=settings.test_fraction,
-        seed=settings.seed, strata=matrix.strata,
+        matrix.n_queries,
+        n_splits=settings.splits,
+        test_fraction=settings.test_fraction,
+        seed=settings.seed,
+        strata=matrix.strata,
     )
     split_seeds = np.random.SeedSequence(settings.seed).generate_state(settings.splits)
     to_run, skipped = runnable_methods(matrix, settings.methods)
@@ -176,9 +179,7 @@ def run_evaluation(
             quality[index], cost[index] = curve.quality, curve.cost
             if name not in SEARCHED_METHODS:
                 tick(name, 1)
-        results[name] = MethodResult(
-            name, METHOD_LABELS[name], quality, cost, time.perf_counter() - started
-        )
+        results[name] = MethodResult(name, METHOD_LABELS[name], quality, cost, time.perf_counter() - started)
 
     single_test = np.vstack([matrix.quality[split.test].mean(axis=0) for split in splits])
     notes = list(matrix.notes) + unrelated_model_warnings(matrix.models, matrix.quality)
@@ -205,6 +206,4 @@ def run_evaluation(
 
 def progress_totals(settings: EvaluationSettings, methods: Sequence[str]) -> dict[str, int]:
     """Units of work per method for progress bars (splits, or splits x trials for searches)."""
-    return {
-        name: settings.splits * (settings.trials if name in SEARCHED_METHODS else 1) for name in methods
-    }
+    return {name: settings.splits * (settings.trials if name in SEARCHED_METHODS else 1) for name in methods}

@@ -50,8 +50,11 @@ def models_table(summary: dict) -> RichTable:
         table.add_column(column, justify="right", no_wrap=True)
     for model in summary["models"]:
         table.add_row(
-            model["model"], f"${model['mean_cost_usd']:.4g}", f"{model['quality']:.4f}",
-            f"{model['test_quality_median']:.4f}", _fmt(model["auroc"], ".3f"),
+            model["model"],
+            f"${model['mean_cost_usd']:.4g}",
+            f"{model['quality']:.4f}",
+            f"{model['test_quality_median']:.4f}",
+            _fmt(model["auroc"], ".3f"),
         )
     return table
 
@@ -77,8 +80,15 @@ def write_report_page(
 ) -> Path:
     """The self-contained HTML page: protocol, method table, plots, models, pair diagnostics."""
     method_rows = [
-        [data["label"], data["normalized_gain"], data["cr90_percent"], data["quality_at_mid_budget"],
-         data["quality_at_max_budget"], data["test_overrun_p90"], data["skipped"] or ""]
+        [
+            data["label"],
+            data["normalized_gain"],
+            data["cr90_percent"],
+            data["quality_at_mid_budget"],
+            data["quality_at_max_budget"],
+            data["test_overrun_p90"],
+            data["skipped"] or "",
+        ]
         for data in summary["methods"].values()
     ]
     model_rows = [
@@ -86,41 +96,75 @@ def write_report_page(
         for m in summary["models"]
     ]
     pair_rows = [
-        [f"{p['low']} → {p['high']}", p["dominance_fraction"], p["decreasing_fraction"],
-         "constant cost" if p["spearman_score_cost"] is None else p["spearman_score_cost"]]
+        [
+            f"{p['low']} → {p['high']}",
+            p["dominance_fraction"],
+            p["decreasing_fraction"],
+            "constant cost" if p["spearman_score_cost"] is None else p["spearman_score_cost"],
+        ]
         for p in summary["pairs"]
     ]
     low, best = summary["endpoints"]["low"], summary["endpoints"]["best"]
     settings = result.settings
     sections = [
-        Section("Protocol", [
-            PROTOCOL,
-            f"{result.n_queries:,} queries, {len(result.models)} models; {settings.splits} splits with "
-            f"test fraction {settings.test_fraction:g} ({result.n_test:,} test rows), seed "
-            f"{settings.seed}, {settings.trials} search trials per split and searched method.",
-            f"Endpoints of the normalized gain: {low['model']} (${low['cost_usd']:.4g}, "
-            f"{low['quality']:.4f}) and {best['model']} (${best['cost_usd']:.4g}, {best['quality']:.4f}).",
-            *([Preformatted(summary["command"])] if summary.get("command") else []),
-            *[f"Note: {note}" for note in result.notes],
-        ]),
-        Section("Methods", [
-            Table(["method", "normalized gain", "CR@90 %", "quality @ mid budget", "quality @ max budget",
-                   "test overrun p90", "note"], method_rows,
-                  caption="Medians over splits of held-out quality; "
-                          "overrun = (test cost - budget) / budget."),
-            Figure(comparison_png, "Median held-out quality per budget, 10th-90th percentile bands; "
-                   "points: single models (median test quality, 10th-90th bars)."),
-        ]),
-        Section("Models", [Table(["model", "cost / query (USD)", "quality", "test quality (median)",
-                                  "AUROC of score"], model_rows)]),
-        Section("Escalation benefit", [
-            "m_H(s) - m_L(s): mean quality gained by escalating queries whose cheap-model score is s "
-            "(equal-count score bins, median over the test halves, 10th-90th band). Dominance: share of "
-            "bins with positive benefit. Decreasing: share of steps where the benefit does not increase "
-            "(the condition for a concave pair frontier). Spearman(s_L, C_H) checks that the expensive "
-            "model's cost does not depend on the cheap model's score.",
-            Table(["pair", "dominance", "decreasing", "Spearman(s_L, C_H)"], pair_rows),
-            Figure(benefit_png, "Escalation benefit per pool pair."),
-        ]),
+        Section(
+            "Protocol",
+            [
+                PROTOCOL,
+                f"{result.n_queries:,} queries, {len(result.models)} models; {settings.splits} splits with "
+                f"test fraction {settings.test_fraction:g} ({result.n_test:,} test rows), seed "
+                f"{settings.seed}, {settings.trials} search trials per split and searched method.",
+                f"Endpoints of the normalized gain: {low['model']} (${low['cost_usd']:.4g}, "
+                f"{low['quality']:.4f}) and {best['model']} "
+                f"(${best['cost_usd']:.4g}, {best['quality']:.4f}).",
+                *([Preformatted(summary["command"])] if summary.get("command") else []),
+                *[f"Note: {note}" for note in result.notes],
+            ],
+        ),
+        Section(
+            "Methods",
+            [
+                Table(
+                    [
+                        "method",
+                        "normalized gain",
+                        "CR@90 %",
+                        "quality @ mid budget",
+                        "quality @ max budget",
+                        "test overrun p90",
+                        "note",
+                    ],
+                    method_rows,
+                    caption="Medians over splits of held-out quality; "
+                    "overrun = (test cost - budget) / budget.",
+                ),
+                Figure(
+                    comparison_png,
+                    "Median held-out quality per budget, 10th-90th percentile bands; "
+                    "points: single models (median test quality, 10th-90th bars).",
+                ),
+            ],
+        ),
+        Section(
+            "Models",
+            [
+                Table(
+                    ["model", "cost / query (USD)", "quality", "test quality (median)", "AUROC of score"],
+                    model_rows,
+                )
+            ],
+        ),
+        Section(
+            "Escalation benefit",
+            [
+                "m_H(s) - m_L(s): mean quality gained by escalating queries whose cheap-model score is s "
+                "(equal-count score bins, median over the test halves, 10th-90th band). Dominance: share of "
+                "bins with positive benefit. Decreasing: share of steps where the benefit does not increase "
+                "(the condition for a concave pair frontier). Spearman(s_L, C_H) checks that the expensive "
+                "model's cost does not depend on the cheap model's score.",
+                Table(["pair", "dominance", "decreasing", "Spearman(s_L, C_H)"], pair_rows),
+                Figure(benefit_png, "Escalation benefit per pool pair."),
+            ],
+        ),
     ]
     return write_html_report(path, "Held-out evaluation of LLM cascades", sections, subtitle=summary["runs"])

@@ -43,8 +43,12 @@ def route_outcomes(
         if len(columns) == 2:
             low, high = columns
             curve = pair_metrics_at(
-                matrix.score[rows, low], matrix.cost[rows, low], matrix.quality[rows, low],
-                matrix.cost[rows, high], matrix.quality[rows, high], thresholds[:, 0],
+                matrix.score[rows, low],
+                matrix.cost[rows, low],
+                matrix.quality[rows, low],
+                matrix.cost[rows, high],
+                matrix.quality[rows, high],
+                thresholds[:, 0],
             )
             cost[indices], quality[indices] = curve.cost, curve.quality
             continue

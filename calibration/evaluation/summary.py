@@ -57,7 +57,9 @@ def summary_document(result: EvaluationResult, *, source: str, command: str | No
         "n_queries": result.n_queries,
         "n_test_rows": result.n_test,
         "grid_usd": {
-            "min": float(result.grid[0]), "max": float(result.grid[-1]), "points": int(result.grid.size)
+            "min": float(result.grid[0]),
+            "max": float(result.grid[-1]),
+            "points": int(result.grid.size),
         },
         "endpoints": {"low": _model_point(result, result.low), "best": _model_point(result, result.best)},
         "models": [

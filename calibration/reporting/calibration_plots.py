@@ -35,21 +35,36 @@ def envelope_figure(
         axes.plot(curve.cost, curve.quality, color="0.75", linewidth=0.7, zorder=1)
     axes.plot([], [], color="0.75", linewidth=0.7, label=f"pair frontiers ({len(envelope.pairs)})")
     axes.step(
-        envelope.cost, envelope.quality, where="post", color="C0", linewidth=2.4, zorder=3,
+        envelope.cost,
+        envelope.quality,
+        where="post",
+        color="C0",
+        linewidth=2.4,
+        zorder=3,
         label="envelope (best deterministic route)",
     )
     hull = envelope.hull
     # Mixtures are straight chords in linear cost; sample them densely so the log axis shows them right.
     grid = np.union1d(np.geomspace(envelope.cost[0], envelope.cost[-1], 400), envelope.cost[hull])
     axes.plot(
-        grid, np.interp(grid, envelope.cost[hull], envelope.quality[hull]), linestyle="--", color="C1",
-        linewidth=1.4, zorder=4, label="concave hull (randomized mixtures)",
+        grid,
+        np.interp(grid, envelope.cost[hull], envelope.quality[hull]),
+        linestyle="--",
+        color="C1",
+        linewidth=1.4,
+        zorder=4,
+        label="concave hull (randomized mixtures)",
     )
     switching = np.asarray(envelope.switching_points, dtype=int)
     if switching.size:
         axes.scatter(
-            envelope.cost[switching], envelope.quality[switching], marker="D", s=36, color="C3",
-            zorder=5, label="switching points",
+            envelope.cost[switching],
+            envelope.quality[switching],
+            marker="D",
+            s=36,
+            color="C3",
+            zorder=5,
+            label="switching points",
         )
     pool = set(envelope.pool)
     singles = list(zip(envelope.model_names, envelope.model_cost, envelope.model_quality, strict=True))

@@ -78,8 +78,15 @@ def calibration_sections(
         "Tiers",
         [
             Table(
-                ["tier", "objective", "route(s)", "exp. cost (USD)", "exp. quality", "escalation rate",
-                 "shadow price (quality/USD)"],
+                [
+                    "tier",
+                    "objective",
+                    "route(s)",
+                    "exp. cost (USD)",
+                    "exp. quality",
+                    "escalation rate",
+                    "shadow price (quality/USD)",
+                ],
                 tier_rows,
                 caption="Expected values on the calibration queries; shadow price = slope of the concave "
                 "hull at the tier's cost.",
@@ -103,8 +110,12 @@ def calibration_sections(
             Table(
                 ["cost (USD)", "quality", "from", "to"],
                 [
-                    [float(envelope.cost[i]), float(envelope.quality[i]), envelope.route_label(i - 1),
-                     envelope.route_label(i)]
+                    [
+                        float(envelope.cost[i]),
+                        float(envelope.quality[i]),
+                        envelope.route_label(i - 1),
+                        envelope.route_label(i),
+                    ]
                     for i in envelope.switching_points
                 ],
             )
@@ -116,8 +127,12 @@ def calibration_sections(
             Table(
                 ["cost (USD)", "quality", "escalation rate", "route"],
                 [
-                    [float(envelope.cost[i]), float(envelope.quality[i]), float(envelope.escalation_rate[i]),
-                     envelope.route_label(int(i))]
+                    [
+                        float(envelope.cost[i]),
+                        float(envelope.quality[i]),
+                        float(envelope.escalation_rate[i]),
+                        envelope.route_label(int(i)),
+                    ]
                     for i in envelope.hull
                 ],
             )
@@ -149,7 +164,13 @@ def write_calibration_report(
     title = f"Envelope of {Path(matrix.source).name}" + filters_suffix(filters)
     plots = write_calibration_plots(directory, envelope, tiers, title=title)
     sections = calibration_sections(
-        matrix, envelope, tiers, default_tier, plots,
-        policy_id=policy_id, filters=filters, randomize=randomize,
+        matrix,
+        envelope,
+        tiers,
+        default_tier,
+        plots,
+        policy_id=policy_id,
+        filters=filters,
+        randomize=randomize,
     )
     return write_html_report(directory / REPORT_PAGE, "Cascade calibration", sections, subtitle=matrix.source)

@@ -51,8 +51,15 @@ def heldout_comparison_figure(result: EvaluationResult, filters: str = "") -> Fi
     test = result.single_test_quality
     q10, q50, q90 = np.percentile(test, [10, 50, 90], axis=0)
     axes.errorbar(
-        result.model_cost, q50, yerr=[q50 - q10, q90 - q50], fmt="o", color="black", markersize=4,
-        capsize=2, linewidth=0.8, label="single models (test)",
+        result.model_cost,
+        q50,
+        yerr=[q50 - q10, q90 - q50],
+        fmt="o",
+        color="black",
+        markersize=4,
+        capsize=2,
+        linewidth=0.8,
+        label="single models (test)",
     )
     axes.axhline(0.9 * result.model_quality[result.best], color="#bbbbbb", linestyle=":", linewidth=1)
     axes.set_xscale("log")
@@ -94,9 +101,13 @@ def benefit_figure(result: EvaluationResult) -> Figure:
         axes.axhline(0.0, color="black", linewidth=0.6)
         axes.set_title(f"{pair.low} → {pair.high}", fontsize=8)
         axes.text(
-            0.98, 0.95,
+            0.98,
+            0.95,
             f"dom {curve.dominance_fraction:.2f}\ndec {curve.decreasing_fraction:.2f}",
-            transform=axes.transAxes, ha="right", va="top", fontsize=7,
+            transform=axes.transAxes,
+            ha="right",
+            va="top",
+            fontsize=7,
         )
         axes.tick_params(labelsize=7)
     shown = ""

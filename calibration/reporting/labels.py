@@ -58,9 +58,11 @@ def _inside(points: np.ndarray, box: tuple[float, float, float, float]) -> int:
     x0, y0, x1, y1 = box
     if points.shape[0] == 0:
         return 0
-    return int(np.count_nonzero(
-        (points[:, 0] >= x0) & (points[:, 0] <= x1) & (points[:, 1] >= y0) & (points[:, 1] <= y1)
-    ))
+    return int(
+        np.count_nonzero(
+            (points[:, 0] >= x0) & (points[:, 0] <= x1) & (points[:, 1] >= y0) & (points[:, 1] <= y1)
+        )
+    )
 
 
 def _overlap(a: tuple[float, float, float, float], b: tuple[float, float, float, float]) -> float:
@@ -95,8 +97,13 @@ def place_labels(
     annotations = []
     for label in labels:
         annotation = axes.annotate(
-            label.text, (label.x, label.y), textcoords="offset points", xytext=(0, 0),
-            ha="left", va="bottom", zorder=8,
+            label.text,
+            (label.x, label.y),
+            textcoords="offset points",
+            xytext=(0, 0),
+            ha="left",
+            va="bottom",
+            zorder=8,
             bbox={"boxstyle": "square,pad=0.1", "facecolor": "white", "edgecolor": "none", "alpha": 0.8},
             **label.style,
         )
@@ -106,8 +113,12 @@ def place_labels(
             offset = (dx - width if dx < 0 else dx, dy)
             annotation.xyann = offset
             extent = annotation.get_window_extent(renderer)
-            box = (extent.x0 - padding_px, extent.y0 - padding_px, extent.x1 + padding_px,
-                   extent.y1 + padding_px)
+            box = (
+                extent.x0 - padding_px,
+                extent.y0 - padding_px,
+                extent.x1 + padding_px,
+                extent.y1 + padding_px,
+            )
             outside = (
                 extent.x0 < frame.x0 or extent.x1 > frame.x1 or extent.y0 < frame.y0 or extent.y1 > frame.y1
             )

@@ -35,19 +35,34 @@ def _target(expr: str, legend: str, ref: str, **extra: Any) -> dict[str, Any]:
     return {"datasource": DATASOURCE, "expr": expr, "legendFormat": legend, "refId": ref, **extra}
 
 
-def _timeseries(title: str, description: str, targets: list[tuple[str, str]], unit: str,
-                *, stack: bool = False, max_value: float | None = None) -> dict[str, Any]:
+def _timeseries(
+    title: str,
+    description: str,
+    targets: list[tuple[str, str]],
+    unit: str,
+    *,
+    stack: bool = False,
+    max_value: float | None = None,
+) -> dict[str, Any]:
     defaults: dict[str, Any] = {
         "unit": unit,
-        "custom": {"drawStyle": "line", "lineWidth": 1, "fillOpacity": 10 if stack else 0,
-                   "stacking": {"mode": "normal" if stack else "none", "group": "A"},
-                   "showPoints": "never", "spanNulls": False},
+        "custom": {
+            "drawStyle": "line",
+            "lineWidth": 1,
+            "fillOpacity": 10 if stack else 0,
+            "stacking": {"mode": "normal" if stack else "none", "group": "A"},
+            "showPoints": "never",
+            "spanNulls": False,
+        },
     }
     if max_value is not None:
         defaults["max"] = max_value
         defaults["min"] = 0
     return {
-        "type": "timeseries", "title": title, "description": description, "datasource": DATASOURCE,
+        "type": "timeseries",
+        "title": title,
+        "description": description,
+        "datasource": DATASOURCE,
         "targets": [_target(expr, legend, chr(65 + i)) for i, (expr, legend) in enumerate(targets)],
         "fieldConfig": {"defaults": defaults, "overrides": []},
         "options": {
@@ -57,26 +72,51 @@ def _timeseries(title: str, description: str, targets: list[tuple[str, str]], un
     }
 
 
-def _stat(title: str, description: str, expr: str, legend: str, unit: str,
-          *, instant: bool = True, mappings: list[dict[str, Any]] | None = None,
-          thresholds: list[dict[str, Any]] | None = None, text_mode: str = "value") -> dict[str, Any]:
+def _stat(
+    title: str,
+    description: str,
+    expr: str,
+    legend: str,
+    unit: str,
+    *,
+    instant: bool = True,
+    mappings: list[dict[str, Any]] | None = None,
+    thresholds: list[dict[str, Any]] | None = None,
+    text_mode: str = "value",
+) -> dict[str, Any]:
     return {
-        "type": "stat", "title": title, "description": description, "datasource": DATASOURCE,
+        "type": "stat",
+        "title": title,
+        "description": description,
+        "datasource": DATASOURCE,
         "targets": [_target(expr, legend, "A", instant=instant)],
-        "fieldConfig": {"defaults": {
-            "unit": unit, "mappings": mappings or [],
-            "thresholds": {"mode": "absolute", "steps": thresholds or [{"color": "green", "value": None}]},
-        }, "overrides": []},
-        "options": {"reduceOptions": {"calcs": ["lastNotNull"], "fields": "", "values": False},
-                    "textMode": text_mode, "colorMode": "background", "graphMode": "none"},
+        "fieldConfig": {
+            "defaults": {
+                "unit": unit,
+                "mappings": mappings or [],
+                "thresholds": {
+                    "mode": "absolute",
+                    "steps": thresholds or [{"color": "green", "value": None}],
+                },
+            },
+            "overrides": [],
+        },
+        "options": {
+            "reduceOptions": {"calcs": ["lastNotNull"], "fields": "", "values": False},
+            "textMode": text_mode,
+            "colorMode": "background",
+            "graphMode": "none",
+        },
     }
 
 
 def _with_threshold_line(panel: dict[str, Any], value: float) -> dict[str, Any]:
     """Draw ``value`` as a red horizontal line on a time series panel (the alert's threshold)."""
     defaults = panel["fieldConfig"]["defaults"]
-    defaults["thresholds"] = {"mode": "absolute", "steps": [{"color": "green", "value": None},
-                                                          {"color": "red", "value": value}]}
+    defaults["thresholds"] = {
+        "mode": "absolute",
+        "steps": [{"color": "green", "value": None}, {"color": "red", "value": value}],
+    }
     defaults["custom"]["thresholdsStyle"] = {"mode": "line"}
     return panel
 
@@ -88,119 +128,247 @@ def _row(title: str) -> dict[str, Any]:
 def _quantiles(metric: str, by: str, selector: str, legend_prefix: str) -> list[tuple[str, str]]:
     group = f"{by}, le" if by else "le"
     return [
-        (f"histogram_quantile({q}, sum by ({group}) (rate({metric}_bucket{{{selector}}}[{RI}])))",
-         f"{legend_prefix}p{round(q * 100)}")
+        (
+            f"histogram_quantile({q}, sum by ({group}) (rate({metric}_bucket{{{selector}}}[{RI}])))",
+            f"{legend_prefix}p{round(q * 100)}",
+        )
         for q in (0.5, 0.9, 0.99)
     ]
 
 
 def panels() -> list[dict[str, Any]]:
     """The dashboard's panels, in reading order (layout is assigned by ``_layout``)."""
-    up_mapping = [{"type": "value", "options": {"0": {"text": "DOWN", "color": "red"},
-                                                "1": {"text": "UP", "color": "green"}}}]
+    up_mapping = [
+        {
+            "type": "value",
+            "options": {"0": {"text": "DOWN", "color": "red"}, "1": {"text": "UP", "color": "green"}},
+        }
+    ]
     return [
         _row("Overview"),
-        _stat("Serving policy", "policy_id served by each replica (cascade_policy_info). After "
-              "`cascade policy push` every replica should show the new id within seconds.",
-              f"max by (instance, policy_id) (cascade_policy_info{{{SEL}}})", "{{instance}}: {{policy_id}}",
-              "none", text_mode="name"),
-        _stat("Redis", "cascade_redis_up per replica (1 = the last Redis check answered).",
-              f"cascade_redis_up{{{SEL}}}", "{{instance}}", "none", mappings=up_mapping,
-              thresholds=[{"color": "red", "value": None}, {"color": "green", "value": 1}]),
-        _stat("Policy reload failures (1h)", "Policy loads rejected as corrupt or invalid; the "
-              "replica keeps its last good policy.",
-              f"sum(increase(cascade_policy_reload_failures_total{{{SEL}}}[1h]))", "failures", "none",
-              thresholds=[{"color": "green", "value": None}, {"color": "orange", "value": 1}]),
-        _stat("Budget rejections (1h)", "Requests refused with 429 because a client key reached its "
-              "spend limit.", f"sum(increase(cascade_budget_rejections_total{{{SEL}}}[1h]))", "rejections",
-              "none", thresholds=[{"color": "green", "value": None}, {"color": "orange", "value": 1}]),
-        _stat("Spend rate", "Upstream spend of the whole fleet, USD per hour (last hour).",
-              f"sum(rate(cascade_cost_usd_total{{{SEL}}}[1h])) * 3600", "USD/h", "currencyUSD"),
+        _stat(
+            "Serving policy",
+            "policy_id served by each replica (cascade_policy_info). After "
+            "`cascade policy push` every replica should show the new id within seconds.",
+            f"max by (instance, policy_id) (cascade_policy_info{{{SEL}}})",
+            "{{instance}}: {{policy_id}}",
+            "none",
+            text_mode="name",
+        ),
+        _stat(
+            "Redis",
+            "cascade_redis_up per replica (1 = the last Redis check answered).",
+            f"cascade_redis_up{{{SEL}}}",
+            "{{instance}}",
+            "none",
+            mappings=up_mapping,
+            thresholds=[{"color": "red", "value": None}, {"color": "green", "value": 1}],
+        ),
+        _stat(
+            "Policy reload failures (1h)",
+            "Policy loads rejected as corrupt or invalid; the replica keeps its last good policy.",
+            f"sum(increase(cascade_policy_reload_failures_total{{{SEL}}}[1h]))",
+            "failures",
+            "none",
+            thresholds=[{"color": "green", "value": None}, {"color": "orange", "value": 1}],
+        ),
+        _stat(
+            "Budget rejections (1h)",
+            "Requests refused with 429 because a client key reached its spend limit.",
+            f"sum(increase(cascade_budget_rejections_total{{{SEL}}}[1h]))",
+            "rejections",
+            "none",
+            thresholds=[{"color": "green", "value": None}, {"color": "orange", "value": 1}],
+        ),
+        _stat(
+            "Spend rate",
+            "Upstream spend of the whole fleet, USD per hour (last hour).",
+            f"sum(rate(cascade_cost_usd_total{{{SEL}}}[1h])) * 3600",
+            "USD/h",
+            "currencyUSD",
+        ),
         _row("Traffic and escalation"),
-        _timeseries("Request rate by tier and outcome", "cascade_requests_total: accepted (cheap answer "
-                    "kept), escalated, direct (single-model route), passthrough (a configured model by "
-                    "name), error.",
-                    [(f"sum by (tier, outcome) (rate(cascade_requests_total{{{TIER_SEL}}}[{RI}]))",
-                      "{{tier}} {{outcome}}")], "reqps", stack=True),
-        _timeseries("Escalation rate: observed vs expected", "Observed share of served requests that "
-                    "escalated, per tier, against the policy's calibrated expectation "
-                    "(cascade_expected_escalation_rate, dashed). A lasting gap is drift: see the "
-                    "CascadeEscalationRateDrift alert.",
-                    [(OBSERVED_ESCALATION, "{{tier}} observed"), (EXPECTED_ESCALATION, "{{tier}} expected")],
-                    "percentunit", max_value=1),
-        _timeseries("Escalation drift (observed - expected)", "Positive: more escalations (higher "
-                    "cost) than calibrated; negative: fewer (lower quality) than calibrated.",
-                    [(f"({OBSERVED_ESCALATION}) - on (tier) {EXPECTED_ESCALATION}", "{{tier}}")],
-                    "percentunit"),
-        _with_threshold_line(_timeseries(
-            "Score drift (PSI) by tier and model", "Population Stability Index of each scored "
-            "model's live confidence scores in a tier (the gateway's sliding window) against the "
-            "calibration's distribution recorded in the policy (cascade_score_drift_psi; highest "
-            "replica). Under 0.1 stable, over 0.25 (red line) a significant shift: see the "
-            "CascadeScoreDrift alert. Gaps: fewer scores than drift.min_samples in the window.",
-            [(f"max by (tier, model) (cascade_score_drift_psi{{{TIER_SEL}}})", "{{tier}} / {{model}}")],
-            "none"), 0.25),
-        _timeseries("Escalations by model pair", "cascade_escalations_total per tier and "
-                    "(from_model -> to_model).",
-                    [("sum by (tier, from_model, to_model) "
-                      f"(rate(cascade_escalations_total{{{TIER_SEL}}}[{RI}]))",
-                      "{{tier}}: {{from_model}} -> {{to_model}}")], "reqps"),
-        _timeseries("Score drift window samples", "Live confidence scores in each replica's drift "
-                    "window per tier and model (cascade_score_drift_samples, all replicas); PSI is "
-                    "reported from drift.min_samples on.",
-                    [(f"sum by (tier, model) (cascade_score_drift_samples{{{TIER_SEL}}})",
-                      "{{tier}} / {{model}}")], "short"),
+        _timeseries(
+            "Request rate by tier and outcome",
+            "cascade_requests_total: accepted (cheap answer "
+            "kept), escalated, direct (single-model route), passthrough (a configured model by "
+            "name), error.",
+            [
+                (
+                    f"sum by (tier, outcome) (rate(cascade_requests_total{{{TIER_SEL}}}[{RI}]))",
+                    "{{tier}} {{outcome}}",
+                )
+            ],
+            "reqps",
+            stack=True,
+        ),
+        _timeseries(
+            "Escalation rate: observed vs expected",
+            "Observed share of served requests that "
+            "escalated, per tier, against the policy's calibrated expectation "
+            "(cascade_expected_escalation_rate, dashed). A lasting gap is drift: see the "
+            "CascadeEscalationRateDrift alert.",
+            [(OBSERVED_ESCALATION, "{{tier}} observed"), (EXPECTED_ESCALATION, "{{tier}} expected")],
+            "percentunit",
+            max_value=1,
+        ),
+        _timeseries(
+            "Escalation drift (observed - expected)",
+            "Positive: more escalations (higher "
+            "cost) than calibrated; negative: fewer (lower quality) than calibrated.",
+            [(f"({OBSERVED_ESCALATION}) - on (tier) {EXPECTED_ESCALATION}", "{{tier}}")],
+            "percentunit",
+        ),
+        _with_threshold_line(
+            _timeseries(
+                "Score drift (PSI) by tier and model",
+                "Population Stability Index of each scored "
+                "model's live confidence scores in a tier (the gateway's sliding window) against the "
+                "calibration's distribution recorded in the policy (cascade_score_drift_psi; highest "
+                "replica). Under 0.1 stable, over 0.25 (red line) a significant shift: see the "
+                "CascadeScoreDrift alert. Gaps: fewer scores than drift.min_samples in the window.",
+                [(f"max by (tier, model) (cascade_score_drift_psi{{{TIER_SEL}}})", "{{tier}} / {{model}}")],
+                "none",
+            ),
+            0.25,
+        ),
+        _timeseries(
+            "Escalations by model pair",
+            "cascade_escalations_total per tier and (from_model -> to_model).",
+            [
+                (
+                    "sum by (tier, from_model, to_model) "
+                    f"(rate(cascade_escalations_total{{{TIER_SEL}}}[{RI}]))",
+                    "{{tier}}: {{from_model}} -> {{to_model}}",
+                )
+            ],
+            "reqps",
+        ),
+        _timeseries(
+            "Score drift window samples",
+            "Live confidence scores in each replica's drift "
+            "window per tier and model (cascade_score_drift_samples, all replicas); PSI is "
+            "reported from drift.min_samples on.",
+            [(f"sum by (tier, model) (cascade_score_drift_samples{{{TIER_SEL}}})", "{{tier}} / {{model}}")],
+            "short",
+        ),
         _row("Cost"),
-        _timeseries("Cost per request by tier", "Upstream spend per served request (all calls of a "
-                    "request: the cheap call plus the escalation), USD.",
-                    [(f"sum by (tier) (rate(cascade_cost_usd_total{{{TIER_SEL}}}[{RI}]))"
-                      " / sum by (tier) "
-                      f'(rate(cascade_requests_total{{{TIER_SEL}, outcome!="error"}}[{RI}]))',
-                      "{{tier}}")], "currencyUSD"),
-        _timeseries("Spend rate by tier and model", "USD per hour, stacked.",
-                    [(f"sum by (tier, model) (rate(cascade_cost_usd_total{{{TIER_SEL}}}[{RI}])) * 3600",
-                      "{{tier}} / {{model}}")], "currencyUSD", stack=True),
-        _timeseries("Tokens by model", "cascade_tokens_total per model and kind (prompt | completion).",
-                    [(f"sum by (model, kind) (rate(cascade_tokens_total{{{SEL}}}[{RI}]))",
-                      "{{model}} {{kind}}")], "short", stack=True),
+        _timeseries(
+            "Cost per request by tier",
+            "Upstream spend per served request (all calls of a "
+            "request: the cheap call plus the escalation), USD.",
+            [
+                (
+                    f"sum by (tier) (rate(cascade_cost_usd_total{{{TIER_SEL}}}[{RI}]))"
+                    " / sum by (tier) "
+                    f'(rate(cascade_requests_total{{{TIER_SEL}, outcome!="error"}}[{RI}]))',
+                    "{{tier}}",
+                )
+            ],
+            "currencyUSD",
+        ),
+        _timeseries(
+            "Spend rate by tier and model",
+            "USD per hour, stacked.",
+            [
+                (
+                    f"sum by (tier, model) (rate(cascade_cost_usd_total{{{TIER_SEL}}}[{RI}])) * 3600",
+                    "{{tier}} / {{model}}",
+                )
+            ],
+            "currencyUSD",
+            stack=True,
+        ),
+        _timeseries(
+            "Tokens by model",
+            "cascade_tokens_total per model and kind (prompt | completion).",
+            [(f"sum by (model, kind) (rate(cascade_tokens_total{{{SEL}}}[{RI}]))", "{{model}} {{kind}}")],
+            "short",
+            stack=True,
+        ),
         _row("Confidence"),
         {
-            "type": "heatmap", "title": "Confidence score distribution",
+            "type": "heatmap",
+            "title": "Confidence score distribution",
             "description": "cascade_confidence_score buckets over time (all tiers and models selected). "
-                           "Mass moving across the tier thresholds changes the escalation rate.",
+            "Mass moving across the tier thresholds changes the escalation rate.",
             "datasource": DATASOURCE,
-            "targets": [_target(
-                f"sum by (le) (increase(cascade_confidence_score_bucket{{{TIER_SEL}}}[{RI}]))",
-                "{{le}}", "A", format="heatmap")],
+            "targets": [
+                _target(
+                    f"sum by (le) (increase(cascade_confidence_score_bucket{{{TIER_SEL}}}[{RI}]))",
+                    "{{le}}",
+                    "A",
+                    format="heatmap",
+                )
+            ],
             "fieldConfig": {"defaults": {}, "overrides": []},
-            "options": {"calculate": False, "yAxis": {"axisPlacement": "left"},
-                        "cellGap": 1, "color": {"mode": "scheme", "scheme": "Oranges", "steps": 64},
-                        "rowsFrame": {"layout": "auto"}, "tooltip": {"show": True, "yHistogram": True}},
+            "options": {
+                "calculate": False,
+                "yAxis": {"axisPlacement": "left"},
+                "cellGap": 1,
+                "color": {"mode": "scheme", "scheme": "Oranges", "steps": 64},
+                "rowsFrame": {"layout": "auto"},
+                "tooltip": {"show": True, "yHistogram": True},
+            },
         },
-        _timeseries("Confidence score quantiles by tier and model", "p10 / p50 / p90 of the scores the "
-                    "gateway computed.",
-                    [(f"histogram_quantile({q}, sum by (tier, model, le) "
-                      f"(rate(cascade_confidence_score_bucket{{{TIER_SEL}}}[{RI}])))",
-                      f"{{{{tier}}}} {{{{model}}}} p{round(q * 100)}") for q in (0.1, 0.5, 0.9)],
-                    "none"),
+        _timeseries(
+            "Confidence score quantiles by tier and model",
+            "p10 / p50 / p90 of the scores the gateway computed.",
+            [
+                (
+                    f"histogram_quantile({q}, sum by (tier, model, le) "
+                    f"(rate(cascade_confidence_score_bucket{{{TIER_SEL}}}[{RI}])))",
+                    f"{{{{tier}}}} {{{{model}}}} p{round(q * 100)}",
+                )
+                for q in (0.1, 0.5, 0.9)
+            ],
+            "none",
+        ),
         _row("Latency and upstreams"),
-        _timeseries("Gateway overhead quantiles", "Time the gateway itself spends per request, "
-                    "upstream calls excluded (cascade_overhead_seconds).",
-                    _quantiles("cascade_overhead_seconds", "", SEL, ""), "s"),
-        _timeseries("Request duration by tier", "Whole request, client's view "
-                    "(cascade_request_duration_seconds).",
-                    _quantiles("cascade_request_duration_seconds", "tier", TIER_SEL, "{{tier}} "), "s"),
-        _timeseries("Upstream latency by model", "One upstream call attempt "
-                    "(cascade_upstream_duration_seconds).",
-                    _quantiles("cascade_upstream_duration_seconds", "model", SEL, "{{model}} "), "s"),
-        _timeseries("Upstream error rate by model", "Share of upstream call attempts that did not "
-                    "return 2xx (4xx, 429, 5xx, timeout, connection error, malformed body).",
-                    [(f'sum by (model) (rate(cascade_upstream_requests_total{{{SEL}, status!~"2.."}}[{RI}]))'
-                      f" / sum by (model) (rate(cascade_upstream_requests_total{{{SEL}}}[{RI}]))",
-                      "{{model}}")], "percentunit", max_value=1),
-        _timeseries("Upstream calls by model and status", "cascade_upstream_requests_total.",
-                    [(f"sum by (model, status) (rate(cascade_upstream_requests_total{{{SEL}}}[{RI}]))",
-                      "{{model}} {{status}}")], "reqps", stack=True),
+        _timeseries(
+            "Gateway overhead quantiles",
+            "Time the gateway itself spends per request, upstream calls excluded (cascade_overhead_seconds).",
+            _quantiles("cascade_overhead_seconds", "", SEL, ""),
+            "s",
+        ),
+        _timeseries(
+            "Request duration by tier",
+            "Whole request, client's view (cascade_request_duration_seconds).",
+            _quantiles("cascade_request_duration_seconds", "tier", TIER_SEL, "{{tier}} "),
+            "s",
+        ),
+        _timeseries(
+            "Upstream latency by model",
+            "One upstream call attempt (cascade_upstream_duration_seconds).",
+            _quantiles("cascade_upstream_duration_seconds", "model", SEL, "{{model}} "),
+            "s",
+        ),
+        _timeseries(
+            "Upstream error rate by model",
+            "Share of upstream call attempts that did not "
+            "return 2xx (4xx, 429, 5xx, timeout, connection error, malformed body).",
+            [
+                (
+                    f'sum by (model) (rate(cascade_upstream_requests_total{{{SEL}, status!~"2.."}}[{RI}]))'
+                    f" / sum by (model) (rate(cascade_upstream_requests_total{{{SEL}}}[{RI}]))",
+                    "{{model}}",
+                )
+            ],
+            "percentunit",
+            max_value=1,
+        ),
+        _timeseries(
+            "Upstream calls by model and status",
+            "cascade_upstream_requests_total.",
+            [
+                (
+                    f"sum by (model, status) (rate(cascade_upstream_requests_total{{{SEL}}}[{RI}]))",
+                    "{{model}} {{status}}",
+                )
+            ],
+            "reqps",
+            stack=True,
+        ),
     ]
 
 
@@ -228,10 +396,18 @@ def _layout(items: list[dict[str, Any]]) -> list[dict[str, Any]]:
 
 def _query_variable(name: str, label: str, query: str) -> dict[str, Any]:
     return {
-        "name": name, "label": label, "type": "query", "datasource": DATASOURCE,
-        "query": {"query": query, "refId": f"var-{name}"}, "definition": query,
-        "refresh": 2, "includeAll": True, "multi": True, "allValue": ".*",
-        "current": {"selected": True, "text": ["All"], "value": ["$__all"]}, "sort": 1,
+        "name": name,
+        "label": label,
+        "type": "query",
+        "datasource": DATASOURCE,
+        "query": {"query": query, "refId": f"var-{name}"},
+        "definition": query,
+        "refresh": 2,
+        "includeAll": True,
+        "multi": True,
+        "allValue": ".*",
+        "current": {"selected": True, "text": ["All"], "value": ["$__all"]},
+        "sort": 1,
     }
 
 
@@ -249,21 +425,38 @@ def dashboard() -> dict[str, Any]:
         "graphTooltip": 1,
         "refresh": "30s",
         "time": {"from": "now-3h", "to": "now"},
-        "templating": {"list": [
-            {"name": "datasource", "label": "Data source", "type": "datasource", "query": "prometheus",
-             "current": {"text": "Prometheus", "value": "prometheus"}, "hide": 0},
-            _query_variable("job", "Job", "label_values(cascade_requests_total, job)"),
-            _query_variable("instance", "Replica",
-                            'label_values(cascade_requests_total{job=~"$job"}, instance)'),
-            _query_variable("tier", "Tier", 'label_values(cascade_requests_total{job=~"$job"}, tier)'),
-        ]},
-        "annotations": {"list": [{
-            "name": "Policy changes", "enable": True, "iconColor": "purple", "datasource": DATASOURCE,
-            # A policy_id that is served now but was not a minute ago: a push or reload took effect.
-            "expr": f"max by (policy_id) (cascade_policy_info{{{SEL}}})"
+        "templating": {
+            "list": [
+                {
+                    "name": "datasource",
+                    "label": "Data source",
+                    "type": "datasource",
+                    "query": "prometheus",
+                    "current": {"text": "Prometheus", "value": "prometheus"},
+                    "hide": 0,
+                },
+                _query_variable("job", "Job", "label_values(cascade_requests_total, job)"),
+                _query_variable(
+                    "instance", "Replica", 'label_values(cascade_requests_total{job=~"$job"}, instance)'
+                ),
+                _query_variable("tier", "Tier", 'label_values(cascade_requests_total{job=~"$job"}, tier)'),
+            ]
+        },
+        "annotations": {
+            "list": [
+                {
+                    "name": "Policy changes",
+                    "enable": True,
+                    "iconColor": "purple",
+                    "datasource": DATASOURCE,
+                    # A policy_id that is served now but was not a minute ago: a push or reload took effect.
+                    "expr": f"max by (policy_id) (cascade_policy_info{{{SEL}}})"
                     f" unless max by (policy_id) (cascade_policy_info{{{SEL}}} offset 1m)",
-            "titleFormat": "policy {{policy_id}}", "step": "30s",
-        }]},
+                    "titleFormat": "policy {{policy_id}}",
+                    "step": "30s",
+                }
+            ]
+        },
         "panels": _layout(panels()),
     }
 

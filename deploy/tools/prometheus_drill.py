@@ -127,8 +127,13 @@ def _variant_policy(source: Path, target: Path) -> str:
 
 
 def _push(policy: Path, env: dict[str, str]) -> str:
-    result = subprocess.run([_cascade_bin(), "policy", "push", str(policy), "--redis", REDIS_URL],
-                            capture_output=True, text=True, env=env, timeout=60)
+    result = subprocess.run(
+        [_cascade_bin(), "policy", "push", str(policy), "--redis", REDIS_URL],
+        capture_output=True,
+        text=True,
+        env=env,
+        timeout=60,
+    )
     if result.returncode != 0:
         raise DrillError(f"cascade policy push failed: {result.stderr.strip()}")
     return result.stdout.strip()
@@ -192,11 +197,15 @@ def _prometheus_config(path: Path, targets: list[str]) -> None:
         group["interval"] = "1s"
     rules_path = path.parent / RULES.name
     rules_path.write_text(yaml.safe_dump(rules, sort_keys=False))
-    path.write_text(yaml.safe_dump({
-        "global": {"scrape_interval": "1s", "evaluation_interval": "1s"},
-        "rule_files": [str(rules_path)],
-        "scrape_configs": [{"job_name": "cascade-gateway", "static_configs": [{"targets": targets}]}],
-    }))
+    path.write_text(
+        yaml.safe_dump(
+            {
+                "global": {"scrape_interval": "1s", "evaluation_interval": "1s"},
+                "rule_files": [str(rules_path)],
+                "scrape_configs": [{"job_name": "cascade-gateway", "static_configs": [{"targets": targets}]}],
+            }
+        )
+    )
 
 
 JOB = '{job="cascade-gateway"}'
@@ -236,8 +245,20 @@ class Drill:
         ports = [_free_port(), _free_port()]
         self.gateways = [f"http://127.0.0.1:{p}" for p in ports]
         for index, port in enumerate(ports):
-            self.procs.start(f"gateway{index}", [_cascade_bin(), "serve", "--config", str(config_path),
-                                                 "--host", "127.0.0.1", "--port", str(port)], self.env)
+            self.procs.start(
+                f"gateway{index}",
+                [
+                    _cascade_bin(),
+                    "serve",
+                    "--config",
+                    str(config_path),
+                    "--host",
+                    "127.0.0.1",
+                    "--port",
+                    str(port),
+                ],
+                self.env,
+            )
         for index, url in enumerate(self.gateways):
             try:
                 _wait_http(f"{url}/readyz", 30)
@@ -255,8 +276,16 @@ class Drill:
             return f"{url}/v1"
         if self._scripted_port is None:
             self._scripted_port = _free_port()
-            self.procs.start("upstream", [sys.executable, str(DEPLOY / "tools" / "scripted_upstream.py"),
-                                          "--port", str(self._scripted_port)], self.env)
+            self.procs.start(
+                "upstream",
+                [
+                    sys.executable,
+                    str(DEPLOY / "tools" / "scripted_upstream.py"),
+                    "--port",
+                    str(self._scripted_port),
+                ],
+                self.env,
+            )
             _wait_http(f"http://127.0.0.1:{self._scripted_port}/health", 20)
         return f"http://127.0.0.1:{self._scripted_port}/v1"
 
@@ -265,10 +294,17 @@ class Drill:
         port = _free_port()
         config = self.work / "prometheus.yml"
         _prometheus_config(config, [url.removeprefix("http://") for url in self.gateways])
-        self.procs.start("prometheus", [binary, f"--config.file={config}",
-                                        f"--storage.tsdb.path={self.work / 'tsdb'}",
-                                        f"--web.listen-address=127.0.0.1:{port}", "--log.level=warn"],
-                         self.env)
+        self.procs.start(
+            "prometheus",
+            [
+                binary,
+                f"--config.file={config}",
+                f"--storage.tsdb.path={self.work / 'tsdb'}",
+                f"--web.listen-address=127.0.0.1:{port}",
+                "--log.level=warn",
+            ],
+            self.env,
+        )
         api = PrometheusAPI(f"http://127.0.0.1:{port}")
         _wait_http(f"{api.url}/-/ready", 30)
         up = f"up{JOB} == 1"
@@ -294,8 +330,10 @@ class Drill:
         self.report["requests_per_instance"] = {"after_first_half": first, "after_second_half": second}
         if len(second) != 2 or not all(second[i] > first.get(i, 0) for i in second):
             raise DrillError(f"counters did not move on both replicas: {first} -> {second}")
-        self.log(f"load: {requests} requests (concurrency {concurrency}) in {self.report['load_seconds']}s, "
-                 f"HTTP statuses per phase {statuses}")
+        self.log(
+            f"load: {requests} requests (concurrency {concurrency}) in {self.report['load_seconds']}s, "
+            f"HTTP statuses per phase {statuses}"
+        )
         self.log(f"{SERVED}: {first} -> {second}")
 
         # Recording rules need two evaluations after the scrapes of the load.
@@ -306,7 +344,9 @@ class Drill:
             "escalation_rate_expected": ("cascade:expected_escalation_rate:max", "tier"),
             "upstream_error_ratio": ("cascade:upstream_error_ratio:rate5m", "model"),
             "overhead_p50_seconds": (
-                f"histogram_quantile(0.5, sum by (le) (rate(cascade_overhead_seconds_bucket{JOB}[5m])))", ""),
+                f"histogram_quantile(0.5, sum by (le) (rate(cascade_overhead_seconds_bucket{JOB}[5m])))",
+                "",
+            ),
             "overhead_p99_seconds": ("cascade:overhead_seconds:p99_5m", ""),
             # The example policy's score bins are placeholders, not the scripted upstream's scores.
             "score_drift_samples": (f"sum by (tier) (cascade_score_drift_samples{JOB})", "tier"),
@@ -342,10 +382,12 @@ class Drill:
             raise DrillError("a replica restarted during the policy switch")
         self.report["policy_info_before"], self.report["policy_info_after"] = before, after
         self.log(f"{POLICY_INFO} before push: {before}")
-        self.log(f"cascade policy push -> {expected_id} (the command took "
-                 f"{self.report['push_command_seconds']}s); after it returned, every replica's /metrics "
-                 f"showed it within {self.report['replica_switch_seconds']}s and Prometheus within "
-                 f"{self.report['prometheus_switch_seconds']}s (same processes, no restart)")
+        self.log(
+            f"cascade policy push -> {expected_id} (the command took "
+            f"{self.report['push_command_seconds']}s); after it returned, every replica's /metrics "
+            f"showed it within {self.report['replica_switch_seconds']}s and Prometheus within "
+            f"{self.report['prometheus_switch_seconds']}s (same processes, no restart)"
+        )
         self.log(f"{POLICY_INFO} after push:  {after}")
 
     def report_alerts(self) -> None:
@@ -353,10 +395,13 @@ class Drill:
         rules = httpx.get(f"{self._api().url}/api/v1/rules", params={"type": "alert"}, timeout=5).json()
         groups = rules["data"]["groups"]
         self.report["alert_rules_loaded"] = sum(len(g["rules"]) for g in groups)
-        self.report["alerts_active"] = sorted(r["name"] for g in groups for r in g["rules"]
-                                              if r["state"] != "inactive")
-        self.log(f"alert rules loaded: {self.report['alert_rules_loaded']}, pending/firing: "
-                 f"{self.report['alerts_active'] or 'none'}")
+        self.report["alerts_active"] = sorted(
+            r["name"] for g in groups for r in g["rules"] if r["state"] != "inactive"
+        )
+        self.log(
+            f"alert rules loaded: {self.report['alert_rules_loaded']}, pending/firing: "
+            f"{self.report['alerts_active'] or 'none'}"
+        )
 
     def _api(self) -> PrometheusAPI:
         if self.api is None:
@@ -398,7 +443,8 @@ def _wait_replicas_switch(gateways: list[str], policy_id: str, timeout_s: float)
             text = httpx.get(f"{url}/metrics", timeout=2).text
             for family in text_string_to_metric_families(text):
                 if family.name == "cascade_policy_info" and any(
-                        s.labels.get("policy_id") == policy_id and s.value == 1 for s in family.samples):
+                    s.labels.get("policy_id") == policy_id and s.value == 1 for s in family.samples
+                ):
                     pending.discard(url)
         if pending:
             time.sleep(0.02)
@@ -413,8 +459,11 @@ def main() -> int:
     parser.add_argument("--requests", type=int, default=400, help="total requests (bounded load)")
     parser.add_argument("--concurrency", type=int, default=8)
     parser.add_argument("--json", action="store_true", help="print the measured facts as JSON at the end")
-    parser.add_argument("--pool", action="store_true",
-                        help="call the running local pool (`cascade models up`), not the scripted upstream")
+    parser.add_argument(
+        "--pool",
+        action="store_true",
+        help="call the running local pool (`cascade models up`), not the scripted upstream",
+    )
     args = parser.parse_args()
     try:
         report = run(args.requests, args.concurrency, log=lambda m: print(m, flush=True), pool=args.pool)

@@ -34,8 +34,10 @@ def _token_logprobs(confident: bool, top_k: int) -> list[dict[str, Any]]:
             alternatives = [-0.001] + [-8.0 - i for i in range(top_k - 1)]
         else:
             alternatives = [-math.log(top_k)] * top_k
-        top = [{"token": word if i == 0 else f"alt{i}", "logprob": lp, "bytes": None}
-               for i, lp in enumerate(alternatives)]
+        top = [
+            {"token": word if i == 0 else f"alt{i}", "logprob": lp, "bytes": None}
+            for i, lp in enumerate(alternatives)
+        ]
         content.append({"token": word, "logprob": alternatives[0], "bytes": None, "top_logprobs": top})
     content.append({"token": "", "logprob": 0.0, "bytes": None, "top_logprobs": []})
     return content
@@ -59,21 +61,35 @@ def make_app(model: str) -> web.Application:
         usage = {"prompt_tokens": 12, "completion_tokens": len(_WORDS), "total_tokens": 12 + len(_WORDS)}
         if body.get("stream"):
             return await _stream(request, completion_id, text, usage)
-        choice: dict[str, Any] = {"index": 0, "finish_reason": "stop",
-                                  "message": {"role": "assistant", "content": text}}
+        choice: dict[str, Any] = {
+            "index": 0,
+            "finish_reason": "stop",
+            "message": {"role": "assistant", "content": text},
+        }
         if body.get("logprobs"):
             choice["logprobs"] = {"content": _token_logprobs(confident, top_k)}
-        return web.json_response({
-            "id": completion_id, "object": "chat.completion", "created": int(time.time()),
-            "model": model, "choices": [choice], "usage": usage,
-        })
+        return web.json_response(
+            {
+                "id": completion_id,
+                "object": "chat.completion",
+                "created": int(time.time()),
+                "model": model,
+                "choices": [choice],
+                "usage": usage,
+            }
+        )
 
-    async def _stream(request: web.Request, completion_id: str, text: str,
-                      usage: dict[str, int]) -> web.StreamResponse:
+    async def _stream(
+        request: web.Request, completion_id: str, text: str, usage: dict[str, int]
+    ) -> web.StreamResponse:
         response = web.StreamResponse(headers={"Content-Type": "text/event-stream"})
         await response.prepare(request)
-        base = {"id": completion_id, "object": "chat.completion.chunk", "created": int(time.time()),
-                "model": model}
+        base = {
+            "id": completion_id,
+            "object": "chat.completion.chunk",
+            "created": int(time.time()),
+            "model": model,
+        }
         for word in _WORDS:
             chunk = {**base, "choices": [{"index": 0, "delta": {"content": word}, "finish_reason": None}]}
             await response.write(f"data: {json.dumps(chunk)}\n\n".encode())

@@ -41,8 +41,10 @@ def test_a_shuffled_model_is_flagged_and_aligned_ones_are_not() -> None:
 def test_plaut_mc_misaligned_model_would_be_caught(shared_dir: Path) -> None:
     """On real MMLU runs: nothing above chance is flagged; a strong model with shuffled rows is."""
     matrix = load_runs(
-        shared_dir / "data/plaut-mc/runs.csv.gz", prices=shared_dir / "data/plaut-mc/prices.yaml",
-        score_column="score_msp", where={"dataset": "mmlu", "prompt_variant": "first"},
+        shared_dir / "data/plaut-mc/runs.csv.gz",
+        prices=shared_dir / "data/plaut-mc/prices.yaml",
+        score_column="score_msp",
+        where={"dataset": "mmlu", "prompt_variant": "first"},
     )
     flagged = [w.split("'")[1] for w in unrelated_model_warnings(matrix.models, matrix.quality)]
     assert flagged == ["Falcon-7b"]  # accuracy 0.26 on four options: it guesses

@@ -80,8 +80,16 @@ def test_calibrated_tiers_hold_up_on_held_out_questions(
     tiers.write_text(TIERS)
     policy_path = tmp_path / "policy.json"
     result = invoke(
-        calibration_path, "--prices", prices, "--score-column", "score_msp", "--tiers", tiers,
-        "-o", policy_path, *(["--randomize"] if randomize else []),
+        calibration_path,
+        "--prices",
+        prices,
+        "--score-column",
+        "score_msp",
+        "--tiers",
+        tiers,
+        "-o",
+        policy_path,
+        *(["--randomize"] if randomize else []),
     )
     assert result.exit_code == 0, result.output
     assert "gateway refuses to serve this policy" in result.output  # external score column
@@ -126,9 +134,21 @@ def test_where_filters_select_one_dataset_and_report_is_self_contained(
     tiers = tmp_path / "tiers.yaml"
     tiers.write_text(TIERS)
     result = invoke(
-        shared_dir / "data/plaut-mc/runs.csv.gz", "--prices", shared_dir / "data/plaut-mc/prices.yaml",
-        "--score-column", "score_msp", "--where", "dataset=truthfulqa", "--where", "prompt_variant=first",
-        "--tiers", tiers, "-o", tmp_path / "policy.json", "--report", tmp_path / "report",
+        shared_dir / "data/plaut-mc/runs.csv.gz",
+        "--prices",
+        shared_dir / "data/plaut-mc/prices.yaml",
+        "--score-column",
+        "score_msp",
+        "--where",
+        "dataset=truthfulqa",
+        "--where",
+        "prompt_variant=first",
+        "--tiers",
+        tiers,
+        "-o",
+        tmp_path / "policy.json",
+        "--report",
+        tmp_path / "report",
     )
     assert result.exit_code == 0, result.output
     assert "817 calibration queries" in result.output
@@ -144,8 +164,16 @@ def test_unreachable_min_quality_exits_non_zero_with_one_line(shared_dir: Path, 
     tiers.write_text("default_tier: perfect\ntiers:\n  perfect: {min_quality: 0.99}\n")
     policy_path = tmp_path / "policy.json"
     result = invoke(
-        shared_dir / "data/plaut-mc/runs.csv.gz", "--prices", shared_dir / "data/plaut-mc/prices.yaml",
-        "--score-column", "score_msp", *TRUTHFULQA, "--tiers", tiers, "-o", policy_path,
+        shared_dir / "data/plaut-mc/runs.csv.gz",
+        "--prices",
+        shared_dir / "data/plaut-mc/prices.yaml",
+        "--score-column",
+        "score_msp",
+        *TRUTHFULQA,
+        "--tiers",
+        tiers,
+        "-o",
+        policy_path,
     )
     assert result.exit_code == 1
     assert "tier 'perfect': min_quality 0.99 is above the best quality" in result.output
@@ -156,9 +184,16 @@ def test_budget_below_the_cheapest_route_warns_and_still_writes(shared_dir: Path
     tiers = tmp_path / "tiers.yaml"
     tiers.write_text("default_tier: free\ntiers:\n  free: {max_cost_usd: 0}\n")
     result = invoke(
-        shared_dir / "data/plaut-mc/runs.csv.gz", "--prices", shared_dir / "data/plaut-mc/prices.yaml",
-        "--score-column", "score_msp", *TRUTHFULQA, "--tiers", tiers,
-        "-o", tmp_path / "policy.json",
+        shared_dir / "data/plaut-mc/runs.csv.gz",
+        "--prices",
+        shared_dir / "data/plaut-mc/prices.yaml",
+        "--score-column",
+        "score_msp",
+        *TRUTHFULQA,
+        "--tiers",
+        tiers,
+        "-o",
+        tmp_path / "policy.json",
     )
     assert result.exit_code == 0, result.output
     assert "below the cheapest route" in result.output
@@ -174,14 +209,30 @@ def test_servable_policy_from_a_logprobs_column_keeps_the_scorer(shared_dir: Pat
     for q in range(4):
         for model, cost in (("small", 0.001), ("large", 0.01)):
             entry = [dict(e, logprob=e["logprob"] - 0.3 * q) for e in content]  # vary the confidence
-            rows.append({"query_id": q, "model": model, "correct": int(model == "large" or q % 2),
-                         "cost_usd": cost, "logprobs": json.dumps(entry)})
+            rows.append(
+                {
+                    "query_id": q,
+                    "model": model,
+                    "correct": int(model == "large" or q % 2),
+                    "cost_usd": cost,
+                    "logprobs": json.dumps(entry),
+                }
+            )
     runs = tmp_path / "runs.jsonl"
     runs.write_text("\n".join(json.dumps(r) for r in rows) + "\n")
     tiers = tmp_path / "tiers.yaml"
     tiers.write_text("default_tier: t\ntiers:\n  t: {max_cost_usd: 0.005}\n")
-    result = invoke(runs, "--scorer", "probability_margin", "--top-k", "10", "--tiers", tiers,
-                    "-o", tmp_path / "policy.json")
+    result = invoke(
+        runs,
+        "--scorer",
+        "probability_margin",
+        "--top-k",
+        "10",
+        "--tiers",
+        tiers,
+        "-o",
+        tmp_path / "policy.json",
+    )
     assert result.exit_code == 0, result.output
     policy = load_policy(tmp_path / "policy.json")
     assert (policy.scorer.name, policy.scorer.top_k) == ("probability_margin", 10)
@@ -202,8 +253,16 @@ def test_bad_arguments_exit_1_with_one_red_line(
     tiers = tmp_path / "tiers.yaml"
     tiers.write_text(TIERS)
     result = invoke(
-        shared_dir / "data/plaut-mc/runs.csv.gz", "--prices", shared_dir / "data/plaut-mc/prices.yaml",
-        "--score-column", "score_msp", "--tiers", tiers, "-o", tmp_path / "p.json", *extra,
+        shared_dir / "data/plaut-mc/runs.csv.gz",
+        "--prices",
+        shared_dir / "data/plaut-mc/prices.yaml",
+        "--score-column",
+        "score_msp",
+        "--tiers",
+        tiers,
+        "-o",
+        tmp_path / "p.json",
+        *extra,
     )
     assert result.exit_code == 1
     assert message in result.output and "Traceback" not in result.output
@@ -219,8 +278,16 @@ def test_budget_warnings_are_printed_even_when_another_tier_is_an_error(
         "  flawless: {min_quality: 1.0}\n"
     )
     result = invoke(
-        shared_dir / "data/plaut-mc/runs.csv.gz", "--prices", shared_dir / "data/plaut-mc/prices.yaml",
-        "--score-column", "score_msp", *TRUTHFULQA, "--tiers", tiers, "-o", tmp_path / "policy.json",
+        shared_dir / "data/plaut-mc/runs.csv.gz",
+        "--prices",
+        shared_dir / "data/plaut-mc/prices.yaml",
+        "--score-column",
+        "score_msp",
+        *TRUTHFULQA,
+        "--tiers",
+        tiers,
+        "-o",
+        tmp_path / "policy.json",
     )
     assert result.exit_code == 1
     assert "warning: tier 'free': budget $0/query is below the cheapest route" in result.output
@@ -236,8 +303,16 @@ def test_objective_not_met_footer_only_when_a_tier_is_marked(
     tiers = tmp_path / "tiers.yaml"
     tiers.write_text(f"default_tier: only\ntiers:\n  only: {{max_cost_usd: {budget}}}\n")
     result = invoke(
-        shared_dir / "data/plaut-mc/runs.csv.gz", "--prices", shared_dir / "data/plaut-mc/prices.yaml",
-        "--score-column", "score_msp", *TRUTHFULQA, "--tiers", tiers, "-o", tmp_path / "policy.json",
+        shared_dir / "data/plaut-mc/runs.csv.gz",
+        "--prices",
+        shared_dir / "data/plaut-mc/prices.yaml",
+        "--score-column",
+        "score_msp",
+        *TRUTHFULQA,
+        "--tiers",
+        tiers,
+        "-o",
+        tmp_path / "policy.json",
     )
     assert result.exit_code == 0, result.output
     assert "* default tier" in result.output

@@ -77,9 +77,7 @@ def spec_candidates(matrix) -> list[tuple[float, float]]:  # type: ignore[no-unt
     cost = [float(matrix.cost[:, j].mean()) for j in range(k)]
     quality = [float(matrix.quality[:, j].mean()) for j in range(k)]
     points = list(zip(cost, quality, strict=True))
-    pool = [
-        m for m in range(k) if not any(cost[j] < cost[m] and quality[j] > quality[m] for j in range(k))
-    ]
+    pool = [m for m in range(k) if not any(cost[j] < cost[m] and quality[j] > quality[m] for j in range(k))]
     for a, low in enumerate(pool):
         for high in pool[a + 1 :]:
             if quality[high] <= quality[low]:
@@ -118,9 +116,7 @@ def test_envelope_routes_reproduce_their_cost_and_quality(matrix) -> None:  # ty
         assert (cost, quality, rate) == pytest.approx(
             (envelope.cost[i], envelope.quality[i], envelope.escalation_rate[i])
         )
-    switches = [
-        i for i in range(1, len(envelope)) if set(envelope.models[i]) != set(envelope.models[i - 1])
-    ]
+    switches = [i for i in range(1, len(envelope)) if set(envelope.models[i]) != set(envelope.models[i - 1])]
     assert envelope.switching_points == switches
     hull = envelope.hull
     assert hull[0] == 0 and hull[-1] == len(envelope) - 1

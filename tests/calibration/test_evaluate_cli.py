@@ -19,11 +19,27 @@ PNG_SIGNATURE = b"\x89PNG\r\n\x1a\n"
 def plaut_report(tmp_path_factory: pytest.TempPathFactory, shared_dir: Path) -> tuple[object, Path]:
     data = shared_dir / "data" / "plaut-mc"
     report = tmp_path_factory.mktemp("evaluate") / "report"
-    result = CliRunner().invoke(app, [
-        "evaluate", str(data / "runs.csv.gz"), "--prices", str(data / "prices.yaml"),
-        "--score-column", "score_msp", "--where", "dataset=mmlu", "--where", "prompt_variant=first",
-        "--splits", "3", "--trials", "20", "--report", str(report),
-    ])
+    result = CliRunner().invoke(
+        app,
+        [
+            "evaluate",
+            str(data / "runs.csv.gz"),
+            "--prices",
+            str(data / "prices.yaml"),
+            "--score-column",
+            "score_msp",
+            "--where",
+            "dataset=mmlu",
+            "--where",
+            "prompt_variant=first",
+            "--splits",
+            "3",
+            "--trials",
+            "20",
+            "--report",
+            str(report),
+        ],
+    )
     return result, report
 
 
@@ -113,10 +129,23 @@ def test_router_runs_when_feature_columns_are_given(tmp_path: Path) -> None:
     runs = tmp_path / "runs.csv"
     runs.write_text("\n".join(lines) + "\n")
     report = tmp_path / "out"
-    result = CliRunner().invoke(app, [
-        "evaluate", str(runs), "--score-column", "confidence", "--feature-columns", "hardness",
-        "--splits", "2", "--methods", "envelope,router", "--report", str(report),
-    ])
+    result = CliRunner().invoke(
+        app,
+        [
+            "evaluate",
+            str(runs),
+            "--score-column",
+            "confidence",
+            "--feature-columns",
+            "hardness",
+            "--splits",
+            "2",
+            "--methods",
+            "envelope,router",
+            "--report",
+            str(report),
+        ],
+    )
     assert result.exit_code == 0, result.output
     summary = json.loads((report / "summary.json").read_text())
     assert set(summary["methods"]) == {"envelope", "router"}
@@ -133,10 +162,20 @@ def test_router_runs_when_feature_columns_are_given(tmp_path: Path) -> None:
 )
 def test_bad_arguments_fail_with_one_red_line(tmp_path: Path, shared_dir: Path, extra, message) -> None:
     data = shared_dir / "data" / "plaut-mc"
-    result = CliRunner().invoke(app, [
-        "evaluate", str(data / "runs.csv.gz"), "--prices", str(data / "prices.yaml"),
-        "--score-column", "score_msp", *extra, "--report", str(tmp_path / "r"),
-    ])
+    result = CliRunner().invoke(
+        app,
+        [
+            "evaluate",
+            str(data / "runs.csv.gz"),
+            "--prices",
+            str(data / "prices.yaml"),
+            "--score-column",
+            "score_msp",
+            *extra,
+            "--report",
+            str(tmp_path / "r"),
+        ],
+    )
     assert result.exit_code == 1
     assert message in result.output
     assert "Traceback" not in result.output

@@ -138,7 +138,13 @@ def test_in_sample_hull_mixtures_interpolate_the_hull_and_dominate_the_envelope(
 
 
 ALL_METHODS = (
-    "envelope", "envelope_hull", "single", "fixed_chain", "subsequence_nsga2", "subsequence_random", "router"
+    "envelope",
+    "envelope_hull",
+    "single",
+    "fixed_chain",
+    "subsequence_nsga2",
+    "subsequence_random",
+    "router",
 )
 
 

@@ -113,8 +113,12 @@ def test_chain_metrics_of_a_pair_equals_the_pair_frontier_on_given_rows() -> Non
     rows = np.arange(0, n, 2)
     tau = float(np.median(matrix.score[rows, 0]))
     curve = pair_metrics_at(
-        matrix.score[rows, 0], matrix.cost[rows, 0], matrix.quality[rows, 0],
-        matrix.cost[rows, 1], matrix.quality[rows, 1], [tau],
+        matrix.score[rows, 0],
+        matrix.cost[rows, 0],
+        matrix.quality[rows, 0],
+        matrix.cost[rows, 1],
+        matrix.quality[rows, 1],
+        [tau],
     )
     assert chain_metrics(matrix, ["l", "h"], [tau], rows) == pytest.approx(
         (curve.cost[0], curve.quality[0], curve.escalation_rate[0])

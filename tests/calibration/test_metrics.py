@@ -13,20 +13,32 @@ from calibration.metrics import cost_reduction, median_curve, normalized_gain, p
 # Table 2 of the paper (normalized gain, CR@90), as printed in shared/data/paper-curves/README.md.
 TABLE_2: dict[str, dict[str, tuple[float, float]]] = {
     "envelope": {
-        "mmlu": (0.360, 73.7), "triviaqa": (0.316, 74.5), "math_hard": (0.393, 79.5),
-        "simpleqa": (0.158, 15.1), "livecodebench": (0.329, 56.1),
+        "mmlu": (0.360, 73.7),
+        "triviaqa": (0.316, 74.5),
+        "math_hard": (0.393, 79.5),
+        "simpleqa": (0.158, 15.1),
+        "livecodebench": (0.329, 56.1),
     },
     "fixed_chain": {
-        "mmlu": (0.259, 59.3), "triviaqa": (0.249, 67.2), "math_hard": (0.344, 66.7),
-        "simpleqa": (0.093, 1.3), "livecodebench": (0.277, 41.4),
+        "mmlu": (0.259, 59.3),
+        "triviaqa": (0.249, 67.2),
+        "math_hard": (0.344, 66.7),
+        "simpleqa": (0.093, 1.3),
+        "livecodebench": (0.277, 41.4),
     },
     "kcascade": {
-        "mmlu": (0.360, 73.7), "triviaqa": (0.306, 74.5), "math_hard": (0.390, 79.5),
-        "simpleqa": (0.156, 14.2), "livecodebench": (0.315, 51.2),
+        "mmlu": (0.360, 73.7),
+        "triviaqa": (0.306, 74.5),
+        "math_hard": (0.390, 79.5),
+        "simpleqa": (0.156, 14.2),
+        "livecodebench": (0.315, 51.2),
     },
     "router": {
-        "mmlu": (0.393, 73.7), "triviaqa": (0.219, 59.9), "math_hard": (0.394, 81.2),
-        "simpleqa": (0.193, 26.7), "livecodebench": (0.365, 64.9),
+        "mmlu": (0.393, 73.7),
+        "triviaqa": (0.219, 59.9),
+        "math_hard": (0.394, 81.2),
+        "simpleqa": (0.193, 26.7),
+        "livecodebench": (0.365, 64.9),
     },
 }
 CELLS = [(method, dataset) for method, row in TABLE_2.items() for dataset in row]

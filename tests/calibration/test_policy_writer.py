@@ -29,7 +29,9 @@ def test_policy_lists_every_model_the_envelope_and_the_tiers(tmp_path: Path) -> 
     assert list(policy.models) == ["A", "B", "D", "C"]  # dominated D included
     assert policy.models["D"].mean_cost_usd == 5 and policy.models["D"].quality == 0.25
     assert [(p.models, p.thresholds, p.cost_usd) for p in policy.envelope] == [
-        (["A"], [], 1.0), (["A", "B"], [0.2], 1.5), (["B", "C"], [0.5], 4.5)
+        (["A"], [], 1.0),
+        (["A", "B"], [0.2], 1.5),
+        (["B", "C"], [0.5], 4.5),
     ]
     assert policy.tiers["best"].routes[0].models == ["B", "C"]
     assert policy.tiers["best"].objective.min_quality == 0.9

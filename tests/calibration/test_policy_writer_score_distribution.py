@@ -94,9 +94,13 @@ def test_a_later_stage_sees_only_escalated_rows() -> None:
     from calibration.tiers import RouteShare, TierSolution
 
     tier = TierSolution(
-        name="t", objective=TierObjective(max_cost_usd=10),
+        name="t",
+        objective=TierObjective(max_cost_usd=10),
         routes=[RouteShare(weight=1.0, models=("A", "B", "C"), thresholds=(0.45, 0.6), envelope_index=0)],
-        cost=2.0, quality=1.0, escalation_rate=0.4, shadow_price=None,
+        cost=2.0,
+        quality=1.0,
+        escalation_rate=0.4,
+        shadow_price=None,
     )
     document = score_distribution_document(matrix, {"t": tier})
     assert document is not None
@@ -126,14 +130,30 @@ def test_cascade_calibrate_writes_the_scorers_deciles(shared_dir: Path, tmp_path
             entry = [dict(e, logprob=e["logprob"] - 0.05 * q) for e in content]  # vary the confidence
             if model == "small":
                 small_scores.append(score_logprobs(entry, "sequence_probability", 10))
-            rows.append({"query_id": q, "model": model, "correct": int(model == "large" or q % 2),
-                         "cost_usd": cost, "logprobs": json.dumps(entry)})
+            rows.append(
+                {
+                    "query_id": q,
+                    "model": model,
+                    "correct": int(model == "large" or q % 2),
+                    "cost_usd": cost,
+                    "logprobs": json.dumps(entry),
+                }
+            )
     runs = tmp_path / "runs.jsonl"
     runs.write_text("\n".join(json.dumps(r) for r in rows) + "\n")
     tiers = tmp_path / "tiers.yaml"
     tiers.write_text("default_tier: t\ntiers:\n  t: {max_cost_usd: 0.005}\n")
-    result = _calibrate(runs, "--scorer", "sequence_probability", "--top-k", "10", "--tiers", tiers,
-                    "-o", tmp_path / "policy.json")
+    result = _calibrate(
+        runs,
+        "--scorer",
+        "sequence_probability",
+        "--top-k",
+        "10",
+        "--tiers",
+        tiers,
+        "-o",
+        tmp_path / "policy.json",
+    )
     assert result.exit_code == 0, result.output
     policy = load_policy(tmp_path / "policy.json")
     assert policy.tiers["t"].routes[0].models == ["small", "large"]

@@ -61,8 +61,10 @@ def test_envelope_labels_on_crowded_real_data_do_not_overprint(shared_dir: Path,
     """plaut-mc MMLU: three models share one price and two sit within 0.0003 quality of each other."""
     filters = {"dataset": "mmlu", "prompt_variant": "first"}
     matrix = load_runs(
-        shared_dir / "data/plaut-mc/runs.csv.gz", prices=shared_dir / "data/plaut-mc/prices.yaml",
-        score_column="score_msp", where=filters,
+        shared_dir / "data/plaut-mc/runs.csv.gz",
+        prices=shared_dir / "data/plaut-mc/prices.yaml",
+        score_column="score_msp",
+        where=filters,
     )
     envelope = compute_envelope(matrix)
     tiers = solve_tiers(envelope, load_tiers(repo_root / "calibration/examples/tiers.yaml"))
@@ -73,7 +75,7 @@ def test_envelope_labels_on_crowded_real_data_do_not_overprint(shared_dir: Path,
     assert sorted(a.get_text() for a in annotations) == sorted([*matrix.models, *tiers])
     boxes = _boxes(figure, annotations)
     for i, first in enumerate(boxes):
-        for second in boxes[i + 1:]:
+        for second in boxes[i + 1 :]:
             assert not first.overlaps(second), (first, second)
     points = axes.transData.transform(
         [(c, q) for c, q in zip(envelope.model_cost, envelope.model_quality, strict=True)]
@@ -113,5 +115,5 @@ def test_heldout_comparison_title_names_the_filters_and_crowded_labels_stay_apar
     assert sorted(text.get_text() for text in labels) == sorted(names)
     boxes = _boxes(figure, labels)
     for i, first in enumerate(boxes):
-        for second in boxes[i + 1:]:
+        for second in boxes[i + 1 :]:
             assert not first.overlaps(second), (first, second)

@@ -134,9 +134,15 @@ def test_a_model_without_logprobs_is_named_when_no_query_is_left(shared_dir: Pat
     fixture = shared_dir / "fixtures/upstream/llamacpp_smol_top15.json"
     content = json.loads(fixture.read_text())["choices"][0]["logprobs"]["content"]
     records = [
-        {"query_id": f"q{i}", "model": model, "correct": 1, "cost_usd": cost,
-         "logprobs": content if model != "no-logprobs" else None}
-        for i in range(3) for model, cost in (("small", 1.0), ("no-logprobs", 2.0), ("big", 3.0))
+        {
+            "query_id": f"q{i}",
+            "model": model,
+            "correct": 1,
+            "cost_usd": cost,
+            "logprobs": content if model != "no-logprobs" else None,
+        }
+        for i in range(3)
+        for model, cost in (("small", 1.0), ("no-logprobs", 2.0), ("big", 3.0))
     ]
     path = tmp_path / "runs.jsonl"
     path.write_text("".join(json.dumps(record) + "\n" for record in records))
@@ -167,8 +173,11 @@ HEADER = "query_id,model,correct,cost_usd,conf\n"
         ("query_id,model,correct,conf\nq1,a,1,0.5\n", {}, "no cost: the runs have no 'cost_usd' column"),
         (HEADER + "q1,a,1,1,0.5\n", {"where": {"split": "x"}}, "--where column 'split' is not in the file"),
         (HEADER + "q1,a,1,1,0.5\n", {"where": {"model": "zz"}}, "no rows match --where model=zz"),
-        ("query_id,model,correct,cost_usd,logprobs\nq1,a,1,1,{oops\n", {"score_column": None},
-         "row 1: column 'logprobs': not valid JSON"),
+        (
+            "query_id,model,correct,cost_usd,logprobs\nq1,a,1,1,{oops\n",
+            {"score_column": None},
+            "row 1: column 'logprobs': not valid JSON",
+        ),
     ],
 )
 def test_bad_runs_give_one_line_errors_naming_file_row_and_column(

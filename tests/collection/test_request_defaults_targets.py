@@ -60,9 +60,7 @@ def test_collection_body_equals_the_gateways_scored_stage_body() -> None:
     collected = request_body(QUESTION, target, CollectOptions(top_logprobs=15))
     client = {"model": "cascade", "messages": QUESTION.messages(), "temperature": 0.0}
     parsed = parse_request(orjson.dumps(client), "chat")
-    sent = orjson.loads(
-        upstream_body(parsed, "up", top_k=15, stream=False, defaults=target.request_defaults)
-    )
+    sent = orjson.loads(upstream_body(parsed, "up", top_k=15, stream=False, defaults=target.request_defaults))
     assert {k: v for k, v in collected.items() if k not in ("n", "stream")} == sent
 
 

@@ -57,8 +57,10 @@ class RunningGateway:
 
 
 @pytest.fixture(scope="module")
-def example_gateway(scripted_upstream_url: str, tmp_path_factory: pytest.TempPathFactory,
-                    ) -> Iterator[RunningGateway]:
+def example_gateway(
+    scripted_upstream_url: str,
+    tmp_path_factory: pytest.TempPathFactory,
+) -> Iterator[RunningGateway]:
     """The shipped example config and policy (deploy/config/), upstreams pointed at the scripted
     upstream, shared state in the real Redis under a private key prefix."""
     import uvicorn
@@ -86,8 +88,9 @@ def example_gateway(scripted_upstream_url: str, tmp_path_factory: pytest.TempPat
 
     port = free_port()
     app = create_app(Settings.from_yaml(config_path))
-    server = uvicorn.Server(uvicorn.Config(app, host="127.0.0.1", port=port, log_level="warning",
-                                           lifespan="on"))
+    server = uvicorn.Server(
+        uvicorn.Config(app, host="127.0.0.1", port=port, log_level="warning", lifespan="on")
+    )
     thread = threading.Thread(target=server.run, daemon=True)
     thread.start()
     try:

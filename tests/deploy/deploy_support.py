@@ -44,8 +44,9 @@ def require_tool(name: str) -> str:
     """Path of an executable the deploy tests need (PATH, then the virtualenv's bin); fail, never skip."""
     path = shutil.which(name) or shutil.which(name, path=str(Path(sys.executable).parent))
     if path is None:
-        pytest.fail(f"{name} not found: scripts/setup.sh installs it ({_TOOL_SOURCES.get(name, name)})",
-                    pytrace=False)
+        pytest.fail(
+            f"{name} not found: scripts/setup.sh installs it ({_TOOL_SOURCES.get(name, name)})", pytrace=False
+        )
     return path
 
 
@@ -73,18 +74,27 @@ def selector_labels(expr: str) -> dict[str, set[str]]:
 def rule_expressions() -> list[tuple[str, str]]:
     """(rule name, PromQL) of every recording and alerting rule."""
     document = yaml.safe_load(RULES.read_text())
-    return [(rule.get("alert") or rule["record"], rule["expr"])
-            for group in document["groups"] for rule in group["rules"]]
+    return [
+        (rule.get("alert") or rule["record"], rule["expr"])
+        for group in document["groups"]
+        for rule in group["rules"]
+    ]
 
 
 def dashboard_expressions() -> list[tuple[str, str]]:
     """(panel title, PromQL) of every dashboard query, annotation and variable."""
     document = json.loads(DASHBOARD.read_text())
-    found = [(panel["title"], target["expr"]) for panel in document["panels"]
-             for target in panel.get("targets", [])]
+    found = [
+        (panel["title"], target["expr"])
+        for panel in document["panels"]
+        for target in panel.get("targets", [])
+    ]
     found += [(f"annotation {a['name']}", a["expr"]) for a in document["annotations"]["list"]]
-    found += [(f"variable {v['name']}", v["definition"]) for v in document["templating"]["list"]
-              if v["type"] == "query"]
+    found += [
+        (f"variable {v['name']}", v["definition"])
+        for v in document["templating"]["list"]
+        if v["type"] == "query"
+    ]
     return found
 
 
@@ -158,7 +168,7 @@ class Instruction:
         """The JSON array of an exec-form CMD/ENTRYPOINT/HEALTHCHECK CMD, else None."""
         text = self.args
         if self.keyword == "HEALTHCHECK":
-            text = text[text.find("CMD") + 3:] if "CMD" in text else ""
+            text = text[text.find("CMD") + 3 :] if "CMD" in text else ""
         text = text.strip()
         return json.loads(text) if text.startswith("[") else None
 
@@ -240,7 +250,8 @@ def assert_valid_cascade_invocation(args: list[str]) -> None:
     path, rest = split_cli_args(args)
     command = cli_command(path)
     assert path and command is not None and not hasattr(command, "commands"), (
-        f"`cascade {' '.join(args)}`: no such command")
+        f"`cascade {' '.join(args)}`: no such command"
+    )
     accepted = {opt for param in command.params for opt in (*param.opts, *param.secondary_opts)}
     used = {word.split("=", 1)[0] for word in rest if word.startswith("--")}
     assert used <= accepted, f"`cascade {' '.join(path)}` does not accept {sorted(used - accepted)}"

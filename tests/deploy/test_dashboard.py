@@ -10,8 +10,12 @@ from deploy_support import DASHBOARD, DEPLOY
 
 
 def test_committed_dashboard_json_matches_its_generator() -> None:
-    result = subprocess.run([sys.executable, str(DEPLOY / "grafana" / "build_dashboard.py"), "--check"],
-                            capture_output=True, text=True, timeout=60)
+    result = subprocess.run(
+        [sys.executable, str(DEPLOY / "grafana" / "build_dashboard.py"), "--check"],
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
     assert result.returncode == 0, result.stderr
 
 
@@ -40,8 +44,11 @@ def test_panels_use_the_datasource_variable_and_do_not_overlap() -> None:
             assert panel["datasource"]["uid"] == "${datasource}"
         grid = panel["gridPos"]
         assert grid["x"] + grid["w"] <= 24
-        cells = {(x, y) for x in range(grid["x"], grid["x"] + grid["w"])
-                 for y in range(grid["y"], grid["y"] + grid["h"])}
+        cells = {
+            (x, y)
+            for x in range(grid["x"], grid["x"] + grid["w"])
+            for y in range(grid["y"], grid["y"] + grid["h"])
+        }
         assert not cells & occupied, panel["title"]
         occupied |= cells
     assert len({p["id"] for p in document["panels"]}) == len(document["panels"])

@@ -73,8 +73,13 @@ def _stage_chain(instructions, stage: str) -> list[str]:
 @pytest.mark.parametrize("stage", ["gateway", "demo"])
 def test_each_served_target_carries_exactly_one_virtualenv(dockerfile, stage: str) -> None:
     _, instructions = dockerfile
-    copies = [i for i in instructions if i.stage in _stage_chain(instructions, stage)
-              and i.keyword == "COPY" and i.args.split()[-1].rstrip("/") == "/opt/cascade"]
+    copies = [
+        i
+        for i in instructions
+        if i.stage in _stage_chain(instructions, stage)
+        and i.keyword == "COPY"
+        and i.args.split()[-1].rstrip("/") == "/opt/cascade"
+    ]
     assert len(copies) == 1, [c.args for c in copies]  # a second copy would add a second layer of it
 
 
@@ -95,8 +100,9 @@ def test_the_gateway_image_installs_only_the_core_and_the_gateway_extra(dockerfi
     programs = [p for stage in chain for p in _requirements_commands(instructions, stage)]
     assert len(programs) == 1
     # Run the Dockerfile's own program on the real pyproject.toml.
-    printed = subprocess.run([sys.executable, "-c", programs[0]], cwd=REPO, capture_output=True, text=True,
-                             check=True).stdout.splitlines()
+    printed = subprocess.run(
+        [sys.executable, "-c", programs[0]], cwd=REPO, capture_output=True, text=True, check=True
+    ).stdout.splitlines()
     project = tomllib.loads((REPO / "pyproject.toml").read_text())["project"]
     assert printed == project["dependencies"] + project["optional-dependencies"]["gateway"]
     installs = " ".join(i.args for stage in chain for i in _stage(instructions, stage) if i.keyword == "RUN")
@@ -180,6 +186,7 @@ def test_hadolint_finds_nothing_to_fix() -> None:
 
     from deploy_support import require_tool
 
-    result = subprocess.run([require_tool("hadolint"), "--no-color", str(DOCKERFILE)],
-                            capture_output=True, text=True, timeout=60)
+    result = subprocess.run(
+        [require_tool("hadolint"), "--no-color", str(DOCKERFILE)], capture_output=True, text=True, timeout=60
+    )
     assert result.returncode == 0, result.stdout + result.stderr

@@ -76,13 +76,18 @@ def test_selectors_and_scale_targets_match_the_gateway_pods(objects) -> None:
     assert pdb["spec"]["selector"]["matchLabels"].items() <= pod_labels.items()
     assert pdb["spec"]["minAvailable"] < gateway["spec"]["replicas"]
     hpa = objects[("HorizontalPodAutoscaler", "cascade-gateway")]
-    assert hpa["spec"]["scaleTargetRef"] == {"apiVersion": "apps/v1", "kind": "Deployment",
-                                             "name": "cascade-gateway"}
+    assert hpa["spec"]["scaleTargetRef"] == {
+        "apiVersion": "apps/v1",
+        "kind": "Deployment",
+        "name": "cascade-gateway",
+    }
     assert hpa["spec"]["metrics"][0]["resource"]["name"] == "cpu"
     assert hpa["spec"]["minReplicas"] >= 2
     redis = objects[("Deployment", "cascade-redis")]
-    assert objects[("Service", "cascade-redis")]["spec"]["selector"].items() <= \
-        redis["spec"]["template"]["metadata"]["labels"].items()
+    assert (
+        objects[("Service", "cascade-redis")]["spec"]["selector"].items()
+        <= redis["spec"]["template"]["metadata"]["labels"].items()
+    )
 
 
 def test_volumes_and_secrets_reference_objects_that_exist_or_are_optional(objects) -> None:

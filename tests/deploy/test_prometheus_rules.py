@@ -19,8 +19,9 @@ from deploy_support import (
 
 
 def _promtool(*args: str, cwd: Path | None = None) -> subprocess.CompletedProcess[str]:
-    return subprocess.run([require_tool("promtool"), *args], capture_output=True, text=True, cwd=cwd,
-                          timeout=120)
+    return subprocess.run(
+        [require_tool("promtool"), *args], capture_output=True, text=True, cwd=cwd, timeout=120
+    )
 
 
 def test_alert_rules_pass_promtool_check() -> None:
@@ -63,8 +64,9 @@ def test_drift_unit_test_fails_when_the_alert_threshold_is_loosened(tmp_path: Pa
         ("cascade_score_drift_samples >= 100", "cascade_score_drift_samples >= 0"),  # 50 scores fire
     ],
 )
-def test_score_drift_unit_test_fails_when_the_alert_is_changed(tmp_path: Path, original: str,
-                                                              changed: str) -> None:
+def test_score_drift_unit_test_fails_when_the_alert_is_changed(
+    tmp_path: Path, original: str, changed: str
+) -> None:
     (tmp_path / "rules").mkdir()
     (tmp_path / "tests").mkdir()
     rules = RULES.read_text()
@@ -84,8 +86,10 @@ def test_compose_prometheus_config_is_valid_and_loads_the_rules() -> None:
 
 def test_every_dashboard_query_is_valid_promql(tmp_path: Path) -> None:
     # promtool parses every expression when it checks a rule file: wrap each query in a rule.
-    rules = [{"record": f"dashboard:query_{i}", "expr": as_plain_promql(expr)}
-             for i, (_, expr) in enumerate(dashboard_expressions())]
+    rules = [
+        {"record": f"dashboard:query_{i}", "expr": as_plain_promql(expr)}
+        for i, (_, expr) in enumerate(dashboard_expressions())
+    ]
     path = tmp_path / "dashboard.rules.yml"
     path.write_text(yaml.safe_dump({"groups": [{"name": "dashboard", "rules": rules}]}))
     result = _promtool("check", "rules", str(path))

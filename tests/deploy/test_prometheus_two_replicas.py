@@ -17,7 +17,9 @@ def test_prometheus_sees_both_replicas_count_and_switch_policy_on_push() -> None
     require_tool("prometheus")
     result = subprocess.run(
         [sys.executable, str(DEPLOY / "tools" / "prometheus_drill.py"), "--requests", "80", "--json"],
-        capture_output=True, text=True, timeout=170,
+        capture_output=True,
+        text=True,
+        timeout=170,
     )
     assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-3000:]
     report = json.loads(result.stdout.strip().splitlines()[-1])

@@ -21,8 +21,10 @@ cascade_redis_up 1.0
 
 
 def test_metric_names_skip_labels_strings_and_recording_rules() -> None:
-    expr = ('sum by (tier) (rate(cascade_requests_total{outcome=~"cascade_fake|x"}[5m]))'
-            " / on (tier) cascade:expected:max + up")
+    expr = (
+        'sum by (tier) (rate(cascade_requests_total{outcome=~"cascade_fake|x"}[5m]))'
+        " / on (tier) cascade:expected:max + up"
+    )
     assert metric_names(expr) == {"cascade_requests_total", "up"}
     assert selector_labels(expr) == {"cascade_requests_total": {"outcome"}}
 

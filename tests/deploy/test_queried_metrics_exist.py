@@ -39,8 +39,11 @@ def scrape(example_gateway) -> dict[str, Family]:
     client.chat.completions.create(model="cascade/economy", messages=hard)  # escalated, other tier
     client.chat.completions.create(model="cascade/quality", messages=ask)  # direct (single-model route)
     client.chat.completions.create(model="small", messages=ask)  # passthrough
-    client.chat.completions.create(model="cascade", messages=ask,  # numeric budget
-                                   extra_headers={"X-Cascade-Max-Cost-Usd": "0.00003"})
+    client.chat.completions.create(
+        model="cascade",
+        messages=ask,  # numeric budget
+        extra_headers={"X-Cascade-Max-Cost-Usd": "0.00003"},
+    )
     for _ in client.chat.completions.create(model="cascade", messages=hard, stream=True):
         pass  # escalated and streamed live from the large model
     with pytest.raises(openai.BadRequestError):
@@ -52,8 +55,10 @@ def scrape(example_gateway) -> dict[str, Family]:
 
 def test_scrape_has_every_outcome_the_queries_select_on(scrape) -> None:
     outcomes = {
-        value for kind, name, expr in QUERIES
-        for match in re.findall(r'outcome\s*[!=]~?\s*"([^"]*)"', expr) for value in match.split("|")
+        value
+        for kind, name, expr in QUERIES
+        for match in re.findall(r'outcome\s*[!=]~?\s*"([^"]*)"', expr)
+        for value in match.split("|")
     }
     assert outcomes >= {"accepted", "escalated", "direct", "error"}
     requests = scrape["cascade_requests"]

@@ -153,6 +153,8 @@ def test_slow_request_headers_are_cut_off_and_every_log_line_is_json(
     parsed = [json.loads(line) for line in lines]  # every line is a JSON object
     events = [entry["event"] for entry in parsed]
     assert "serving" in events and "gateway_started" in events
-    assert any(entry.get("logger") == "uvicorn.error" and "Invalid HTTP request" in entry["event"]
-               for entry in parsed)
+    assert any(
+        entry.get("logger") == "uvicorn.error" and "Invalid HTTP request" in entry["event"]
+        for entry in parsed
+    )
     assert any("not complete within" in entry["event"] for entry in parsed)

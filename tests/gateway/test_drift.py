@@ -147,11 +147,13 @@ def calibrated_policy(upstream: Any, write_policy: Any) -> Any:
     edges = decile_edges(scores)
     shares = list(bin_counts(edges, scores) / scores.size)
     upstream.reset()
-    return write_policy(score_distribution={
-        "calibration_rows": int(scores.size),
-        "models": {"small": {"edges": edges, "proportions": shares}},
-        "tiers": {"balanced": {"small": shares}},
-    })
+    return write_policy(
+        score_distribution={
+            "calibration_rows": int(scores.size),
+            "models": {"small": {"edges": edges, "proportions": shares}},
+            "tiers": {"balanced": {"small": shares}},
+        }
+    )
 
 
 def _send(gateway: Any, upstream: Any, confidences: list[float]) -> None:
@@ -164,16 +166,23 @@ def _send(gateway: Any, upstream: Any, confidences: list[float]) -> None:
 def _drift(gateway: Any) -> tuple[float, float]:
     families = gateway.metrics()
     assert families["cascade_score_drift_psi"].type == "gauge"
-    psi = [s.value for s in families["cascade_score_drift_psi"].samples
-           if s.labels == {"tier": "balanced", "model": "small"}]
-    count = [s.value for s in families["cascade_score_drift_samples"].samples
-             if s.labels == {"tier": "balanced", "model": "small"}]
+    psi = [
+        s.value
+        for s in families["cascade_score_drift_psi"].samples
+        if s.labels == {"tier": "balanced", "model": "small"}
+    ]
+    count = [
+        s.value
+        for s in families["cascade_score_drift_samples"].samples
+        if s.labels == {"tier": "balanced", "model": "small"}
+    ]
     assert len(psi) == len(count) == 1
     return psi[0], count[0]
 
 
-def test_live_scores_like_the_calibrations_keep_psi_low(start_gateway, make_settings, upstream,
-                                                        calibrated_policy) -> None:
+def test_live_scores_like_the_calibrations_keep_psi_low(
+    start_gateway, make_settings, upstream, calibrated_policy
+) -> None:
     gateway = start_gateway(make_settings(policy=calibrated_policy, drift={"min_samples": 50}))
     _send(gateway, upstream, list(islice(cycle(CALIBRATION_CONFIDENCES), 40)))
     psi, count = _drift(gateway)
@@ -201,8 +210,9 @@ def test_live_scores_shifted_from_the_calibrations_raise_psi_above_the_alert(
     assert tiers == {"balanced"}
 
 
-def test_a_policy_swap_starts_an_empty_window(start_gateway, make_settings, upstream, calibrated_policy,
-                                              monkeypatch) -> None:
+def test_a_policy_swap_starts_an_empty_window(
+    start_gateway, make_settings, upstream, calibrated_policy, monkeypatch
+) -> None:
     import json
 
     import httpx

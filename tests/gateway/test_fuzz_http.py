@@ -77,7 +77,9 @@ def fuzz_gateway(
     log = (work / "gateway.log").open("wb")
     process = subprocess.Popen(
         [CASCADE, "serve", "--config", str(work / "gateway.yaml"), "--port", str(port)],
-        env=env, stdout=log, stderr=subprocess.STDOUT,
+        env=env,
+        stdout=log,
+        stderr=subprocess.STDOUT,
     )
     url = f"http://127.0.0.1:{port}"
     try:
@@ -179,9 +181,11 @@ def nested_bodies(draw: st.DrawFn) -> bytes:
 @st.composite
 def number_bodies(draw: st.DrawFn) -> bytes:
     """Numbers as raw text: beyond 64 bits, beyond float range, exponent forms."""
-    number = draw(st.sampled_from(
-        [b"1e400", b"-1e400", b"1" + b"0" * 400, b"18446744073709551616", b"-0", b"1E-400", b"0.1e99999"]
-    ))
+    number = draw(
+        st.sampled_from(
+            [b"1e400", b"-1e400", b"1" + b"0" * 400, b"18446744073709551616", b"-0", b"1E-400", b"0.1e99999"]
+        )
+    )
     field = draw(st.sampled_from([b"max_tokens", b"n", b"temperature", b"seed", b"top_logprobs"]))
     return PLAIN_HEAD + b'"' + field + b'": ' + number + b"}"
 
@@ -198,8 +202,10 @@ bodies = st.one_of(
 
 # What an HTTP client can put in a header value: visible ASCII, spaces inside, Latin-1 above 0xA0.
 header_text = st.text(
-    st.one_of(st.characters(min_codepoint=0x20, max_codepoint=0x7E), st.characters(min_codepoint=0xA0,
-                                                                                  max_codepoint=0xFF)),
+    st.one_of(
+        st.characters(min_codepoint=0x20, max_codepoint=0x7E),
+        st.characters(min_codepoint=0xA0, max_codepoint=0xFF),
+    ),
     max_size=40,
 ).map(lambda value: value.strip(" "))
 cost_header = st.one_of(
@@ -207,8 +213,11 @@ cost_header = st.one_of(
 )
 tier_header = st.one_of(st.sampled_from(["balanced", "chain", "direct", "mix", "gold", ""]), header_text)
 auth_header = st.one_of(
-    st.just(f"Bearer {CLIENT_KEY}"), st.just(f"bearer   {CLIENT_KEY}"), st.just("Bearer"),
-    st.just("Basic abc"), header_text,
+    st.just(f"Bearer {CLIENT_KEY}"),
+    st.just(f"bearer   {CLIENT_KEY}"),
+    st.just("Bearer"),
+    st.just("Basic abc"),
+    header_text,
 )
 headers = st.fixed_dictionaries(
     {"authorization": st.one_of(st.just(f"Bearer {CLIENT_KEY}"), auth_header)},

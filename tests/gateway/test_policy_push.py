@@ -103,8 +103,9 @@ def test_push_of_a_bad_file_is_one_line_and_leaves_redis_alone(
         document["tiers"]["balanced"]["routes"][0]["thresholds"] = [0.9]
         content = json.dumps(document)
     elif content == "repeated-envelope-model":
-        document["envelope"] = [{"cost_usd": 0.001, "quality": 0.8, "models": ["large", "large"],
-                                 "thresholds": [0.5]}]
+        document["envelope"] = [
+            {"cost_usd": 0.001, "quality": 0.8, "models": ["large", "large"], "thresholds": [0.5]}
+        ]
         content = json.dumps(document)
     path.write_text(content)
     result = cli("policy", "push", str(path), prefix=keys.prefix)

@@ -161,7 +161,11 @@ async def test_file_store_loads_a_policy_file_that_appears_after_start(tmp_path:
 async def start_redis_store(url: str, keys: RedisKeys, recorder: Recorder | None = None) -> RedisPolicyStore:
     client = aioredis.from_url(url, decode_responses=True, socket_connect_timeout=1, socket_timeout=2)
     store = RedisPolicyStore(
-        client, keys, location=url, retry_interval_s=0.1, known_models=MODELS,
+        client,
+        keys,
+        location=url,
+        retry_interval_s=0.1,
+        known_models=MODELS,
         **(recorder.hooks() if recorder else {}),
     )
     await store.start()

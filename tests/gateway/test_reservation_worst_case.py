@@ -48,10 +48,14 @@ def settings(prices: dict[str, dict[str, float]]) -> Settings:
 
 
 def test_reservation_counts_every_stage_every_choice_and_the_flat_price_when_larger() -> None:
-    gateway = Gateway(settings({
-        "small": {"input_per_mtok": 1.0, "output_per_mtok": 2.0},
-        "large": {"input_per_mtok": 10.0, "output_per_mtok": 30.0, "per_query_usd": 5.0},
-    }))
+    gateway = Gateway(
+        settings(
+            {
+                "small": {"input_per_mtok": 1.0, "output_per_mtok": 2.0},
+                "large": {"input_per_mtok": 10.0, "output_per_mtok": 30.0, "per_query_usd": 5.0},
+            }
+        )
+    )
     raw = b'{"model": "small", "messages": [{"role": "user", "content": "hi"}], "n": 3, "max_tokens": 100}'
     request = parse_request(raw, "chat")
     small_only = (len(raw) * 1.0 + 3 * 100 * 2.0) / 1e6

@@ -18,8 +18,13 @@ from policies.scorers import SCORERS, TokenLogprobs, legacy_to_content, score_lo
 
 FIXTURES = Path(__file__).resolve().parent / "fixtures"
 UQLM = json.loads((FIXTURES / "uqlm_scores.json").read_text())
-UQLM_SCORERS = ["mean_token_negentropy", "min_token_negentropy", "probability_margin",
-                "min_probability", "sequence_probability"]
+UQLM_SCORERS = [
+    "mean_token_negentropy",
+    "min_token_negentropy",
+    "probability_margin",
+    "min_probability",
+    "sequence_probability",
+]
 ALTERNATIVE_SCORERS = ["mean_token_negentropy", "min_token_negentropy", "probability_margin"]
 CHOSEN_SCORERS = ["min_probability", "sequence_probability", "mean_logprob"]
 ln = math.log
@@ -186,9 +191,15 @@ def test_null_values_are_skipped_not_errors() -> None:
     content = [
         {"token": "A", "logprob": None, "top_logprobs": None},
         {"token": "B", "logprob": ln(0.9), "top_logprobs": [{"token": "x", "logprob": None}]},
-        {"token": "C", "logprob": ln(0.5), "top_logprobs": [{"token": "C", "logprob": ln(0.5)},
-                                                           {"token": "y", "logprob": None},
-                                                           {"token": "z", "logprob": ln(0.5)}]},
+        {
+            "token": "C",
+            "logprob": ln(0.5),
+            "top_logprobs": [
+                {"token": "C", "logprob": ln(0.5)},
+                {"token": "y", "logprob": None},
+                {"token": "z", "logprob": ln(0.5)},
+            ],
+        },
     ]
     assert score_logprobs(content, "mean_logprob", 3) == pytest.approx((ln(0.9) + ln(0.5)) / 2)
     assert score_logprobs(content, "mean_token_negentropy", 3) == pytest.approx(0.0)  # (0.5, 0.5) of 2
@@ -211,10 +222,16 @@ def test_malformed_alternatives_are_ignored_not_errors() -> None:
 
 def test_zero_probability_is_kept_not_dropped() -> None:
     # A -inf alternative counts (like OpenAI's -9999 floor); a -inf chosen token is probability 0.
-    floor = [{"token": "A", "logprob": 0.0, "top_logprobs": [{"token": "A", "logprob": 0.0},
-                                                           {"token": "b", "logprob": -9999.0}]}]
-    infinite = [{**floor[0], "top_logprobs": [{"token": "A", "logprob": 0.0},
-                                              {"token": "b", "logprob": -math.inf}]}]
+    floor = [
+        {
+            "token": "A",
+            "logprob": 0.0,
+            "top_logprobs": [{"token": "A", "logprob": 0.0}, {"token": "b", "logprob": -9999.0}],
+        }
+    ]
+    infinite = [
+        {**floor[0], "top_logprobs": [{"token": "A", "logprob": 0.0}, {"token": "b", "logprob": -math.inf}]}
+    ]
     assert scores(infinite, 2) == scores(floor, 2)
     impossible = [*TWO_TOKEN, {"token": "Z", "logprob": -math.inf, "top_logprobs": []}]
     assert score_logprobs(impossible, "min_probability", 3) == 0.0
@@ -285,8 +302,10 @@ def test_synthetic_case_matches_uqlm(case: str, scorer: str) -> None:
 def test_uqlm_agreement_summary(shared_dir: Path, capsys: pytest.CaptureFixture[str]) -> None:
     """One line for docs/scorers.md: run with ``-s -k uqlm_agreement_summary`` to see it."""
     pairs = [(upstream_content(shared_dir, s), k, UQLM["cases"][c]) for s, k, c in UPSTREAM_AGREEMENT]
-    pairs += [(UQLM["cases"][c]["content"], UQLM["cases"][c]["top_k"], UQLM["cases"][c])
-              for c in SYNTHETIC_AGREEMENT]
+    pairs += [
+        (UQLM["cases"][c]["content"], UQLM["cases"][c]["top_k"], UQLM["cases"][c])
+        for c in SYNTHETIC_AGREEMENT
+    ]
     deviations, missing = [], 0
     for content, top_k, recorded in pairs:
         for scorer in UQLM_SCORERS:
@@ -297,8 +316,10 @@ def test_uqlm_agreement_summary(shared_dir: Path, capsys: pytest.CaptureFixture[
             else:
                 deviations.append(abs(ours - theirs))
     with capsys.disabled():
-        print(f"\nUQLM agreement: {len(deviations) + missing} comparisons ({missing} both missing), "
-              f"max |ours - UQLM| = {max(deviations):.3g}")
+        print(
+            f"\nUQLM agreement: {len(deviations) + missing} comparisons ({missing} both missing), "
+            f"max |ours - UQLM| = {max(deviations):.3g}"
+        )
     assert max(deviations) <= 1e-12
 
 
@@ -319,8 +340,10 @@ def test_uqlm_drops_positions_without_exactly_k_alternatives(shared_dir: Path) -
     # A K=20 answer under a K=15 policy: UQLM has no negentropy, we take the top 15.
     theirs = UQLM["cases"]["native_qwen_top20/as_served/k15"]["uqlm"]
     assert theirs["mean_token_negentropy"] is None
-    assert score_logprobs(upstream_content(shared_dir, "native_qwen_top20.json"), "mean_token_negentropy",
-                          15) is not None
+    assert (
+        score_logprobs(upstream_content(shared_dir, "native_qwen_top20.json"), "mean_token_negentropy", 15)
+        is not None
+    )
     # A position with 2 of K=3 alternatives: UQLM ignores it, we score it over ln 2.
     fewer = UQLM["cases"]["synthetic/fewer_alternatives/k3"]
     ours = score_logprobs(fewer["content"], "mean_token_negentropy", 3)
@@ -341,8 +364,11 @@ answers = st.lists(positions, min_size=1, max_size=12)
 
 def content_of(alternatives: list[list[float]]) -> list[dict[str, Any]]:
     return [
-        {"token": f"t{j}", "logprob": alts[0],
-         "top_logprobs": [{"token": f"a{j}.{i}", "logprob": lp} for i, lp in enumerate(alts)]}
+        {
+            "token": f"t{j}",
+            "logprob": alts[0],
+            "top_logprobs": [{"token": f"a{j}.{i}", "logprob": lp} for i, lp in enumerate(alts)],
+        }
         for j, alts in enumerate(alternatives)
     ]
 
@@ -393,8 +419,12 @@ def test_score_ignores_the_order_of_alternatives_and_a_trailing_end_of_text_entr
 ) -> None:
     content = content_of(alternatives)
     shuffled = [{**e, "top_logprobs": rng.sample(e["top_logprobs"], len(e["top_logprobs"]))} for e in content]
-    end_of_text = {"token": "", "bytes": [], "logprob": -0.2,
-                   "top_logprobs": [{"token": "", "logprob": -0.2}, {"token": ".", "logprob": -2.0}]}
+    end_of_text = {
+        "token": "",
+        "bytes": [],
+        "logprob": -0.2,
+        "top_logprobs": [{"token": "", "logprob": -0.2}, {"token": ".", "logprob": -2.0}],
+    }
     for name in SCORERS:
         expected = score_logprobs(content, name, top_k)
         assert_same(score_logprobs(shuffled, name, top_k), expected, tolerance=1e-9)

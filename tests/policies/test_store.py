@@ -24,8 +24,7 @@ SCHEMA_FILE = Path(__file__).resolve().parents[2] / "policies" / "policy.schema.
 def test_exported_json_schema_matches_the_pydantic_model() -> None:
     exported = json.loads(SCHEMA_FILE.read_text())
     assert exported == json.loads(json.dumps(policy_json_schema(), sort_keys=True)), (
-        "policies/policy.schema.json is stale: regenerate it with "
-        "python -m policies.export_schema"
+        "policies/policy.schema.json is stale: regenerate it with python -m policies.export_schema"
     )
 
 

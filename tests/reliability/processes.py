@@ -252,8 +252,16 @@ class GatewayProcess:
         env.update(self.env)
         log = self.log_path.open("ab")
         self.proc = subprocess.Popen(
-            [sys.executable, "-m", "cascade_cli.main", "serve", "--config", str(self.config_path),
-             "--port", str(self.port)],
+            [
+                sys.executable,
+                "-m",
+                "cascade_cli.main",
+                "serve",
+                "--config",
+                str(self.config_path),
+                "--port",
+                str(self.port),
+            ],
             cwd=REPO_ROOT,
             env=env,
             stdout=log,

@@ -145,8 +145,11 @@ def test_after_redis_loses_its_data_replicas_follow_the_content_not_the_version(
 
     # Redis loses its data; the replicas keep serving the last good policy and stay ready.
     wipe(keys)
-    wait_for(lambda: all("no policy" in (r.details()["policy_last_error"] or "") for r in replicas), 3,
-             "the empty store noticed")
+    wait_for(
+        lambda: all("no policy" in (r.details()["policy_last_error"] or "") for r in replicas),
+        3,
+        "the empty store noticed",
+    )
     assert serving(replicas, first) and all(r.ready().status_code == 200 for r in replicas)
 
     # A new push starts again at version 1, the version the replicas already served.
