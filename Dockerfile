@@ -37,6 +37,7 @@ COPY calibration/ calibration/
 COPY collection/ collection/
 COPY localpool/ localpool/
 COPY cascade_cli/ cascade_cli/
+COPY traffic/ traffic/
 RUN pip install --no-deps . && cascade --help > /dev/null
 
 # gateway-venv: the same virtualenv without the installers (pip, setuptools) and the test suites
