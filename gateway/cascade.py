@@ -26,6 +26,7 @@ The client's own fields go through unchanged, over the model's configured reques
 
 from __future__ import annotations
 
+import asyncio
 import time
 from collections.abc import AsyncGenerator
 from contextlib import aclosing
@@ -37,7 +38,7 @@ import orjson
 from gateway.config import Settings
 from gateway.live import LiveRelay, StreamChunk, StreamEvent, StreamStart, WholeAnswer
 from gateway.metrics import GatewayMetrics
-from gateway.requests import ParsedRequest, positive_int
+from gateway.requests import ParsedRequest, completion_bound, generated_choices, positive_int
 from gateway.routing import RoutePlan
 from gateway.streaming import SSE_HEADERS, replay
 from gateway.upstream import UpstreamFailure, UpstreamPool
@@ -266,10 +267,24 @@ class CascadeEngine:
     async def _call(
         self, model: str, request: ParsedRequest, body: bytes, deadline: float, facts: CascadeFacts
     ) -> dict[str, Any]:
-        reply = await self._pool[model].complete(request.kind, body, deadline)
+        try:
+            reply = await self._pool[model].complete(request.kind, body, deadline)
+        except asyncio.CancelledError:
+            # Cancelled mid-call (the client went away, or the shutdown drain ended the request):
+            # the upstream may still bill the whole answer, so the call is charged its worst case,
+            # the bound its reservation was made of (docs/operations.md).
+            self._charge_bound(facts, model, body)
+            raise
         facts.upstream_s += reply.seconds
         self.account(facts, model, reply.body.get("usage"))
         return reply.body
+
+    def _charge_bound(self, facts: CascadeFacts, model: str, body: bytes) -> None:
+        """Charge a call whose answer never came: one prompt token per byte of the upstream request,
+        and per generated choice the completion cap it was sent with (or the default bound)."""
+        sent = orjson.loads(body)
+        completion = completion_bound(sent) * generated_choices(sent)
+        self.account(facts, model, {"prompt_tokens": len(body), "completion_tokens": completion})
 
     def account(self, facts: CascadeFacts, model: str, usage: Any) -> None:
         """Add one call's cost (config price x ``usage`` tokens) to the facts and the metrics."""

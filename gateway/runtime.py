@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import asyncio
 import logging
-import math
 import random
 from typing import Any
 
@@ -17,7 +16,12 @@ from gateway.config import Settings
 from gateway.health import UpstreamHealth
 from gateway.logs import configure_logging, log_event
 from gateway.metrics import GatewayMetrics
-from gateway.requests import DEFAULT_COMPLETION_BOUND, ParsedRequest
+from gateway.requests import (
+    DEFAULT_COMPLETION_BOUND,
+    ParsedRequest,
+    generated_choices,
+    requested_cap,
+)
 from gateway.routing import RoutePlan, Router
 from gateway.state import SharedState, build_shared_state
 from gateway.upstream import UpstreamPool
@@ -158,7 +162,7 @@ class Gateway:
         """
         models = plan.route.models if plan.route is not None else [plan.model]
         choices = generated_choices(request.body)
-        requested_cap = _requested_cap(request.body)
+        cap_asked = requested_cap(request.body)
         total = 0.0
         for name in models:
             model = self.settings.models.get(name) if name is not None else None
@@ -168,39 +172,7 @@ class Gateway:
             defaults = model.request_defaults
             prompt_bound = body_bytes + (defaults.prompt_bytes() if defaults else 0)
             default_cap = defaults.completion_cap() if defaults else None
-            cap = requested_cap or default_cap or DEFAULT_COMPLETION_BOUND
+            cap = cap_asked or default_cap or DEFAULT_COMPLETION_BOUND
             by_tokens = float(model.price.cost_usd(prompt_bound, cap * choices))
             total += max(by_tokens, model.price.per_query_usd or 0.0)
         return total
-
-
-# Fields an OpenAI-compatible upstream may read as the completion-token cap (llama.cpp reads
-# n_predict before max_tokens), and the fields that multiply the choices generated and billed.
-_COMPLETION_CAP_FIELDS = ("max_completion_tokens", "max_tokens", "n_predict")
-_CHOICE_FIELDS = ("n", "best_of")
-
-
-def _positive_count(value: object) -> int | None:
-    """An integer count from a JSON number (rounded up), or None when it is not a positive number."""
-    if isinstance(value, bool) or not isinstance(value, int | float) or not math.isfinite(value):
-        return None
-    count = math.ceil(value)
-    return count if count > 0 else None
-
-
-def _requested_cap(body: dict[str, Any]) -> int | None:
-    """The largest completion cap the request sets under any name the upstream may honour, or None
-    when it sets none (a cap <= 0 is none)."""
-    caps = [c for c in (_positive_count(body.get(f)) for f in _COMPLETION_CAP_FIELDS) if c is not None]
-    return max(caps) if caps else None
-
-
-def completion_bound(body: dict[str, Any]) -> int:
-    """Completion tokens one choice may take: the largest cap the request sets under any name the
-    upstream may honour, or ``DEFAULT_COMPLETION_BOUND`` when it sets none (a cap <= 0 is none)."""
-    return _requested_cap(body) or DEFAULT_COMPLETION_BOUND
-
-
-def generated_choices(body: dict[str, Any]) -> int:
-    """Choices the upstream generates and bills: ``max(n, best_of)``, at least 1."""
-    return max([1, *(c for c in (_positive_count(body.get(f)) for f in _CHOICE_FIELDS) if c is not None)])

@@ -214,6 +214,21 @@ def test_client_disconnect_cancels_the_upstream_call(gateway, upstream) -> None:
     )
 
 
+def test_a_call_cut_by_a_client_disconnect_is_charged_its_bound(gateway, upstream) -> None:
+    # The upstream may bill the whole answer of a call the gateway cancelled: the call is charged
+    # its worst case (prompt: one token per request byte; completion: the cap it was sent with).
+    upstream.script("up-small", Reply(delay_s=3))
+    body = {"model": "cascade", "messages": MESSAGES, "max_tokens": 1000}
+    with pytest.raises(httpx.ReadTimeout):
+        httpx.post(gateway.url + "/v1/chat/completions", json=body, timeout=0.5)
+    assert upstream.wait_for(lambda: "up-small" in upstream.cancelled, timeout_s=3)
+    completion_usd = 1000 * 0.2 / 1e6  # small: output_per_mtok 0.2
+    assert upstream.wait_for(
+        lambda: gateway.sample("cascade_cost_usd_total", tier="balanced", model="small") > completion_usd
+    )
+    assert gateway.sample("cascade_tokens_total", model="small", kind="completion") == 1000
+
+
 def test_client_disconnect_mid_stream_cancels_the_upstream_stream(gateway, upstream) -> None:
     upstream.script("up-small", ok(confidence=0.3))
     upstream.script("up-large", ok(" ".join(["tok"] * 50), chunk_delay_s=0.1))

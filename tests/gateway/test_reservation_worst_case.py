@@ -9,9 +9,9 @@ import pytest
 from gateway_testkit import model_configs
 
 from gateway.config import Settings
-from gateway.requests import DEFAULT_COMPLETION_BOUND, parse_request
+from gateway.requests import DEFAULT_COMPLETION_BOUND, completion_bound, generated_choices, parse_request
 from gateway.routing import RoutePlan
-from gateway.runtime import Gateway, completion_bound, generated_choices
+from gateway.runtime import Gateway
 from policies.schema import Route
 
 
