@@ -43,6 +43,8 @@ from typing import Any
 import httpx
 
 REPO = Path(__file__).resolve().parents[2]
+# The environment the script runs in (its interpreter's bin/) also runs the servers under test.
+BIN = Path(sys.executable).parent
 HERE = Path(__file__).resolve().parent
 FIXTURE = REPO.parent / "shared" / "fixtures" / "upstream" / "native_smol_top15.json"
 # name -> (upstream body nginx returns, top-K the policy's scorer uses on it)
@@ -286,7 +288,7 @@ def cascade_serve(
     port = free_port()
     env = {k: v for k, v in os.environ.items() if not k.startswith("CASCADE_")}
     env.update(env_extra or {})
-    cascade = str(REPO / ".venv" / "bin" / "cascade")
+    cascade = str(BIN / "cascade")
     cmd = ["taskset", "-c", cpu, cascade, "serve", "--config", str(config), "--port", str(port)]
     with process(cmd, env=env, log=tmp / f"{log_name}.log") as server:
         base = f"http://127.0.0.1:{port}"
@@ -305,36 +307,39 @@ def one_round(args: argparse.Namespace, tmp: Path, nginx_port: int) -> dict[str,
 
 def one_body(args: argparse.Namespace, tmp: Path, nginx_port: int, body: str) -> dict[str, dict[int, Any]]:
     upstream = f"http://127.0.0.1:{nginx_port}/{body}/v1"
-    python = str(REPO / ".venv" / "bin" / "python")
     uvicorn_flags = ["--loop", "uvloop", "--http", "httptools", "--no-access-log", "--log-level", "warning"]
     out: dict[str, dict[int, dict[str, Any]]] = {}
-    out["direct"] = measure(upstream + "/chat/completions", "direct", args)
+    if "direct" in args.targets:
+        out["direct"] = measure(upstream + "/chat/completions", "direct", args)
 
-    port = free_port()
-    env = {**os.environ, "UPSTREAM": upstream, "PYTHONPATH": str(REPO)}
-    cmd = [
-        "taskset",
-        "-c",
-        args.server_cpu,
-        python,
-        "-m",
-        "uvicorn",
-        "bench.gateway.passthrough_app:app",
-        "--port",
-        str(port),
-        *uvicorn_flags,
-    ]
-    with process(cmd, env=env, log=tmp / f"passthrough-{body}.log") as server:
-        url = f"http://127.0.0.1:{port}/v1/chat/completions"
-        wait_http(url, method="POST", body=body_for("passthrough"))
-        out["passthrough"] = measure(url, "passthrough", args, server.pid)
+    if "passthrough" in args.targets:
+        port = free_port()
+        env = {**os.environ, "UPSTREAM": upstream, "PYTHONPATH": str(REPO)}
+        cmd = [
+            "taskset",
+            "-c",
+            args.server_cpu,
+            sys.executable,
+            "-m",
+            "uvicorn",
+            "bench.gateway.passthrough_app:app",
+            "--port",
+            str(port),
+            *uvicorn_flags,
+        ]
+        with process(cmd, env=env, log=tmp / f"passthrough-{body}.log") as server:
+            url = f"http://127.0.0.1:{port}/v1/chat/completions"
+            wait_http(url, method="POST", body=body_for("passthrough"))
+            out["passthrough"] = measure(url, "passthrough", args, server.pid)
 
-    config = write_gateway_files(tmp, upstream, body=body)
-    with cascade_serve(tmp, config, args.server_cpu, log_name=f"gateway-{body}") as (base, pid):
-        check_paths(base)
-        for target in ("model", "accept", "escalate"):
-            out[target] = measure(base + "/v1/chat/completions", target, args, pid)
-    if args.redis:
+    gateway_targets = [t for t in ("model", "accept", "escalate") if t in args.targets]
+    if gateway_targets:
+        config = write_gateway_files(tmp, upstream, body=body)
+        with cascade_serve(tmp, config, args.server_cpu, log_name=f"gateway-{body}") as (base, pid):
+            check_paths(base)
+            for target in gateway_targets:
+                out[target] = measure(base + "/v1/chat/completions", target, args, pid)
+    if args.redis and "accept_keyed" in args.targets:
         out["accept_keyed"] = measure_keyed(args, tmp, upstream, body)
     return out
 
@@ -449,13 +454,19 @@ def _summarize_body(rounds: list[dict[str, Any]], connections: list[int]) -> dic
             if target != "direct":
                 cpu = statistics.median(x["server_cpu_us_per_req"] for x in runs)
                 summary[target][c]["cpu_us_per_req"] = cpu
-    for target in targets[1:]:
+    for target in targets:
+        if target == "direct":
+            continue
         for c in connections:
             row = summary[target][c]
-            row["added_p50_ms"] = row["p50_ms"] - summary["direct"][c]["p50_ms"]
-            row["added_p99_ms"] = row["p99_ms"] - summary["direct"][c]["p99_ms"]
-            row["rps_vs_passthrough"] = row["rps"] / summary["passthrough"][c]["rps"]
-            row["cpu_vs_passthrough"] = row["cpu_us_per_req"] / summary["passthrough"][c]["cpu_us_per_req"]
+            # Without direct or the floor in the run (--targets), the rows relative to them are empty.
+            if "direct" in summary:
+                row["added_p50_ms"] = row["p50_ms"] - summary["direct"][c]["p50_ms"]
+                row["added_p99_ms"] = row["p99_ms"] - summary["direct"][c]["p99_ms"]
+            if "passthrough" in summary:
+                row["rps_vs_passthrough"] = row["rps"] / summary["passthrough"][c]["rps"]
+                floor_cpu = summary["passthrough"][c]["cpu_us_per_req"]
+                row["cpu_vs_passthrough"] = row["cpu_us_per_req"] / floor_cpu
     return summary
 
 
@@ -476,15 +487,19 @@ def markdown(summary: dict[str, Any], connections: list[int]) -> str:
                 extra = (
                     "| | | | | |"
                     if target == "direct"
-                    else f"| {row['added_p50_ms']:.3f} | {row['added_p99_ms']:.3f} "
-                    f"| {row['rps_vs_passthrough']:.2f} "
-                    f"| {row['cpu_us_per_req']:.0f} | {row['cpu_vs_passthrough']:.2f} |"
+                    else f"| {_cell(row, 'added_p50_ms', '.3f')} | {_cell(row, 'added_p99_ms', '.3f')} "
+                    f"| {_cell(row, 'rps_vs_passthrough', '.2f')} "
+                    f"| {row['cpu_us_per_req']:.0f} | {_cell(row, 'cpu_vs_passthrough', '.2f')} |"
                 )
                 lines.append(
                     f"| {target} | {c} | {row['rps']:.0f} | {row['p50_ms']:.3f} | {row['p99_ms']:.3f} {extra}"
                 )
         lines.append("")
     return "\n".join(lines)
+
+
+def _cell(row: dict[str, Any], name: str, spec: str) -> str:
+    return format(row[name], spec) if name in row else ""
 
 
 # The targets of the request path at the highest concurrency: (req/s vs floor >=, CPU vs floor <=).
@@ -497,7 +512,7 @@ def verdicts(summary: dict[str, Any], connections: list[int]) -> str:
     lines = []
     for body, targets in summary.items():
         for target, (rps_goal, cpu_goal) in GOALS.items():
-            if target not in targets:
+            if target not in targets or "passthrough" not in targets:
                 continue
             row = targets[target][high]
             text = (
@@ -523,6 +538,13 @@ def main() -> None:
         choices=list(BODIES),
         default=list(BODIES),
         help="upstream bodies to measure with (2k: 8 tokens x top-5, 25k: 8 tokens x top-15)",
+    )
+    parser.add_argument(
+        "--targets",
+        nargs="+",
+        choices=TARGETS,
+        default=list(TARGETS),
+        help="paths to measure (default: all; accept_keyed also needs --redis)",
     )
     parser.add_argument("--rounds", type=int, default=1, help="repeat the whole matrix; medians reported")
     parser.add_argument("--server-cpu", default="1", help="CPU the server under test is pinned to")
