@@ -114,7 +114,7 @@ class CompletionsEndpoint:
         reservation = None
         watcher: asyncio.Task[None] | None = None
         try:
-            raw = await _read_body(receive, headers.get(b"content-length"), gw.settings.limits.max_body_bytes)
+            raw = await _read_body(receive, headers.get(b"content-length"), gw.limits.max_body_bytes)
             identity = await gw.shared.authenticator.authenticate(_text(headers.get(b"authorization")))
             parsed = parse_request(raw, self.kind)
             plan = gw.router.plan(
@@ -133,7 +133,7 @@ class CompletionsEndpoint:
                 raise
             # From here on upstream calls may run: cancel them if the client goes away.
             watcher = asyncio.create_task(_watch_disconnect(receive, exchange, current))
-            deadline = time.monotonic() + gw.settings.limits.request_timeout_s
+            deadline = time.monotonic() + gw.limits.request_timeout_s
             facts = gw.engine.new_facts(plan)
             if parsed.stream:
                 status = await self._stream(exchange, plan, parsed, facts, deadline, request_id, started)
@@ -257,7 +257,7 @@ class CompletionsEndpoint:
         if parsed is not None:
             fields["model"] = parsed.model[:100]
             fields["stream"] = parsed.stream
-            if self.gateway.settings.logging.log_prompts:
+            if self.gateway.logs.log_prompts:
                 fields["prompt"] = parsed.body.get("messages" if parsed.kind == "chat" else "prompt")
         if facts is not None:
             fields.update(

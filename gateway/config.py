@@ -22,6 +22,7 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_valida
 from pydantic_settings import BaseSettings, PydanticBaseSettingsSource, SettingsConfigDict
 
 from gateway.drift import DriftConfig
+from gateway.redis_keys import is_redis_url
 from policies import Price
 from policies.request_defaults import RequestDefaults
 
@@ -165,7 +166,7 @@ class Settings(BaseSettings):
     @property
     def policy_is_redis(self) -> bool:
         """True when the policy is read from Redis rather than a file."""
-        return self.policy.startswith(("redis://", "rediss://", "unix://"))
+        return is_redis_url(self.policy)
 
     @classmethod
     def from_yaml(cls, path: str | Path) -> Settings:

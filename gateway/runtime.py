@@ -1,6 +1,7 @@
-"""What one gateway app owns: settings, metrics, upstream pool, router, cascade engine, shared state.
+"""What one gateway app owns: its config sections, metrics, upstream pool, router, cascade engine,
+shared state.
 
-Everything is built when the ``Gateway`` is constructed (no I/O: Redis clients connect on first
+``gateway.app.build_gateway`` builds it from the settings (no I/O: Redis clients connect on first
 use); ``start()`` opens sessions and loads the policy, ``close()`` releases them.
 """
 
@@ -9,10 +10,11 @@ from __future__ import annotations
 import asyncio
 import logging
 import random
+from collections.abc import Mapping
 from typing import Any
 
 from gateway.cascade import CascadeEngine
-from gateway.config import Settings
+from gateway.config import LimitsConfig, LoggingConfig, ModelConfig
 from gateway.health import UpstreamHealth
 from gateway.logs import configure_logging, log_event
 from gateway.metrics import GatewayMetrics
@@ -23,7 +25,7 @@ from gateway.requests import (
     requested_cap,
 )
 from gateway.routing import RoutePlan, Router
-from gateway.state import SharedState, build_shared_state
+from gateway.state import SharedState
 from gateway.upstream import UpstreamPool
 from policies import Policy
 
@@ -31,24 +33,54 @@ from policies import Policy
 _CLOSE_WAIT_S = 5.0
 
 
-class Gateway:
-    """Everything one app instance owns: settings, metrics, upstream pool, router, engine, shared state."""
+class StateEvents:
+    """What the shared state reports (its ``on_*`` hooks), as metrics and log lines."""
 
-    def __init__(self, settings: Settings, rng: random.Random | None = None):
-        self.settings = settings
-        self.metrics = GatewayMetrics(
-            with_redis=bool(settings.redis_url or settings.policy_is_redis), drift=settings.drift
-        )
-        self.pool = UpstreamPool(settings, self.metrics)
-        self.router = Router(settings, rng)
-        self.engine = CascadeEngine(settings, self.pool, self.metrics)
+    def __init__(self, metrics: GatewayMetrics):
+        self._metrics = metrics
+
+    def policy_loaded(self, policy: Policy) -> None:
+        """A policy was loaded and is served from now on."""
+        self._metrics.policy_loaded(policy)
+        log_event("policy_loaded", policy_id=policy.policy_id, tiers=sorted(policy.tiers))
+
+    def policy_failed(self, message: str) -> None:
+        """A policy load was rejected (the last good one is kept)."""
+        self._metrics.policy_reload_failures.inc()
+        log_event("policy_rejected", level=30, reason=message)
+
+    def spend_fallback(self, reason: str) -> None:
+        """A keyed request's spend could not be checked in Redis (``reason``)."""
+        self._metrics.child(self._metrics.spend_fallbacks, reason).inc()
+
+
+class Gateway:
+    """Everything one app instance owns: config sections, metrics, upstream pool, router, engine,
+    shared state.
+
+    ``models``, ``limits`` and ``logs`` are the config's ``models``, ``limits`` and ``logging``;
+    ``metrics`` are the app's (``shared`` reports into them through ``StateEvents``).
+    """
+
+    def __init__(
+        self,
+        *,
+        models: Mapping[str, ModelConfig],
+        limits: LimitsConfig,
+        logs: LoggingConfig,
+        metrics: GatewayMetrics,
+        shared: SharedState,
+        rng: random.Random | None = None,
+    ):
+        self.models = models
+        self.limits = limits
+        self.logs = logs
+        self.metrics = metrics
+        self.pool = UpstreamPool(models, self.metrics)
+        self.router = Router(models, rng)
+        self.engine = CascadeEngine(models, self.pool, self.metrics)
         self.health = UpstreamHealth(self.pool, self.metrics)
-        self.shared: SharedState = build_shared_state(
-            settings,
-            on_policy_loaded=self._policy_loaded,
-            on_policy_failure=self._policy_failed,
-            on_spend_fallback=self._spend_fallback,
-        )
+        self.shared = shared
         self.metrics.spend_unsynced.set_function(self.shared.spend.unsynced_usd)
         self.loop: asyncio.AbstractEventLoop | None = None  # the serving loop, once started
         # Completion requests being served (their tasks), for the shutdown drain.
@@ -60,7 +92,7 @@ class Gateway:
 
     async def start(self) -> None:
         """Open upstream sessions and start the shared state (initial policy load, watchers)."""
-        configure_logging(self.settings.logging.level)
+        configure_logging(self.logs.level)
         self.loop = asyncio.get_running_loop()
         await self.pool.start()
         self.health.start()
@@ -68,7 +100,7 @@ class Gateway:
         policy = self.policy
         log_event(
             "gateway_started",
-            models=sorted(self.settings.models),
+            models=sorted(self.models),
             policy_id=policy.policy_id if policy else None,
         )
 
@@ -94,7 +126,7 @@ class Gateway:
         if self._drain_task is not None:
             return
         self.draining = True
-        grace = self.settings.limits.shutdown_grace_s
+        grace = self.limits.shutdown_grace_s
         log_event("shutdown_draining", in_flight=len(self.in_flight), grace_s=grace)
         self._drain_task = asyncio.get_running_loop().create_task(self._cut_after(grace), name="drain")
 
@@ -136,17 +168,6 @@ class Gateway:
             return None
         return self.shared.policy_store.last_error
 
-    def _policy_loaded(self, policy: Policy) -> None:
-        self.metrics.policy_loaded(policy)
-        log_event("policy_loaded", policy_id=policy.policy_id, tiers=sorted(policy.tiers))
-
-    def _policy_failed(self, message: str) -> None:
-        self.metrics.policy_reload_failures.inc()
-        log_event("policy_rejected", level=30, reason=message)
-
-    def _spend_fallback(self, reason: str) -> None:
-        self.metrics.child(self.metrics.spend_fallbacks, reason).inc()
-
     def reserve_estimate(self, plan: RoutePlan, request: ParsedRequest, body_bytes: int) -> float:
         """Worst-case USD of a request, reserved against the key's limit before any call.
 
@@ -165,7 +186,7 @@ class Gateway:
         cap_asked = requested_cap(request.body)
         total = 0.0
         for name in models:
-            model = self.settings.models.get(name) if name is not None else None
+            model = self.models.get(name) if name is not None else None
             if model is None:
                 continue
             # A model's request defaults may add a system message and set the cap the client left out.

@@ -1,9 +1,9 @@
 """The gateway's shared state: policy store, client keys, spend limits, and the Redis behind them.
 
-``build_shared_state(settings, ...)`` wires them from the config (no I/O: Redis clients connect on
-first use); the app calls ``start()`` at startup and ``close()`` at shutdown. Without ``redis_url``
-everything is in process (one replica). With it, replicas share the policy (when ``policy`` is a
-``redis://`` URL), keys and spend.
+``build_shared_state(...)`` wires them from the config fields it is given (no I/O: Redis clients
+connect on first use); the app calls ``start()`` at startup and ``close()`` at shutdown. Without
+``redis_url`` everything is in process (one replica). With it, replicas share the policy (when
+``policy`` is a ``redis://`` URL), keys and spend.
 
 Which Redis: ``redis_url`` holds keys and spend; a ``redis://`` policy URL holds the policy. When
 only the policy URL is given, that same Redis holds keys and spend too.
@@ -23,7 +23,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
-from collections.abc import Callable
+from collections.abc import Callable, Collection
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -33,9 +33,9 @@ from redis.backoff import NoBackoff
 from redis.exceptions import RedisError
 
 from gateway.auth import Authenticator, ClientIdentity, authenticator_from_env
-from gateway.config import Settings
+from gateway.config import AuthConfig, BudgetConfig
 from gateway.policy_store import FilePolicyStore, PolicyStore, RedisPolicyStore
-from gateway.redis_keys import RedisKeys, redact_url
+from gateway.redis_keys import RedisKeys, is_redis_url, redact_url
 from gateway.spend import Reservation, SpendLimiter
 from policies import Policy
 
@@ -153,24 +153,31 @@ class SharedState:
 
 
 def build_shared_state(
-    settings: Settings,
     *,
+    policy: str,
+    redis_url: str | None,
+    redis_timeout_s: float,
+    auth: AuthConfig,
+    budgets: BudgetConfig,
+    known_models: Collection[str],
     on_policy_loaded: Callable[[Policy], None],
     on_policy_failure: Callable[[str], None],
     on_spend_fallback: Callable[[str], None] | None = None,
     keys: RedisKeys | None = None,
     file_poll_interval_s: float = 0.25,
 ) -> SharedState:
-    """Wire policy store, authenticator and spend limiter from the settings (call start() next).
+    """Wire policy store, authenticator and spend limiter (call start() next).
 
+    ``policy``, ``redis_url``, ``redis_timeout_s``, ``auth`` and ``budgets`` are the config's fields of
+    those names; ``known_models`` the configured model names (a policy routing elsewhere is refused).
     ``keys`` defaults to the contract names (prefix ``cascade``, or ``$CASCADE_REDIS_PREFIX``).
     Creating Redis clients does not connect; nothing touches the network before ``start()``.
     """
     keys = keys or RedisKeys.from_env()
-    policy_url = settings.policy if settings.policy_is_redis else None
-    state_url = settings.redis_url or policy_url
+    policy_url = policy if is_redis_url(policy) else None
+    state_url = redis_url or policy_url
     redis = connect_redis(state_url) if state_url else None
-    request_redis = connect_redis(state_url, settings.redis_timeout_s) if state_url else None
+    request_redis = connect_redis(state_url, redis_timeout_s) if state_url else None
     policy_redis: aioredis.Redis | None = None
     if policy_url is not None:
         policy_redis = redis if policy_url == state_url else connect_redis(policy_url)
@@ -181,7 +188,6 @@ def build_shared_state(
         if state_ref:
             state_ref[0].mark_redis(up)
 
-    known_models = list(settings.models)
     store: PolicyStore
     if policy_redis is not None:
         store = RedisPolicyStore(
@@ -195,29 +201,29 @@ def build_shared_state(
         )
     else:
         store = FilePolicyStore(
-            settings.policy,
+            policy,
             poll_interval_s=file_poll_interval_s,
             on_loaded=on_policy_loaded,
             on_failure=on_policy_failure,
             known_models=known_models,
         )
     authenticator = authenticator_from_env(
-        api_keys_env=settings.auth.api_keys_env,
-        admin_key_env=settings.auth.admin_key_env,
-        default_limit_usd=settings.budgets.limit_usd,
+        api_keys_env=auth.api_keys_env,
+        admin_key_env=auth.admin_key_env,
+        default_limit_usd=budgets.limit_usd,
         redis=request_redis,
         keys=keys,
-        allow_open=settings.auth.open,
+        allow_open=auth.open,
     )
     spend = SpendLimiter(
-        window_s=settings.budgets.window_s,
+        window_s=budgets.window_s,
         redis=request_redis,
         keys=keys,
         on_redis_status=report_redis,
         on_fallback=on_spend_fallback,
-        timeout_s=settings.redis_timeout_s,
-        on_redis_down=settings.budgets.on_redis_down,
-        outage_share=settings.budgets.outage_share,
+        timeout_s=redis_timeout_s,
+        on_redis_down=budgets.on_redis_down,
+        outage_share=budgets.outage_share,
         maintenance_redis=redis,
     )
     state = SharedState(
