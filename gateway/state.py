@@ -8,9 +8,10 @@ connect on first use); the app calls ``start()`` at startup and ``close()`` at s
 Which Redis: ``redis_url`` holds keys and spend; a ``redis://`` policy URL holds the policy. When
 only the policy URL is given, that same Redis holds keys and spend too.
 
-Two Redis clients per Redis: the request path (client keys, spend) uses one whose every call is
-bounded by ``redis_timeout_s`` with no retries, so a frozen Redis costs a request milliseconds; the
-policy watcher and the health loop use one with longer timeouts. The health loop (1 s) also lets the
+Two Redis clients per Redis: the request path (client keys, spend) uses one with no retries, through
+one ``RedisBatcher`` (gateway.redis_batch) that sends the commands of an event-loop iteration as one
+pipeline bounded by ``redis_timeout_s``, so a frozen Redis costs a request milliseconds; the policy
+watcher and the health loop use one with longer timeouts. The health loop (1 s) also lets the
 spend limiter reconcile (write back spend counted in process during an outage, see gateway.spend).
 
 Metrics the app exports from here: ``redis_up`` (-> ``cascade_redis_up``; updated by a 1 s PING loop
@@ -35,6 +36,7 @@ from redis.exceptions import RedisError
 from gateway.auth import Authenticator, ClientIdentity, authenticator_from_env
 from gateway.config import AuthConfig, BudgetConfig
 from gateway.policy_store import FilePolicyStore, PolicyStore, RedisPolicyStore
+from gateway.redis_batch import RedisBatcher
 from gateway.redis_keys import RedisKeys, is_redis_url, redact_url
 from gateway.spend import Reservation, SpendLimiter
 from policies import Policy
@@ -47,15 +49,16 @@ __all__ = ["ClientIdentity", "Reservation", "SharedState", "build_shared_state",
 def connect_redis(url: str, command_timeout_s: float | None = None) -> aioredis.Redis:
     """A Redis client with short timeouts: a dead Redis must not stall requests for long.
 
-    ``command_timeout_s`` (request path): connect and every command bounded by it, and no retries
-    (redis-py otherwise retries a timed-out command 3 times). Without it: 1 s connect, 2 s per command.
+    ``command_timeout_s`` (request path): connecting bounded by it, and no retries (redis-py
+    otherwise retries a timed-out command 3 times). Its commands have no socket timeout of their
+    own: they are sent through a ``RedisBatcher`` bounding each pipeline by ``command_timeout_s``
+    (redis-py would wrap every write in a task to time it). Without it: 1 s connect, 2 s per command.
     """
     if command_timeout_s is not None:
         return aioredis.from_url(
             url,
             decode_responses=True,
             socket_connect_timeout=command_timeout_s,
-            socket_timeout=command_timeout_s,
             retry=Retry(NoBackoff(), 0),
             health_check_interval=10,
         )
@@ -178,6 +181,8 @@ def build_shared_state(
     state_url = redis_url or policy_url
     redis = connect_redis(state_url) if state_url else None
     request_redis = connect_redis(state_url, redis_timeout_s) if state_url else None
+    # One batcher for keys and spend: their commands of one loop iteration share a pipeline.
+    request_path = RedisBatcher(request_redis, redis_timeout_s) if request_redis is not None else None
     policy_redis: aioredis.Redis | None = None
     if policy_url is not None:
         policy_redis = redis if policy_url == state_url else connect_redis(policy_url)
@@ -211,13 +216,13 @@ def build_shared_state(
         api_keys_env=auth.api_keys_env,
         admin_key_env=auth.admin_key_env,
         default_limit_usd=budgets.limit_usd,
-        redis=request_redis,
+        redis=request_path,
         keys=keys,
         allow_open=auth.open,
     )
     spend = SpendLimiter(
         window_s=budgets.window_s,
-        redis=request_redis,
+        redis=request_path,
         keys=keys,
         on_redis_status=report_redis,
         on_fallback=on_spend_fallback,
