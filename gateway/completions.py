@@ -150,6 +150,9 @@ class CompletionsEndpoint:
                 ]
                 await exchange.start(200, out)
                 await exchange.body(payload, more=False)
+                # Free the answer now, not after the spend settlement's Redis round trip: the parsed
+                # upstream bodies of every request waiting on it cost all requests cache misses.
+                del result, body, payload
             outcome = facts.outcome
         except asyncio.CancelledError:
             if exchange.gone:
