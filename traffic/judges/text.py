@@ -8,14 +8,25 @@ nothing can be extracted from the reference (no number, no letter, empty text) t
 from __future__ import annotations
 
 import math
+import string
 
-from collection.graders import extract_choice, extract_number, normalize_text
+from collection.graders import extract_choice, extract_final_number, normalize_text
 from traffic.judges.base import Verdict
 
 
 def _first_line(text: str) -> str:
     stripped = text.strip()
     return stripped.splitlines()[0] if stripped else ""
+
+
+def _normalized(text: str) -> str:
+    """``normalize_text``, or, when that leaves nothing but the text had words, the same with the
+    articles kept: an answer that IS an article (the letter ``A`` of a multiple-choice answer) is
+    an answer, not an empty one."""
+    normalized = normalize_text(text)
+    if normalized:
+        return normalized
+    return " ".join("".join(ch for ch in text.lower() if ch not in string.punctuation).split())
 
 
 class ExactJudge:
@@ -25,15 +36,20 @@ class ExactJudge:
 
     async def judge(self, question: str, reference: str, answer: str) -> Verdict:
         """Compare normalized text; missing when the reference normalizes to nothing."""
-        targets = {normalize_text(reference), normalize_text(_first_line(reference))} - {""}
+        targets = {_normalized(reference), _normalized(_first_line(reference))} - {""}
         if not targets:
             return Verdict(None, self.name, detail="empty reference answer")
-        candidates = {normalize_text(answer), normalize_text(_first_line(answer))}
+        candidates = {_normalized(answer), _normalized(_first_line(answer))}
         return Verdict(1.0 if candidates & targets else 0.0, self.name)
 
 
 class NumericJudge:
-    """1 if the last numbers of both answers are equal within ``rel_tol``."""
+    """1 if the final numbers of both answers are equal within ``rel_tol``.
+
+    The final number is the grader ``final_numeric``'s: the number after the last final-answer
+    marker (``Answer: 42``, ``the answer is 42``, ``\\boxed{42}``, ``#### 42``), else the last number,
+    so a step-by-step answer is read at its conclusion, not at an intermediate result.
+    """
 
     name = "numeric"
 
@@ -41,11 +57,11 @@ class NumericJudge:
         self.rel_tol = rel_tol
 
     async def judge(self, question: str, reference: str, answer: str) -> Verdict:
-        """Compare the last numbers; missing when the reference has none, 0 when only the answer has none."""
-        expected = extract_number(reference)
+        """Compare the final numbers; missing when the reference has none, 0 when only the answer has none."""
+        expected = extract_final_number(reference)
         if expected is None:
             return Verdict(None, self.name, detail="no number in the reference answer")
-        value = extract_number(answer)
+        value = extract_final_number(answer)
         if value is None:
             return Verdict(0.0, self.name, detail=f"reference {expected:g}, no number in the answer")
         same = math.isclose(value, expected, rel_tol=self.rel_tol, abs_tol=1e-9)
