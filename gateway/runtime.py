@@ -1,7 +1,9 @@
-"""What one gateway app owns: settings, metrics, upstream pool, router, cascade engine, shared state.
+"""What one gateway app owns: settings, metrics, upstream pool, router, cascade engine, shared state,
+and the traffic sampler when ``learning.enabled`` (gateway.learning).
 
-Everything is built when the ``Gateway`` is constructed (no I/O: Redis clients connect on first
-use); ``start()`` opens sessions and loads the policy, ``close()`` releases them.
+Everything is built when the ``Gateway`` is constructed (no I/O: Redis clients and the traffic
+store connect on first use); ``start()`` opens sessions and loads the policy, ``close()`` releases
+them (the sampler gets what is left of the shutdown grace to finish its queue).
 """
 
 from __future__ import annotations
@@ -9,10 +11,11 @@ from __future__ import annotations
 import asyncio
 import logging
 import random
-from typing import Any
+import time
+from typing import TYPE_CHECKING, Any
 
 from gateway.cascade import CascadeEngine
-from gateway.config import Settings
+from gateway.config import ConfigError, Settings
 from gateway.health import UpstreamHealth
 from gateway.logs import configure_logging, log_event
 from gateway.metrics import GatewayMetrics
@@ -27,6 +30,9 @@ from gateway.state import SharedState, build_shared_state
 from gateway.upstream import UpstreamPool
 from policies import Policy
 
+if TYPE_CHECKING:
+    from gateway.learning.sampler import Learner
+
 # How long closing waits for requests that are still settling (cut by the drain, or cancelled).
 _CLOSE_WAIT_S = 5.0
 
@@ -37,7 +43,9 @@ class Gateway:
     def __init__(self, settings: Settings, rng: random.Random | None = None):
         self.settings = settings
         self.metrics = GatewayMetrics(
-            with_redis=bool(settings.redis_url or settings.policy_is_redis), drift=settings.drift
+            with_redis=bool(settings.redis_url or settings.policy_is_redis),
+            with_learning=settings.learning.enabled,
+            drift=settings.drift,
         )
         self.pool = UpstreamPool(settings, self.metrics)
         self.router = Router(settings, rng)
@@ -50,6 +58,8 @@ class Gateway:
             on_spend_fallback=self._spend_fallback,
         )
         self.metrics.spend_unsynced.set_function(self.shared.spend.unsynced_usd)
+        # The traffic sampler, only when enabled: its stores and judges are imported only then.
+        self.learning: Learner | None = build_learner(settings, self.metrics)
         self.loop: asyncio.AbstractEventLoop | None = None  # the serving loop, once started
         # Completion requests being served (their tasks), for the shutdown drain.
         self.in_flight: set[asyncio.Task[Any]] = set()
@@ -57,12 +67,15 @@ class Gateway:
         self._idle = asyncio.Event()
         self._idle.set()
         self._drain_task: asyncio.Task[None] | None = None
+        self._drain_started: float | None = None
 
     async def start(self) -> None:
         """Open upstream sessions and start the shared state (initial policy load, watchers)."""
         configure_logging(self.settings.logging.level)
         self.loop = asyncio.get_running_loop()
         await self.pool.start()
+        if self.learning is not None:
+            await self.learning.start()
         self.health.start()
         await self.shared.start()
         policy = self.policy
@@ -94,6 +107,7 @@ class Gateway:
         if self._drain_task is not None:
             return
         self.draining = True
+        self._drain_started = time.monotonic()
         grace = self.settings.limits.shutdown_grace_s
         log_event("shutdown_draining", in_flight=len(self.in_flight), grace_s=grace)
         self._drain_task = asyncio.get_running_loop().create_task(self._cut_after(grace), name="drain")
@@ -117,10 +131,14 @@ class Gateway:
         return True
 
     async def close(self) -> None:
-        """Let interrupted requests settle their spend, then stop watchers, close Redis and upstreams."""
+        """Let interrupted requests settle their spend, finish or drop the queued samples within the
+        shutdown grace, then stop watchers, close Redis and upstreams."""
         await self.wait_idle(_CLOSE_WAIT_S)
         if self._drain_task is not None:
             self._drain_task.cancel()
+        if self.learning is not None:
+            started = self._drain_started if self._drain_started is not None else time.monotonic()
+            await self.learning.close(started + self.settings.limits.shutdown_grace_s)
         await self.health.close()
         await self.shared.close()
         await self.pool.close()
@@ -176,3 +194,18 @@ class Gateway:
             by_tokens = float(model.price.cost_usd(prompt_bound, cap * choices))
             total += max(by_tokens, model.price.per_query_usd or 0.0)
         return total
+
+
+def build_learner(settings: Settings, metrics: GatewayMetrics) -> Learner | None:
+    """The traffic sampler when ``learning.enabled``, else None; ConfigError naming the extra this
+    install lacks for the configured store or judge."""
+    if not settings.learning.enabled:
+        return None
+    from gateway.learning.config import missing_requirement
+
+    problem = missing_requirement(settings.learning)
+    if problem is not None:
+        raise ConfigError(f"learning: {problem}")
+    from gateway.learning.sampler import Learner
+
+    return Learner(settings, metrics)

@@ -10,15 +10,20 @@ concurrency (default 1, 16, 64 connections, 10 s each):
   accept        wrk -> gateway, model cascade/accept: cheap call, scored, accepted (1 upstream call)
   escalate      wrk -> gateway, model cascade/escalate: cheap call, scored, escalated (2 upstream calls)
   accept_keyed  (with ``--redis``) accept on a gateway with Redis, a client key and a spend limit
+  accept_learning  (with ``--learning RATE``) accept on a gateway that samples RATE of its requests
+                into a JSONL traffic store (shadow calls to the upstream, exact judge); the sampler's
+                counters (sampled, dropped, rows written) are printed after it
 
 The gateway runs as ``cascade serve`` itself (the real CLI process: one uvicorn worker, uvloop +
 httptools); the passthrough under uvicorn with the same flags. The server under test is pinned to
 CPU ``--server-cpu``; nginx (one worker), wrk (one thread) and a ``--redis auto`` Redis share CPU
 ``--client-cpu``. Added latency = target percentile - direct percentile at the same concurrency.
 
-Needs the Debian packages ``nginx`` and ``wrk``. Example:
+Needs the Debian packages ``nginx`` and ``wrk``. ``cascade`` and Python come from the virtualenv of
+the interpreter that runs this script. Examples:
 
     .venv/bin/python bench/gateway/run_bench.py --duration 10 --redis auto --out bench/gateway/results.json
+    .venv/bin/python bench/gateway/run_bench.py --targets accept --learning 0.01   # learning off vs on
 """
 
 from __future__ import annotations
@@ -51,7 +56,8 @@ BODIES: dict[str, tuple[Path, int]] = {
     "25k": (FIXTURE, 15),
 }
 MESSAGES = [{"role": "user", "content": "What is the capital of France? Answer in one sentence."}]
-TARGETS = ("direct", "passthrough", "model", "accept", "escalate", "accept_keyed")
+TARGETS = ("direct", "passthrough", "model", "accept", "escalate", "accept_keyed", "accept_learning")
+GATEWAY_TARGETS = ("model", "accept", "escalate")
 
 NGINX_CONF = """
 worker_processes 1;
@@ -144,8 +150,18 @@ def nginx_upstream(tmp: Path, cpu: str) -> Iterator[int]:
         yield port
 
 
-def write_gateway_files(tmp: Path, upstream: str, redis_url: str | None = None, body: str = "25k") -> Path:
-    """Config + policy: tier ``accept`` passes the body's score, tier ``escalate`` fails it."""
+def write_gateway_files(
+    tmp: Path,
+    upstream: str,
+    redis_url: str | None = None,
+    body: str = "25k",
+    learning_rate: float | None = None,
+) -> Path:
+    """Config + policy: tier ``accept`` passes the body's score, tier ``escalate`` fails it.
+
+    ``learning_rate``: add a ``learning:`` section sampling that share of requests into a JSONL file
+    store in ``tmp`` (reference ``large``, exact judge, a shadow spend cap that never binds).
+    """
     sys.path.insert(0, str(REPO))
     from policies import build_policy, save_policy, score_response
 
@@ -183,9 +199,20 @@ def write_gateway_files(tmp: Path, upstream: str, redis_url: str | None = None, 
         "auth": {"open": True},  # the benchmark measures the request path, not key checks
         "logging": {"level": os.environ.get("BENCH_LOG_LEVEL", "info")},
     }
+    name = f"gateway-{body}" + ("-redis" if redis_url else "")
+    if learning_rate is not None:
+        name += "-learning"
+        config["learning"] = {
+            "enabled": True,
+            "sample_rate": learning_rate,
+            "reference_model": "large",
+            "judge": {"kind": "exact"},
+            "store": str(tmp / f"traffic-{body}.jsonl"),
+            "max_shadow_usd_per_hour": 1e9,  # measure the sampler's work, not the cap's refusals
+        }
     import yaml
 
-    path = tmp / (f"gateway-{body}-redis.yaml" if redis_url else f"gateway-{body}.yaml")
+    path = tmp / f"{name}.yaml"
     path.write_text(yaml.safe_dump(config))
     return path
 
@@ -221,6 +248,7 @@ def body_for(target: str) -> dict[str, Any]:
         "passthrough": "x",
         "accept": "cascade/accept",
         "accept_keyed": "cascade/accept",
+        "accept_learning": "cascade/accept",
         "escalate": "cascade/escalate",
         "model": "small",
     }[target]
@@ -286,7 +314,7 @@ def cascade_serve(
     port = free_port()
     env = {k: v for k, v in os.environ.items() if not k.startswith("CASCADE_")}
     env.update(env_extra or {})
-    cascade = str(REPO / ".venv" / "bin" / "cascade")
+    cascade = str(Path(sys.executable).with_name("cascade"))
     cmd = ["taskset", "-c", cpu, cascade, "serve", "--config", str(config), "--port", str(port)]
     with process(cmd, env=env, log=tmp / f"{log_name}.log") as server:
         base = f"http://127.0.0.1:{port}"
@@ -305,7 +333,7 @@ def one_round(args: argparse.Namespace, tmp: Path, nginx_port: int) -> dict[str,
 
 def one_body(args: argparse.Namespace, tmp: Path, nginx_port: int, body: str) -> dict[str, dict[int, Any]]:
     upstream = f"http://127.0.0.1:{nginx_port}/{body}/v1"
-    python = str(REPO / ".venv" / "bin" / "python")
+    python = sys.executable
     uvicorn_flags = ["--loop", "uvloop", "--http", "httptools", "--no-access-log", "--log-level", "warning"]
     out: dict[str, dict[int, dict[str, Any]]] = {}
     out["direct"] = measure(upstream + "/chat/completions", "direct", args)
@@ -332,11 +360,49 @@ def one_body(args: argparse.Namespace, tmp: Path, nginx_port: int, body: str) ->
     config = write_gateway_files(tmp, upstream, body=body)
     with cascade_serve(tmp, config, args.server_cpu, log_name=f"gateway-{body}") as (base, pid):
         check_paths(base)
-        for target in ("model", "accept", "escalate"):
+        for target in args.targets:
             out[target] = measure(base + "/v1/chat/completions", target, args, pid)
     if args.redis:
         out["accept_keyed"] = measure_keyed(args, tmp, upstream, body)
+    if args.learning is not None:
+        out["accept_learning"], out["learning_counters"] = measure_learning(args, tmp, upstream, body)
     return out
+
+
+def measure_learning(
+    args: argparse.Namespace, tmp: Path, upstream: str, body: str
+) -> tuple[dict[int, Any], dict[str, float]]:
+    """The accept path on a gateway that samples ``--learning`` of its requests; and its counters."""
+    config = write_gateway_files(tmp, upstream, body=body, learning_rate=args.learning)
+    with cascade_serve(tmp, config, args.server_cpu, log_name=f"gateway-{body}-learning") as (base, pid):
+        check_paths(base)
+        results = measure(base + "/v1/chat/completions", "accept_learning", args, pid)
+        time.sleep(6)  # the writer flushes every 5 s: let the last samples land before counting
+        counters = learning_counters(base)
+    shown = ", ".join(f"{k} {v:g}" for k, v in counters.items())
+    print(f"  learning at {args.learning}: {shown}", flush=True)
+    sampled = sum(v for k, v in counters.items() if k.startswith("cascade_learning_sampled_total"))
+    dropped = sum(v for k, v in counters.items() if k.startswith("cascade_learning_dropped_total"))
+    if sampled and not dropped and not counters.get("cascade_learning_rows_written_total"):
+        raise RuntimeError(f"accept_learning sampled requests but wrote no traffic row: {counters}")
+    return results, counters
+
+
+def learning_counters(base: str) -> dict[str, float]:
+    """The sampler's counters from /metrics (sampled, dropped by reason, rows written, shadow calls)."""
+    from prometheus_client.parser import text_string_to_metric_families
+
+    counters: dict[str, float] = {}
+    text = httpx.get(base + "/metrics", timeout=10).text
+    for family in text_string_to_metric_families(text):
+        for sample in family.samples:
+            if not sample.name.startswith(("cascade_learning_", "cascade_shadow_calls_total")):
+                continue
+            if sample.name.endswith("_created"):
+                continue
+            key = sample.name + "".join(f"{{{v}}}" for k, v in sorted(sample.labels.items()))
+            counters[key] = counters.get(key, 0.0) + sample.value
+    return counters
 
 
 @contextlib.contextmanager
@@ -528,6 +594,20 @@ def main() -> None:
     parser.add_argument("--server-cpu", default="1", help="CPU the server under test is pinned to")
     parser.add_argument("--client-cpu", default="0", help="CPU nginx, wrk and a private Redis are pinned to")
     parser.add_argument("--out", type=Path, help="write all raw results and the summary as JSON")
+    parser.add_argument(
+        "--targets",
+        nargs="+",
+        choices=list(GATEWAY_TARGETS),
+        default=list(GATEWAY_TARGETS),
+        help="gateway paths to measure (direct and passthrough, the references, always run)",
+    )
+    parser.add_argument(
+        "--learning",
+        type=float,
+        metavar="RATE",
+        help="also measure accept on a gateway sampling RATE (e.g. 0.01) of its requests into a "
+        "JSONL traffic store, to compare with accept without learning",
+    )
     parser.add_argument(
         "--redis",
         help="also measure accept with a Redis-stored key and spend limit: a Redis URL, or 'auto' to "
