@@ -208,6 +208,11 @@ class LearningMetrics:
             "Shadow spend (settled and reserved) in the last hour, against learning.max_shadow_usd_per_hour.",
             registry=r,
         )
+        self.shadow_spend_cap = Gauge(
+            "cascade_shadow_spend_cap_usd",
+            "learning.max_shadow_usd_per_hour: the cap of cascade_shadow_spend_window_usd.",
+            registry=r,
+        )
         self.judge_outcomes = Counter(
             "cascade_judge_outcomes",
             "Labels by outcome (agree, disagree, undecided, error, no_reference).",

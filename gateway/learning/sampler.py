@@ -91,6 +91,7 @@ class Learner:
         self.queue: asyncio.Queue[Sample] = asyncio.Queue(maxsize=config.queue_size)
         self.metrics.queue_depth.set_function(self.queue.qsize)
         self.metrics.shadow_spend_window.set_function(self.budget.spent_usd)
+        self.metrics.shadow_spend_cap.set(config.max_shadow_usd_per_hour)  # alerts read the window against it
         self.metrics.store_up.set(1)  # no write has failed yet
         for reason in DROP_REASONS:  # every series from the start, so rate() sees the first drop
             self.metrics.child(self.metrics.dropped, reason)

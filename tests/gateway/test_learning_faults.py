@@ -91,6 +91,7 @@ def test_spend_cap_drops_samples_before_buying_their_calls(
     assert len(upstream.calls("up-medium")) == len(upstream.calls("up-large")) == 1
     assert registry_value(gateway, "cascade_shadow_cost_usd_total") == pytest.approx(0.0011)
     assert registry_value(gateway, "cascade_shadow_spend_window_usd") == pytest.approx(0.0011)
+    assert registry_value(gateway, "cascade_shadow_spend_cap_usd") == 0.0015  # what alerts compare with
 
 
 def test_postgres_down_then_back_without_restart(
