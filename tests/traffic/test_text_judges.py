@@ -20,6 +20,10 @@ from traffic.judges.text import ChoiceJudge, ExactJudge, NumericJudge
         ("A", "a.", 1.0),  # an answer that is an article (a choice letter) is still an answer
         ("A", "B", 0.0),
         ("A", "The", 0.0),
+        ("12 * 3 = 36\n36 + 5 = 41\nAnswer: 41", "41", 1.0),  # a reasoned answer, by its conclusion
+        ("Step 1: 6 * 7 = 42\nThe answer is Paris.", "Paris", 1.0),
+        ("12 * 3 = 36\nAnswer: 41", "36", 0.0),  # an intermediate result is not the answer
+        ("Answer: 41", "Answer: 14", 0.0),
     ],
 )
 async def test_exact_judge_compares_normalized_text(

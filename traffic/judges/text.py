@@ -8,6 +8,7 @@ nothing can be extracted from the reference (no number, no letter, empty text) t
 from __future__ import annotations
 
 import math
+import re
 import string
 
 from collection.graders import extract_choice, extract_final_number, normalize_text
@@ -17,6 +18,16 @@ from traffic.judges.base import Verdict
 def _first_line(text: str) -> str:
     stripped = text.strip()
     return stripped.splitlines()[0] if stripped else ""
+
+
+# The conclusion of a step-by-step answer: what follows the last "Answer:" / "the answer is".
+_FINAL_ANSWER = re.compile(r"answer\s*(?:is|:)\s*(.+?)\s*$", re.IGNORECASE | re.MULTILINE)
+
+
+def _final_answer(text: str) -> str:
+    """The text after the last final-answer marker ("Answer: 42" -> "42"), or "" when there is none."""
+    matches = _FINAL_ANSWER.findall(text)
+    return matches[-1] if matches else ""
 
 
 def _normalized(text: str) -> str:
@@ -30,16 +41,28 @@ def _normalized(text: str) -> str:
 
 
 class ExactJudge:
-    """1 if the normalized answers (or their first lines) are equal (case, punctuation, articles ignored)."""
+    """1 if the normalized answers, their first lines or their final answers are equal (case,
+    punctuation, articles ignored). The final answer is what follows the last "Answer:" or "the
+    answer is", so that a step-by-step answer is compared by its conclusion with a bare one."""
 
     name = "exact"
 
     async def judge(self, question: str, reference: str, answer: str) -> Verdict:
         """Compare normalized text; missing when the reference normalizes to nothing."""
-        targets = {_normalized(reference), _normalized(_first_line(reference))} - {""}
+        forms = (
+            _normalized(reference),
+            _normalized(_first_line(reference)),
+            _normalized(_final_answer(reference)),
+        )
+        targets = set(forms) - {""}
         if not targets:
             return Verdict(None, self.name, detail="empty reference answer")
-        candidates = {_normalized(answer), _normalized(_first_line(answer))}
+        candidates = {
+            _normalized(answer),
+            _normalized(_first_line(answer)),
+            _normalized(_final_answer(answer)),
+        }
+        candidates.discard("")
         return Verdict(1.0 if candidates & targets else 0.0, self.name)
 
 
