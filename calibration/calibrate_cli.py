@@ -108,11 +108,11 @@ class CalibrateOptions:
 def run_calibrate(options: CalibrateOptions, console: Console, errors: Console) -> None:
     """Load, compute, solve, write; print the summary to ``console`` and warnings to ``errors``."""
     from calibration.agreement import unrelated_model_warnings
-    from calibration.envelope import compute_envelope
-    from calibration.policy_writer import build_calibrated_policy, write_policy
+    from calibration.calibrate import calibrate as calibrate_matrix
+    from calibration.policy_writer import write_policy
     from calibration.reporting.terminal import print_summary
     from calibration.runs import load_runs
-    from calibration.tiers import UnreachableTierError, load_tiers, solve_tiers
+    from calibration.tiers import UnreachableTierError, load_tiers
 
     runs, output, report, randomize = options.runs, options.output, options.report, options.randomize
     score_column, scorer, top_k = options.score_column, options.scorer, options.top_k
@@ -130,14 +130,13 @@ def run_calibrate(options: CalibrateOptions, console: Console, errors: Console) 
         errors.print(f"[yellow]warning:[/yellow] {note}", highlight=False, soft_wrap=True)
     size = f"{len(matrix.models)} models on {matrix.n_queries:,} queries"
     with errors.status(f"Computing the envelope of {size} ..."):
-        envelope = compute_envelope(matrix)
         try:
-            solutions = solve_tiers(envelope, spec, randomize=randomize)
+            calibrated = calibrate_matrix(matrix, spec, randomize=randomize)
         except UnreachableTierError as exc:  # the other tiers' warnings, then the error line
             for warning in exc.warnings:
                 errors.print(f"[yellow]warning:[/yellow] {warning}", highlight=False, soft_wrap=True)
             raise
-        policy = build_calibrated_policy(matrix, envelope, solutions, spec.default_tier)
+        envelope, solutions, policy = calibrated.envelope, calibrated.solutions, calibrated.policy
         computed = time.perf_counter()
     write_policy(policy, output)
 

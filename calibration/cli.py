@@ -6,9 +6,11 @@ import typer
 
 from calibration.calibrate_cli import register as register_calibrate
 from calibration.evaluate_cli import register as register_evaluate
+from calibration.recalibrate_cli import register as register_recalibrate
 
 
 def register(app: typer.Typer) -> None:
-    """Add ``calibrate`` and ``evaluate`` to the root app."""
+    """Add ``calibrate``, ``evaluate`` and ``recalibrate`` to the root app."""
     register_calibrate(app)
     register_evaluate(app)
+    register_recalibrate(app)

@@ -109,6 +109,37 @@ def pair_metrics_at(
     )
 
 
+def chain_per_query(
+    score: np.ndarray, cost: np.ndarray, quality: np.ndarray, thresholds: Sequence[float]
+) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """Per-query outcome of one k-stage chain: ``(cost (n,), quality (n,), escalated (n,) bool)``.
+
+    ``score``, ``cost``, ``quality``: ``(n, k)``, column i = stage i's model. Stage i answers unless
+    its score is below ``thresholds[i]`` (strict, as the gateway); the last stage always answers.
+    Every called stage is paid; ``escalated`` says the query left the first stage. Vectorized over
+    queries (the loop is over the k stages).
+    """
+    score = np.asarray(score, dtype=np.float64)
+    cost = np.asarray(cost, dtype=np.float64)
+    quality = np.asarray(quality, dtype=np.float64)
+    n, k = cost.shape
+    if len(thresholds) != k - 1:
+        raise ValueError(f"a chain of {k} models needs {k - 1} thresholds")
+    active = np.ones(n, dtype=bool)  # queries that reach the current stage
+    total_cost = np.zeros(n)
+    answer = np.zeros(n)
+    for stage in range(k):
+        total_cost += np.where(active, cost[:, stage], 0.0)
+        if stage == k - 1:
+            answer = np.where(active, quality[:, stage], answer)
+            break
+        escalate = active & (score[:, stage] < thresholds[stage])
+        answer = np.where(active & ~escalate, quality[:, stage], answer)
+        active = escalate
+    escalated = np.zeros(n, dtype=bool) if k == 1 else score[:, 0] < thresholds[0]
+    return total_cost, answer, escalated
+
+
 def chain_metrics(
     matrix: RunsMatrix,
     models: Sequence[str],
@@ -134,21 +165,9 @@ def chain_metrics(
     columns = [matrix.model_index(name) for name in models]
     select = slice(None) if rows is None else np.asarray(rows)
     cost = matrix.cost[select][:, columns]
-    quality = matrix.quality[select][:, columns]
-    score = matrix.score[select][:, columns]
-    n = cost.shape[0]
-    if n == 0:
+    if cost.shape[0] == 0:
         raise ValueError("chain_metrics needs at least one query")
-    active = np.ones(n, dtype=bool)  # queries that reach the current stage
-    total_cost = np.zeros(n)
-    answer = np.zeros(n)
-    for stage in range(len(columns)):
-        total_cost += np.where(active, cost[:, stage], 0.0)
-        if stage == len(columns) - 1:
-            answer = np.where(active, quality[:, stage], answer)
-            break
-        escalate = active & (score[:, stage] < thresholds[stage])
-        answer = np.where(active & ~escalate, quality[:, stage], answer)
-        active = escalate
-    left_first_stage = np.zeros(n, dtype=bool) if len(columns) == 1 else score[:, 0] < thresholds[0]
-    return float(total_cost.mean()), float(answer.mean()), float(left_first_stage.mean())
+    total_cost, answer, escalated = chain_per_query(
+        matrix.score[select][:, columns], cost, matrix.quality[select][:, columns], thresholds
+    )
+    return float(total_cost.mean()), float(answer.mean()), float(escalated.mean())

@@ -32,6 +32,7 @@ COMMAND_EXTRAS: dict[str, tuple[str, ...]] = {
     "keys": ("gateway",),
     "calibrate": ("calibrate",),
     "evaluate": ("calibrate",),
+    "recalibrate": ("calibrate", "traffic"),
     "collect": ("collect",),
     "replay": ("collect",),
     "models": ("local",),

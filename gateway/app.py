@@ -31,7 +31,7 @@ from gateway.errors import GatewayError, InternalError
 from gateway.logs import log_exception
 from gateway.metrics import CONTENT_TYPE, GatewayMetrics
 from gateway.routing import CASCADE_MODEL
-from gateway.runtime import Gateway, StateEvents
+from gateway.runtime import Gateway, StateEvents, build_learner
 from gateway.state import build_shared_state
 
 __all__ = ["Gateway", "GatewayApp", "build_gateway", "create_app", "error_parts"]
@@ -61,7 +61,9 @@ def build_gateway(settings: Settings, rng: random.Random | None = None) -> Gatew
     No I/O: Redis clients connect on first use, upstream sessions open in ``Gateway.start()``.
     """
     metrics = GatewayMetrics(
-        with_redis=bool(settings.redis_url or settings.policy_is_redis), drift=settings.drift
+        with_redis=bool(settings.redis_url or settings.policy_is_redis),
+        with_learning=settings.learning.enabled,
+        drift=settings.drift,
     )
     events = StateEvents(metrics)
     shared = build_shared_state(
@@ -75,12 +77,15 @@ def build_gateway(settings: Settings, rng: random.Random | None = None) -> Gatew
         on_policy_failure=events.policy_failed,
         on_spend_fallback=events.spend_fallback,
     )
+    # The traffic sampler, only when enabled: its stores and judges are imported only then.
+    learning = build_learner(settings.learning, settings.models, settings.limits.request_timeout_s, metrics)
     return Gateway(
         models=settings.models,
         limits=settings.limits,
         logs=settings.logging,
         metrics=metrics,
         shared=shared,
+        learning=learning,
         rng=rng,
     )
 

@@ -36,12 +36,13 @@ from typing import Any
 import orjson
 
 from gateway.config import ModelConfig
+from gateway.learning.answers import StageAnswer
 from gateway.live import LiveRelay, StreamChunk, StreamEvent, StreamStart, WholeAnswer
 from gateway.metrics import GatewayMetrics
 from gateway.requests import ParsedRequest, completion_bound, generated_choices, positive_int
 from gateway.routing import RoutePlan
 from gateway.streaming import SSE_HEADERS, replay
-from gateway.upstream import UpstreamFailure, UpstreamPool
+from gateway.upstream import UpstreamFailure, UpstreamPool, UpstreamReply
 from policies import score_response, should_escalate
 from policies.request_defaults import RequestDefaults, merge_request_defaults
 
@@ -64,6 +65,8 @@ class CascadeFacts:
     within_budget: bool = True
     failures: list[str] = field(default_factory=list)
     route: list[str] = field(default_factory=list)
+    # Set (to {}) only for a request sampled for learning: its scored answers by model, for reuse.
+    answers: dict[str, StageAnswer] | None = None
 
     def headers(self, overhead_ms: float) -> list[tuple[bytes, bytes]]:
         """The ``x-cascade-*`` response headers (docs/contracts.md#response-headers)."""
@@ -165,7 +168,7 @@ class CascadeEngine:
         except UpstreamFailure as failure:
             return CascadeResult(facts, self._fall_back(stage, failure, facts))
         facts.answered_by = stage.model
-        return CascadeResult(facts, reply)
+        return CascadeResult(facts, reply.body)
 
     async def stream(
         self, plan: RoutePlan, request: ParsedRequest, deadline: float, facts: CascadeFacts, started: float
@@ -222,12 +225,15 @@ class CascadeEngine:
             )
             facts.models_called.append(model)
             try:
-                reply = await self._call(model, request, body, deadline, facts)
+                called = await self._call(model, request, body, deadline, facts)
             except UpstreamFailure as failure:
                 facts.failures.append(failure.kind)
                 self._escalate(plan.tier, model, models[stage + 1], facts)
                 continue
+            reply = called.body
             score = score_response(reply, policy.scorer.name, top_k)
+            if facts.answers is not None:  # a sampled request: keep the scored answer for its rows
+                facts.answers[model] = StageAnswer.from_reply(reply, called.seconds, score)
             facts.score, facts.threshold = score, thresholds[stage]
             if score is not None:
                 self._metrics.child(self._metrics.confidence, plan.tier, model).observe(score)
@@ -266,7 +272,7 @@ class CascadeEngine:
 
     async def _call(
         self, model: str, request: ParsedRequest, body: bytes, deadline: float, facts: CascadeFacts
-    ) -> dict[str, Any]:
+    ) -> UpstreamReply:
         try:
             reply = await self._pool[model].complete(request.kind, body, deadline)
         except asyncio.CancelledError:
@@ -277,7 +283,7 @@ class CascadeEngine:
             raise
         facts.upstream_s += reply.seconds
         self.account(facts, model, reply.body.get("usage"))
-        return reply.body
+        return reply
 
     def _charge_bound(self, facts: CascadeFacts, model: str, body: bytes) -> None:
         """Charge a call whose answer never came: one prompt token per byte of the upstream request,

@@ -35,6 +35,11 @@ def serve(
         settings = Settings.from_yaml(config)
     except ConfigError as exc:
         fail(str(exc), code=_CONFIG_ERROR)
+    from gateway.learning.config import missing_requirement
+
+    problem = missing_requirement(settings.learning)  # the store's or judge's extra, when learning is on
+    if problem is not None:
+        fail(f"{config}: learning: {problem}", code=_CONFIG_ERROR)
     if not settings.policy_is_redis and not Path(settings.policy).is_file():
         fail(
             f"{config}: policy file {settings.policy} does not exist (write one with `cascade calibrate`)",

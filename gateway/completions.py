@@ -3,8 +3,9 @@
 ``POST /v1/chat/completions`` and ``POST /v1/completions``: read the body under the size limit,
 authenticate, parse with orjson and validate by hand, choose the route, reserve spend, run the
 cascade (or write the events of ``CascadeEngine.stream``), answer with the ``x-cascade-*`` headers,
-settle spend, then record metrics and one JSON log line. Every cascade rule lives in the engine;
-this module only reads requests and writes bytes. Every failure a client sees goes through
+settle spend, then record metrics and one JSON log line; a request drawn for learning is handed
+to the sampler last, after its response was sent (gateway.learning). Every cascade rule lives in
+the engine; this module only reads requests and writes bytes. Every failure a client sees goes through
 ``error_parts`` (one mapping of GatewayError to an OpenAI error body); an unexpected exception is a
 500 OpenAI body without traceback, logged. A client disconnect cancels the request's task and with
 it every upstream call. At shutdown, a request still open when the drain's grace ends is cancelled
@@ -111,6 +112,7 @@ class CompletionsEndpoint:
         interrupted = False
         facts: CascadeFacts | None = None
         parsed: ParsedRequest | None = None
+        plan: RoutePlan | None = None
         reservation = None
         watcher: asyncio.Task[None] | None = None
         try:
@@ -135,6 +137,8 @@ class CompletionsEndpoint:
             watcher = asyncio.create_task(_watch_disconnect(receive, exchange, current))
             deadline = time.monotonic() + gw.limits.request_timeout_s
             facts = gw.engine.new_facts(plan)
+            if gw.learning is not None and plan.route is not None and gw.learning.draw():
+                facts.answers = {}  # sampled for learning: the engine keeps its scored answers
             if parsed.stream:
                 status = await self._stream(exchange, plan, parsed, facts, deadline, request_id, started)
             else:
@@ -196,6 +200,11 @@ class CompletionsEndpoint:
                 reserved_usd=reservation.amount_nano / NANO_PER_USD if reservation is not None else None,
             )
         self._record(request_id, tier, outcome, status, facts, parsed, started)
+        if facts is not None and facts.answers is not None and status == 200 and outcome != "error":
+            # The response has been sent in full: the sample goes on no client's clock.
+            assert gw.learning is not None and parsed is not None and plan is not None
+            assert plan.policy is not None
+            gw.learning.offer(request_id, parsed, plan.policy, tier, facts.answers)
 
     async def _stream(
         self,

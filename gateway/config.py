@@ -18,10 +18,11 @@ from pathlib import Path
 from typing import Any, Literal
 
 import yaml
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 from pydantic_settings import BaseSettings, PydanticBaseSettingsSource, SettingsConfigDict
 
 from gateway.drift import DriftConfig
+from gateway.learning.config import LearningConfig
 from gateway.redis_keys import is_redis_url
 from policies import Price
 from policies.request_defaults import RequestDefaults
@@ -142,6 +143,7 @@ class Settings(BaseSettings):
     limits: LimitsConfig = LimitsConfig()
     logging: LoggingConfig = LoggingConfig()
     drift: DriftConfig = DriftConfig()
+    learning: LearningConfig = LearningConfig()
 
     @field_validator("models")
     @classmethod
@@ -150,6 +152,16 @@ class Settings(BaseSettings):
             if name == RESERVED_MODEL_PREFIX or name.startswith(RESERVED_MODEL_PREFIX + "/"):
                 raise ValueError(f"model name {name!r} is reserved for the cascade aliases")
         return models
+
+    @model_validator(mode="after")
+    def _reference_is_configured(self) -> Settings:
+        reference = self.learning.reference_model
+        if reference is not None and reference not in self.models:
+            raise ValueError(
+                f"learning.reference_model {reference!r} is not a configured model "
+                f"(configured: {', '.join(sorted(self.models))})"
+            )
+        return self
 
     @classmethod
     def settings_customise_sources(
@@ -172,7 +184,8 @@ class Settings(BaseSettings):
     def from_yaml(cls, path: str | Path) -> Settings:
         """Load a YAML config, apply ``CASCADE_*`` overrides, validate; ConfigError on any problem.
 
-        A relative policy file path in the YAML is resolved against the YAML file's directory.
+        A relative policy file path (and a relative ``learning.store`` file path) in the YAML is
+        resolved against the YAML file's directory.
         """
         path = Path(path)
         try:
@@ -186,6 +199,11 @@ class Settings(BaseSettings):
         policy = document.get("policy")
         if isinstance(policy, str) and "://" not in policy and not Path(policy).is_absolute():
             document["policy"] = str((path.parent / policy).resolve())
+        learning = document.get("learning")
+        if isinstance(learning, dict):
+            store = learning.get("store")
+            if isinstance(store, str) and ":" not in store and not Path(store).is_absolute():
+                learning["store"] = str((path.parent / store).resolve())  # a traffic file beside the config
         return cls.from_mapping(document, source=str(path))
 
     @classmethod

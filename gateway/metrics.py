@@ -27,8 +27,11 @@ _SCORE_BUCKETS = (-5, -2, -1, -0.5, -0.25, 0, 0.1, 0.2, 0.3, 0.4, 0.5, 0.6, 0.7,
 class GatewayMetrics:
     """Every metric the gateway exports, registered in ``self.registry``."""
 
-    def __init__(self, *, with_redis: bool = False, drift: DriftConfig | None = None) -> None:
+    def __init__(
+        self, *, with_redis: bool = False, with_learning: bool = False, drift: DriftConfig | None = None
+    ) -> None:
         """``with_redis``: export ``cascade_redis_up`` (only meaningful when Redis is configured);
+        ``with_learning``: export the traffic sampler's metrics (``learning``, when it is enabled);
         ``drift``: the window of the score drift metric (``gateway.drift``)."""
         self.registry = CollectorRegistry(auto_describe=True)
         self._children: dict[tuple[int, tuple[str, ...]], Any] = {}
@@ -126,6 +129,7 @@ class GatewayMetrics:
         )
         self.drift = ScoreDriftMonitor(drift)
         r.register(self.drift)
+        self.learning = LearningMetrics(r, self.child) if with_learning else None
 
     def child(self, metric: Any, *labels: str) -> Any:
         """``metric.labels(*labels)``, memoized: label sets are few and the hot path asks often.
@@ -151,3 +155,70 @@ class GatewayMetrics:
     def render(self) -> bytes:
         """The Prometheus text exposition of this registry."""
         return generate_latest(self.registry)
+
+
+class LearningMetrics:
+    """The traffic sampler's metrics (gateway.learning), in the gateway's registry.
+
+    Labels: ``tier`` as elsewhere; ``model`` a configured name; ``judge`` a judge name; ``reason``
+    and ``outcome`` fixed words (docs/contracts.md#metrics).
+    """
+
+    def __init__(self, registry: CollectorRegistry, child: Any) -> None:
+        """``child``: the owner's memoized ``labels`` lookup (``GatewayMetrics.child``)."""
+        r = registry
+        self.child = child
+        self.sampled = Counter(
+            "cascade_learning_sampled",
+            "Cascade requests drawn for a sample (after they were answered).",
+            ["tier"],
+            registry=r,
+        )
+        self.dropped = Counter(
+            "cascade_learning_dropped",
+            "Samples given up, by reason (queue_full, spend_cap, store_error, shutdown, error).",
+            ["reason"],
+            registry=r,
+        )
+        self.queue_depth = Gauge(
+            "cascade_learning_queue_depth", "Samples waiting for their shadow calls.", registry=r
+        )
+        self.rows_written = Counter(
+            "cascade_learning_rows_written", "Traffic rows the store accepted.", registry=r
+        )
+        self.store_up = Gauge(
+            "cascade_learning_store_up",
+            "0 from a failed write to the traffic store until a write succeeds, else 1.",
+            registry=r,
+        )
+        self.shadow_calls = Counter(
+            "cascade_shadow_calls",
+            "Shadow calls by outcome (ok, failed, timeout, cancelled).",
+            ["model", "outcome"],
+            registry=r,
+        )
+        self.shadow_cost = Counter(
+            "cascade_shadow_cost_usd",
+            "Upstream spend of shadow calls in USD (never a client's).",
+            ["model"],
+            registry=r,
+        )
+        self.shadow_spend_window = Gauge(
+            "cascade_shadow_spend_window_usd",
+            "Shadow spend (settled and reserved) in the last hour, against learning.max_shadow_usd_per_hour.",
+            registry=r,
+        )
+        self.shadow_spend_cap = Gauge(
+            "cascade_shadow_spend_cap_usd",
+            "learning.max_shadow_usd_per_hour: the cap of cascade_shadow_spend_window_usd.",
+            registry=r,
+        )
+        self.judge_outcomes = Counter(
+            "cascade_judge_outcomes",
+            "Labels by outcome (agree, disagree, undecided, error, no_reference).",
+            ["judge", "outcome"],
+            registry=r,
+        )
+        self.judge_cost = Counter(
+            "cascade_judge_cost_usd", "Spend of judges that call a model (llm) in USD.", ["judge"], registry=r
+        )

@@ -39,40 +39,18 @@ class CliError(Exception):
 def push_policy(client: Any, policy_path: Path, keys: RedisKeys) -> tuple[str, int]:
     """Validate a policy file, store it as current, bump the version, notify replicas.
 
-    Returns (policy_id, version). SET and INCR run in one MULTI/EXEC transaction so a reader never
-    pairs a new version with an old policy; the PUBLISH follows.
+    Returns (policy_id, version). The push is ``policies.publish.push_policy``: SET and INCR in one
+    MULTI/EXEC transaction so a reader never pairs a new version with an old policy, then PUBLISH.
     """
-    from gateway.policy_store import check_servable
-    from policies import PolicyError, dump_policy, load_policy
+    from policies import PolicyError, load_policy
+    from policies.publish import push_policy as publish
 
     try:
         policy = load_policy(policy_path)
-        check_servable(policy, None)  # includes the content-hash check of policy_id
+        version = publish(client, policy, keys)
     except PolicyError as exc:
         raise CliError(str(exc)) from exc
-    # INCR on a value that is not an integer fails *inside* MULTI/EXEC after SET already applied,
-    # so check first: a corrupt version (hand edit, stray SET) restarts at 1. Replicas compare the
-    # stored content too, so they still switch.
-    stored = client.get(keys.policy_version)
-    corrupt = stored is not None and not _is_integer(stored)
-    pipe = client.pipeline(transaction=True)
-    pipe.set(keys.policy_current, dump_policy(policy))
-    if corrupt:
-        pipe.set(keys.policy_version, 1)
-    else:
-        pipe.incr(keys.policy_version)
-    results = pipe.execute()
-    version = 1 if corrupt else int(results[1])
-    client.publish(keys.policy_updates, str(version))
     return policy.policy_id, version
-
-
-def _is_integer(value: str) -> bool:
-    try:
-        int(value)
-    except ValueError:
-        return False
-    return True
 
 
 def read_policy(client: Any, keys: RedisKeys) -> tuple[dict[str, Any], int | None]:

@@ -23,7 +23,8 @@ from redis.asyncio import Redis
 from redis.exceptions import RedisError
 
 from gateway.redis_keys import RedisKeys
-from policies import Policy, PolicyError, PolicyInvalidError, check_content_hash, parse_policy
+from policies import Policy, PolicyError, PolicyInvalidError, parse_policy
+from policies.publish import check_servable
 
 log = logging.getLogger("cascade.policy")
 
@@ -35,31 +36,6 @@ PolicyFailed = Callable[[str], None]
 
 class PolicySourceUnavailableError(PolicyError):
     """The policy source cannot be read right now (Redis down, no policy pushed yet)."""
-
-
-def check_servable(policy: Policy, known_models: Collection[str] | None) -> None:
-    """Raise PolicyInvalidError if this gateway cannot serve ``policy``.
-
-    ``known_models`` are the model names of the gateway config; every model a tier or envelope point
-    routes to must be one of them (None skips that check). The ``policy_id`` must be the content
-    hash (a policy edited after it was stamped is refused: its id would name other content).
-    """
-    check_content_hash(policy, f"policy {policy.policy_id}")
-    if policy.scorer.name == "external":
-        raise PolicyInvalidError(
-            f"policy {policy.policy_id}: scorer 'external' is a precomputed score the gateway cannot "
-            "compute from live logprobs; calibrate with a logprob scorer to serve it"
-        )
-    if known_models is None:
-        return
-    routed = {m for tier in policy.tiers.values() for route in tier.routes for m in route.models}
-    routed |= {m for point in policy.envelope for m in point.models}
-    missing = sorted(routed - set(known_models))
-    if missing:
-        raise PolicyInvalidError(
-            f"policy {policy.policy_id} routes to model(s) {', '.join(missing)} that the gateway config "
-            f"does not define (configured: {', '.join(sorted(known_models))})"
-        )
 
 
 class PolicyStore:

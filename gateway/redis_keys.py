@@ -12,35 +12,17 @@ from __future__ import annotations
 import os
 from dataclasses import dataclass
 
-DEFAULT_PREFIX = "cascade"
-PREFIX_ENV = "CASCADE_REDIS_PREFIX"
+from policies.publish import DEFAULT_PREFIX, PREFIX_ENV, PolicyKeys
 
 
 @dataclass(frozen=True, slots=True)
-class RedisKeys:
-    """Key and channel names under ``prefix``."""
-
-    prefix: str = DEFAULT_PREFIX
+class RedisKeys(PolicyKeys):
+    """Key and channel names under ``prefix`` (the policy's from ``policies.publish.PolicyKeys``)."""
 
     @classmethod
     def from_env(cls) -> RedisKeys:
         """Keys under ``$CASCADE_REDIS_PREFIX`` (default ``cascade``)."""
         return cls(os.environ.get(PREFIX_ENV) or DEFAULT_PREFIX)
-
-    @property
-    def policy_current(self) -> str:
-        """String: the current policy JSON."""
-        return f"{self.prefix}:policy:current"
-
-    @property
-    def policy_version(self) -> str:
-        """Integer, INCR-ed by every push."""
-        return f"{self.prefix}:policy:version"
-
-    @property
-    def policy_updates(self) -> str:
-        """Pub/sub channel; each message is the new version."""
-        return f"{self.prefix}:policy:updates"
 
     @property
     def client_keys(self) -> str:

@@ -1,8 +1,9 @@
 """What one gateway app owns: its config sections, metrics, upstream pool, router, cascade engine,
-shared state.
+shared state, and the traffic sampler when ``learning.enabled`` (gateway.learning).
 
-``gateway.app.build_gateway`` builds it from the settings (no I/O: Redis clients connect on first
-use); ``start()`` opens sessions and loads the policy, ``close()`` releases them.
+``gateway.app.build_gateway`` builds it from the settings (no I/O: Redis clients and the traffic
+store connect on first use); ``start()`` opens sessions and loads the policy, ``close()`` releases
+them (the sampler gets what is left of the shutdown grace to finish its queue).
 """
 
 from __future__ import annotations
@@ -10,12 +11,14 @@ from __future__ import annotations
 import asyncio
 import logging
 import random
+import time
 from collections.abc import Mapping
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from gateway.cascade import CascadeEngine
-from gateway.config import LimitsConfig, LoggingConfig, ModelConfig
+from gateway.config import ConfigError, LimitsConfig, LoggingConfig, ModelConfig
 from gateway.health import UpstreamHealth
+from gateway.learning.config import LearningConfig
 from gateway.logs import configure_logging, log_event
 from gateway.metrics import GatewayMetrics
 from gateway.requests import (
@@ -28,6 +31,9 @@ from gateway.routing import RoutePlan, Router
 from gateway.state import SharedState
 from gateway.upstream import UpstreamPool
 from policies import Policy
+
+if TYPE_CHECKING:
+    from gateway.learning.sampler import Learner
 
 # How long closing waits for requests that are still settling (cut by the drain, or cancelled).
 _CLOSE_WAIT_S = 5.0
@@ -56,10 +62,11 @@ class StateEvents:
 
 class Gateway:
     """Everything one app instance owns: config sections, metrics, upstream pool, router, engine,
-    shared state.
+    shared state, traffic sampler.
 
     ``models``, ``limits`` and ``logs`` are the config's ``models``, ``limits`` and ``logging``;
-    ``metrics`` are the app's (``shared`` reports into them through ``StateEvents``).
+    ``metrics`` are the app's (``shared`` reports into them through ``StateEvents``); ``learning``
+    is the traffic sampler (``build_learner``), None unless ``learning.enabled``.
     """
 
     def __init__(
@@ -70,6 +77,7 @@ class Gateway:
         logs: LoggingConfig,
         metrics: GatewayMetrics,
         shared: SharedState,
+        learning: Learner | None = None,
         rng: random.Random | None = None,
     ):
         self.models = models
@@ -82,6 +90,7 @@ class Gateway:
         self.health = UpstreamHealth(self.pool, self.metrics)
         self.shared = shared
         self.metrics.spend_unsynced.set_function(self.shared.spend.unsynced_usd)
+        self.learning = learning
         self.loop: asyncio.AbstractEventLoop | None = None  # the serving loop, once started
         # Completion requests being served (their tasks), for the shutdown drain.
         self.in_flight: set[asyncio.Task[Any]] = set()
@@ -89,12 +98,15 @@ class Gateway:
         self._idle = asyncio.Event()
         self._idle.set()
         self._drain_task: asyncio.Task[None] | None = None
+        self._drain_started: float | None = None
 
     async def start(self) -> None:
         """Open upstream sessions and start the shared state (initial policy load, watchers)."""
         configure_logging(self.logs.level)
         self.loop = asyncio.get_running_loop()
         await self.pool.start()
+        if self.learning is not None:
+            await self.learning.start()
         self.health.start()
         await self.shared.start()
         policy = self.policy
@@ -126,6 +138,7 @@ class Gateway:
         if self._drain_task is not None:
             return
         self.draining = True
+        self._drain_started = time.monotonic()
         grace = self.limits.shutdown_grace_s
         log_event("shutdown_draining", in_flight=len(self.in_flight), grace_s=grace)
         self._drain_task = asyncio.get_running_loop().create_task(self._cut_after(grace), name="drain")
@@ -149,10 +162,14 @@ class Gateway:
         return True
 
     async def close(self) -> None:
-        """Let interrupted requests settle their spend, then stop watchers, close Redis and upstreams."""
+        """Let interrupted requests settle their spend, finish or drop the queued samples within the
+        shutdown grace, then stop watchers, close Redis and upstreams."""
         await self.wait_idle(_CLOSE_WAIT_S)
         if self._drain_task is not None:
             self._drain_task.cancel()
+        if self.learning is not None:
+            started = self._drain_started if self._drain_started is not None else time.monotonic()
+            await self.learning.close(started + self.limits.shutdown_grace_s)
         await self.health.close()
         await self.shared.close()
         await self.pool.close()
@@ -197,3 +214,27 @@ class Gateway:
             by_tokens = float(model.price.cost_usd(prompt_bound, cap * choices))
             total += max(by_tokens, model.price.per_query_usd or 0.0)
         return total
+
+
+def build_learner(
+    learning: LearningConfig,
+    models: Mapping[str, ModelConfig],
+    request_timeout_s: float,
+    metrics: GatewayMetrics,
+) -> Learner | None:
+    """The traffic sampler when ``learning.enabled``, else None; ConfigError naming the extra this
+    install lacks for the configured store or judge.
+
+    ``learning``, ``models`` and ``request_timeout_s`` are the config's ``learning``, ``models`` and
+    ``limits.request_timeout_s`` (the bound of the sampler's shadow calls).
+    """
+    if not learning.enabled:
+        return None
+    from gateway.learning.config import missing_requirement
+
+    problem = missing_requirement(learning)
+    if problem is not None:
+        raise ConfigError(f"learning: {problem}")
+    from gateway.learning.sampler import Learner
+
+    return Learner(learning, models, request_timeout_s, metrics)

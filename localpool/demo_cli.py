@@ -15,18 +15,15 @@ import typer
 from cascade_cli.failure import fail
 
 DEFAULT_POLICY = Path("policies/local-demo.json")
-# The demo policy was calibrated on one-letter answers to multiple-choice questions: ask one such.
-MC_SYSTEM = (
-    "You answer multiple-choice questions. Reply with only the letter (A, B, C or D) of the correct answer."
+# The demo policy was calibrated on short arithmetic questions sent as they are (the pool members'
+# request defaults add how to answer): ask one such. A one-step question the fast member answers
+# confidently, and a multi-step one it is unsure of, which the cascade escalates.
+QUICK_QUESTION = "Ana has 23 apples and finds 19 more. How many apples does Ana have?"
+MULTI_STEP_QUESTION = (
+    "Ben buys 7 notebooks at 13 dollars each and pays with 100 dollars. "
+    "How many dollars of change does Ben get?"
 )
-SMOKE_MESSAGES = [
-    {"role": "system", "content": MC_SYSTEM},
-    {
-        "role": "user",
-        "content": "Question: Which planet is known as the Red Planet?\nA. Venus\nB. Mars\nC. Jupiter\n"
-        "D. Saturn\nAnswer:",
-    },
-]
+SMOKE_MESSAGES = [{"role": "user", "content": QUICK_QUESTION}]
 
 
 def cascade_command() -> str:
@@ -81,26 +78,24 @@ def usage_text(url: str, tiers: list[str], heldout: dict[str, Any] | None = None
     """How to call the running demo gateway (curl and the openai SDK), and what to expect of it."""
     table = f"\n{heldout_text(heldout)}\n" if heldout else ""
     tier = "balanced" if "balanced" in tiers else (tiers[0] if tiers else "balanced")
-    question = "Question: What is 15 + 27?\\nA. 32\\nB. 42\\nC. 52\\nD. 41\\nAnswer:"
     return f"""
 The cascade gateway is serving at {url}/v1 (tiers: {", ".join(tiers)}).
 {table}
   curl -s {url}/v1/chat/completions -H 'Content-Type: application/json' -D - \\
-    -d '{{"model": "cascade", "temperature": 0, "max_tokens": 1, "messages": [
-         {{"role": "system", "content": "{MC_SYSTEM}"}},
-         {{"role": "user", "content": "{question}"}}]}}'
+    -d '{{"model": "cascade", "temperature": 0, "messages": [
+         {{"role": "user", "content": "{QUICK_QUESTION}"}}]}}'
 
   from openai import OpenAI
   client = OpenAI(base_url="{url}/v1", api_key="unused")
   raw = client.chat.completions.with_raw_response.create(
-      model="cascade/{tier}", temperature=0, max_tokens=1,
-      messages=[{{"role": "system", "content": "{MC_SYSTEM}"}},
-                {{"role": "user", "content": "{question}"}}])
+      model="cascade/{tier}", temperature=0,
+      messages=[{{"role": "user", "content": "{MULTI_STEP_QUESTION}"}}])
   print(raw.headers["x-cascade-models-called"], raw.headers["x-cascade-cost-usd"])
   print(raw.parse().choices[0].message.content)
 
-The demo policy was calibrated on one-letter answers to MMLU questions at temperature 0
-(docs/local-models.md): its thresholds mean most for prompts of that kind.
+The demo policy was calibrated on short arithmetic questions at temperature 0, sent without a
+system message or max_tokens (each pool member adds its own: the fast one answers with the number,
+the reasoning one works step by step; docs/local-models.md). Its thresholds mean most for such prompts.
 Metrics: {url}/metrics    Pool: {cascade_command()} models status    Stop: Ctrl-C
 """
 
@@ -216,7 +211,7 @@ def _smoke(url: str) -> None:
     """One cascade request; prints the answer and the x-cascade-* headers."""
     import httpx
 
-    body = {"model": "cascade", "temperature": 0, "max_tokens": 1, "messages": SMOKE_MESSAGES}
+    body = {"model": "cascade", "temperature": 0, "messages": SMOKE_MESSAGES}
     response = httpx.post(f"{url}/v1/chat/completions", json=body, timeout=120)
     response.raise_for_status()
     for key, value in sorted(response.headers.items()):

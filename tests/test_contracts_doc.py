@@ -49,10 +49,10 @@ def documented_labels(cell: str) -> list[str]:
 
 
 def exported_metrics() -> dict[str, Any]:
-    """Exposition name -> metric object, for every metric GatewayMetrics registers."""
-    metrics = GatewayMetrics(with_redis=True)
+    """Exposition name -> metric object, for every metric GatewayMetrics registers (learning's too)."""
+    metrics = GatewayMetrics(with_redis=True, with_learning=True)
     found = {}
-    for value in vars(metrics).values():
+    for value in [*vars(metrics).values(), *vars(metrics.learning).values()]:
         if isinstance(value, Counter | Gauge | Histogram):
             (family,) = value.describe()
             found[family.name + ("_total" if family.type == "counter" else "")] = value

@@ -71,36 +71,18 @@ def export(
     Only complete queries are written: one labelled row per pool model. A query whose shadow call
     failed or whose label is missing is dropped (counted), or fails the export with --incomplete error.
     """
-    from traffic.export import ExportError, select_complete, write_runs
-    from traffic.store import StoreError, open_store, parse_since
+    from traffic.export import ExportError, export_store, write_runs
+    from traffic.store import StoreError
 
     pool = [m.strip() for m in (models or "").split(",") if m.strip()] or None
     filters = _parse_where(where)
     try:
-        start = parse_since(since) if since else None
-        rows = asyncio.run(_export_rows(open_store(store), start, filters))
-    except StoreError as exc:
-        fail(str(exc))
-    if not rows:
-        fail(f"no traffic rows in {store}" + (f" since {since}" if since else "") + _describe(filters))
-    selection = select_complete(rows, pool)
-    lacking = sum(len(m) for m in selection.incomplete.values())
-    if selection.incomplete:
-        first, missing = next(iter(selection.incomplete.items()))
-        message = (
-            f"{len(selection.incomplete)} incomplete quer{'y' if len(selection.incomplete) == 1 else 'ies'} "
-            f"({lacking} missing labelled rows; e.g. '{first}' lacks {', '.join(missing)})"
-        )
-        if incomplete is Incomplete.error:
-            fail(message + "; use --incomplete drop to leave them out")
-        typer.echo(f"note: dropped {message}", err=True)
-    if selection.outside_pool:
-        typer.echo(f"note: {selection.outside_pool} rows of models outside --models left out", err=True)
-    if not selection.rows:
-        fail(f"no complete query: every query lacks a labelled row for some of {', '.join(selection.models)}")
-    try:
+        exported = export_store(store, since=since, where=filters, models=pool, incomplete=incomplete.value)
+        for note in exported.notes:
+            typer.echo(f"note: {note}", err=True)
+        selection = exported.selection
         columns = write_runs(selection.rows, output)
-    except ExportError as exc:
+    except (StoreError, ExportError) as exc:
         fail(str(exc))
     typer.echo(
         f"wrote {len(selection.rows)} rows ({selection.queries} queries x {len(selection.models)} models: "
@@ -176,15 +158,6 @@ def purge(
     typer.echo(f"deleted {deleted} rows recorded before {horizon.isoformat()}", err=True)
 
 
-async def _export_rows(
-    store: TrafficStore, since: datetime | None, where: dict[str, str]
-) -> list[TrafficRow]:
-    try:
-        return await store.export(since, where)
-    finally:
-        await store.close()
-
-
 async def _write(store: TrafficStore, rows: list[TrafficRow]) -> int:
     try:
         written = 0
@@ -200,7 +173,3 @@ async def _purge(store: TrafficStore, horizon: datetime) -> int:
         return await store.purge(horizon)
     finally:
         await store.close()
-
-
-def _describe(where: dict[str, str]) -> str:
-    return "".join(f" --where {c}={v}" for c, v in where.items())

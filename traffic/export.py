@@ -8,15 +8,21 @@ with a wrong answer. The pool is the models named, or every model seen in the ex
 
 from __future__ import annotations
 
+import asyncio
 import csv
 import gzip
 import json
+from collections import Counter
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
+from datetime import datetime
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any, Literal
 
 from traffic.rows import COLUMNS, TrafficRow
+
+if TYPE_CHECKING:
+    from traffic.store import TrafficStore
 
 JSON_COLUMNS = ("logprobs",)
 
@@ -34,6 +40,14 @@ class Selection:
     queries: int
     incomplete: dict[str, list[str]] = field(default_factory=dict)  # query_id -> models without a label
     outside_pool: int = 0  # rows of models not in the pool
+
+    def most_lacking(self) -> str:
+        """Which pool model lacks a labelled row in the most queries, as text ('' when none lacks)."""
+        counts = Counter(model for lacking in self.incomplete.values() for model in lacking)
+        if not counts:
+            return ""
+        model, count = counts.most_common(1)[0]
+        return f"'{model}' lacks a labelled row in {count} of {self.queries + len(self.incomplete)} queries"
 
 
 def select_complete(rows: Iterable[TrafficRow], models: Sequence[str] | None = None) -> Selection:
@@ -55,6 +69,65 @@ def select_complete(rows: Iterable[TrafficRow], models: Sequence[str] | None = N
         else:
             kept.extend(answers[m] for m in pool)
     return Selection(kept, pool, len(by_query) - len(incomplete), incomplete, outside)
+
+
+@dataclass(frozen=True)
+class StoreExport:
+    """What ``export_store`` read: the complete queries and one note per thing left out."""
+
+    selection: Selection
+    notes: list[str]
+
+
+def export_store(
+    url: str,
+    *,
+    since: str | None = None,
+    where: dict[str, str] | None = None,
+    models: Sequence[str] | None = None,
+    incomplete: Literal["drop", "error"] = "drop",
+) -> StoreExport:
+    """Read a store's rows and keep the complete queries (``cascade traffic export`` without the write).
+
+    Raises ``StoreError`` (bad URL or filter, store unreachable) or ``ExportError`` (no rows, no
+    complete query, or an incomplete one with ``incomplete="error"``), each with a one-line message.
+    """
+    from traffic.store import open_store, parse_since
+
+    filters = dict(where or {})
+    start = parse_since(since) if since else None
+    rows = asyncio.run(_read_store(open_store(url), start, filters))
+    if not rows:
+        described = "".join(f" --where {c}={v}" for c, v in filters.items())
+        raise ExportError(f"no traffic rows in {url}" + (f" since {since}" if since else "") + described)
+    selection = select_complete(rows, models)
+    notes = []
+    if selection.incomplete:
+        lacking = sum(len(m) for m in selection.incomplete.values())
+        first, missing = next(iter(selection.incomplete.items()))
+        count = len(selection.incomplete)
+        message = (
+            f"{count} incomplete quer{'y' if count == 1 else 'ies'} "
+            f"({lacking} missing labelled rows; e.g. '{first}' lacks {', '.join(missing)})"
+        )
+        if incomplete == "error":
+            raise ExportError(message + "; use --incomplete drop to leave them out")
+        notes.append(f"dropped {message}")
+    if selection.outside_pool:
+        notes.append(f"{selection.outside_pool} rows of models outside --models left out")
+    if not selection.rows:
+        raise ExportError(
+            f"no complete query: every query lacks a labelled row for some of {', '.join(selection.models)}"
+            f" ({selection.most_lacking()})"
+        )
+    return StoreExport(selection, notes)
+
+
+async def _read_store(store: TrafficStore, since: datetime | None, where: dict[str, str]) -> list[TrafficRow]:
+    try:
+        return await store.export(since, where)
+    finally:
+        await store.close()
 
 
 def write_runs(rows: Sequence[TrafficRow], path: Path) -> list[str]:

@@ -4,6 +4,12 @@
 ``flock`` on ``<file>.lock`` (so two processes on one host never interleave lines), in a worker
 thread (the event loop never waits on the disk). ``purge`` rewrites the file to a temporary one and
 renames it over, under the same lock. A torn last line (a crash mid-write) is skipped on read.
+
+A write skips the (query_id, model) pairs the file already holds. The store keeps an index of those
+pairs and the file position it covers: the first write reads the keys of the whole file, each later
+one only the lines appended since (by any process), so a write costs the batch, not the file (a
+gateway writing every few seconds must not re-read a growing file each time). A file replaced
+(purged) or shortened is indexed again from its start.
 """
 
 from __future__ import annotations
@@ -12,6 +18,7 @@ import asyncio
 import fcntl
 import json
 import os
+import re
 import threading
 from collections.abc import Iterator, Mapping, Sequence
 from contextlib import contextmanager
@@ -22,6 +29,10 @@ from urllib.parse import unquote, urlparse
 from traffic.rows import TrafficRow
 from traffic.store import StoreError, StoreUnavailableError, check_where
 
+# The start of a line this store writes (``to_record`` puts query_id, then model, first): the key
+# without parsing the whole row, which may carry kilobytes of logprobs.
+_KEY_PREFIX = re.compile(rb'^\{"query_id":("(?:[^"\\]|\\.)*"),"model":("(?:[^"\\]|\\.)*")')
+
 
 class FileStore:
     """A ``TrafficStore`` over one JSONL file."""
@@ -30,6 +41,8 @@ class FileStore:
         self.path = Path(path)
         self._lock_path = self.path.with_name(self.path.name + ".lock")
         self._thread_lock = threading.Lock()
+        self._keys: set[tuple[str, str]] = set()  # (query_id, model) pairs the file holds
+        self._indexed: tuple[int, int] | None = None  # (inode, byte offset) the index covers
 
     @classmethod
     def from_url(cls, url: str) -> FileStore:
@@ -87,7 +100,7 @@ class FileStore:
 
     def _append(self, batch: list[TrafficRow]) -> int:
         with self._locked():
-            seen = {(r.query_id, r.model) for r in self._read_unlocked()}
+            seen = self._index_unlocked()
             fresh = []
             for row in batch:
                 key = (row.query_id, row.model)
@@ -103,7 +116,32 @@ class FileStore:
                 handle.write(data)
                 handle.flush()
                 os.fsync(handle.fileno())
+                stat = os.fstat(handle.fileno())
+            self._indexed = (stat.st_ino, stat.st_size)  # our own lines are in the index already
             return len(fresh)
+
+    def _index_unlocked(self) -> set[tuple[str, str]]:
+        """The keys the file holds, reading only what was appended since the last call."""
+        try:
+            stat = os.stat(self.path)
+        except FileNotFoundError:
+            self._keys, self._indexed = set(), None
+            return self._keys
+        start = 0
+        if self._indexed is not None and self._indexed[0] == stat.st_ino and stat.st_size >= self._indexed[1]:
+            start = self._indexed[1]
+        else:
+            self._keys = set()
+        with open(self.path, "rb") as handle:
+            handle.seek(start)
+            data = handle.read()
+        complete = data.rfind(b"\n") + 1  # a torn last line is read again next time
+        for line in data[:complete].splitlines():
+            key = _line_key(line)
+            if key is not None:
+                self._keys.add(key)
+        self._indexed = (stat.st_ino, start + complete)
+        return self._keys
 
     def _ends_with_newline(self) -> bool:
         with open(self.path, "rb") as handle:
@@ -147,7 +185,22 @@ class FileStore:
                 handle.flush()
                 os.fsync(handle.fileno())
             os.replace(temporary, self.path)
+            self._keys, self._indexed = set(), None  # another file now: index it again
             return len(rows) - len(kept)
+
+
+def _line_key(line: bytes) -> tuple[str, str] | None:
+    """The (query_id, model) of one stored line, or None for a line that is not a row."""
+    match = _KEY_PREFIX.match(line)
+    try:
+        if match is not None:
+            return json.loads(match.group(1)), json.loads(match.group(2))
+        if not line.strip():
+            return None
+        record = json.loads(line)  # written by another tool, in another key order
+        return str(record["query_id"]), str(record["model"])
+    except (ValueError, KeyError, TypeError):
+        return None
 
 
 def _matches(row: TrafficRow, where: Mapping[str, str]) -> bool:

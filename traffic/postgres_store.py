@@ -106,7 +106,8 @@ class PostgresStore:
     ) -> list[TrafficRow]:
         """Rows at or after ``since`` matching ``where``, in insertion order."""
         where = check_where(where)
-        clauses, args = [], []
+        clauses: list[str] = []
+        args: list[Any] = []
         if since is not None:
             args.append(since)
             clauses.append(f"recorded_at >= ${len(args)}")

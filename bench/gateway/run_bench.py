@@ -10,15 +10,20 @@ concurrency (default 1, 16, 64 connections, 10 s each):
   accept        wrk -> gateway, model cascade/accept: cheap call, scored, accepted (1 upstream call)
   escalate      wrk -> gateway, model cascade/escalate: cheap call, scored, escalated (2 upstream calls)
   accept_keyed  (with ``--redis``) accept on a gateway with Redis, a client key and a spend limit
+  accept_learning  (with ``--learning RATE``) accept on a gateway that samples RATE of its requests
+                into a JSONL traffic store (shadow calls to the upstream, exact judge); the sampler's
+                counters (sampled, dropped, rows written) are printed after it
 
 The gateway runs as ``cascade serve`` itself (the real CLI process: one uvicorn worker, uvloop +
 httptools); the passthrough under uvicorn with the same flags. The server under test is pinned to
 CPU ``--server-cpu``; nginx (one worker), wrk (one thread) and a ``--redis auto`` Redis share CPU
 ``--client-cpu``. Added latency = target percentile - direct percentile at the same concurrency.
 
-Needs the Debian packages ``nginx`` and ``wrk``. Example:
+Needs the Debian packages ``nginx`` and ``wrk``. ``cascade`` and Python come from the virtualenv of
+the interpreter that runs this script. Examples:
 
     .venv/bin/python bench/gateway/run_bench.py --duration 10 --redis auto --out bench/gateway/results.json
+    .venv/bin/python bench/gateway/run_bench.py --targets accept --learning 0.01   # learning off vs on
 """
 
 from __future__ import annotations
@@ -43,8 +48,6 @@ from typing import Any
 import httpx
 
 REPO = Path(__file__).resolve().parents[2]
-# The environment the script runs in (its interpreter's bin/) also runs the servers under test.
-BIN = Path(sys.executable).parent
 HERE = Path(__file__).resolve().parent
 FIXTURE = REPO.parent / "shared" / "fixtures" / "upstream" / "native_smol_top15.json"
 # name -> (upstream body nginx returns, top-K the policy's scorer uses on it)
@@ -53,7 +56,8 @@ BODIES: dict[str, tuple[Path, int]] = {
     "25k": (FIXTURE, 15),
 }
 MESSAGES = [{"role": "user", "content": "What is the capital of France? Answer in one sentence."}]
-TARGETS = ("direct", "passthrough", "model", "accept", "escalate", "accept_keyed")
+TARGETS = ("direct", "passthrough", "model", "accept", "escalate", "accept_keyed", "accept_learning")
+GATEWAY_TARGETS = ("model", "accept", "escalate")
 
 NGINX_CONF = """
 worker_processes 1;
@@ -146,8 +150,18 @@ def nginx_upstream(tmp: Path, cpu: str) -> Iterator[int]:
         yield port
 
 
-def write_gateway_files(tmp: Path, upstream: str, redis_url: str | None = None, body: str = "25k") -> Path:
-    """Config + policy: tier ``accept`` passes the body's score, tier ``escalate`` fails it."""
+def write_gateway_files(
+    tmp: Path,
+    upstream: str,
+    redis_url: str | None = None,
+    body: str = "25k",
+    learning_rate: float | None = None,
+) -> Path:
+    """Config + policy: tier ``accept`` passes the body's score, tier ``escalate`` fails it.
+
+    ``learning_rate``: add a ``learning:`` section sampling that share of requests into a JSONL file
+    store in ``tmp`` (reference ``large``, exact judge, a shadow spend cap that never binds).
+    """
     sys.path.insert(0, str(REPO))
     from policies import build_policy, save_policy, score_response
 
@@ -185,9 +199,20 @@ def write_gateway_files(tmp: Path, upstream: str, redis_url: str | None = None, 
         "auth": {"open": True},  # the benchmark measures the request path, not key checks
         "logging": {"level": os.environ.get("BENCH_LOG_LEVEL", "info")},
     }
+    name = f"gateway-{body}" + ("-redis" if redis_url else "")
+    if learning_rate is not None:
+        name += "-learning"
+        config["learning"] = {
+            "enabled": True,
+            "sample_rate": learning_rate,
+            "reference_model": "large",
+            "judge": {"kind": "exact"},
+            "store": str(tmp / f"traffic-{body}.jsonl"),
+            "max_shadow_usd_per_hour": 1e9,  # measure the sampler's work, not the cap's refusals
+        }
     import yaml
 
-    path = tmp / (f"gateway-{body}-redis.yaml" if redis_url else f"gateway-{body}.yaml")
+    path = tmp / f"{name}.yaml"
     path.write_text(yaml.safe_dump(config))
     return path
 
@@ -223,6 +248,7 @@ def body_for(target: str) -> dict[str, Any]:
         "passthrough": "x",
         "accept": "cascade/accept",
         "accept_keyed": "cascade/accept",
+        "accept_learning": "cascade/accept",
         "escalate": "cascade/escalate",
         "model": "small",
     }[target]
@@ -288,7 +314,7 @@ def cascade_serve(
     port = free_port()
     env = {k: v for k, v in os.environ.items() if not k.startswith("CASCADE_")}
     env.update(env_extra or {})
-    cascade = str(BIN / "cascade")
+    cascade = str(Path(sys.executable).with_name("cascade"))
     cmd = ["taskset", "-c", cpu, cascade, "serve", "--config", str(config), "--port", str(port)]
     with process(cmd, env=env, log=tmp / f"{log_name}.log") as server:
         base = f"http://127.0.0.1:{port}"
@@ -307,41 +333,76 @@ def one_round(args: argparse.Namespace, tmp: Path, nginx_port: int) -> dict[str,
 
 def one_body(args: argparse.Namespace, tmp: Path, nginx_port: int, body: str) -> dict[str, dict[int, Any]]:
     upstream = f"http://127.0.0.1:{nginx_port}/{body}/v1"
+    python = sys.executable
     uvicorn_flags = ["--loop", "uvloop", "--http", "httptools", "--no-access-log", "--log-level", "warning"]
     out: dict[str, dict[int, dict[str, Any]]] = {}
-    if "direct" in args.targets:
-        out["direct"] = measure(upstream + "/chat/completions", "direct", args)
+    out["direct"] = measure(upstream + "/chat/completions", "direct", args)
 
-    if "passthrough" in args.targets:
-        port = free_port()
-        env = {**os.environ, "UPSTREAM": upstream, "PYTHONPATH": str(REPO)}
-        cmd = [
-            "taskset",
-            "-c",
-            args.server_cpu,
-            sys.executable,
-            "-m",
-            "uvicorn",
-            "bench.gateway.passthrough_app:app",
-            "--port",
-            str(port),
-            *uvicorn_flags,
-        ]
-        with process(cmd, env=env, log=tmp / f"passthrough-{body}.log") as server:
-            url = f"http://127.0.0.1:{port}/v1/chat/completions"
-            wait_http(url, method="POST", body=body_for("passthrough"))
-            out["passthrough"] = measure(url, "passthrough", args, server.pid)
+    port = free_port()
+    env = {**os.environ, "UPSTREAM": upstream, "PYTHONPATH": str(REPO)}
+    cmd = [
+        "taskset",
+        "-c",
+        args.server_cpu,
+        python,
+        "-m",
+        "uvicorn",
+        "bench.gateway.passthrough_app:app",
+        "--port",
+        str(port),
+        *uvicorn_flags,
+    ]
+    with process(cmd, env=env, log=tmp / f"passthrough-{body}.log") as server:
+        url = f"http://127.0.0.1:{port}/v1/chat/completions"
+        wait_http(url, method="POST", body=body_for("passthrough"))
+        out["passthrough"] = measure(url, "passthrough", args, server.pid)
 
-    gateway_targets = [t for t in ("model", "accept", "escalate") if t in args.targets]
-    if gateway_targets:
-        config = write_gateway_files(tmp, upstream, body=body)
-        with cascade_serve(tmp, config, args.server_cpu, log_name=f"gateway-{body}") as (base, pid):
-            check_paths(base)
-            for target in gateway_targets:
-                out[target] = measure(base + "/v1/chat/completions", target, args, pid)
-    if args.redis and "accept_keyed" in args.targets:
+    config = write_gateway_files(tmp, upstream, body=body)
+    with cascade_serve(tmp, config, args.server_cpu, log_name=f"gateway-{body}") as (base, pid):
+        check_paths(base)
+        for target in args.targets:
+            out[target] = measure(base + "/v1/chat/completions", target, args, pid)
+    if args.redis:
         out["accept_keyed"] = measure_keyed(args, tmp, upstream, body)
+    if args.learning is not None:
+        out["accept_learning"], out["learning_counters"] = measure_learning(args, tmp, upstream, body)
     return out
+
+
+def measure_learning(
+    args: argparse.Namespace, tmp: Path, upstream: str, body: str
+) -> tuple[dict[int, Any], dict[str, float]]:
+    """The accept path on a gateway that samples ``--learning`` of its requests; and its counters."""
+    config = write_gateway_files(tmp, upstream, body=body, learning_rate=args.learning)
+    with cascade_serve(tmp, config, args.server_cpu, log_name=f"gateway-{body}-learning") as (base, pid):
+        check_paths(base)
+        results = measure(base + "/v1/chat/completions", "accept_learning", args, pid)
+        time.sleep(6)  # the writer flushes every 5 s: let the last samples land before counting
+        counters = learning_counters(base)
+    shown = ", ".join(f"{k} {v:g}" for k, v in counters.items())
+    print(f"  learning at {args.learning}: {shown}", flush=True)
+    sampled = sum(v for k, v in counters.items() if k.startswith("cascade_learning_sampled_total"))
+    dropped = sum(v for k, v in counters.items() if k.startswith("cascade_learning_dropped_total"))
+    if sampled and not dropped and not counters.get("cascade_learning_rows_written_total"):
+        raise RuntimeError(f"accept_learning sampled requests but wrote no traffic row: {counters}")
+    return results, counters
+
+
+def learning_counters(base: str) -> dict[str, float]:
+    """The sampler's counters from /metrics (sampled, dropped by reason, rows written, shadow calls)."""
+    from prometheus_client.parser import text_string_to_metric_families
+
+    counters: dict[str, float] = {}
+    text = httpx.get(base + "/metrics", timeout=10).text
+    for family in text_string_to_metric_families(text):
+        for sample in family.samples:
+            if not sample.name.startswith(("cascade_learning_", "cascade_shadow_calls_total")):
+                continue
+            if sample.name.endswith("_created"):
+                continue
+            key = sample.name + "".join(f"{{{v}}}" for k, v in sorted(sample.labels.items()))
+            counters[key] = counters.get(key, 0.0) + sample.value
+    return counters
 
 
 @contextlib.contextmanager
@@ -454,19 +515,13 @@ def _summarize_body(rounds: list[dict[str, Any]], connections: list[int]) -> dic
             if target != "direct":
                 cpu = statistics.median(x["server_cpu_us_per_req"] for x in runs)
                 summary[target][c]["cpu_us_per_req"] = cpu
-    for target in targets:
-        if target == "direct":
-            continue
+    for target in targets[1:]:
         for c in connections:
             row = summary[target][c]
-            # Without direct or the floor in the run (--targets), the rows relative to them are empty.
-            if "direct" in summary:
-                row["added_p50_ms"] = row["p50_ms"] - summary["direct"][c]["p50_ms"]
-                row["added_p99_ms"] = row["p99_ms"] - summary["direct"][c]["p99_ms"]
-            if "passthrough" in summary:
-                row["rps_vs_passthrough"] = row["rps"] / summary["passthrough"][c]["rps"]
-                floor_cpu = summary["passthrough"][c]["cpu_us_per_req"]
-                row["cpu_vs_passthrough"] = row["cpu_us_per_req"] / floor_cpu
+            row["added_p50_ms"] = row["p50_ms"] - summary["direct"][c]["p50_ms"]
+            row["added_p99_ms"] = row["p99_ms"] - summary["direct"][c]["p99_ms"]
+            row["rps_vs_passthrough"] = row["rps"] / summary["passthrough"][c]["rps"]
+            row["cpu_vs_passthrough"] = row["cpu_us_per_req"] / summary["passthrough"][c]["cpu_us_per_req"]
     return summary
 
 
@@ -487,19 +542,15 @@ def markdown(summary: dict[str, Any], connections: list[int]) -> str:
                 extra = (
                     "| | | | | |"
                     if target == "direct"
-                    else f"| {_cell(row, 'added_p50_ms', '.3f')} | {_cell(row, 'added_p99_ms', '.3f')} "
-                    f"| {_cell(row, 'rps_vs_passthrough', '.2f')} "
-                    f"| {row['cpu_us_per_req']:.0f} | {_cell(row, 'cpu_vs_passthrough', '.2f')} |"
+                    else f"| {row['added_p50_ms']:.3f} | {row['added_p99_ms']:.3f} "
+                    f"| {row['rps_vs_passthrough']:.2f} "
+                    f"| {row['cpu_us_per_req']:.0f} | {row['cpu_vs_passthrough']:.2f} |"
                 )
                 lines.append(
                     f"| {target} | {c} | {row['rps']:.0f} | {row['p50_ms']:.3f} | {row['p99_ms']:.3f} {extra}"
                 )
         lines.append("")
     return "\n".join(lines)
-
-
-def _cell(row: dict[str, Any], name: str, spec: str) -> str:
-    return format(row[name], spec) if name in row else ""
 
 
 # The targets of the request path at the highest concurrency: (req/s vs floor >=, CPU vs floor <=).
@@ -512,7 +563,7 @@ def verdicts(summary: dict[str, Any], connections: list[int]) -> str:
     lines = []
     for body, targets in summary.items():
         for target, (rps_goal, cpu_goal) in GOALS.items():
-            if target not in targets or "passthrough" not in targets:
+            if target not in targets:
                 continue
             row = targets[target][high]
             text = (
@@ -539,17 +590,24 @@ def main() -> None:
         default=list(BODIES),
         help="upstream bodies to measure with (2k: 8 tokens x top-5, 25k: 8 tokens x top-15)",
     )
-    parser.add_argument(
-        "--targets",
-        nargs="+",
-        choices=TARGETS,
-        default=list(TARGETS),
-        help="paths to measure (default: all; accept_keyed also needs --redis)",
-    )
     parser.add_argument("--rounds", type=int, default=1, help="repeat the whole matrix; medians reported")
     parser.add_argument("--server-cpu", default="1", help="CPU the server under test is pinned to")
     parser.add_argument("--client-cpu", default="0", help="CPU nginx, wrk and a private Redis are pinned to")
     parser.add_argument("--out", type=Path, help="write all raw results and the summary as JSON")
+    parser.add_argument(
+        "--targets",
+        nargs="+",
+        choices=list(GATEWAY_TARGETS),
+        default=list(GATEWAY_TARGETS),
+        help="gateway paths to measure (direct and passthrough, the references, always run)",
+    )
+    parser.add_argument(
+        "--learning",
+        type=float,
+        metavar="RATE",
+        help="also measure accept on a gateway sampling RATE (e.g. 0.01) of its requests into a "
+        "JSONL traffic store, to compare with accept without learning",
+    )
     parser.add_argument(
         "--redis",
         help="also measure accept with a Redis-stored key and spend limit: a Redis URL, or 'auto' to "

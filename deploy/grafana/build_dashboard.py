@@ -14,12 +14,22 @@ import sys
 from pathlib import Path
 from typing import Any
 
+from learning_panels import learning_panels
+from panel_kit import (
+    DATASOURCE,
+    RI,
+    SEL,
+    TIER_SEL,
+    UP_MAPPING,
+    quantiles,
+    row,
+    stat,
+    target,
+    timeseries,
+    with_threshold_line,
+)
+
 OUTPUT = Path(__file__).resolve().parent / "dashboards" / "cascade-gateway.json"
-DATASOURCE = {"type": "prometheus", "uid": "${datasource}"}
-# Every query is restricted by the dashboard's variables.
-SEL = 'job=~"$job", instance=~"$instance"'
-TIER_SEL = f'{SEL}, tier=~"$tier"'
-RI = "$__rate_interval"
 SERVED = 'outcome=~"accepted|escalated|direct"'
 # Observed escalation rate per tier: escalated over served (the population of the policy's expectation).
 # A tier without any escalation has rate 0, not "no data" (the `or` branch).
@@ -31,122 +41,11 @@ OBSERVED_ESCALATION = (
 EXPECTED_ESCALATION = f"max by (tier) (cascade_expected_escalation_rate{{{TIER_SEL}}})"
 
 
-def _target(expr: str, legend: str, ref: str, **extra: Any) -> dict[str, Any]:
-    return {"datasource": DATASOURCE, "expr": expr, "legendFormat": legend, "refId": ref, **extra}
-
-
-def _timeseries(
-    title: str,
-    description: str,
-    targets: list[tuple[str, str]],
-    unit: str,
-    *,
-    stack: bool = False,
-    max_value: float | None = None,
-) -> dict[str, Any]:
-    defaults: dict[str, Any] = {
-        "unit": unit,
-        "custom": {
-            "drawStyle": "line",
-            "lineWidth": 1,
-            "fillOpacity": 10 if stack else 0,
-            "stacking": {"mode": "normal" if stack else "none", "group": "A"},
-            "showPoints": "never",
-            "spanNulls": False,
-        },
-    }
-    if max_value is not None:
-        defaults["max"] = max_value
-        defaults["min"] = 0
-    return {
-        "type": "timeseries",
-        "title": title,
-        "description": description,
-        "datasource": DATASOURCE,
-        "targets": [_target(expr, legend, chr(65 + i)) for i, (expr, legend) in enumerate(targets)],
-        "fieldConfig": {"defaults": defaults, "overrides": []},
-        "options": {
-            "legend": {"displayMode": "table", "placement": "bottom", "calcs": ["lastNotNull", "mean"]},
-            "tooltip": {"mode": "multi", "sort": "desc"},
-        },
-    }
-
-
-def _stat(
-    title: str,
-    description: str,
-    expr: str,
-    legend: str,
-    unit: str,
-    *,
-    instant: bool = True,
-    mappings: list[dict[str, Any]] | None = None,
-    thresholds: list[dict[str, Any]] | None = None,
-    text_mode: str = "value",
-) -> dict[str, Any]:
-    return {
-        "type": "stat",
-        "title": title,
-        "description": description,
-        "datasource": DATASOURCE,
-        "targets": [_target(expr, legend, "A", instant=instant)],
-        "fieldConfig": {
-            "defaults": {
-                "unit": unit,
-                "mappings": mappings or [],
-                "thresholds": {
-                    "mode": "absolute",
-                    "steps": thresholds or [{"color": "green", "value": None}],
-                },
-            },
-            "overrides": [],
-        },
-        "options": {
-            "reduceOptions": {"calcs": ["lastNotNull"], "fields": "", "values": False},
-            "textMode": text_mode,
-            "colorMode": "background",
-            "graphMode": "none",
-        },
-    }
-
-
-def _with_threshold_line(panel: dict[str, Any], value: float) -> dict[str, Any]:
-    """Draw ``value`` as a red horizontal line on a time series panel (the alert's threshold)."""
-    defaults = panel["fieldConfig"]["defaults"]
-    defaults["thresholds"] = {
-        "mode": "absolute",
-        "steps": [{"color": "green", "value": None}, {"color": "red", "value": value}],
-    }
-    defaults["custom"]["thresholdsStyle"] = {"mode": "line"}
-    return panel
-
-
-def _row(title: str) -> dict[str, Any]:
-    return {"type": "row", "title": title, "collapsed": False, "panels": []}
-
-
-def _quantiles(metric: str, by: str, selector: str, legend_prefix: str) -> list[tuple[str, str]]:
-    group = f"{by}, le" if by else "le"
-    return [
-        (
-            f"histogram_quantile({q}, sum by ({group}) (rate({metric}_bucket{{{selector}}}[{RI}])))",
-            f"{legend_prefix}p{round(q * 100)}",
-        )
-        for q in (0.5, 0.9, 0.99)
-    ]
-
-
 def panels() -> list[dict[str, Any]]:
     """The dashboard's panels, in reading order (layout is assigned by ``_layout``)."""
-    up_mapping = [
-        {
-            "type": "value",
-            "options": {"0": {"text": "DOWN", "color": "red"}, "1": {"text": "UP", "color": "green"}},
-        }
-    ]
     return [
-        _row("Overview"),
-        _stat(
+        row("Overview"),
+        stat(
             "Serving policy",
             "policy_id served by each replica (cascade_policy_info). After "
             "`cascade policy push` every replica should show the new id within seconds.",
@@ -155,16 +54,16 @@ def panels() -> list[dict[str, Any]]:
             "none",
             text_mode="name",
         ),
-        _stat(
+        stat(
             "Redis",
             "cascade_redis_up per replica (1 = the last Redis check answered).",
             f"cascade_redis_up{{{SEL}}}",
             "{{instance}}",
             "none",
-            mappings=up_mapping,
+            mappings=UP_MAPPING,
             thresholds=[{"color": "red", "value": None}, {"color": "green", "value": 1}],
         ),
-        _stat(
+        stat(
             "Policy reload failures (1h)",
             "Policy loads rejected as corrupt or invalid; the replica keeps its last good policy.",
             f"sum(increase(cascade_policy_reload_failures_total{{{SEL}}}[1h]))",
@@ -172,7 +71,7 @@ def panels() -> list[dict[str, Any]]:
             "none",
             thresholds=[{"color": "green", "value": None}, {"color": "orange", "value": 1}],
         ),
-        _stat(
+        stat(
             "Budget rejections (1h)",
             "Requests refused with 429 because a client key reached its spend limit.",
             f"sum(increase(cascade_budget_rejections_total{{{SEL}}}[1h]))",
@@ -180,15 +79,15 @@ def panels() -> list[dict[str, Any]]:
             "none",
             thresholds=[{"color": "green", "value": None}, {"color": "orange", "value": 1}],
         ),
-        _stat(
+        stat(
             "Spend rate",
             "Upstream spend of the whole fleet, USD per hour (last hour).",
             f"sum(rate(cascade_cost_usd_total{{{SEL}}}[1h])) * 3600",
             "USD/h",
             "currencyUSD",
         ),
-        _row("Traffic and escalation"),
-        _timeseries(
+        row("Traffic and escalation"),
+        timeseries(
             "Request rate by tier and outcome",
             "cascade_requests_total: accepted (cheap answer "
             "kept), escalated, direct (single-model route), passthrough (a configured model by "
@@ -202,7 +101,7 @@ def panels() -> list[dict[str, Any]]:
             "reqps",
             stack=True,
         ),
-        _timeseries(
+        timeseries(
             "Escalation rate: observed vs expected",
             "Observed share of served requests that "
             "escalated, per tier, against the policy's calibrated expectation "
@@ -212,15 +111,15 @@ def panels() -> list[dict[str, Any]]:
             "percentunit",
             max_value=1,
         ),
-        _timeseries(
+        timeseries(
             "Escalation drift (observed - expected)",
             "Positive: more escalations (higher "
             "cost) than calibrated; negative: fewer (lower quality) than calibrated.",
             [(f"({OBSERVED_ESCALATION}) - on (tier) {EXPECTED_ESCALATION}", "{{tier}}")],
             "percentunit",
         ),
-        _with_threshold_line(
-            _timeseries(
+        with_threshold_line(
+            timeseries(
                 "Score drift (PSI) by tier and model",
                 "Population Stability Index of each scored "
                 "model's live confidence scores in a tier (the gateway's sliding window) against the "
@@ -232,7 +131,7 @@ def panels() -> list[dict[str, Any]]:
             ),
             0.25,
         ),
-        _timeseries(
+        timeseries(
             "Escalations by model pair",
             "cascade_escalations_total per tier and (from_model -> to_model).",
             [
@@ -244,7 +143,7 @@ def panels() -> list[dict[str, Any]]:
             ],
             "reqps",
         ),
-        _timeseries(
+        timeseries(
             "Score drift window samples",
             "Live confidence scores in each replica's drift "
             "window per tier and model (cascade_score_drift_samples, all replicas); PSI is "
@@ -252,8 +151,8 @@ def panels() -> list[dict[str, Any]]:
             [(f"sum by (tier, model) (cascade_score_drift_samples{{{TIER_SEL}}})", "{{tier}} / {{model}}")],
             "short",
         ),
-        _row("Cost"),
-        _timeseries(
+        row("Cost"),
+        timeseries(
             "Cost per request by tier",
             "Upstream spend per served request (all calls of a "
             "request: the cheap call plus the escalation), USD.",
@@ -267,7 +166,7 @@ def panels() -> list[dict[str, Any]]:
             ],
             "currencyUSD",
         ),
-        _timeseries(
+        timeseries(
             "Spend rate by tier and model",
             "USD per hour, stacked.",
             [
@@ -279,14 +178,14 @@ def panels() -> list[dict[str, Any]]:
             "currencyUSD",
             stack=True,
         ),
-        _timeseries(
+        timeseries(
             "Tokens by model",
             "cascade_tokens_total per model and kind (prompt | completion).",
             [(f"sum by (model, kind) (rate(cascade_tokens_total{{{SEL}}}[{RI}]))", "{{model}} {{kind}}")],
             "short",
             stack=True,
         ),
-        _row("Confidence"),
+        row("Confidence"),
         {
             "type": "heatmap",
             "title": "Confidence score distribution",
@@ -294,7 +193,7 @@ def panels() -> list[dict[str, Any]]:
             "Mass moving across the tier thresholds changes the escalation rate.",
             "datasource": DATASOURCE,
             "targets": [
-                _target(
+                target(
                     f"sum by (le) (increase(cascade_confidence_score_bucket{{{TIER_SEL}}}[{RI}]))",
                     "{{le}}",
                     "A",
@@ -311,7 +210,7 @@ def panels() -> list[dict[str, Any]]:
                 "tooltip": {"show": True, "yHistogram": True},
             },
         },
-        _timeseries(
+        timeseries(
             "Confidence score quantiles by tier and model",
             "p10 / p50 / p90 of the scores the gateway computed.",
             [
@@ -324,26 +223,26 @@ def panels() -> list[dict[str, Any]]:
             ],
             "none",
         ),
-        _row("Latency and upstreams"),
-        _timeseries(
+        row("Latency and upstreams"),
+        timeseries(
             "Gateway overhead quantiles",
             "Time the gateway itself spends per request, upstream calls excluded (cascade_overhead_seconds).",
-            _quantiles("cascade_overhead_seconds", "", SEL, ""),
+            quantiles("cascade_overhead_seconds", "", SEL, ""),
             "s",
         ),
-        _timeseries(
+        timeseries(
             "Request duration by tier",
             "Whole request, client's view (cascade_request_duration_seconds).",
-            _quantiles("cascade_request_duration_seconds", "tier", TIER_SEL, "{{tier}} "),
+            quantiles("cascade_request_duration_seconds", "tier", TIER_SEL, "{{tier}} "),
             "s",
         ),
-        _timeseries(
+        timeseries(
             "Upstream latency by model",
             "One upstream call attempt (cascade_upstream_duration_seconds).",
-            _quantiles("cascade_upstream_duration_seconds", "model", SEL, "{{model}} "),
+            quantiles("cascade_upstream_duration_seconds", "model", SEL, "{{model}} "),
             "s",
         ),
-        _timeseries(
+        timeseries(
             "Upstream error rate by model",
             "Share of upstream call attempts that did not "
             "return 2xx (4xx, 429, 5xx, timeout, connection error, malformed body).",
@@ -357,7 +256,7 @@ def panels() -> list[dict[str, Any]]:
             "percentunit",
             max_value=1,
         ),
-        _timeseries(
+        timeseries(
             "Upstream calls by model and status",
             "cascade_upstream_requests_total.",
             [
@@ -369,6 +268,7 @@ def panels() -> list[dict[str, Any]]:
             "reqps",
             stack=True,
         ),
+        *learning_panels(),
     ]
 
 
@@ -383,8 +283,8 @@ def _layout(items: list[dict[str, Any]]) -> list[dict[str, Any]]:
             panel["gridPos"] = {"h": 1, "w": 24, "x": 0, "y": y}
             y, row_height = y + 1, 0
         else:
-            stat = panel["type"] == "stat"
-            width, height = (24 // 5, 4) if stat else (12, 8)
+            is_stat = panel["type"] == "stat"
+            width, height = (24 // 5, 4) if is_stat else (12, 8)
             if x + width > 24:
                 y, x = y + row_height, 0
             panel["gridPos"] = {"h": height, "w": width, "x": x, "y": y}
@@ -416,7 +316,8 @@ def dashboard() -> dict[str, Any]:
     return {
         "uid": "cascade-gateway",
         "title": "Cascade gateway",
-        "description": "LLM cascade gateway: traffic, escalation vs policy, cost, confidence, latency.",
+        "description": "LLM cascade gateway: traffic, escalation vs policy, cost, confidence, latency, "
+        "learning.",
         "tags": ["cascade", "llm", "gateway"],
         "timezone": "browser",
         "schemaVersion": 39,

@@ -38,6 +38,23 @@ def test_a_shuffled_model_is_flagged_and_aligned_ones_are_not() -> None:
     assert "not aligned with the same queries" in warning
 
 
+def test_an_aligned_model_near_the_ceiling_is_not_flagged_but_a_shuffled_one_is() -> None:
+    """A model right on 97% of the questions can hardly agree beyond chance with weaker ones (raw kappa
+    near 0.05); it is judged relative to the largest kappa its accuracy allows."""
+    rng = np.random.default_rng(2)
+    n = 4000
+    difficulty = rng.random(n)
+    noise = rng.random((n, 4)) * 0.5 + difficulty[:, None] * 0.5
+    quality = (noise < np.array([0.5, 0.55, 0.6, 0.88])).astype(float)
+    models = ("a", "b", "c", "strong")
+    assert quality[:, 3].mean() > 0.95
+    assert np.nanmax(np.abs(correctness_kappa(quality)[3, :3])) < 0.1  # raw kappa alone would flag it
+    assert unrelated_model_warnings(models, quality) == []
+    quality[:, 3] = rng.permutation(quality[:, 3])
+    (warning,) = unrelated_model_warnings(models, quality)
+    assert warning.startswith("model 'strong'")
+
+
 def test_plaut_mc_misaligned_model_would_be_caught(shared_dir: Path) -> None:
     """On real MMLU runs: nothing above chance is flagged; a strong model with shuffled rows is."""
     matrix = load_runs(

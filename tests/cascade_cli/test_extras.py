@@ -28,7 +28,8 @@ PACKAGE_EXTRAS = {
     "policies": (),
     "cascade_cli": (),
     "gateway": ("gateway",),
-    "calibration": ("calibrate",),
+    # redis for `cascade recalibrate --push` comes with the traffic extra
+    "calibration": ("calibrate", "traffic"),
     "collection": ("collect",),
     "localpool": ("local", "gateway"),
     # pyarrow only for a Parquet export (the calibrate extra)

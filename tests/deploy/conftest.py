@@ -62,7 +62,8 @@ def example_gateway(
     tmp_path_factory: pytest.TempPathFactory,
 ) -> Iterator[RunningGateway]:
     """The shipped example config and policy (deploy/config/), upstreams pointed at the scripted
-    upstream, shared state in the real Redis under a private key prefix."""
+    upstream, shared state in the real Redis under a private key prefix, and learning turned on
+    (every cascade request sampled into a file store) so that its metrics are exported too."""
     import uvicorn
 
     from gateway.app import create_app
@@ -78,7 +79,15 @@ def example_gateway(
         model["base_url"] = scripted_upstream_url
     document["policy"] = str(DEPLOY / "config" / "policy.json")
     document["redis_url"] = REDIS_URL
-    config_path = tmp_path_factory.mktemp("deploy") / "gateway.yaml"
+    work = tmp_path_factory.mktemp("deploy")
+    document["learning"] = {
+        "enabled": True,
+        "sample_rate": 1.0,
+        "judge": {"kind": "exact"},
+        "store": (work / "traffic.jsonl").as_uri(),
+        "flush_interval_s": 0.2,
+    }
+    config_path = work / "gateway.yaml"
     config_path.write_text(yaml.safe_dump(document))
 
     # The app configures the `cascade` logger (JSON handler, no propagation) for the whole process:

@@ -36,6 +36,22 @@ def test_dashboard_has_the_panels_operators_read() -> None:
     assert 'status!~"2.."' in exprs["Upstream error rate by model"]
 
 
+def test_dashboard_has_a_learning_row_reading_what_the_learning_alerts_read() -> None:
+    document = json.loads(DASHBOARD.read_text())
+    titles = [p["title"] for p in document["panels"]]
+    learning = titles[titles.index("Learning") :]
+    panels = {p["title"]: p for p in document["panels"] if p["title"] in learning}
+    exprs = {title: " ".join(t["expr"] for t in p.get("targets", [])) for title, p in panels.items()}
+    assert panels["Traffic store"]["type"] == "stat"
+    assert "cascade_learning_store_up" in exprs["Traffic store"]
+    assert "by (reason)" in exprs["Samples drawn and dropped"]
+    assert "cascade_learning_sampled_total" in exprs["Samples drawn and dropped"]
+    spend = exprs["Shadow spend in the last hour vs cap"]
+    assert "cascade_shadow_spend_window_usd" in spend and "cascade_shadow_spend_cap_usd" in spend
+    assert "cascade_shadow_cost_usd_total" in exprs["Shadow spend rate by model"]
+    assert "by (judge, outcome)" in exprs["Judge outcomes"]
+
+
 def test_panels_use_the_datasource_variable_and_do_not_overlap() -> None:
     document = json.loads(DASHBOARD.read_text())
     occupied: set[tuple[int, int]] = set()

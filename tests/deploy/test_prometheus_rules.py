@@ -78,6 +78,51 @@ def test_score_drift_unit_test_fails_when_the_alert_is_changed(
     assert "CascadeScoreDrift" in result.stdout + result.stderr
 
 
+@pytest.mark.parametrize(
+    ("original", "changed", "alert"),
+    [
+        # 25% of replica a's samples dropped for spend_cap no longer fires at a 40% line.
+        (
+            "cascade:learning_drop_ratio:rate15m > 0.10",
+            "cascade:learning_drop_ratio:rate15m > 0.40",
+            "CascadeLearningSamplesDropped",
+        ),
+        # Replica b's 7.5 drops in 15 minutes fire without the volume floor.
+        ("[15m])) >= 10", "[15m])) >= 5", "CascadeLearningSamplesDropped"),
+        # Counting drops at shutdown, the drop ratio shows replica a's 50% shutdown drops.
+        (
+            'rate(cascade_learning_dropped_total{reason!="shutdown"}[15m])',
+            "rate(cascade_learning_dropped_total[15m])",
+            "cascade:learning_drop_ratio:rate15m",
+        ),
+        # A store down for 2 minutes fires too early (replica a at 12 minutes).
+        (
+            "cascade_learning_store_up == 0\n        for: 10m",
+            "cascade_learning_store_up == 0\n        for: 2m",
+            "CascadeLearningStoreDown",
+        ),
+        # 95% of the cap no longer fires at a 96% line.
+        (
+            "cascade_shadow_spend_cap_usd > 0.9",
+            "cascade_shadow_spend_cap_usd > 0.96",
+            "CascadeShadowSpendNearCap",
+        ),
+    ],
+)
+def test_learning_unit_tests_fail_when_an_alert_is_changed(
+    tmp_path: Path, original: str, changed: str, alert: str
+) -> None:
+    (tmp_path / "rules").mkdir()
+    (tmp_path / "tests").mkdir()
+    rules = RULES.read_text()
+    assert rules.count(original) == 1, original
+    (tmp_path / "rules" / RULES.name).write_text(rules.replace(original, changed))
+    (tmp_path / "tests" / RULE_TESTS.name).write_text(RULE_TESTS.read_text())
+    result = _promtool("test", "rules", RULE_TESTS.name, cwd=tmp_path / "tests")
+    assert result.returncode != 0
+    assert alert in result.stdout + result.stderr
+
+
 def test_compose_prometheus_config_is_valid_and_loads_the_rules() -> None:
     result = _promtool("check", "config", "prometheus.yml", cwd=DEPLOY / "prometheus")
     assert result.returncode == 0, result.stdout + result.stderr

@@ -1,13 +1,14 @@
 """Every metric the dashboard and the alert rules query exists in a real gateway's /metrics output.
 
 The gateway runs the shipped example config and policy (deploy/config/) against the scripted
-upstream; requests of every outcome make the labelled series exist; /metrics is scraped over HTTP
-and parsed with prometheus_client.
+upstream, with learning on; requests of every outcome make the labelled series exist (and, once
+sampled, the learning series); /metrics is scraped over HTTP and parsed with prometheus_client.
 """
 
 from __future__ import annotations
 
 import re
+import time
 
 import httpx
 import openai
@@ -22,6 +23,7 @@ from deploy_support import (
     scrape_families,
     selector_labels,
 )
+from prometheus_client.parser import text_string_to_metric_families
 
 RECORDED = {name for name, _ in rule_expressions() if name.startswith("cascade:")}
 QUERIES = [("rule", name, expr) for name, expr in rule_expressions()] + [
@@ -48,9 +50,26 @@ def scrape(example_gateway) -> dict[str, Family]:
         pass  # escalated and streamed live from the large model
     with pytest.raises(openai.BadRequestError):
         client.chat.completions.create(model="cascade/no-such-tier", messages=ask)  # error
-    response = httpx.get(example_gateway.url + "/metrics", timeout=5)
-    assert response.status_code == 200
-    return scrape_families(response.text)
+    return scrape_families(_after_sampling(example_gateway.url))
+
+
+def _after_sampling(url: str, timeout_s: float = 20.0) -> str:
+    """/metrics once the sampler has worked off the requests above (their shadow calls, labels and
+    rows make the learning series exist)."""
+    deadline = time.monotonic() + timeout_s
+    while True:
+        response = httpx.get(url + "/metrics", timeout=5)
+        assert response.status_code == 200
+        samples = {
+            sample.name: sample.value
+            for family in text_string_to_metric_families(response.text)
+            for sample in family.samples
+            if not sample.labels
+        }
+        written = samples.get("cascade_learning_rows_written_total", 0.0)
+        if (written > 0 and samples.get("cascade_learning_queue_depth") == 0) or time.monotonic() > deadline:
+            return response.text
+        time.sleep(0.1)
 
 
 def test_scrape_has_every_outcome_the_queries_select_on(scrape) -> None:

@@ -12,7 +12,7 @@ from policies import load_policy
 def test_demo_policy_uses_pool_models_and_has_the_three_tiers(repo_root: Path) -> None:
     policy = load_policy(repo_root / "policies" / "local-demo.json")
     manifest = load_manifest()
-    assert set(policy.models) <= set(manifest.models)
+    assert set(policy.models) <= set(manifest.models) | set(manifest.members)
     assert set(policy.tiers) == {"economy", "balanced", "quality"} and policy.default_tier == "balanced"
     costs = [policy.tiers[t].expected.cost_usd for t in ("economy", "balanced", "quality")]
     assert costs == sorted(costs)

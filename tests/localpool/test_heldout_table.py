@@ -64,7 +64,8 @@ def test_banner_prints_tiers_against_the_best_single_model(report: Path, tmp_pat
     assert "best single: think" in banner
     line = next(li for li in banner.splitlines() if "cascade/balanced" in li)
     assert "0.860" in line and "96%, 57%" in line
-    assert '"temperature": 0' in banner and "temperature=0, max_tokens=1" in banner
+    assert '"temperature": 0' in banner and 'model="cascade/balanced", temperature=0,' in banner
+    assert "max_tokens" not in banner.split("The demo policy")[0]  # the members' defaults apply
     assert heldout_path(Path("policies/local-demo.json")) == Path("policies/local-demo-heldout.json")
     assert heldout_text(build_table(report, tiers)).startswith("Held out (3 random halves of 100")
 

@@ -17,6 +17,13 @@ from traffic.judges.text import ChoiceJudge, ExactJudge, NumericJudge
         ("Paris", "Lyon", 0.0),
         ("Paris", "", 0.0),
         ("  ...  ", "Paris", None),  # the reference said nothing: no label, not a wrong answer
+        ("A", "a.", 1.0),  # an answer that is an article (a choice letter) is still an answer
+        ("A", "B", 0.0),
+        ("A", "The", 0.0),
+        ("12 * 3 = 36\n36 + 5 = 41\nAnswer: 41", "41", 1.0),  # a reasoned answer, by its conclusion
+        ("Step 1: 6 * 7 = 42\nThe answer is Paris.", "Paris", 1.0),
+        ("12 * 3 = 36\nAnswer: 41", "36", 0.0),  # an intermediate result is not the answer
+        ("Answer: 41", "Answer: 14", 0.0),
     ],
 )
 async def test_exact_judge_compares_normalized_text(
@@ -39,6 +46,21 @@ async def test_exact_judge_compares_normalized_text(
 )
 async def test_numeric_judge_compares_the_last_numbers(
     reference: str, answer: str, expected: float | None
+) -> None:
+    assert (await NumericJudge().judge("q", reference, answer)).correct == expected
+
+
+@pytest.mark.parametrize(
+    ("reference", "answer", "expected"),
+    [
+        ("12 * 3 = 36\n36 + 5 = 41\nAnswer: 41", "41", 1.0),
+        ("Answer: 41\n(check: 36 + 5)", "The answer is 41.", 1.0),  # the conclusion, not the last number
+        ("12 * 3 = 36\nAnswer: 41", "36", 0.0),
+        ("Step 1: 12 * 3 = 36", "36", 1.0),  # no marker: the last number
+    ],
+)
+async def test_numeric_judge_reads_a_reasoned_answer_at_its_conclusion(
+    reference: str, answer: str, expected: float
 ) -> None:
     assert (await NumericJudge().judge("q", reference, answer)).correct == expected
 

@@ -106,6 +106,31 @@ async def test_purge_deletes_only_rows_older_than_the_horizon(store_url: str) ->
         await store.close()
 
 
+async def test_file_stores_sharing_a_file_skip_each_others_rows_and_a_purged_row_can_return(
+    file_url: str,
+) -> None:
+    first, second = open_store(file_url), open_store(file_url)
+    now = datetime.now(UTC)
+    assert await first.write_rows(query_rows("q1", when=now - timedelta(days=40))) == 2
+    assert await second.write_rows(query_rows("q1") + query_rows("q2")) == 2  # only q2 is new
+    assert await first.write_rows(query_rows("q2") + query_rows("q3")) == 2  # it sees second's q2
+    assert await second.purge(now - timedelta(days=30)) == 2  # q1 goes (the file is replaced)
+    assert await first.write_rows(query_rows("q1")) == 2  # and may be written again
+    assert sorted({r.query_id for r in await second.export()}) == ["q1", "q2", "q3"]
+
+
+async def test_a_file_store_write_reads_only_what_was_appended_since_its_last_write(tmp_path: Path) -> None:
+    # Its index of stored keys covers the file up to its last write; earlier bytes are not read
+    # again (a growing file would make every write slower). Rewriting an early line in place, same
+    # length and file, shows it: the store still knows the key that line held.
+    path = tmp_path / "traffic.jsonl"
+    store = open_store(f"file://{path}")
+    await store.write_rows(query_rows("q1"))
+    path.write_bytes(path.read_bytes().replace(b'"query_id":"q1"', b'"query_id":"q9"'))
+    assert await store.write_rows(query_rows("q1")) == 0
+    assert await open_store(f"file://{path}").write_rows(query_rows("q1")) == 2  # a new store reads it all
+
+
 async def test_postgres_down_is_a_clear_unavailable_error_and_names_the_store() -> None:
     store = open_store("postgresql://postgres:secret@127.0.0.1:1/test?connect_timeout=2")
     with pytest.raises(

@@ -8,8 +8,10 @@ nothing can be extracted from the reference (no number, no letter, empty text) t
 from __future__ import annotations
 
 import math
+import re
+import string
 
-from collection.graders import extract_choice, extract_number, normalize_text
+from collection.graders import extract_choice, extract_final_number, normalize_text
 from traffic.judges.base import Verdict
 
 
@@ -18,22 +20,59 @@ def _first_line(text: str) -> str:
     return stripped.splitlines()[0] if stripped else ""
 
 
+# The conclusion of a step-by-step answer: what follows the last "Answer:" / "the answer is".
+_FINAL_ANSWER = re.compile(r"answer\s*(?:is|:)\s*(.+?)\s*$", re.IGNORECASE | re.MULTILINE)
+
+
+def _final_answer(text: str) -> str:
+    """The text after the last final-answer marker ("Answer: 42" -> "42"), or "" when there is none."""
+    matches = _FINAL_ANSWER.findall(text)
+    return matches[-1] if matches else ""
+
+
+def _normalized(text: str) -> str:
+    """``normalize_text``, or, when that leaves nothing but the text had words, the same with the
+    articles kept: an answer that IS an article (the letter ``A`` of a multiple-choice answer) is
+    an answer, not an empty one."""
+    normalized = normalize_text(text)
+    if normalized:
+        return normalized
+    return " ".join("".join(ch for ch in text.lower() if ch not in string.punctuation).split())
+
+
 class ExactJudge:
-    """1 if the normalized answers (or their first lines) are equal (case, punctuation, articles ignored)."""
+    """1 if the normalized answers, their first lines or their final answers are equal (case,
+    punctuation, articles ignored). The final answer is what follows the last "Answer:" or "the
+    answer is", so that a step-by-step answer is compared by its conclusion with a bare one."""
 
     name = "exact"
 
     async def judge(self, question: str, reference: str, answer: str) -> Verdict:
         """Compare normalized text; missing when the reference normalizes to nothing."""
-        targets = {normalize_text(reference), normalize_text(_first_line(reference))} - {""}
+        forms = (
+            _normalized(reference),
+            _normalized(_first_line(reference)),
+            _normalized(_final_answer(reference)),
+        )
+        targets = set(forms) - {""}
         if not targets:
             return Verdict(None, self.name, detail="empty reference answer")
-        candidates = {normalize_text(answer), normalize_text(_first_line(answer))}
+        candidates = {
+            _normalized(answer),
+            _normalized(_first_line(answer)),
+            _normalized(_final_answer(answer)),
+        }
+        candidates.discard("")
         return Verdict(1.0 if candidates & targets else 0.0, self.name)
 
 
 class NumericJudge:
-    """1 if the last numbers of both answers are equal within ``rel_tol``."""
+    """1 if the final numbers of both answers are equal within ``rel_tol``.
+
+    The final number is the grader ``final_numeric``'s: the number after the last final-answer
+    marker (``Answer: 42``, ``the answer is 42``, ``\\boxed{42}``, ``#### 42``), else the last number,
+    so a step-by-step answer is read at its conclusion, not at an intermediate result.
+    """
 
     name = "numeric"
 
@@ -41,11 +80,11 @@ class NumericJudge:
         self.rel_tol = rel_tol
 
     async def judge(self, question: str, reference: str, answer: str) -> Verdict:
-        """Compare the last numbers; missing when the reference has none, 0 when only the answer has none."""
-        expected = extract_number(reference)
+        """Compare the final numbers; missing when the reference has none, 0 when only the answer has none."""
+        expected = extract_final_number(reference)
         if expected is None:
             return Verdict(None, self.name, detail="no number in the reference answer")
-        value = extract_number(answer)
+        value = extract_final_number(answer)
         if value is None:
             return Verdict(0.0, self.name, detail=f"reference {expected:g}, no number in the answer")
         same = math.isclose(value, expected, rel_tol=self.rel_tol, abs_tol=1e-9)

@@ -1,0 +1,59 @@
+"""A policy's tiers scored query by query on the rows of a runs matrix.
+
+A tier with several routes is a randomized mixture: each query's outcome is the weighted mean of
+its routes' outcomes (the expectation over the gateway's draw), which is what the tier's mean
+converges to and has less noise than simulating the draw.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+
+from calibration.frontier import chain_per_query
+from calibration.runs import RunsMatrix
+from policies.schema import Policy, Tier
+
+
+class PolicyOutcomeError(Exception):
+    """A policy cannot be evaluated on these runs (one-line message)."""
+
+
+@dataclass(frozen=True)
+class TierOutcomes:
+    """Per-query outcome of one tier: cost (USD), quality and escalated share, each ``(n,)``."""
+
+    cost: np.ndarray
+    quality: np.ndarray
+    escalated: np.ndarray
+
+
+def tier_outcomes(tier: Tier, matrix: RunsMatrix, rows: np.ndarray) -> TierOutcomes:
+    """Outcome of every query of ``rows`` under ``tier``'s routes (weights summed per query)."""
+    rows = np.asarray(rows)
+    cost = np.zeros(rows.size)
+    quality = np.zeros(rows.size)
+    escalated = np.zeros(rows.size)
+    for route in tier.routes:  # one or two routes; each is vectorized over queries
+        columns = np.array([matrix.model_index(name) for name in route.models])
+        block = np.ix_(rows, columns)
+        route_cost, route_quality, route_escalated = chain_per_query(
+            matrix.score[block], matrix.cost[block], matrix.quality[block], route.thresholds
+        )
+        cost += route.weight * route_cost
+        quality += route.weight * route_quality
+        escalated += route.weight * route_escalated
+    return TierOutcomes(cost, quality, escalated)
+
+
+def policy_outcomes(policy: Policy, matrix: RunsMatrix, rows: np.ndarray) -> dict[str, TierOutcomes]:
+    """``tier_outcomes`` of every tier of ``policy``; PolicyOutcomeError if it routes to a missing model."""
+    routed = sorted({m for tier in policy.tiers.values() for route in tier.routes for m in route.models})
+    missing = [m for m in routed if m not in matrix.models]
+    if missing:
+        raise PolicyOutcomeError(
+            f"policy {policy.policy_id} routes to {', '.join(missing)}, which the traffic has no rows for "
+            f"(its models: {', '.join(matrix.models)})"
+        )
+    return {name: tier_outcomes(tier, matrix, rows) for name, tier in policy.tiers.items()}

@@ -1,0 +1,70 @@
+"""The served policy in Redis, for ``cascade recalibrate``: read it, and replace it only if unchanged.
+
+The push is ``policies.publish.push_policy`` (the mechanism and validation of ``cascade policy
+push``), made conditional on the policy read at the start still being the one stored: a policy
+pushed by someone else while the recalibration ran is never overwritten by a policy that was
+compared with another one.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from policies import PolicyError, parse_policy
+from policies.publish import PolicyChangedError, PolicyKeys, push_policy, read_current
+from policies.schema import Policy
+
+
+class RedisPolicyError(Exception):
+    """Redis cannot be used (unreachable, unreadable policy, changed meanwhile); one-line message."""
+
+
+def redact(url: str) -> str:
+    """A Redis URL without its password."""
+    if "@" not in url:
+        return url
+    scheme, _, rest = url.partition("://")
+    return f"{scheme}://***@{rest.rpartition('@')[2]}"
+
+
+def connect(url: str) -> Any:
+    """A synchronous client (``decode_responses``) that answered a PING; RedisPolicyError otherwise."""
+    import redis
+
+    try:
+        client = redis.Redis.from_url(url, decode_responses=True, socket_connect_timeout=3, socket_timeout=5)
+        client.ping()
+    except (redis.RedisError, OSError, ValueError) as exc:
+        raise RedisPolicyError(f"cannot reach Redis at {redact(url)}: {exc}") from None
+    return client
+
+
+def read_served(client: Any, keys: PolicyKeys) -> tuple[str | None, Policy | None]:
+    """The stored policy text and the parsed policy, (None, None) when none was pushed."""
+    import redis
+
+    try:
+        raw = read_current(client, keys)
+    except redis.RedisError as exc:
+        raise RedisPolicyError(f"redis: {exc}") from None
+    if raw is None:
+        return None, None
+    try:
+        return raw, parse_policy(raw, source=keys.policy_current)
+    except PolicyError as exc:
+        raise RedisPolicyError(f"the served policy cannot be read: {exc}") from None
+
+
+def push_if_unchanged(client: Any, policy: Policy, keys: PolicyKeys, replacing: str | None) -> int:
+    """Push ``policy`` if the stored policy text is still ``replacing`` (None: still none); the version."""
+    import redis
+
+    try:
+        return push_policy(client, policy, keys, replacing=replacing)
+    except (PolicyChangedError, redis.WatchError) as exc:
+        reason = str(exc) if isinstance(exc, PolicyChangedError) else "it changed during the push"
+        raise RedisPolicyError(
+            f"not pushed: the served policy changed during recalibration ({reason}); rerun"
+        ) from None
+    except redis.RedisError as exc:
+        raise RedisPolicyError(f"redis: {exc}") from None

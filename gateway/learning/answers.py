@@ -1,0 +1,121 @@
+"""What a sample carries: the query, the answers the request itself produced, and their texts.
+
+``StageAnswer`` is one model's answer to a sampled query as a traffic row needs it (the first
+choice, usage, latency, the policy's score). The cascade engine makes one for each scored stage of a
+sampled request (only sampled ones: unsampled requests never build these), and the shadow calls
+make one for every other model. The helpers turn a request and an answer into the texts a judge
+compares.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from datetime import datetime
+from typing import Any
+
+import orjson
+
+from gateway.requests import ParsedRequest, positive_int
+from policies import Policy
+from policies.scorers import legacy_to_content
+
+
+@dataclass(slots=True, frozen=True)
+class StageAnswer:
+    """One model's answer: its first choice (a private copy), usage, latency and score."""
+
+    choice: dict[str, Any]
+    prompt_tokens: int
+    completion_tokens: int
+    seconds: float
+    score: float | None
+
+    @classmethod
+    def from_reply(cls, body: dict[str, Any], seconds: float, score: float | None) -> StageAnswer:
+        """From an upstream completion body. The first choice is copied: the client's view of the
+        same body may trim its logprobs afterwards (``cascade.client_body``)."""
+        choices = body.get("choices")
+        first = choices[0] if isinstance(choices, list) and choices and isinstance(choices[0], dict) else {}
+        usage = body.get("usage")
+        usage = usage if isinstance(usage, dict) else {}
+        return cls(
+            choice=orjson.loads(orjson.dumps(first)),
+            prompt_tokens=positive_int(usage.get("prompt_tokens")),
+            completion_tokens=positive_int(usage.get("completion_tokens")),
+            seconds=seconds,
+            score=score,
+        )
+
+    def text(self) -> str:
+        """The answer as text: chat content (or its tool calls as JSON), or the completion's text."""
+        if "message" in self.choice:
+            message = self.choice.get("message")
+            if not isinstance(message, dict):
+                return ""
+            content = _content_text(message.get("content"))
+            if not content and message.get("tool_calls"):
+                return orjson.dumps(message["tool_calls"]).decode()
+            return content
+        text = self.choice.get("text")
+        return text if isinstance(text, str) else ""
+
+    def logprobs(self) -> list[dict[str, Any]] | None:
+        """The ``logprobs.content`` list (legacy completions logprobs converted), or None."""
+        logprobs = self.choice.get("logprobs")
+        if not isinstance(logprobs, dict):
+            return None
+        if "content" not in logprobs and "token_logprobs" in logprobs:
+            return legacy_to_content(logprobs)
+        content = logprobs.get("content")
+        return content if isinstance(content, list) else None
+
+
+@dataclass(slots=True)
+class Sample:
+    """A sampled request, queued once its response was sent.
+
+    Attributes:
+        query_id: the request id (unique per request), the rows' ``query_id``.
+        request: the client's parsed request (shadow calls are built from it as the cascade would).
+        policy: the policy that served it (its pool, scorer and id).
+        tier: the tier label served.
+        answers: the request's own scored answers by model (reused, never bought again).
+        timestamp: when the request was answered (UTC).
+    """
+
+    query_id: str
+    request: ParsedRequest
+    policy: Policy
+    tier: str
+    answers: dict[str, StageAnswer]
+    timestamp: datetime
+
+
+def question_text(request: ParsedRequest) -> str:
+    """The request as text for a judge: the one message's text, else ``role: text`` per message;
+    the prompt of a legacy completion (token-id prompts have no text)."""
+    body = request.body
+    if request.kind == "chat":
+        messages = [m for m in body.get("messages") or () if isinstance(m, dict)]
+        if len(messages) == 1:
+            return _content_text(messages[0].get("content"))
+        return "\n\n".join(f"{m.get('role')}: {_content_text(m.get('content'))}" for m in messages)
+    prompt = body.get("prompt")
+    if isinstance(prompt, str):
+        return prompt
+    if isinstance(prompt, list):
+        return "\n".join(p for p in prompt if isinstance(p, str))
+    return ""
+
+
+def _content_text(content: Any) -> str:
+    """A message ``content``: a string, or the text of its ``{"type": "text"}`` parts."""
+    if isinstance(content, str):
+        return content
+    if isinstance(content, list):
+        return "".join(
+            str(part.get("text", ""))
+            for part in content
+            if isinstance(part, dict) and part.get("type") == "text"
+        )
+    return ""

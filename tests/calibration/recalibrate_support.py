@@ -1,0 +1,138 @@
+"""Traffic for ``cascade recalibrate`` tests: synthetic judge-labelled rows, real stores, real Redis."""
+
+from __future__ import annotations
+
+import asyncio
+import math
+import random
+import uuid
+from collections.abc import Callable
+from datetime import UTC, datetime, timedelta
+from pathlib import Path
+from typing import Any
+
+from calibration.calibrate import calibrate
+from calibration.runs import load_runs
+from calibration.tiers import parse_tiers
+from policies import save_policy
+from policies.schema import Policy
+from traffic.export import write_runs
+from traffic.rows import TrafficRow
+from traffic.store import open_store
+
+POSTGRES_URL = "postgresql://postgres@127.0.0.1:5432/test"
+REDIS_URL = "redis://127.0.0.1:6379/0"
+MODELS = ("small", "medium", "large")  # large is the reference: the judge's labels agree with it
+COST = {"small": 0.0001, "medium": 0.0004, "large": 0.002}
+AGREEMENT = {"small": 0.55, "medium": 0.75, "large": 1.0}
+TIERS = {
+    "default_tier": "balanced",
+    "tiers": {"economy": {"max_cost_usd": 0.0006}, "balanced": {"max_cost_usd": 0.0012}},
+}
+
+# (query index, model, agrees with the reference) -> the stored label
+Labeller = Callable[[int, str, bool], float]
+
+
+def tiers_file(path: Path) -> Path:
+    """TIERS as a YAML file."""
+    import yaml
+
+    path.write_text(yaml.safe_dump(TIERS))
+    return path
+
+
+def logprobs(confidence: float) -> list[dict[str, Any]]:
+    """A one-token ``logprobs.content`` whose chosen token has probability ``confidence``."""
+    rest = (1 - confidence) / 3
+    alternatives = [{"token": t, "logprob": math.log(rest)} for t in "BCD"]
+    return [
+        {
+            "token": "A",
+            "logprob": math.log(confidence),
+            "top_logprobs": [{"token": "A", "logprob": math.log(confidence)}, *alternatives],
+        }
+    ]
+
+
+def traffic(n: int, *, seed: int, label: Labeller | None = None, prefix: str = "req") -> list[TrafficRow]:
+    """n queries answered by every model; a confident answer agrees with the reference more often.
+
+    ``label`` turns (query index, model, agrees) into the stored label (default: the agreement).
+    """
+    rng = random.Random(seed)
+    now = datetime.now(UTC)
+    rows = []
+    for q in range(n):
+        for model in MODELS:
+            agrees = rng.random() < AGREEMENT[model]
+            confidence = rng.uniform(0.6, 0.99) if agrees else rng.uniform(0.3, 0.75)
+            rows.append(
+                TrafficRow(
+                    query_id=f"{prefix}-{q}",
+                    model=model,
+                    correct=label(q, model, agrees) if label else (1.0 if agrees else 0.0),
+                    prompt_tokens=20,
+                    completion_tokens=5,
+                    cost_usd=COST[model],
+                    logprobs=logprobs(round(confidence, 4)),
+                    timestamp=now - timedelta(seconds=n - q),
+                    judge="reference" if model == "large" else "choice",
+                )
+            )
+    return rows
+
+
+def store_rows(url: str, rows: list[TrafficRow]) -> None:
+    """Write rows to a traffic store (one batch per 1,000 rows)."""
+
+    async def write() -> None:
+        store = open_store(url)
+        try:
+            for start in range(0, len(rows), 1000):
+                await store.write_rows(rows[start : start + 1000])
+        finally:
+            await store.close()
+
+    asyncio.run(write())
+
+
+def policy_from(rows: list[TrafficRow], path: Path) -> Policy:
+    """Calibrate a policy on ``rows`` (as ``cascade traffic export`` + ``cascade calibrate``), save it."""
+    runs = path.with_suffix(".runs.jsonl")
+    write_runs(rows, runs)
+    policy = calibrate(load_runs(runs), parse_tiers(TIERS)).policy
+    save_policy(policy, path)
+    return policy
+
+
+def drop_schema(schema: str) -> None:
+    """Drop a test schema of the real PostgreSQL."""
+    import asyncpg
+
+    async def drop() -> None:
+        conn = await asyncpg.connect(POSTGRES_URL)
+        try:
+            await conn.execute(f"DROP SCHEMA IF EXISTS {schema} CASCADE")
+        finally:
+            await conn.close()
+
+    asyncio.run(drop())
+
+
+def fresh_prefix() -> str:
+    """A Redis key prefix no other test uses."""
+    return f"cascade-test-{uuid.uuid4().hex[:12]}"
+
+
+def delete_prefix(prefix: str) -> None:
+    """Remove every Redis key under ``prefix``."""
+    import redis
+
+    client = redis.Redis.from_url(REDIS_URL)
+    try:
+        doomed = list(client.scan_iter(match=f"{prefix}:*", count=1000))
+        if doomed:
+            client.delete(*doomed)
+    finally:
+        client.close()

@@ -1,0 +1,85 @@
+"""``cascade recalibrate`` replaces the served policy only if it is still the one it compared with."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from typing import Any
+
+import pytest
+import redis
+from recalibrate_support import REDIS_URL, delete_prefix, fresh_prefix
+
+from calibration.learning.redis_io import RedisPolicyError, connect, push_if_unchanged, read_served
+from policies import build_policy, dump_policy
+from policies.publish import PolicyKeys
+
+DOCUMENT: dict[str, Any] = {
+    "models": {
+        "small": {"mean_cost_usd": 0.0001, "quality": 0.5},
+        "large": {"mean_cost_usd": 0.001, "quality": 0.8},
+    },
+    "default_tier": "balanced",
+    "tiers": {
+        "balanced": {
+            "objective": {"max_cost_usd": 0.0006},
+            "routes": [{"weight": 1.0, "models": ["small", "large"], "thresholds": [0.4]}],
+            "expected": {"cost_usd": 0.0005, "quality": 0.7, "escalation_rate": 0.4},
+        }
+    },
+}
+
+
+@pytest.fixture
+def keys() -> Iterator[PolicyKeys]:
+    keys = PolicyKeys(fresh_prefix())
+    yield keys
+    delete_prefix(keys.prefix)
+
+
+class InterleavedPush:
+    """The real client, but another writer pushes between the WATCHed read and the transaction."""
+
+    def __init__(self, client: Any, keys: PolicyKeys, intruder_text: str) -> None:
+        self.client, self.keys, self.intruder_text = client, keys, intruder_text
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self.client, name)
+
+    def pipeline(self, transaction: bool = True) -> Any:
+        pipe = self.client.pipeline(transaction=transaction)
+        real_multi = pipe.multi
+
+        def multi() -> None:
+            other = redis.Redis.from_url(REDIS_URL, decode_responses=True)
+            other.set(self.keys.policy_current, self.intruder_text)
+            other.close()
+            real_multi()
+
+        pipe.multi = multi
+        return pipe
+
+
+def test_a_policy_pushed_meanwhile_is_not_overwritten(keys: PolicyKeys) -> None:
+    client = connect(REDIS_URL)
+    served = build_policy(DOCUMENT)
+    client.set(keys.policy_current, dump_policy(served))
+    text, policy = read_served(client, keys)
+    assert policy is not None and policy.policy_id == served.policy_id
+    new = build_policy({**DOCUMENT, "default_tier": "balanced", "allow_degraded": False})
+    intruder = build_policy({**DOCUMENT, "on_missing_score": "accept"})
+
+    with pytest.raises(RedisPolicyError, match="changed during recalibration"):
+        push_if_unchanged(InterleavedPush(client, keys, dump_policy(intruder)), new, keys, text)
+    assert client.get(keys.policy_current) == dump_policy(intruder)  # the other writer's push stands
+
+    with pytest.raises(RedisPolicyError, match=f"now policy {intruder.policy_id}"):
+        push_if_unchanged(client, new, keys, text)  # changed before the push started
+    client.close()
+
+
+def test_an_unreadable_served_policy_is_an_error(keys: PolicyKeys) -> None:
+    client = connect(REDIS_URL)
+    client.set(keys.policy_current, "{not json")
+    with pytest.raises(RedisPolicyError, match="the served policy cannot be read"):
+        read_served(client, keys)
+    client.close()

@@ -1,0 +1,142 @@
+"""Real processes and stores for tests/e2e/test_learning_two_replicas.py.
+
+* ``Replica(config, env, log)``: one `cascade serve` subprocess on a free loopback port;
+  ``wait_ready()``, ``client()`` (the openai SDK, no retries), ``metrics()`` (a parsed scrape),
+  ``served_policy(admin_key)`` (the admin view), ``stop()`` (SIGTERM, then SIGKILL).
+* ``cli(*args, env=...)``: a `cascade` command in a subprocess, bounded in time.
+* The real services of the test machine: ``REDIS_URL`` (``delete_prefix`` removes a test's keys),
+  ``POSTGRES_URL`` (``drop_schema`` removes a test's schema; ``stored_rows`` reads a traffic store
+  with the store's own export).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import socket
+import subprocess
+import sys
+from pathlib import Path
+
+import httpx
+from learning_e2e_support import parse_metrics
+from openai import OpenAI
+
+from localpool.process import wait_healthy
+from traffic.rows import TrafficRow
+from traffic.store import open_store
+
+REDIS_URL = "redis://127.0.0.1:6379/0"
+POSTGRES_URL = "postgresql://postgres@127.0.0.1:5432/test"
+Samples = list[tuple[str, dict[str, str], float]]
+
+
+def free_port() -> int:
+    """A TCP port free on 127.0.0.1 right now."""
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return int(sock.getsockname()[1])
+
+
+def cli(
+    *args: str, env: dict[str, str] | None = None, timeout_s: float = 300
+) -> subprocess.CompletedProcess[str]:
+    """``cascade ARGS`` with this interpreter, ``env`` over the current environment."""
+    return subprocess.run(
+        [sys.executable, "-m", "cascade_cli.main", *args],
+        capture_output=True,
+        text=True,
+        timeout=timeout_s,
+        env={**os.environ, **(env or {})},
+    )
+
+
+class Replica:
+    """One `cascade serve` process on a free port."""
+
+    def __init__(self, config: Path, env: dict[str, str], log: Path, client_timeout_s: float = 300) -> None:
+        """Start it (returns at once; see ``wait_ready``); its output goes to ``log``."""
+        self.port = free_port()
+        self.url = f"http://127.0.0.1:{self.port}"
+        self.log = log
+        self.client_timeout_s = client_timeout_s
+        command = [sys.executable, "-m", "cascade_cli.main", "serve", "--config", str(config)]
+        with log.open("wb") as out:
+            self.process = subprocess.Popen(
+                [*command, "--port", str(self.port)], stdout=out, stderr=subprocess.STDOUT, env=env
+            )
+
+    def wait_ready(self, timeout_s: float = 90) -> None:
+        """Until /readyz answers 200 (the policy is loaded); fails with the log if it exits first."""
+        health = f"{self.url}/readyz"
+        wait_healthy(health, pid=self.process.pid, log_path=self.log, timeout_s=timeout_s, name=self.url)
+
+    def client(self) -> OpenAI:
+        """The openai SDK against this replica (no retries: every request sent is one counted)."""
+        return OpenAI(
+            base_url=f"{self.url}/v1", api_key="unused", max_retries=0, timeout=self.client_timeout_s
+        )
+
+    def metrics(self) -> Samples:
+        """A scrape of /metrics, parsed by prometheus_client."""
+        return parse_metrics(httpx.get(f"{self.url}/metrics", timeout=10).text)
+
+    def served_policy(self, admin_key: str) -> str | None:
+        """The policy id the admin view (GET /admin/policy) reports."""
+        headers = {"Authorization": f"Bearer {admin_key}"}
+        response = httpx.get(f"{self.url}/admin/policy", headers=headers, timeout=10)
+        response.raise_for_status()
+        policy_id = response.json()["policy_id"]
+        return None if policy_id is None else str(policy_id)
+
+    def log_tail(self, chars: int = 5000) -> str:
+        """The end of the process's output."""
+        return self.log.read_text(errors="replace")[-chars:]
+
+    def stop(self, timeout_s: float = 60) -> None:
+        """SIGTERM (the shutdown grace ends the sampler), SIGKILL if it has not exited in time."""
+        self.process.terminate()
+        try:
+            self.process.wait(timeout=timeout_s)
+        except subprocess.TimeoutExpired:
+            self.process.kill()
+            self.process.wait()
+
+
+def stored_rows(url: str) -> list[TrafficRow]:
+    """Every row of a traffic store."""
+
+    async def read() -> list[TrafficRow]:
+        store = open_store(url)
+        try:
+            return await store.export()
+        finally:
+            await store.close()
+
+    return asyncio.run(read())
+
+
+def drop_schema(schema: str) -> None:
+    """Drop a test's PostgreSQL schema and everything in it."""
+    import asyncpg
+
+    async def drop() -> None:
+        conn = await asyncpg.connect(POSTGRES_URL, timeout=10)
+        try:
+            await conn.execute(f"DROP SCHEMA IF EXISTS {schema} CASCADE")
+        finally:
+            await conn.close()
+
+    asyncio.run(drop())
+
+
+def delete_prefix(prefix: str) -> None:
+    """Delete a test's Redis keys (``PREFIX:*``)."""
+    import redis
+
+    client = redis.Redis.from_url(REDIS_URL, socket_timeout=5, socket_connect_timeout=5)
+    try:
+        for key in client.scan_iter(match=f"{prefix}:*"):
+            client.delete(key)
+    finally:
+        client.close()
