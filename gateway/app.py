@@ -1,5 +1,8 @@
 """The HTTP app: ``create_app(settings)`` builds everything; nothing runs at import.
 
+``build_gateway`` is the one place that reads ``Settings``: every component gets only the config
+sections (or plain values) it uses.
+
 The surface it serves is docs/contracts.md#http-surface.
 
 The two completion endpoints (gateway.completions) are plain ASGI callables that ``GatewayApp``
@@ -26,11 +29,12 @@ from gateway.completions import CompletionsEndpoint, error_parts
 from gateway.config import Settings
 from gateway.errors import GatewayError, InternalError
 from gateway.logs import log_exception
-from gateway.metrics import CONTENT_TYPE
+from gateway.metrics import CONTENT_TYPE, GatewayMetrics
 from gateway.routing import CASCADE_MODEL
-from gateway.runtime import Gateway
+from gateway.runtime import Gateway, StateEvents, build_learner
+from gateway.state import build_shared_state
 
-__all__ = ["Gateway", "GatewayApp", "create_app", "error_parts"]
+__all__ = ["Gateway", "GatewayApp", "build_gateway", "create_app", "error_parts"]
 
 
 class GatewayApp(FastAPI):
@@ -51,12 +55,47 @@ class GatewayApp(FastAPI):
         await super().__call__(scope, receive, send)
 
 
+def build_gateway(settings: Settings, rng: random.Random | None = None) -> Gateway:
+    """The app's ``Gateway`` for ``settings``, each component given only the sections it uses.
+
+    No I/O: Redis clients connect on first use, upstream sessions open in ``Gateway.start()``.
+    """
+    metrics = GatewayMetrics(
+        with_redis=bool(settings.redis_url or settings.policy_is_redis),
+        with_learning=settings.learning.enabled,
+        drift=settings.drift,
+    )
+    events = StateEvents(metrics)
+    shared = build_shared_state(
+        policy=settings.policy,
+        redis_url=settings.redis_url,
+        redis_timeout_s=settings.redis_timeout_s,
+        auth=settings.auth,
+        budgets=settings.budgets,
+        known_models=list(settings.models),
+        on_policy_loaded=events.policy_loaded,
+        on_policy_failure=events.policy_failed,
+        on_spend_fallback=events.spend_fallback,
+    )
+    # The traffic sampler, only when enabled: its stores and judges are imported only then.
+    learning = build_learner(settings.learning, settings.models, settings.limits.request_timeout_s, metrics)
+    return Gateway(
+        models=settings.models,
+        limits=settings.limits,
+        logs=settings.logging,
+        metrics=metrics,
+        shared=shared,
+        learning=learning,
+        rng=rng,
+    )
+
+
 def create_app(settings: Settings, *, rng: random.Random | None = None) -> FastAPI:
     """Build the gateway app for ``settings`` (upstream sessions and state start in its lifespan).
 
     ``rng`` draws among randomized-mixture routes (seed it for reproducible tests).
     """
-    gateway = Gateway(settings, rng)
+    gateway = build_gateway(settings, rng)
 
     @asynccontextmanager
     async def lifespan(app: FastAPI) -> AsyncIterator[None]:
@@ -85,7 +124,7 @@ def create_app(settings: Settings, *, rng: random.Random | None = None) -> FastA
         names = [CASCADE_MODEL]
         if policy is not None:
             names += [f"{CASCADE_MODEL}/{tier}" for tier in policy.tiers]
-        names += list(settings.models)
+        names += list(gateway.models)
         data = [{"id": name, "object": "model", "created": 0, "owned_by": "cascade"} for name in names]
         return _json({"object": "list", "data": data})
 

@@ -16,14 +16,14 @@ import json
 import logging
 import os
 import time
-from collections.abc import Awaitable, Callable, Iterable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass
-from typing import cast
 
 from redis.asyncio import Redis
 from redis.exceptions import RedisError
 
 from gateway.errors import AuthenticationError, AuthUnavailableError
+from gateway.redis_batch import RedisBatcher
 from gateway.redis_keys import RedisKeys
 
 log = logging.getLogger("cascade.auth")
@@ -70,7 +70,11 @@ def parse_env_keys(value: str | None) -> list[str]:
 
 
 class Authenticator:
-    """Checks client keys (environment + Redis) and the admin key."""
+    """Checks client keys (environment + Redis) and the admin key.
+
+    ``redis``: a client (bounded by its own socket timeouts), or the request path's
+    ``RedisBatcher``, whose lookups then share pipelines with the spend operations.
+    """
 
     def __init__(
         self,
@@ -78,7 +82,7 @@ class Authenticator:
         env_keys: Iterable[str] = (),
         admin_key: str | None = None,
         default_limit_usd: float | None = None,
-        redis: Redis | None = None,
+        redis: Redis | RedisBatcher | None = None,
         keys: RedisKeys | None = None,
         api_keys_env: str | None = None,
         admin_key_env: str | None = None,
@@ -91,7 +95,7 @@ class Authenticator:
         }
         self._admin_hash = hash_key(admin_key) if admin_key else None
         self._default_limit = default_limit_usd
-        self._redis = redis
+        self._redis = RedisBatcher.wrap(redis, None) if redis is not None else None
         self._keys = keys or RedisKeys()
         self._api_keys_env = api_keys_env
         self._admin_key_env = admin_key_env
@@ -191,9 +195,7 @@ class Authenticator:
         if cached is not None and cached[1] > now:
             return cached[0]
         try:
-            # redis-py types a command as "awaitable or value" (one class serves sync and async).
-            pending = self._redis.hget(self._keys.client_keys, key_hash)
-            raw = await cast("Awaitable[bytes | str | None]", pending)
+            raw: bytes | str | None = await self._redis.execute("HGET", self._keys.client_keys, key_hash)
         except (RedisError, OSError) as exc:
             if cached is not None:  # stale but known: better than refusing a paying client
                 return cached[0]
@@ -228,7 +230,7 @@ class Authenticator:
             return
         self._closed_checked_at = now
         try:
-            count = await cast("Awaitable[int]", self._redis.hlen(self._keys.client_keys))
+            count = int(await self._redis.execute("HLEN", self._keys.client_keys))
         except (RedisError, OSError):
             return  # keep what we knew; unknown (None) refuses keyless requests
         if count > 0:
@@ -244,7 +246,7 @@ def authenticator_from_env(
     api_keys_env: str | None,
     admin_key_env: str | None,
     default_limit_usd: float | None,
-    redis: Redis | None,
+    redis: Redis | RedisBatcher | None,
     keys: RedisKeys,
     allow_open: bool = False,
 ) -> Authenticator:

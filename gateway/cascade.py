@@ -28,14 +28,14 @@ from __future__ import annotations
 
 import asyncio
 import time
-from collections.abc import AsyncGenerator
+from collections.abc import AsyncGenerator, Mapping
 from contextlib import aclosing
 from dataclasses import dataclass, field
 from typing import Any
 
 import orjson
 
-from gateway.config import Settings
+from gateway.config import ModelConfig
 from gateway.learning.answers import StageAnswer
 from gateway.live import LiveRelay, StreamChunk, StreamEvent, StreamStart, WholeAnswer
 from gateway.metrics import GatewayMetrics
@@ -131,8 +131,8 @@ class CascadeEngine:
     share the scored stages, the degraded-fallback rule (``_fall_back``) and the accounting.
     """
 
-    def __init__(self, settings: Settings, pool: UpstreamPool, metrics: GatewayMetrics):
-        self._models = settings.models
+    def __init__(self, models: Mapping[str, ModelConfig], pool: UpstreamPool, metrics: GatewayMetrics):
+        self._models = models
         self._pool = pool
         self._metrics = metrics
 

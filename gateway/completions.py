@@ -116,7 +116,7 @@ class CompletionsEndpoint:
         reservation = None
         watcher: asyncio.Task[None] | None = None
         try:
-            raw = await _read_body(receive, headers.get(b"content-length"), gw.settings.limits.max_body_bytes)
+            raw = await _read_body(receive, headers.get(b"content-length"), gw.limits.max_body_bytes)
             identity = await gw.shared.authenticator.authenticate(_text(headers.get(b"authorization")))
             parsed = parse_request(raw, self.kind)
             plan = gw.router.plan(
@@ -135,7 +135,7 @@ class CompletionsEndpoint:
                 raise
             # From here on upstream calls may run: cancel them if the client goes away.
             watcher = asyncio.create_task(_watch_disconnect(receive, exchange, current))
-            deadline = time.monotonic() + gw.settings.limits.request_timeout_s
+            deadline = time.monotonic() + gw.limits.request_timeout_s
             facts = gw.engine.new_facts(plan)
             if gw.learning is not None and plan.route is not None and gw.learning.draw():
                 facts.answers = {}  # sampled for learning: the engine keeps its scored answers
@@ -154,6 +154,9 @@ class CompletionsEndpoint:
                 ]
                 await exchange.start(200, out)
                 await exchange.body(payload, more=False)
+                # Free the answer now, not after the spend settlement's Redis round trip: the parsed
+                # upstream bodies of every request waiting on it cost all requests cache misses.
+                del result, body, payload
             outcome = facts.outcome
         except asyncio.CancelledError:
             if exchange.gone:
@@ -266,7 +269,7 @@ class CompletionsEndpoint:
         if parsed is not None:
             fields["model"] = parsed.model[:100]
             fields["stream"] = parsed.stream
-            if self.gateway.settings.logging.log_prompts:
+            if self.gateway.logs.log_prompts:
                 fields["prompt"] = parsed.body.get("messages" if parsed.kind == "chat" else "prompt")
         if facts is not None:
             fields.update(

@@ -23,6 +23,7 @@ from pydantic_settings import BaseSettings, PydanticBaseSettingsSource, Settings
 
 from gateway.drift import DriftConfig
 from gateway.learning.config import LearningConfig
+from gateway.redis_keys import is_redis_url
 from policies import Price
 from policies.request_defaults import RequestDefaults
 
@@ -177,7 +178,7 @@ class Settings(BaseSettings):
     @property
     def policy_is_redis(self) -> bool:
         """True when the policy is read from Redis rather than a file."""
-        return self.policy.startswith(("redis://", "rediss://", "unix://"))
+        return is_redis_url(self.policy)
 
     @classmethod
     def from_yaml(cls, path: str | Path) -> Settings:

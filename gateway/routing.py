@@ -13,9 +13,9 @@ from __future__ import annotations
 
 import math
 import random
+from collections.abc import Collection
 from dataclasses import dataclass
 
-from gateway.config import Settings
 from gateway.errors import (
     BadRequestError,
     ModelNotFoundError,
@@ -58,8 +58,9 @@ class RoutePlan:
 class Router:
     """Chooses a RoutePlan for each request against the current policy and the configured models."""
 
-    def __init__(self, settings: Settings, rng: random.Random | None = None):
-        self._models = settings.models
+    def __init__(self, models: Collection[str], rng: random.Random | None = None):
+        """``models``: the configured model names (passthrough targets)."""
+        self._models = models
         self._rng = rng or random.Random()
 
     def plan(

@@ -1,7 +1,7 @@
-"""What one gateway app owns: settings, metrics, upstream pool, router, cascade engine, shared state,
-and the traffic sampler when ``learning.enabled`` (gateway.learning).
+"""What one gateway app owns: its config sections, metrics, upstream pool, router, cascade engine,
+shared state, and the traffic sampler when ``learning.enabled`` (gateway.learning).
 
-Everything is built when the ``Gateway`` is constructed (no I/O: Redis clients and the traffic
+``gateway.app.build_gateway`` builds it from the settings (no I/O: Redis clients and the traffic
 store connect on first use); ``start()`` opens sessions and loads the policy, ``close()`` releases
 them (the sampler gets what is left of the shutdown grace to finish its queue).
 """
@@ -12,11 +12,13 @@ import asyncio
 import logging
 import random
 import time
+from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any
 
 from gateway.cascade import CascadeEngine
-from gateway.config import ConfigError, Settings
+from gateway.config import ConfigError, LimitsConfig, LoggingConfig, ModelConfig
 from gateway.health import UpstreamHealth
+from gateway.learning.config import LearningConfig
 from gateway.logs import configure_logging, log_event
 from gateway.metrics import GatewayMetrics
 from gateway.requests import (
@@ -26,7 +28,7 @@ from gateway.requests import (
     requested_cap,
 )
 from gateway.routing import RoutePlan, Router
-from gateway.state import SharedState, build_shared_state
+from gateway.state import SharedState
 from gateway.upstream import UpstreamPool
 from policies import Policy
 
@@ -37,29 +39,58 @@ if TYPE_CHECKING:
 _CLOSE_WAIT_S = 5.0
 
 
-class Gateway:
-    """Everything one app instance owns: settings, metrics, upstream pool, router, engine, shared state."""
+class StateEvents:
+    """What the shared state reports (its ``on_*`` hooks), as metrics and log lines."""
 
-    def __init__(self, settings: Settings, rng: random.Random | None = None):
-        self.settings = settings
-        self.metrics = GatewayMetrics(
-            with_redis=bool(settings.redis_url or settings.policy_is_redis),
-            with_learning=settings.learning.enabled,
-            drift=settings.drift,
-        )
-        self.pool = UpstreamPool(settings, self.metrics)
-        self.router = Router(settings, rng)
-        self.engine = CascadeEngine(settings, self.pool, self.metrics)
+    def __init__(self, metrics: GatewayMetrics):
+        self._metrics = metrics
+
+    def policy_loaded(self, policy: Policy) -> None:
+        """A policy was loaded and is served from now on."""
+        self._metrics.policy_loaded(policy)
+        log_event("policy_loaded", policy_id=policy.policy_id, tiers=sorted(policy.tiers))
+
+    def policy_failed(self, message: str) -> None:
+        """A policy load was rejected (the last good one is kept)."""
+        self._metrics.policy_reload_failures.inc()
+        log_event("policy_rejected", level=30, reason=message)
+
+    def spend_fallback(self, reason: str) -> None:
+        """A keyed request's spend could not be checked in Redis (``reason``)."""
+        self._metrics.child(self._metrics.spend_fallbacks, reason).inc()
+
+
+class Gateway:
+    """Everything one app instance owns: config sections, metrics, upstream pool, router, engine,
+    shared state, traffic sampler.
+
+    ``models``, ``limits`` and ``logs`` are the config's ``models``, ``limits`` and ``logging``;
+    ``metrics`` are the app's (``shared`` reports into them through ``StateEvents``); ``learning``
+    is the traffic sampler (``build_learner``), None unless ``learning.enabled``.
+    """
+
+    def __init__(
+        self,
+        *,
+        models: Mapping[str, ModelConfig],
+        limits: LimitsConfig,
+        logs: LoggingConfig,
+        metrics: GatewayMetrics,
+        shared: SharedState,
+        learning: Learner | None = None,
+        rng: random.Random | None = None,
+    ):
+        self.models = models
+        self.limits = limits
+        self.logs = logs
+        self.metrics = metrics
+        self.pool = UpstreamPool(models, self.metrics)
+        self.router = Router(models, rng)
+        self.engine = CascadeEngine(models, self.pool, self.metrics)
         self.health = UpstreamHealth(self.pool, self.metrics)
-        self.shared: SharedState = build_shared_state(
-            settings,
-            on_policy_loaded=self._policy_loaded,
-            on_policy_failure=self._policy_failed,
-            on_spend_fallback=self._spend_fallback,
-        )
+        self.shared = shared
         self.metrics.spend_unsynced.set_function(self.shared.spend.unsynced_usd)
-        # The traffic sampler, only when enabled: its stores and judges are imported only then.
-        self.learning: Learner | None = build_learner(settings, self.metrics)
+        self.learning = learning
         self.loop: asyncio.AbstractEventLoop | None = None  # the serving loop, once started
         # Completion requests being served (their tasks), for the shutdown drain.
         self.in_flight: set[asyncio.Task[Any]] = set()
@@ -71,7 +102,7 @@ class Gateway:
 
     async def start(self) -> None:
         """Open upstream sessions and start the shared state (initial policy load, watchers)."""
-        configure_logging(self.settings.logging.level)
+        configure_logging(self.logs.level)
         self.loop = asyncio.get_running_loop()
         await self.pool.start()
         if self.learning is not None:
@@ -81,7 +112,7 @@ class Gateway:
         policy = self.policy
         log_event(
             "gateway_started",
-            models=sorted(self.settings.models),
+            models=sorted(self.models),
             policy_id=policy.policy_id if policy else None,
         )
 
@@ -108,7 +139,7 @@ class Gateway:
             return
         self.draining = True
         self._drain_started = time.monotonic()
-        grace = self.settings.limits.shutdown_grace_s
+        grace = self.limits.shutdown_grace_s
         log_event("shutdown_draining", in_flight=len(self.in_flight), grace_s=grace)
         self._drain_task = asyncio.get_running_loop().create_task(self._cut_after(grace), name="drain")
 
@@ -138,7 +169,7 @@ class Gateway:
             self._drain_task.cancel()
         if self.learning is not None:
             started = self._drain_started if self._drain_started is not None else time.monotonic()
-            await self.learning.close(started + self.settings.limits.shutdown_grace_s)
+            await self.learning.close(started + self.limits.shutdown_grace_s)
         await self.health.close()
         await self.shared.close()
         await self.pool.close()
@@ -153,17 +184,6 @@ class Gateway:
         if self.shared.policy_store.current is not None:
             return None
         return self.shared.policy_store.last_error
-
-    def _policy_loaded(self, policy: Policy) -> None:
-        self.metrics.policy_loaded(policy)
-        log_event("policy_loaded", policy_id=policy.policy_id, tiers=sorted(policy.tiers))
-
-    def _policy_failed(self, message: str) -> None:
-        self.metrics.policy_reload_failures.inc()
-        log_event("policy_rejected", level=30, reason=message)
-
-    def _spend_fallback(self, reason: str) -> None:
-        self.metrics.child(self.metrics.spend_fallbacks, reason).inc()
 
     def reserve_estimate(self, plan: RoutePlan, request: ParsedRequest, body_bytes: int) -> float:
         """Worst-case USD of a request, reserved against the key's limit before any call.
@@ -183,7 +203,7 @@ class Gateway:
         cap_asked = requested_cap(request.body)
         total = 0.0
         for name in models:
-            model = self.settings.models.get(name) if name is not None else None
+            model = self.models.get(name) if name is not None else None
             if model is None:
                 continue
             # A model's request defaults may add a system message and set the cap the client left out.
@@ -196,16 +216,25 @@ class Gateway:
         return total
 
 
-def build_learner(settings: Settings, metrics: GatewayMetrics) -> Learner | None:
+def build_learner(
+    learning: LearningConfig,
+    models: Mapping[str, ModelConfig],
+    request_timeout_s: float,
+    metrics: GatewayMetrics,
+) -> Learner | None:
     """The traffic sampler when ``learning.enabled``, else None; ConfigError naming the extra this
-    install lacks for the configured store or judge."""
-    if not settings.learning.enabled:
+    install lacks for the configured store or judge.
+
+    ``learning``, ``models`` and ``request_timeout_s`` are the config's ``learning``, ``models`` and
+    ``limits.request_timeout_s`` (the bound of the sampler's shadow calls).
+    """
+    if not learning.enabled:
         return None
     from gateway.learning.config import missing_requirement
 
-    problem = missing_requirement(settings.learning)
+    problem = missing_requirement(learning)
     if problem is not None:
         raise ConfigError(f"learning: {problem}")
     from gateway.learning.sampler import Learner
 
-    return Learner(settings, metrics)
+    return Learner(learning, models, request_timeout_s, metrics)

@@ -44,6 +44,7 @@ from redis.exceptions import RedisError
 
 from gateway.auth import ClientIdentity
 from gateway.errors import BudgetExceededError, SpendUnavailableError
+from gateway.redis_batch import RedisBatcher
 from gateway.redis_keys import RedisKeys
 from gateway.spend_store import EPOCH_CHANGED, RedisSpendStore, new_op_id
 
@@ -106,7 +107,7 @@ class SpendLimiter:
         self,
         *,
         window_s: int,
-        redis: Redis | None = None,
+        redis: Redis | RedisBatcher | None = None,
         keys: RedisKeys | None = None,
         clock: Callable[[], float] = time.time,
         on_redis_status: Callable[[bool], None] | None = None,
@@ -117,7 +118,8 @@ class SpendLimiter:
         maintenance_redis: Redis | None = None,
         maintenance_timeout_s: float = 2.0,
     ):
-        """``redis``: the request-path client (every call bounded by ``timeout_s``);
+        """``redis``: the request-path client (every call bounded by ``timeout_s``), or the request
+        path's ``RedisBatcher`` shared with the key lookups;
         ``maintenance_redis``: the client the periodic ``maintain()`` uses, off the request path, so
         a slow-but-alive Redis is not mistaken for an outage (default: ``redis``)."""
         self.window_s = window_s

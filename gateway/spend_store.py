@@ -15,6 +15,10 @@ counting twice:
 An epoch marker (``{prefix}:spend:epoch``, random, never expires) tells a live Redis from one that
 lost its data: every script checks the caller's epoch first and does nothing on a mismatch
 (``EPOCH_CHANGED``), so the caller can write back what it had counted before the loss.
+
+Every call goes through a ``RedisBatcher`` (gateway.redis_batch): the operations of all requests
+issued in one event-loop iteration (and the key lookups sharing the batcher) reach Redis as one
+pipeline, each still its own atomic script with its own reply.
 """
 
 from __future__ import annotations
@@ -25,13 +29,14 @@ from dataclasses import dataclass
 
 from redis.asyncio import Redis
 
+from gateway.redis_batch import LuaScript, RedisBatcher
 from gateway.redis_keys import RedisKeys
 
 EPOCH_CHANGED = -2
 # How long tombstones and apply-once markers live: far longer than any command stays queued.
 _MARKER_TTL_S = 900
 
-_RESERVE_LUA = """
+_RESERVE_LUA = LuaScript.of("""
 if redis.call('GET', KEYS[4]) ~= ARGV[5] then return {-2, 0} end
 if redis.call('EXISTS', KEYS[3]) == 1 then return {-1, 0} end
 local spent = tonumber(redis.call('GET', KEYS[1]) or '0')
@@ -46,9 +51,9 @@ for i = 1, 2 do
   if redis.call('TTL', KEYS[i]) < 0 then redis.call('EXPIRE', KEYS[i], tonumber(ARGV[3])) end
 end
 return {1, after}
-"""
+""")
 
-_FINISH_LUA = """
+_FINISH_LUA = LuaScript.of("""
 if redis.call('GET', KEYS[4]) ~= ARGV[3] then return -2 end
 local amount = redis.call('HGET', KEYS[2], ARGV[1])
 if not amount then
@@ -61,15 +66,15 @@ if redis.call('EXISTS', KEYS[1]) == 1 then
   if after < 0 then redis.call('SET', KEYS[1], 0, 'KEEPTTL') end
 end
 return 1
-"""
+""")
 
-_APPLY_ONCE_LUA = """
+_APPLY_ONCE_LUA = LuaScript.of("""
 if redis.call('GET', KEYS[3]) ~= ARGV[2] then return -2 end
 if not redis.call('SET', KEYS[2], '1', 'NX', 'EX', tonumber(ARGV[4])) then return 0 end
 redis.call('INCRBY', KEYS[1], tonumber(ARGV[1]))
 if redis.call('TTL', KEYS[1]) < 0 then redis.call('EXPIRE', KEYS[1], tonumber(ARGV[3])) end
 return 1
-"""
+""")
 
 
 @dataclass(frozen=True, slots=True)
@@ -86,16 +91,17 @@ def new_op_id() -> str:
 
 
 class RedisSpendStore:
-    """The Redis half of the spend limiter; every call raises on error or after ``timeout_s``."""
+    """The Redis half of the spend limiter; every call raises on error or after ``timeout_s``.
 
-    def __init__(self, redis: Redis, keys: RedisKeys, *, timeout_s: float, counter_ttl_s: int):
+    ``redis``: a client, or a ``RedisBatcher`` shared with other request-path users (its own
+    ``timeout_s`` then bounds the calls).
+    """
+
+    def __init__(self, redis: Redis | RedisBatcher, keys: RedisKeys, *, timeout_s: float, counter_ttl_s: int):
         self.keys = keys
+        self._batch = RedisBatcher.wrap(redis, timeout_s)
         self.timeout_s = timeout_s
-        self._redis = redis
         self._counter_ttl_s = counter_ttl_s
-        self._reserve = redis.register_script(_RESERVE_LUA)
-        self._finish = redis.register_script(_FINISH_LUA)
-        self._apply_once = redis.register_script(_APPLY_ONCE_LUA)
 
     def _spend_keys(self, key_id: str, window: int, op_id: str) -> list[str]:
         return [
@@ -107,50 +113,45 @@ class RedisSpendStore:
 
     async def establish_epoch(self) -> str:
         """The current epoch, creating one if Redis has none (new or wiped)."""
-
-        async def run() -> str:
-            await self._redis.set(self.keys.spend_epoch, new_op_id(), nx=True)
-            value = await self._redis.get(self.keys.spend_epoch)
-            return value.decode() if isinstance(value, bytes) else str(value)
-
-        return await asyncio.wait_for(run(), self.timeout_s)
+        # Both in one pipeline, in this order: the GET sees the SET's value or an older one.
+        created = self._batch.execute("SET", self.keys.spend_epoch, new_op_id(), "NX")
+        current = self._batch.execute("GET", self.keys.spend_epoch)
+        _, value = await asyncio.gather(created, current)
+        return value.decode() if isinstance(value, bytes) else str(value)
 
     async def reserve(
         self, key_id: str, window: int, op_id: str, amount: int, limit: int, epoch: str
     ) -> ReserveReply:
         """Admit ``amount`` nano-USD if it fits under ``limit``; see the module docstring."""
-        # asyncio.timeout, not wait_for: the same bound without a task per call (the request path).
-        async with asyncio.timeout(self.timeout_s):
-            status, spent = await self._reserve(
-                keys=self._spend_keys(key_id, window, op_id),
-                args=[amount, limit, self._counter_ttl_s, op_id, epoch],
-            )
+        status, spent = await self._batch.run_script(
+            _RESERVE_LUA,
+            self._spend_keys(key_id, window, op_id),
+            (amount, limit, self._counter_ttl_s, op_id, epoch),
+        )
         return ReserveReply(int(status), int(spent))
 
     async def finish(
         self, key_id: str, window: int, op_id: str, actual: int, epoch: str, *, cancel: bool = False
     ) -> int:
         """Replace reservation ``op_id`` by ``actual``: 1 done, 0 nothing pending, -2 epoch changed."""
-        async with asyncio.timeout(self.timeout_s):
-            result = await self._finish(
-                keys=self._spend_keys(key_id, window, op_id),
-                args=[op_id, actual, epoch, _MARKER_TTL_S, 1 if cancel else 0],
-            )
+        result = await self._batch.run_script(
+            _FINISH_LUA,
+            self._spend_keys(key_id, window, op_id),
+            (op_id, actual, epoch, _MARKER_TTL_S, 1 if cancel else 0),
+        )
         return int(result)
 
     async def apply_once(self, key_id: str, window: int, op_id: str, amount: int, epoch: str) -> int:
         """Add ``amount`` once per ``op_id``: 1 added, 0 added before, -2 epoch changed."""
         counter = self.keys.spend(key_id, window)
-        result = await asyncio.wait_for(
-            self._apply_once(
-                keys=[counter, self.keys.spend_applied(op_id), self.keys.spend_epoch],
-                args=[amount, epoch, self._counter_ttl_s, _MARKER_TTL_S],
-            ),
-            self.timeout_s,
+        result = await self._batch.run_script(
+            _APPLY_ONCE_LUA,
+            (counter, self.keys.spend_applied(op_id), self.keys.spend_epoch),
+            (amount, epoch, self._counter_ttl_s, _MARKER_TTL_S),
         )
         return int(result)
 
     async def counter(self, key_id: str, window: int) -> int:
         """The counter's value (0 when absent)."""
-        raw = await asyncio.wait_for(self._redis.get(self.keys.spend(key_id, window)), self.timeout_s)
+        raw = await self._batch.execute("GET", self.keys.spend(key_id, window))
         return int(raw or 0)

@@ -1,16 +1,17 @@
 """The gateway's shared state: policy store, client keys, spend limits, and the Redis behind them.
 
-``build_shared_state(settings, ...)`` wires them from the config (no I/O: Redis clients connect on
-first use); the app calls ``start()`` at startup and ``close()`` at shutdown. Without ``redis_url``
-everything is in process (one replica). With it, replicas share the policy (when ``policy`` is a
-``redis://`` URL), keys and spend.
+``build_shared_state(...)`` wires them from the config fields it is given (no I/O: Redis clients
+connect on first use); the app calls ``start()`` at startup and ``close()`` at shutdown. Without
+``redis_url`` everything is in process (one replica). With it, replicas share the policy (when
+``policy`` is a ``redis://`` URL), keys and spend.
 
 Which Redis: ``redis_url`` holds keys and spend; a ``redis://`` policy URL holds the policy. When
 only the policy URL is given, that same Redis holds keys and spend too.
 
-Two Redis clients per Redis: the request path (client keys, spend) uses one whose every call is
-bounded by ``redis_timeout_s`` with no retries, so a frozen Redis costs a request milliseconds; the
-policy watcher and the health loop use one with longer timeouts. The health loop (1 s) also lets the
+Two Redis clients per Redis: the request path (client keys, spend) uses one with no retries, through
+one ``RedisBatcher`` (gateway.redis_batch) that sends the commands of an event-loop iteration as one
+pipeline bounded by ``redis_timeout_s``, so a frozen Redis costs a request milliseconds; the policy
+watcher and the health loop use one with longer timeouts. The health loop (1 s) also lets the
 spend limiter reconcile (write back spend counted in process during an outage, see gateway.spend).
 
 Metrics the app exports from here: ``redis_up`` (-> ``cascade_redis_up``; updated by a 1 s PING loop
@@ -23,7 +24,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
-from collections.abc import Callable
+from collections.abc import Callable, Collection
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -33,9 +34,10 @@ from redis.backoff import NoBackoff
 from redis.exceptions import RedisError
 
 from gateway.auth import Authenticator, ClientIdentity, authenticator_from_env
-from gateway.config import Settings
+from gateway.config import AuthConfig, BudgetConfig
 from gateway.policy_store import FilePolicyStore, PolicyStore, RedisPolicyStore
-from gateway.redis_keys import RedisKeys, redact_url
+from gateway.redis_batch import RedisBatcher
+from gateway.redis_keys import RedisKeys, is_redis_url, redact_url
 from gateway.spend import Reservation, SpendLimiter
 from policies import Policy
 
@@ -47,15 +49,16 @@ __all__ = ["ClientIdentity", "Reservation", "SharedState", "build_shared_state",
 def connect_redis(url: str, command_timeout_s: float | None = None) -> aioredis.Redis:
     """A Redis client with short timeouts: a dead Redis must not stall requests for long.
 
-    ``command_timeout_s`` (request path): connect and every command bounded by it, and no retries
-    (redis-py otherwise retries a timed-out command 3 times). Without it: 1 s connect, 2 s per command.
+    ``command_timeout_s`` (request path): connecting bounded by it, and no retries (redis-py
+    otherwise retries a timed-out command 3 times). Its commands have no socket timeout of their
+    own: they are sent through a ``RedisBatcher`` bounding each pipeline by ``command_timeout_s``
+    (redis-py would wrap every write in a task to time it). Without it: 1 s connect, 2 s per command.
     """
     if command_timeout_s is not None:
         return aioredis.from_url(
             url,
             decode_responses=True,
             socket_connect_timeout=command_timeout_s,
-            socket_timeout=command_timeout_s,
             retry=Retry(NoBackoff(), 0),
             health_check_interval=10,
         )
@@ -153,24 +156,33 @@ class SharedState:
 
 
 def build_shared_state(
-    settings: Settings,
     *,
+    policy: str,
+    redis_url: str | None,
+    redis_timeout_s: float,
+    auth: AuthConfig,
+    budgets: BudgetConfig,
+    known_models: Collection[str],
     on_policy_loaded: Callable[[Policy], None],
     on_policy_failure: Callable[[str], None],
     on_spend_fallback: Callable[[str], None] | None = None,
     keys: RedisKeys | None = None,
     file_poll_interval_s: float = 0.25,
 ) -> SharedState:
-    """Wire policy store, authenticator and spend limiter from the settings (call start() next).
+    """Wire policy store, authenticator and spend limiter (call start() next).
 
+    ``policy``, ``redis_url``, ``redis_timeout_s``, ``auth`` and ``budgets`` are the config's fields of
+    those names; ``known_models`` the configured model names (a policy routing elsewhere is refused).
     ``keys`` defaults to the contract names (prefix ``cascade``, or ``$CASCADE_REDIS_PREFIX``).
     Creating Redis clients does not connect; nothing touches the network before ``start()``.
     """
     keys = keys or RedisKeys.from_env()
-    policy_url = settings.policy if settings.policy_is_redis else None
-    state_url = settings.redis_url or policy_url
+    policy_url = policy if is_redis_url(policy) else None
+    state_url = redis_url or policy_url
     redis = connect_redis(state_url) if state_url else None
-    request_redis = connect_redis(state_url, settings.redis_timeout_s) if state_url else None
+    request_redis = connect_redis(state_url, redis_timeout_s) if state_url else None
+    # One batcher for keys and spend: their commands of one loop iteration share a pipeline.
+    request_path = RedisBatcher(request_redis, redis_timeout_s) if request_redis is not None else None
     policy_redis: aioredis.Redis | None = None
     if policy_url is not None:
         policy_redis = redis if policy_url == state_url else connect_redis(policy_url)
@@ -181,7 +193,6 @@ def build_shared_state(
         if state_ref:
             state_ref[0].mark_redis(up)
 
-    known_models = list(settings.models)
     store: PolicyStore
     if policy_redis is not None:
         store = RedisPolicyStore(
@@ -195,29 +206,29 @@ def build_shared_state(
         )
     else:
         store = FilePolicyStore(
-            settings.policy,
+            policy,
             poll_interval_s=file_poll_interval_s,
             on_loaded=on_policy_loaded,
             on_failure=on_policy_failure,
             known_models=known_models,
         )
     authenticator = authenticator_from_env(
-        api_keys_env=settings.auth.api_keys_env,
-        admin_key_env=settings.auth.admin_key_env,
-        default_limit_usd=settings.budgets.limit_usd,
-        redis=request_redis,
+        api_keys_env=auth.api_keys_env,
+        admin_key_env=auth.admin_key_env,
+        default_limit_usd=budgets.limit_usd,
+        redis=request_path,
         keys=keys,
-        allow_open=settings.auth.open,
+        allow_open=auth.open,
     )
     spend = SpendLimiter(
-        window_s=settings.budgets.window_s,
-        redis=request_redis,
+        window_s=budgets.window_s,
+        redis=request_path,
         keys=keys,
         on_redis_status=report_redis,
         on_fallback=on_spend_fallback,
-        timeout_s=settings.redis_timeout_s,
-        on_redis_down=settings.budgets.on_redis_down,
-        outage_share=settings.budgets.outage_share,
+        timeout_s=redis_timeout_s,
+        on_redis_down=budgets.on_redis_down,
+        outage_share=budgets.outage_share,
         maintenance_redis=redis,
     )
     state = SharedState(

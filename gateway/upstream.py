@@ -13,7 +13,7 @@ import asyncio
 import email.utils
 import random
 import time
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Mapping
 from contextlib import asynccontextmanager
 from dataclasses import dataclass
 from typing import Any
@@ -21,7 +21,7 @@ from typing import Any
 import aiohttp
 import orjson
 
-from gateway.config import ModelConfig, Settings
+from gateway.config import ModelConfig
 from gateway.errors import (
     BadRequestError,
     GatewayError,
@@ -335,8 +335,8 @@ def _error_message(payload: bytes) -> str | None:
 class UpstreamPool:
     """All configured upstreams, by configured model name."""
 
-    def __init__(self, settings: Settings, metrics: GatewayMetrics):
-        self.clients = {name: UpstreamClient(name, cfg, metrics) for name, cfg in settings.models.items()}
+    def __init__(self, models: Mapping[str, ModelConfig], metrics: GatewayMetrics):
+        self.clients = {name: UpstreamClient(name, cfg, metrics) for name, cfg in models.items()}
 
     async def start(self) -> None:
         """Open every session (inside the app lifespan, never at import)."""

@@ -20,12 +20,14 @@ import contextlib
 import random
 import socket
 import time
+from collections.abc import Mapping
 from datetime import UTC, datetime
 from typing import TYPE_CHECKING, Any
 
-from gateway.config import Settings
+from gateway.config import ModelConfig
 from gateway.learning.answers import Sample, StageAnswer
 from gateway.learning.budget import ShadowBudget
+from gateway.learning.config import LearningConfig
 from gateway.learning.shadow import SampleDroppedError, ShadowRunner
 from gateway.learning.writer import RowWriter
 from gateway.logs import log_event, log_exception
@@ -51,7 +53,9 @@ class Learner:
 
     def __init__(
         self,
-        settings: Settings,
+        config: LearningConfig,
+        models: Mapping[str, ModelConfig],
+        request_timeout_s: float,
         metrics: GatewayMetrics,
         *,
         store: TrafficStore | None = None,
@@ -59,12 +63,13 @@ class Learner:
         rng: random.Random | None = None,
         clock: Any = time.monotonic,
     ) -> None:
-        """Build from ``settings.learning`` (no I/O: the store connects and sessions open later).
+        """Build from the config's ``learning`` section (no I/O: the store connects and sessions
+        open later); ``models`` are the configured models and ``request_timeout_s`` bounds each
+        sample's shadow calls (the config's ``limits.request_timeout_s``).
 
         ``store`` and ``judge`` replace the configured ones; ``rng`` and ``clock`` make draws and
         the spend window reproducible in tests.
         """
-        config = settings.learning
         assert config.store is not None and metrics.learning is not None
         self.config = config
         self.rate = config.sample_rate
@@ -73,9 +78,16 @@ class Learner:
         self.store = store or open_store(config.store)
         self.judge = judge or make_judge(config.judge)
         self.budget = ShadowBudget(config.max_shadow_usd_per_hour, clock=clock)
-        self.pool = UpstreamPool(settings, metrics)  # sessions of its own: never the clients' connections
+        self.pool = UpstreamPool(models, metrics)  # sessions of its own: never the clients' connections
         self.runner = ShadowRunner(
-            settings, self.pool, self.metrics, self.judge, self.budget, replica=socket.gethostname()
+            config,
+            models,
+            request_timeout_s,
+            self.pool,
+            self.metrics,
+            self.judge,
+            self.budget,
+            replica=socket.gethostname(),
         )
         self.writer = RowWriter(
             self.store,

@@ -20,15 +20,17 @@ from __future__ import annotations
 import asyncio
 import logging
 import time
+from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
 import orjson
 
 from gateway.cascade import upstream_body
-from gateway.config import Settings
+from gateway.config import ModelConfig
 from gateway.learning.answers import Sample, StageAnswer, question_text
 from gateway.learning.budget import ShadowBudget
+from gateway.learning.config import LearningConfig
 from gateway.logs import log_event
 from gateway.metrics import LearningMetrics
 from gateway.requests import completion_bound, generated_choices
@@ -69,7 +71,9 @@ class ShadowRunner:
 
     def __init__(
         self,
-        settings: Settings,
+        config: LearningConfig,
+        models: Mapping[str, ModelConfig],
+        request_timeout_s: float,
         pool: UpstreamPool,
         metrics: LearningMetrics,
         judge: Judge,
@@ -77,23 +81,26 @@ class ShadowRunner:
         *,
         replica: str,
     ) -> None:
-        """``pool``: the upstream clients shadow calls go through (sessions of their own)."""
-        self.settings = settings
+        """``config``: the config's ``learning``; ``models``: the configured models;
+        ``request_timeout_s``: the bound of one sample's calls (``limits.request_timeout_s``);
+        ``pool``: the upstream clients shadow calls go through (sessions of their own)."""
+        self.models = models
+        self.request_timeout_s = request_timeout_s
         self.pool = pool
         self.metrics = metrics
         self.judge = judge
         self.budget = budget
         self.replica = replica
-        self.reference = settings.learning.reference_model
-        self.log_text = settings.learning.log_text
-        self.semaphore = asyncio.Semaphore(settings.learning.concurrency)
+        self.reference = config.reference_model
+        self.log_text = config.log_text
+        self.semaphore = asyncio.Semaphore(config.concurrency)
 
     def pool_of(self, policy: Policy) -> tuple[list[str], str]:
         """The models that get a row (policy order) and the reference model.
 
         The default reference is the pool model of highest calibrated quality (ties: the costlier).
         """
-        models = [m for m in policy.models if m in self.settings.models]
+        models = [m for m in policy.models if m in self.models]
         reference = self.reference or max(
             models, key=lambda m: (policy.models[m].quality, policy.models[m].mean_cost_usd)
         )
@@ -103,7 +110,7 @@ class ShadowRunner:
 
     def plan_call(self, sample: Sample, model: str) -> ShadowCall:
         """The call the cascade would make to ``model`` as a scored stage, and its worst case."""
-        config = self.settings.models[model]
+        config = self.models[model]
         body = upstream_body(
             sample.request,
             config.model,
@@ -124,7 +131,7 @@ class ShadowRunner:
         if hold is None:
             raise SampleDroppedError("spend_cap")
         tally = _Tally()
-        deadline = time.monotonic() + self.settings.limits.request_timeout_s
+        deadline = time.monotonic() + self.request_timeout_s
         try:
             # return_exceptions: an unexpected error in one call must not leave the others running
             # unawaited (and their cost outside the settled amount).
@@ -165,9 +172,7 @@ class ShadowRunner:
         policy = sample.policy
         score = score_response(reply.body, policy.scorer.name, policy.scorer.top_k)
         answer = StageAnswer.from_reply(reply.body, reply.seconds, score)
-        cost = float(
-            self.settings.models[model].price.cost_usd(answer.prompt_tokens, answer.completion_tokens)
-        )
+        cost = float(self.models[model].price.cost_usd(answer.prompt_tokens, answer.completion_tokens))
         tally.usd += cost
         metrics.child(metrics.shadow_cost, model).inc(cost)
         metrics.child(metrics.shadow_calls, model, "ok").inc()
@@ -221,7 +226,7 @@ class ShadowRunner:
         verdict: Verdict | JudgeError | None,
         question: str,
     ) -> TrafficRow:
-        price = self.settings.models[model].price
+        price = self.models[model].price
         return TrafficRow(
             query_id=sample.query_id,
             model=model,

@@ -81,7 +81,9 @@ def test_missing_extra_is_named_at_start(monkeypatch: pytest.MonkeyPatch) -> Non
     monkeypatch.setattr(learning_config, "_absent", lambda module: module == "asyncpg")
     lean = settings(enabled=True, store="postgresql://u@db/t")
     with pytest.raises(ConfigError, match=r"cascade-gateway\[traffic\]"):
-        build_learner(lean, GatewayMetrics(with_learning=True))
+        build_learner(
+            lean.learning, lean.models, lean.limits.request_timeout_s, GatewayMetrics(with_learning=True)
+        )
     assert learning_config.missing_requirement(settings(enabled=True, store="/tmp/t.jsonl").learning) is None
 
 

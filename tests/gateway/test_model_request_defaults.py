@@ -79,16 +79,16 @@ def test_direct_model_request_gets_the_members_defaults(member_gateway, upstream
 
 
 def test_spend_reservation_covers_what_defaults_add(make_settings, upstream) -> None:
+    from gateway.app import build_gateway
     from gateway.requests import parse_request
     from gateway.routing import RoutePlan
-    from gateway.runtime import Gateway
 
     raw = b'{"model": "small", "messages": [{"role": "user", "content": "What is 17 * 3?"}]}'
     parsed = parse_request(raw, "chat")
     plan = RoutePlan("passthrough", None, None, model="small")
-    plain = Gateway(make_settings()).reserve_estimate(plan, parsed, len(raw))
+    plain = build_gateway(make_settings()).reserve_estimate(plan, parsed, len(raw))
     with_defaults = make_settings(models=_models(upstream.base_url))
-    member = Gateway(with_defaults).reserve_estimate(plan, parsed, len(raw))
+    member = build_gateway(with_defaults).reserve_estimate(plan, parsed, len(raw))
     # small: $0.1/Mtok in, $0.2/Mtok out. Without defaults 4,096 completion tokens are assumed; with
     # them, the member's 8-token cap, and the prompt bound grows by its system message's bytes.
     assert plain == pytest.approx((len(raw) * 0.1 + 4096 * 0.2) / 1e6)

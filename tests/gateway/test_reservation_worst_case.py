@@ -8,10 +8,10 @@ from typing import Any
 import pytest
 from gateway_testkit import model_configs
 
+from gateway.app import build_gateway
 from gateway.config import Settings
 from gateway.requests import DEFAULT_COMPLETION_BOUND, completion_bound, generated_choices, parse_request
 from gateway.routing import RoutePlan
-from gateway.runtime import Gateway
 from policies.schema import Route
 
 
@@ -48,7 +48,7 @@ def settings(prices: dict[str, dict[str, float]]) -> Settings:
 
 
 def test_reservation_counts_every_stage_every_choice_and_the_flat_price_when_larger() -> None:
-    gateway = Gateway(
+    gateway = build_gateway(
         settings(
             {
                 "small": {"input_per_mtok": 1.0, "output_per_mtok": 2.0},

@@ -13,7 +13,7 @@ from gateway.auth import ClientIdentity
 from gateway.config import Settings
 from gateway.policy_cli import push_policy
 from gateway.policy_store import FilePolicyStore, RedisPolicyStore
-from gateway.state import build_shared_state
+from gateway.state import SharedState, build_shared_state
 from policies import build_policy, save_policy
 
 MODELS = {
@@ -53,9 +53,22 @@ def settings(**document: Any) -> Settings:
     return Settings.from_mapping({"models": MODELS, **document})
 
 
+def shared_state(settings: Settings, **hooks: Any) -> SharedState:
+    """build_shared_state with the config fields it takes, as gateway.app.build_gateway passes them."""
+    return build_shared_state(
+        policy=settings.policy,
+        redis_url=settings.redis_url,
+        redis_timeout_s=settings.redis_timeout_s,
+        auth=settings.auth,
+        budgets=settings.budgets,
+        known_models=list(settings.models),
+        **hooks,
+    )
+
+
 async def test_without_redis_everything_is_in_process(policy_path: Path) -> None:
     loaded: list[str] = []
-    state = build_shared_state(
+    state = shared_state(
         settings(policy=str(policy_path), budgets={"limit_usd": 0.02}, auth={"open": True}),
         on_policy_loaded=lambda p: loaded.append(p.policy_id),
         on_policy_failure=lambda m: None,
@@ -80,7 +93,7 @@ async def test_a_redis_policy_url_alone_also_holds_keys_and_spend(
     push_policy(client, policy_path, keys)
     client.close()
     monkeypatch.setenv("CASCADE_API_KEYS", "sk-one")
-    state = build_shared_state(
+    state = shared_state(
         settings(policy=REDIS_URL, budgets={"limit_usd": 0.02, "window_s": 60}),
         on_policy_loaded=lambda p: None,
         on_policy_failure=lambda m: None,
@@ -101,7 +114,7 @@ async def test_a_redis_policy_url_alone_also_holds_keys_and_spend(
 
 
 async def test_a_file_policy_with_redis_url_shares_only_keys_and_spend(policy_path: Path, keys) -> None:
-    state = build_shared_state(
+    state = shared_state(
         settings(policy=str(policy_path), redis_url=REDIS_URL),
         on_policy_loaded=lambda p: None,
         on_policy_failure=lambda m: None,
