@@ -8,7 +8,7 @@ the query as incomplete.
 
 from __future__ import annotations
 
-from dataclasses import asdict, dataclass, field, fields
+from dataclasses import dataclass, field, fields
 from datetime import UTC, datetime
 from typing import Any
 
@@ -90,9 +90,11 @@ class TrafficRow:
 
     def to_record(self) -> dict[str, Any]:
         """A JSON-ready dict (timestamp as ISO-8601 UTC), in ``COLUMNS`` order."""
-        record = asdict(self)
+        # Shallow on purpose: ``asdict`` deep-copies the logprobs (hundreds of small dicts per row),
+        # which made serializing a sampled row several times dearer than encoding it.
+        record = {name: getattr(self, name) for name in COLUMNS}
         record["timestamp"] = self.timestamp.astimezone(UTC).isoformat()
-        return {name: record[name] for name in COLUMNS}
+        return record
 
     @classmethod
     def from_record(cls, record: dict[str, Any]) -> TrafficRow:
