@@ -233,7 +233,9 @@ class CascadeEngine:
             reply = called.body
             score = score_response(reply, policy.scorer.name, top_k)
             if facts.answers is not None:  # a sampled request: keep the scored answer for its rows
-                facts.answers[model] = StageAnswer.from_reply(reply, called.seconds, score)
+                facts.answers[model] = StageAnswer.from_reply(
+                    reply, called.seconds, score, copy=request.wants_logprobs
+                )
             facts.score, facts.threshold = score, thresholds[stage]
             if score is not None:
                 self._metrics.child(self._metrics.confidence, plan.tier, model).observe(score)

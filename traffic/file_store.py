@@ -107,12 +107,10 @@ class FileStore:
                 if key not in seen:
                     seen.add(key)
                     fresh.append(row)
-            data = "".join(
-                json.dumps(r.to_record(), ensure_ascii=False, separators=(",", ":")) + "\n" for r in fresh
-            )
-            with open(self.path, "a", encoding="utf-8") as handle:
+            data = b"".join(r.to_json_line() for r in fresh)
+            with open(self.path, "ab") as handle:
                 if handle.tell() and not self._ends_with_newline():
-                    handle.write("\n")  # close a torn last line so the batch starts on its own line
+                    handle.write(b"\n")  # close a torn last line so the batch starts on its own line
                 handle.write(data)
                 handle.flush()
                 os.fsync(handle.fileno())
@@ -177,11 +175,9 @@ class FileStore:
             if len(kept) == len(rows):
                 return 0
             temporary = self.path.with_name(self.path.name + ".purge")
-            with open(temporary, "w", encoding="utf-8") as handle:
+            with open(temporary, "wb") as handle:
                 for row in kept:
-                    handle.write(
-                        json.dumps(row.to_record(), ensure_ascii=False, separators=(",", ":")) + "\n"
-                    )
+                    handle.write(row.to_json_line())
                 handle.flush()
                 os.fsync(handle.fileno())
             os.replace(temporary, self.path)

@@ -20,7 +20,7 @@ from typing import Any
 from urllib.parse import parse_qsl, urlencode, urlsplit, urlunsplit
 
 from traffic.migrations import TABLE, check_identifier, migrate
-from traffic.rows import COLUMNS, TrafficRow
+from traffic.rows import COLUMNS, TrafficRow, json_bytes
 from traffic.store import StoreError, StoreUnavailableError, check_where, redact_url
 
 DEFAULT_SCHEMA = "cascade_traffic"
@@ -87,7 +87,7 @@ class PostgresStore:
         for column in COLUMNS:
             values = [r[column] for r in records]
             if column == "logprobs":
-                values = [None if v is None else json.dumps(v, separators=(",", ":")) for v in values]
+                values = [None if v is None else json_bytes(v).decode() for v in values]
             elif column == "timestamp":
                 values = [row.timestamp for row in batch]
             arrays.append(values)

@@ -8,9 +8,13 @@ the query as incomplete.
 
 from __future__ import annotations
 
+import json
+import math
 from dataclasses import dataclass, field, fields
 from datetime import UTC, datetime
 from typing import Any
+
+import orjson
 
 # Every column, in the order of the exported table.
 COLUMNS = (
@@ -51,7 +55,7 @@ class TrafficRow:
         prompt_tokens, completion_tokens: the upstream's usage.
         cost_usd: realized cost of the call.
         logprobs: OpenAI ``choices[0].logprobs.content`` (None if the stage is not scored).
-        score: the policy scorer's value for this answer, if computed.
+        score: the policy scorer's value for this answer, if computed (a non-finite one is None).
         latency_ms: upstream latency of the call.
         dataset: optional stratum (e.g. the client or the route) for stratified splits.
         timestamp: when the answer was recorded (timezone-aware, UTC).
@@ -85,6 +89,8 @@ class TrafficRow:
             raise RowError(f"correct {self.correct!r} outside [0, 1] ({self.query_id}, {self.model})")
         if self.cost_usd < 0 or self.prompt_tokens < 0 or self.completion_tokens < 0:
             raise RowError(f"negative cost or token count ({self.query_id}, {self.model})")
+        if self.score is not None and not math.isfinite(self.score):
+            object.__setattr__(self, "score", None)  # no score, in every store alike (JSON has no NaN)
         if self.timestamp.tzinfo is None:
             raise RowError(f"timestamp without a timezone ({self.query_id}, {self.model})")
 
@@ -96,6 +102,10 @@ class TrafficRow:
         record["timestamp"] = self.timestamp.astimezone(UTC).isoformat()
         return record
 
+    def to_json_line(self) -> bytes:
+        """``to_record`` as one compact UTF-8 JSON line (``\\n`` included), ``query_id`` first."""
+        return json_bytes(self.to_record()) + b"\n"
+
     @classmethod
     def from_record(cls, record: dict[str, Any]) -> TrafficRow:
         """The inverse of ``to_record``; unknown keys are ignored (a newer writer's columns)."""
@@ -105,3 +115,17 @@ class TrafficRow:
         if isinstance(stamp, str):
             values["timestamp"] = datetime.fromisoformat(stamp)
         return cls(**values)
+
+
+def json_bytes(value: Any) -> bytes:
+    """Compact UTF-8 JSON of a row's values.
+
+    orjson: encoding a row's logprobs (hundreds of small dicts) with the standard library took about
+    18x as long, and it was most of what a sampled request cost the gateway (docs/benchmarks.md).
+    A non-finite float becomes ``null`` (a missing value; standard JSON has no NaN). What orjson
+    refuses (an integer past 64 bits) falls back to the standard library.
+    """
+    try:
+        return orjson.dumps(value)
+    except orjson.JSONEncodeError:
+        return json.dumps(value, ensure_ascii=False, separators=(",", ":")).encode()

@@ -22,7 +22,7 @@ from policies.scorers import legacy_to_content
 
 @dataclass(slots=True, frozen=True)
 class StageAnswer:
-    """One model's answer: its first choice (a private copy), usage, latency and score."""
+    """One model's answer: its first choice, usage, latency and score."""
 
     choice: dict[str, Any]
     prompt_tokens: int
@@ -31,15 +31,19 @@ class StageAnswer:
     score: float | None
 
     @classmethod
-    def from_reply(cls, body: dict[str, Any], seconds: float, score: float | None) -> StageAnswer:
-        """From an upstream completion body. The first choice is copied: the client's view of the
-        same body may trim its logprobs afterwards (``cascade.client_body``)."""
+    def from_reply(
+        cls, body: dict[str, Any], seconds: float, score: float | None, *, copy: bool = False
+    ) -> StageAnswer:
+        """From an upstream completion body. ``copy``: keep a private copy of the first choice, for
+        a body that is also the client's answer to a request for logprobs (``cascade.client_body``
+        trims its alternatives in place). Otherwise the choice is shared, not copied: copying a
+        25 KB logprob tree costs as much as parsing it."""
         choices = body.get("choices")
         first = choices[0] if isinstance(choices, list) and choices and isinstance(choices[0], dict) else {}
         usage = body.get("usage")
         usage = usage if isinstance(usage, dict) else {}
         return cls(
-            choice=orjson.loads(orjson.dumps(first)),
+            choice=orjson.loads(orjson.dumps(first)) if copy else first,
             prompt_tokens=positive_int(usage.get("prompt_tokens")),
             completion_tokens=positive_int(usage.get("completion_tokens")),
             seconds=seconds,

@@ -207,3 +207,21 @@ def test_configured_reference_and_text_logging(
     assert rows["large"].prompt == "The capital of France is" and rows["large"].response == "Paris"
     # Legacy completions logprobs are stored in the runs table's content form.
     assert rows["large"].logprobs and {"token", "logprob", "top_logprobs"} <= set(rows["large"].logprobs[0])
+
+
+def test_a_client_asking_for_fewer_alternatives_does_not_trim_the_stored_row(
+    start_gateway: Callable, make_settings: Callable, upstream, tmp_path: Path
+) -> None:
+    url = f"file://{tmp_path / 'traffic.jsonl'}"
+    for model_id in ("up-small", "up-medium", "up-large"):
+        upstream.set_default(model_id, ok("Paris", confidence=0.99))
+    running = start_gateway(make_settings(learning=learning_block(url)))
+    answer = running.client().chat.completions.create(
+        model="cascade", messages=MESSAGES, logprobs=True, top_logprobs=1
+    )
+    content = answer.choices[0].logprobs.content
+    assert content and all(len(entry.top_logprobs) == 1 for entry in content)  # the client's view
+
+    small = {model: row for (_, model), row in rows_when(url, 3).items()}["small"]
+    assert small.logprobs and all(len(entry["top_logprobs"]) == 5 for entry in small.logprobs)
+    assert small.score == pytest.approx(score_logprobs(small.logprobs, "mean_token_negentropy", 5))

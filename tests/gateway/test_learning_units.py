@@ -194,10 +194,10 @@ def test_question_and_answer_texts() -> None:
     assert answer.text() == '[{"id":"1","type":"function"}]' and answer.logprobs() is None
 
 
-def test_stage_answer_is_a_copy_the_client_view_cannot_trim() -> None:
+def test_stage_answer_copy_is_one_the_client_view_cannot_trim() -> None:
     entry = {"token": "a", "logprob": -0.1, "top_logprobs": [{"token": "a", "logprob": -0.1}] * 5}
     body = {"choices": [{"message": {"content": "a"}, "logprobs": {"content": [entry]}}], "usage": {}}
-    answer = StageAnswer.from_reply(body, 0.1, 0.9)
+    answer = StageAnswer.from_reply(body, 0.1, 0.9, copy=True)
     entry["top_logprobs"] = entry["top_logprobs"][:1]  # what cascade.client_body does for top_logprobs=1
     logprobs = answer.logprobs()
     assert logprobs is not None and len(logprobs[0]["top_logprobs"]) == 5

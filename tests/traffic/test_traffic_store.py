@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 from rows_factory import query_rows
 
-from traffic.rows import TrafficRow
+from traffic.rows import TrafficRow, json_bytes
 from traffic.store import StoreError, StoreUnavailableError, TrafficStore, open_store, parse_since
 
 
@@ -199,3 +199,22 @@ def test_since_accepts_durations_and_dates() -> None:
 def test_a_row_refuses_a_label_outside_0_1() -> None:
     with pytest.raises(ValueError, match="outside"):
         TrafficRow(query_id="q", model="m", correct=1.5)
+
+
+async def test_unicode_stays_text_and_a_non_finite_score_is_stored_as_missing(store_url: str) -> None:
+    store = open_store(store_url)
+    (row,) = query_rows("q-ü", models=("small",))
+    token = [{"token": "日本", "logprob": -0.5, "bytes": [230]}]
+    odd = TrafficRow(**{**vars(row), "score": float("nan"), "logprobs": token})
+    try:
+        assert await store.write_rows([odd]) == 1
+        (back,) = await store.export()
+    finally:
+        await store.close()
+    assert back.query_id == "q-ü" and back.logprobs == odd.logprobs
+    assert odd.score is None and back.score is None  # a NaN score is no score, in every store
+
+
+def test_a_value_orjson_refuses_still_encodes() -> None:
+    huge = 2**70  # past 64 bits: orjson refuses it, the standard library does not
+    assert json_bytes({"n": huge, "t": "é"}) == '{"n":1180591620717411303424,"t":"é"}'.encode()
