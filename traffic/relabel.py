@@ -9,9 +9,10 @@ evaluate the policy against the true labels.
 
 from __future__ import annotations
 
+import asyncio
 import gzip
 import json
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
@@ -58,22 +59,44 @@ async def relabel(
     *,
     log_text: bool = False,
     now: datetime | None = None,
+    questions: dict[str, str] | None = None,
+    concurrency: int = 1,
+    on_query: Callable[[int, int], None] | None = None,
 ) -> Iterator[TrafficRow]:
-    """Traffic rows labelled by ``judge`` against ``reference_model``'s response, query by query.
+    """Traffic rows labelled by ``judge`` against ``reference_model``'s response, in query order.
 
     A query without the reference model, or whose reference has no response, gets no rows (there
     is nothing to agree with); a model without a response or whose judging failed gets a row with
-    a missing label.
+    a missing label. ``questions`` (query_id -> question text) stands in for a table without a
+    ``prompt`` column (the ``llm`` judge reads the question). ``concurrency`` queries are judged
+    at once (an ``llm`` judge's endpoint serves several); ``on_query(done, total)`` reports progress.
     """
     now = now or datetime.now(UTC)
-    rows: list[TrafficRow] = []
-    for query_id, answers in queries.items():
-        reference = answers.get(reference_model)
-        if reference is None or not isinstance(reference.get("response"), str):
-            continue
+    questions = questions or {}
+    judged = [
+        (query_id, answers)
+        for query_id, answers in queries.items()
+        if isinstance(answers.get(reference_model, {}).get("response"), str)
+    ]
+    gate = asyncio.Semaphore(max(1, concurrency))
+    done = 0
+
+    async def judge_query(
+        query_id: str, answers: dict[str, dict[str, Any]]
+    ) -> dict[str, Verdict | JudgeError]:
+        nonlocal done
         texts = {m: r["response"] for m, r in answers.items() if isinstance(r.get("response"), str)}
-        question = str(reference.get("prompt") or "")
-        labels = await label_answers(judge, question, reference_model, texts)
+        question = str(answers[reference_model].get("prompt") or questions.get(query_id, ""))
+        async with gate:
+            labels = await label_answers(judge, question, reference_model, texts)
+        done += 1
+        if on_query is not None:
+            on_query(done, len(judged))
+        return labels
+
+    verdicts = await asyncio.gather(*(judge_query(q, a) for q, a in judged))
+    rows: list[TrafficRow] = []
+    for (query_id, answers), labels in zip(judged, verdicts, strict=True):
         for model, record in answers.items():
             verdict = labels.get(model)
             label = verdict.correct if isinstance(verdict, Verdict) else None

@@ -11,6 +11,10 @@ Run from the repository root (results in docs/learning.md):
     .venv/bin/python bench/learning/label_free.py data/local/mmlu-local-runs.jsonl.gz \\
         --tiers data/local/tiers.yaml --judge choice --judge exact --judge similarity
 
+The ``llm`` judge asks a served model (``--llm-url``, ``--llm-model``; the reference model in
+docs/learning.md) whether each answer agrees with the reference's, with the question from
+``--questions`` when the runs table has no ``prompt`` column.
+
 The runs table is a JSONL ``cascade collect`` output: ``correct`` the ground truth, ``response``
 each model's answer, ``logprobs`` for the scorer.
 """
@@ -26,7 +30,7 @@ from pathlib import Path
 from typing import Any
 
 REPO = Path(__file__).resolve().parents[2]
-JUDGES = ("exact", "numeric", "choice", "similarity")
+JUDGES = ("exact", "numeric", "choice", "similarity", "llm")
 
 
 def main() -> None:
@@ -45,6 +49,24 @@ def main() -> None:
     parser.add_argument("--prices", type=Path, default=None)
     parser.add_argument("--randomize", action="store_true")
     parser.add_argument("--similarity-threshold", type=float, default=0.8)
+    parser.add_argument("--llm-url", help="llm judge: OpenAI-compatible base URL (http://HOST:PORT/v1)")
+    parser.add_argument("--llm-model", default="judge", help="llm judge: the model name sent")
+    parser.add_argument(
+        "--llm-price",
+        nargs=2,
+        type=float,
+        default=(0.0, 0.0),
+        metavar=("IN", "OUT"),
+        help="llm judge: USD per million prompt / generated tokens, to report what judging cost",
+    )
+    parser.add_argument("--concurrency", type=int, default=4, help="llm judge: queries judged at once")
+    parser.add_argument(
+        "--questions",
+        type=Path,
+        action="append",
+        default=[],
+        help="JSONL with query_id and prompt (repeatable): the question text for the llm judge",
+    )
     parser.add_argument("--target", type=float, default=0.03, help="largest acceptable mean quality loss")
     parser.add_argument("--json", type=Path, default=None, help="write the summary here")
     args = parser.parse_args()
@@ -61,15 +83,50 @@ def main() -> None:
         spec = load_tiers(args.tiers)
         matrix = load_runs(args.runs, prices=args.prices, scorer=args.scorer, top_k=args.top_k)
         reference = args.reference or matrix.models[-1]
+        questions = read_questions(args.questions)
         labels = []
         for judge in args.judge:
             config: dict[str, object] = {"kind": judge}
             if judge == "similarity":
                 config["threshold"] = args.similarity_threshold
-            with console.status(f"Labelling the answers with the {judge} judge against {reference} ..."):
-                began = time.perf_counter()
-                labels.append(judge_labels(args.runs, matrix, config, reference))
-            console.print(f"{judge}: labelled in {time.perf_counter() - began:.1f} s")
+            if judge == "llm":
+                if not args.llm_url:
+                    sys.exit("error: the llm judge needs --llm-url")
+                config.update(
+                    base_url=args.llm_url,
+                    model=args.llm_model,
+                    price={"input_per_mtok": args.llm_price[0], "output_per_mtok": args.llm_price[1]},
+                    timeout_s=120.0,
+                )
+            began = time.perf_counter()
+            with console.status(
+                f"Labelling the answers with the {judge} judge against {reference} ..."
+            ) as status:
+
+                def progress(
+                    done: int, total: int, judge: str = judge, status: Any = status, began: float = began
+                ) -> None:
+                    left = (time.perf_counter() - began) / done * (total - done)
+                    status.update(
+                        f"Labelling with the {judge} judge: {done}/{total} queries, ~{left:.0f} s left"
+                    )
+
+                labels.append(
+                    judge_labels(
+                        args.runs,
+                        matrix,
+                        config,
+                        reference,
+                        questions=questions,
+                        concurrency=args.concurrency if judge == "llm" else 1,
+                        on_query=progress,
+                    )
+                )
+            cost = labels[-1].judge_cost_usd
+            console.print(
+                f"{judge}: labelled in {time.perf_counter() - began:.1f} s"
+                + (f", judging cost ${cost:.3g}" if cost else "")
+            )
         with console.status(f"Calibrating and scoring {args.splits} splits ..."):
             studies = run_study(
                 matrix,
@@ -101,6 +158,17 @@ def main() -> None:
         args.json.parent.mkdir(parents=True, exist_ok=True)
         args.json.write_text(json.dumps(document, indent=2) + "\n")
         console.print(f"wrote {args.json}")
+
+
+def read_questions(paths: list[Path]) -> dict[str, str]:
+    """query_id -> prompt from question files (collection/data/*.jsonl)."""
+    questions: dict[str, str] = {}
+    for path in paths:
+        for line in path.read_text(encoding="utf-8").splitlines():
+            if line.strip():
+                record = json.loads(line)
+                questions[str(record["query_id"])] = str(record["prompt"])
+    return questions
 
 
 def band(stats: dict, kind: str) -> str:

@@ -18,7 +18,7 @@ vectorized; the only loops are over splits and judges.
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
@@ -30,6 +30,7 @@ from calibration.learning.outcomes import policy_outcomes
 from calibration.runs import RunsMatrix
 from calibration.splits import stratified_splits
 from calibration.tiers import TiersSpec, UnreachableTierError
+from traffic.judges.base import Judge, Verdict
 
 BAND = (5.0, 95.0)
 
@@ -44,13 +45,15 @@ class JudgeLabels:
 
     ``quality``: ``(n, k)`` judge labels (NaN where missing); ``agreement``: per model, the share of
     its labelled answers whose judge label equals the true label (0/1 labels rounded at 0.5);
-    ``reference``: the model whose answer defines right.
+    ``reference``: the model whose answer defines right; ``judge_cost_usd``: what judging all the
+    answers cost (the ``llm`` judge's calls; 0 for the others).
     """
 
     judge: str
     reference: str
     quality: np.ndarray
     agreement: dict[str, float]
+    judge_cost_usd: float = 0.0
 
     @property
     def complete(self) -> np.ndarray:
@@ -58,8 +61,21 @@ class JudgeLabels:
         return np.isfinite(self.quality).all(axis=1)
 
 
-def judge_labels(runs: Path, matrix: RunsMatrix, judge_config: dict[str, Any], reference: str) -> JudgeLabels:
-    """Label the runs' responses with a judge (``traffic.relabel``) against ``reference``."""
+def judge_labels(
+    runs: Path,
+    matrix: RunsMatrix,
+    judge_config: dict[str, Any],
+    reference: str,
+    *,
+    questions: dict[str, str] | None = None,
+    concurrency: int = 1,
+    on_query: Callable[[int, int], None] | None = None,
+) -> JudgeLabels:
+    """Label the runs' responses with a judge (``traffic.relabel``) against ``reference``.
+
+    ``questions`` (query_id -> text) fill in a table without prompts; ``concurrency`` and
+    ``on_query(done, total)`` are ``relabel``'s.
+    """
     from pydantic import TypeAdapter
 
     from traffic.judges import JudgeConfig, make_judge
@@ -70,8 +86,25 @@ def judge_labels(runs: Path, matrix: RunsMatrix, judge_config: dict[str, Any], r
     queries = read_queries(runs)
     if not any(isinstance(r.get("response"), str) for answers in queries.values() for r in answers.values()):
         raise StudyError(f"{runs} has no 'response' column: collect it with cascade collect")
-    judge = make_judge(TypeAdapter(JudgeConfig).validate_python(judge_config))
-    rows = list(asyncio.run(relabel(queries, judge, reference)))
+    judge = _CostCounting(make_judge(TypeAdapter(JudgeConfig).validate_python(judge_config)))
+
+    async def label_all() -> list[Any]:
+        try:
+            labelled = await relabel(
+                queries,
+                judge,
+                reference,
+                questions=questions,
+                concurrency=concurrency,
+                on_query=on_query,
+            )
+            return list(labelled)
+        finally:
+            closer = getattr(judge.inner, "aclose", None)
+            if closer is not None:
+                await closer()
+
+    rows = asyncio.run(label_all())
     query_index = {str(q): i for i, q in enumerate(matrix.query_ids)}
     model_index = {m: j for j, m in enumerate(matrix.models)}
     labels = np.full(matrix.quality.shape, np.nan)
@@ -84,7 +117,21 @@ def judge_labels(runs: Path, matrix: RunsMatrix, judge_config: dict[str, Any], r
     agreement = {
         model: float(same[:, j].sum() / max(1, labelled[:, j].sum())) for j, model in enumerate(matrix.models)
     }
-    return JudgeLabels(str(judge_config["kind"]), reference, labels, agreement)
+    return JudgeLabels(str(judge_config["kind"]), reference, labels, agreement, judge.spent_usd)
+
+
+class _CostCounting:
+    """A judge, with the cost of its verdicts added up."""
+
+    def __init__(self, inner: Judge):
+        self.inner = inner
+        self.name = inner.name
+        self.spent_usd = 0.0
+
+    async def judge(self, question: str, reference: str, answer: str) -> Verdict:
+        verdict = await self.inner.judge(question, reference, answer)
+        self.spent_usd += verdict.cost_usd
+        return verdict
 
 
 @dataclass(frozen=True)
@@ -220,6 +267,7 @@ def study_document(
                 "judge": study.labels.judge,
                 "reference": study.labels.reference,
                 "label_agreement_with_truth": study.labels.agreement,
+                "judge_cost_usd": study.labels.judge_cost_usd,
                 "queries_without_every_label": int((~study.labels.complete).sum()),
                 "calibration_queries_dropped_per_split": study.calibration_queries_dropped,
                 "tiers": tiers,

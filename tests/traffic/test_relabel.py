@@ -2,12 +2,14 @@
 
 from __future__ import annotations
 
+import asyncio
 import gzip
 import json
 from pathlib import Path
 
 import pytest
 
+from traffic.judges.base import Verdict
 from traffic.judges.text import ChoiceJudge
 from traffic.relabel import RelabelError, read_queries, relabel
 
@@ -59,3 +61,48 @@ def test_a_row_without_model_is_a_one_line_error(tmp_path: Path) -> None:
     runs = write_runs(tmp_path / "runs.jsonl.gz", [{"query_id": "q1"}])
     with pytest.raises(RelabelError, match=r"runs.jsonl.gz: line 1: not a runs row"):
         read_queries(runs)
+
+
+class QuestionRecordingJudge:
+    """Agrees with everything, records the question it was shown, and finishes out of order."""
+
+    name = "recording"
+
+    def __init__(self) -> None:
+        self.questions: list[str] = []
+        self.running = 0
+        self.most_running = 0
+
+    async def judge(self, question: str, reference: str, answer: str) -> Verdict:
+        self.running += 1
+        self.most_running = max(self.most_running, self.running)
+        await asyncio.sleep(0.01 if question.endswith("1?") else 0)  # the first query finishes last
+        self.running -= 1
+        self.questions.append(question)
+        return Verdict(1.0, self.name)
+
+
+async def test_concurrent_labelling_keeps_query_order_and_reads_questions_from_a_question_file(
+    tmp_path: Path,
+) -> None:
+    runs = write_runs(
+        tmp_path / "runs.jsonl.gz",
+        [record(f"q{i}", m, "B") for i in range(1, 7) for m in ("small", "large")],
+    )
+    judge = QuestionRecordingJudge()
+    progress: list[tuple[int, int]] = []
+    questions = {f"q{i}": f"What is {i}?" for i in range(1, 7)}
+    rows = list(
+        await relabel(
+            read_queries(runs),
+            judge,
+            "large",
+            questions=questions,
+            concurrency=3,
+            on_query=lambda done, total: progress.append((done, total)),
+        )
+    )
+    assert [r.query_id for r in rows] == [f"q{i}" for i in range(1, 7) for _ in range(2)]
+    assert sorted(judge.questions) == sorted(questions.values())
+    assert judge.most_running == 3
+    assert progress[-1] == (6, 6) and len(progress) == 6
