@@ -6,6 +6,9 @@ functions with the most self time and inclusive time, and writes the collapsed s
 input) to ``--out``. Needs ``pip install py-spy`` and root (ptrace).
 
     .venv/bin/python bench/gateway/profile_gateway.py --target accept --body 2k --connections 64 --duration 15
+
+``--learning RATE`` profiles the accept path of a gateway that samples RATE of its requests into a
+JSONL traffic file (run_bench.py's accept_learning); at 1.0 the sampler's own costs stand out.
 """
 
 from __future__ import annotations
@@ -63,6 +66,7 @@ def main() -> None:
     parser.add_argument("--duration", type=int, default=15)
     parser.add_argument("--server-cpu", default="1")
     parser.add_argument("--client-cpu", default="0")
+    parser.add_argument("--learning", type=float, default=None, help="sample this share of requests")
     parser.add_argument("--top", type=int, default=40)
     parser.add_argument("--out", type=Path, default=Path("gateway-profile.collapsed"))
     args = parser.parse_args()
@@ -79,7 +83,7 @@ def main() -> None:
                 keyed_gateway(tmp, upstream, redis_url, args.server_cpu, args.body)
             )
         else:
-            config = write_gateway_files(tmp, upstream, body=args.body)
+            config = write_gateway_files(tmp, upstream, body=args.body, learning_rate=args.learning)
             base, pid = stack.enter_context(cascade_serve(tmp, config, args.server_cpu))
             check_paths(base)
         url = base + "/v1/chat/completions"
