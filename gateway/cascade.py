@@ -43,6 +43,7 @@ from gateway.requests import ParsedRequest, completion_bound, generated_choices,
 from gateway.routing import RoutePlan
 from gateway.streaming import SSE_HEADERS, replay
 from gateway.upstream import UpstreamFailure, UpstreamPool, UpstreamReply
+from gateway.usage import call_charge
 from policies import score_response, should_escalate
 from policies.request_defaults import RequestDefaults, merge_request_defaults
 
@@ -233,8 +234,9 @@ class CascadeEngine:
             reply = called.body
             score = score_response(reply, policy.scorer.name, top_k)
             if facts.answers is not None:  # a sampled request: keep the scored answer for its rows
+                charged, _, _ = call_charge(config.price, reply.get("usage"), body, reply)
                 facts.answers[model] = StageAnswer.from_reply(
-                    reply, called.seconds, score, copy=request.wants_logprobs
+                    reply, called.seconds, score, cost_usd=charged, copy=request.wants_logprobs
                 )
             facts.score, facts.threshold = score, thresholds[stage]
             if score is not None:
@@ -284,7 +286,10 @@ class CascadeEngine:
             self._charge_bound(facts, model, body)
             raise
         facts.upstream_s += reply.seconds
-        self.account(facts, model, reply.body.get("usage"))
+        cost, prompt, completion = call_charge(
+            self._models[model].price, reply.body.get("usage"), body, reply.body
+        )
+        self._record_cost(facts, model, cost, prompt, completion)
         return reply
 
     def _charge_bound(self, facts: CascadeFacts, model: str, body: bytes) -> None:
@@ -300,7 +305,13 @@ class CascadeEngine:
         if isinstance(usage, dict):
             prompt = positive_int(usage.get("prompt_tokens"))
             completion = positive_int(usage.get("completion_tokens"))
-        cost = self._models[model].price.cost_usd(prompt, completion)
+        self._record_cost(
+            facts, model, self._models[model].price.cost_usd(prompt, completion), prompt, completion
+        )
+
+    def _record_cost(
+        self, facts: CascadeFacts, model: str, cost: float, prompt: int, completion: int
+    ) -> None:
         facts.cost_usd += cost
         metrics = self._metrics
         metrics.child(metrics.cost, facts.tier, model).inc(cost)

@@ -22,22 +22,30 @@ from policies.scorers import legacy_to_content
 
 @dataclass(slots=True, frozen=True)
 class StageAnswer:
-    """One model's answer: its first choice, usage, latency and score."""
+    """One model's answer: its first choice, usage, latency, score and what the call was charged."""
 
     choice: dict[str, Any]
     prompt_tokens: int
     completion_tokens: int
     seconds: float
     score: float | None
+    cost_usd: float = 0.0
 
     @classmethod
     def from_reply(
-        cls, body: dict[str, Any], seconds: float, score: float | None, *, copy: bool = False
+        cls,
+        body: dict[str, Any],
+        seconds: float,
+        score: float | None,
+        *,
+        cost_usd: float = 0.0,
+        copy: bool = False,
     ) -> StageAnswer:
         """From an upstream completion body. ``copy``: keep a private copy of the first choice, for
         a body that is also the client's answer to a request for logprobs (``cascade.client_body``
         trims its alternatives in place). Otherwise the choice is shared, not copied: copying a
-        25 KB logprob tree costs as much as parsing it."""
+        25 KB logprob tree costs as much as parsing it. ``cost_usd``: what the call was charged
+        (``gateway.usage.call_charge``)."""
         choices = body.get("choices")
         first = choices[0] if isinstance(choices, list) and choices and isinstance(choices[0], dict) else {}
         usage = body.get("usage")
@@ -48,6 +56,7 @@ class StageAnswer:
             completion_tokens=positive_int(usage.get("completion_tokens")),
             seconds=seconds,
             score=score,
+            cost_usd=cost_usd,
         )
 
     def text(self) -> str:

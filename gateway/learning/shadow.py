@@ -35,6 +35,7 @@ from gateway.logs import log_event
 from gateway.metrics import LearningMetrics
 from gateway.requests import completion_bound, generated_choices
 from gateway.upstream import UpstreamFailure, UpstreamPool
+from gateway.usage import call_charge
 from policies import Policy, score_response
 from traffic.judges.base import Judge, JudgeError, Verdict, label_answers
 from traffic.rows import TrafficRow
@@ -171,8 +172,8 @@ class ShadowRunner:
                 raise
         policy = sample.policy
         score = score_response(reply.body, policy.scorer.name, policy.scorer.top_k)
-        answer = StageAnswer.from_reply(reply.body, reply.seconds, score)
-        cost = float(self.models[model].price.cost_usd(answer.prompt_tokens, answer.completion_tokens))
+        cost, _, _ = call_charge(self.models[model].price, reply.body.get("usage"), call.body, reply.body)
+        answer = StageAnswer.from_reply(reply.body, reply.seconds, score, cost_usd=cost)
         tally.usd += cost
         metrics.child(metrics.shadow_cost, model).inc(cost)
         metrics.child(metrics.shadow_calls, model, "ok").inc()
@@ -226,14 +227,13 @@ class ShadowRunner:
         verdict: Verdict | JudgeError | None,
         question: str,
     ) -> TrafficRow:
-        price = self.models[model].price
         return TrafficRow(
             query_id=sample.query_id,
             model=model,
             correct=verdict.correct if isinstance(verdict, Verdict) else None,
             prompt_tokens=answer.prompt_tokens,
             completion_tokens=answer.completion_tokens,
-            cost_usd=float(price.cost_usd(answer.prompt_tokens, answer.completion_tokens)),
+            cost_usd=answer.cost_usd,
             logprobs=answer.logprobs(),
             score=answer.score,
             latency_ms=round(answer.seconds * 1000, 3),

@@ -50,7 +50,8 @@ class Reply:
         headers: extra response headers (e.g. ``Retry-After``).
         raw: bytes sent verbatim as the body (malformed JSON).
         body: a complete JSON body sent as is (e.g. a captured llama.cpp response).
-        usage: (prompt_tokens, completion_tokens).
+        usage: (prompt_tokens, completion_tokens); None: a non-streamed answer reports no usage
+            (billed as (10, 5) per choice in ``produced``).
         chunk_delay_s: pause between streamed chunks.
         break_stream_after: close the connection after this many streamed chunks (no [DONE]).
         ignore_stream: answer with one JSON body even when the request asks for a stream.
@@ -66,7 +67,7 @@ class Reply:
     headers: dict[str, str] = field(default_factory=dict)
     raw: bytes | None = None
     body: dict[str, Any] | None = None
-    usage: tuple[int, int] = (10, 5)
+    usage: tuple[int, int] | None = (10, 5)
     chunk_delay_s: float = 0.0
     break_stream_after: int | None = None
     ignore_stream: bool = False
@@ -260,12 +261,12 @@ class ScriptedUpstream:
                 return await self._stream(request, body, reply, model)
             else:
                 answer = _completion(request.path, body, reply)
+                usage = answer.pop("_billed", None) or answer["usage"]
                 response = web.Response(
                     body=orjson.dumps(answer),
                     headers=reply.headers,
                     content_type="application/json",
                 )
-                usage = answer["usage"]
                 self.produced.append(Produced(model, usage["prompt_tokens"], usage["completion_tokens"]))
             self.completed.append(model)
             return response
@@ -355,13 +356,18 @@ def _billed_choices(body: dict[str, Any]) -> int:
 
 def _completion(path: str, body: dict[str, Any], reply: Reply) -> dict[str, Any]:
     returned = _positive_int(body.get("n"))
-    completion_tokens = reply.usage[1] * _billed_choices(body)
+    billed = reply.usage or (10, 5)
+    completion_tokens = billed[1] * _billed_choices(body)
     usage = {
-        "prompt_tokens": reply.usage[0],
+        "prompt_tokens": billed[0],
         "completion_tokens": completion_tokens,
-        "total_tokens": reply.usage[0] + completion_tokens,
+        "total_tokens": billed[0] + completion_tokens,
     }
-    base = {"id": "cmpl-scripted", "created": 1700000000, "model": body.get("model"), "usage": usage}
+    base: dict[str, Any] = {"id": "cmpl-scripted", "created": 1700000000, "model": body.get("model")}
+    if reply.usage is not None:
+        base["usage"] = usage
+    else:
+        base["_billed"] = usage  # what the provider bills, kept off the wire below
     if path.endswith("/chat/completions"):
         message: dict[str, Any] = {"role": "assistant", "content": reply.content}
         finish = "stop"
