@@ -167,5 +167,42 @@ def test_usage_counts_sent_as_strings_charge_the_prompt_bound_streamed_or_not(
     assert streamed_usd == pytest.approx(
         (len(orjson.dumps(streamed_call.body)) * per_in + len(WORDS) * per_out) / 1e6, abs=1e-9
     )
-    assert whole_usd == pytest.approx((len(orjson.dumps(whole_call.body)) * per_in + 8 * per_out) / 1e6, abs=1e-9)
+    assert whole_usd == pytest.approx(
+        (len(orjson.dumps(whole_call.body)) * per_in + 8 * per_out) / 1e6, abs=1e-9
+    )
     assert streamed_usd >= true_usd and whole_usd >= true_usd
+
+
+def test_a_sampled_list_prompt_reserves_every_prompt_in_the_shadow_budget(
+    start_replicas, upstream: ScriptedUpstream, tmp_path
+) -> None:
+    # Every request is sampled; the shadow calls of one 400-prompt request (medium and large,
+    # 20,000 completion tokens each) may cost about $0.7: more than the $0.5 the hour allows.
+    (replica,) = start_replicas(
+        1,
+        env={"CASCADE_API_KEYS": KEY},
+        learning={
+            "enabled": True,
+            "sample_rate": 1.0,
+            "judge": {"kind": "exact"},
+            "store": str(tmp_path / "traffic.jsonl"),
+            "max_shadow_usd_per_hour": 0.5,
+            "flush_interval_s": 0.1,
+        },
+    )
+    upstream.set_default("up-small", ok(usage=(1600, 50)))  # confident: the request is answered by small
+    for name in ("up-medium", "up-large"):
+        upstream.set_default(name, ok(usage=(1600, 50)))
+    status, _ = send(
+        replica, KEY, endpoint="completions", model="cascade", prompt=PROMPT_LISTS["strings"], max_tokens=50
+    )
+    assert status == 200
+
+    def sample_done() -> bool:
+        dropped = replica.sample("cascade_learning_dropped_total", reason="spend_cap")
+        return dropped > 0 or replica.sample("cascade_learning_rows_written_total") > 0
+
+    assert wait_until(sample_done, timeout_s=15)
+    assert replica.sample("cascade_learning_dropped_total", reason="spend_cap") == 1
+    assert upstream.calls("up-medium") == [] and upstream.calls("up-large") == []  # nothing bought
+    assert replica.sample("cascade_shadow_spend_window_usd") <= 0.5
