@@ -26,7 +26,7 @@ from gateway.routing import RoutePlan, Router
 from gateway.state import SharedState
 from gateway.upstream import UpstreamPool
 from policies import Policy
-from policies.charges import call_bound
+from policies.charges import bound_usd, tokens_bound
 from policies.request_defaults import merge_request_defaults
 
 if TYPE_CHECKING:
@@ -187,7 +187,7 @@ class Gateway:
 
         ``request`` is a parsed chat or legacy completions request and ``body_bytes`` the size of
         the client's body. Every model of the route may be called (a chain can escalate to its
-        end), each as ``policies.charges.call_bound`` prices it: the client's fields over the
+        end), each as ``policies.charges.call_bound`` prices a call: the client's fields over the
         model's request defaults (which may set the cap the client left out), at most
         ``body_bytes`` prompt tokens plus what the defaults add to the prompt, and the largest
         completion cap for every generated choice of every prompt. Settling charges the actual
@@ -195,7 +195,7 @@ class Gateway:
         starting requests it might not be able to pay for.
         """
         models = plan.route.models if plan.route is not None else [plan.model]
-        chat = request.kind == "chat"
+        plain: tuple[int, int] | None = None  # the bound of the client's body as it is (no defaults)
         total = 0.0
         for name in models:
             model = self.models.get(name) if name is not None else None
@@ -203,10 +203,13 @@ class Gateway:
                 continue
             defaults = model.request_defaults
             if defaults is None:
-                total += call_bound(model.price, request.body, body_bytes).usd
+                if plain is None:
+                    plain = tokens_bound(request.body, body_bytes)
+                tokens = plain
             else:
-                merged = merge_request_defaults(request.body, defaults, chat=chat)
-                total += call_bound(model.price, merged, body_bytes + defaults.prompt_bytes()).usd
+                merged = merge_request_defaults(request.body, defaults, chat=request.kind == "chat")
+                tokens = tokens_bound(merged, body_bytes + defaults.prompt_bytes())
+            total += bound_usd(model.price, *tokens)
         return total
 
 

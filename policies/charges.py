@@ -72,14 +72,28 @@ def completion_bound(body: dict[str, Any]) -> int:
     none. A cap field that is set but is no positive number (``n_predict: -1`` is "unbounded" to
     llama.cpp, which reads it before ``max_tokens``) counts as no cap: the default bound then
     applies too."""
-    caps = _caps(body)
-    capped = len(caps) == sum(1 for name in COMPLETION_CAP_FIELDS if body.get(name) is not None)
-    return max(caps) if caps and capped else max([DEFAULT_COMPLETION_BOUND, *caps])
+    bound, unbounded = 0, False
+    for name in COMPLETION_CAP_FIELDS:
+        value = body.get(name)
+        if value is not None:
+            cap = _positive_count(value)
+            if cap is None:
+                unbounded = True
+            elif cap > bound:
+                bound = cap
+    return max(bound, DEFAULT_COMPLETION_BOUND) if unbounded or not bound else bound
 
 
 def generated_choices(body: dict[str, Any]) -> int:
     """Choices the upstream generates and bills per prompt: ``max(n, best_of)``, at least 1."""
-    return max([1, *(c for c in (_positive_count(body.get(f)) for f in CHOICE_FIELDS) if c is not None)])
+    choices = 1
+    for name in CHOICE_FIELDS:
+        value = body.get(name)
+        if value is not None:
+            count = _positive_count(value)
+            if count is not None and count > choices:
+                choices = count
+    return choices
 
 
 def prompt_count(body: dict[str, Any]) -> int:
@@ -101,7 +115,16 @@ def completion_tokens_bound(body: dict[str, Any]) -> int:
 def prompt_tokens_bound(body: dict[str, Any], prompt_bytes: int) -> int:
     """Prompt tokens a request may be billed: ``prompt_bytes`` (the bytes of the request, and of
     anything added to its prompt) plus ``TEMPLATE_TOKENS`` if it has a field a template wraps."""
-    return prompt_bytes + (TEMPLATE_TOKENS if any(body.get(f) for f in TEMPLATE_FIELDS) else 0)
+    for name in TEMPLATE_FIELDS:
+        if body.get(name):
+            return prompt_bytes + TEMPLATE_TOKENS
+    return prompt_bytes
+
+
+def tokens_bound(body: dict[str, Any], prompt_bytes: int) -> tuple[int, int]:
+    """(prompt, completion) tokens a request may be billed (``prompt_tokens_bound``,
+    ``completion_tokens_bound``)."""
+    return prompt_tokens_bound(body, prompt_bytes), completion_tokens_bound(body)
 
 
 def bound_usd(price: Price, prompt_tokens: int, completion_tokens: int) -> float:
@@ -113,8 +136,7 @@ def bound_usd(price: Price, prompt_tokens: int, completion_tokens: int) -> float
 def call_bound(price: Price, body: dict[str, Any], prompt_bytes: int) -> Charge:
     """The worst case of sending ``body`` (``prompt_bytes``: its size plus any prompt added to it):
     USD and the token bounds it prices."""
-    prompt = prompt_tokens_bound(body, prompt_bytes)
-    completion = completion_tokens_bound(body)
+    prompt, completion = tokens_bound(body, prompt_bytes)
     return Charge(bound_usd(price, prompt, completion), prompt, completion)
 
 
@@ -170,13 +192,10 @@ def call_charge(
     return Charge(float(price.cost_usd(prompt, completion)), prompt, completion)
 
 
-def _caps(body: dict[str, Any]) -> list[int]:
-    """The positive caps ``body`` sets (any field of ``COMPLETION_CAP_FIELDS``)."""
-    return [c for c in (_positive_count(body.get(f)) for f in COMPLETION_CAP_FIELDS) if c is not None]
-
-
 def _positive_count(value: object) -> int | None:
     """An integer count from a JSON number (rounded up), or None when it is not a positive number."""
+    if type(value) is int:  # the common case first
+        return value if value > 0 else None
     if isinstance(value, bool) or not isinstance(value, int | float) or not math.isfinite(value):
         return None
     count = math.ceil(value)
