@@ -24,6 +24,7 @@ from redis.exceptions import RedisError
 
 from gateway.redis_keys import RedisKeys
 from policies import Policy, PolicyError, PolicyInvalidError, parse_policy
+from policies.errors import quoted
 from policies.publish import check_servable
 
 log = logging.getLogger("cascade.policy")
@@ -295,7 +296,7 @@ class RedisPolicyStore(PolicyStore):
         self.version = _parse_version(version)
         if version is not None and self.version is None:
             self._record_failure(
-                f"Redis key {self._keys.policy_version} holds {version[:40]!r}, not an integer; serving "
+                f"Redis key {self._keys.policy_version} holds {quoted(version)}, not an integer; serving "
                 f"policy {policy.policy_id} by content (the next `cascade policy push` restarts it at 1)"
             )
 
