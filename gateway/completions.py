@@ -25,6 +25,7 @@ from typing import Any
 import orjson
 from starlette.types import Receive, Scope, Send
 
+from gateway.auth import client_address
 from gateway.cascade import CascadeFacts, client_body
 from gateway.errors import (
     BodyTooLargeError,
@@ -117,7 +118,9 @@ class CompletionsEndpoint:
         watcher: asyncio.Task[None] | None = None
         try:
             raw = await _read_body(receive, headers.get(b"content-length"), gw.limits.max_body_bytes)
-            identity = await gw.shared.authenticator.authenticate(_text(headers.get(b"authorization")))
+            identity = await gw.shared.authenticator.authenticate(
+                _text(headers.get(b"authorization")), client_address(scope)
+            )
             parsed = parse_request(raw, self.kind)
             plan = gw.router.plan(
                 parsed,

@@ -56,6 +56,11 @@ class StateEvents:
         """A keyed request's spend could not be checked in Redis (``reason``)."""
         self._metrics.child(self._metrics.spend_fallbacks, reason).inc()
 
+    def auth_failed(self, reason: str, client: str | None) -> None:
+        """A client key was refused (``reason``: missing or unknown); never given the key itself."""
+        self._metrics.child(self._metrics.auth_failures, reason).inc()
+        log_event("auth_failed", level=logging.WARNING, reason=reason, client=client)
+
 
 class Gateway:
     """Everything one app instance owns: config sections, metrics, upstream pool, router, engine,
