@@ -111,6 +111,13 @@ class LimitsConfig(_Section):
     header_timeout_s: float = Field(
         10.0, gt=0, description="a request's line and headers must arrive within this (slowloris guard)"
     )
+    body_timeout_s: float = Field(
+        30.0, gt=0, description="a request's body must arrive within this many seconds of its headers"
+    )
+    max_header_bytes: int = Field(
+        65_536, ge=1024, description="largest request head (request line and headers), bytes; over it: 431"
+    )
+    max_headers: int = Field(100, ge=8, description="most header fields in one request; over it: 431")
 
 
 class LoggingConfig(_Section):
