@@ -33,6 +33,7 @@ from gateway.metrics import CONTENT_TYPE, GatewayMetrics
 from gateway.routing import CASCADE_MODEL
 from gateway.runtime import Gateway, StateEvents, build_learner
 from gateway.state import build_shared_state
+from policies.redaction import Redactor
 
 __all__ = ["Gateway", "GatewayApp", "build_gateway", "create_app", "error_parts"]
 
@@ -78,7 +79,11 @@ def build_gateway(settings: Settings, rng: random.Random | None = None) -> Gatew
         on_spend_fallback=events.spend_fallback,
     )
     # The traffic sampler, only when enabled: its stores and judges are imported only then.
-    learning = build_learner(settings.learning, settings.models, settings.limits.request_timeout_s, metrics)
+    # Every secret the config refers to: kept out of any upstream text the gateway relays or logs.
+    redact = Redactor(settings.secret_values())
+    learning = build_learner(
+        settings.learning, settings.models, settings.limits.request_timeout_s, metrics, redact=redact
+    )
     return Gateway(
         models=settings.models,
         limits=settings.limits,
@@ -87,6 +92,7 @@ def build_gateway(settings: Settings, rng: random.Random | None = None) -> Gatew
         shared=shared,
         learning=learning,
         rng=rng,
+        redact=redact,
     )
 
 

@@ -31,6 +31,7 @@ from gateway.routing import RoutePlan, Router
 from gateway.state import SharedState
 from gateway.upstream import UpstreamPool
 from policies import Policy
+from policies.redaction import Redactor
 
 if TYPE_CHECKING:
     from gateway.learning.sampler import Learner
@@ -66,7 +67,8 @@ class Gateway:
 
     ``models``, ``limits`` and ``logs`` are the config's ``models``, ``limits`` and ``logging``;
     ``metrics`` are the app's (``shared`` reports into them through ``StateEvents``); ``learning``
-    is the traffic sampler (``build_learner``), None unless ``learning.enabled``.
+    is the traffic sampler (``build_learner``), None unless ``learning.enabled``; ``redact`` cleans
+    upstream error text of every configured secret (``Settings.secret_values``).
     """
 
     def __init__(
@@ -79,12 +81,13 @@ class Gateway:
         shared: SharedState,
         learning: Learner | None = None,
         rng: random.Random | None = None,
+        redact: Redactor | None = None,
     ):
         self.models = models
         self.limits = limits
         self.logs = logs
         self.metrics = metrics
-        self.pool = UpstreamPool(models, self.metrics)
+        self.pool = UpstreamPool(models, self.metrics, redact)
         self.router = Router(models, rng)
         self.engine = CascadeEngine(models, self.pool, self.metrics)
         self.health = UpstreamHealth(self.pool, self.metrics)
@@ -221,6 +224,8 @@ def build_learner(
     models: Mapping[str, ModelConfig],
     request_timeout_s: float,
     metrics: GatewayMetrics,
+    *,
+    redact: Redactor | None = None,
 ) -> Learner | None:
     """The traffic sampler when ``learning.enabled``, else None; ConfigError naming the extra this
     install lacks for the configured store or judge.
@@ -237,4 +242,4 @@ def build_learner(
         raise ConfigError(f"learning: {problem}")
     from gateway.learning.sampler import Learner
 
-    return Learner(learning, models, request_timeout_s, metrics)
+    return Learner(learning, models, request_timeout_s, metrics, redact=redact)

@@ -89,7 +89,9 @@ async def _run(protocol_class: type[HttpToolsProtocol], requests: int) -> float:
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
     parser.add_argument("--requests", type=int, default=20000)
     parser.add_argument("--rounds", type=int, default=7)
     options = parser.parse_args()
@@ -109,8 +111,10 @@ def main() -> None:
     diffs = sorted(x - y for x, y in zip(bounded, plain, strict=True))
     print(f"uvicorn HttpToolsProtocol: {p * 1e6:.2f} us/request (median of {options.rounds} rounds)")
     print(f"gateway protocol:          {b * 1e6:.2f} us/request")
-    print(f"difference (paired):       median {statistics.median(diffs) * 1e6:+.2f} us, "
-          f"range {diffs[0] * 1e6:+.2f} .. {diffs[-1] * 1e6:+.2f} us")
+    print(
+        f"difference (paired):       median {statistics.median(diffs) * 1e6:+.2f} us, "
+        f"range {diffs[0] * 1e6:+.2f} .. {diffs[-1] * 1e6:+.2f} us"
+    )
 
 
 if __name__ == "__main__":
