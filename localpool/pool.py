@@ -9,7 +9,18 @@ from pathlib import Path
 from localpool.install import llama_server_binary, model_is_installed
 from localpool.manifest import Manifest, ModelSpec
 from localpool.paths import PoolPaths
-from localpool.process import ProcessError, read_record, start_detached, stop, wait_healthy
+from localpool.process import (
+    ProcessError,
+    death_report,
+    describe_exit,
+    is_alive,
+    load_record,
+    read_record,
+    record_exit,
+    start_detached,
+    stop,
+    wait_healthy,
+)
 
 # Sized for a small shared machine: the cores split between the servers (llama.cpp's threads spin
 # while waiting, so oversubscribing cores slows every server down: measured on 2 cores, three servers
@@ -51,6 +62,7 @@ class ModelStatus:
     port: int
     installed: bool
     pid: int | None
+    dead: str | None = None  # a server whose pid file outlived it: how it ended and its log's last line
 
     @property
     def running(self) -> bool:
@@ -113,7 +125,8 @@ def up(
 ) -> dict[str, str]:
     """Start the named models' servers (already running ones are kept); wait until all are healthy.
 
-    Returns {name: base_url}. On a start-up failure every server this call started is stopped.
+    Returns {name: base_url}. On a start-up failure every server this call started is stopped; one
+    that died keeps its pid file, with how it ended, for ``status``.
     """
     binary = require_installed(manifest, paths, names)
     started: list[tuple[str, int]] = []
@@ -137,6 +150,9 @@ def up(
             say(f"{name}: healthy after {waited:.1f}s at {base_url(spec)}")
     except BaseException:
         for name, pid in started:
+            if not is_alive(pid):
+                record_exit(paths.pid_file(name), pid)
+                continue
             stop(pid, grace_s=5.0)
             paths.pid_file(name).unlink(missing_ok=True)
         raise
@@ -148,6 +164,7 @@ def down(manifest: Manifest, paths: PoolPaths, names: list[str], *, grace_s: flo
     for name in names:
         record = read_record(paths.pid_file(name))
         if record is None:
+            paths.pid_file(name).unlink(missing_ok=True)  # a dead server's record: nothing to stop
             say(f"{name}: not running")
             continue
         outcome = stop(record.pid, grace_s=grace_s, executable=record.executable)
@@ -156,13 +173,18 @@ def down(manifest: Manifest, paths: PoolPaths, names: list[str], *, grace_s: flo
 
 
 def status(manifest: Manifest, paths: PoolPaths) -> list[ModelStatus]:
-    """Installed / running state of every model of the manifest."""
+    """Installed / running state of every model of the manifest, and how a dead server ended."""
     rows = []
     for name, spec in manifest.models.items():
-        record = read_record(paths.pid_file(name))
-        rows.append(
-            ModelStatus(name, spec.port, model_is_installed(spec, paths), record.pid if record else None)
-        )
+        installed = model_is_installed(spec, paths)
+        record = load_record(paths.pid_file(name))
+        if record is None:
+            rows.append(ModelStatus(name, spec.port, installed, None))
+        elif is_alive(record.pid, record.executable):
+            rows.append(ModelStatus(name, spec.port, installed, record.pid))
+        else:
+            dead = death_report(record, paths.log_file(name))
+            rows.append(ModelStatus(name, spec.port, installed, None, dead=dead))
     return rows
 
 
@@ -197,9 +219,10 @@ def run_foreground(
             command = server_command(binary, paths.model_file(spec.file), name, spec, options)
             children[name] = subprocess.Popen(command, stdin=subprocess.DEVNULL)
         while not stopping:
-            dead = [n for n, child in children.items() if child.poll() is not None]
+            dead = [(n, child.returncode) for n, child in children.items() if child.poll() is not None]
             if dead:
-                print(f"error: {', '.join(dead)} exited", flush=True)
+                ended = ", ".join(f"{n} exited with {describe_exit(code)}" for n, code in dead)
+                print(f"error: {ended}", flush=True)
                 return 1
             time.sleep(0.5)
         return 0
