@@ -62,6 +62,11 @@ _BODY_TIMEOUT_RESPONSE = _error_response(
 )
 
 
+# Set in the scope of a request whose body the protocol cut off (answered 408): the app, which then
+# sees a disconnect, logs the 408 the client got instead of a client that went away.
+BODY_TIMED_OUT = "cascade.body_timed_out"
+
+
 class _HeadTooLarge(Exception):
     """Raised from a parser callback to stop parsing a head over the limits (answered 431)."""
 
@@ -226,6 +231,7 @@ def gateway_http_protocol(limits: LimitsConfig) -> type[HttpToolsProtocol]:
                 return
             # A queued pipelined request's cycle is not the one writing: then only close.
             if not self.pipeline and not cycle.response_started:
+                cycle.scope[BODY_TIMED_OUT] = True  # type: ignore[literal-required]
                 self.transport.write(_BODY_TIMEOUT_RESPONSE)
             self.logger.warning(
                 "request body not complete within %.1fs: connection closed", self.body_timeout_s

@@ -10,6 +10,7 @@ from __future__ import annotations
 import json
 import socket
 import threading
+import time
 from collections.abc import Callable
 
 import pytest
@@ -90,9 +91,22 @@ def test_bodies_that_never_finish_get_408_and_a_closed_connection(start_replicas
     assert [_status(a) for a in answers] == [408] * 21
     assert {_error_code(a) for a in answers} == {"request_timeout"}
     assert b"request body was not received in time" in answers[0]
-    # The gateway still serves, and said why it closed the connections.
+    # The gateway still serves, said why it closed the connections, and logged each request as 408.
     assert gateway.get("/healthz").status_code == 200
     assert "request body not complete within 1.0s" in gateway.log_text()
+    logged = _wait_for_request_lines(gateway, 21)
+    assert [line["status"] for line in logged] == [408] * 21
+
+
+def _wait_for_request_lines(gateway: GatewayProcess, count: int) -> list[dict[str, object]]:
+    """The gateway's ``request`` log lines, once there are ``count`` of them."""
+    deadline = time.monotonic() + ANSWER_WAIT_S
+    while True:
+        lines = [json.loads(line) for line in gateway.log_text().splitlines() if line.startswith("{")]
+        requests = [line for line in lines if line.get("event") == "request"]
+        if len(requests) >= count or time.monotonic() > deadline:
+            return requests
+        time.sleep(0.05)
 
 
 def test_a_body_that_arrives_in_time_is_read_whole(start_replicas, upstream) -> None:
