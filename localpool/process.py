@@ -44,6 +44,11 @@ class ProcessRecord:
 _STARTED: dict[int, subprocess.Popen[bytes]] = {}
 
 
+def adopt(process: subprocess.Popen[bytes]) -> None:
+    """Keep the exit status of a process started elsewhere (``subprocess.Popen``) for ``exit_status``."""
+    _STARTED[process.pid] = process
+
+
 def describe_exit(returncode: int) -> str:
     """``exit code N`` or ``signal SIGILL (illegal instruction)`` for a ``Popen.returncode``."""
     if returncode >= 0:
@@ -75,7 +80,7 @@ def start_detached(
         process = subprocess.Popen(
             argv, stdin=subprocess.DEVNULL, stdout=log, stderr=subprocess.STDOUT, start_new_session=True
         )
-    _STARTED[process.pid] = process
+    adopt(process)
     record = ProcessRecord(pid=process.pid, executable=os.path.basename(argv[0]), port=port)
     _write_record(pid_path, record)
     return record
