@@ -136,10 +136,11 @@ def run_recalibrate(
 ) -> None:
     """Recalibrate, print the table, write the policy, push if it passed, report; exit 3 if refused."""
     from calibration.learning.recalibrate import recalibrate as run
-    from calibration.learning.redis_io import push_if_unchanged, redact
+    from calibration.learning.redis_io import push_if_unchanged
     from calibration.learning.report import comparison_table, report_document, routes_table, write_report
     from calibration.policy_writer import write_policy
     from policies.publish import PolicyKeys
+    from policies.redaction import redact_url
 
     result = run(options, progress=lambda text: errors.status(text))
     try:
@@ -173,7 +174,7 @@ def run_recalibrate(
         assert options.push is not None
         console.print(
             f"[green]Pushed {result.new.policy.policy_id}[/green] (compared with {against}) as version "
-            f"{version} to {redact(options.push)}",
+            f"{version} to {redact_url(options.push)}",
             highlight=False,
             soft_wrap=True,
         )

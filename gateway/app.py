@@ -34,6 +34,7 @@ from gateway.metrics import CONTENT_TYPE, GatewayMetrics
 from gateway.routing import CASCADE_MODEL
 from gateway.runtime import Gateway, StateEvents, build_learner
 from gateway.state import build_shared_state
+from policies.redaction import Redactor
 
 __all__ = ["Gateway", "GatewayApp", "build_gateway", "create_app", "error_parts"]
 
@@ -80,7 +81,11 @@ def build_gateway(settings: Settings, rng: random.Random | None = None) -> Gatew
         on_auth_failure=events.auth_failed,
     )
     # The traffic sampler, only when enabled: its stores and judges are imported only then.
-    learning = build_learner(settings.learning, settings.models, settings.limits.request_timeout_s, metrics)
+    # Every secret the config refers to: kept out of any upstream text the gateway relays or logs.
+    redact = Redactor(settings.secret_values())
+    learning = build_learner(
+        settings.learning, settings.models, settings.limits.request_timeout_s, metrics, redact=redact
+    )
     return Gateway(
         models=settings.models,
         limits=settings.limits,
@@ -89,6 +94,7 @@ def build_gateway(settings: Settings, rng: random.Random | None = None) -> Gatew
         shared=shared,
         learning=learning,
         rng=rng,
+        redact=redact,
     )
 
 

@@ -9,7 +9,7 @@ import typer
 
 from cascade_cli.failure import fail
 from gateway.policy_cli import register as register_policy
-from gateway.redis_keys import redact_url
+from policies.redaction import redact_url
 
 # `cascade serve` exits 2 on a config it cannot start with (README, "Serve").
 _CONFIG_ERROR = 2

@@ -39,6 +39,7 @@ from gateway.logs import log_event, log_exception
 from gateway.requests import ParsedRequest, RequestKind, parse_request
 from gateway.routing import RoutePlan
 from gateway.runtime import Gateway
+from gateway.serving import BODY_TIMED_OUT
 from gateway.spend import NANO_PER_USD
 from gateway.streaming import sse_error
 
@@ -173,8 +174,8 @@ class CompletionsEndpoint:
                 await self._send_error(exchange, ShuttingDownError(_SHUTDOWN_MESSAGE), request_id)
             else:
                 raise
-        except _ClientGone:
-            status, outcome = 499, "error"
+        except _ClientGone:  # or cut by the body timeout (gateway.serving), which answered 408
+            status, outcome = 408 if scope.get(BODY_TIMED_OUT) else 499, "error"
         except GatewayError as error:
             status = error.status
             await self._send_error(exchange, error, request_id)

@@ -25,6 +25,7 @@ from gateway.drift import DriftConfig
 from gateway.learning.config import LearningConfig
 from gateway.redis_keys import is_redis_url
 from policies import Price
+from policies.redaction import url_secrets
 from policies.request_defaults import RequestDefaults
 
 # Model names clients may not use for a configured model: they are the cascade aliases.
@@ -111,6 +112,13 @@ class LimitsConfig(_Section):
     header_timeout_s: float = Field(
         10.0, gt=0, description="a request's line and headers must arrive within this (slowloris guard)"
     )
+    body_timeout_s: float = Field(
+        30.0, gt=0, description="a request's body must arrive within this many seconds of its headers"
+    )
+    max_header_bytes: int = Field(
+        65_536, ge=1024, description="largest request head (request line and headers), bytes; over it: 431"
+    )
+    max_headers: int = Field(100, ge=8, description="most header fields in one request; over it: 431")
 
 
 class LoggingConfig(_Section):
@@ -176,6 +184,23 @@ class Settings(BaseSettings):
                 f"(configured: {', '.join(sorted(self.models))})"
             )
         return self
+
+    def secret_values(self) -> list[str]:
+        """Every secret this config refers to, read now: upstream keys, client and admin keys, the
+        judge's key, and the passwords in every configured URL (``policies.redaction.Redactor``)."""
+        values: list[str] = []
+        for model in self.models.values():
+            values.append(model.api_key() or "")
+            values.extend(url_secrets(model.base_url))
+        for env in (self.auth.api_keys_env, self.auth.admin_key_env):
+            values.extend(k.strip() for k in (os.environ.get(env or "") or "").split(","))
+        judge = self.learning.judge
+        judge_key_env = getattr(judge, "api_key_env", None)
+        if judge_key_env:
+            values.append(os.environ.get(judge_key_env) or "")
+        for url in (self.redis_url, self.policy, self.learning.store, str(getattr(judge, "base_url", ""))):
+            values.extend(url_secrets(url))
+        return [v for v in values if v]
 
     @classmethod
     def settings_customise_sources(

@@ -16,7 +16,8 @@ from typing import Annotated, Any
 import typer
 
 from cascade_cli.failure import fail
-from gateway.redis_keys import DEFAULT_PREFIX, PREFIX_ENV, RedisKeys, redact_url
+from gateway.redis_keys import DEFAULT_PREFIX, PREFIX_ENV, RedisKeys
+from policies.redaction import redact_url
 
 RedisOption = Annotated[
     str,

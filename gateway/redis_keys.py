@@ -54,11 +54,3 @@ class RedisKeys(PolicyKeys):
 def is_redis_url(value: str) -> bool:
     """Whether ``value`` names a Redis (``redis://``, ``rediss://``, ``unix://``) rather than a file."""
     return value.startswith(("redis://", "rediss://", "unix://"))
-
-
-def redact_url(url: str) -> str:
-    """A Redis URL without its password (``redis://***@host:6379/0``), for logs, status and errors."""
-    if "@" not in url:
-        return url
-    scheme, _, rest = url.partition("://")
-    return f"{scheme}://***@{rest.rpartition('@')[2]}"

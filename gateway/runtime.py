@@ -27,6 +27,7 @@ from gateway.state import SharedState
 from gateway.upstream import UpstreamPool
 from policies import Policy
 from policies.charges import bound_usd, tokens_bound
+from policies.redaction import Redactor
 from policies.request_defaults import merge_request_defaults
 
 if TYPE_CHECKING:
@@ -68,7 +69,8 @@ class Gateway:
 
     ``models``, ``limits`` and ``logs`` are the config's ``models``, ``limits`` and ``logging``;
     ``metrics`` are the app's (``shared`` reports into them through ``StateEvents``); ``learning``
-    is the traffic sampler (``build_learner``), None unless ``learning.enabled``.
+    is the traffic sampler (``build_learner``), None unless ``learning.enabled``; ``redact`` cleans
+    upstream error text of every configured secret (``Settings.secret_values``).
     """
 
     def __init__(
@@ -81,12 +83,13 @@ class Gateway:
         shared: SharedState,
         learning: Learner | None = None,
         rng: random.Random | None = None,
+        redact: Redactor | None = None,
     ):
         self.models = models
         self.limits = limits
         self.logs = logs
         self.metrics = metrics
-        self.pool = UpstreamPool(models, self.metrics)
+        self.pool = UpstreamPool(models, self.metrics, redact)
         self.router = Router(models, rng)
         self.engine = CascadeEngine(models, self.pool, self.metrics)
         self.health = UpstreamHealth(self.pool, self.metrics)
@@ -223,6 +226,8 @@ def build_learner(
     models: Mapping[str, ModelConfig],
     request_timeout_s: float,
     metrics: GatewayMetrics,
+    *,
+    redact: Redactor | None = None,
 ) -> Learner | None:
     """The traffic sampler when ``learning.enabled``, else None; ConfigError naming the extra this
     install lacks for the configured store or judge.
@@ -239,4 +244,4 @@ def build_learner(
         raise ConfigError(f"learning: {problem}")
     from gateway.learning.sampler import Learner
 
-    return Learner(learning, models, request_timeout_s, metrics)
+    return Learner(learning, models, request_timeout_s, metrics, redact=redact)

@@ -72,7 +72,7 @@ def run(settings: Settings, host: str, port: int, **options: Any) -> None:
         "host": host,
         "port": port,
         "loop": "uvloop",
-        "http": gateway_http_protocol(settings.limits.header_timeout_s),
+        "http": gateway_http_protocol(settings.limits),
         "workers": 1,
         "lifespan": "on",
         "access_log": False,

@@ -37,9 +37,10 @@ from gateway.auth import Authenticator, AuthFailed, ClientIdentity, authenticato
 from gateway.config import AuthConfig, BudgetConfig
 from gateway.policy_store import FilePolicyStore, PolicyStore, RedisPolicyStore
 from gateway.redis_batch import RedisBatcher
-from gateway.redis_keys import RedisKeys, is_redis_url, redact_url
+from gateway.redis_keys import RedisKeys, is_redis_url
 from gateway.spend import Reservation, SpendLimiter
 from policies import Policy
+from policies.redaction import redact_url
 
 log = logging.getLogger("cascade.state")
 

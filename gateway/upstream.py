@@ -30,6 +30,7 @@ from gateway.errors import (
     UpstreamTimeoutError,
 )
 from gateway.metrics import GatewayMetrics
+from policies.redaction import Redactor, url_secrets
 
 _RETRYABLE_STATUS = frozenset({429, 500, 502, 503, 504})
 # Client-side faults an upstream reports about the request itself: retried never, escalated as a
@@ -44,7 +45,8 @@ class UpstreamFailure(Exception):
     """One upstream call failed for good (after retries).
 
     ``kind``: timeout | connect | http | rate_limited | rejected | malformed.
-    The message never contains the upstream key or the request body.
+    The message never contains the request body, nor any secret: an upstream's own error text is
+    passed through the pool's ``Redactor`` before it is kept.
     """
 
     def __init__(
@@ -86,9 +88,11 @@ class UpstreamReply:
 class UpstreamClient:
     """Calls one configured model's OpenAI-compatible endpoint."""
 
-    def __init__(self, name: str, config: ModelConfig, metrics: GatewayMetrics):
+    def __init__(self, name: str, config: ModelConfig, metrics: GatewayMetrics, redact: Redactor):
+        """``redact`` cleans an upstream's error text of every secret before it is kept."""
         self.name = name
         self.config = config
+        self._redact = redact
         self._metrics = metrics
         self._session: aiohttp.ClientSession | None = None
         self._headers = {"content-type": "application/json", "accept": "application/json"}
@@ -252,7 +256,8 @@ class UpstreamClient:
                 self.name, "rate_limited", detail, status=status, retry_after=_parse_retry_after(retry_after)
             )
         if status in _REJECTED_STATUS:
-            return UpstreamFailure(self.name, "rejected", _error_message(payload) or detail, status=status)
+            message = _error_message(payload, self._redact)
+            return UpstreamFailure(self.name, "rejected", message or detail, status=status)
         return UpstreamFailure(
             self.name, "http", detail, status=status, retry_after=_parse_retry_after(retry_after)
         )
@@ -262,6 +267,8 @@ class UpstreamClient:
         self._duration.observe(time.monotonic() - started)
 
 
+# The longest upstream error message relayed to a client.
+_MESSAGE_CHARS = 300
 _NOT_A_COMPLETION = "response is not a completion JSON object with choices"
 
 
@@ -322,21 +329,29 @@ def _parse_retry_after(value: str | None) -> float | None:
     return max(0.0, when.timestamp() - time.time())
 
 
-def _error_message(payload: bytes) -> str | None:
-    """The upstream's OpenAI error message (truncated), to tell a client why its request was refused."""
+def _error_message(payload: bytes, redact: Redactor) -> str | None:
+    """The upstream's OpenAI error message, redacted then truncated, to tell a client why its request
+    was refused (redacted first: a cut must not leave part of a secret behind)."""
     try:
         error = orjson.loads(payload).get("error")
     except (orjson.JSONDecodeError, AttributeError):
         return None
     message = error.get("message") if isinstance(error, dict) else error
-    return str(message)[:300] if message else None
+    return redact(str(message))[:_MESSAGE_CHARS] if message else None
 
 
 class UpstreamPool:
     """All configured upstreams, by configured model name."""
 
-    def __init__(self, models: Mapping[str, ModelConfig], metrics: GatewayMetrics):
-        self.clients = {name: UpstreamClient(name, cfg, metrics) for name, cfg in models.items()}
+    def __init__(
+        self, models: Mapping[str, ModelConfig], metrics: GatewayMetrics, redact: Redactor | None = None
+    ):
+        """``redact``: the gateway's (every configured secret); by default the models' own keys and
+        URL passwords."""
+        redact = redact or Redactor(
+            secret for cfg in models.values() for secret in [cfg.api_key(), *url_secrets(cfg.base_url)]
+        )
+        self.clients = {name: UpstreamClient(name, cfg, metrics, redact) for name, cfg in models.items()}
 
     async def start(self) -> None:
         """Open every session (inside the app lifespan, never at import)."""

@@ -126,16 +126,20 @@ def status() -> None:
     table = Table(title=f"local pool ({paths.home})")
     for column in ("model", "port", "installed", "running", "pid", "price"):
         table.add_column(column)
-    for row in pool_status(manifest, paths):
+    rows = pool_status(manifest, paths)
+    for row in rows:
         table.add_row(
             row.name,
             str(row.port),
             "yes" if row.installed else "no",
-            "yes" if row.running else "no",
+            "yes" if row.running else ("dead" if row.dead else "no"),
             str(row.pid or "-"),
             manifest.models[row.name].price.describe(),
         )
     console = Console()
     console.print(table)
+    for row in rows:
+        if row.dead:  # said in full below the table: a cell would cut it
+            console.print(f"{row.name}: {row.dead}", markup=False, highlight=False, soft_wrap=True)
     server = installed_llama_server_version()
     console.print(f"llama-server: {server or 'not installed'} (pinned {manifest.llama_server.version})")

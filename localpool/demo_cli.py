@@ -121,7 +121,7 @@ def demo(
     from localpool.pool import ServerOptions
     from localpool.pool import down as pool_down
     from localpool.pool import up as pool_up
-    from localpool.process import ProcessError, read_record, wait_healthy
+    from localpool.process import ProcessError, adopt, read_record, wait_healthy
 
     def say(message: str) -> None:
         typer.echo(message, err=True)
@@ -179,6 +179,7 @@ def demo(
             gateway = subprocess.Popen(
                 command, stdin=subprocess.DEVNULL, stdout=log, stderr=subprocess.STDOUT
             )
+        adopt(gateway)  # so that a gateway dying at start says how
         url = f"http://127.0.0.1:{port}"
         wait_healthy(f"{url}/readyz", pid=gateway.pid, log_path=log_path, timeout_s=60, name="gateway")
         say(f"gateway: ready (pid {gateway.pid}, config {config}, log {log_path})")

@@ -9,7 +9,18 @@ from pathlib import Path
 from localpool.install import model_is_installed
 from localpool.manifest import Manifest, ModelSpec
 from localpool.paths import PoolPaths
-from localpool.process import ProcessError, read_record, start_detached, stop, wait_healthy
+from localpool.process import (
+    ProcessError,
+    death_report,
+    describe_exit,
+    is_alive,
+    load_record,
+    read_record,
+    record_exit,
+    start_detached,
+    stop,
+    wait_healthy,
+)
 from localpool.server_build import llama_server_binary
 
 # Sized for a small shared machine: the cores split between the servers (llama.cpp's threads spin
@@ -52,6 +63,7 @@ class ModelStatus:
     port: int
     installed: bool
     pid: int | None
+    dead: str | None = None  # a server whose pid file outlived it: how it ended and its log's last line
 
     @property
     def running(self) -> bool:
@@ -114,7 +126,8 @@ def up(
 ) -> dict[str, str]:
     """Start the named models' servers (already running ones are kept); wait until all are healthy.
 
-    Returns {name: base_url}. On a start-up failure every server this call started is stopped.
+    Returns {name: base_url}. On a start-up failure every server this call started is stopped; one
+    that died keeps its pid file, with how it ended, for ``status``.
     """
     binary = require_installed(manifest, paths, names)
     started: list[tuple[str, int]] = []
@@ -138,6 +151,9 @@ def up(
             say(f"{name}: healthy after {waited:.1f}s at {base_url(spec)}")
     except BaseException:
         for name, pid in started:
+            if not is_alive(pid):
+                record_exit(paths.pid_file(name), pid)
+                continue
             stop(pid, grace_s=5.0)
             paths.pid_file(name).unlink(missing_ok=True)
         raise
@@ -149,6 +165,7 @@ def down(manifest: Manifest, paths: PoolPaths, names: list[str], *, grace_s: flo
     for name in names:
         record = read_record(paths.pid_file(name))
         if record is None:
+            paths.pid_file(name).unlink(missing_ok=True)  # a dead server's record: nothing to stop
             say(f"{name}: not running")
             continue
         outcome = stop(record.pid, grace_s=grace_s, executable=record.executable)
@@ -157,13 +174,18 @@ def down(manifest: Manifest, paths: PoolPaths, names: list[str], *, grace_s: flo
 
 
 def status(manifest: Manifest, paths: PoolPaths) -> list[ModelStatus]:
-    """Installed / running state of every model of the manifest."""
+    """Installed / running state of every model of the manifest, and how a dead server ended."""
     rows = []
     for name, spec in manifest.models.items():
-        record = read_record(paths.pid_file(name))
-        rows.append(
-            ModelStatus(name, spec.port, model_is_installed(spec, paths), record.pid if record else None)
-        )
+        installed = model_is_installed(spec, paths)
+        record = load_record(paths.pid_file(name))
+        if record is None:
+            rows.append(ModelStatus(name, spec.port, installed, None))
+        elif is_alive(record.pid, record.executable):
+            rows.append(ModelStatus(name, spec.port, installed, record.pid))
+        else:
+            dead = death_report(record, paths.log_file(name))
+            rows.append(ModelStatus(name, spec.port, installed, None, dead=dead))
     return rows
 
 
@@ -198,9 +220,10 @@ def run_foreground(
             command = server_command(binary, paths.model_file(spec.file), name, spec, options)
             children[name] = subprocess.Popen(command, stdin=subprocess.DEVNULL)
         while not stopping:
-            dead = [n for n, child in children.items() if child.poll() is not None]
+            dead = [(n, child.returncode) for n, child in children.items() if child.poll() is not None]
             if dead:
-                print(f"error: {', '.join(dead)} exited", flush=True)
+                ended = ", ".join(f"{n} exited with {describe_exit(code)}" for n, code in dead)
+                print(f"error: {ended}", flush=True)
                 return 1
             time.sleep(0.5)
         return 0

@@ -3,6 +3,13 @@
 A process is started in its own session (so a terminal's Ctrl-C does not reach it and a stop can
 signal its whole group), with stdout/stderr appended to a log file and a JSON pid file recording the
 pid and the executable, so a stale pid file (or a reused pid) is never mistaken for a live server.
+
+When a process dies, it says how: the exit status of a process this command started is kept (its
+``Popen`` is held in ``_STARTED``, so no other reaping loses it) and described as ``exit code N``
+or ``signal SIGILL (illegal instruction)``; ``record_exit`` writes it into the pid file, so that a
+later ``cascade models status`` can still show it. A pid file whose process is gone and that
+records no exit belonged to a process some other command started: all that is known is that it is
+gone, and its log's last line.
 """
 
 from __future__ import annotations
@@ -13,7 +20,7 @@ import os
 import signal
 import subprocess
 import time
-from dataclasses import dataclass
+from dataclasses import asdict, dataclass, replace
 from pathlib import Path
 
 import httpx
@@ -30,6 +37,37 @@ class ProcessRecord:
     pid: int
     executable: str
     port: int | None = None
+    exit: str | None = None  # how it ended (``describe_exit``), once known
+
+
+# Processes this process started, by pid: their exit status is read from here (see module doc).
+_STARTED: dict[int, subprocess.Popen[bytes]] = {}
+
+
+def adopt(process: subprocess.Popen[bytes]) -> None:
+    """Keep the exit status of a process started elsewhere (``subprocess.Popen``) for ``exit_status``."""
+    _STARTED[process.pid] = process
+
+
+def describe_exit(returncode: int) -> str:
+    """``exit code N`` or ``signal SIGILL (illegal instruction)`` for a ``Popen.returncode``."""
+    if returncode >= 0:
+        return f"exit code {returncode}"
+    number = -returncode
+    try:
+        name = signal.Signals(number).name
+    except ValueError:
+        name = f"signal {number}"
+    reason = signal.strsignal(number)
+    return f"signal {name} ({reason[0].lower() + reason[1:]})" if reason else f"signal {name}"
+
+
+def exit_status(pid: int) -> str | None:
+    """How a process this process started ended (``describe_exit``); None if running or not ours."""
+    child = _STARTED.get(pid)
+    if child is None or child.poll() is None:
+        return None
+    return describe_exit(child.returncode)
 
 
 def start_detached(
@@ -42,25 +80,53 @@ def start_detached(
         process = subprocess.Popen(
             argv, stdin=subprocess.DEVNULL, stdout=log, stderr=subprocess.STDOUT, start_new_session=True
         )
+    adopt(process)
     record = ProcessRecord(pid=process.pid, executable=os.path.basename(argv[0]), port=port)
-    pid_path.write_text(json.dumps(record.__dict__) + "\n")
+    _write_record(pid_path, record)
     return record
 
 
-def read_record(pid_path: Path) -> ProcessRecord | None:
-    """The record of a pid file if its process is still alive (a stale file is removed)."""
+def _write_record(pid_path: Path, record: ProcessRecord) -> None:
+    fields = {k: v for k, v in asdict(record).items() if v is not None or k == "port"}
+    pid_path.write_text(json.dumps(fields) + "\n")
+
+
+def load_record(pid_path: Path) -> ProcessRecord | None:
+    """What a pid file says, alive or not (None if there is none or it is unreadable)."""
     try:
-        record = ProcessRecord(**json.loads(pid_path.read_text()))
+        return ProcessRecord(**json.loads(pid_path.read_text()))
     except (OSError, ValueError, TypeError):
         return None
-    if is_alive(record.pid, record.executable):
+
+
+def read_record(pid_path: Path) -> ProcessRecord | None:
+    """The record of a pid file if its process is still alive (a stale file is left for ``status``)."""
+    record = load_record(pid_path)
+    if record is not None and is_alive(record.pid, record.executable):
         return record
-    pid_path.unlink(missing_ok=True)
     return None
+
+
+def record_exit(pid_path: Path, pid: int) -> str | None:
+    """Write how the (dead) process ``pid`` ended into its pid file; that description, if known."""
+    how = exit_status(pid)
+    record = load_record(pid_path)
+    if how is not None and record is not None and record.pid == pid:
+        _write_record(pid_path, replace(record, exit=how))
+    return how
+
+
+def death_report(record: ProcessRecord, log_path: Path) -> str:
+    """One line on a pid file's dead process: how it ended (or that it is gone) and its log's last line."""
+    how = f"exited with {record.exit}" if record.exit else f"pid {record.pid} is gone (exit status unknown)"
+    return f"{how}; last log line: {last_log_line(log_path)!r} (see {log_path})"
 
 
 def is_alive(pid: int, executable: str | None = None) -> bool:
     """True if ``pid`` runs (not a zombie) and, when given, its command line names ``executable``."""
+    child = _STARTED.get(pid)
+    if child is not None and child.poll() is not None:
+        return False  # ours, and ended: its status stays in ``_STARTED``
     _reap(pid)
     try:
         stat = Path(f"/proc/{pid}/stat").read_text()
@@ -121,18 +187,21 @@ def wait_healthy(url: str, *, pid: int, log_path: Path, timeout_s: float, name: 
                 if client.get(url).status_code == 200:
                     return time.monotonic() - started
             if not is_alive(pid):
+                how = exit_status(pid)
+                ended = f"exited during start-up with {how}" if how else "exited during start-up"
                 raise ProcessError(
-                    f"{name} exited during start-up; last log line: {_last_line(log_path)!r} (see {log_path})"
+                    f"{name} {ended}; last log line: {last_log_line(log_path)!r} (see {log_path})"
                 )
             if time.monotonic() - started > timeout_s:
                 raise ProcessError(
                     f"{name} not healthy at {url} after {timeout_s:.0f}s; last log line: "
-                    f"{_last_line(log_path)!r} (see {log_path})"
+                    f"{last_log_line(log_path)!r} (see {log_path})"
                 )
             time.sleep(0.25)
 
 
-def _last_line(log_path: Path) -> str:
+def last_log_line(log_path: Path) -> str:
+    """The last non-blank line of a log (read from its last 4 KiB); empty if there is none."""
     try:
         with log_path.open("rb") as handle:
             handle.seek(max(0, log_path.stat().st_size - 4096))

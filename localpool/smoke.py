@@ -18,27 +18,10 @@ from pathlib import Path
 import httpx
 
 from localpool.errors import InstallError
+from localpool.process import describe_exit, last_log_line
 
-# Why a signal usually kills llama-server, for the one-line reason.
-_SIGNAL_HINTS = {
-    signal.SIGILL: "illegal instruction: the build uses a CPU instruction this machine cannot run",
-    signal.SIGSEGV: "segmentation fault",
-    signal.SIGBUS: "bus error",
-    signal.SIGKILL: "killed, often by the kernel's out-of-memory killer",
-    signal.SIGABRT: "aborted",
-}
-
-
-def describe_exit(returncode: int) -> str:
-    """How a process ended, from its return code: ``exit code 3`` or ``signal SIGILL (illegal ...)``."""
-    if returncode >= 0:
-        return f"exit code {returncode}"
-    try:
-        sig = signal.Signals(-returncode)
-    except ValueError:
-        return f"signal {-returncode}"
-    hint = _SIGNAL_HINTS.get(sig)
-    return f"signal {sig.name} ({hint})" if hint else f"signal {sig.name}"
+# The reason a build most often dies on a machine it was not made for, spelled out.
+_SIGILL_HINT = "the build uses a CPU instruction this machine cannot run"
 
 
 def smoke_test(binary: Path, model: Path, log_path: Path, *, timeout_s: float = 180.0) -> str:
@@ -94,21 +77,12 @@ def _failure(process: subprocess.Popen[bytes], log_path: Path, what: str) -> Ins
         with contextlib.suppress(subprocess.TimeoutExpired):
             code = process.wait(timeout=2.0)
     how = describe_exit(code) if code is not None else "still running"
+    if code == -signal.SIGILL:
+        how += f": {_SIGILL_HINT}"
     return InstallError(
         f"llama-server failed its smoke test: {what}; {how}; last log line: {last_log_line(log_path)!r} "
         f"(see {log_path})"
     )
-
-
-def last_log_line(log_path: Path) -> str:
-    """The last non-empty line of a log (read from its last 4 KiB), or ''."""
-    try:
-        with log_path.open("rb") as handle:
-            handle.seek(max(0, log_path.stat().st_size - 4096))
-            lines = [line for line in handle.read().decode(errors="replace").splitlines() if line.strip()]
-    except OSError:
-        return ""
-    return lines[-1].strip()[:300] if lines else ""
 
 
 def _stop(process: subprocess.Popen[bytes]) -> None:

@@ -19,9 +19,10 @@ from datetime import datetime
 from typing import Any
 from urllib.parse import parse_qsl, urlencode, urlsplit, urlunsplit
 
+from policies.redaction import redact_url
 from traffic.migrations import TABLE, check_identifier, migrate
 from traffic.rows import COLUMNS, TrafficRow, json_bytes
-from traffic.store import StoreError, StoreUnavailableError, check_where, redact_url
+from traffic.store import StoreError, StoreUnavailableError, check_where
 
 DEFAULT_SCHEMA = "cascade_traffic"
 DEFAULT_CONNECT_TIMEOUT_S = 5.0

@@ -85,8 +85,3 @@ def parse_since(text: str, now: datetime | None = None) -> datetime:
     except ValueError:
         raise StoreError(f"--since {text!r}: expected a duration (7d, 12h, 30m) or an ISO date") from None
     return moment if moment.tzinfo else moment.replace(tzinfo=UTC)
-
-
-def redact_url(url: str) -> str:
-    """The URL without its password, for messages."""
-    return re.sub(r"//([^:/@]+):[^@/]*@", r"//\1:***@", url)

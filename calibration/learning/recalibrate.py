@@ -27,13 +27,14 @@ import numpy as np
 
 from calibration.calibrate import Calibrated, calibrate
 from calibration.learning.compare import Comparison, compare_policies
-from calibration.learning.redis_io import connect, read_served, redact
+from calibration.learning.redis_io import connect, read_served
 from calibration.learning.rule import Tolerances
 from calibration.runs import DEFAULT_SCORER, DEFAULT_TOP_K, RunsError, RunsMatrix, load_runs
 from calibration.splits import Split, stratified_splits
 from calibration.tiers import TiersSpec, load_tiers
 from policies import PolicyError, load_policy
 from policies.publish import DEFAULT_PREFIX, PolicyKeys, check_servable
+from policies.redaction import redact_url
 from policies.schema import Policy
 from traffic.export import Selection, export_store, write_runs
 
@@ -128,7 +129,7 @@ def _run(
             f"the current policy {current.policy.policy_id} uses scorer 'external', which cannot be "
             "computed from the traffic's logprobs"
         )
-    with progress(f"Reading traffic from {_redact_store(options.store)} ..."):
+    with progress(f"Reading traffic from {redact_url(options.store)} ..."):
         exported = export_store(
             options.store, since=options.since, where=options.where, models=options.models
         )
@@ -209,10 +210,10 @@ def _current_policy(options: RecalibrateOptions, progress: Progress) -> CurrentP
     if options.push is None:
         return CurrentPolicy(from_file, None if options.current is None else str(options.current))
     keys = PolicyKeys(options.prefix)
-    with progress(f"Reading the served policy from {redact(options.push)} ..."):
+    with progress(f"Reading the served policy from {redact_url(options.push)} ..."):
         client = connect(options.push)
         text, served = read_served(client, keys)
-    where = f"{redact(options.push)} ({keys.policy_current})"
+    where = f"{redact_url(options.push)} ({keys.policy_current})"
     if from_file is None:
         return CurrentPolicy(served, where if served is not None else None, text, client)
     if served is not None and served.policy_id != from_file.policy_id:
@@ -284,9 +285,3 @@ def _invalid(policy: Policy) -> str | None:
     except PolicyError as exc:
         return f"the new policy cannot be served: {exc}"
     return None
-
-
-def _redact_store(url: str) -> str:
-    from traffic.store import redact_url
-
-    return redact_url(url)

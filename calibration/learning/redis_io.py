@@ -12,19 +12,12 @@ from typing import Any
 
 from policies import PolicyError, parse_policy
 from policies.publish import PolicyChangedError, PolicyKeys, push_policy, read_current
+from policies.redaction import redact_url
 from policies.schema import Policy
 
 
 class RedisPolicyError(Exception):
     """Redis cannot be used (unreachable, unreadable policy, changed meanwhile); one-line message."""
-
-
-def redact(url: str) -> str:
-    """A Redis URL without its password."""
-    if "@" not in url:
-        return url
-    scheme, _, rest = url.partition("://")
-    return f"{scheme}://***@{rest.rpartition('@')[2]}"
 
 
 def connect(url: str) -> Any:
@@ -35,7 +28,7 @@ def connect(url: str) -> Any:
         client = redis.Redis.from_url(url, decode_responses=True, socket_connect_timeout=3, socket_timeout=5)
         client.ping()
     except (redis.RedisError, OSError, ValueError) as exc:
-        raise RedisPolicyError(f"cannot reach Redis at {redact(url)}: {exc}") from None
+        raise RedisPolicyError(f"cannot reach Redis at {redact_url(url)}: {exc}") from None
     return client
 
 

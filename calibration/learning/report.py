@@ -13,8 +13,8 @@ from typing import Any
 from rich.table import Table
 
 from calibration.learning.recalibrate import Recalibration
-from calibration.learning.redis_io import redact
 from calibration.learning.rule import Estimate, TierMetrics
+from policies.redaction import redact_url
 from policies.schema import Tier
 
 REPORT_NAME = "cascade-recalibrate"
@@ -144,7 +144,7 @@ def report_document(
         "version": REPORT_VERSION,
         "created_at": datetime.now(UTC).isoformat(timespec="seconds"),
         "command": " ".join(command if command is not None else ["cascade", *sys.argv[1:]]),
-        "store": _redact_store(options.store),
+        "store": redact_url(options.store),
         "since": options.since,
         "where": options.where,
         "data": {
@@ -175,7 +175,7 @@ def report_document(
             "reason": result.refusal,
             "pushed": pushed_version is not None,
             "version": pushed_version,
-            "target": None if options.push is None else redact(options.push),
+            "target": None if options.push is None else redact_url(options.push),
         },
         "notes": result.notes,
     }
@@ -194,9 +194,3 @@ def write_report(document: dict[str, Any], path: Path) -> None:
     except BaseException:
         Path(name).unlink(missing_ok=True)
         raise
-
-
-def _redact_store(url: str) -> str:
-    from traffic.store import redact_url
-
-    return redact_url(url)

@@ -1,8 +1,9 @@
 """The ``learning:`` section of the gateway config (docs/contracts.md#config).
 
 Validation is static (types, ranges, a store URL the gateway knows). Whether this machine has what
-the chosen store and judge need (asyncpg, httpx, the similarity model) is checked when the gateway
-starts with learning enabled (``missing_requirement``), not here: other tools read the same file
+the chosen store and judge need (asyncpg, httpx, the similarity model, a file store path that is a
+regular file) is checked when the gateway starts with learning enabled (``missing_requirement``),
+not here: other tools read the same file
 (``cascade collect --config``) on machines that never run the sampler.
 """
 
@@ -63,10 +64,19 @@ class LearningConfig(BaseModel):
 
 
 def missing_requirement(config: LearningConfig) -> str | None:
-    """What this install lacks to run ``config`` (one line naming the extra), or None."""
+    """What this install or machine lacks to run ``config`` (one line: the extra to install, or a
+    file store path that is not a regular file), or None."""
     if not config.enabled:
         return None
     store = config.store or ""
+    if store.startswith("file:"):
+        from traffic.file_store import FileStore
+        from traffic.store import StoreError
+
+        try:
+            FileStore.from_url(store)  # refuses a device or FIFO, whose reading would never end
+        except StoreError as exc:
+            return str(exc)
     if store.startswith(("postgresql://", "postgres://")) and _absent("asyncpg"):
         return "the PostgreSQL traffic store needs asyncpg: pip install 'cascade-gateway[traffic]'"
     kind = config.judge.kind

@@ -34,6 +34,7 @@ from gateway.logs import log_event, log_exception
 from gateway.metrics import LearningMetrics
 from gateway.upstream import UpstreamPool
 from policies import Policy
+from policies.redaction import Redactor
 from traffic.judges import make_judge
 from traffic.store import TrafficStore, open_store
 
@@ -62,13 +63,15 @@ class Learner:
         judge: Judge | None = None,
         rng: random.Random | None = None,
         clock: Any = time.monotonic,
+        redact: Redactor | None = None,
     ) -> None:
         """Build from the config's ``learning`` section (no I/O: the store connects and sessions
         open later); ``models`` are the configured models and ``request_timeout_s`` bounds each
         sample's shadow calls (the config's ``limits.request_timeout_s``).
 
         ``store`` and ``judge`` replace the configured ones; ``rng`` and ``clock`` make draws and
-        the spend window reproducible in tests.
+        the spend window reproducible in tests; ``redact`` cleans the shadow calls' upstream error
+        text (by default of the models' own keys).
         """
         assert config.store is not None and metrics.learning is not None
         self.config = config
@@ -78,7 +81,9 @@ class Learner:
         self.store = store or open_store(config.store)
         self.judge = judge or make_judge(config.judge)
         self.budget = ShadowBudget(config.max_shadow_usd_per_hour, clock=clock)
-        self.pool = UpstreamPool(models, metrics)  # sessions of its own: never the clients' connections
+        self.pool = UpstreamPool(
+            models, metrics, redact
+        )  # sessions of its own: never the clients' connections
         self.runner = ShadowRunner(
             config,
             models,

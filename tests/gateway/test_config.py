@@ -74,6 +74,30 @@ def test_api_key_is_read_from_the_named_variable_only(
     assert "sk-secret" not in repr(settings)
 
 
+def test_secret_values_are_every_key_and_url_password_the_config_refers_to(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    monkeypatch.setenv("SMALL_KEY", "sk-upstream")
+    monkeypatch.setenv("CASCADE_API_KEYS", "sk-client-a, sk-client-b")
+    monkeypatch.setenv("CASCADE_ADMIN_KEY", "sk-admin")
+    settings = Settings.from_mapping(
+        {
+            "models": {
+                "small": {
+                    "base_url": "http://u:url-pass@127.0.0.1:9001/v1",
+                    "model": "s",
+                    "api_key_env": "SMALL_KEY",
+                }
+            },
+            "policy": "redis://:policy-pass@127.0.0.1:6379/0",
+            "redis_url": "redis://:redis-pass@127.0.0.1:6379/0",
+        }
+    )
+    assert sorted(settings.secret_values()) == sorted(
+        ["sk-upstream", "url-pass", "sk-client-a", "sk-client-b", "sk-admin", "redis-pass", "policy-pass"]
+    )
+
+
 def test_config_prices_are_the_shared_price_model(config_file: Path) -> None:
     settings = Settings.from_yaml(config_file)
     assert isinstance(settings.models["small"].price, Price)

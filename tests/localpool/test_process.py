@@ -42,7 +42,7 @@ def test_started_process_is_recorded_and_stops_on_sigterm(tmp_path: Path) -> Non
         assert is_alive(record.pid, record.executable)
         assert stop(record.pid, grace_s=5) == "stopped"
         assert not is_alive(record.pid)
-        assert read_record(pid_file) is None and not pid_file.exists()  # stale file cleaned up
+        assert read_record(pid_file) is None and pid_file.exists()  # kept for `status`; `down` removes it
     finally:
         stop(record.pid, grace_s=0.1)
 
@@ -101,7 +101,8 @@ def test_wait_healthy_reports_an_early_exit_with_the_log(tmp_path: Path) -> None
     log = tmp_path / "bad.log"
     record = start_detached(failing, log, tmp_path / "bad.pid")
     with pytest.raises(
-        ProcessError, match=r"bad exited during start-up; last log line: 'model file is corrupt'"
+        ProcessError,
+        match=r"bad exited during start-up with exit code 3; last log line: 'model file is corrupt'",
     ):
         wait_healthy(
             f"http://127.0.0.1:{_free_port()}/health", pid=record.pid, log_path=log, timeout_s=20, name="bad"

@@ -21,6 +21,7 @@ import orjson
 
 from policies import Price
 from policies.charges import call_charge
+from policies.redaction import Redactor, url_secrets
 from traffic.judges.base import JudgeError, Verdict
 
 SYSTEM_PROMPT = (
@@ -69,6 +70,11 @@ class LLMJudge:
             await self._client.aclose()
             self._client = None
 
+    def _redactor(self, headers: dict[str, str]) -> Redactor:
+        """Keeps the judge's key and URL password out of the upstream text its errors quote."""
+        key = headers.get("Authorization", "").removeprefix("Bearer ")
+        return Redactor([key, *url_secrets(self.url)])
+
     def request_body(self, question: str, reference: str, answer: str) -> dict[str, Any]:
         """The chat completion request sent for one pair."""
         return {
@@ -99,9 +105,11 @@ class LLMJudge:
         try:
             response = await self._http().post(self.url, content=sent, headers=headers)
         except httpx.HTTPError as exc:
-            raise JudgeError(f"llm judge {self.model}: {type(exc).__name__}: {exc}") from exc
+            redact = self._redactor(headers)
+            raise JudgeError(f"llm judge {self.model}: {type(exc).__name__}: {redact(str(exc))}") from None
         if response.status_code != 200:
-            raise JudgeError(f"llm judge {self.model}: HTTP {response.status_code}: {response.text[:200]}")
+            text = self._redactor(headers)(response.text)[:200]
+            raise JudgeError(f"llm judge {self.model}: HTTP {response.status_code}: {text}")
         try:
             body = response.json()
             cost = call_charge(self.price, body.get("usage"), sent, answer=body).usd
