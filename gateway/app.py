@@ -29,7 +29,8 @@ from gateway.admin import admin_router
 from gateway.completions import ApiEndpoint, error_parts
 from gateway.config import Settings
 from gateway.edges.base import ApiEdge, OpenAIEdge
-from gateway.errors import GatewayError, InternalError
+from gateway.edges.messages import COUNT_TOKENS_PATH, COUNT_TOKENS_REFUSAL, MessagesEdge
+from gateway.errors import GatewayError, InternalError, NotServedError
 from gateway.logs import log_exception
 from gateway.metrics import CONTENT_TYPE, GatewayMetrics
 from gateway.routing import CASCADE_MODEL
@@ -97,6 +98,7 @@ def api_edges() -> list[ApiEdge]:
     return [
         OpenAIEdge("chat"),
         OpenAIEdge("completions"),
+        MessagesEdge(),
     ]
 
 
@@ -134,6 +136,13 @@ def create_app(settings: Settings, *, rng: random.Random | None = None) -> FastA
         names += list(gateway.models)
         data = [{"id": name, "object": "model", "created": 0, "owned_by": "cascade"} for name in names]
         return _json({"object": "list", "data": data})
+
+    @app.post(COUNT_TOKENS_PATH)
+    async def count_tokens(request: Request) -> Response:
+        # Refused in the Anthropic error shape (Claude Code does not call it; docs/apis.md).
+        error = NotServedError(COUNT_TOKENS_REFUSAL)
+        status, headers, payload = MessagesEdge().error_parts(error)
+        return Response(payload, status_code=status, headers={k.decode(): v.decode() for k, v in headers})
 
     @app.get("/healthz")
     async def healthz() -> Response:

@@ -7,10 +7,10 @@ for text, ``input_json_delta`` for a ``tool_use`` block's input) and ``content_b
 Every event has an ``event:`` line naming its type (the anthropic SDK skips data without one). A
 failure after the stream started is an ``error`` event with the Anthropic error body.
 
-``MessagesStream`` translates a live chat stream chunk by chunk: text deltas and tool-call
-fragments are relayed as they arrive (a tool call's block opens once its name is known), so a
-client sees tokens as the upstream produces them. ``replay_events`` writes a complete answer (an
-accepted cheap stage) as the same sequence. A live stream's input tokens are only known at its end:
+``MessagesStream`` translates a chat stream chunk by chunk: text deltas and tool-call fragments
+are relayed as they arrive (a tool call's block opens once its name is known), so a client sees
+tokens as the upstream produces them; a complete answer (an accepted cheap stage, which the engine
+replays as chat chunks) takes the same path. A stream's input tokens are only known at its end:
 ``message_start`` carries 0 and ``message_delta`` the upstream's count (the SDK takes the latter).
 """
 
@@ -20,14 +20,7 @@ from typing import Any
 
 import orjson
 
-from gateway.edges.messages_response import (
-    error_body,
-    message_id,
-    render_message,
-    stop_reason,
-    tool_use_id,
-    usage,
-)
+from gateway.edges.messages_response import error_body, message_id, stop_reason, tool_use_id, usage
 from gateway.errors import GatewayError, UpstreamError
 
 PING = b'event: ping\ndata: {"type":"ping"}\n\n'
@@ -58,29 +51,6 @@ def _end(
     if cascade is not None:
         delta["cascade"] = cascade  # the gateway's decision facts, as on the chat stream's last chunk
     return event(delta) + event({"type": "message_stop"})
-
-
-def replay_events(
-    chat: dict[str, Any], model: str, stop_sequences: tuple[str, ...], cascade: dict[str, Any] | None = None
-) -> bytes:
-    """A complete chat answer as the whole Anthropic event stream (one delta per block)."""
-    message = render_message(chat, model, stop_sequences)
-    blocks = message["content"]
-    start = {**message, "content": [], "stop_reason": None, "stop_sequence": None}
-    start["usage"] = {**message["usage"], "output_tokens": 0}
-    out = [_start(start)]
-    for index, block in enumerate(blocks):
-        if block["type"] == "text":
-            opened: dict[str, Any] = {"type": "text", "text": ""}
-            delta = {"type": "text_delta", "text": block["text"]}
-        else:
-            opened = {**block, "input": {}}
-            delta = {"type": "input_json_delta", "partial_json": orjson.dumps(block["input"]).decode()}
-        out.append(event({"type": "content_block_start", "index": index, "content_block": opened}))
-        out.append(event({"type": "content_block_delta", "index": index, "delta": delta}))
-        out.append(event({"type": "content_block_stop", "index": index}))
-    out.append(_end(message["stop_reason"], message["stop_sequence"], message["usage"], cascade))
-    return b"".join(out)
 
 
 class _ToolCall:

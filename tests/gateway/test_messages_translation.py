@@ -12,9 +12,10 @@ from anthropic.types import Message, RawMessageStreamEvent
 from anthropic.types.shared import ErrorResponse
 from pydantic import TypeAdapter
 
+from gateway.edges.messages import MessagesEdge
 from gateway.edges.messages_request import translate_request
 from gateway.edges.messages_response import error_body, render_message
-from gateway.edges.messages_stream import MessagesStream, error_event, replay_events
+from gateway.edges.messages_stream import MessagesStream, error_event
 from gateway.errors import (
     AuthenticationError,
     BadRequestError,
@@ -27,6 +28,7 @@ from gateway.errors import (
     UpstreamError,
     UpstreamTimeoutError,
 )
+from gateway.streaming import replay
 
 EVENTS = TypeAdapter(RawMessageStreamEvent)
 WEATHER_TOOL = {
@@ -432,7 +434,7 @@ def test_interleaved_tool_call_fragments_are_an_upstream_error() -> None:
         stream.chunk(chunk({"tool_calls": [{"index": 0, "function": {"arguments": "}"}}]}))
 
 
-def test_a_complete_answer_replays_as_the_same_event_sequence() -> None:
+def test_an_accepted_answer_replayed_by_the_engine_becomes_the_same_message_as_its_render() -> None:
     answer = chat_answer(
         {
             "role": "assistant",
@@ -441,13 +443,28 @@ def test_a_complete_answer_replays_as_the_same_event_sequence() -> None:
         },
         "tool_calls",
     )
-    events = parse_events(replay_events(answer, "small", (), {"escalated": False}))
-    message = accumulate(events)
-    rendered = render_message(answer, "small", ())
+    answer["model"] = "small"
+    edge = MessagesEdge()
+    translated = edge.translate(
+        orjson.dumps(
+            {
+                "model": "cascade",
+                "max_tokens": 9,
+                "messages": [{"role": "user", "content": "x"}],
+                "stream": True,
+            }
+        ),
+        "r1",
+    )
+    chat_sse = replay(answer, translated.request, {"escalated": False})  # what the engine writes
+    out = edge.stream_translator(translated.context).translate(chat_sse)
+    message = accumulate(parse_events(out))
+    rendered = orjson.loads(edge.render(answer, translated.context))
     assert {k: message[k] for k in ("content", "stop_reason", "model")} == {
         k: rendered[k] for k in ("content", "stop_reason", "model")
     }
     assert (message["usage"]["input_tokens"], message["usage"]["output_tokens"]) == (31, 7)
+    assert b'"cascade":{"escalated":false}' in out
 
 
 @pytest.mark.parametrize(
