@@ -14,6 +14,7 @@ from pydantic import BaseModel
 from gateway.cascade import CascadeFacts
 from gateway.config import Settings
 from gateway.drift import ScoreDriftMonitor
+from gateway.edges.messages_response import ERROR_TYPES
 from gateway.metrics import GatewayMetrics
 from gateway.redis_keys import RedisKeys
 from policies import SCORERS, Policy, Price, Tier
@@ -138,3 +139,9 @@ def test_policy_fields_scorers_and_prices_are_documented(sections: dict[str, str
             assert re.search(rf"\b{name}\b", policy), name
     assert set(SCORERS) == set(table_rows(sections["Scorers"]))
     assert set(Price.model_fields) == set(table_rows(sections["Prices"]))
+
+
+def test_every_anthropic_error_type_of_messages_is_documented(sections: dict[str, str]) -> None:
+    section = sections["HTTP surface"]
+    for status, kind in ERROR_TYPES.items():
+        assert re.search(rf"^\| {status} \| `{kind}`", section, flags=re.M), (status, kind)

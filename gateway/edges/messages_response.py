@@ -19,8 +19,9 @@ import orjson
 from gateway.errors import GatewayError, UpstreamError
 from gateway.requests import positive_int
 
-# Anthropic's error type per HTTP status (https://docs.claude.com/en/api/errors).
-_ERROR_TYPES = {
+# Anthropic's error type per HTTP status (https://docs.claude.com/en/api/errors; the table in
+# docs/contracts.md#http-surface is checked against this).
+ERROR_TYPES = {
     400: "invalid_request_error",
     401: "authentication_error",
     402: "billing_error",
@@ -45,7 +46,7 @@ _FINISH_TO_STOP = {
 
 def error_type(status: int) -> str:
     """Anthropic's error ``type`` for an HTTP status (other 4xx: invalid_request_error; 5xx: api_error)."""
-    return _ERROR_TYPES.get(status) or ("invalid_request_error" if status < 500 else "api_error")
+    return ERROR_TYPES.get(status) or ("invalid_request_error" if status < 500 else "api_error")
 
 
 def error_body(error: GatewayError, request_id: str | None = None) -> dict[str, Any]:
