@@ -20,8 +20,8 @@ from gateway.edges.base import JSON_HEADER, ApiEdge, ChatStreamTranslator, Heade
 from gateway.edges.messages_request import MessagesRequest, translate_request
 from gateway.edges.messages_response import error_body, render_message
 from gateway.edges.messages_stream import MessagesStream, error_event
-from gateway.errors import AuthenticationError, GatewayError
-from gateway.requests import ParsedRequest
+from gateway.errors import AuthenticationError, BadRequestError, GatewayError
+from gateway.requests import MAX_JSON_DEPTH, ParsedRequest
 
 COUNT_TOKENS_PATH = "/v1/messages/count_tokens"
 COUNT_TOKENS_REFUSAL = (
@@ -50,7 +50,12 @@ class MessagesEdge(ApiEdge):
         chat = request.chat
         if request.stream:
             chat["stream_options"] = {"include_usage": True}  # the closing event reports usage
-        sent = len(orjson.dumps(chat))
+        try:
+            sent = len(orjson.dumps(chat))
+        except orjson.JSONEncodeError:
+            raise BadRequestError(
+                f"request body nests arrays/objects deeper than {MAX_JSON_DEPTH} levels"
+            ) from None
         parsed = ParsedRequest(
             kind="chat",
             body=chat,

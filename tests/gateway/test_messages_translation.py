@@ -489,3 +489,12 @@ def test_errors_carry_the_anthropic_type_of_their_status(error: GatewayError, st
         ErrorResponse.model_validate(body)
     name, data = error_event(error).decode().strip().split("\n")
     assert name == "event: error" and orjson.loads(data.removeprefix("data: "))["error"]["type"] == kind
+
+
+def test_a_body_too_deep_to_forward_is_a_400() -> None:
+    body = {"model": "cascade", "max_tokens": 8, "messages": [{"role": "user", "content": "x"}]}
+    body["tools"] = [{"name": "t", "input_schema": {"type": "object", "properties": {"p": {"d": "x"}}}}]
+    MessagesEdge().translate(orjson.dumps(body), "r")  # shallow: fine
+    nested = orjson.dumps(body).replace(b'"p":{"d":"x"}', b'"p":' + b'{"d":' * 300 + b'"x"' + b"}" * 300)
+    with pytest.raises(BadRequestError, match="deeper than 254 levels"):
+        MessagesEdge().translate(nested, "r")
