@@ -20,7 +20,7 @@ from gateway.edges.base import JSON_HEADER, ApiEdge, ChatStreamTranslator, Heade
 from gateway.edges.messages_request import MessagesRequest, translate_request
 from gateway.edges.messages_response import error_body, render_message
 from gateway.edges.messages_stream import MessagesStream, error_event
-from gateway.errors import AuthenticationError, BadRequestError, GatewayError
+from gateway.errors import AuthenticationError, BadRequestError, BudgetExceededError, GatewayError
 from gateway.requests import MAX_JSON_DEPTH, ParsedRequest
 
 COUNT_TOKENS_PATH = "/v1/messages/count_tokens"
@@ -86,6 +86,10 @@ class MessagesEdge(ApiEdge):
             )
         headers: Headers = [JSON_HEADER]
         headers.extend((k.lower().encode(), v.encode()) for k, v in error.headers.items())
+        if isinstance(error, BudgetExceededError):
+            # The anthropic SDK (and Claude Code) retry a 429 after its Retry-After, however long:
+            # a spent budget stays spent until its window ends, so the client would hang that long.
+            headers.append((b"x-should-retry", b"false"))
         if request_id:
             headers.append((b"request-id", request_id.encode()))
             headers.append((b"x-request-id", request_id.encode()))

@@ -278,6 +278,29 @@ def test_a_wrong_or_missing_key_is_an_anthropic_shaped_401(keyed_gateway, upstre
     )
 
 
+def test_a_spent_budget_is_an_anthropic_429_the_sdk_does_not_retry(
+    start_gateway, make_settings, upstream, monkeypatch
+):
+    monkeypatch.setenv("TEST_CLIENT_KEYS", "sk-budget")
+    gateway = start_gateway(
+        make_settings(
+            auth={"api_keys_env": "TEST_CLIENT_KEYS", "admin_key_env": None},
+            budgets={"limit_usd": 0.0015, "window_s": 3600},
+        )
+    )
+    # The SDK retries a 429 after its Retry-After (the rest of the budget window, however long)
+    # unless the response says x-should-retry: false, which it obeys.
+    sdk = client(gateway, api_key="sk-budget")
+    sdk.messages.create(model="cascade/direct", max_tokens=16, messages=QUESTION)  # spends 0.001 of 0.0015
+    with pytest.raises(anthropic.RateLimitError) as caught:
+        sdk.messages.create(model="cascade/direct", max_tokens=16, messages=QUESTION)
+    assert caught.value.body["error"]["type"] == "rate_limit_error"
+    assert caught.value.response.headers["x-should-retry"] == "false"
+    assert int(caught.value.response.headers["retry-after"]) > 0
+    assert gateway.sample("cascade_budget_rejections_total") == 1
+    assert len(upstream.calls("up-large")) == 1
+
+
 @pytest.mark.parametrize(
     ("extra", "named"),
     [
