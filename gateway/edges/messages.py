@@ -86,9 +86,10 @@ class MessagesEdge(ApiEdge):
             )
         headers: Headers = [JSON_HEADER]
         headers.extend((k.lower().encode(), v.encode()) for k, v in error.headers.items())
-        if isinstance(error, BudgetExceededError):
-            # The anthropic SDK (and Claude Code) retry a 429 after its Retry-After, however long:
-            # a spent budget stays spent until its window ends, so the client would hang that long.
+        if isinstance(error, BudgetExceededError | AuthenticationError):
+            # Anthropic clients retry these unless told not to: the SDK sleeps out a 429's
+            # Retry-After (a spent budget's is the rest of its window), Claude Code retries a 401
+            # ten times over minutes. Neither a wrong key nor a spent budget heals in the meantime.
             headers.append((b"x-should-retry", b"false"))
         if request_id:
             headers.append((b"request-id", request_id.encode()))

@@ -266,6 +266,7 @@ def test_a_wrong_or_missing_key_is_an_anthropic_shaped_401(keyed_gateway, upstre
         "message": "Incorrect API key provided.",
     }
     assert wrong.value.request_id == wrong.value.body["request_id"]
+    assert wrong.value.response.headers["x-should-retry"] == "false"  # Claude Code retries a 401 otherwise
     missing = httpx.post(
         keyed_gateway.url + "/v1/messages",
         json={"model": "cascade", "max_tokens": 16, "messages": QUESTION},
