@@ -120,7 +120,7 @@ def test_streamed_messages_are_accepted_or_escalated_with_the_decision_in_header
         with client.messages.stream(
             model="cascade/balanced",
             max_tokens=8,
-            temperature=0,
+            extra_body={"temperature": 0},  # no longer a named parameter of the SDK; still served
             messages=[{"role": "user", "content": question}],
         ) as stream:
             headers = stream.response.headers
