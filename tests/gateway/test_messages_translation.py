@@ -498,3 +498,19 @@ def test_a_body_too_deep_to_forward_is_a_400() -> None:
     nested = orjson.dumps(body).replace(b'"p":{"d":"x"}', b'"p":' + b'{"d":' * 300 + b'"x"' + b"}" * 300)
     with pytest.raises(BadRequestError, match="deeper than 254 levels"):
         MessagesEdge().translate(nested, "r")
+
+
+@pytest.mark.parametrize(
+    ("headers", "credential"),
+    [
+        ({b"x-api-key": b"sk-a"}, "Bearer sk-a"),
+        ({b"x-api-key": b"sk-a", b"authorization": b"Bearer sk-b"}, "Bearer sk-a"),  # x-api-key wins
+        ({b"x-api-key": b"  ", b"authorization": b"Bearer sk-b"}, "Bearer sk-b"),
+        ({b"authorization": b"Bearer sk-b"}, "Bearer sk-b"),
+        ({}, None),
+    ],
+)
+def test_the_key_comes_from_x_api_key_first_then_authorization(
+    headers: dict[bytes, bytes], credential: str | None
+) -> None:
+    assert MessagesEdge().credential(headers) == credential
