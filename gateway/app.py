@@ -5,9 +5,10 @@ sections (or plain values) it uses.
 
 The surface it serves is docs/contracts.md#http-surface.
 
-The two completion endpoints (gateway.completions) are plain ASGI callables that ``GatewayApp``
-dispatches to before FastAPI's middleware stack; everything else (models, health, metrics, admin)
-is an ordinary FastAPI route, with the same OpenAI error mapping (``error_parts``).
+The API endpoints (gateway.completions, one per edge of gateway.edges) are plain ASGI callables
+that ``GatewayApp`` dispatches to before FastAPI's middleware stack; everything else (models,
+health, metrics, admin) is an ordinary FastAPI route, with the same OpenAI error mapping
+(``error_parts``).
 """
 
 from __future__ import annotations
@@ -26,9 +27,11 @@ from starlette.types import Receive, Scope, Send
 
 from gateway.admin import admin_router
 from gateway.auth import client_address
-from gateway.completions import CompletionsEndpoint, error_parts
+from gateway.completions import ApiEndpoint, error_parts
 from gateway.config import Settings
-from gateway.errors import GatewayError, InternalError
+from gateway.edges.base import ApiEdge, OpenAIEdge
+from gateway.edges.messages import COUNT_TOKENS_PATH, COUNT_TOKENS_REFUSAL, MessagesEdge
+from gateway.errors import GatewayError, InternalError, NotServedError
 from gateway.logs import log_exception
 from gateway.metrics import CONTENT_TYPE, GatewayMetrics
 from gateway.routing import CASCADE_MODEL
@@ -46,7 +49,7 @@ class GatewayApp(FastAPI):
     exception middleware, router) would only add per-request cost on the hot path.
     """
 
-    fast_paths: dict[str, CompletionsEndpoint]
+    fast_paths: dict[str, ApiEndpoint]
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         if scope["type"] == "http" and scope["method"] == "POST":
@@ -98,6 +101,15 @@ def build_gateway(settings: Settings, rng: random.Random | None = None) -> Gatew
     )
 
 
+def api_edges() -> list[ApiEdge]:
+    """Every API the gateway serves through the cascade, one edge each (gateway.edges)."""
+    return [
+        OpenAIEdge("chat"),
+        OpenAIEdge("completions"),
+        MessagesEdge(),
+    ]
+
+
 def create_app(settings: Settings, *, rng: random.Random | None = None) -> FastAPI:
     """Build the gateway app for ``settings`` (upstream sessions and state start in its lifespan).
 
@@ -118,10 +130,7 @@ def create_app(settings: Settings, *, rng: random.Random | None = None) -> FastA
     )
     app.state.gateway = gateway
     app.include_router(admin_router(gateway.shared))
-    app.fast_paths = {
-        "/v1/chat/completions": CompletionsEndpoint(gateway, "chat"),
-        "/v1/completions": CompletionsEndpoint(gateway, "completions"),
-    }
+    app.fast_paths = {edge.path: ApiEndpoint(gateway, edge) for edge in api_edges()}
     for path, endpoint in app.fast_paths.items():  # also routed normally (405 on other methods)
         app.router.routes.append(Route(path, endpoint, methods=["POST"]))
 
@@ -137,6 +146,13 @@ def create_app(settings: Settings, *, rng: random.Random | None = None) -> FastA
         names += list(gateway.models)
         data = [{"id": name, "object": "model", "created": 0, "owned_by": "cascade"} for name in names]
         return _json({"object": "list", "data": data})
+
+    @app.post(COUNT_TOKENS_PATH)
+    async def count_tokens(request: Request) -> Response:
+        # Refused in the Anthropic error shape (Claude Code does not call it; docs/apis.md).
+        error = NotServedError(COUNT_TOKENS_REFUSAL)
+        status, headers, payload = MessagesEdge().error_parts(error)
+        return Response(payload, status_code=status, headers={k.decode(): v.decode() for k, v in headers})
 
     @app.get("/healthz")
     async def healthz() -> Response:

@@ -73,6 +73,14 @@ class ModelNotFoundError(GatewayError):
     code = "model_not_found"
 
 
+class NotServedError(GatewayError):
+    """404: an endpoint of a client API that the gateway deliberately does not serve (it says why)."""
+
+    status = 404
+    type = "invalid_request_error"
+    code = "not_served"
+
+
 class BodyTooLargeError(GatewayError):
     """413: request body over ``limits.max_body_bytes``."""
 

@@ -14,6 +14,7 @@ from pydantic import BaseModel
 from gateway.cascade import CascadeFacts
 from gateway.config import Settings
 from gateway.drift import ScoreDriftMonitor
+from gateway.edges.messages_response import ERROR_TYPES
 from gateway.metrics import GatewayMetrics
 from gateway.redis_keys import RedisKeys
 from gateway.spend_store import MAX_NANO
@@ -158,3 +159,9 @@ def test_the_charging_rule_is_documented_with_the_codes_constants(sections: dict
     for field in (*COMPLETION_CAP_FIELDS, *CHOICE_FIELDS, *TEMPLATE_FIELDS):
         assert f"`{field}`" in charges, field
     assert "2^63-1" in charges and MAX_NANO == 2**63 - 1
+
+
+def test_every_anthropic_error_type_of_messages_is_documented(sections: dict[str, str]) -> None:
+    section = sections["HTTP surface"]
+    for status, kind in ERROR_TYPES.items():
+        assert re.search(rf"^\| {status} \| `{kind}`", section, flags=re.M), (status, kind)

@@ -1,0 +1,127 @@
+"""The Anthropic Messages edge: ``POST /v1/messages`` through the cascade (docs/apis.md#v1messages).
+
+The request is translated to a chat body (gateway.edges.messages_request), the cascade runs it
+like any chat request (same tiers, keys, spend reservation of the bytes it sends, headers, metrics
+labelled ``endpoint="messages"``, logs and learning samples), and the answer comes back as an
+Anthropic ``message`` (gateway.edges.messages_response) or Anthropic's SSE events
+(gateway.edges.messages_stream). The key is read from ``x-api-key`` (what the anthropic SDK and
+Claude Code send) or ``Authorization: Bearer``; ``anthropic-version`` and ``anthropic-beta`` are
+accepted whatever their value (the translated surface is the same for every version).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Any
+
+import orjson
+
+from gateway.edges.base import JSON_HEADER, ApiEdge, ChatStreamTranslator, Headers, Translated
+from gateway.edges.messages_request import MessagesRequest, translate_request
+from gateway.edges.messages_response import error_body, render_message
+from gateway.edges.messages_stream import MessagesStream, error_event
+from gateway.errors import AuthenticationError, BadRequestError, BudgetExceededError, GatewayError
+from gateway.requests import MAX_JSON_DEPTH, ParsedRequest
+
+COUNT_TOKENS_PATH = "/v1/messages/count_tokens"
+COUNT_TOKENS_REFUSAL = (
+    "/v1/messages/count_tokens is not served: the cascade's models do not share a tokenizer and the "
+    "gateway does not guess counts; every answer's usage reports the tokens it was charged for"
+)
+
+
+class MessagesEdge(ApiEdge):
+    """``POST /v1/messages``: Anthropic Messages in, Anthropic Messages out."""
+
+    name = "messages"
+    path = "/v1/messages"
+    extra_headers = frozenset({b"x-api-key"})
+
+    def credential(self, headers: Mapping[bytes, bytes]) -> str | None:
+        """``x-api-key: <key>`` (as ``Bearer <key>``), else the ``Authorization`` header."""
+        key = headers.get(b"x-api-key")
+        if key is not None and key.strip():
+            return "Bearer " + key.decode("latin-1").strip()
+        return super().credential(headers)
+
+    def translate(self, raw: bytes, request_id: str) -> Translated:
+        """The chat request the cascade runs; ``sent_bytes`` is its JSON's size."""
+        request = translate_request(raw)
+        chat = request.chat
+        if request.stream:
+            chat["stream_options"] = {"include_usage": True}  # the closing event reports usage
+        try:
+            sent = len(orjson.dumps(chat))
+        except orjson.JSONEncodeError:
+            raise BadRequestError(
+                f"request body nests arrays/objects deeper than {MAX_JSON_DEPTH} levels"
+            ) from None
+        parsed = ParsedRequest(
+            kind="chat",
+            body=chat,
+            model=request.model,
+            stream=request.stream,
+            n=1,
+            wants_logprobs=False,
+            include_usage=request.stream,
+        )
+        return Translated(parsed, sent, request)
+
+    def render(self, body: dict[str, Any], context: Any) -> bytes:
+        """The answer as an Anthropic ``message`` (``model`` is the configured model that answered)."""
+        assert isinstance(context, MessagesRequest)
+        return orjson.dumps(render_message(body, str(body.get("model") or ""), context.stop_sequences))
+
+    def stream_translator(self, context: Any) -> MessagesStreamTranslator:
+        """Anthropic's SSE events for one streamed request."""
+        assert isinstance(context, MessagesRequest)
+        return MessagesStreamTranslator(context.stop_sequences)
+
+    def error_parts(self, error: GatewayError, request_id: str | None = None) -> tuple[int, Headers, bytes]:
+        """The error in Anthropic's shape (``{"type": "error", "error": {"type", "message"}}``)."""
+        if isinstance(error, AuthenticationError) and error.code == "missing_api_key":
+            error = AuthenticationError(
+                "Missing API key: send it as 'x-api-key: <key>' or 'Authorization: Bearer <key>'.",
+                code="missing_api_key",
+            )
+        headers: Headers = [JSON_HEADER]
+        headers.extend((k.lower().encode(), v.encode()) for k, v in error.headers.items())
+        if isinstance(error, BudgetExceededError | AuthenticationError):
+            # Anthropic clients retry these unless told not to: the SDK sleeps out a 429's
+            # Retry-After (a spent budget's is the rest of its window), Claude Code retries a 401
+            # ten times over minutes. Neither a wrong key nor a spent budget heals in the meantime.
+            headers.append((b"x-should-retry", b"false"))
+        if request_id:
+            headers.append((b"request-id", request_id.encode()))
+            headers.append((b"x-request-id", request_id.encode()))
+        return error.status, headers, orjson.dumps(error_body(error, request_id))
+
+
+class MessagesStreamTranslator(ChatStreamTranslator):
+    """The engine's chat stream as Anthropic events: ``message_start`` at the first chunk (its
+    ``model`` is the configured model answering), the ``cascade`` facts of the last chunk on
+    ``message_delta``, the closing events at ``[DONE]``."""
+
+    def __init__(self, stop_sequences: tuple[str, ...]):
+        self._stream = MessagesStream(stop_sequences)
+        self._started = False
+        self._cascade: dict[str, Any] | None = None
+
+    def feed(self, chunk: dict[str, Any]) -> bytes:
+        """The events of one chat chunk (``message_start`` and ``ping`` before the first)."""
+        head = b""
+        if not self._started:
+            self._started = True
+            head = self._stream.start(str(chunk.get("model") or ""))
+        cascade = chunk.get("cascade")
+        if isinstance(cascade, dict):
+            self._cascade = cascade
+        return head + self._stream.chunk(chunk)
+
+    def finish(self) -> bytes:
+        """``content_block_stop``, ``message_delta`` (stop reason, usage, facts) and ``message_stop``."""
+        return self._stream.finish(self._cascade)
+
+    def fail(self, error: GatewayError) -> bytes:
+        """The ``error`` event that ends the stream."""
+        return error_event(error)

@@ -1,0 +1,164 @@
+"""End to end: streamed Anthropic Messages requests (the anthropic SDK) through `cascade serve` in
+front of two real llama-server models, over `cascade/balanced`.
+
+The pool and the cheap model's own scores come from test_local_cascade (the same questions, asked
+the same way: a Messages request with one user turn, `max_tokens` 8 and temperature 0 translates to
+that very chat request). The policy's threshold splits the questions, so some answers are accepted
+and the others escalated; each decision must show in the headers, the request's log line and the
+metrics, all labelled as the `messages` endpoint.
+"""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+from collections.abc import Iterator
+from pathlib import Path
+
+import anthropic
+import httpx
+import orjson
+import pytest
+from prometheus_client.parser import text_string_to_metric_families
+from test_local_cascade import CHEAP, QUESTIONS, STRONG, TOP_K, _free_port, _threshold, cheap_scores, pool
+
+from localpool.demo_config import pool_gateway_config, write_gateway_config
+from localpool.manifest import Manifest
+from localpool.process import wait_healthy
+from policies import build_policy, save_policy
+
+pytestmark = pytest.mark.e2e
+
+__all__ = ["cheap_scores", "pool"]  # the shared module-scoped fixtures, used by name below
+
+
+@pytest.fixture(scope="module")
+def messages_gateway(
+    pool: Manifest, cheap_scores: dict[str, float], tmp_path_factory: pytest.TempPathFactory
+) -> Iterator[tuple[str, Path]]:
+    """`cascade serve` over both models with a threshold between the cheap scores; (url, its log)."""
+    threshold, _ = _threshold(cheap_scores)
+    work = tmp_path_factory.mktemp("messages-gateway")
+    route = {"models": [CHEAP, STRONG], "thresholds": [threshold]}
+    policy = build_policy(
+        {
+            "schema_version": 1,
+            "scorer": {"name": "mean_token_negentropy", "top_k": TOP_K},
+            "models": {
+                CHEAP: {"mean_cost_usd": 1e-6, "quality": 0.3},
+                STRONG: {"mean_cost_usd": 5e-6, "quality": 0.5},
+            },
+            "default_tier": "balanced",
+            "tiers": {
+                "balanced": {
+                    "objective": {"max_cost_usd": 1e-5},
+                    "routes": [{"weight": 1.0, **route}],
+                    "expected": {"cost_usd": 3e-6, "quality": 0.4, "escalation_rate": 0.5},
+                    "shadow_price": 1.0,
+                }
+            },
+            "envelope": [{"cost_usd": 3e-6, "quality": 0.4, **route}],
+        }
+    )
+    policy_path = work / "policy.json"
+    save_policy(policy, policy_path)
+    config = pool_gateway_config(pool, [CHEAP, STRONG], policy_path)
+    config["logging"] = {"level": "info"}
+    config_path = write_gateway_config(work / "gateway.yaml", config)
+    port = _free_port()
+    log = work / "gateway.log"
+    with log.open("wb") as out:
+        process = subprocess.Popen(
+            [
+                sys.executable,
+                "-m",
+                "cascade_cli.main",
+                "serve",
+                "--config",
+                str(config_path),
+                "--port",
+                str(port),
+            ],
+            stdout=out,
+            stderr=subprocess.STDOUT,
+        )
+    try:
+        wait_healthy(
+            f"http://127.0.0.1:{port}/readyz", pid=process.pid, log_path=log, timeout_s=60, name="gateway"
+        )
+        yield f"http://127.0.0.1:{port}", log
+    finally:
+        process.terminate()
+        try:
+            process.wait(timeout=10)
+        except subprocess.TimeoutExpired:
+            process.kill()
+            process.wait()
+
+
+def request_lines(log: Path) -> dict[str, dict]:
+    """The gateway's per-request log lines, by request id."""
+    lines = {}
+    for raw in log.read_bytes().splitlines():
+        if raw.startswith(b"{"):
+            entry = orjson.loads(raw)
+            if entry.get("event") == "request":
+                lines[entry["request_id"]] = entry
+    return lines
+
+
+def test_streamed_messages_are_accepted_or_escalated_with_the_decision_in_headers_logs_and_metrics(
+    messages_gateway: tuple[str, Path], cheap_scores: dict[str, float]
+) -> None:
+    url, log = messages_gateway
+    threshold, gap = _threshold(cheap_scores)
+    assert gap > 0.02, f"the cheap model's scores do not separate: {cheap_scores}"
+    client = anthropic.Anthropic(base_url=url, api_key="unused", max_retries=0, timeout=120)
+    outcomes: dict[str, str] = {}
+    request_ids: dict[str, str] = {}
+    for question in QUESTIONS:
+        with client.messages.stream(
+            model="cascade/balanced",
+            max_tokens=8,
+            extra_body={"temperature": 0},  # no longer a named parameter of the SDK; still served
+            messages=[{"role": "user", "content": question}],
+        ) as stream:
+            headers = stream.response.headers
+            kinds = [event.type for event in stream]
+            final = stream.get_final_message()
+        escalated = headers["x-cascade-escalated"] == "true"
+        score = float(headers["x-cascade-score"])
+        assert escalated == (score < threshold)  # the decision rule, on the gateway's own score
+        assert score == pytest.approx(cheap_scores[question], abs=0.05)  # the same request as chat's
+        assert headers["x-cascade-model"] == (STRONG if escalated else CHEAP) == final.model
+        assert kinds[0] == "message_start" and kinds[-1] == "message_stop" and "message_delta" in kinds
+        assert final.content and final.content[0].type == "text" and final.content[0].text
+        assert final.stop_reason in ("end_turn", "max_tokens") and final.usage.output_tokens > 0
+        outcomes[question] = "escalated" if escalated else "accepted"
+        request_ids[question] = headers["x-request-id"]
+    assert set(outcomes.values()) == {"accepted", "escalated"}, outcomes
+
+    lines = request_lines(log)
+    for question, outcome in outcomes.items():
+        line = lines[request_ids[question]]
+        assert (line["endpoint"], line["path"], line["tier"], line["outcome"]) == (
+            "messages",
+            "/v1/messages",
+            "balanced",
+            outcome,
+        )
+        assert line["escalated"] is (outcome == "escalated") and line["stream"] is True
+        assert line["models_called"] == ([CHEAP, STRONG] if outcome == "escalated" else [CHEAP])
+
+    families = {f.name: f for f in text_string_to_metric_families(httpx.get(f"{url}/metrics").text)}
+    requests = {
+        s.labels["outcome"]: s.value
+        for s in families["cascade_requests"].samples
+        if s.name == "cascade_requests_total"
+        and s.labels.get("endpoint") == "messages"
+        and s.labels.get("tier") == "balanced"
+    }
+    assert requests == {
+        "accepted": list(outcomes.values()).count("accepted"),
+        "escalated": list(outcomes.values()).count("escalated"),
+    }
