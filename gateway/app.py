@@ -5,9 +5,10 @@ sections (or plain values) it uses.
 
 The surface it serves is docs/contracts.md#http-surface.
 
-The two completion endpoints (gateway.completions) are plain ASGI callables that ``GatewayApp``
-dispatches to before FastAPI's middleware stack; everything else (models, health, metrics, admin)
-is an ordinary FastAPI route, with the same OpenAI error mapping (``error_parts``).
+The API endpoints (gateway.completions, one per edge of gateway.edges) are plain ASGI callables
+that ``GatewayApp`` dispatches to before FastAPI's middleware stack; everything else (models,
+health, metrics, admin) is an ordinary FastAPI route, with the same OpenAI error mapping
+(``error_parts``).
 """
 
 from __future__ import annotations
@@ -25,8 +26,9 @@ from starlette.routing import Route
 from starlette.types import Receive, Scope, Send
 
 from gateway.admin import admin_router
-from gateway.completions import CompletionsEndpoint, error_parts
+from gateway.completions import ApiEndpoint, error_parts
 from gateway.config import Settings
+from gateway.edges.base import ApiEdge, OpenAIEdge
 from gateway.errors import GatewayError, InternalError
 from gateway.logs import log_exception
 from gateway.metrics import CONTENT_TYPE, GatewayMetrics
@@ -44,7 +46,7 @@ class GatewayApp(FastAPI):
     exception middleware, router) would only add per-request cost on the hot path.
     """
 
-    fast_paths: dict[str, CompletionsEndpoint]
+    fast_paths: dict[str, ApiEndpoint]
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         if scope["type"] == "http" and scope["method"] == "POST":
@@ -90,6 +92,14 @@ def build_gateway(settings: Settings, rng: random.Random | None = None) -> Gatew
     )
 
 
+def api_edges() -> list[ApiEdge]:
+    """Every API the gateway serves through the cascade, one edge each (gateway.edges)."""
+    return [
+        OpenAIEdge("chat"),
+        OpenAIEdge("completions"),
+    ]
+
+
 def create_app(settings: Settings, *, rng: random.Random | None = None) -> FastAPI:
     """Build the gateway app for ``settings`` (upstream sessions and state start in its lifespan).
 
@@ -110,10 +120,7 @@ def create_app(settings: Settings, *, rng: random.Random | None = None) -> FastA
     )
     app.state.gateway = gateway
     app.include_router(admin_router(gateway.shared))
-    app.fast_paths = {
-        "/v1/chat/completions": CompletionsEndpoint(gateway, "chat"),
-        "/v1/completions": CompletionsEndpoint(gateway, "completions"),
-    }
+    app.fast_paths = {edge.path: ApiEndpoint(gateway, edge) for edge in api_edges()}
     for path, endpoint in app.fast_paths.items():  # also routed normally (405 on other methods)
         app.router.routes.append(Route(path, endpoint, methods=["POST"]))
 

@@ -1,13 +1,16 @@
-"""The completion endpoints as plain ASGI callables (the measured hot path, docs/benchmarks.md).
+"""The API endpoints as plain ASGI callables (the measured hot path, docs/benchmarks.md).
 
-``POST /v1/chat/completions`` and ``POST /v1/completions``: read the body under the size limit,
-authenticate, parse with orjson and validate by hand, choose the route, reserve spend, run the
-cascade (or write the events of ``CascadeEngine.stream``), answer with the ``x-cascade-*`` headers,
-settle spend, then record metrics and one JSON log line; a request drawn for learning is handed
-to the sampler last, after its response was sent (gateway.learning). Every cascade rule lives in
-the engine; this module only reads requests and writes bytes. Every failure a client sees goes through
-``error_parts`` (one mapping of GatewayError to an OpenAI error body); an unexpected exception is a
-500 OpenAI body without traceback, logged. A client disconnect cancels the request's task and with
+One ``ApiEndpoint`` per API edge (gateway.edges): ``POST /v1/chat/completions`` and
+``POST /v1/completions`` (the identity edge) and the translated APIs. Read the body under the size
+limit, authenticate, let the edge parse and translate it (orjson, validated by hand), choose the
+route, reserve spend for the request the engine will send, run the cascade (or write the events of
+``CascadeEngine.stream``, through the edge's stream translator if it has one), answer with the
+``x-cascade-*`` headers, settle spend, then record metrics and one JSON log line, labelled with the
+edge's name; a request drawn for learning is handed to the sampler last, after its response was sent
+(gateway.learning). Every cascade rule lives in the engine; this module only reads requests and
+writes bytes. Every failure a client sees goes through the edge's ``error_parts`` (one mapping of
+GatewayError to the API's error body); an unexpected exception is a 500 error body without
+traceback, logged. A client disconnect cancels the request's task and with
 it every upstream call. At shutdown, a request still open when the drain's grace ends is cancelled
 too, and ends with a 503 ``server_shutting_down`` (an SSE error event inside a stream), settled,
 logged and counted.
@@ -22,10 +25,10 @@ import time
 from contextlib import aclosing
 from typing import Any
 
-import orjson
 from starlette.types import Receive, Scope, Send
 
 from gateway.cascade import CascadeFacts, client_body
+from gateway.edges.base import ApiEdge, Headers, StreamTranslator, openai_error_parts
 from gateway.errors import (
     BodyTooLargeError,
     BudgetExceededError,
@@ -35,7 +38,7 @@ from gateway.errors import (
 )
 from gateway.live import StreamFailed, StreamStart
 from gateway.logs import log_event, log_exception
-from gateway.requests import ParsedRequest, RequestKind, parse_request
+from gateway.requests import ParsedRequest
 from gateway.routing import RoutePlan
 from gateway.runtime import Gateway
 from gateway.spend import NANO_PER_USD
@@ -52,16 +55,9 @@ class _ClientGone(Exception):
     """The client disconnected before its request body arrived."""
 
 
-def error_parts(
-    error: GatewayError, request_id: str | None = None
-) -> tuple[int, list[tuple[bytes, bytes]], bytes]:
+def error_parts(error: GatewayError, request_id: str | None = None) -> tuple[int, Headers, bytes]:
     """The one mapping of a GatewayError to (status, headers, OpenAI error body)."""
-    headers = [_JSON_HEADER]
-    headers.extend((k.lower().encode(), v.encode()) for k, v in error.headers.items())
-    if request_id:
-        headers.append((b"x-request-id", request_id.encode()))
-    payload = orjson.dumps(error.body())
-    return error.status, headers, payload
+    return openai_error_parts(error, request_id)
 
 
 class _Exchange:
@@ -85,13 +81,14 @@ class _Exchange:
         await self.send({"type": "http.response.body", "body": data, "more_body": more})
 
 
-class CompletionsEndpoint:
-    """ASGI app for ``POST /v1/chat/completions`` (kind ``chat``) and ``POST /v1/completions``."""
+class ApiEndpoint:
+    """ASGI app for ``POST <edge.path>``: one API edge served through the cascade."""
 
-    def __init__(self, gateway: Gateway, kind: RequestKind):
+    def __init__(self, gateway: Gateway, edge: ApiEdge):
         self.gateway = gateway
-        self.kind = kind
-        self.path = "/v1/chat/completions" if kind == "chat" else "/v1/completions"
+        self.edge = edge
+        self.path = edge.path
+        self.wanted_headers = _WANTED_HEADERS | edge.extra_headers
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         current = asyncio.current_task()
@@ -107,7 +104,8 @@ class CompletionsEndpoint:
         started = time.perf_counter()
         request_id = os.urandom(12).hex()
         exchange = _Exchange(send)
-        headers = {k: v for k, v in scope["headers"] if k in _WANTED_HEADERS}
+        edge = self.edge
+        headers = {k: v for k, v in scope["headers"] if k in self.wanted_headers}
         tier, outcome, status = "none", "error", 200
         interrupted = False
         facts: CascadeFacts | None = None
@@ -115,10 +113,12 @@ class CompletionsEndpoint:
         plan: RoutePlan | None = None
         reservation = None
         watcher: asyncio.Task[None] | None = None
+        translator: StreamTranslator | None = None
         try:
             raw = await _read_body(receive, headers.get(b"content-length"), gw.limits.max_body_bytes)
-            identity = await gw.shared.authenticator.authenticate(_text(headers.get(b"authorization")))
-            parsed = parse_request(raw, self.kind)
+            identity = await gw.shared.authenticator.authenticate(edge.credential(headers))
+            translated = edge.translate(raw, request_id)
+            parsed = translated.request
             plan = gw.router.plan(
                 parsed,
                 gw.policy,
@@ -128,7 +128,8 @@ class CompletionsEndpoint:
             )
             tier = plan.tier
             try:
-                worst_case_usd = gw.reserve_estimate(plan, parsed, len(raw))
+                # The prompt bound is the request the engine sends, with all a translation added.
+                worst_case_usd = gw.reserve_estimate(plan, parsed, translated.sent_bytes)
                 reservation = await gw.shared.spend.reserve(identity, worst_case_usd)
             except BudgetExceededError:
                 gw.metrics.budget_rejections.inc()
@@ -140,11 +141,14 @@ class CompletionsEndpoint:
             if gw.learning is not None and plan.route is not None and gw.learning.draw():
                 facts.answers = {}  # sampled for learning: the engine keeps its scored answers
             if parsed.stream:
-                status = await self._stream(exchange, plan, parsed, facts, deadline, request_id, started)
+                translator = edge.stream_translator(translated.context)
+                status = await self._stream(
+                    exchange, plan, parsed, facts, deadline, request_id, started, translator
+                )
             else:
                 result = await gw.engine.run(plan, parsed, deadline, facts=facts)
                 body = client_body(result.body, facts.answered_by, parsed)  # type: ignore[arg-type]
-                payload = orjson.dumps(body)
+                payload = edge.render(body, translated.context)
                 overhead_ms = (time.perf_counter() - started - facts.upstream_s) * 1000
                 out = [
                     _JSON_HEADER,
@@ -167,19 +171,19 @@ class CompletionsEndpoint:
                 status, outcome, interrupted = ShuttingDownError.status, "error", True
                 # Settle before writing to the client: a slow client must not keep the reservation.
                 await gw.shared.spend.settle(reservation, facts.cost_usd if facts else 0.0)
-                await self._send_error(exchange, ShuttingDownError(_SHUTDOWN_MESSAGE), request_id)
+                await self._send_error(exchange, ShuttingDownError(_SHUTDOWN_MESSAGE), request_id, translator)
             else:
                 raise
         except _ClientGone:
             status, outcome = 499, "error"
         except GatewayError as error:
             status = error.status
-            await self._send_error(exchange, error, request_id)
+            await self._send_error(exchange, error, request_id, translator)
         except Exception:
             log_exception("request_failed", request_id=request_id, route=self.path)
             status = 500
             await self._send_error(
-                exchange, InternalError(f"internal error (request {request_id})"), request_id
+                exchange, InternalError(f"internal error (request {request_id})"), request_id, translator
             )
         finally:
             if watcher is not None:
@@ -215,27 +219,39 @@ class CompletionsEndpoint:
         deadline: float,
         request_id: str,
         started: float,
+        translator: StreamTranslator | None,
     ) -> int:
-        """Write the engine's stream events; the status to log (an error's, if the stream failed)."""
+        """Write the engine's stream events (through ``translator``, if any); the status to log
+        (an error's, if the stream failed)."""
         events = self.gateway.engine.stream(plan, parsed, deadline, facts, started)
         async with aclosing(events):  # an abandoned stream is charged when its iterator closes
             async for event in events:
                 if isinstance(event, StreamStart):
                     await exchange.start(200, [*event.headers, (b"x-request-id", request_id.encode())])
                 elif isinstance(event, StreamFailed):
-                    await exchange.body(event.data, more=False)
+                    data = translator.fail(event.error) if translator is not None else event.data
+                    await exchange.body(data, more=False)
                     return event.error.status
+                elif translator is not None:
+                    await exchange.body(translator.translate(event.data), more=not event.last)
                 else:
                     await exchange.body(event.data, more=not event.last)
         return 200
 
-    async def _send_error(self, exchange: _Exchange, error: GatewayError, request_id: str) -> None:
+    async def _send_error(
+        self,
+        exchange: _Exchange,
+        error: GatewayError,
+        request_id: str,
+        translator: StreamTranslator | None = None,
+    ) -> None:
         if exchange.done:
             return
-        if exchange.started:  # inside a stream: an SSE error event, never a silent truncation
-            await exchange.body(sse_error(error), more=False)
+        if exchange.started:  # inside a stream: the API's error event, never a silent truncation
+            data = translator.fail(error) if translator is not None else sse_error(error)
+            await exchange.body(data, more=False)
             return
-        status, headers, payload = error_parts(error, request_id)
+        status, headers, payload = self.edge.error_parts(error, request_id)
         headers.append((b"content-length", str(len(payload)).encode()))
         await exchange.start(status, headers)
         await exchange.body(payload, more=False)
@@ -254,11 +270,13 @@ class CompletionsEndpoint:
         metrics = self.gateway.metrics
         duration = time.perf_counter() - started
         upstream_s = facts.upstream_s if facts else 0.0
-        metrics.child(metrics.requests, tier, outcome).inc()
-        metrics.child(metrics.request_duration, tier).observe(duration)
-        metrics.overhead.observe(max(0.0, duration - upstream_s))
+        endpoint = self.edge.name
+        metrics.child(metrics.requests, tier, outcome, endpoint).inc()
+        metrics.child(metrics.request_duration, tier, endpoint).observe(duration)
+        metrics.child(metrics.overhead, endpoint).observe(max(0.0, duration - upstream_s))
         fields: dict[str, Any] = {
             "request_id": request_id,
+            "endpoint": endpoint,
             "path": self.path,
             "status": status,
             "tier": tier,

@@ -2,8 +2,8 @@
 
 Label values come only from small fixed sets: tiers of the loaded policy plus ``budget``,
 ``passthrough`` and ``none`` (a request rejected before any route was chosen: bad JSON, unknown
-tier, bad key); configured model names; fixed outcome and status-class words. Never a user, key
-or request id.
+tier, bad key); configured model names; fixed outcome and status-class words; the API edge names
+(``endpoint``: ``chat``, ``completions``, ...). Never a user, key or request id.
 """
 
 from __future__ import annotations
@@ -37,7 +37,10 @@ class GatewayMetrics:
         self._children: dict[tuple[int, tuple[str, ...]], Any] = {}
         r = self.registry
         self.requests = Counter(
-            "cascade_requests", "Requests by tier and outcome.", ["tier", "outcome"], registry=r
+            "cascade_requests",
+            "Requests by tier, outcome and API endpoint.",
+            ["tier", "outcome", "endpoint"],
+            registry=r,
         )
         self.escalations = Counter(
             "cascade_escalations",
@@ -48,13 +51,14 @@ class GatewayMetrics:
         self.request_duration = Histogram(
             "cascade_request_duration_seconds",
             "Whole request duration.",
-            ["tier"],
+            ["tier", "endpoint"],
             buckets=_REQUEST_BUCKETS,
             registry=r,
         )
         self.overhead = Histogram(
             "cascade_overhead_seconds",
             "Gateway time excluding upstream calls.",
+            ["endpoint"],
             buckets=_OVERHEAD_BUCKETS,
             registry=r,
         )

@@ -72,10 +72,10 @@ def test_metrics_follow_the_contract(gateway, upstream) -> None:
     httpx.post(gateway.url + "/v1/chat/completions", content=b"{", timeout=5)  # rejected before routing
     families = gateway.metrics()
     expected = {
-        "cascade_requests": {"tier", "outcome"},
+        "cascade_requests": {"tier", "outcome", "endpoint"},
         "cascade_escalations": {"tier", "from_model", "to_model"},
-        "cascade_request_duration_seconds": {"tier"},
-        "cascade_overhead_seconds": set(),
+        "cascade_request_duration_seconds": {"tier", "endpoint"},
+        "cascade_overhead_seconds": {"endpoint"},
         "cascade_confidence_score": {"tier", "model"},
         "cascade_upstream_requests": {"model", "status"},
         "cascade_upstream_duration_seconds": {"model"},
@@ -106,7 +106,8 @@ def test_metrics_follow_the_contract(gateway, upstream) -> None:
     assert sample("cascade_cost_usd_total", tier="passthrough", model="medium") == 0.0001
     assert sample("cascade_policy_info", policy_id=gateway.gateway.policy.policy_id) == 1
     assert sample("cascade_expected_escalation_rate", tier="balanced") == 0.4
-    assert sample("cascade_overhead_seconds_count") == 5
+    assert sample("cascade_overhead_seconds_count", endpoint="chat") == 5
+    assert {s.labels["endpoint"] for s in families["cascade_requests"].samples} == {"chat"}
     assert sample("cascade_upstream_requests_total", model="small", status="2xx") == 2
     # Bounded label values only: tiers of the policy + budget/passthrough/none, configured models.
     tiers = {s.labels["tier"] for s in families["cascade_requests"].samples}
@@ -133,6 +134,7 @@ def test_logs_are_json_lines_without_prompt_or_keys(
     assert entry["tier"] == "balanced" and entry["outcome"] == "accepted"
     assert entry["models_called"] == ["small"] and entry["score"] > 0.5
     assert entry["route"] == ["small", "large"] and entry["path"] == "/v1/chat/completions"
+    assert entry["endpoint"] == "chat"
     assert {"cost_usd", "duration_ms", "overhead_ms", "upstream_ms"} <= set(entry)
     assert "secret prompt text" not in err
     assert "sk-upstream-secret" not in err
