@@ -29,6 +29,7 @@ from gateway.admin import admin_router
 from gateway.completions import ApiEndpoint, error_parts
 from gateway.config import Settings
 from gateway.edges.base import ApiEdge, OpenAIEdge
+from gateway.edges.responses import ResponsesEdge
 from gateway.errors import GatewayError, InternalError
 from gateway.logs import log_exception
 from gateway.metrics import CONTENT_TYPE, GatewayMetrics
@@ -97,6 +98,7 @@ def api_edges() -> list[ApiEdge]:
     return [
         OpenAIEdge("chat"),
         OpenAIEdge("completions"),
+        ResponsesEdge(),
     ]
 
 
