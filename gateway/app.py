@@ -26,6 +26,7 @@ from starlette.routing import Route
 from starlette.types import Receive, Scope, Send
 
 from gateway.admin import admin_router
+from gateway.auth import client_address
 from gateway.completions import ApiEndpoint, error_parts
 from gateway.config import Settings
 from gateway.edges.base import ApiEdge, OpenAIEdge
@@ -79,6 +80,7 @@ def build_gateway(settings: Settings, rng: random.Random | None = None) -> Gatew
         on_policy_loaded=events.policy_loaded,
         on_policy_failure=events.policy_failed,
         on_spend_fallback=events.spend_fallback,
+        on_auth_failure=events.auth_failed,
     )
     # The traffic sampler, only when enabled: its stores and judges are imported only then.
     learning = build_learner(settings.learning, settings.models, settings.limits.request_timeout_s, metrics)
@@ -128,7 +130,9 @@ def create_app(settings: Settings, *, rng: random.Random | None = None) -> FastA
 
     @app.get("/v1/models")
     async def list_models(request: Request) -> Response:
-        await gateway.shared.authenticator.authenticate(request.headers.get("authorization"))
+        await gateway.shared.authenticator.authenticate(
+            request.headers.get("authorization"), client_address(request.scope)
+        )
         policy = gateway.policy
         names = [CASCADE_MODEL]
         if policy is not None:

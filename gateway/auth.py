@@ -16,8 +16,9 @@ import json
 import logging
 import os
 import time
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
+from typing import Any
 
 from redis.asyncio import Redis
 from redis.exceptions import RedisError
@@ -27,6 +28,9 @@ from gateway.redis_batch import RedisBatcher
 from gateway.redis_keys import RedisKeys
 
 log = logging.getLogger("cascade.auth")
+
+# Told of each refused client key: (reason "missing" | "unknown", the caller's address or None).
+AuthFailed = Callable[[str, str | None], None]
 
 # Length of the hex key_id shown in logs and used in spend counter names: identifies, never reveals.
 KEY_ID_CHARS = 16
@@ -64,6 +68,15 @@ def bearer_token(authorization: str | None) -> str | None:
     return token.strip()
 
 
+def client_address(scope: Mapping[str, Any]) -> str | None:
+    """``host:port`` of an ASGI connection's peer (what a refused key is logged with), or None."""
+    peer = scope.get("client")
+    if not peer:
+        return None
+    host, port = peer[0], peer[1] if len(peer) > 1 else None
+    return f"{host}:{port}" if port is not None else str(host)
+
+
 def parse_env_keys(value: str | None) -> list[str]:
     """Comma-separated keys of an environment variable (blank entries ignored)."""
     return [k.strip() for k in (value or "").split(",") if k.strip()]
@@ -89,7 +102,9 @@ class Authenticator:
         cache_ttl_s: float = 5.0,
         clock: Callable[[], float] = time.monotonic,
         allow_open: bool = False,
+        on_failure: AuthFailed | None = None,
     ):
+        """``on_failure(reason, client)`` is told of every refused client key (see ``authenticate``)."""
         self._static = {
             hash_key(k): ClientIdentity(key_id_of(hash_key(k)), default_limit_usd) for k in env_keys
         }
@@ -108,6 +123,7 @@ class Authenticator:
         self._closed_checked_at = float("-inf")
         self._allow_open = allow_open
         self._empty_logged_at = float("-inf")
+        self._on_failure = on_failure
 
     @property
     def is_open(self) -> bool:
@@ -134,8 +150,13 @@ class Authenticator:
         if self._admin_hash is None:
             log.info("no admin key (%s unset): admin endpoints are disabled", self._admin_key_env)
 
-    async def authenticate(self, authorization: str | None) -> ClientIdentity:
-        """The caller's identity from its Authorization header; AuthenticationError (401) if refused."""
+    async def authenticate(self, authorization: str | None, client: str | None = None) -> ClientIdentity:
+        """The caller's identity from its Authorization header; AuthenticationError (401) if refused.
+
+        A refusal is reported to ``on_failure`` with its reason (``missing``: no bearer key;
+        ``unknown``: a key that is not stored) and ``client``, the caller's address (for the log;
+        the key itself is never passed on).
+        """
         await self._refresh_closed()
         if self.is_open:
             return ANONYMOUS  # open by config and no key exists: any or no key is fine
@@ -143,6 +164,7 @@ class Authenticator:
         if token is None:
             if self._closed is False:
                 self._log_empty_store("key store empty")
+            self._refused("missing", client)
             raise AuthenticationError(
                 "Missing API key: send it as 'Authorization: Bearer <key>'.", code="missing_api_key"
             )
@@ -152,7 +174,15 @@ class Authenticator:
             return identity
         if self._closed is False:  # no key exists at all and the config does not allow open
             self._log_empty_store("key store empty")
+        self._refused("unknown", client)
         raise AuthenticationError("Incorrect API key provided.")
+
+    def _refused(self, reason: str, client: str | None) -> None:
+        if self._on_failure is not None:
+            try:
+                self._on_failure(reason, client)
+            except Exception:  # a metrics/log hook must never turn a 401 into a 500
+                log.exception("auth-failure hook failed")
 
     def is_admin(self, authorization: str | None) -> bool:
         """Whether the header carries the admin key (False when no admin key is configured)."""
@@ -249,6 +279,7 @@ def authenticator_from_env(
     redis: Redis | RedisBatcher | None,
     keys: RedisKeys,
     allow_open: bool = False,
+    on_failure: AuthFailed | None = None,
 ) -> Authenticator:
     """An Authenticator reading keys from the named environment variables (at call time)."""
     return Authenticator(
@@ -260,4 +291,5 @@ def authenticator_from_env(
         api_keys_env=api_keys_env,
         admin_key_env=admin_key_env,
         allow_open=allow_open,
+        on_failure=on_failure,
     )

@@ -39,12 +39,12 @@ from gateway.config import ModelConfig
 from gateway.learning.answers import StageAnswer
 from gateway.live import LiveRelay, StreamChunk, StreamEvent, StreamStart, WholeAnswer
 from gateway.metrics import GatewayMetrics
-from gateway.requests import ParsedRequest, completion_bound, generated_choices, positive_int
+from gateway.requests import ParsedRequest, positive_int
 from gateway.routing import RoutePlan
 from gateway.streaming import SSE_HEADERS, replay
 from gateway.upstream import UpstreamFailure, UpstreamPool, UpstreamReply
-from gateway.usage import call_charge
 from policies import score_response, should_escalate
+from policies.charges import Charge, call_charge, sent_bound
 from policies.request_defaults import RequestDefaults, merge_request_defaults
 
 
@@ -165,7 +165,7 @@ class CascadeEngine:
         )
         facts.models_called.append(stage.model)
         try:
-            reply = await self._call(stage.model, request, body, deadline, facts)
+            reply, _ = await self._call(stage.model, request, body, deadline, facts)
         except UpstreamFailure as failure:
             return CascadeResult(facts, self._fall_back(stage, failure, facts))
         facts.answered_by = stage.model
@@ -189,7 +189,7 @@ class CascadeEngine:
             return
         config = self._models[stage.model]
         body = upstream_body(request, config.model, top_k=None, stream=True, defaults=config.request_defaults)
-        relay = LiveRelay(self._pool[stage.model], request, facts, self.account, started)
+        relay = LiveRelay(self._pool[stage.model], config.price, request, facts, self.record, started)
         events = relay.events(body, deadline)
         async with aclosing(events):
             try:
@@ -226,7 +226,7 @@ class CascadeEngine:
             )
             facts.models_called.append(model)
             try:
-                called = await self._call(model, request, body, deadline, facts)
+                called, charge = await self._call(model, request, body, deadline, facts)
             except UpstreamFailure as failure:
                 facts.failures.append(failure.kind)
                 self._escalate(plan.tier, model, models[stage + 1], facts)
@@ -234,9 +234,8 @@ class CascadeEngine:
             reply = called.body
             score = score_response(reply, policy.scorer.name, top_k)
             if facts.answers is not None:  # a sampled request: keep the scored answer for its rows
-                charged, _, _ = call_charge(config.price, reply.get("usage"), body, reply)
                 facts.answers[model] = StageAnswer.from_reply(
-                    reply, called.seconds, score, cost_usd=charged, copy=request.wants_logprobs
+                    reply, called.seconds, score, cost_usd=charge.usd, copy=request.wants_logprobs
                 )
             facts.score, facts.threshold = score, thresholds[stage]
             if score is not None:
@@ -276,49 +275,31 @@ class CascadeEngine:
 
     async def _call(
         self, model: str, request: ParsedRequest, body: bytes, deadline: float, facts: CascadeFacts
-    ) -> UpstreamReply:
+    ) -> tuple[UpstreamReply, Charge]:
+        """One non-streamed call, charged (policies.charges) into ``facts``: the reply and its charge."""
+        price = self._models[model].price
         try:
             reply = await self._pool[model].complete(request.kind, body, deadline)
         except asyncio.CancelledError:
             # Cancelled mid-call (the client went away, or the shutdown drain ended the request):
             # the upstream may still bill the whole answer, so the call is charged its worst case,
             # the bound its reservation was made of (docs/operations.md).
-            self._charge_bound(facts, model, body)
+            self.record(facts, model, sent_bound(price, body))
             raise
         facts.upstream_s += reply.seconds
-        cost, prompt, completion = call_charge(
-            self._models[model].price, reply.body.get("usage"), body, reply.body
-        )
-        self._record_cost(facts, model, cost, prompt, completion)
-        return reply
+        charge = call_charge(price, reply.body.get("usage"), body, answer=reply.body)
+        self.record(facts, model, charge)
+        return reply, charge
 
-    def _charge_bound(self, facts: CascadeFacts, model: str, body: bytes) -> None:
-        """Charge a call whose answer never came: one prompt token per byte of the upstream request,
-        and per generated choice the completion cap it was sent with (or the default bound)."""
-        sent = orjson.loads(body)
-        completion = completion_bound(sent) * generated_choices(sent)
-        self.account(facts, model, {"prompt_tokens": len(body), "completion_tokens": completion})
-
-    def account(self, facts: CascadeFacts, model: str, usage: Any) -> None:
-        """Add one call's cost (config price x ``usage`` tokens) to the facts and the metrics."""
-        prompt = completion = 0
-        if isinstance(usage, dict):
-            prompt = positive_int(usage.get("prompt_tokens"))
-            completion = positive_int(usage.get("completion_tokens"))
-        self._record_cost(
-            facts, model, self._models[model].price.cost_usd(prompt, completion), prompt, completion
-        )
-
-    def _record_cost(
-        self, facts: CascadeFacts, model: str, cost: float, prompt: int, completion: int
-    ) -> None:
-        facts.cost_usd += cost
+    def record(self, facts: CascadeFacts, model: str, charge: Charge) -> None:
+        """Add one call's charge to the facts and the metrics."""
+        facts.cost_usd += charge.usd
         metrics = self._metrics
-        metrics.child(metrics.cost, facts.tier, model).inc(cost)
-        if prompt:
-            metrics.child(metrics.tokens, model, "prompt").inc(prompt)
-        if completion:
-            metrics.child(metrics.tokens, model, "completion").inc(completion)
+        metrics.child(metrics.cost, facts.tier, model).inc(charge.usd)
+        if charge.prompt_tokens:
+            metrics.child(metrics.tokens, model, "prompt").inc(charge.prompt_tokens)
+        if charge.completion_tokens:
+            metrics.child(metrics.tokens, model, "completion").inc(charge.completion_tokens)
 
     def _escalate(self, tier: str, from_model: str, to_model: str, facts: CascadeFacts) -> None:
         facts.escalated = True

@@ -27,6 +27,7 @@ from typing import Any
 
 from starlette.types import Receive, Scope, Send
 
+from gateway.auth import client_address
 from gateway.cascade import CascadeFacts, client_body
 from gateway.edges.base import ApiEdge, Headers, StreamTranslator, openai_error_parts
 from gateway.errors import (
@@ -117,7 +118,9 @@ class ApiEndpoint:
         translator: StreamTranslator | None = None
         try:
             raw = await _read_body(receive, headers.get(b"content-length"), gw.limits.max_body_bytes)
-            identity = await gw.shared.authenticator.authenticate(edge.credential(headers))
+            identity = await gw.shared.authenticator.authenticate(
+                edge.credential(headers), client_address(scope)
+            )
             translated = edge.translate(raw, request_id)
             parsed = translated.request
             plan = gw.router.plan(

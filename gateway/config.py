@@ -145,6 +145,20 @@ class Settings(BaseSettings):
     drift: DriftConfig = DriftConfig()
     learning: LearningConfig = LearningConfig()
 
+    @field_validator("redis_url")
+    @classmethod
+    def _redis_url_parses(cls, value: str | None) -> str | None:
+        if value is not None:
+            check_redis_url(value)
+        return value
+
+    @field_validator("policy")
+    @classmethod
+    def _policy_url_parses(cls, value: str) -> str:
+        if is_redis_url(value):
+            check_redis_url(value)
+        return value
+
     @field_validator("models")
     @classmethod
     def _names_not_reserved(cls, models: dict[str, ModelConfig]) -> dict[str, ModelConfig]:
@@ -216,6 +230,28 @@ class Settings(BaseSettings):
             where = ".".join(str(p) for p in first["loc"]) or "<root>"
             more = f" (+{exc.error_count() - 1} more)" if exc.error_count() > 1 else ""
             raise ConfigError(f"{source}: {where}: {first['msg']}{more}") from exc
+
+
+def check_redis_url(url: str) -> None:
+    """Raise ValueError (a one-line reason, never the password) unless redis-py can use ``url``.
+
+    Checked when the config loads, so a malformed URL stops ``cascade serve`` before it serves
+    (exit 2) instead of failing later inside uvicorn's start-up with a traceback.
+    """
+    from redis.connection import parse_url
+
+    if not is_redis_url(url):
+        raise ValueError("a Redis URL must start with redis://, rediss:// or unix://")
+    try:
+        options = parse_url(url)
+    except (ValueError, TypeError) as exc:
+        raise ValueError(f"not a usable Redis URL ({_one_line(str(exc))[:200]})") from None
+    scheme, _, rest = url.partition("://")
+    database = rest.partition("?")[0].partition("/")[2] if scheme != "unix" else ""
+    if database and not database.isdigit():
+        raise ValueError(f"the database of a Redis URL must be a number, got {database[:40]!r}")
+    if scheme != "unix" and not options.get("host"):
+        raise ValueError("a Redis URL needs a host, e.g. redis://127.0.0.1:6379/0")
 
 
 def _one_line(text: str) -> str:

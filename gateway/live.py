@@ -10,8 +10,8 @@ them. ``LiveRelay`` is the part of that iterator that relays one upstream stream
   the cheap answer (or a 502/504);
 * a failure after the start ends the stream with an SSE ``error`` event (never a silent cut);
 * the stage is charged whenever the upstream accepted the call (HTTP 200), however the stream
-  ends: the upstream's ``usage`` when it arrived, otherwise an estimate of what was streamed
-  (``StreamTally.tokens``). This covers a client that disconnects, an upstream cut, the request
+  ends, by the one charging rule (``policies.charges.call_charge``) applied to what the stream
+  delivered (``StreamTally``). This covers a client that disconnects, an upstream cut, the request
   deadline and a shutdown alike: the charge is made in a ``finally`` that runs on cancellation.
 """
 
@@ -23,9 +23,11 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from gateway.errors import GatewayError
-from gateway.requests import ParsedRequest, positive_int
+from gateway.requests import ParsedRequest
 from gateway.streaming import DONE, SSE_HEADERS, client_chunk, sse, sse_error, upstream_events
 from gateway.upstream import UpstreamClient, UpstreamFailure, read_completion
+from policies import Price
+from policies.charges import Charge, call_charge
 
 if TYPE_CHECKING:
     from gateway.cascade import CascadeFacts
@@ -69,24 +71,18 @@ class WholeAnswer:
 
 
 class StreamTally:
-    """What one live stage consumed, for charging it however it ends.
+    """What one live stage delivered, for charging it however it ends (``charge``).
 
-    The charge is the upstream's ``usage`` when the stream delivered it. Otherwise (the stream
-    ended early, or the upstream never sends usage) it is an estimate that errs high:
-
-    * prompt: ``prompt_bound`` tokens, one per byte of the upstream request body (the bound the
-      spend reservation uses). The upstream has read the whole prompt before the first chunk and
-      the gateway has no tokenizer, so it charges the bound rather than a guess that may fall short;
-    * completion: one token per upstream chunk that carries output (text, content, a tool-call or
-      refusal delta), or the chunk's number of logprob entries when larger. OpenAI-compatible
-      servers stream one token per chunk. Every chunk read from the upstream counts, including
-      one received but not yet written to a client that has gone.
+    It keeps the last ``usage`` object a chunk carried and counts one completion token per upstream
+    chunk that carries output (text, content, a tool-call or refusal delta), or the chunk's number
+    of logprob entries when larger: OpenAI-compatible servers stream one token per chunk. Every
+    chunk read from the upstream counts, including one received but not yet written to a client
+    that has gone.
     """
 
-    __slots__ = ("completion_tokens", "prompt_bound", "usage")
+    __slots__ = ("completion_tokens", "usage")
 
-    def __init__(self, prompt_bound: int):
-        self.prompt_bound = prompt_bound
+    def __init__(self) -> None:
         self.completion_tokens = 0
         self.usage: dict[str, Any] | None = None
 
@@ -99,11 +95,9 @@ class StreamTally:
         if isinstance(choices, list):
             self.completion_tokens += sum(_chunk_tokens(c) for c in choices if isinstance(c, dict))
 
-    def tokens(self) -> tuple[int, int]:
-        """(prompt, completion) tokens to charge."""
-        usage = self.usage or {}
-        prompt = positive_int(usage.get("prompt_tokens")) if "prompt_tokens" in usage else self.prompt_bound
-        return prompt, max(positive_int(usage.get("completion_tokens")), self.completion_tokens)
+    def charge(self, price: Price, sent: bytes) -> Charge:
+        """The stage's charge (``policies.charges.call_charge``; ``sent``: the upstream request)."""
+        return call_charge(price, self.usage, sent, streamed_tokens=self.completion_tokens)
 
 
 def _chunk_tokens(choice: dict[str, Any]) -> int:
@@ -124,16 +118,19 @@ class LiveRelay:
     def __init__(
         self,
         client: UpstreamClient,
+        price: Price,
         request: ParsedRequest,
         facts: CascadeFacts,
-        charge: Callable[[CascadeFacts, str, dict[str, int]], None],
+        record: Callable[[CascadeFacts, str, Charge], None],
         started: float,
     ):
-        """``charge(facts, model, usage)`` accounts one call; ``started`` is the request's perf_counter."""
+        """``price``: the model's; ``record(facts, model, charge)`` accounts one call; ``started`` is
+        the request's perf_counter."""
         self._client = client
+        self._price = price
         self._request = request
         self._facts = facts
-        self._charge = charge
+        self._record = record
         self._started = started
 
     def _overhead_ms(self, running_s: float = 0.0) -> float:
@@ -144,7 +141,8 @@ class LiveRelay:
         """Client events of the stream ``body`` asks for; UpstreamFailure only before the start."""
         model, request, facts = self._client.name, self._request, self._facts
         facts.models_called.append(model)
-        tally = StreamTally(len(body))
+        tally = StreamTally()
+        whole: dict[str, Any] | None = None  # the answer, when the upstream ignored ``stream``
         accepted = started = done = False
         t0 = time.monotonic()
 
@@ -155,20 +153,22 @@ class LiveRelay:
                 return
             done = True
             facts.upstream_s += time.monotonic() - t0
-            if accepted:
-                prompt, completion = tally.tokens()
-                self._charge(facts, model, {"prompt_tokens": prompt, "completion_tokens": completion})
+            if not accepted:
+                return
+            if whole is not None:  # charged as the non-streamed answer it is
+                charge = call_charge(self._price, whole.get("usage"), body, answer=whole)
+            else:
+                charge = tally.charge(self._price, body)
+            self._record(facts, model, charge)
 
         try:
             async with self._client.stream(request.kind, body, deadline) as response:
                 accepted = True
                 if response.content_type == "application/json":
-                    complete = await read_completion(response, model)
-                    usage = complete.get("usage")
-                    tally.usage = usage if isinstance(usage, dict) else None
+                    whole = await read_completion(response, model)
                     finish()
                     facts.answered_by = model
-                    yield WholeAnswer(complete)
+                    yield WholeAnswer(whole)
                     return
                 held: dict[str, Any] | None = None
                 async for event in upstream_events(response, model):

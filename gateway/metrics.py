@@ -126,6 +126,14 @@ class GatewayMetrics:
             ["reason"],
             registry=r,
         )
+        self.auth_failures = Counter(
+            "cascade_auth_failures",
+            "Requests refused for their client key, by reason (missing, unknown).",
+            ["reason"],
+            registry=r,
+        )
+        for reason in ("missing", "unknown"):
+            self.auth_failures.labels(reason)  # both series exist from the start (alert on a rise)
         self.spend_unsynced = Gauge(
             "cascade_spend_unsynced_usd",
             "Spend counted in process that Redis does not hold yet (written back when it answers).",

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import json
 import secrets
+from collections.abc import Collection
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Annotated, Any
@@ -36,21 +37,35 @@ class CliError(Exception):
 # ---- operations (plain functions over a sync Redis client; the commands below wrap them) ----
 
 
-def push_policy(client: Any, policy_path: Path, keys: RedisKeys) -> tuple[str, int]:
+def push_policy(
+    client: Any, policy_path: Path, keys: RedisKeys, known_models: Collection[str] | None = None
+) -> tuple[str, int]:
     """Validate a policy file, store it as current, bump the version, notify replicas.
 
-    Returns (policy_id, version). The push is ``policies.publish.push_policy``: SET and INCR in one
-    MULTI/EXEC transaction so a reader never pairs a new version with an old policy, then PUBLISH.
+    Returns (policy_id, version). ``known_models`` (the gateway config's model names): a policy
+    routing to any other model is refused, nothing is stored; None skips that check. The push is
+    ``policies.publish.push_policy``: SET and INCR in one MULTI/EXEC transaction so a reader never
+    pairs a new version with an old policy, then PUBLISH.
     """
     from policies import PolicyError, load_policy
     from policies.publish import push_policy as publish
 
     try:
         policy = load_policy(policy_path)
-        version = publish(client, policy, keys)
+        version = publish(client, policy, keys, known_models=known_models)
     except PolicyError as exc:
         raise CliError(str(exc)) from exc
     return policy.policy_id, version
+
+
+def configured_models(config_path: Path) -> list[str]:
+    """The model names of a gateway config (what replicas can route to); CliError if it is bad."""
+    from gateway.config import ConfigError, Settings
+
+    try:
+        return list(Settings.from_yaml(config_path).models)
+    except ConfigError as exc:
+        raise CliError(str(exc)) from exc
 
 
 def read_policy(client: Any, keys: RedisKeys) -> tuple[dict[str, Any], int | None]:
@@ -147,11 +162,27 @@ keys_app = typer.Typer(help="Client API keys stored (hashed) in Redis.", no_args
 def policy_push(
     policy_path: Annotated[Path, typer.Argument(metavar="POLICY.json", help="policy file to serve")],
     redis_url: RedisOption,
+    config: Annotated[
+        Path | None,
+        typer.Option(
+            "--config",
+            "-c",
+            help="the replicas' gateway YAML: refuse a policy routing to a model it does not define",
+        ),
+    ] = None,
     prefix: PrefixOption = DEFAULT_PREFIX,
 ) -> None:
     """Validate POLICY.json and make it the policy every replica serves (within about a second)."""
     keys = RedisKeys(prefix)
-    policy_id, version = _run(lambda: push_policy(_connect(redis_url), policy_path, keys))
+    known_models = None if config is None else _run(lambda: configured_models(config))
+    policy_id, version = _run(lambda: push_policy(_connect(redis_url), policy_path, keys, known_models))
+    if config is None:
+        typer.secho(
+            "warning: the models this policy routes to were not checked against a gateway config "
+            "(pass --config gateway.yaml); replicas refuse a policy routing to a model they lack",
+            err=True,
+            fg=typer.colors.YELLOW,
+        )
     typer.echo(policy_id)
     typer.secho(f"pushed as version {version} to {keys.policy_current}", err=True)
 

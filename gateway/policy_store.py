@@ -24,6 +24,7 @@ from redis.exceptions import RedisError
 
 from gateway.redis_keys import RedisKeys
 from policies import Policy, PolicyError, PolicyInvalidError, parse_policy
+from policies.errors import quoted
 from policies.publish import check_servable
 
 log = logging.getLogger("cascade.policy")
@@ -56,6 +57,9 @@ class PolicyStore:
         self.current: Policy | None = None
         self.reloads = 0
         self.reload_failures = 0
+        # Checks of the source the watcher has finished (changed or not, failed or not): what a
+        # caller waits for to know the watcher looked again.
+        self.checks = 0
         self.last_error: str | None = None
         self.loaded_at: float | None = None
         self._on_loaded = on_loaded
@@ -205,10 +209,10 @@ class FilePolicyStore(PolicyStore):
         while True:
             await asyncio.sleep(self.poll_interval_s)
             signature = self._signature()
-            if signature == self._seen:
-                continue
-            # A failure is recorded; _seen now holds this signature, so it is counted once per change.
-            await self._reload_quietly()
+            if signature != self._seen:
+                # A failure is recorded; _seen now holds this signature: counted once per change.
+                await self._reload_quietly()
+            self.checks += 1
 
 
 class RedisPolicyStore(PolicyStore):
@@ -295,7 +299,7 @@ class RedisPolicyStore(PolicyStore):
         self.version = _parse_version(version)
         if version is not None and self.version is None:
             self._record_failure(
-                f"Redis key {self._keys.policy_version} holds {version[:40]!r}, not an integer; serving "
+                f"Redis key {self._keys.policy_version} holds {quoted(version)}, not an integer; serving "
                 f"policy {policy.policy_id} by content (the next `cascade policy push` restarts it at 1)"
             )
 
@@ -323,6 +327,7 @@ class RedisPolicyStore(PolicyStore):
                 await pubsub.subscribe(self._keys.policy_updates)
                 self._mark_redis(True)
                 await self._sync()  # catch up with pushes made while we were not subscribed
+                self.checks += 1
                 last_sync = time.monotonic()
                 while True:
                     message = await pubsub.get_message(
@@ -330,6 +335,7 @@ class RedisPolicyStore(PolicyStore):
                     )
                     if message is not None or time.monotonic() - last_sync >= self.resync_interval_s:
                         await self._sync()
+                        self.checks += 1
                         last_sync = time.monotonic()
             except asyncio.CancelledError:
                 raise
@@ -338,6 +344,7 @@ class RedisPolicyStore(PolicyStore):
                     kept = self.current.policy_id if self.current else "none"
                     log.warning("redis unreachable (%s); serving last good policy %s", exc, kept)
                 self._mark_redis(False)
+                self.checks += 1  # a check that found Redis unreachable
                 await asyncio.sleep(self.retry_interval_s)
             except Exception as exc:  # anything else: recorded, and the watcher carries on
                 self._record_failure(f"policy watcher failed: {_describe(exc)}", unexpected=True)

@@ -7,7 +7,6 @@ remains the judge of those. Every problem is a ``BadRequestError`` (400) naming 
 
 from __future__ import annotations
 
-import math
 from dataclasses import dataclass
 from typing import Any, Literal
 
@@ -157,40 +156,3 @@ def _check_prompt(prompt: Any) -> None:
     raise BadRequestError(
         "'prompt' is required and must be a string, an array of strings or token arrays", param="prompt"
     )
-
-
-# Completion tokens assumed for a request that sets no cap, when reserving its worst-case cost
-# against a spend limit (the actual cost is settled afterwards).
-DEFAULT_COMPLETION_BOUND = 4096
-
-
-# Fields an OpenAI-compatible upstream may read as the completion-token cap (llama.cpp reads
-# n_predict before max_tokens), and the fields that multiply the choices generated and billed.
-_COMPLETION_CAP_FIELDS = ("max_completion_tokens", "max_tokens", "n_predict")
-_CHOICE_FIELDS = ("n", "best_of")
-
-
-def _positive_count(value: object) -> int | None:
-    """An integer count from a JSON number (rounded up), or None when it is not a positive number."""
-    if isinstance(value, bool) or not isinstance(value, int | float) or not math.isfinite(value):
-        return None
-    count = math.ceil(value)
-    return count if count > 0 else None
-
-
-def requested_cap(body: dict[str, Any]) -> int | None:
-    """The largest completion cap the request sets under any name the upstream may honour, or None
-    when it sets none (a cap <= 0 is none)."""
-    caps = [c for c in (_positive_count(body.get(f)) for f in _COMPLETION_CAP_FIELDS) if c is not None]
-    return max(caps) if caps else None
-
-
-def completion_bound(body: dict[str, Any]) -> int:
-    """Completion tokens one choice may take: the largest cap the request sets under any name the
-    upstream may honour, or ``DEFAULT_COMPLETION_BOUND`` when it sets none (a cap <= 0 is none)."""
-    return requested_cap(body) or DEFAULT_COMPLETION_BOUND
-
-
-def generated_choices(body: dict[str, Any]) -> int:
-    """Choices the upstream generates and bills: ``max(n, best_of)``, at least 1."""
-    return max([1, *(c for c in (_positive_count(body.get(f)) for f in _CHOICE_FIELDS) if c is not None)])

@@ -30,6 +30,7 @@ from policies import (
     choose_for_budget,
     choose_for_tier,
 )
+from policies.errors import quoted
 
 CASCADE_MODEL = "cascade"
 _CASCADE_PREFIX = "cascade/"
@@ -93,7 +94,7 @@ class Router:
             return RoutePlan(PASSTHROUGH_TIER, None, None, model=request.model)
         else:
             raise ModelNotFoundError(
-                f"model {request.model!r} does not exist; use 'cascade', 'cascade/<tier>' or one of "
+                f"model {quoted(request.model)} does not exist; use 'cascade', 'cascade/<tier>' or one of "
                 f"{', '.join(sorted(self._models))}",
                 param="model",
             )
@@ -128,7 +129,7 @@ def _parse_budget(value: str) -> float:
         budget = math.nan
     if not math.isfinite(budget) or budget < 0:
         raise BadRequestError(
-            f"X-Cascade-Max-Cost-Usd must be a non-negative number of USD, got {value[:40]!r}",
+            f"X-Cascade-Max-Cost-Usd must be a non-negative number of USD, got {quoted(value)}",
             param="X-Cascade-Max-Cost-Usd",
         )
     return budget

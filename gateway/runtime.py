@@ -21,16 +21,13 @@ from gateway.health import UpstreamHealth
 from gateway.learning.config import LearningConfig
 from gateway.logs import configure_logging, log_event
 from gateway.metrics import GatewayMetrics
-from gateway.requests import (
-    DEFAULT_COMPLETION_BOUND,
-    ParsedRequest,
-    generated_choices,
-    requested_cap,
-)
+from gateway.requests import ParsedRequest
 from gateway.routing import RoutePlan, Router
 from gateway.state import SharedState
 from gateway.upstream import UpstreamPool
 from policies import Policy
+from policies.charges import bound_usd, tokens_bound
+from policies.request_defaults import merge_request_defaults
 
 if TYPE_CHECKING:
     from gateway.learning.sampler import Learner
@@ -58,6 +55,11 @@ class StateEvents:
     def spend_fallback(self, reason: str) -> None:
         """A keyed request's spend could not be checked in Redis (``reason``)."""
         self._metrics.child(self._metrics.spend_fallbacks, reason).inc()
+
+    def auth_failed(self, reason: str, client: str | None) -> None:
+        """A client key was refused (``reason``: missing or unknown); never given the key itself."""
+        self._metrics.child(self._metrics.auth_failures, reason).inc()
+        log_event("auth_failed", level=logging.WARNING, reason=reason, client=client)
 
 
 class Gateway:
@@ -188,31 +190,31 @@ class Gateway:
     def reserve_estimate(self, plan: RoutePlan, request: ParsedRequest, body_bytes: int) -> float:
         """Worst-case USD of a request, reserved against the key's limit before any call.
 
-        Every model of the route may be called (a chain can escalate to its end), each with at most
-        ``body_bytes`` prompt tokens (a token is at least one byte of the request's text; the JSON
-        around it covers the chat template) and, per generated choice (``max(n, best_of)``), the
-        largest completion cap the upstream may honour (``completion_bound``); a model's request
-        defaults add their system message's bytes and supply the cap the client left out. Settling
-        charges the actual cost and releases the rest, so over-reserving never overcharges; it only
-        keeps a key from starting requests it might not be able to pay for. A price with both forms
-        charges the flat ``per_query_usd`` when an answer reports no usage, so the larger of the two
-        is reserved.
+        ``request`` is a parsed chat or legacy completions request and ``body_bytes`` the size of
+        the client's body. Every model of the route may be called (a chain can escalate to its
+        end), each as ``policies.charges.call_bound`` prices a call: the client's fields over the
+        model's request defaults (which may set the cap the client left out), at most
+        ``body_bytes`` prompt tokens plus what the defaults add to the prompt, and the largest
+        completion cap for every generated choice of every prompt. Settling charges the actual
+        cost and releases the rest, so over-reserving never overcharges; it only keeps a key from
+        starting requests it might not be able to pay for.
         """
         models = plan.route.models if plan.route is not None else [plan.model]
-        choices = generated_choices(request.body)
-        cap_asked = requested_cap(request.body)
+        plain: tuple[int, int] | None = None  # the bound of the client's body as it is (no defaults)
         total = 0.0
         for name in models:
             model = self.models.get(name) if name is not None else None
             if model is None:
                 continue
-            # A model's request defaults may add a system message and set the cap the client left out.
             defaults = model.request_defaults
-            prompt_bound = body_bytes + (defaults.prompt_bytes() if defaults else 0)
-            default_cap = defaults.completion_cap() if defaults else None
-            cap = cap_asked or default_cap or DEFAULT_COMPLETION_BOUND
-            by_tokens = float(model.price.cost_usd(prompt_bound, cap * choices))
-            total += max(by_tokens, model.price.per_query_usd or 0.0)
+            if defaults is None:
+                if plain is None:
+                    plain = tokens_bound(request.body, body_bytes)
+                tokens = plain
+            else:
+                merged = merge_request_defaults(request.body, defaults, chat=request.kind == "chat")
+                tokens = tokens_bound(merged, body_bytes + defaults.prompt_bytes())
+            total += bound_usd(model.price, *tokens)
         return total
 
 

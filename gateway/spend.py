@@ -40,13 +40,14 @@ from datetime import UTC, datetime
 from typing import Literal
 
 from redis.asyncio import Redis
-from redis.exceptions import RedisError
+from redis.exceptions import RedisError, ResponseError
 
 from gateway.auth import ClientIdentity
 from gateway.errors import BudgetExceededError, SpendUnavailableError
+from gateway.logs import log_event
 from gateway.redis_batch import RedisBatcher
 from gateway.redis_keys import RedisKeys
-from gateway.spend_store import EPOCH_CHANGED, RedisSpendStore, new_op_id
+from gateway.spend_store import EPOCH_CHANGED, MAX_NANO, RedisSpendStore, new_op_id
 
 log = logging.getLogger("cascade.spend")
 
@@ -63,8 +64,14 @@ FallbackReason = Literal["timeout", "error", "down", "epoch", "refused"]
 
 
 def to_nano(amount_usd: float) -> int:
-    """USD -> integer nano-USD, rounded up (a reservation never under-counts)."""
-    return max(0, math.ceil(round(amount_usd * NANO_PER_USD, 3)))
+    """USD -> integer nano-USD, rounded up (a reservation never under-counts), at most ``MAX_NANO``
+    (what a counter holds; an amount that is not a finite number counts as that maximum too)."""
+    nano = amount_usd * NANO_PER_USD
+    if nano <= 0:
+        return 0
+    if not nano < MAX_NANO:  # past the largest count, or NaN
+        return MAX_NANO
+    return min(MAX_NANO, math.ceil(round(nano, 3)))
 
 
 @dataclass(slots=True)
@@ -146,6 +153,7 @@ class SpendLimiter:
         self._last_failure: FallbackReason = "error"
         self._maintaining = asyncio.Lock()
         self._last_log = float("-inf")
+        self._last_failure_log = float("-inf")
         self._unlogged = 0
 
     def window_start(self) -> int:
@@ -163,7 +171,7 @@ class SpendLimiter:
         if identity.key_id is None or identity.limit_usd is None:
             return None
         amount = to_nano(amount_usd)
-        limit = math.floor(round(identity.limit_usd * NANO_PER_USD, 3))
+        limit = min(MAX_NANO, math.floor(round(identity.limit_usd * NANO_PER_USD, 3)))
         window = self.window_start()
         op_id = new_op_id()
         ledger = self._ledger(identity.key_id, window)
@@ -176,7 +184,7 @@ class SpendLimiter:
             try:
                 reply = await self._store.reserve(identity.key_id, window, op_id, amount, limit, epoch)
             except (RedisError, OSError, TimeoutError) as exc:
-                reason = self._failed(exc)
+                reason = self._failed(exc, "reserve")
                 # It may still land when Redis resumes: cancel it by id then.
                 uncertain = Reservation(identity.key_id, window, amount, "redis", op_id=op_id, epoch=epoch)
                 self._retries.append(_Retry(uncertain, 0, cancel=True))
@@ -211,6 +219,15 @@ class SpendLimiter:
             return
         reservation.settled = True
         actual = to_nano(actual_usd)
+        if actual == MAX_NANO:
+            # No counter holds more: the key is refused for the rest of the window either way.
+            log_event(
+                "spend_amount_capped",
+                level=logging.ERROR,
+                key_id=reservation.key_id,
+                charged_usd=actual_usd,
+                counted_usd=MAX_NANO / NANO_PER_USD,
+            )
         ledger = self._ledger(reservation.key_id, reservation.window_start)
         if reservation.backend != "redis":
             ledger.held = max(0, ledger.held - reservation.amount_nano)
@@ -230,7 +247,7 @@ class SpendLimiter:
                 reservation.key_id, reservation.window_start, reservation.op_id, actual, reservation.epoch
             )
         except (RedisError, OSError, TimeoutError) as exc:
-            self._failed(exc)
+            self._failed(exc, "settle")
             self._retries.append(_Retry(reservation, actual, cancel=False))  # idempotent: retried later
             self._dirty = True
             return
@@ -258,7 +275,7 @@ class SpendLimiter:
             try:
                 await self._reconcile(self._background_store if probe else self._store)
             except (RedisError, OSError, TimeoutError) as exc:
-                self._failed(exc)
+                self._failed(exc, "reconcile")
             else:
                 self._down_until = 0.0
                 self._dirty = bool(self._retries) or any(
@@ -412,11 +429,24 @@ class SpendLimiter:
         for slot in [s for s, led in self._ledgers.items() if s[1] < oldest and not led.sending]:
             del self._ledgers[slot]
 
-    def _failed(self, exc: BaseException) -> FallbackReason:
+    def _failed(self, exc: BaseException, operation: str) -> FallbackReason:
+        """Redis failed ``operation``: skip it for ``_RETRY_S`` and log why. An error reply (Redis
+        answered and refused the command) is logged every time: it is no outage and retrying will
+        not cure it; an outage's timeouts and connection errors at most once per ``_LOG_EVERY_S``."""
         self._report_redis(False)
         self._down_until = time.monotonic() + _RETRY_S
         timed_out = isinstance(exc, TimeoutError) or "Timeout" in type(exc).__name__
         self._last_failure = "timeout" if timed_out else "error"
+        refused = isinstance(exc, ResponseError)
+        now = time.monotonic()
+        if refused or now - self._last_failure_log >= _LOG_EVERY_S:
+            self._last_failure_log = now
+            log_event(
+                "spend_store_failed",
+                level=logging.ERROR if refused else logging.WARNING,
+                operation=operation,
+                error=f"{type(exc).__name__}: {exc}",
+            )
         return self._last_failure
 
     def _fallback(self, reason: str, key_id: str) -> None:

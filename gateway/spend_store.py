@@ -12,6 +12,10 @@ counting twice:
   and leaves a tombstone so a reservation still in flight is refused when it lands.
 * ``apply_once(op_id, amount)``: adds spend counted elsewhere (in process during an outage) once.
 
+Amounts are integers of at most ``MAX_NANO`` (the largest Redis integer); the scripts pass them to
+Redis as decimal strings, never as Lua numbers, so any amount is counted exactly, and a counter
+that would pass ``MAX_NANO`` stays at it.
+
 An epoch marker (``{prefix}:spend:epoch``, random, never expires) tells a live Redis from one that
 lost its data: every script checks the caller's epoch first and does nothing on a mismatch
 (``EPOCH_CHANGED``), so the caller can write back what it had counted before the loss.
@@ -33,27 +37,48 @@ from gateway.redis_batch import LuaScript, RedisBatcher
 from gateway.redis_keys import RedisKeys
 
 EPOCH_CHANGED = -2
+# The largest amount a counter holds: the largest Redis integer, in nano-USD (about $9.2 billion).
+MAX_NANO = 2**63 - 1
 # How long tombstones and apply-once markers live: far longer than any command stays queued.
 _MARKER_TTL_S = 900
 
-_RESERVE_LUA = LuaScript.of("""
-if redis.call('GET', KEYS[4]) ~= ARGV[5] then return {-2, 0} end
-if redis.call('EXISTS', KEYS[3]) == 1 then return {-1, 0} end
-local spent = tonumber(redis.call('GET', KEYS[1]) or '0')
-local amount = tonumber(ARGV[1])
-local limit = tonumber(ARGV[2])
-if spent >= limit or spent + amount > limit then
-  return {0, spent}
+# Amounts travel as decimal strings and reach INCRBY as such: a Lua number is a double, printed
+# with an exponent past 10^14 (which INCRBY refuses) and inexact past 2^53. An increment that would
+# pass the largest Redis integer saturates the counter at it instead of failing.
+_SATURATING_ADD = """
+local function add(key, delta)
+  local reply = redis.pcall('INCRBY', key, delta)
+  if type(reply) == 'table' and reply.err then
+    redis.call('SET', key, '9223372036854775807', 'KEEPTTL')
+    return 9223372036854775807
+  end
+  return reply
 end
-local after = redis.call('INCRBY', KEYS[1], amount)
-redis.call('HSET', KEYS[2], ARGV[4], amount)
+"""
+
+_RESERVE_LUA = LuaScript.of(
+    _SATURATING_ADD
+    + """
+if redis.call('GET', KEYS[4]) ~= ARGV[5] then return {-2, '0'} end
+if redis.call('EXISTS', KEYS[3]) == 1 then return {-1, '0'} end
+local counted = redis.call('GET', KEYS[1]) or '0'
+local spent = tonumber(counted)
+local limit = tonumber(ARGV[2])
+if spent >= limit or spent + tonumber(ARGV[1]) > limit then
+  return {0, counted}
+end
+add(KEYS[1], ARGV[1])
+redis.call('HSET', KEYS[2], ARGV[4], ARGV[1])
 for i = 1, 2 do
   if redis.call('TTL', KEYS[i]) < 0 then redis.call('EXPIRE', KEYS[i], tonumber(ARGV[3])) end
 end
-return {1, after}
-""")
+return {1, redis.call('GET', KEYS[1])}
+"""
+)
 
-_FINISH_LUA = LuaScript.of("""
+_FINISH_LUA = LuaScript.of(
+    _SATURATING_ADD
+    + """
 if redis.call('GET', KEYS[4]) ~= ARGV[3] then return -2 end
 local amount = redis.call('HGET', KEYS[2], ARGV[1])
 if not amount then
@@ -62,19 +87,23 @@ if not amount then
 end
 redis.call('HDEL', KEYS[2], ARGV[1])
 if redis.call('EXISTS', KEYS[1]) == 1 then
-  local after = redis.call('INCRBY', KEYS[1], tonumber(ARGV[2]) - tonumber(amount))
-  if after < 0 then redis.call('SET', KEYS[1], 0, 'KEEPTTL') end
+  redis.call('DECRBY', KEYS[1], amount)
+  if add(KEYS[1], ARGV[2]) < 0 then redis.call('SET', KEYS[1], 0, 'KEEPTTL') end
 end
 return 1
-""")
+"""
+)
 
-_APPLY_ONCE_LUA = LuaScript.of("""
+_APPLY_ONCE_LUA = LuaScript.of(
+    _SATURATING_ADD
+    + """
 if redis.call('GET', KEYS[3]) ~= ARGV[2] then return -2 end
 if not redis.call('SET', KEYS[2], '1', 'NX', 'EX', tonumber(ARGV[4])) then return 0 end
-redis.call('INCRBY', KEYS[1], tonumber(ARGV[1]))
+add(KEYS[1], ARGV[1])
 if redis.call('TTL', KEYS[1]) < 0 then redis.call('EXPIRE', KEYS[1], tonumber(ARGV[3])) end
 return 1
-""")
+"""
+)
 
 
 @dataclass(frozen=True, slots=True)

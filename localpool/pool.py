@@ -6,10 +6,11 @@ import os
 from dataclasses import dataclass
 from pathlib import Path
 
-from localpool.install import llama_server_binary, model_is_installed
+from localpool.install import model_is_installed
 from localpool.manifest import Manifest, ModelSpec
 from localpool.paths import PoolPaths
 from localpool.process import ProcessError, read_record, start_detached, stop, wait_healthy
+from localpool.server_build import llama_server_binary
 
 # Sized for a small shared machine: the cores split between the servers (llama.cpp's threads spin
 # while waiting, so oversubscribing cores slows every server down: measured on 2 cores, three servers

@@ -1,5 +1,16 @@
 """Errors raised by the policy contract package."""
 
+# How much of a client-supplied name or value an error message quotes: enough to recognize it, while
+# a 60 KB header or model name is never echoed back in full.
+QUOTED_CHARS = 40
+
+
+def quoted(value: str, limit: int = QUOTED_CHARS) -> str:
+    """``value`` quoted for an error message: its repr, cut to ``limit`` characters (and says so)."""
+    if len(value) <= limit:
+        return repr(value)
+    return f"{value[:limit]!r}... ({len(value)} characters)"
+
 
 class PolicyError(Exception):
     """Base class of every error raised by ``policies``."""
@@ -13,7 +24,7 @@ class UnknownTierError(PolicyError):
     """A request named a tier the policy does not define."""
 
     def __init__(self, tier: str, known: list[str]):
-        super().__init__(f"unknown tier {tier!r}; this policy defines {', '.join(sorted(known))}")
+        super().__init__(f"unknown tier {quoted(tier)}; this policy defines {', '.join(sorted(known))}")
         self.tier = tier
         self.known = known
 

@@ -82,16 +82,25 @@ def read_current(client: Any, keys: PolicyKeys) -> str | None:
     return None if raw is None else str(raw)
 
 
-def push_policy(client: Any, policy: Policy, keys: PolicyKeys, *, replacing: object = _ANY) -> int:
+def push_policy(
+    client: Any,
+    policy: Policy,
+    keys: PolicyKeys,
+    *,
+    replacing: object = _ANY,
+    known_models: Collection[str] | None = None,
+) -> int:
     """Check ``policy`` is servable, store it as current, bump the version, notify replicas.
 
-    Returns the new version. SET and INCR run in one MULTI/EXEC transaction so a reader never pairs
+    Returns the new version. ``known_models``: the gateway config's model names; a policy routing
+    to another model is refused before anything is stored (None: not checked, see
+    ``check_servable``). SET and INCR run in one MULTI/EXEC transaction so a reader never pairs
     a new version with an old policy; the PUBLISH follows. With ``replacing`` (the stored JSON text
     read earlier, or None for "no policy stored") the push is conditional: the keys are WATCHed,
     PolicyChangedError is raised if the stored policy is another one, and the client's
     ``WatchError`` propagates if it changes between that check and the transaction.
     """
-    check_servable(policy, None)  # includes the content-hash check of policy_id
+    check_servable(policy, known_models)  # includes the content-hash check of policy_id
     text = dump_policy(policy)
     with client.pipeline(transaction=True) as pipe:
         if replacing is _ANY:

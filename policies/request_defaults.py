@@ -20,14 +20,17 @@ Precedence, from lowest to highest (``merge_request_defaults``):
 the client's messages already contain a ``system`` or ``developer`` message, which then wins.
 Legacy ``/v1/completions`` requests get the default fields but no system message.
 
-Only the contract package's dependencies (pydantic) are used: the gateway and collection import it.
+Only the contract package's dependencies (pydantic, orjson) are used: the gateway and collection import it.
 """
 
 from __future__ import annotations
 
 from typing import Any
 
+import orjson
 from pydantic import BaseModel, ConfigDict, Field, model_validator
+
+from policies.charges import TEMPLATE_FIELDS
 
 # Fields the gateway or the client's request shape owns; a default for one would be ignored or wrong.
 RESERVED_FIELDS = frozenset(
@@ -71,11 +74,13 @@ class RequestDefaults(BaseModel):
         return None
 
     def prompt_bytes(self) -> int:
-        """Bytes the defaults may add to a request's prompt (the system message), for cost bounds.
-
-        At least one byte per token, plus room for the chat template's role markers.
+        """Bytes the defaults may add to a request's prompt, for cost bounds: the system message
+        (plus room for the chat template's role markers) and the JSON of default fields a template
+        puts in the prompt (``tools``, ``functions``, ``response_format``).
         """
-        return len(self.system.encode()) + _ROLE_MARKER_BYTES if self.system else 0
+        added = len(self.system.encode()) + _ROLE_MARKER_BYTES if self.system else 0
+        fields = self.fields()
+        return added + sum(len(orjson.dumps(fields[name])) for name in TEMPLATE_FIELDS if name in fields)
 
 
 def merge_request_defaults(

@@ -12,6 +12,7 @@ from typing import Literal
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
 from policies.score_distribution import ScoreDistribution
+from policies.scorers import SCORE_RANGES
 
 SCHEMA_VERSION: Literal[1] = 1
 
@@ -165,9 +166,36 @@ class Policy(_Strict):
             unknown = [m for m in point.models if m not in self.models]
             if unknown:
                 raise ValueError(f"envelope point routes to unknown model(s) {unknown}")
+        self._check_threshold_ranges()
         costs = [p.cost_usd for p in self.envelope]
         if costs != sorted(costs):
             raise ValueError("envelope points must be sorted by cost_usd")
         if self.score_distribution is not None:
             self.score_distribution.check_references(list(self.models), list(self.tiers))
         return self
+
+    def _check_threshold_ranges(self) -> None:
+        """Every threshold within the scorer's range (``policies.scorers.SCORE_RANGES``).
+
+        A threshold above the top escalates every answer and one below the bottom none: such a
+        number is a mistake, not a policy. The next float above the top is allowed: calibration
+        writes it for "escalate every answer" (``calibration.frontier.frontier_thresholds``).
+        ``external`` scores have no known range.
+        """
+        bounds = SCORE_RANGES.get(self.scorer.name)
+        if bounds is None:
+            return
+        low, high = bounds
+        chains = [
+            (f"tier {name!r} route {i + 1}", route.models, route.thresholds)
+            for name, tier in self.tiers.items()
+            for i, route in enumerate(tier.routes)
+        ]
+        chains += [(f"envelope point {i + 1}", p.models, p.thresholds) for i, p in enumerate(self.envelope)]
+        for where, models, thresholds in chains:
+            for stage, (model, threshold) in enumerate(zip(models, thresholds, strict=False)):
+                if not low <= threshold <= math.nextafter(high, math.inf):
+                    raise ValueError(
+                        f"{where} stage {stage + 1} ({model}): threshold {threshold:g} is outside the "
+                        f"range [{low:g}, {high:g}] of scorer {self.scorer.name}"
+                    )

@@ -193,6 +193,17 @@ SCORERS: dict[str, Callable[[TokenLogprobs], float | None]] = {
     "mean_logprob": _mean_logprob,
 }
 
+# The values each scorer can give (docs/scorers.md): a threshold outside them is meaningless (above
+# the top it escalates every answer, below the bottom none), so policies.schema refuses it.
+SCORE_RANGES: dict[str, tuple[float, float]] = {
+    "mean_token_negentropy": (0.0, 1.0),
+    "min_token_negentropy": (0.0, 1.0),
+    "probability_margin": (0.0, 1.0),
+    "min_probability": (0.0, 1.0),
+    "sequence_probability": (0.0, 1.0),
+    "mean_logprob": (-math.inf, 0.0),
+}
+
 _USES_ALTERNATIVES = frozenset({"mean_token_negentropy", "min_token_negentropy", "probability_margin"})
 
 # Up to this many alternatives in an answer, plain Python beats numpy's per-call overhead (a live

@@ -16,7 +16,15 @@ from gateway.config import Settings
 from gateway.drift import ScoreDriftMonitor
 from gateway.metrics import GatewayMetrics
 from gateway.redis_keys import RedisKeys
+from gateway.spend_store import MAX_NANO
 from policies import SCORERS, Policy, Price, Tier
+from policies.charges import (
+    CHOICE_FIELDS,
+    COMPLETION_CAP_FIELDS,
+    DEFAULT_COMPLETION_BOUND,
+    TEMPLATE_FIELDS,
+    TEMPLATE_TOKENS,
+)
 from policies.schema import EnvelopePoint, Route
 
 
@@ -138,3 +146,15 @@ def test_policy_fields_scorers_and_prices_are_documented(sections: dict[str, str
             assert re.search(rf"\b{name}\b", policy), name
     assert set(SCORERS) == set(table_rows(sections["Scorers"]))
     assert set(Price.model_fields) == set(table_rows(sections["Prices"]))
+
+
+def test_the_charging_rule_is_documented_with_the_codes_constants(sections: dict[str, str]) -> None:
+    charges = sections["Charges"]
+    assert "`policies/charges.py`" in charges
+    for name in ("call_bound", "call_charge", "TEMPLATE_TOKENS", "DEFAULT_COMPLETION_BOUND"):
+        assert f"`{name}`" in charges, name
+    assert f"{TEMPLATE_TOKENS:,} tokens (`TEMPLATE_TOKENS`)" in charges
+    assert f"{DEFAULT_COMPLETION_BOUND:,} (`DEFAULT_COMPLETION_BOUND`)" in charges
+    for field in (*COMPLETION_CAP_FIELDS, *CHOICE_FIELDS, *TEMPLATE_FIELDS):
+        assert f"`{field}`" in charges, field
+    assert "2^63-1" in charges and MAX_NANO == 2**63 - 1

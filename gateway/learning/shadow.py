@@ -7,12 +7,13 @@ request defaults, ``logprobs``/``top_logprobs`` of the policy's scorer, not stre
 (``cascade.upstream_body``). The request's final stage is among those called again: it was sent
 without logprobs, and a row without a score is dropped by calibration.
 
-Money: the calls' worst case (the bound a spend reservation uses: one prompt token per byte of the
-upstream request, the completion cap it sends) is reserved in the shadow budget before any call; a
-sample that does not fit is dropped (``SampleDroppedError("spend_cap")``). Each call's cost (the
-configured price of its usage; a call cancelled mid-flight, its worst case) is counted in
-``cascade_shadow_cost_usd_total``, never in a client's spend. A failed call leaves its model
-without a row (a missing answer, never a wrong one).
+Money: the calls' worst case (``policies.charges.sent_bound``, the bound a spend reservation uses,
+of each upstream request: every prompt, every choice, the completion cap it sends) is reserved in
+the shadow budget before any call; a sample that does not fit is dropped
+(``SampleDroppedError("spend_cap")``). Each call's charge (``policies.charges.call_charge``; a call
+cancelled mid-flight, its worst case) is counted in ``cascade_shadow_cost_usd_total``, never in a
+client's spend. An ``llm`` judge's calls are bounded and charged by the same rule. A failed call
+leaves its model without a row (a missing answer, never a wrong one).
 """
 
 from __future__ import annotations
@@ -33,10 +34,9 @@ from gateway.learning.budget import ShadowBudget
 from gateway.learning.config import LearningConfig
 from gateway.logs import log_event
 from gateway.metrics import LearningMetrics
-from gateway.requests import completion_bound, generated_choices
 from gateway.upstream import UpstreamFailure, UpstreamPool
-from gateway.usage import call_charge
 from policies import Policy, score_response
+from policies.charges import call_bound, call_charge, sent_bound
 from traffic.judges.base import Judge, JudgeError, Verdict, label_answers
 from traffic.rows import TrafficRow
 
@@ -119,10 +119,7 @@ class ShadowRunner:
             stream=False,
             defaults=config.request_defaults,
         )
-        sent = orjson.loads(body)
-        completion = completion_bound(sent) * generated_choices(sent)
-        by_tokens = float(config.price.cost_usd(len(body), completion))
-        return ShadowCall(model, body, max(by_tokens, config.price.per_query_usd or 0.0))
+        return ShadowCall(model, body, sent_bound(config.price, body).usd)
 
     async def rows(self, sample: Sample) -> list[TrafficRow]:
         """Call, label and build the sample's rows; SampleDroppedError when the budget refuses it."""
@@ -172,7 +169,9 @@ class ShadowRunner:
                 raise
         policy = sample.policy
         score = score_response(reply.body, policy.scorer.name, policy.scorer.top_k)
-        cost, _, _ = call_charge(self.models[model].price, reply.body.get("usage"), call.body, reply.body)
+        cost = call_charge(
+            self.models[model].price, reply.body.get("usage"), call.body, answer=reply.body
+        ).usd
         answer = StageAnswer.from_reply(reply.body, reply.seconds, score, cost_usd=cost)
         tally.usd += cost
         metrics.child(metrics.shadow_cost, model).inc(cost)
@@ -207,7 +206,7 @@ class ShadowRunner:
         return labels
 
     def _judge_bound(self, question: str, reference: str, texts: dict[str, str]) -> float:
-        """Worst case of a judge that calls a model (``llm``): its price for each request's bytes."""
+        """Worst case of a judge that calls a model (``llm``): the bound of each request it sends."""
         price: Any = getattr(self.judge, "price", None)
         request_body: Any = getattr(self.judge, "request_body", None)
         if price is None or request_body is None:
@@ -215,8 +214,8 @@ class ShadowRunner:
         total = 0.0
         for model, text in texts.items():
             if model != reference:
-                size = len(orjson.dumps(request_body(question, texts[reference], text)))
-                total += max(float(price.cost_usd(size, 1)), price.per_query_usd or 0.0)
+                body = request_body(question, texts[reference], text)
+                total += call_bound(price, body, len(orjson.dumps(body))).usd
         return total
 
     def _row(

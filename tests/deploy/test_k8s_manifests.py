@@ -146,6 +146,12 @@ def test_policy_push_job_pushes_the_configmap_policy_to_the_gateways_redis(objec
     env = {e["name"]: e for e in container["env"]}
     gateway_env = {e["name"]: e for e in _pod_spec(_gateway(objects))["containers"][0]["env"]}
     assert env["CASCADE_REDIS_URL"]["valueFrom"] == gateway_env["CASCADE_POLICY"]["valueFrom"]
+    # The push checks the policy's models against the gateways' own config, mounted beside it.
+    config_arg = container["args"][container["args"].index("--config") + 1]
+    assert config_arg.startswith(mount)
+    (volume,) = _pod_spec(job)["volumes"]
+    mounted = {item["path"]: item["key"] for item in volume["configMap"]["items"]}
+    assert mounted[config_arg.removeprefix(mount + "/")] == "gateway.yaml"
 
 
 def test_manifests_validate_strictly_against_the_kubernetes_schemas() -> None:

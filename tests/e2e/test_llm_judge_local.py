@@ -9,11 +9,12 @@ from pathlib import Path
 
 import pytest
 
-from localpool.install import llama_server_binary, model_is_installed
+from localpool.install import model_is_installed
 from localpool.manifest import load_manifest
 from localpool.paths import PoolPaths
 from localpool.pool import ServerOptions, server_command
 from localpool.process import start_detached, stop, wait_healthy
+from localpool.server_build import llama_server_binary
 from traffic.judges.llm import LLMJudge
 
 pytestmark = pytest.mark.e2e

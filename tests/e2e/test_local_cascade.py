@@ -21,11 +21,12 @@ from openai import OpenAI
 from prometheus_client.parser import text_string_to_metric_families
 
 from localpool.demo_config import pool_gateway_config, write_gateway_config
-from localpool.install import llama_server_binary, model_is_installed
+from localpool.install import model_is_installed
 from localpool.manifest import Manifest, load_manifest
 from localpool.paths import PoolPaths
 from localpool.pool import ServerOptions, server_command
 from localpool.process import start_detached, stop, wait_healthy
+from localpool.server_build import llama_server_binary
 from policies import build_policy, save_policy
 from policies.scorers import score_response
 

@@ -12,7 +12,9 @@ prompt and completion tokens): what a real provider would bill, so spend tests c
 
 A request asking for ``n`` choices gets ``n`` choices (non-streamed), each of the reply's text;
 its usage bills ``usage[1]`` completion tokens per generated choice, ``max(n, best_of)`` of them,
-and the prompt once, as OpenAI-compatible servers do.
+and the prompt once, as OpenAI-compatible servers do. A ``/v1/completions`` request whose ``prompt``
+is a list of prompts (strings or token arrays) is that many completions: ``n`` choices and the
+billed choices for each prompt (``usage[0]`` stays the prompt count of the whole request).
 
 Replies (see ``Reply``): an answer with token logprobs of a chosen confidence (honouring
 ``logprobs``/``top_logprobs`` like llama.cpp), with tool calls, without logprobs, a captured
@@ -349,13 +351,21 @@ def _positive_int(value: Any) -> int:
     return value if isinstance(value, int) and not isinstance(value, bool) and value > 0 else 1
 
 
+def _prompts(body: dict[str, Any]) -> int:
+    """Prompts of a request: the length of a ``prompt`` list of strings or token arrays, else 1."""
+    prompt = body.get("prompt")
+    if isinstance(prompt, list) and prompt and all(isinstance(p, str | list) for p in prompt):
+        return len(prompt)
+    return 1
+
+
 def _billed_choices(body: dict[str, Any]) -> int:
-    """Choices generated (and billed) for a request: ``max(n, best_of)``."""
-    return max(_positive_int(body.get("n")), _positive_int(body.get("best_of")))
+    """Choices generated (and billed) for a request: ``max(n, best_of)`` per prompt."""
+    return max(_positive_int(body.get("n")), _positive_int(body.get("best_of"))) * _prompts(body)
 
 
 def _completion(path: str, body: dict[str, Any], reply: Reply) -> dict[str, Any]:
-    returned = _positive_int(body.get("n"))
+    returned = _positive_int(body.get("n")) * _prompts(body)
     billed = reply.usage or (10, 5)
     completion_tokens = billed[1] * _billed_choices(body)
     usage = {

@@ -36,6 +36,22 @@ async def test_missing_or_wrong_key_is_a_401_in_openai_shape(header: str | None)
     assert "sk-wrong" not in body["error"]["message"]
 
 
+@pytest.mark.parametrize(
+    ("header", "reason"),
+    [(None, "missing"), ("Basic sk-alpha", "missing"), ("Bearer", "missing"), ("Bearer sk-wrong", "unknown")],
+)
+async def test_a_refused_key_is_reported_with_its_reason_and_the_client_never_the_key(
+    header: str | None, reason: str
+) -> None:
+    reported: list[tuple[str, str | None]] = []
+    auth = Authenticator(env_keys=["sk-alpha"], on_failure=lambda *failure: reported.append(failure))
+    await auth.start()
+    with pytest.raises(AuthenticationError):
+        await auth.authenticate(header, "203.0.113.7:51234")
+    await auth.authenticate("Bearer sk-alpha", "203.0.113.7:51235")  # accepted: not reported
+    assert reported == [(reason, "203.0.113.7:51234")]
+
+
 async def test_gateway_without_keys_is_open_when_configured_and_says_so_once(caplog) -> None:
     auth = Authenticator(api_keys_env="CASCADE_API_KEYS", allow_open=True)
     with caplog.at_level("WARNING", logger="cascade.auth"):

@@ -129,3 +129,38 @@ def test_a_price_with_both_forms_is_accepted_and_priced_by_tokens(shared_dir: Pa
         expected = (100 * entry["input_per_mtok"] + 7 * entry["output_per_mtok"]) / 1e6
         assert price.cost_usd(100, 7) == pytest.approx(expected)
         assert price.cost_usd(None, None) == entry["per_query_usd"]
+
+
+_MODEL = "models:\n  a: {base_url: 'http://x', model: m}\npolicy: p\n"
+
+
+@pytest.mark.parametrize(
+    ("text", "fragment"),
+    [
+        (_MODEL + "redis_url: 'redis://127.0.0.1:notaport/0'\n", "redis_url: Value error, not a usable"),
+        (_MODEL + "redis_url: 'http://127.0.0.1:6379'\n", "redis_url: Value error, a Redis URL must"),
+        (_MODEL + "redis_url: 'redis://h:99999/0'\n", "Port out of range"),
+        (_MODEL + "redis_url: 'redis://h:6379/zero'\n", "database of a Redis URL must be a number"),
+        (_MODEL + "redis_url: 'redis://'\n", "needs a host"),
+        (_MODEL.replace("policy: p", "policy: 'redis://127.0.0.1:x/0'"), "policy: Value error, not a usable"),
+    ],
+    ids=["port", "scheme", "port-range", "database", "no-host", "policy-url"],
+)
+def test_a_malformed_redis_url_is_a_one_line_config_error(tmp_path: Path, text: str, fragment: str) -> None:
+    path = tmp_path / "bad.yaml"
+    path.write_text(text.replace("redis://h:", "redis://user:s3cret-pw@h:"))
+    with pytest.raises(ConfigError) as info:
+        Settings.from_yaml(path)
+    assert fragment in str(info.value)
+    assert "\n" not in str(info.value) and "s3cret-pw" not in str(info.value)
+
+
+def test_well_formed_redis_urls_load() -> None:
+    for url in [
+        "redis://127.0.0.1:6379/0",
+        "rediss://:pw@cache.internal:6380",
+        "unix:///run/redis.sock?db=2",
+    ]:
+        models = {"a": {"base_url": "http://x", "model": "m"}}
+        settings = Settings.from_mapping({"models": models, "policy": url, "redis_url": url})
+        assert settings.redis_url == url and settings.policy_is_redis

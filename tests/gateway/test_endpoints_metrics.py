@@ -85,6 +85,7 @@ def test_metrics_follow_the_contract(gateway, upstream) -> None:
         "cascade_expected_escalation_rate": {"tier"},
         "cascade_policy_reload_failures": set(),
         "cascade_budget_rejections": set(),
+        "cascade_auth_failures": {"reason"},
     }
     for name, labels in expected.items():
         assert name in families, name
@@ -109,6 +110,7 @@ def test_metrics_follow_the_contract(gateway, upstream) -> None:
     assert sample("cascade_overhead_seconds_count", endpoint="chat") == 5
     assert {s.labels["endpoint"] for s in families["cascade_requests"].samples} == {"chat"}
     assert sample("cascade_upstream_requests_total", model="small", status="2xx") == 2
+    assert {s.labels["reason"] for s in families["cascade_auth_failures"].samples} == {"missing", "unknown"}
     # Bounded label values only: tiers of the policy + budget/passthrough/none, configured models.
     tiers = {s.labels["tier"] for s in families["cascade_requests"].samples}
     assert tiers <= {"balanced", "chain", "direct", "mix", "budget", "passthrough", "none"}

@@ -8,7 +8,6 @@ the tests can close, reopen and freeze.
 
 from __future__ import annotations
 
-import time
 import uuid
 from collections.abc import Callable, Iterator
 from pathlib import Path
@@ -50,27 +49,26 @@ def dropped(gateway, reason: str) -> float:
     return registry_value(gateway, "cascade_learning_dropped_total", reason=reason)
 
 
-def ask(running, n: int = 1) -> list[float]:
-    """Send ``n`` cascade requests; their wall times (each must succeed)."""
+def ask(running, n: int = 1) -> None:
+    """Send ``n`` cascade requests (each must succeed)."""
     client = running.client()
-    times = []
     for _ in range(n):
-        started = time.monotonic()
         completion = client.chat.completions.create(model="cascade", messages=MESSAGES)
-        times.append(time.monotonic() - started)
         assert completion.choices[0].message.content
-    return times
 
 
 def test_full_queue_drops_and_counts_without_slowing_clients(
     start_gateway: Callable, make_settings: Callable, upstream, tmp_path: Path
 ) -> None:
-    upstream.set_default("up-medium", ok("Paris", delay_s=1.5))  # shadow calls are slow
+    upstream.set_default("up-medium", ok("Paris", delay_s=60))  # shadow calls outlast the test
     block = learning_block(f"file://{tmp_path / 't.jsonl'}", queue_size=1, concurrency=1)
-    running = start_gateway(make_settings(learning=block))
-    times = ask(running, 6)
-    assert max(times) < 1.0  # the slow shadow calls never reach a client
+    limits = {"request_timeout_s": 10, "shutdown_grace_s": 0.5}
+    running = start_gateway(make_settings(learning=block, limits=limits))
+    ask(running, 6)
     gateway = running.gateway
+    # Every client was answered while the first sample's shadow call was still running.
+    assert registry_value(gateway, "cascade_learning_rows_written_total") == 0
+    assert len(upstream.calls("up-medium")) == 1
     # One sample in the worker, one in the queue, the other four dropped.
     assert dropped(gateway, "queue_full") == 4
     assert registry_value(gateway, "cascade_learning_sampled_total", tier="balanced") == 6
@@ -100,8 +98,7 @@ def test_postgres_down_then_back_without_restart(
     url = postgres_store_url(postgres_schema, port=proxy.port, connect_timeout_s=1.0)
     running = start_gateway(make_settings(learning=learning_block(url)))
     gateway = running.gateway
-    times = ask(running, 3)  # nothing listens on the proxy's port: the store is down
-    assert max(times) < 1.0
+    ask(running, 3)  # nothing listens on the proxy's port: the store is down; clients are answered
     assert until(lambda: dropped(gateway, "store_error") >= 1)
     assert registry_value(gateway, "cascade_learning_store_up") == 0
     ready = httpx.get(running.url + "/readyz", timeout=5)
@@ -131,8 +128,7 @@ def test_slow_postgres_drops_samples_and_clients_do_not_wait(
     assert until(lambda: registry_value(gateway, "cascade_learning_rows_written_total") == 3, 20)
 
     proxy.freeze()  # connections stay open, nothing comes back
-    times = ask(running, 3)
-    assert max(times) < 1.0
+    ask(running, 3)  # answered whatever the store does (its writes are bounded by store_timeout_s)
     assert until(lambda: dropped(gateway, "store_error") >= 1, 10)
     assert httpx.get(running.url + "/readyz", timeout=5).status_code == 200
 
@@ -170,17 +166,15 @@ def test_file_store_unwritable_then_writable(
 def test_shutdown_drops_what_it_cannot_finish_within_the_grace(
     start_gateway: Callable, make_settings: Callable, upstream, tmp_path: Path
 ) -> None:
-    upstream.set_default("up-medium", ok("Paris", delay_s=5.0))
+    upstream.set_default("up-medium", ok("Paris", delay_s=60.0))  # longer than stop() waits
     block = learning_block(f"file://{tmp_path / 't.jsonl'}", concurrency=1)
     settings = make_settings(learning=block, limits={"request_timeout_s": 10, "shutdown_grace_s": 0.5})
     running = start_gateway(settings)
     gateway = running.gateway
-    ask(running, 3)  # one sample in flight (its medium call takes 5 s), two queued
+    ask(running, 3)  # one sample in flight (its medium call takes a minute), two queued
     assert until(lambda: len(upstream.calls("up-medium")) == 1)
 
-    started = time.monotonic()
-    stop(running)
-    assert time.monotonic() - started < 4.0  # the grace, not the slow shadow call
+    stop(running)  # joins for at most 15 s: only a shutdown that cut the call at the grace ends in time
     assert not running.thread.is_alive()
     assert dropped(gateway, "shutdown") == 3
     # The cut call is charged its worst case (medium's per-query price), never nothing.

@@ -53,6 +53,12 @@ async def wait_until(condition: Callable[[], bool], timeout_s: float = 3.0) -> f
     return time.monotonic() - start
 
 
+async def wait_for_checks(store: policy_store.PolicyStore, count: int = 3) -> None:
+    """Until the watcher has finished ``count`` more checks of its source (changed or not)."""
+    target = store.checks + count
+    await wait_until(lambda: store.checks >= target, 10.0)
+
+
 class Recorder:
     """Collects the store's callbacks."""
 
@@ -95,7 +101,7 @@ async def test_file_store_keeps_last_good_policy_and_counts_an_invalid_file_once
     good = store.current
     path.write_text('{"schema_version": 1, "tiers": ')  # truncated JSON
     await wait_until(lambda: store.reload_failures == 1)
-    await asyncio.sleep(0.3)  # several more polls of the same bad file
+    await wait_for_checks(store)  # several more polls of the same bad file
     assert store.reload_failures == 1
     assert store.current is good
     assert "not valid JSON" in recorder.failures[0]
@@ -158,13 +164,16 @@ async def test_file_store_loads_a_policy_file_that_appears_after_start(tmp_path:
 # ---------------------------------------------------------------- Redis source
 
 
-async def start_redis_store(url: str, keys: RedisKeys, recorder: Recorder | None = None) -> RedisPolicyStore:
+async def start_redis_store(
+    url: str, keys: RedisKeys, recorder: Recorder | None = None, resync_interval_s: float = 1.0
+) -> RedisPolicyStore:
     client = aioredis.from_url(url, decode_responses=True, socket_connect_timeout=1, socket_timeout=2)
     store = RedisPolicyStore(
         client,
         keys,
         location=url,
         retry_interval_s=0.1,
+        resync_interval_s=resync_interval_s,
         known_models=MODELS,
         **(recorder.hooks() if recorder else {}),
     )
@@ -177,21 +186,22 @@ async def stop_redis_store(store: RedisPolicyStore) -> None:
     await store._redis.aclose()
 
 
-async def test_a_push_reaches_two_replicas_within_a_second(tmp_path: Path, keys, sync_redis) -> None:
+async def test_a_push_reaches_two_replicas_by_its_notification(tmp_path: Path, keys, sync_redis) -> None:
     path = tmp_path / "p.json"
     save_policy(make_policy(0.4), path)
     push_policy(sync_redis, path, keys)
-    replicas = [await start_redis_store(REDIS_URL, keys) for _ in range(2)]
+    # No periodic re-read during the test: only the pushed notification can make them switch.
+    replicas = [await start_redis_store(REDIS_URL, keys, resync_interval_s=3600) for _ in range(2)]
     try:
         assert all(r.current.tiers["balanced"].routes[0].thresholds == [0.4] for r in replicas)
         new = make_policy(0.6)
         save_policy(new, path)
-        await asyncio.sleep(0.2)  # both subscribed and idle
+        await wait_until(lambda: all(r.checks >= 1 for r in replicas))  # both subscribed and caught up
         policy_id, version = push_policy(sync_redis, path, keys)
         assert policy_id == new.policy_id and version == 2
-        took = await wait_until(lambda: all(r.current.policy_id == new.policy_id for r in replicas), 1.0)
-        assert took < 1.0
+        await wait_until(lambda: all(r.current.policy_id == new.policy_id for r in replicas), 10.0)
         assert [r.version for r in replicas] == [2, 2]
+        assert [r.checks for r in replicas] == [2, 2]  # the catch-up, then the notified re-read
     finally:
         for replica in replicas:
             await stop_redis_store(replica)
@@ -209,7 +219,7 @@ async def test_redis_store_keeps_last_good_policy_when_an_invalid_one_is_stored(
         sync_redis.set(keys.policy_current, "{not json")
         sync_redis.publish(keys.policy_updates, str(sync_redis.incr(keys.policy_version)))
         await wait_until(lambda: store.reload_failures == 1)
-        await asyncio.sleep(1.3)  # at least one periodic version check later: still counted once
+        await wait_for_checks(store, 2)  # periodic version checks later: still counted once
         assert store.reload_failures == 1 and len(recorder.failures) == 1
         assert store.current is good
         assert store.version == 1  # the version being served, not the rejected one
@@ -244,7 +254,7 @@ async def test_redis_outage_keeps_serving_last_good_policy_then_catches_up(keys,
         new = make_policy(0.55)
         sync_redis.set(keys.policy_current, new.model_dump_json())
         sync_redis.publish(keys.policy_updates, str(sync_redis.incr(keys.policy_version)))
-        await asyncio.sleep(0.5)
+        await wait_for_checks(store, 2)  # the watcher tried again and still cannot see Redis
         assert store.current is good
         assert store.status()["redis_up"] is False
         await link.up()
@@ -319,7 +329,7 @@ async def test_redis_store_survives_deep_content_and_a_non_integer_version(
         sync_redis.set(keys.policy_version, "seven")
         await wait_until(lambda: store.reload_failures == 2, 2.5)
         assert "not an integer" in store.last_error and store.current.policy_id == good.policy_id
-        await asyncio.sleep(1.2)  # resyncs of the same content and version: not counted again
+        await wait_for_checks(store, 2)  # resyncs of the same content and version: not counted again
         assert store.reload_failures == 2 and len(recorder.failures) == 2
         assert store.status()["watching"] is True
         # The watcher is alive: the next push (which repairs the version) is served.

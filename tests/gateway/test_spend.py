@@ -11,7 +11,8 @@ from redis_support import REDIS_URL, RedisLink, delete_prefix
 
 from gateway.auth import ClientIdentity
 from gateway.errors import BudgetExceededError, SpendUnavailableError
-from gateway.spend import NANO_PER_USD, SpendLimiter
+from gateway.spend import NANO_PER_USD, SpendLimiter, to_nano
+from gateway.spend_store import MAX_NANO
 
 COST = 0.0012  # worst-case cost of one request, USD
 TEN_REQUESTS = ClientIdentity(key_id="k-ten", limit_usd=10 * COST)
@@ -117,6 +118,70 @@ async def test_amounts_are_exact_integers_of_nano_usd() -> None:
         assert reservation.amount_nano == NANO_PER_USD // 10
     with pytest.raises(BudgetExceededError):
         await limiter.reserve(identity, 1e-9)
+
+
+@pytest.mark.parametrize(
+    ("usd", "nano"),
+    [
+        (0.1, 10**8),
+        (-1.0, 0),
+        (1e9, 10**18),
+        (1e10, MAX_NANO),
+        (float("inf"), MAX_NANO),
+        (float("nan"), MAX_NANO),
+    ],
+)
+def test_an_amount_is_counted_in_nano_usd_up_to_what_a_redis_integer_holds(usd: float, nano: int) -> None:
+    assert to_nano(usd) == nano
+
+
+async def test_a_charge_past_10_to_14_nano_usd_is_settled_exactly_in_redis(keys, async_redis) -> None:
+    fallbacks: list[str] = []
+    limiter = SpendLimiter(
+        window_s=3600, redis=async_redis, keys=keys, timeout_s=2.0, on_fallback=fallbacks.append
+    )
+    await limiter.maintain()
+    identity = ClientIdentity(key_id="k-huge", limit_usd=1.0)
+    reservation = await limiter.reserve(identity, COST)
+    # A Lua number prints 10^14 and above with an exponent, which INCRBY refuses.
+    charged = 123_456_789.123456789  # USD
+    await limiter.settle(reservation, charged)
+    counter = keys.spend("k-huge", reservation.window_start)
+    assert int(await async_redis.get(counter)) == to_nano(charged) > 10**17
+    assert await async_redis.hlen(keys.spend_pending("k-huge", reservation.window_start)) == 0
+    assert limiter.unsynced_usd() == 0.0 and not fallbacks
+    with pytest.raises(BudgetExceededError):
+        await limiter.reserve(identity, COST)
+
+
+async def test_a_counter_saturates_at_the_largest_redis_integer(keys, async_redis) -> None:
+    fallbacks: list[str] = []
+    limiter = SpendLimiter(
+        window_s=3600, redis=async_redis, keys=keys, timeout_s=2.0, on_fallback=fallbacks.append
+    )
+    await limiter.maintain()
+    identity = ClientIdentity(key_id="k-max", limit_usd=1.0)
+    first, second = [await limiter.reserve(identity, COST) for _ in range(2)]
+    await limiter.settle(first, 1e10)  # past what a counter holds: counted as the maximum
+    await limiter.settle(second, 5e9)  # would overflow the counter: it stays at the maximum
+    counter = keys.spend("k-max", first.window_start)
+    assert int(await async_redis.get(counter)) == MAX_NANO
+    assert limiter.unsynced_usd() == 0.0 and not fallbacks
+
+
+async def test_a_settlement_redis_refuses_is_logged_with_redis_error(keys, async_redis, caplog) -> None:
+    limiter = SpendLimiter(window_s=3600, redis=async_redis, keys=keys, timeout_s=2.0)
+    await limiter.maintain()
+    reservation = await limiter.reserve(ClientIdentity(key_id="k-wrong", limit_usd=1.0), COST)
+    counter = keys.spend("k-wrong", reservation.window_start)
+    await async_redis.delete(counter)
+    await async_redis.hset(counter, "x", "1")  # a counter of the wrong type: Redis refuses the script
+    with caplog.at_level("WARNING", logger="cascade.gateway"):
+        await limiter.settle(reservation, COST)
+    (failure,) = [r for r in caplog.records if r.getMessage() == "spend_store_failed"]
+    assert failure.levelname == "ERROR"
+    assert failure.fields["operation"] == "settle"  # type: ignore[attr-defined]
+    assert "WRONGTYPE" in failure.fields["error"]  # type: ignore[attr-defined]
 
 
 async def test_redis_outage_falls_back_to_in_process_enforcement(keys) -> None:

@@ -8,7 +8,8 @@ from pathlib import Path
 
 import pytest
 
-from localpool.install import ChecksumError, install_model, model_is_installed
+from localpool.errors import ChecksumError
+from localpool.install import install_model, model_is_installed
 from localpool.manifest import ModelSpec
 from localpool.paths import PoolPaths
 

@@ -1,9 +1,10 @@
 """Helpers of the spend reliability tests: send requests through real replicas, read the money.
 
-* ``send(replica, api_key, **body)``: one chat completion through the official SDK; returns the
-  HTTP status (200, 429, 503, ...) and the elapsed seconds.
+* ``send(replica, api_key, **body)``: one chat completion through the official SDK (a legacy
+  ``/v1/completions`` request with ``endpoint="completions"``); returns the HTTP status (200, 429,
+  503, ...) and the elapsed seconds.
 * ``burst(replicas, api_key, count, **body)``: ``count`` concurrent requests, round-robin over the
-  replicas; the list of statuses.
+  replicas (``endpoint`` as for ``send``); the list of statuses.
 * ``Money``: what the scripted upstream produced (priced at ``PRICES``) next to the key's Redis
   counter, with ``worst_case_usd(body, models)`` for the bounds.
 * ``wait_until(predicate, timeout_s)``.
@@ -25,30 +26,40 @@ MESSAGES = [{"role": "user", "content": "What is the capital of France?"}]
 DEFAULT_COMPLETION_BOUND = 4096
 
 
-async def send_async(replica: GatewayProcess, api_key: str, **body: Any) -> tuple[int, float]:
-    """One chat completion; (HTTP status, seconds)."""
-    body.setdefault("messages", MESSAGES)
+async def send_async(
+    replica: GatewayProcess, api_key: str, *, endpoint: str = "chat", **body: Any
+) -> tuple[int, float]:
+    """One chat completion (``endpoint="completions"``: a legacy completion); (HTTP status, seconds)."""
     started = time.monotonic()
     async with replica.async_client(api_key) as client:
         try:
-            await client.chat.completions.create(**body)
+            if endpoint == "completions":
+                await client.completions.create(**body)
+            else:
+                body.setdefault("messages", MESSAGES)
+                await client.chat.completions.create(**body)
             status = 200
         except openai.APIStatusError as exc:
             status = exc.status_code
     return status, time.monotonic() - started
 
 
-def send(replica: GatewayProcess, api_key: str, **body: Any) -> tuple[int, float]:
+def send(replica: GatewayProcess, api_key: str, *, endpoint: str = "chat", **body: Any) -> tuple[int, float]:
     """``send_async`` from sync code."""
-    return asyncio.run(send_async(replica, api_key, **body))
+    return asyncio.run(send_async(replica, api_key, endpoint=endpoint, **body))
 
 
-def burst(replicas: Sequence[GatewayProcess], api_key: str, count: int, **body: Any) -> list[int]:
+def burst(
+    replicas: Sequence[GatewayProcess], api_key: str, count: int, *, endpoint: str = "chat", **body: Any
+) -> list[int]:
     """``count`` concurrent requests spread round-robin over ``replicas``; their statuses."""
 
     async def run() -> list[int]:
         results = await asyncio.gather(
-            *(send_async(replicas[i % len(replicas)], api_key, **dict(body)) for i in range(count))
+            *(
+                send_async(replicas[i % len(replicas)], api_key, endpoint=endpoint, **dict(body))
+                for i in range(count)
+            )
         )
         return [status for status, _ in results]
 

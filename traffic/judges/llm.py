@@ -5,7 +5,8 @@ One chat completion on an OpenAI-compatible endpoint, ``max_tokens: 1``, ``tempe
 probabilities of the alternatives of the first token that read "yes" / "no" (case and spaces
 ignored): renormalizing over the two words makes the label independent of how much mass the model
 puts elsewhere (punctuation, "Yes" vs " yes" tokens). If neither word is among the alternatives
-the label is missing. The call's cost (its usage priced with the configured price) is in the
+the label is missing. The call's cost (``policies.charges.call_charge``: its usage at the configured
+price, or the flat price or an estimate that errs high when the answer reports none) is in the
 verdict: the sampler counts it as shadow cost.
 """
 
@@ -16,8 +17,10 @@ import os
 from typing import Any
 
 import httpx
+import orjson
 
 from policies import Price
+from policies.charges import call_charge
 from traffic.judges.base import JudgeError, Verdict
 
 SYSTEM_PROMPT = (
@@ -91,22 +94,17 @@ class LLMJudge:
             if not key:
                 raise JudgeError(f"llm judge: environment variable {self.api_key_env} is not set")
             headers["Authorization"] = f"Bearer {key}"
+        sent = orjson.dumps(self.request_body(question, reference, answer))
+        headers["Content-Type"] = "application/json"
         try:
-            response = await self._http().post(
-                self.url, json=self.request_body(question, reference, answer), headers=headers
-            )
+            response = await self._http().post(self.url, content=sent, headers=headers)
         except httpx.HTTPError as exc:
             raise JudgeError(f"llm judge {self.model}: {type(exc).__name__}: {exc}") from exc
         if response.status_code != 200:
             raise JudgeError(f"llm judge {self.model}: HTTP {response.status_code}: {response.text[:200]}")
         try:
             body = response.json()
-            usage = body.get("usage") or {}
-            cost = float(
-                self.price.cost_usd(
-                    int(usage.get("prompt_tokens") or 0), int(usage.get("completion_tokens") or 0)
-                )
-            )
+            cost = call_charge(self.price, body.get("usage"), sent, answer=body).usd
             content = body["choices"][0].get("logprobs", {}).get("content") or []
         except (ValueError, KeyError, IndexError, TypeError, AttributeError) as exc:
             raise JudgeError(f"llm judge {self.model}: malformed response ({exc})") from exc

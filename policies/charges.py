@@ -1,0 +1,206 @@
+"""What an upstream call is charged and what a request may cost at most: the one charging rule.
+
+Every path that spends calls these functions: the spend reservation of a client request and its
+settlement (gateway.runtime, gateway.cascade), a live stream however it ends (gateway.live), the
+traffic sampler's shadow calls and their budget (gateway.learning.shadow) and the ``llm`` judge
+(traffic.judges.llm). The rule is stated in docs/contracts.md#charges.
+
+**The worst case of one call** (``call_bound``), from the request it sends:
+
+* prompt tokens: one per byte of the request (a token encodes at least one byte of its text, and
+  the JSON around the text covers a chat template's markers), plus ``TEMPLATE_TOKENS`` when the
+  request carries ``tools``, ``functions`` or ``response_format`` (a template may wrap those in a
+  fixed preamble of its own);
+* completion tokens: the largest completion cap the upstream may honour (``completion_bound``;
+  when none is set, or one is set to no positive number, ``DEFAULT_COMPLETION_BOUND``), for every
+  generated choice (``max(n, best_of)``) of every prompt (a legacy completion's ``prompt`` may be
+  a list: each item is a separate completion);
+* the price of those tokens, or the flat ``per_query_usd`` when it is larger (it is what a call
+  without usage is charged).
+
+**The charge of one call** (``call_charge``), once it was accepted:
+
+* the upstream's ``usage`` when it reports both counts as non-negative integers (a JSON bool,
+  float or string is no count); a live stream's completion is never charged below the output
+  chunks the gateway read;
+* otherwise the flat ``per_query_usd`` when the price has one;
+* otherwise an estimate that errs high: the prompt at its bound above, the completion at what was
+  seen of the answer (a whole answer: the smaller of the completion bound and the bytes of its
+  ``choices``; a stream: one token per output chunk read).
+
+Only the contract package's dependencies are used, so the gateway and traffic/ both import it.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+from typing import Any, TypeGuard
+
+import orjson
+
+from policies.prices import Price
+
+# Completion tokens assumed per choice for a request that sets no cap.
+DEFAULT_COMPLETION_BOUND = 4096
+# Fields an OpenAI-compatible upstream may read as the completion-token cap (llama.cpp reads
+# n_predict before max_tokens), and the fields that multiply the choices generated and billed.
+COMPLETION_CAP_FIELDS = ("max_completion_tokens", "max_tokens", "n_predict")
+CHOICE_FIELDS = ("n", "best_of")
+# Request fields a chat template may wrap in a fixed preamble (tool-use instructions, a schema's
+# framing) that the request's bytes do not contain; each such request's prompt bound adds this many.
+TEMPLATE_FIELDS = ("tools", "functions", "response_format")
+TEMPLATE_TOKENS = 1024
+
+
+@dataclass(frozen=True, slots=True)
+class Charge:
+    """What one call is charged: USD and the token counts it was priced by (0, 0 when the flat
+    price was charged)."""
+
+    usd: float
+    prompt_tokens: int
+    completion_tokens: int
+
+
+# -- the worst case -------------------------------------------------------------------------------
+
+
+def completion_bound(body: dict[str, Any]) -> int:
+    """Completion tokens one choice may take: the largest cap ``body`` sets under any name the
+    upstream may honour (a fractional one rounded up), or ``DEFAULT_COMPLETION_BOUND`` when it sets
+    none. A cap field that is set but is no positive number (``n_predict: -1`` is "unbounded" to
+    llama.cpp, which reads it before ``max_tokens``) counts as no cap: the default bound then
+    applies too."""
+    bound, unbounded = 0, False
+    for name in COMPLETION_CAP_FIELDS:
+        value = body.get(name)
+        if value is not None:
+            cap = _positive_count(value)
+            if cap is None:
+                unbounded = True
+            elif cap > bound:
+                bound = cap
+    return max(bound, DEFAULT_COMPLETION_BOUND) if unbounded or not bound else bound
+
+
+def generated_choices(body: dict[str, Any]) -> int:
+    """Choices the upstream generates and bills per prompt: ``max(n, best_of)``, at least 1."""
+    choices = 1
+    for name in CHOICE_FIELDS:
+        value = body.get(name)
+        if value is not None:
+            count = _positive_count(value)
+            if count is not None and count > choices:
+                choices = count
+    return choices
+
+
+def prompt_count(body: dict[str, Any]) -> int:
+    """Separate completions a request's ``prompt`` asks for: one per string or token array of a
+    list, one for a string or a single token array (and for a chat request)."""
+    prompt = body.get("prompt")
+    if not isinstance(prompt, list):
+        return 1
+    # A list of token ids is one prompt; a list of strings or of token arrays is one per item
+    # (a mixed list counts its strings and arrays: no server makes more completions of it).
+    return max(1, sum(1 for item in prompt if isinstance(item, str | list)))
+
+
+def completion_tokens_bound(body: dict[str, Any]) -> int:
+    """Completion tokens a request may be billed: the cap, per generated choice, per prompt."""
+    return completion_bound(body) * generated_choices(body) * prompt_count(body)
+
+
+def prompt_tokens_bound(body: dict[str, Any], prompt_bytes: int) -> int:
+    """Prompt tokens a request may be billed: ``prompt_bytes`` (the bytes of the request, and of
+    anything added to its prompt) plus ``TEMPLATE_TOKENS`` if it has a field a template wraps."""
+    for name in TEMPLATE_FIELDS:
+        if body.get(name):
+            return prompt_bytes + TEMPLATE_TOKENS
+    return prompt_bytes
+
+
+def tokens_bound(body: dict[str, Any], prompt_bytes: int) -> tuple[int, int]:
+    """(prompt, completion) tokens a request may be billed (``prompt_tokens_bound``,
+    ``completion_tokens_bound``)."""
+    return prompt_tokens_bound(body, prompt_bytes), completion_tokens_bound(body)
+
+
+def bound_usd(price: Price, prompt_tokens: int, completion_tokens: int) -> float:
+    """Worst case of a call of at most these tokens: their price, or the flat price when larger."""
+    by_tokens = float(price.cost_usd(prompt_tokens, completion_tokens)) if price.has_token_prices else 0.0
+    return max(by_tokens, price.per_query_usd or 0.0)
+
+
+def call_bound(price: Price, body: dict[str, Any], prompt_bytes: int) -> Charge:
+    """The worst case of sending ``body`` (``prompt_bytes``: its size plus any prompt added to it):
+    USD and the token bounds it prices."""
+    prompt, completion = tokens_bound(body, prompt_bytes)
+    return Charge(bound_usd(price, prompt, completion), prompt, completion)
+
+
+def sent_bound(price: Price, sent: bytes) -> Charge:
+    """``call_bound`` of an upstream request as sent (its JSON bytes)."""
+    return call_bound(price, orjson.loads(sent), len(sent))
+
+
+# -- the charge -----------------------------------------------------------------------------------
+
+
+def reported_counts(usage: Any) -> tuple[int, int] | None:
+    """(prompt_tokens, completion_tokens) when ``usage`` reports both as non-negative integers,
+    else None (a missing count, a bool, a float or a string is no count)."""
+    if not isinstance(usage, dict):
+        return None
+    prompt, completion = usage.get("prompt_tokens"), usage.get("completion_tokens")
+    if _is_count(prompt) and _is_count(completion):
+        return prompt, completion
+    return None
+
+
+def call_charge(
+    price: Price,
+    usage: Any,
+    sent: bytes,
+    *,
+    answer: Any = None,
+    streamed_tokens: int | None = None,
+) -> Charge:
+    """What one accepted call is charged (see the module docstring).
+
+    ``sent``: the upstream request body as sent. What was seen of the answer: ``answer``, the whole
+    answer (a JSON object) of a non-streamed call, or ``streamed_tokens``, the output chunks a live
+    stream delivered (one token each).
+    """
+    counts = reported_counts(usage)
+    if counts is not None:
+        prompt, completion = counts[0], max(counts[1], streamed_tokens or 0)
+        return Charge(float(price.cost_usd(prompt, completion)), prompt, completion)
+    if price.per_query_usd is not None:
+        return Charge(float(price.per_query_usd), 0, 0)
+    request = orjson.loads(sent)
+    prompt = prompt_tokens_bound(request, len(sent))
+    if streamed_tokens is not None:
+        completion = streamed_tokens
+    else:
+        completion = completion_tokens_bound(request)
+        choices = answer.get("choices") if isinstance(answer, dict) else None
+        if choices is not None:
+            # A token is at least one byte of what it encodes: the answer's bytes bound its tokens.
+            completion = min(completion, len(orjson.dumps(choices)))
+    return Charge(float(price.cost_usd(prompt, completion)), prompt, completion)
+
+
+def _positive_count(value: object) -> int | None:
+    """An integer count from a JSON number (rounded up), or None when it is not a positive number."""
+    if type(value) is int:  # the common case first
+        return value if value > 0 else None
+    if isinstance(value, bool) or not isinstance(value, int | float) or not math.isfinite(value):
+        return None
+    count = math.ceil(value)
+    return count if count > 0 else None
+
+
+def _is_count(value: Any) -> TypeGuard[int]:
+    return isinstance(value, int) and not isinstance(value, bool) and value >= 0

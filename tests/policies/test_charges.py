@@ -1,0 +1,183 @@
+"""The one charging rule (policies/charges.py): what a call is charged, what a request may cost.
+
+Unit rules first, then properties over generated request bodies (charge_support.py): against an
+honest upstream, a call's charge never exceeds its bound, and an answer without usage is never
+charged less than the upstream bills.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import orjson
+import pytest
+from charge_support import honest_usage, honoured_caps, request_bodies
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from policies import Price
+from policies.charges import (
+    DEFAULT_COMPLETION_BOUND,
+    TEMPLATE_TOKENS,
+    bound_usd,
+    call_charge,
+    completion_bound,
+    completion_tokens_bound,
+    prompt_count,
+    prompt_tokens_bound,
+    reported_counts,
+    sent_bound,
+)
+
+PER_TOKEN = Price(input_per_mtok=0.1, output_per_mtok=0.2)
+BOTH = Price(input_per_mtok=0.1, output_per_mtok=0.2, per_query_usd=0.003)
+SENT = orjson.dumps({"model": "m", "messages": [{"role": "user", "content": "Hi"}], "max_tokens": 16})
+ANSWER = {"choices": [{"message": {"role": "assistant", "content": "Hello there"}}]}
+PRICES = [
+    PER_TOKEN,
+    BOTH,
+    Price(per_query_usd=0.002),
+    Price(input_per_mtok=3.0, output_per_mtok=15.0),
+]
+
+
+# -- the worst case --------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("body", "bound"),
+    [
+        ({"max_tokens": 10, "n_predict": -1}, DEFAULT_COMPLETION_BOUND),  # llama.cpp: -1 is unbounded
+        ({"max_tokens": 10, "n_predict": "50"}, DEFAULT_COMPLETION_BOUND),  # not a number: no cap
+        ({"max_tokens": 9000, "n_predict": 0}, 9000),
+        ({"max_tokens": 10, "max_completion_tokens": 20}, 20),
+    ],
+)
+def test_a_cap_field_set_to_no_positive_number_counts_as_uncapped(body: dict[str, Any], bound: int) -> None:
+    assert completion_bound(body) == bound
+
+
+@pytest.mark.parametrize(
+    ("prompt", "count"),
+    [
+        ("one", 1),
+        ([1, 2, 3], 1),  # one token array
+        (["a", "b", "c"], 3),
+        ([[1, 2], [3], []], 3),
+        (["a", 5, "b"], 2),  # a mixed list: its strings
+    ],
+)
+def test_every_prompt_of_a_list_is_a_separate_completion(prompt: Any, count: int) -> None:
+    assert prompt_count({"prompt": prompt}) == count
+    body = {"prompt": prompt, "max_tokens": 50, "n": 2, "best_of": 3}
+    assert completion_tokens_bound(body) == 50 * 3 * count
+
+
+def test_tools_and_response_format_add_the_template_allowance() -> None:
+    assert prompt_tokens_bound({"messages": []}, 100) == 100
+    assert prompt_tokens_bound({"tools": [{"type": "function"}]}, 100) == 100 + TEMPLATE_TOKENS
+    assert prompt_tokens_bound({"response_format": {"type": "json_object"}}, 100) == 100 + TEMPLATE_TOKENS
+
+
+def test_the_bound_is_the_flat_price_when_larger() -> None:
+    assert bound_usd(BOTH, 10, 10) == 0.003
+    assert bound_usd(BOTH, 10**6, 0) == pytest.approx(0.1)
+    assert bound_usd(Price(per_query_usd=0.5), 10**9, 10**9) == 0.5
+
+
+# -- the charge ------------------------------------------------------------------------------------
+
+
+def test_reported_usage_is_charged_at_the_token_prices() -> None:
+    charge = call_charge(PER_TOKEN, {"prompt_tokens": 7, "completion_tokens": 3}, SENT, answer=ANSWER)
+    assert (charge.usd, charge.prompt_tokens, charge.completion_tokens) == (
+        pytest.approx((7 * 0.1 + 3 * 0.2) / 1e6),
+        7,
+        3,
+    )
+
+
+@pytest.mark.parametrize(
+    "usage",
+    [
+        None,
+        {},
+        {"prompt_tokens": 7},
+        {"prompt_tokens": True, "completion_tokens": 3},
+        {"prompt_tokens": "7", "completion_tokens": "3"},
+        {"prompt_tokens": 7.0, "completion_tokens": 3},
+        {"prompt_tokens": -1, "completion_tokens": 3},
+        "7",
+    ],
+)
+def test_missing_partial_or_non_integer_usage_is_not_a_count(usage: object) -> None:
+    assert reported_counts(usage) is None
+
+
+def test_without_usage_a_per_token_price_charges_an_estimate_that_errs_high() -> None:
+    charge = call_charge(PER_TOKEN, None, SENT, answer=ANSWER)
+    assert charge.prompt_tokens == len(SENT)  # one token per byte of the upstream request
+    assert charge.completion_tokens == min(16, len(orjson.dumps(ANSWER["choices"])))  # the cap here
+    assert charge.usd == pytest.approx((len(SENT) * 0.1 + 16 * 0.2) / 1e6) and charge.usd > 0
+
+
+def test_without_usage_a_short_answer_is_bounded_by_its_bytes_not_the_cap() -> None:
+    sent = orjson.dumps({"model": "m", "prompt": "Hi", "max_tokens": 4096, "n": 2})
+    answer = {"choices": [{"text": "4"}, {"text": "5"}]}
+    charge = call_charge(PER_TOKEN, None, sent, answer=answer)
+    answer_bytes = len(orjson.dumps(answer["choices"]))
+    assert (charge.prompt_tokens, charge.completion_tokens) == (len(sent), answer_bytes)
+
+
+def test_without_usage_a_flat_price_is_charged_when_the_price_has_one() -> None:
+    assert call_charge(BOTH, None, SENT, answer=ANSWER).usd == 0.003
+    assert call_charge(BOTH, None, SENT, streamed_tokens=40).usd == 0.003  # a stream alike
+    counted = call_charge(BOTH, {"prompt_tokens": 7, "completion_tokens": 3}, SENT, answer=ANSWER)
+    assert (counted.prompt_tokens, counted.completion_tokens) == (7, 3)
+
+
+def test_string_counts_charge_the_same_rule_streamed_or_not() -> None:
+    usage = {"prompt_tokens": "12", "completion_tokens": "3"}
+    whole = call_charge(PER_TOKEN, usage, SENT, answer=ANSWER)
+    streamed = call_charge(PER_TOKEN, usage, SENT, streamed_tokens=3)
+    assert whole.prompt_tokens == streamed.prompt_tokens == len(SENT)  # the prompt bound, never 0
+    assert streamed.completion_tokens == 3
+
+
+# -- properties ------------------------------------------------------------------------------------
+
+
+def _answer(sent: dict[str, Any], completion_tokens: int, per_token_bytes: int) -> dict[str, Any]:
+    """An answer of ``completion_tokens`` tokens of ``per_token_bytes`` bytes each, in one choice."""
+    return {"choices": [{"index": 0, "text": "x" * (completion_tokens * per_token_bytes)}]}
+
+
+@settings(max_examples=300, deadline=None)
+@given(request=request_bodies(), price=st.sampled_from(PRICES), data=st.data())
+def test_an_honest_calls_charge_never_exceeds_its_bound(
+    request: tuple[str, dict[str, Any]], price: Price, data: st.DataObject
+) -> None:
+    _, body = request
+    sent = orjson.dumps(body)
+    honoured = data.draw(st.sampled_from(honoured_caps(body)))
+    prompt, completion = honest_usage(body, honoured)
+    # The upstream may use less than its most, never more.
+    used = (data.draw(st.integers(0, prompt)), data.draw(st.integers(0, completion)))
+    true_usd = float(price.cost_usd(*used))
+    bound = sent_bound(price, sent)
+    reported = call_charge(price, {"prompt_tokens": used[0], "completion_tokens": used[1]}, sent)
+    assert reported.usd == pytest.approx(true_usd)
+    assert true_usd <= bound.usd * (1 + 1e-12)
+    # Without usage: never below what was used (a token is at least one byte), never above the bound.
+    silent = call_charge(price, None, sent, answer=_answer(body, used[1], data.draw(st.integers(1, 4))))
+    assert true_usd <= silent.usd * (1 + 1e-12) and silent.usd <= bound.usd * (1 + 1e-12)
+
+
+@settings(max_examples=200, deadline=None)
+@given(request=request_bodies())
+def test_the_completion_bound_covers_whichever_set_cap_the_upstream_honours(
+    request: tuple[str, dict[str, Any]],
+) -> None:
+    _, body = request
+    for honoured in honoured_caps(body):
+        assert honest_usage(body, honoured)[1] <= completion_tokens_bound(body)
