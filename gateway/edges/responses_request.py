@@ -301,8 +301,10 @@ def _message(item: dict[str, Any], where: str) -> dict[str, Any]:
     content = item.get("content")
     if isinstance(content, str):
         return {"role": role, "content": content, "_closed": role != "assistant"}
-    if not isinstance(content, list):
-        raise BadRequestError(f"'{where}.content' must be a string or an array", param=f"{where}.content")
+    if not isinstance(content, list) or (not content and role != "assistant"):
+        raise BadRequestError(
+            f"'{where}.content' must be a string or a non-empty array", param=f"{where}.content"
+        )
     parts: list[dict[str, Any]] = []
     refusals: list[str] = []
     for number, part in enumerate(content):

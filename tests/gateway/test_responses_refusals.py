@@ -87,6 +87,7 @@ def test_an_unknown_field_is_refused_by_name(gateway, upstream) -> None:
         ({"model": "cascade"}, "input"),
         ({"model": "cascade", "input": []}, "input"),
         ({"model": "cascade", "input": [{"role": "robot", "content": "hi"}]}, "input[0].role"),
+        ({"model": "cascade", "input": [{"role": "user", "content": []}]}, "input[0].content"),
         ({"model": "cascade", "input": [{"type": "function_call", "name": "f"}]}, "input[0].call_id"),
         ({"model": "cascade", "input": QUESTION, "max_output_tokens": 0}, "max_output_tokens"),
         ({"model": "cascade", "input": QUESTION, "temperature": "hot"}, "temperature"),
