@@ -31,6 +31,7 @@ from gateway.completions import ApiEndpoint, error_parts
 from gateway.config import Settings
 from gateway.edges.base import ApiEdge, OpenAIEdge
 from gateway.edges.messages import COUNT_TOKENS_PATH, COUNT_TOKENS_REFUSAL, MessagesEdge
+from gateway.edges.responses import ResponsesEdge
 from gateway.errors import GatewayError, InternalError, NotServedError
 from gateway.logs import log_exception
 from gateway.metrics import CONTENT_TYPE, GatewayMetrics
@@ -106,6 +107,7 @@ def api_edges() -> list[ApiEdge]:
     return [
         OpenAIEdge("chat"),
         OpenAIEdge("completions"),
+        ResponsesEdge(),
         MessagesEdge(),
     ]
 

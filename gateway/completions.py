@@ -114,6 +114,7 @@ class ApiEndpoint:
         parsed: ParsedRequest | None = None
         plan: RoutePlan | None = None
         reservation = None
+        worst_case_usd: float | None = None
         watcher: asyncio.Task[None] | None = None
         translator: StreamTranslator | None = None
         try:
@@ -207,7 +208,7 @@ class ApiEndpoint:
                 cost_usd=facts.cost_usd if facts else 0.0,
                 reserved_usd=reservation.amount_nano / NANO_PER_USD if reservation is not None else None,
             )
-        self._record(request_id, tier, outcome, status, facts, parsed, started)
+        self._record(request_id, tier, outcome, status, facts, parsed, started, worst_case_usd)
         if facts is not None and facts.answers is not None and status == 200 and outcome != "error":
             # The response has been sent in full: the sample goes on no client's clock.
             assert gw.learning is not None and parsed is not None and plan is not None
@@ -269,8 +270,9 @@ class ApiEndpoint:
         facts: CascadeFacts | None,
         parsed: ParsedRequest | None,
         started: float,
+        worst_case_usd: float | None,
     ) -> None:
-        """Metrics and the request's log line."""
+        """Metrics and the request's log line (with the worst case reserved against, once known)."""
         metrics = self.gateway.metrics
         duration = time.perf_counter() - started
         upstream_s = facts.upstream_s if facts else 0.0
@@ -302,6 +304,7 @@ class ApiEndpoint:
                 score=facts.score,
                 threshold=facts.threshold,
                 cost_usd=facts.cost_usd,
+                worst_case_usd=worst_case_usd,
                 upstream_ms=round(upstream_s * 1000, 3),
                 degraded=facts.degraded,
                 policy_id=facts.policy_id,

@@ -13,6 +13,9 @@ concurrency (default 1, 16, 64 connections, 10 s each):
   accept_learning  (with ``--learning RATE``) accept on a gateway that samples RATE of its requests
                 into a JSONL traffic store (shadow calls to the upstream, exact judge); the sampler's
                 counters (sampled, dropped, rows written) are printed after it
+  accept_<api>  (with ``--endpoints``) the accept path through a translated API (``responses``:
+                POST /v1/responses, ``messages``: POST /v1/messages) on the same gateway process,
+                right after chat's accept: the translation's cost is its req/s against accept's
 
 The gateway runs as ``cascade serve`` itself (the real CLI process: one uvicorn worker, uvloop +
 httptools); the passthrough under uvicorn with the same flags. The server under test is pinned to
@@ -24,6 +27,7 @@ the interpreter that runs this script. Examples:
 
     .venv/bin/python bench/gateway/run_bench.py --duration 10 --redis auto --out bench/gateway/results.json
     .venv/bin/python bench/gateway/run_bench.py --targets accept --learning 0.01   # learning off vs on
+    .venv/bin/python bench/gateway/run_bench.py --targets accept --endpoints responses messages
 """
 
 from __future__ import annotations
@@ -56,7 +60,22 @@ BODIES: dict[str, tuple[Path, int]] = {
     "25k": (FIXTURE, 15),
 }
 MESSAGES = [{"role": "user", "content": "What is the capital of France? Answer in one sentence."}]
-TARGETS = ("direct", "passthrough", "model", "accept", "escalate", "accept_keyed", "accept_learning")
+# The translated APIs (gateway.edges): path, and the request of the accept path in that API.
+QUESTION = MESSAGES[0]["content"]
+ENDPOINTS: dict[str, tuple[str, dict[str, Any]]] = {
+    "responses": ("/v1/responses", {"model": "cascade/accept", "input": QUESTION, "max_output_tokens": 16}),
+    "messages": ("/v1/messages", {"model": "cascade/accept", "messages": MESSAGES, "max_tokens": 16}),
+}
+TARGETS = (
+    "direct",
+    "passthrough",
+    "model",
+    "accept",
+    *(f"accept_{api}" for api in ENDPOINTS),
+    "escalate",
+    "accept_keyed",
+    "accept_learning",
+)
 GATEWAY_TARGETS = ("model", "accept", "escalate")
 
 NGINX_CONF = """
@@ -243,6 +262,9 @@ def run_wrk(
 
 
 def body_for(target: str) -> dict[str, Any]:
+    api = target.removeprefix("accept_")
+    if api in ENDPOINTS:
+        return ENDPOINTS[api][1]
     model = {
         "direct": "smollm2-135m",
         "passthrough": "x",
@@ -265,6 +287,15 @@ def check_paths(gateway_url: str) -> None:
         assert response.json()["choices"][0]["message"]["content"]
     plain = httpx.post(gateway_url + "/v1/chat/completions", json=body_for("model"), timeout=10)
     plain.raise_for_status()
+
+
+def check_endpoint(gateway_url: str, api: str) -> None:
+    """The translated API's accept request is served, accepted by the cheap model."""
+    path, body = ENDPOINTS[api]
+    response = httpx.post(gateway_url + path, json=body, timeout=10)
+    response.raise_for_status()
+    assert response.headers["x-cascade-escalated"] == "false", (api, response.headers)
+    assert response.headers["x-cascade-models-called"] == "small", (api, response.headers)
 
 
 def cpu_seconds(pid: int) -> float:
@@ -362,6 +393,9 @@ def one_body(args: argparse.Namespace, tmp: Path, nginx_port: int, body: str) ->
         check_paths(base)
         for target in args.targets:
             out[target] = measure(base + "/v1/chat/completions", target, args, pid)
+        for api in args.endpoints:
+            check_endpoint(base, api)
+            out[f"accept_{api}"] = measure(base + ENDPOINTS[api][0], f"accept_{api}", args, pid)
     if args.redis:
         out["accept_keyed"] = measure_keyed(args, tmp, upstream, body)
     if args.learning is not None:
@@ -522,6 +556,9 @@ def _summarize_body(rounds: list[dict[str, Any]], connections: list[int]) -> dic
             row["added_p99_ms"] = row["p99_ms"] - summary["direct"][c]["p99_ms"]
             row["rps_vs_passthrough"] = row["rps"] / summary["passthrough"][c]["rps"]
             row["cpu_vs_passthrough"] = row["cpu_us_per_req"] / summary["passthrough"][c]["cpu_us_per_req"]
+            if target.removeprefix("accept_") in ENDPOINTS and "accept" in summary:
+                row["rps_vs_chat_accept"] = row["rps"] / summary["accept"][c]["rps"]
+                row["added_p50_ms_vs_chat_accept"] = row["p50_ms"] - summary["accept"][c]["p50_ms"]
     return summary
 
 
@@ -555,6 +592,8 @@ def markdown(summary: dict[str, Any], connections: list[int]) -> str:
 
 # The targets of the request path at the highest concurrency: (req/s vs floor >=, CPU vs floor <=).
 GOALS = {"accept": (0.85, 1.25), "accept_keyed": (0.70, None), "escalate": (0.47, None)}
+# A translated API's accept path against chat's, in the same run (req/s at the highest concurrency).
+TRANSLATION_GOAL = 0.9
 
 
 def verdicts(summary: dict[str, Any], connections: list[int]) -> str:
@@ -573,6 +612,15 @@ def verdicts(summary: dict[str, Any], connections: list[int]) -> str:
             if cpu_goal is not None:
                 text += f", CPU {row['cpu_vs_passthrough']:.2f}x the floor's (target <= {cpu_goal})"
             lines.append(text)
+        for target, rows in targets.items():
+            if "rps_vs_chat_accept" not in rows[high]:
+                continue
+            low = min(connections)
+            lines.append(
+                f"{body} {target}: req/s {rows[high]['rps_vs_chat_accept']:.2f}x chat accept's at c={high} "
+                f"(target >= {TRANSLATION_GOAL}), p50 {rows[low]['added_p50_ms_vs_chat_accept']:+.3f} ms "
+                f"vs chat accept at c={low}"
+            )
     return "\n".join(lines)
 
 
@@ -600,6 +648,13 @@ def main() -> None:
         choices=list(GATEWAY_TARGETS),
         default=list(GATEWAY_TARGETS),
         help="gateway paths to measure (direct and passthrough, the references, always run)",
+    )
+    parser.add_argument(
+        "--endpoints",
+        nargs="+",
+        choices=list(ENDPOINTS),
+        default=[],
+        help="also measure the accept path through these translated APIs, against chat's accept",
     )
     parser.add_argument(
         "--learning",

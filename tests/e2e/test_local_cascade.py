@@ -8,6 +8,7 @@ accepted, the others escalated to the larger model. Needs scripts/setup.sh (llam
 from __future__ import annotations
 
 import itertools
+import json
 import os
 import socket
 import subprocess
@@ -111,12 +112,16 @@ def _threshold(scores: dict[str, float]) -> tuple[float, float]:
 
 
 @pytest.fixture(scope="module")
-def gateway(
-    pool: Manifest, cheap_scores: dict[str, float], tmp_path_factory: pytest.TempPathFactory
-) -> Iterator[str]:
+def gateway_work(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """The gateway's directory: its config, its policy and its log (``gateway.log``, JSON lines)."""
+    return tmp_path_factory.mktemp("gateway")
+
+
+@pytest.fixture(scope="module")
+def gateway(pool: Manifest, cheap_scores: dict[str, float], gateway_work: Path) -> Iterator[str]:
     """`cascade serve` with a generated config and a policy whose threshold splits the questions."""
     threshold, _ = _threshold(cheap_scores)
-    work = tmp_path_factory.mktemp("gateway")
+    work = gateway_work
     policy = build_policy(
         {
             "schema_version": 1,
@@ -193,7 +198,9 @@ def test_confident_answers_are_accepted_and_the_others_escalated(
     requests = {
         s.labels["outcome"]: s.value
         for s in families["cascade_requests"].samples
-        if s.name == "cascade_requests_total" and s.labels.get("tier") == "balanced"
+        if s.name == "cascade_requests_total"
+        and s.labels.get("tier") == "balanced"
+        and s.labels.get("endpoint") == "chat"
     }
     assert requests.get("accepted") == list(outcomes.values()).count("accepted")
     assert requests.get("escalated") == list(outcomes.values()).count("escalated")
@@ -204,3 +211,49 @@ def test_confident_answers_are_accepted_and_the_others_escalated(
         and s.labels == {"tier": "balanced", "from_model": CHEAP, "to_model": STRONG}
     ]
     assert escalations == [list(outcomes.values()).count("escalated")]
+
+
+def test_streamed_responses_are_accepted_and_escalated_with_the_decision_in_headers_logs_and_metrics(
+    gateway: str, gateway_work: Path, cheap_scores: dict[str, float]
+) -> None:
+    threshold, _ = _threshold(cheap_scores)
+    client = OpenAI(base_url=f"{gateway}/v1", api_key="unused", max_retries=0, timeout=120)
+    outcomes: dict[str, str] = {}
+    for question in QUESTIONS:
+        raw = client.responses.with_raw_response.create(
+            model="cascade/balanced", input=question, max_output_tokens=8, temperature=0, stream=True
+        )
+        escalated = raw.headers["x-cascade-escalated"] == "true"
+        assert escalated == (float(raw.headers["x-cascade-score"]) < threshold)
+        events = list(raw.parse())
+        assert [e.sequence_number for e in events] == list(range(len(events)))
+        assert events[0].type == "response.created"
+        final = events[-1]
+        assert final.type in ("response.completed", "response.incomplete")  # 8 tokens may cut it short
+        text = "".join(e.delta for e in events if e.type == "response.output_text.delta")
+        assert text and final.response.output_text == text
+        expected_model = STRONG if escalated else CHEAP
+        assert raw.headers["x-cascade-model"] == expected_model == final.response.model
+        assert final.response.usage.output_tokens > 0
+        outcomes[raw.headers["x-request-id"]] = "escalated" if escalated else "accepted"
+    assert set(outcomes.values()) == {"accepted", "escalated"}, outcomes
+
+    logged = {}
+    for line in (gateway_work / "gateway.log").read_text().splitlines():
+        entry = json.loads(line) if line.startswith("{") else {}
+        if entry.get("event") == "request" and entry.get("request_id") in outcomes:
+            logged[entry["request_id"]] = entry
+    assert {rid: entry["outcome"] for rid, entry in logged.items()} == outcomes
+    assert all(e["endpoint"] == "responses" and e["path"] == "/v1/responses" for e in logged.values())
+    assert all(e["stream"] is True and e["tier"] == "balanced" for e in logged.values())
+
+    families = {f.name: f for f in text_string_to_metric_families(httpx.get(f"{gateway}/metrics").text)}
+    requests = {
+        s.labels["outcome"]: s.value
+        for s in families["cascade_requests"].samples
+        if s.name == "cascade_requests_total" and s.labels.get("endpoint") == "responses"
+    }
+    assert requests == {
+        "accepted": list(outcomes.values()).count("accepted"),
+        "escalated": list(outcomes.values()).count("escalated"),
+    }

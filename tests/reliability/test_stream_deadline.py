@@ -44,8 +44,10 @@ def test_a_stream_past_the_deadline_ends_with_upstream_timeout(tmp_path: Path) -
             (line,) = gateway.wait_for_requests(1)
             logs = gateway.logs()
             timeouts = gateway.sample("cascade_upstream_requests_total", model="large", status="timeout")
-            overhead_sum = gateway.sample("cascade_overhead_seconds_sum")
-            errors = gateway.sample("cascade_requests_total", tier="balanced", outcome="error")
+            overhead_sum = gateway.sample("cascade_overhead_seconds_sum", endpoint="chat")
+            errors = gateway.sample(
+                "cascade_requests_total", tier="balanced", outcome="error", endpoint="chat"
+            )
             counted = gateway.spend_usd()
         (record,) = upstream.streams
         true = true_spend_usd(upstream, 1, SMALL_USAGE)
