@@ -8,6 +8,8 @@ pieces (installed CLIs, environments, scripted tool calls) live in ``client_supp
   auth, the test policy of gateway_testkit: tiers ``balanced`` small -> large, ``direct`` large
   only, ...), with the configured default body limit (1 MiB: agent CLIs send 40-60 KB bodies).
 * ``gateway``: ``start_gateway()``.
+* ``keyed_gateway``: a gateway that serves only ``client_support.CLIENT_KEY`` (how the agent CLIs
+  authenticate is part of what their tests prove).
 """
 
 from __future__ import annotations
@@ -21,6 +23,7 @@ import pytest
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "gateway"))  # the gateway test kit
 
+from client_support import CLIENT_KEY
 from gateway_testkit import ADMIN_KEY, POLICY_DOCUMENT, RunningGateway, model_configs, serve, stop
 from scripted_upstream import ScriptedUpstream
 
@@ -79,3 +82,12 @@ def start_gateway(
 def gateway(start_gateway: Callable[..., RunningGateway]) -> RunningGateway:
     """The gateway with the test policy against the scripted upstream."""
     return start_gateway()
+
+
+@pytest.fixture
+def keyed_gateway(
+    start_gateway: Callable[..., RunningGateway], monkeypatch: pytest.MonkeyPatch
+) -> RunningGateway:
+    """A gateway whose only client key is ``CLIENT_KEY``."""
+    monkeypatch.setenv("TEST_CLIENT_KEYS", CLIENT_KEY)
+    return start_gateway(auth={"api_keys_env": "TEST_CLIENT_KEYS", "admin_key_env": None})
