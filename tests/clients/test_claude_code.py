@@ -8,6 +8,8 @@ gateway counted for the ``messages`` endpoint.
 
 from __future__ import annotations
 
+import json
+
 import pytest
 from client_support import CLIENT_KEY, run_claude, served, streamed_tool_call, tool_call
 from scripted_upstream import Reply, ok
@@ -97,3 +99,18 @@ def test_bearer_token_auth_is_accepted(keyed_gateway, upstream, tmp_path) -> Non
     env = {"ANTHROPIC_API_KEY": "", "ANTHROPIC_AUTH_TOKEN": CLIENT_KEY}
     upstream.script("up-small", ok("Paris.", confidence=0.99))
     assert _succeeded(run_claude(keyed_gateway.url, QUESTION, tmp_path, env=env)) == "Paris."
+
+
+@pytest.mark.compat(client="claude-code", feature="structured-output")
+def test_json_schema_result_comes_from_its_structured_output_tool(keyed_gateway, upstream, tmp_path) -> None:
+    # --json-schema adds a StructuredOutput tool that the model must call with the result.
+    schema = {"type": "object", "properties": {"capital": {"type": "string"}}, "required": ["capital"]}
+    call = tool_call("StructuredOutput", {"capital": "Paris"}, "toolu_s")
+    upstream.script("up-small", Reply(content=None, tool_calls=[call]), ok("Done.", confidence=0.99))
+    upstream.script("up-large", streamed_tool_call(call))
+    args = ("--output-format", "json", "--json-schema", json.dumps(schema))
+    result = json.loads(_succeeded(run_claude(keyed_gateway.url, QUESTION, tmp_path, args=args)))
+    assert result["structured_output"] == {"capital": "Paris"}
+    first = upstream.calls("up-small")[0].body
+    offered = {t["function"]["name"]: t["function"]["parameters"] for t in first["tools"]}
+    assert offered["StructuredOutput"]["required"] == ["capital"]

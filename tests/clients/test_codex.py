@@ -90,3 +90,21 @@ def test_tier_header_picks_the_tier(keyed_gateway, upstream, tmp_path) -> None:
     assert _succeeded(run_codex(codex, QUESTION, tmp_path / "work")) == "answer from up-large"
     assert upstream.calls("up-small") == []
     assert served(keyed_gateway, "direct", "direct", endpoint="responses") == 1
+
+
+@pytest.mark.compat(client="codex", feature="structured-output")
+def test_output_schema_answer_is_printed(keyed_gateway, upstream, tmp_path) -> None:
+    schema = {
+        "type": "object",
+        "properties": {"capital": {"type": "string"}},
+        "required": ["capital"],
+        "additionalProperties": False,
+    }
+    (tmp_path / "schema.json").write_text(json.dumps(schema))
+    upstream.script("up-small", ok('{"capital": "Paris"}', confidence=0.99))
+    codex = codex_home(tmp_path, keyed_gateway.url)
+    result = run_codex(codex, QUESTION, tmp_path / "work", "--output-schema", str(tmp_path / "schema.json"))
+    assert json.loads(_succeeded(result)) == {"capital": "Paris"}
+    response_format = upstream.calls("up-small")[0].body["response_format"]
+    assert response_format["type"] == "json_schema"
+    assert response_format["json_schema"]["schema"] == schema

@@ -17,6 +17,7 @@ from agents import (
 )
 from client_support import CLIENT_KEY, served, streamed_tool_call, tool_call
 from openai import AsyncOpenAI
+from pydantic import BaseModel
 from scripted_upstream import Reply, ok
 
 APIS = {"responses": OpenAIResponsesModel, "chat": OpenAIChatCompletionsModel}
@@ -125,3 +126,20 @@ def test_tier_header_picks_the_tier(gateway, upstream, api: str) -> None:
     assert Runner.run_sync(agent, "What is the capital of France?").final_output == "answer from up-large"
     assert upstream.calls("up-small") == []
     assert served(gateway, "direct", "direct") == 1
+
+
+class Capital(BaseModel):
+    country: str
+    capital: str
+
+
+@pytest.mark.compat(client="openai-agents", feature="structured-output")
+@pytest.mark.parametrize("api", ["responses", "chat"])
+def test_agent_output_type_is_parsed_from_the_json_schema_answer(gateway, upstream, api: str) -> None:
+    upstream.script("up-small", ok('{"country": "France", "capital": "Paris"}', confidence=0.99))
+    agent = _agent(gateway, api).clone(tools=[], output_type=Capital)
+    result = Runner.run_sync(agent, "What is the capital of France?")
+    assert result.final_output == Capital(country="France", capital="Paris")
+    response_format = upstream.calls("up-small")[0].body["response_format"]
+    assert response_format["type"] == "json_schema"
+    assert response_format["json_schema"]["schema"]["required"] == ["country", "capital"]
