@@ -80,25 +80,30 @@ def run_claude(
 
 
 def codex_home(
-    home: Path, url: str, *, model: str = "cascade/balanced", headers: dict[str, str] | None = None
+    home: Path,
+    url: str,
+    *,
+    model: str = "cascade/balanced",
+    headers: dict[str, str] | None = None,
+    builtin_tools: bool = False,
 ) -> Path:
     """A CODEX_HOME under ``home`` whose provider ``cascade`` is the gateway at ``url``.
 
-    Web search and the multi-agent tools are off: they are not function tools (``web_search``,
-    ``namespace``), which the gateway's chat-completions stages cannot run.
+    Web search and the multi-agent tools are off unless ``builtin_tools``: they are not function
+    tools (``web_search``, ``namespace``), which the gateway's chat-completions stages cannot run.
     """
     codex = home / "codex"
     codex.mkdir(parents=True, exist_ok=True)
     lines = [
         f'model = "{model}"',
         'model_provider = "cascade"',
-        'web_search = "disabled"',
+        "" if builtin_tools else 'web_search = "disabled"',
         "",
         "[analytics]",
         "enabled = false",
         "",
         "[features]",
-        "multi_agent = false",
+        f"multi_agent = {'true' if builtin_tools else 'false'}",
         "",
         "[model_providers.cascade]",
         'name = "Cascade gateway"',

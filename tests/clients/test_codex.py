@@ -108,3 +108,17 @@ def test_output_schema_answer_is_printed(keyed_gateway, upstream, tmp_path) -> N
     response_format = upstream.calls("up-small")[0].body["response_format"]
     assert response_format["type"] == "json_schema"
     assert response_format["json_schema"]["schema"] == schema
+
+
+@pytest.mark.compat(
+    client="codex",
+    feature="tools",
+    refused="Codex's built-in web_search tool runs on OpenAI's servers: 400 naming the tool "
+    '(set web_search = "disabled" in config.toml)',
+)
+def test_default_web_search_tool_is_refused_by_name(keyed_gateway, upstream, tmp_path) -> None:
+    codex = codex_home(tmp_path, keyed_gateway.url, builtin_tools=True)
+    result = run_codex(codex, QUESTION, tmp_path / "work")
+    assert result.returncode != 0
+    assert "web_search" in result.stdout + result.stderr
+    assert upstream.requests == []
