@@ -113,12 +113,22 @@ def test_output_schema_answer_is_printed(keyed_gateway, upstream, tmp_path) -> N
 @pytest.mark.compat(
     client="codex",
     feature="tools",
-    refused="Codex's built-in web_search tool runs on OpenAI's servers: 400 naming the tool "
-    '(set web_search = "disabled" in config.toml)',
+    refused="Codex's default built-in tools (a namespace of sub-agent tools, web_search) are not "
+    'function tools: a 400 naming the tool (off with web_search = "disabled" and '
+    "[features] multi_agent = false in config.toml)",
 )
-def test_default_web_search_tool_is_refused_by_name(keyed_gateway, upstream, tmp_path) -> None:
+def test_default_builtin_tools_are_refused_by_name(keyed_gateway, upstream, tmp_path) -> None:
     codex = codex_home(tmp_path, keyed_gateway.url, builtin_tools=True)
     result = run_codex(codex, QUESTION, tmp_path / "work")
     assert result.returncode != 0
-    assert "web_search" in result.stdout + result.stderr
+    # Codex prints the gateway's error body on a line "ERROR: {...}".
+    errors = [
+        json.loads(line[len("ERROR: ") :])["error"]
+        for line in result.stderr.splitlines()
+        if line.startswith("ERROR: {")
+    ]
+    assert errors, result.stderr[-2000:]
+    assert errors[-1]["type"] == "invalid_request_error"
+    assert errors[-1]["param"].startswith("tools[")
+    assert "namespace" in errors[-1]["message"] or "web_search" in errors[-1]["message"]
     assert upstream.requests == []
