@@ -113,9 +113,8 @@ def test_output_schema_answer_is_printed(keyed_gateway, upstream, tmp_path) -> N
 @pytest.mark.compat(
     client="codex",
     feature="tools",
-    refused="Codex's default built-in tools (a namespace of sub-agent tools, web_search) are not "
-    'function tools: a 400 naming the tool (off with web_search = "disabled" and '
-    "[features] multi_agent = false in config.toml)",
+    refused="its default built-in tools (a namespace tool, web_search) are not function tools: a 400 "
+    'naming the tool (config.toml: web_search = "disabled", [features] multi_agent = false)',
 )
 def test_default_builtin_tools_are_refused_by_name(keyed_gateway, upstream, tmp_path) -> None:
     codex = codex_home(tmp_path, keyed_gateway.url, builtin_tools=True)
