@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import gzip
 import json
+import math
 import sys
 from collections import defaultdict
 from pathlib import Path
@@ -26,10 +27,8 @@ from prometheus_client.parser import text_string_to_metric_families
 
 from localpool.manifest import Manifest
 from policies import Policy, build_policy, load_policy
+from policies.scorers import SCORE_RANGES
 
-# Below every score a logprob scorer gives (probabilities, log-probabilities, negative entropies):
-# a stage with this threshold never escalates.
-NEVER_ESCALATE = -1e9
 TIER = "balanced"
 # The starting tier's budget, as a multiple of the pool's summed mean costs per query: room for any
 # route, so the recalibrated policy is limited by quality alone and never over budget.
@@ -132,6 +131,14 @@ def reference_model(policy: Policy) -> str:
     return max(policy.models, key=lambda m: (policy.models[m].quality, policy.models[m].mean_cost_usd))
 
 
+def never_escalate(scorer: str) -> float:
+    """The lowest threshold a policy may carry for ``scorer``: every score is at or above it, so a
+    stage with it never escalates (escalate iff score < threshold)."""
+    low = SCORE_RANGES[scorer][0]
+    assert math.isfinite(low), f"scorer {scorer} has no finite lowest score"
+    return low
+
+
 def never_escalating_policy(source: Policy) -> Policy:
     """The deliberately poor starting policy built from ``source`` (see the module docstring)."""
     distribution = source.score_distribution
@@ -144,6 +151,7 @@ def never_escalating_policy(source: Policy) -> Policy:
         )
     cheap = min(scored, key=lambda m: source.models[m].mean_cost_usd)
     bins = distribution.models[cheap]
+    floor = never_escalate(source.scorer.name)
     budget = BUDGET_FACTOR * sum(stats.mean_cost_usd for stats in source.models.values())
     document = {
         "schema_version": 1,
@@ -153,7 +161,7 @@ def never_escalating_policy(source: Policy) -> Policy:
         "tiers": {
             TIER: {
                 "objective": {"max_cost_usd": budget},
-                "routes": [{"weight": 1.0, "models": [cheap, reference], "thresholds": [NEVER_ESCALATE]}],
+                "routes": [{"weight": 1.0, "models": [cheap, reference], "thresholds": [floor]}],
                 # What a route that never escalates does on the source's calibration data.
                 "expected": {
                     "cost_usd": source.models[cheap].mean_cost_usd,

@@ -16,13 +16,13 @@ import pytest
 import yaml
 from learning_e2e_support import (
     BUDGET_FACTOR,
-    NEVER_ESCALATE,
     TIER,
     StartingPolicyError,
     calibrate_command,
     complete_queries,
     metric_value,
     names_members,
+    never_escalate,
     never_escalating_policy,
     parse_metrics,
     price_sheet,
@@ -36,6 +36,7 @@ from calibration.tiers import parse_tiers
 from localpool.manifest import Manifest, load_manifest
 from policies import Policy, build_policy, load_policy, save_policy, should_escalate
 from policies.publish import check_servable
+from policies.scorers import SCORE_RANGES
 
 CHEAP, MIDDLE, STRONG = "qwen0.5b-fast", "qwen1.5b-fast", "qwen1.5b-think"
 BINS = {"edges": [0.2, 0.5, 0.8], "proportions": [0.1, 0.2, 0.3, 0.4]}
@@ -84,9 +85,10 @@ def test_the_starting_policy_never_escalates_and_keeps_the_cheap_models_calibrat
     (route,) = policy.tiers[TIER].routes
     assert route.models == [CHEAP, STRONG]  # the cheapest scored model, then the reference
     assert reference_model(policy) == STRONG
-    for score in [-1e6, -50.0, -1.0, 0.0, 0.3, 1.0, None]:
+    low, high = SCORE_RANGES[policy.scorer.name]
+    for score in [low, low + 1e-9, 0.3, high, None]:  # every score the scorer can give, and none
         assert not should_escalate(score, route.thresholds[0], policy.on_missing_score), score
-    assert route.thresholds == [NEVER_ESCALATE]
+    assert route.thresholds == [never_escalate(policy.scorer.name)]
     assert set(policy.models) == set(source.models)  # every pool model still gets traffic rows
     assert policy.scorer == source.scorer
     expected = policy.tiers[TIER].expected
