@@ -1,4 +1,4 @@
-"""Budget tiers (README, "The tiers file"): solve each tier's objective on the envelope.
+"""Budget tiers (docs/calibrate.md, "The tiers file"): solve each tier's objective on the envelope.
 
 TIERS.yaml::
 

@@ -136,9 +136,9 @@ def test_lean_gateway_install_serves_without_learning_deps_and_learns_into_a_fil
     assert result.stdout.splitlines() == ["off []", "on True"]
 
 
-def test_readme_learning_block_is_a_valid_section_with_the_default_values(repo_root: Path) -> None:
-    readme = (repo_root / "README.md").read_text()
-    section = readme.split("### Sampling the gateway's own traffic\n", 1)[1]
+def test_docs_learning_block_is_a_valid_section_with_the_default_values(repo_root: Path) -> None:
+    guide = (repo_root / "docs" / "traffic.md").read_text()
+    section = guide.split("## Sampling the gateway's own traffic\n", 1)[1]
     block = section.split("```yaml\n", 1)[1].split("```", 1)[0]
     learning = yaml.safe_load(block)["learning"]
     loaded = settings(**learning).learning
