@@ -23,7 +23,8 @@ traffic sampler's shadow calls and their budget (gateway.learning.shadow) and th
 * the upstream's ``usage`` when it reports both counts as non-negative integers (a JSON bool,
   float or string is no count); a live stream's completion is never charged below the output
   chunks the gateway read;
-* otherwise the flat ``per_query_usd`` when the price has one;
+* otherwise the flat ``per_query_usd`` when the price has one (when it also has per-token prices,
+  the larger of the flat price and the estimate below);
 * otherwise an estimate that errs high: the prompt at its bound above, the completion at what was
   seen of the answer (a whole answer: the smaller of the completion bound and the bytes of its
   ``choices``; a stream: one token per output chunk read).
@@ -177,8 +178,9 @@ def call_charge(
     if counts is not None:
         prompt, completion = counts[0], max(counts[1], streamed_tokens or 0)
         return Charge(float(price.cost_usd(prompt, completion)), prompt, completion)
-    if price.per_query_usd is not None:
-        return Charge(float(price.per_query_usd), 0, 0)
+    flat = Charge(float(price.per_query_usd), 0, 0) if price.per_query_usd is not None else None
+    if flat is not None and not price.has_token_prices:
+        return flat
     request = orjson.loads(sent)
     prompt = prompt_tokens_bound(request, len(sent))
     if streamed_tokens is not None:
@@ -189,7 +191,10 @@ def call_charge(
         if choices is not None:
             # A token is at least one byte of what it encodes: the answer's bytes bound its tokens.
             completion = min(completion, len(orjson.dumps(choices)))
-    return Charge(float(price.cost_usd(prompt, completion)), prompt, completion)
+    estimate = Charge(float(price.cost_usd(prompt, completion)), prompt, completion)
+    # A price with both forms: the flat price unless the tokens the call may have used cost more
+    # (an upstream billing by tokens is never charged less than it may have spent).
+    return flat if flat is not None and flat.usd >= estimate.usd else estimate
 
 
 def _positive_count(value: object) -> int | None:
