@@ -9,7 +9,7 @@ from typing import TYPE_CHECKING, Annotated
 
 import typer
 
-from cascade_cli.failure import fail
+from cli_failure import fail
 
 if TYPE_CHECKING:
     from datetime import datetime
