@@ -32,9 +32,12 @@ print('\n'.join(p['dependencies'] + p['optional-dependencies']['gateway']))" > /
     && pip install -r /tmp/requirements.txt
 # (README.md is left out: it only fills the package's long description, which the image never shows.)
 COPY policies/ policies/
+COPY graders/ graders/
+COPY cli_failure/ cli_failure/
 COPY gateway/ gateway/
 COPY calibration/ calibration/
 COPY collection/ collection/
+COPY replay/ replay/
 COPY localpool/ localpool/
 COPY cascade_cli/ cascade_cli/
 COPY traffic/ traffic/

@@ -6,7 +6,7 @@ from collections.abc import Callable
 
 import typer
 
-from cascade_cli.failure import fail
+from cli_failure import fail
 
 
 def one_line_message(exc: BaseException) -> str:

@@ -12,7 +12,7 @@ from typing import TYPE_CHECKING, Annotated
 import typer
 
 from calibration.cli_errors import run_or_exit
-from cascade_cli.failure import fail
+from cli_failure import fail
 
 if TYPE_CHECKING:
     from rich.console import Console

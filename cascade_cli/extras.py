@@ -20,7 +20,7 @@ from typing import Any
 
 import typer
 
-from cascade_cli.failure import fail
+from cli_failure import fail
 
 DISTRIBUTION = "cascade-gateway"
 

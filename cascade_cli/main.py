@@ -15,6 +15,7 @@ from cascade_cli.extras import guard_commands
 from collection.cli import register as register_collection
 from gateway.cli import register as register_gateway
 from localpool.cli import register as register_localpool
+from replay.cli import register as register_replay
 from traffic.cli import register as register_traffic
 
 app = typer.Typer(
@@ -41,6 +42,7 @@ def version() -> None:
 
 register_calibration(app)
 register_collection(app)
+register_replay(app)
 register_gateway(app)
 register_localpool(app)
 register_traffic(app)

@@ -1,1 +1,1 @@
-"""Collecting per-query runs from OpenAI-compatible models: prompt sets, graders, the runs table."""
+"""Collecting per-query runs from OpenAI-compatible models: prompt sets, the collector, the runs table."""

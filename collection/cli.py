@@ -1,4 +1,4 @@
-"""Commands of this module, mounted on the root ``cascade`` app: ``cascade collect``, ``cascade replay``."""
+"""Commands of this module, mounted on the root ``cascade`` app: ``cascade collect``."""
 
 from __future__ import annotations
 
@@ -7,15 +7,12 @@ from typing import Annotated
 
 import typer
 
-from cascade_cli.failure import fail
+from cli_failure import fail
 
 
 def register(app: typer.Typer) -> None:
     """Add this module's commands to the root app."""
-    from collection.replay_cli import replay
-
     app.command("collect")(collect)
-    app.command("replay")(replay)
 
 
 def _split(values: list[str] | None) -> list[str] | None:

@@ -18,10 +18,10 @@ from typing import Any
 
 import httpx
 
-from collection.graders import grade
 from collection.prompts import Prompt
 from collection.runs_writer import RunsWriter
 from collection.targets import Target
+from graders import grade
 from policies.request_defaults import merge_request_defaults
 
 RETRY_STATUSES = {429, 500, 502, 503, 504}

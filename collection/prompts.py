@@ -1,7 +1,7 @@
 """Labelled prompt sets: JSONL, one question per line.
 
 Fields: ``query_id`` (unique), ``prompt`` (the user message), ``answer`` (the label), ``grader``
-(see ``collection.graders``); optional ``system``, ``aliases`` (list), ``dataset``, ``subject``,
+(see ``graders``); optional ``system``, ``aliases`` (list), ``dataset``, ``subject``,
 ``max_tokens`` (overrides the run's default for this question).
 """
 
@@ -11,7 +11,7 @@ import json
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from collection.graders import GRADERS
+from graders import GRADERS
 
 
 class PromptSetError(Exception):

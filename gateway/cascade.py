@@ -30,12 +30,13 @@ import asyncio
 import time
 from collections.abc import AsyncGenerator, Mapping
 from contextlib import aclosing
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Any
 
 import orjson
 
 from gateway.config import ModelConfig
+from gateway.facts import CascadeFacts
 from gateway.learning.answers import StageAnswer
 from gateway.live import LiveRelay, StreamChunk, StreamEvent, StreamStart, WholeAnswer
 from gateway.metrics import GatewayMetrics
@@ -46,66 +47,6 @@ from gateway.upstream import UpstreamFailure, UpstreamPool, UpstreamReply
 from policies import score_response, should_escalate
 from policies.charges import Charge, call_charge, sent_bound
 from policies.request_defaults import RequestDefaults, merge_request_defaults
-
-
-@dataclass(slots=True)
-class CascadeFacts:
-    """What happened to one request: the ``x-cascade-*`` headers and the stream's ``cascade`` object."""
-
-    tier: str
-    policy_id: str | None
-    models_called: list[str] = field(default_factory=list)
-    answered_by: str | None = None
-    escalated: bool = False
-    score: float | None = None
-    threshold: float | None = None
-    cost_usd: float = 0.0
-    upstream_s: float = 0.0
-    degraded: bool = False
-    outcome: str = "error"
-    within_budget: bool = True
-    failures: list[str] = field(default_factory=list)
-    route: list[str] = field(default_factory=list)
-    # Set (to {}) only for a request sampled for learning: its scored answers by model, for reuse.
-    answers: dict[str, StageAnswer] | None = None
-
-    def headers(self, overhead_ms: float) -> list[tuple[bytes, bytes]]:
-        """The ``x-cascade-*`` response headers (docs/contracts.md#response-headers)."""
-        out = [
-            (b"x-cascade-tier", self.tier.encode()),
-            (b"x-cascade-policy", (self.policy_id or "none").encode()),
-            (b"x-cascade-model", (self.answered_by or "none").encode()),
-            (b"x-cascade-models-called", ",".join(self.models_called).encode()),
-            (b"x-cascade-escalated", b"true" if self.escalated else b"false"),
-            (b"x-cascade-score", _number(self.score)),
-            (b"x-cascade-threshold", _number(self.threshold)),
-            (b"x-cascade-cost-usd", f"{self.cost_usd:.10g}".encode()),
-            (b"x-cascade-overhead-ms", f"{overhead_ms:.3f}".encode()),
-        ]
-        if self.degraded:
-            out.append((b"x-cascade-degraded", b"true"))
-        if not self.within_budget:
-            out.append((b"x-cascade-over-budget", b"true"))
-        return out
-
-    def as_dict(self, overhead_ms: float) -> dict[str, Any]:
-        """The same facts as a JSON object (final stream chunk, logs)."""
-        return {
-            "tier": self.tier,
-            "policy": self.policy_id,
-            "model": self.answered_by,
-            "models_called": self.models_called,
-            "escalated": self.escalated,
-            "score": self.score,
-            "threshold": self.threshold,
-            "cost_usd": self.cost_usd,
-            "overhead_ms": round(overhead_ms, 3),
-            "degraded": self.degraded,
-        }
-
-
-def _number(value: float | None) -> bytes:
-    return b"none" if value is None else f"{value:.6g}".encode()
 
 
 @dataclass(slots=True)

@@ -7,7 +7,7 @@ from typing import Annotated
 
 import typer
 
-from cascade_cli.failure import fail
+from cli_failure import fail
 from gateway.policy_cli import register as register_policy
 from policies.redaction import redact_url
 

@@ -28,7 +28,7 @@ from typing import Any
 from starlette.types import Receive, Scope, Send
 
 from gateway.auth import client_address
-from gateway.cascade import CascadeFacts, client_body
+from gateway.cascade import client_body
 from gateway.edges.base import ApiEdge, Headers, StreamTranslator, openai_error_parts
 from gateway.errors import (
     BodyTooLargeError,
@@ -37,6 +37,7 @@ from gateway.errors import (
     InternalError,
     ShuttingDownError,
 )
+from gateway.facts import CascadeFacts
 from gateway.live import StreamFailed, StreamStart
 from gateway.logs import log_event, log_exception
 from gateway.requests import ParsedRequest

@@ -20,17 +20,15 @@ from __future__ import annotations
 import time
 from collections.abc import AsyncGenerator, Callable
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from gateway.errors import GatewayError
+from gateway.facts import CascadeFacts
 from gateway.requests import ParsedRequest
 from gateway.streaming import DONE, SSE_HEADERS, client_chunk, sse, sse_error, upstream_events
 from gateway.upstream import UpstreamClient, UpstreamFailure, read_completion
 from policies import Price
 from policies.charges import Charge, call_charge
-
-if TYPE_CHECKING:
-    from gateway.cascade import CascadeFacts
 
 
 @dataclass(slots=True, frozen=True)

@@ -15,7 +15,7 @@ from typing import Annotated, Any
 
 import typer
 
-from cascade_cli.failure import fail
+from cli_failure import fail
 from gateway.redis_keys import DEFAULT_PREFIX, PREFIX_ENV, RedisKeys
 from policies.redaction import redact_url
 

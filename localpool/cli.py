@@ -6,7 +6,7 @@ from typing import Annotated
 
 import typer
 
-from cascade_cli.failure import fail
+from cli_failure import fail
 from localpool.demo_cli import demo
 
 models_app = typer.Typer(

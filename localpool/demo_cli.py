@@ -12,7 +12,7 @@ from typing import Annotated, Any
 
 import typer
 
-from cascade_cli.failure import fail
+from cli_failure import fail
 
 DEFAULT_POLICY = Path("policies/local-demo.json")
 # The demo policy was calibrated on short arithmetic questions sent as they are (the pool members'

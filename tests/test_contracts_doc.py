@@ -11,10 +11,10 @@ import pytest
 from prometheus_client import Counter, Gauge, Histogram
 from pydantic import BaseModel
 
-from gateway.cascade import CascadeFacts
 from gateway.config import Settings
 from gateway.drift import ScoreDriftMonitor
 from gateway.edges.messages_response import ERROR_TYPES
+from gateway.facts import CascadeFacts
 from gateway.metrics import GatewayMetrics
 from gateway.redis_keys import RedisKeys
 from gateway.spend_store import MAX_NANO

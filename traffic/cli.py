@@ -9,7 +9,7 @@ from typing import TYPE_CHECKING, Annotated
 
 import typer
 
-from cascade_cli.failure import fail
+from cli_failure import fail
 
 if TYPE_CHECKING:
     from datetime import datetime
@@ -112,9 +112,10 @@ def label(
     """Store a runs table's answers as traffic, labelled by a judge instead of its ground truth."""
     from pydantic import TypeAdapter
 
+    from traffic.backends import open_store
     from traffic.judges import JudgeConfig, make_judge
     from traffic.relabel import RelabelError, read_queries, relabel
-    from traffic.store import StoreError, open_store
+    from traffic.store import StoreError
 
     config: dict[str, object] = {"kind": judge.value}
     if judge is TextJudge.similarity:
@@ -148,7 +149,8 @@ def purge(
     older_than: Annotated[str, typer.Option("--older-than", help="retention: 30d, 12h, or an ISO date")],
 ) -> None:
     """Delete the rows recorded before the retention horizon."""
-    from traffic.store import StoreError, open_store, parse_since
+    from traffic.backends import open_store
+    from traffic.store import StoreError, parse_since
 
     try:
         horizon = parse_since(older_than)

@@ -92,7 +92,8 @@ def export_store(
     Raises ``StoreError`` (bad URL or filter, store unreachable) or ``ExportError`` (no rows, no
     complete query, or an incomplete one with ``incomplete="error"``), each with a one-line message.
     """
-    from traffic.store import open_store, parse_since
+    from traffic.backends import open_store
+    from traffic.store import parse_since
 
     filters = dict(where or {})
     start = parse_since(since) if since else None

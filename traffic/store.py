@@ -1,10 +1,12 @@
 """The traffic store: where sampled rows go, shared by replicas or local to one process.
 
-``open_store(url)`` picks the backend from the URL: ``postgresql://...`` (shared by replicas,
-``traffic.postgres_store``) or ``file:///path/traffic.jsonl`` (embedded single-process default,
-``traffic.file_store``). Every backend is an async ``TrafficStore``. Failures are
-``StoreUnavailableError`` (the store cannot be reached: the caller decides to drop the batch) or
-``StoreError`` (bad URL, bad filter).
+What every backend implements and shares: the async ``TrafficStore`` protocol, its errors and the
+filter/time helpers. ``traffic.backends.open_store(url)`` picks the backend from the URL:
+``postgresql://...`` (shared by replicas, ``traffic.postgres_store``) or
+``file:///path/traffic.jsonl`` (embedded single-process default, ``traffic.file_store``); the
+backends import this module, never the other way round. Failures are ``StoreUnavailableError`` (the
+store cannot be reached: the caller decides to drop the batch) or ``StoreError`` (bad URL, bad
+filter).
 """
 
 from __future__ import annotations
@@ -49,20 +51,6 @@ class TrafficStore(Protocol):
     async def close(self) -> None:
         """Release connections and files."""
         ...
-
-
-def open_store(url: str) -> TrafficStore:
-    """The backend for ``url``: ``postgresql://`` / ``postgres://`` or ``file://``. Connects lazily."""
-    scheme = url.split(":", 1)[0].lower() if ":" in url else ""
-    if scheme in {"postgresql", "postgres"}:
-        from traffic.postgres_store import PostgresStore
-
-        return PostgresStore(url)
-    if scheme == "file":
-        from traffic.file_store import FileStore
-
-        return FileStore.from_url(url)
-    raise StoreError(f"unknown traffic store URL {url!r}: use postgresql://... or file:///path/traffic.jsonl")
 
 
 def check_where(where: Mapping[str, str] | None) -> dict[str, str]:

@@ -35,8 +35,9 @@ from gateway.metrics import LearningMetrics
 from gateway.upstream import UpstreamPool
 from policies import Policy
 from policies.redaction import Redactor
+from traffic.backends import open_store
 from traffic.judges import make_judge
-from traffic.store import TrafficStore, open_store
+from traffic.store import TrafficStore
 
 if TYPE_CHECKING:
     from gateway.metrics import GatewayMetrics

@@ -16,9 +16,9 @@ from calibration.runs import load_runs
 from calibration.tiers import parse_tiers
 from policies import save_policy
 from policies.schema import Policy
+from traffic.backends import open_store
 from traffic.export import write_runs
 from traffic.rows import TrafficRow
-from traffic.store import open_store
 
 POSTGRES_URL = "postgresql://postgres@127.0.0.1:5432/test"
 REDIS_URL = "redis://127.0.0.1:6379/0"

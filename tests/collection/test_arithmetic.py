@@ -9,8 +9,8 @@ from pathlib import Path
 import pytest
 
 from collection.arithmetic import MULTI_STEP, QUICK, generate, kind_sequence, main
-from collection.graders import grade
 from collection.prompts import load_prompts
+from graders import grade
 
 
 def _evaluate(question: str) -> int | None:

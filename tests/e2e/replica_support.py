@@ -23,8 +23,8 @@ from learning_e2e_support import parse_metrics
 from openai import OpenAI
 
 from localpool.process import wait_healthy
+from traffic.backends import open_store
 from traffic.rows import TrafficRow
-from traffic.store import open_store
 
 REDIS_URL = "redis://127.0.0.1:6379/0"
 POSTGRES_URL = "postgresql://postgres@127.0.0.1:5432/test"

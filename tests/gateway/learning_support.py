@@ -21,8 +21,8 @@ from typing import Any
 
 from prometheus_client.parser import text_string_to_metric_families
 
+from traffic.backends import open_store
 from traffic.rows import TrafficRow
-from traffic.store import open_store
 
 POSTGRES_URL = "postgresql://postgres@127.0.0.1:5432/test"
 

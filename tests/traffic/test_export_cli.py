@@ -14,9 +14,9 @@ import pytest
 from rows_factory import logprobs
 
 from policies.store import load_policy
+from traffic.backends import open_store
 from traffic.export import select_complete
 from traffic.rows import TrafficRow
-from traffic.store import open_store
 
 MODELS = ("small", "medium", "large")
 COST = {"small": 0.0001, "medium": 0.0004, "large": 0.002}

@@ -9,8 +9,9 @@ from pathlib import Path
 import pytest
 from rows_factory import query_rows
 
+from traffic.backends import open_store
 from traffic.file_store import FileStore
-from traffic.store import StoreError, open_store
+from traffic.store import StoreError
 
 
 def test_a_device_fifo_or_directory_is_refused_when_the_store_is_made(tmp_path: Path) -> None:

@@ -10,8 +10,9 @@ from pathlib import Path
 import pytest
 from rows_factory import query_rows
 
+from traffic.backends import open_store
 from traffic.rows import TrafficRow, json_bytes
-from traffic.store import StoreError, StoreUnavailableError, TrafficStore, open_store, parse_since
+from traffic.store import StoreError, StoreUnavailableError, TrafficStore, parse_since
 
 
 async def test_rows_round_trip_with_every_column(store_url: str) -> None:

@@ -1,6 +1,6 @@
 """Judges that compare the extracted answers as text: ``exact``, ``numeric``, ``choice``.
 
-They reuse the normalizers of ``collection.graders`` (the reference answer plays the label). When
+They reuse the normalizers of ``graders`` (the reference answer plays the label). When
 nothing can be extracted from the reference (no number, no letter, empty text) the label is missing
 (None): the reference gave no answer to agree with.
 """
@@ -11,7 +11,7 @@ import math
 import re
 import string
 
-from collection.graders import extract_choice, extract_final_number, normalize_text
+from graders import extract_choice, extract_final_number, normalize_text
 from traffic.judges.base import Verdict
 
 

@@ -23,9 +23,9 @@ from typing import Any
 
 import httpx
 
-from collection.graders import grade
 from collection.prompts import Prompt
 from collection.runs_writer import RunsWriter
+from graders import grade
 
 RETRY_STATUSES = {429, 500, 502, 503, 504}
 # 429/503 codes that will not clear by waiting a few seconds.

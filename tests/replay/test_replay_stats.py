@@ -1,22 +1,22 @@
-"""Intervals and expectations of ``cascade replay`` (collection.replay_stats, collection.replay_report)."""
+"""Intervals and expectations of ``cascade replay`` (replay.stats, replay.report)."""
 
 from __future__ import annotations
 
 import copy
 
 import pytest
-from gateway_testkit import POLICY_DOCUMENT  # on sys.path through tests/collection/conftest.py
+from gateway_testkit import POLICY_DOCUMENT  # on sys.path through tests/replay/conftest.py
 
-from collection.replay import Arm
-from collection.replay_report import expectation_for
-from collection.replay_stats import (
+from policies import build_policy
+from replay.report import expectation_for
+from replay.run import Arm
+from replay.stats import (
     Estimate,
     bootstrap_mean_interval,
     mean_estimate,
     percentile,
     wilson_interval,
 )
-from policies import build_policy
 
 
 @pytest.mark.parametrize(

@@ -9,7 +9,7 @@ from rich import box
 from rich.console import Console
 from rich.table import Table
 
-from collection.replay_report import METRIC_LABELS, METRICS
+from replay.report import METRIC_LABELS, METRICS
 
 
 def _number(name: str, value: float | None) -> str:

@@ -10,7 +10,7 @@ from typing import Annotated, Any
 
 import typer
 
-from cascade_cli.failure import fail
+from cli_failure import fail
 
 EXIT_FLAGGED = 3
 EXIT_INTERRUPTED = 130
@@ -20,77 +20,95 @@ def _split(values: list[str] | None) -> list[str]:
     return [n.strip() for value in values or [] for n in value.split(",") if n.strip()]
 
 
+def register(app: typer.Typer) -> None:
+    """Add ``cascade replay`` to the root app."""
+    app.command("replay")(replay)
+
+
 def results_path(report: Path) -> Path:
     """Where the per-request results of ``report`` live: ``<report stem>.requests.jsonl`` beside it."""
     return report.with_name(f"{report.stem}.requests.jsonl")
 
 
+# The command's arguments, one alias each, so that ``replay`` reads as what it does.
+PromptsArgument = Annotated[
+    Path,
+    typer.Argument(
+        help="labelled prompt set, the `cascade collect` format (JSONL: query_id, prompt, answer, grader)"
+    ),
+]
+GatewayOption = Annotated[
+    str, typer.Option("--gateway", "-g", help="URL of the running gateway (http://host:port, /v1 optional)")
+]
+OutputOption = Annotated[
+    Path,
+    typer.Option(
+        "--output",
+        "-o",
+        help="JSON report to write; per-request results go to <stem>.requests.jsonl beside it",
+    ),
+]
+TiersOption = Annotated[
+    list[str] | None,
+    typer.Option(
+        "--tier",
+        "-t",
+        help="tier to replay, sent as X-Cascade-Tier (repeat or comma-separate); default: every tier of "
+        "the policy (or of the gateway's /v1/models without --policy) unless only budgets are given",
+    ),
+]
+BudgetsOption = Annotated[
+    list[float] | None,
+    typer.Option("--max-cost-usd", help="budget to replay, sent as X-Cascade-Max-Cost-Usd (repeatable)"),
+]
+PolicyOption = Annotated[
+    Path | None,
+    typer.Option("--policy", "-p", help="the policy whose expectations to check (should be the served one)"),
+]
+HtmlOption = Annotated[Path | None, typer.Option("--html", help="also write a self-contained HTML report")]
+ApiKeyOption = Annotated[
+    str | None, typer.Option("--api-key", envvar="CASCADE_API_KEY", help="client key (env CASCADE_API_KEY)")
+]
+ConcurrencyOption = Annotated[
+    int, typer.Option(min=1, max=64, help="requests in flight at once (queueing shows in the latency)")
+]
+TimeoutOption = Annotated[float, typer.Option("--timeout-s", min=1, help="per-request timeout")]
+RetriesOption = Annotated[int, typer.Option(min=0, max=10, help="retries of a 429/5xx/connection failure")]
+TemperatureOption = Annotated[float, typer.Option(min=0, help="sampling temperature of every request")]
+MaxTokensOption = Annotated[
+    int | None,
+    typer.Option(
+        min=1,
+        help="max_tokens for questions without their own (default: not sent, the gateway's model "
+        "defaults apply); give the value `cascade collect` used to replay its conditions",
+    ),
+]
+LimitOption = Annotated[int | None, typer.Option(min=1, help="only the first N questions")]
+ConfidenceOption = Annotated[
+    float, typer.Option(min=0.5, max=0.999, help="confidence level of the intervals")
+]
+StrictOption = Annotated[
+    bool, typer.Option("--strict", help=f"exit {EXIT_FLAGGED} when any flag is raised (for CI)")
+]
+
+
 def replay(
-    prompts: Annotated[
-        Path,
-        typer.Argument(
-            help="labelled prompt set, the `cascade collect` format (JSONL: query_id, prompt, answer, grader)"
-        ),
-    ],
-    gateway: Annotated[
-        str,
-        typer.Option("--gateway", "-g", help="URL of the running gateway (http://host:port, /v1 optional)"),
-    ],
-    output: Annotated[
-        Path,
-        typer.Option(
-            "--output",
-            "-o",
-            help="JSON report to write; per-request results go to <stem>.requests.jsonl beside it",
-        ),
-    ],
-    tiers: Annotated[
-        list[str] | None,
-        typer.Option(
-            "--tier",
-            "-t",
-            help="tier to replay, sent as X-Cascade-Tier (repeat or comma-separate); default: every tier of "
-            "the policy (or of the gateway's /v1/models without --policy) unless only budgets are given",
-        ),
-    ] = None,
-    budgets: Annotated[
-        list[float] | None,
-        typer.Option("--max-cost-usd", help="budget to replay, sent as X-Cascade-Max-Cost-Usd (repeatable)"),
-    ] = None,
-    policy_file: Annotated[
-        Path | None,
-        typer.Option(
-            "--policy", "-p", help="the policy whose expectations to check (should be the served one)"
-        ),
-    ] = None,
-    html: Annotated[
-        Path | None, typer.Option("--html", help="also write a self-contained HTML report")
-    ] = None,
-    api_key: Annotated[
-        str | None,
-        typer.Option("--api-key", envvar="CASCADE_API_KEY", help="client key (env CASCADE_API_KEY)"),
-    ] = None,
-    concurrency: Annotated[
-        int, typer.Option(min=1, max=64, help="requests in flight at once (queueing shows in the latency)")
-    ] = 2,
-    timeout_s: Annotated[float, typer.Option("--timeout-s", min=1, help="per-request timeout")] = 300.0,
-    retries: Annotated[int, typer.Option(min=0, max=10, help="retries of a 429/5xx/connection failure")] = 2,
-    temperature: Annotated[float, typer.Option(min=0, help="sampling temperature of every request")] = 0.0,
-    max_tokens: Annotated[
-        int | None,
-        typer.Option(
-            min=1,
-            help="max_tokens for questions without their own (default: not sent, the gateway's model "
-            "defaults apply); give the value `cascade collect` used to replay its conditions",
-        ),
-    ] = None,
-    limit: Annotated[int | None, typer.Option(min=1, help="only the first N questions")] = None,
-    confidence: Annotated[
-        float, typer.Option(min=0.5, max=0.999, help="confidence level of the intervals")
-    ] = 0.95,
-    strict: Annotated[
-        bool, typer.Option("--strict", help=f"exit {EXIT_FLAGGED} when any flag is raised (for CI)")
-    ] = False,
+    prompts: PromptsArgument,
+    gateway: GatewayOption,
+    output: OutputOption,
+    tiers: TiersOption = None,
+    budgets: BudgetsOption = None,
+    policy_file: PolicyOption = None,
+    html: HtmlOption = None,
+    api_key: ApiKeyOption = None,
+    concurrency: ConcurrencyOption = 2,
+    timeout_s: TimeoutOption = 300.0,
+    retries: RetriesOption = 2,
+    temperature: TemperatureOption = 0.0,
+    max_tokens: MaxTokensOption = None,
+    limit: LimitOption = None,
+    confidence: ConfidenceOption = 0.95,
+    strict: StrictOption = False,
 ) -> None:
     """Send a labelled prompt set through a running gateway once per tier and per budget, grade the
     answers, and report realized quality, cost per request (x-cascade-cost-usd), escalation rate
@@ -103,37 +121,43 @@ def replay(
     <stem>.requests.jsonl are not sent again. Exit codes: 0 done, 1 error or failed requests (rerun
     to retry them), 3 flags raised with --strict, 130 interrupted.
     """
-    from collection.replay import Arm, ReplayError, ReplayOptions, gateway_base, served_tiers
-    from collection.replay_report import build_report
-    from collection.runs_writer import RunsFileError, read_rows
-    from policies import PolicyInvalidError, load_policy
+    from replay.run import ReplayOptions
 
     questions = _load_questions(prompts, limit)
-    try:
-        policy = load_policy(policy_file) if policy_file else None
-        base = gateway_base(gateway)
-        available = asyncio.run(served_tiers(base, api_key, min(timeout_s, 30.0)))
-    except (PolicyInvalidError, ReplayError) as exc:
-        fail(str(exc))
-    tier_names = _split(tiers)
-    if not tier_names and not budgets:
-        tier_names = list(policy.tiers) if policy else available
-        if not tier_names:
-            fail(f"the gateway at {base} lists no cascade/<tier> model (no policy loaded?); pass --tier")
-    arms = [Arm(tier=t) for t in dict.fromkeys(tier_names)]
-    arms += [Arm(max_cost_usd=float(b)) for b in dict.fromkeys(budgets or [])]
+    policy, base, arms = _plan(gateway, policy_file, _split(tiers), budgets or [], api_key, timeout_s)
     options = ReplayOptions(api_key, temperature, max_tokens, concurrency, timeout_s, retries)
     results = results_path(output)
-    try:
-        previous = read_rows(results, ("arm", "query_id"))
-    except RunsFileError as exc:
-        fail(str(exc))
-    _check_same_options(previous, arms, options, results)
-    done = {(str(r["arm"]), str(r["query_id"])) for r in previous}
+    done = _done_pairs(results, arms, options)
 
     summary = _run(base, questions, arms, done, options, results)
 
-    report = build_report(
+    command = _command_line(
+        prompts, gateway, output, _split(tiers), budgets or [], policy_file, max_tokens, temperature, limit
+    )
+    report = _report(
+        base, prompts, questions, arms, policy, policy_file, options, results, confidence, command
+    )
+    _write_outputs(report, output, html)
+    _exit_for(summary, report, strict)
+
+
+def _report(
+    base: str,
+    prompts: Path,
+    questions: list[Any],
+    arms: list[Any],
+    policy: Any,
+    policy_file: Path | None,
+    options: Any,
+    results: Path,
+    confidence: float,
+    command: str,
+) -> dict[str, Any]:
+    """The report of every row now in the results file, this run's and the previous runs'."""
+    from collection.runs_writer import read_rows
+    from replay.report import build_report
+
+    return build_report(
         gateway=base,
         prompts_file=str(prompts),
         questions=[q.query_id for q in questions],
@@ -144,19 +168,60 @@ def replay(
         confidence=confidence,
         request=options.request_fields(),
         results_file=str(results),
-        command=_command_line(
-            prompts,
-            gateway,
-            output,
-            _split(tiers),
-            budgets or [],
-            policy_file,
-            max_tokens,
-            temperature,
-            limit,
-        ),
+        command=command,
     )
-    _write_outputs(report, output, html)
+
+
+def _plan(
+    gateway: str,
+    policy_file: Path | None,
+    tiers: list[str],
+    budgets: list[float],
+    api_key: str | None,
+    timeout_s: float,
+) -> tuple[Any, str, list[Any]]:
+    """The policy (or None), the gateway's base URL and the arms to replay (a tier or a budget each).
+
+    Without --tier and --max-cost-usd, every tier of the policy, else every tier the gateway lists.
+    """
+    from policies import PolicyInvalidError, load_policy
+    from replay.run import Arm, ReplayError, gateway_base, served_tiers
+
+    try:
+        policy = load_policy(policy_file) if policy_file else None
+        base = gateway_base(gateway)
+        available = asyncio.run(served_tiers(base, api_key, min(timeout_s, 30.0)))
+    except (PolicyInvalidError, ReplayError) as exc:
+        fail(str(exc))
+    tier_names = tiers
+    if not tier_names and not budgets:
+        tier_names = list(policy.tiers) if policy else available
+        if not tier_names:
+            fail(f"the gateway at {base} lists no cascade/<tier> model (no policy loaded?); pass --tier")
+    arms = [Arm(tier=t) for t in dict.fromkeys(tier_names)]
+    arms += [Arm(max_cost_usd=float(b)) for b in dict.fromkeys(budgets)]
+    return policy, base, arms
+
+
+def _read_results(results: Path) -> list[dict[str, Any]]:
+    """The rows already in the results file (one per arm and question)."""
+    from collection.runs_writer import RunsFileError, read_rows
+
+    try:
+        return read_rows(results, ("arm", "query_id"))
+    except RunsFileError as exc:
+        fail(str(exc))
+
+
+def _done_pairs(results: Path, arms: list[Any], options: Any) -> set[tuple[str, str]]:
+    """The (arm, question) pairs a previous run finished with the same request options."""
+    previous = _read_results(results)
+    _check_same_options(previous, arms, options, results)
+    return {(str(r["arm"]), str(r["query_id"])) for r in previous}
+
+
+def _exit_for(summary: Any, report: dict[str, Any], strict: bool) -> None:
+    """Fail when requests failed (a rerun retries them); exit 3 on flags under --strict."""
     if summary.failed:
         for line in summary.errors:
             typer.echo(f"  {line}", err=True)
@@ -179,7 +244,7 @@ def _command_line(
     """The command that reproduces this run's requests (recorded in the report)."""
     words = ["cascade", "replay", str(prompts), "--gateway", gateway, "-o", str(output)]
     words += [f"--tier={tier}" for tier in tiers] + [f"--max-cost-usd={budget!r}" for budget in budgets]
-    optional = {"--policy": policy_file, "--max-tokens": max_tokens, "--limit": limit}
+    optional: dict[str, object] = {"--policy": policy_file, "--max-tokens": max_tokens, "--limit": limit}
     optional["--temperature"] = temperature or None
     words += [f"{flag}={value}" for flag, value in optional.items() if value is not None]
     return shlex.join(words)
@@ -187,8 +252,8 @@ def _command_line(
 
 def _load_questions(prompts: Path, limit: int | None) -> list[Any]:
     """The prompt set, with every label checked by its grader before anything is sent."""
-    from collection.graders import GraderError, grade
     from collection.prompts import PromptSetError, load_prompts
+    from graders import GraderError, grade
 
     try:
         questions = load_prompts(prompts, limit)
@@ -221,9 +286,9 @@ def _run(
     """Send the missing pairs under a progress bar (one line per arm)."""
     from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeRemainingColumn
 
-    from collection.replay import ReplayError
-    from collection.replay import replay as run_replay
     from collection.runs_writer import RunsWriter
+    from replay.run import ReplayError
+    from replay.run import replay as run_replay
 
     wanted = {(a.key, q.query_id) for q in questions for a in arms}
     typer.echo(
@@ -271,7 +336,7 @@ def _run(
 def _write_outputs(report: dict[str, Any], output: Path, html: Path | None) -> None:
     from rich.console import Console
 
-    from collection.replay_render import print_report, write_html
+    from replay.render import print_report, write_html
 
     output.parent.mkdir(parents=True, exist_ok=True)
     output.write_text(json.dumps(report, indent=2) + "\n", encoding="utf-8")

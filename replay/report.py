@@ -3,7 +3,7 @@
 For a tier the expectation is ``tiers.<tier>.expected`` of the policy; for a budget it is the
 envelope point the gateway's own rule (``policies.decision``) picks for that budget. Each
 realized value (quality, cost per request, escalation rate) comes with a confidence interval
-(``collection.replay_stats``), and every expectation outside its interval becomes a flag, as does
+(``replay.stats``), and every expectation outside its interval becomes a flag, as does
 a gateway serving another policy than the one the expectations were read from.
 
 Report schema (``"report": "cascade-replay"``, ``"version": 1``): docs/contracts.md#replay-report.
@@ -18,10 +18,10 @@ from dataclasses import dataclass, replace
 from datetime import UTC, datetime
 from typing import Any
 
-from collection.replay import Arm
-from collection.replay_stats import Estimate, mean_estimate, percentile
 from policies import Policy, Route
 from policies.decision import budget_index
+from replay.run import Arm
+from replay.stats import Estimate, mean_estimate, percentile
 
 METRICS = ("quality", "cost_usd", "escalation_rate")
 METRIC_LABELS = {"quality": "quality", "cost_usd": "cost/request", "escalation_rate": "escalation"}
@@ -88,7 +88,7 @@ def summarize_arm(
     confidence: float,
 ) -> dict[str, Any]:
     """One arm's entry of the report (see ``build_report``)."""
-    expected = dict(zip(METRICS, (None, None, None), strict=True))
+    expected: dict[str, float | None] = dict.fromkeys(METRICS)
     if expectation is not None:
         expected = {
             "quality": expectation.quality,
@@ -144,6 +144,38 @@ def _flags(arms: Iterable[dict[str, Any]], confidence: float) -> list[str]:
     return flags
 
 
+def _rows_by_arm(
+    rows: Iterable[dict[str, Any]], arms: Sequence[Arm], wanted: set[str]
+) -> dict[str, list[dict[str, Any]]]:
+    """The rows of each arm, restricted to the questions of this prompt set."""
+    by_arm: dict[str, list[dict[str, Any]]] = {arm.key: [] for arm in arms}
+    for row in rows:
+        if row.get("arm") in by_arm and row.get("query_id") in wanted:
+            by_arm[row["arm"]].append(row)
+    return by_arm
+
+
+def _policy_flags(
+    policy: Policy | None,
+    policy_file: str | None,
+    arms: Sequence[Arm],
+    served: list[str],
+    matches: bool | None,
+) -> list[str]:
+    """Flags about the policy itself: another one was served, or it lacks a replayed tier."""
+    flags = []
+    if matches is False:
+        flags.append(
+            f"the gateway served policy {', '.join(served)} but the expectations are those of policy "
+            f"{policy.policy_id if policy else '?'} ({policy_file}): they do not describe what was served"
+        )
+    if policy is not None:
+        for arm in arms:
+            if arm.tier is not None and arm.tier not in policy.tiers:
+                flags.append(f"{arm.key}: the policy file has no tier {arm.tier!r}, so no expectation")
+    return flags
+
+
 def build_report(
     *,
     gateway: str,
@@ -169,10 +201,7 @@ def build_report(
     each) and ``ok`` (no flag).
     """
     wanted = set(questions)
-    by_arm: dict[str, list[dict[str, Any]]] = {arm.key: [] for arm in arms}
-    for row in rows:
-        if row.get("arm") in by_arm and row.get("query_id") in wanted:
-            by_arm[row["arm"]].append(row)
+    by_arm = _rows_by_arm(rows, arms, wanted)
     summaries = [
         summarize_arm(
             arm,
@@ -185,17 +214,7 @@ def build_report(
     ]
     served = sorted({str(r.get("policy_id")) for arm_rows in by_arm.values() for r in arm_rows})
     matches = None if policy is None or not served else served == [policy.policy_id]
-    flags = []
-    if matches is False:
-        flags.append(
-            f"the gateway served policy {', '.join(served)} but the expectations are those of policy "
-            f"{policy.policy_id if policy else '?'} ({policy_file}): they do not describe what was served"
-        )
-    if policy is not None:
-        for arm in arms:
-            if arm.tier is not None and arm.tier not in policy.tiers:
-                flags.append(f"{arm.key}: the policy file has no tier {arm.tier!r}, so no expectation")
-    flags += _flags(summaries, confidence)
+    flags = _policy_flags(policy, policy_file, arms, served, matches) + _flags(summaries, confidence)
     return {
         "report": "cascade-replay",
         "version": 1,

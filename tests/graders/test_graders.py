@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from collection.graders import GraderError, extract_choice, extract_final_number, grade
+from graders import GraderError, extract_choice, extract_final_number, grade
 
 
 @pytest.mark.parametrize(

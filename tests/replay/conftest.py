@@ -1,4 +1,4 @@
-"""Fixtures of the collection tests: a real gateway in front of the scripted upstream, for replay.
+"""Fixtures of the replay tests: a real gateway in front of the scripted upstream, for replay.
 
 ``cascade replay`` is tested against the real app (``gateway.app.create_app`` under uvicorn) and a
 real policy file; only the upstream models are the scripted seam double of the gateway tests

@@ -1,0 +1,253 @@
+"""Imports run one way: every import between top-level packages goes to a lower floor, and no module
+imports itself back through others (no cycle between packages, none inside one).
+
+The floors are listed here and in docs/architecture.md (checked to agree). Every import counts,
+including the ones inside functions and under ``TYPE_CHECKING``: a lazy import is still a dependency.
+A new top-level package (pyproject.toml ``packages.find``) must be given a floor.
+
+Run as a script on any checkout to print its counts: ``python tests/test_import_graph.py [ROOT]``
+(cycles between packages, cycles between modules of one package, imports that do not run down).
+"""
+
+from __future__ import annotations
+
+import ast
+import re
+import sys
+import tomllib
+from collections.abc import Iterable, Mapping
+from pathlib import Path
+
+import pytest
+
+REPO = Path(__file__).resolve().parents[1]
+
+# Floor of each top-level package: a package imports only packages on a lower floor.
+FLOORS: dict[str, int] = {
+    "policies": 0,
+    "graders": 0,
+    "cli_failure": 0,
+    "traffic": 1,
+    "localpool": 1,
+    "gateway": 2,
+    "calibration": 2,
+    "collection": 3,
+    "replay": 4,
+    "cascade_cli": 5,
+}
+
+Graph = dict[str, set[str]]
+
+
+def project_packages(root: Path) -> list[str]:
+    """Top-level packages installed from ``root`` (pyproject.toml ``[tool.setuptools.packages.find]``)."""
+    document = tomllib.loads((root / "pyproject.toml").read_text())
+    patterns = document["tool"]["setuptools"]["packages"]["find"]["include"]
+    return sorted({pattern.rstrip("*").split(".")[0] for pattern in patterns})
+
+
+def _modules(root: Path, packages: Iterable[str]) -> dict[str, Path]:
+    """Dotted module name -> file, for every module of ``packages`` under ``root``."""
+    found: dict[str, Path] = {}
+    for package in packages:
+        for path in sorted((root / package).rglob("*.py")):
+            parts = list(path.relative_to(root).with_suffix("").parts)
+            if parts[-1] == "__init__":
+                parts.pop()
+            found[".".join(parts)] = path
+    return found
+
+
+def _imported_names(tree: ast.Module, module: str, is_package: bool) -> Iterable[str]:
+    """Every dotted name an ``import`` or ``from ... import`` in the tree may refer to."""
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Import):
+            yield from (alias.name for alias in node.names)
+        elif isinstance(node, ast.ImportFrom):
+            if node.level:
+                base = module.split(".") if is_package else module.split(".")[:-1]
+                base = base[: len(base) - node.level + 1]
+                source = ".".join([*base, *([node.module] if node.module else [])])
+            else:
+                source = node.module or ""
+            yield source
+            # `from package import module` imports the module.
+            yield from (f"{source}.{alias.name}" for alias in node.names)
+
+
+def module_imports(root: Path, packages: Iterable[str]) -> Graph:
+    """Module -> the project modules it imports (anywhere in its body), for ``packages`` under ``root``."""
+    packages = list(packages)
+    modules = _modules(root, packages)
+
+    def resolve(name: str) -> str | None:
+        while name and name not in modules:
+            name = name.rpartition(".")[0]
+        return name or None
+
+    graph: Graph = {}
+    for module, path in modules.items():
+        tree = ast.parse(path.read_text(), filename=str(path))
+        names = _imported_names(tree, module, path.name == "__init__.py")
+        targets = {resolve(name) for name in names if name.split(".")[0] in packages}
+        graph[module] = {target for target in targets if target and target != module}
+    return graph
+
+
+def package_graph(imports: Mapping[str, set[str]]) -> Graph:
+    """Top-level package -> the other top-level packages its modules import."""
+    graph: Graph = {}
+    for module, targets in imports.items():
+        top = module.split(".")[0]
+        graph.setdefault(top, set()).update(t.split(".")[0] for t in targets if t.split(".")[0] != top)
+    return graph
+
+
+def imports_not_down(imports: Mapping[str, set[str]], floors: Mapping[str, int]) -> list[str]:
+    """``importer -> imported`` for every import into another package that is not on a lower floor."""
+    found = []
+    for module, targets in sorted(imports.items()):
+        top = module.split(".")[0]
+        for target in sorted(targets):
+            other = target.split(".")[0]
+            if other != top and floors[other] >= floors[top]:
+                found.append(f"{module} (floor {floors[top]}) -> {target} (floor {floors[other]})")
+    return found
+
+
+def strongly_connected(graph: Mapping[str, set[str]]) -> list[list[str]]:
+    """The groups of two or more nodes that reach each other (Tarjan), each sorted."""
+    index: dict[str, int] = {}
+    low: dict[str, int] = {}
+    stack: list[str] = []
+    on_stack: set[str] = set()
+    groups: list[list[str]] = []
+
+    def visit(node: str) -> None:
+        index[node] = low[node] = len(index)
+        stack.append(node)
+        on_stack.add(node)
+        for other in sorted(graph.get(node, ())):
+            if other not in index:
+                visit(other)
+                low[node] = min(low[node], low[other])
+            elif other in on_stack:
+                low[node] = min(low[node], index[other])
+        if low[node] == index[node]:
+            group = []
+            while True:
+                member = stack.pop()
+                on_stack.discard(member)
+                group.append(member)
+                if member == node:
+                    break
+            if len(group) > 1:
+                groups.append(sorted(group))
+
+    limit = sys.getrecursionlimit()
+    sys.setrecursionlimit(max(limit, 10 * len(graph) + 100))
+    try:
+        for node in sorted(graph):
+            if node not in index:
+                visit(node)
+    finally:
+        sys.setrecursionlimit(limit)
+    return sorted(groups)
+
+
+def elementary_cycles(graph: Mapping[str, set[str]]) -> list[list[str]]:
+    """Every simple cycle, each started at its smallest node (for counting; the graphs are small)."""
+    cycles: list[list[str]] = []
+
+    def walk(start: str, node: str, path: list[str]) -> None:
+        for other in sorted(graph.get(node, ())):
+            if other == start:
+                cycles.append([*path])
+            elif other > start and other not in path:
+                walk(start, other, [*path, other])
+
+    for start in sorted(graph):
+        walk(start, start, [start])
+    return cycles
+
+
+def in_package_graph(imports: Mapping[str, set[str]]) -> Graph:
+    """The module graph with only the imports between modules of the same top-level package."""
+    return {
+        module: {t for t in targets if t.split(".")[0] == module.split(".")[0]}
+        for module, targets in imports.items()
+    }
+
+
+@pytest.fixture(scope="module")
+def imports() -> Graph:
+    return module_imports(REPO, project_packages(REPO))
+
+
+def test_every_package_has_a_floor() -> None:
+    assert sorted(FLOORS) == project_packages(REPO), "give a new top-level package a floor in FLOORS"
+
+
+def test_every_import_between_packages_runs_down(imports: Graph) -> None:
+    assert imports_not_down(imports, FLOORS) == []
+
+
+def test_no_cycle_between_packages(imports: Graph) -> None:
+    assert strongly_connected(package_graph(imports)) == []
+
+
+def test_no_cycle_between_the_modules_of_a_package(imports: Graph) -> None:
+    assert strongly_connected(in_package_graph(imports)) == []
+
+
+def test_the_checks_find_an_upward_import_and_the_cycles_it_makes(tmp_path: Path) -> None:
+    # low.base imports high.top (upward), which imports low.base; low.a <-> low.b inside one package.
+    files = {
+        "low/__init__.py": "",
+        "low/base.py": "def f():\n    from high.top import g\n",
+        "low/a.py": "from low import b\n",
+        "low/b.py": "from . import a\n",
+        "high/__init__.py": "",
+        "high/top.py": "import low.base\n",
+    }
+    for name, text in files.items():
+        (tmp_path / name).parent.mkdir(exist_ok=True)
+        (tmp_path / name).write_text(text)
+    found = module_imports(tmp_path, ["low", "high"])
+    assert imports_not_down(found, {"low": 0, "high": 1}) == ["low.base (floor 0) -> high.top (floor 1)"]
+    assert strongly_connected(package_graph(found)) == [["high", "low"]]
+    assert strongly_connected(in_package_graph(found)) == [["low.a", "low.b"]]
+    assert elementary_cycles(in_package_graph(found)) == [["low.a", "low.b"]]
+
+
+def test_the_architecture_doc_lists_the_same_floors() -> None:
+    text = (REPO / "docs" / "architecture.md").read_text()
+    listed: dict[str, int] = {}
+    for floor, names in re.findall(r"^\| (\d+) \| ([^|]+) \|", text, flags=re.M):
+        for name in re.findall(r"`(\w+)`", names):
+            listed[name] = int(floor)
+    assert listed == FLOORS
+
+
+def _report(root: Path, floors: Mapping[str, int]) -> None:
+    """Print the counts of a checkout (floors of packages it lacks are ignored)."""
+    packages = [p for p in project_packages(root) if (root / p).is_dir()]
+    found = module_imports(root, packages)
+    between = elementary_cycles(package_graph(found))
+    inside = elementary_cycles(in_package_graph(found))
+    upward = imports_not_down(found, floors)
+    for group in strongly_connected(package_graph(found)):
+        print(f"packages that all reach each other: {len(group)} of {len(packages)}: {', '.join(group)}")
+    print(f"cycles between packages: {len(between)}")
+    for cycle in between:
+        print("  " + " -> ".join([*cycle, cycle[0]]))
+    print(f"cycles between modules of one package: {len(inside)}")
+    for cycle in inside:
+        print("  " + " -> ".join([*cycle, cycle[0]]))
+    print(f"imports that do not run down: {len(upward)}")
+    for line in upward:
+        print("  " + line)
+
+
+if __name__ == "__main__":
+    _report(Path(sys.argv[1]) if len(sys.argv) > 1 else REPO, FLOORS)
