@@ -49,7 +49,7 @@ _FINAL_WRITE_MIN_S = 1.0
 DROP_REASONS = ("queue_full", "spend_cap", "store_error", "shutdown", "error")
 
 
-class Learner:
+class TrafficSampler:
     """Samples the gateway's cascade requests into the traffic store (see the module docstring)."""
 
     def __init__(
