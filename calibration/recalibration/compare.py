@@ -6,10 +6,10 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from calibration.recalibration.bootstrap import bootstrap_means
 from calibration.recalibration.outcomes import TierOutcomes, policy_outcomes
 from calibration.recalibration.rule import Check, Estimate, TierMetrics, Tolerances, check_tier
 from calibration.runs import RunsMatrix
+from policies.bootstrap import bootstrap_means
 from policies.schema import Objective, Policy
 
 _METRICS = ("quality", "cost_usd", "escalation_rate")
