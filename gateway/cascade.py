@@ -28,7 +28,7 @@ from __future__ import annotations
 
 import asyncio
 import time
-from collections.abc import AsyncGenerator, Mapping
+from collections.abc import AsyncGenerator, Callable, Mapping
 from contextlib import aclosing
 from dataclasses import dataclass, field
 from typing import Any
@@ -36,7 +36,6 @@ from typing import Any
 import orjson
 
 from gateway.config import ModelConfig
-from gateway.learning.answers import StageAnswer
 from gateway.live import LiveRelay, StreamChunk, StreamEvent, StreamStart, WholeAnswer
 from gateway.metrics import GatewayMetrics
 from gateway.requests import ParsedRequest, positive_int
@@ -46,6 +45,9 @@ from gateway.upstream import UpstreamFailure, UpstreamPool, UpstreamReply
 from policies import score_response, should_escalate
 from policies.charges import Charge, call_charge, sent_bound
 from policies.request_defaults import RequestDefaults, merge_request_defaults
+
+# Keeps one scored stage's answer: (model, upstream body, seconds, score, USD its call was charged).
+AnswerKeeper = Callable[[str, dict[str, Any], float, float | None, float], None]
 
 
 @dataclass(slots=True)
@@ -66,8 +68,8 @@ class CascadeFacts:
     within_budget: bool = True
     failures: list[str] = field(default_factory=list)
     route: list[str] = field(default_factory=list)
-    # Set (to {}) only for a request sampled for learning: its scored answers by model, for reuse.
-    answers: dict[str, StageAnswer] | None = None
+    # Set only for a request the traffic sampler drew: its scored answers are reused, never re-bought.
+    keep_answer: AnswerKeeper | None = None
 
     def headers(self, overhead_ms: float) -> list[tuple[bytes, bytes]]:
         """The ``x-cascade-*`` response headers (docs/contracts.md#response-headers)."""
@@ -138,13 +140,21 @@ class CascadeEngine:
         self._metrics = metrics
 
     @staticmethod
-    def new_facts(plan: RoutePlan) -> CascadeFacts:
-        """Empty facts for ``plan`` (the caller keeps them, so a failed request still reports its calls)."""
+    def new_facts(
+        plan: RoutePlan,
+        keep_answer: AnswerKeeper | None = None,
+    ) -> CascadeFacts:
+        """Empty facts for ``plan`` (the caller keeps them, so a failed request still reports its calls).
+
+        ``keep_answer``: called with every scored stage's answer and the charge of its call (the
+        traffic sampler's ``DrawnRequest.keep``, for a request it drew); None keeps nothing.
+        """
         return CascadeFacts(
             plan.tier,
             plan.policy.policy_id if plan.policy else None,
             within_budget=plan.within_budget,
             route=plan.route.models if plan.route is not None else [plan.model or ""],
+            keep_answer=keep_answer,
         )
 
     async def run(
@@ -233,10 +243,8 @@ class CascadeEngine:
                 continue
             reply = called.body
             score = score_response(reply, policy.scorer.name, top_k)
-            if facts.answers is not None:  # a sampled request: keep the scored answer for its rows
-                facts.answers[model] = StageAnswer.from_reply(
-                    reply, called.seconds, score, cost_usd=charge.usd, copy=request.wants_logprobs
-                )
+            if facts.keep_answer is not None:  # asked to: the traffic sampler drew this request
+                facts.keep_answer(model, reply, called.seconds, score, charge.usd)
             facts.score, facts.threshold = score, thresholds[stage]
             if score is not None:
                 self._metrics.child(self._metrics.confidence, plan.tier, model).observe(score)
