@@ -125,8 +125,8 @@ def _known_errors() -> tuple[type[Exception], ...]:
     from calibration.recalibration.outcomes import PolicyOutcomeError
     from calibration.recalibration.recalibrate import RecalibrationError
     from calibration.recalibration.redis_io import RedisPolicyError
-    from policies.redis_connect import RedisUnreachableError
     from traffic.export import ExportError
+    from traffic.redis_connect import RedisUnreachableError
     from traffic.store import StoreError
 
     return (

@@ -1,7 +1,7 @@
 """What the commands that operate a Redis-backed fleet share: their options, client and errors.
 
 ``cascade policy`` (gateway.policy_cli) and ``cascade keys`` (gateway.keys_cli) take the same
-``--redis`` URL and key prefix, open the client with ``policies.redis_connect.connect_sync`` and
+``--redis`` URL and key prefix, open the client with ``traffic.redis_connect.connect_sync`` and
 turn every failure into one red line and exit 1.
 """
 
@@ -15,7 +15,7 @@ import typer
 from cascade_cli.failure import fail
 from gateway.redis_keys import PREFIX_ENV
 from policies.errors import PolicyError
-from policies.redis_connect import RedisUnreachableError, connect_sync
+from traffic.redis_connect import RedisUnreachableError, connect_sync
 
 RedisOption = Annotated[
     str,

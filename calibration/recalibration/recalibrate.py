@@ -35,9 +35,9 @@ from calibration.tiers import TiersSpec, load_tiers
 from policies import PolicyError, load_policy
 from policies.publish import DEFAULT_PREFIX, PolicyKeys, check_servable
 from policies.redaction import redact_url
-from policies.redis_connect import connect_sync
 from policies.schema import Policy
 from traffic.export import Selection, export_store, write_runs
+from traffic.redis_connect import connect_sync
 
 Progress = Callable[[str], AbstractContextManager[Any]]
 

@@ -12,7 +12,7 @@ from recalibrate_support import REDIS_URL, delete_prefix, fresh_prefix
 from calibration.recalibration.redis_io import RedisPolicyError, push_if_unchanged, read_served
 from policies import build_policy, dump_policy
 from policies.publish import PolicyKeys
-from policies.redis_connect import connect_sync
+from traffic.redis_connect import connect_sync
 
 DOCUMENT: dict[str, Any] = {
     "models": {

@@ -2,7 +2,9 @@
 
 ``cascade policy``, ``cascade keys`` (gateway) and ``cascade recalibrate`` (calibration) each open
 one client with ``connect_sync``: same timeouts, same PING check, same one-line error with the URL's
-password redacted. Redis is imported only when called (the contract package installs without it).
+password redacted. It lives here, below both ``gateway`` and ``calibration``, because the ``traffic``
+extra is what brings redis to ``cascade recalibrate --push``; redis is imported only when called, so a
+lean install that never connects does not need it.
 """
 
 from __future__ import annotations
