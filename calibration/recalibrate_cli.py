@@ -17,7 +17,7 @@ from cli_failure import fail
 if TYPE_CHECKING:
     from rich.console import Console
 
-    from calibration.learning.recalibrate import RecalibrateOptions
+    from calibration.recalibration.recalibrate import RecalibrateOptions
 
 REFUSED_EXIT_CODE = 3
 
@@ -88,8 +88,8 @@ def recalibrate(
     from rich.console import Console
 
     from calibration.calibrate_cli import parse_where
-    from calibration.learning.recalibrate import RecalibrateOptions
-    from calibration.learning.rule import Tolerances
+    from calibration.recalibration.recalibrate import RecalibrateOptions
+    from calibration.recalibration.rule import Tolerances
 
     def body() -> None:
         options = RecalibrateOptions(
@@ -122,23 +122,31 @@ def recalibrate(
 
 def _known_errors() -> tuple[type[Exception], ...]:
     """The errors whose message is the one line to show as is."""
-    from calibration.learning.outcomes import PolicyOutcomeError
-    from calibration.learning.recalibrate import RecalibrationError
-    from calibration.learning.redis_io import RedisPolicyError
+    from calibration.recalibration.outcomes import PolicyOutcomeError
+    from calibration.recalibration.recalibrate import RecalibrationError
+    from calibration.recalibration.redis_io import RedisPolicyError
     from traffic.export import ExportError
+    from traffic.redis_connect import RedisUnreachableError
     from traffic.store import StoreError
 
-    return (RecalibrationError, RedisPolicyError, PolicyOutcomeError, ExportError, StoreError)
+    return (
+        RecalibrationError,
+        RedisPolicyError,
+        RedisUnreachableError,
+        PolicyOutcomeError,
+        ExportError,
+        StoreError,
+    )
 
 
 def run_recalibrate(
     options: RecalibrateOptions, output: Path | None, report: Path | None, console: Console, errors: Console
 ) -> None:
     """Recalibrate, print the table, write the policy, push if it passed, report; exit 3 if refused."""
-    from calibration.learning.recalibrate import recalibrate as run
-    from calibration.learning.redis_io import push_if_unchanged
-    from calibration.learning.report import comparison_table, report_document, routes_table, write_report
     from calibration.policy_writer import write_policy
+    from calibration.recalibration.recalibrate import recalibrate as run
+    from calibration.recalibration.redis_io import push_if_unchanged
+    from calibration.recalibration.report import comparison_table, report_document, routes_table, write_report
     from policies.publish import PolicyKeys
     from policies.redaction import redact_url
 

@@ -36,7 +36,7 @@ from gateway.errors import GatewayError, InternalError, NotServedError
 from gateway.logs import log_exception
 from gateway.metrics import CONTENT_TYPE, GatewayMetrics
 from gateway.routing import CASCADE_MODEL
-from gateway.runtime import Gateway, StateEvents, build_learner
+from gateway.runtime import Gateway, StateEvents, build_traffic_sampler
 from gateway.state import build_shared_state
 from policies.redaction import Redactor
 
@@ -87,7 +87,7 @@ def build_gateway(settings: Settings, rng: random.Random | None = None) -> Gatew
     # The traffic sampler, only when enabled: its stores and judges are imported only then.
     # Every secret the config refers to: kept out of any upstream text the gateway relays or logs.
     redact = Redactor(settings.secret_values())
-    learning = build_learner(
+    learning = build_traffic_sampler(
         settings.learning, settings.models, settings.limits.request_timeout_s, metrics, redact=redact
     )
     return Gateway(

@@ -36,8 +36,7 @@ from typing import Any
 import orjson
 
 from gateway.config import ModelConfig
-from gateway.facts import CascadeFacts
-from gateway.learning.answers import StageAnswer
+from gateway.facts import AnswerKeeper, CascadeFacts
 from gateway.live import LiveRelay, StreamChunk, StreamEvent, StreamStart, WholeAnswer
 from gateway.metrics import GatewayMetrics
 from gateway.requests import ParsedRequest, positive_int
@@ -79,13 +78,21 @@ class CascadeEngine:
         self._metrics = metrics
 
     @staticmethod
-    def new_facts(plan: RoutePlan) -> CascadeFacts:
-        """Empty facts for ``plan`` (the caller keeps them, so a failed request still reports its calls)."""
+    def new_facts(
+        plan: RoutePlan,
+        keep_answer: AnswerKeeper | None = None,
+    ) -> CascadeFacts:
+        """Empty facts for ``plan`` (the caller keeps them, so a failed request still reports its calls).
+
+        ``keep_answer``: called with every scored stage's answer and the charge of its call (the
+        traffic sampler's ``DrawnRequest.keep``, for a request it drew); None keeps nothing.
+        """
         return CascadeFacts(
             plan.tier,
             plan.policy.policy_id if plan.policy else None,
             within_budget=plan.within_budget,
             route=plan.route.models if plan.route is not None else [plan.model or ""],
+            keep_answer=keep_answer,
         )
 
     async def run(
@@ -174,10 +181,8 @@ class CascadeEngine:
                 continue
             reply = called.body
             score = score_response(reply, policy.scorer.name, top_k)
-            if facts.answers is not None:  # a sampled request: keep the scored answer for its rows
-                facts.answers[model] = StageAnswer.from_reply(
-                    reply, called.seconds, score, cost_usd=charge.usd, copy=request.wants_logprobs
-                )
+            if facts.keep_answer is not None:  # asked to: the traffic sampler drew this request
+                facts.keep_answer(model, reply, called.seconds, score, charge.usd)
             facts.score, facts.threshold = score, thresholds[stage]
             if score is not None:
                 self._metrics.child(self._metrics.confidence, plan.tier, model).observe(score)

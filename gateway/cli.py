@@ -8,6 +8,7 @@ from typing import Annotated
 import typer
 
 from cli_failure import fail
+from gateway.keys_cli import register as register_keys
 from gateway.policy_cli import register as register_policy
 from policies.redaction import redact_url
 
@@ -18,7 +19,8 @@ _CONFIG_ERROR = 2
 def register(app: typer.Typer) -> None:
     """Add this package's commands to the root app."""
     app.command("serve")(serve)
-    register_policy(app)  # `cascade policy push|show`, `cascade keys add|list|revoke`
+    register_policy(app)  # `cascade policy push|show`
+    register_keys(app)  # `cascade keys add|list|revoke`
 
 
 def serve(

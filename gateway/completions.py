@@ -23,7 +23,7 @@ import logging
 import os
 import time
 from contextlib import aclosing
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from starlette.types import Receive, Scope, Send
 
@@ -46,6 +46,9 @@ from gateway.runtime import Gateway
 from gateway.serving import BODY_TIMED_OUT
 from gateway.spend import NANO_PER_USD
 from gateway.streaming import sse_error
+
+if TYPE_CHECKING:
+    from gateway.learning.answers import DrawnRequest
 
 _JSON_HEADER = (b"content-type", b"application/json")
 _SHUTDOWN_MESSAGE = "the gateway is shutting down and this request outlasted its grace; retry it"
@@ -114,6 +117,7 @@ class ApiEndpoint:
         facts: CascadeFacts | None = None
         parsed: ParsedRequest | None = None
         plan: RoutePlan | None = None
+        drawn: DrawnRequest | None = None
         reservation = None
         worst_case_usd: float | None = None
         watcher: asyncio.Task[None] | None = None
@@ -143,9 +147,8 @@ class ApiEndpoint:
             # From here on upstream calls may run: cancel them if the client goes away.
             watcher = asyncio.create_task(_watch_disconnect(receive, exchange, current))
             deadline = time.monotonic() + gw.limits.request_timeout_s
-            facts = gw.engine.new_facts(plan)
-            if gw.learning is not None and plan.route is not None and gw.learning.draw():
-                facts.answers = {}  # sampled for learning: the engine keeps its scored answers
+            drawn = gw.learning.draw(plan, parsed) if gw.learning is not None else None
+            facts = gw.engine.new_facts(plan, drawn.keep if drawn is not None else None)
             if parsed.stream:
                 translator = edge.stream_translator(translated.context)
                 status = await self._stream(
@@ -210,11 +213,10 @@ class ApiEndpoint:
                 reserved_usd=reservation.amount_nano / NANO_PER_USD if reservation is not None else None,
             )
         self._record(request_id, tier, outcome, status, facts, parsed, started, worst_case_usd)
-        if facts is not None and facts.answers is not None and status == 200 and outcome != "error":
+        if drawn is not None and status == 200 and outcome != "error":
             # The response has been sent in full: the sample goes on no client's clock.
-            assert gw.learning is not None and parsed is not None and plan is not None
-            assert plan.policy is not None
-            gw.learning.offer(request_id, parsed, plan.policy, tier, facts.answers)
+            assert gw.learning is not None
+            gw.learning.offer(request_id, drawn, tier)
 
     async def _stream(
         self,

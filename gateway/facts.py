@@ -7,10 +7,12 @@ stage (gateway.live), and read by the endpoint for the ``x-cascade-*`` headers a
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
-from gateway.learning.answers import StageAnswer
+# Keeps one scored stage's answer: (model, upstream body, seconds, score, USD its call was charged).
+AnswerKeeper = Callable[[str, dict[str, Any], float, float | None, float], None]
 
 
 @dataclass(slots=True)
@@ -31,8 +33,8 @@ class CascadeFacts:
     within_budget: bool = True
     failures: list[str] = field(default_factory=list)
     route: list[str] = field(default_factory=list)
-    # Set (to {}) only for a request sampled for learning: its scored answers by model, for reuse.
-    answers: dict[str, StageAnswer] | None = None
+    # Set only for a request the traffic sampler drew: its scored answers are reused, never re-bought.
+    keep_answer: AnswerKeeper | None = None
 
     def headers(self, overhead_ms: float) -> list[tuple[bytes, bytes]]:
         """The ``x-cascade-*`` response headers (docs/contracts.md#response-headers)."""

@@ -31,7 +31,7 @@ from policies.redaction import Redactor
 from policies.request_defaults import merge_request_defaults
 
 if TYPE_CHECKING:
-    from gateway.learning.sampler import Learner
+    from gateway.learning.sampler import TrafficSampler
 
 # How long closing waits for requests that are still settling (cut by the drain, or cancelled).
 _CLOSE_WAIT_S = 5.0
@@ -69,7 +69,7 @@ class Gateway:
 
     ``models``, ``limits`` and ``logs`` are the config's ``models``, ``limits`` and ``logging``;
     ``metrics`` are the app's (``shared`` reports into them through ``StateEvents``); ``learning``
-    is the traffic sampler (``build_learner``), None unless ``learning.enabled``; ``redact`` cleans
+    is the traffic sampler (``build_traffic_sampler``), None unless ``learning.enabled``; ``redact`` cleans
     upstream error text of every configured secret (``Settings.secret_values``).
     """
 
@@ -81,7 +81,7 @@ class Gateway:
         logs: LoggingConfig,
         metrics: GatewayMetrics,
         shared: SharedState,
-        learning: Learner | None = None,
+        learning: TrafficSampler | None = None,
         rng: random.Random | None = None,
         redact: Redactor | None = None,
     ):
@@ -221,14 +221,14 @@ class Gateway:
         return total
 
 
-def build_learner(
+def build_traffic_sampler(
     learning: LearningConfig,
     models: Mapping[str, ModelConfig],
     request_timeout_s: float,
     metrics: GatewayMetrics,
     *,
     redact: Redactor | None = None,
-) -> Learner | None:
+) -> TrafficSampler | None:
     """The traffic sampler when ``learning.enabled``, else None; ConfigError naming the extra this
     install lacks for the configured store or judge.
 
@@ -242,6 +242,6 @@ def build_learner(
     problem = missing_requirement(learning)
     if problem is not None:
         raise ConfigError(f"learning: {problem}")
-    from gateway.learning.sampler import Learner
+    from gateway.learning.sampler import TrafficSampler
 
-    return Learner(learning, models, request_timeout_s, metrics, redact=redact)
+    return TrafficSampler(learning, models, request_timeout_s, metrics, redact=redact)

@@ -21,6 +21,8 @@ from typing import Any
 
 import numpy as np
 
+from policies.bootstrap import bootstrap_means
+
 BOOTSTRAP_RESAMPLES = 4000
 BOOTSTRAP_SEED = 20260101
 _REL_TOLERANCE = 1e-9
@@ -77,19 +79,14 @@ def bootstrap_mean_interval(
     resamples: int = BOOTSTRAP_RESAMPLES,
     seed: int = BOOTSTRAP_SEED,
 ) -> tuple[float, float]:
-    """Percentile bootstrap interval of the mean of ``values``."""
+    """Percentile bootstrap interval of the mean of ``values`` (``policies.bootstrap``, as recalibrate)."""
     data = np.asarray(values, dtype=float)
     if data.size == 0:
         raise ValueError("a mean needs at least one observation")
     if np.all(data == data[0]):
         return float(data[0]), float(data[0])
-    rng = np.random.default_rng(seed)
-    means = np.empty(resamples)
-    for start in range(0, resamples, 500):  # bounded memory for large sets
-        stop = min(resamples, start + 500)
-        means[start:stop] = data[rng.integers(0, data.size, size=(stop - start, data.size))].mean(axis=1)
-    alpha = (1 - confidence) / 2
-    low, high = np.quantile(means, [alpha, 1 - alpha])
+    intervals = bootstrap_means(data[:, None], resamples=resamples, confidence=confidence, seed=seed)
+    low, high = intervals.low[0], intervals.high[0]
     return float(low), float(high)
 
 

@@ -486,7 +486,7 @@ def keyed_gateway(
     import redis
 
     sys.path.insert(0, str(REPO))
-    from gateway.policy_cli import add_key
+    from gateway.keys_cli import add_key
     from gateway.redis_keys import RedisKeys
 
     keys = RedisKeys(f"cascade-bench-{uuid.uuid4().hex[:8]}")

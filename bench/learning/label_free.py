@@ -3,7 +3,7 @@
 For each of ``--splits`` random halvings of the queries, calibrates one policy on the calibration
 half's TRUE labels and one per judge on the same half's JUDGE labels (agreement with the
 reference model's answer), then scores every policy on the held-out half with the TRUE labels
-(``calibration/learning/label_free.py``). Prints, per judge and tier, the mean over splits (and
+(``calibration/recalibration/label_free.py``). Prints, per judge and tier, the mean over splits (and
 5th-95th percentile band) of held-out true quality and cost of both policies and the quality loss.
 
 Run from the repository root (results in docs/learning.md):
@@ -73,7 +73,7 @@ def main() -> None:
 
     from rich.console import Console
 
-    from calibration.learning.label_free import StudyError, judge_labels, run_study, study_document
+    from calibration.recalibration.label_free import StudyError, judge_labels, run_study, study_document
     from calibration.runs import RunsError, load_runs
     from calibration.tiers import TiersError, load_tiers
 

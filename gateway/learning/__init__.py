@@ -7,6 +7,6 @@ writes one traffic row per model to the store, in batches. Nothing here runs on 
 
 Modules: ``config`` (the ``learning:`` section), ``answers`` (what a sample carries), ``budget``
 (the shadow spend cap), ``writer`` (batched store writes), ``shadow`` (the shadow calls and rows of
-one sample), ``sampler`` (the queue, the workers and their lifecycle). This package imports the
-``traffic`` stores and judges only when learning is enabled.
+one sample), ``sampler`` (``TrafficSampler``: the draw, the queue, the workers and their
+lifecycle). This package imports the ``traffic`` stores and judges only when learning is enabled.
 """

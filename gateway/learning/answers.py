@@ -1,15 +1,15 @@
 """What a sample carries: the query, the answers the request itself produced, and their texts.
 
 ``StageAnswer`` is one model's answer to a sampled query as a traffic row needs it (the first
-choice, usage, latency, the policy's score). The cascade engine makes one for each scored stage of a
-sampled request (only sampled ones: unsampled requests never build these), and the shadow calls
-make one for every other model. The helpers turn a request and an answer into the texts a judge
-compares.
+choice, usage, latency, the policy's score). A ``DrawnRequest`` (a request the sampler drew) makes
+one for each scored stage the cascade engine hands it (only drawn requests: unsampled ones never
+build these), and the shadow calls make one for every other model. The helpers turn a request and
+an answer into the texts a judge compares.
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any
 
@@ -102,6 +102,32 @@ class Sample:
     tier: str
     answers: dict[str, StageAnswer]
     timestamp: datetime
+
+
+@dataclass(slots=True)
+class DrawnRequest:
+    """A request the sampler drew, while it is served: the engine hands ``keep`` each scored answer.
+
+    Attributes:
+        request: the client's parsed request.
+        policy: the policy serving it.
+        answers: the scored answers kept so far, by model.
+    """
+
+    request: ParsedRequest
+    policy: Policy
+    answers: dict[str, StageAnswer] = field(default_factory=dict)
+
+    def keep(
+        self, model: str, body: dict[str, Any], seconds: float, score: float | None, cost_usd: float
+    ) -> None:
+        """Keep ``model``'s scored answer and what its call was charged (``CascadeFacts.keep_answer``).
+
+        A request for logprobs gets a private copy of the choice: the client's answer is trimmed
+        in place afterwards (``cascade.client_body``)."""
+        self.answers[model] = StageAnswer.from_reply(
+            body, seconds, score, cost_usd=cost_usd, copy=self.request.wants_logprobs
+        )
 
 
 def question_text(request: ParsedRequest) -> str:

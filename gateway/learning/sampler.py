@@ -1,9 +1,10 @@
 """The sampler: the draw, the bounded queue, the workers and their shutdown.
 
-On the request path the gateway asks ``draw()`` once per cascade request (one random number; an
-unsampled request does nothing else), and a sampled request, once its response has been sent in
-full and only if it succeeded, is handed over with ``offer()``, which never waits: a full queue
-drops the sample (counted). ``learning.concurrency`` workers take samples off the queue, make
+On the request path the gateway asks ``draw()`` once per request: the sampler decides (cascade
+requests only, one random number; an unsampled request does nothing else) and a drawn request's
+``DrawnRequest.keep`` is what the engine calls with each scored answer. Once its response has been
+sent in full, and only if it succeeded, it is handed over with ``offer()``, which never waits: a
+full queue drops the sample (counted). ``learning.concurrency`` workers take samples off the queue, make
 their shadow calls and labels (``ShadowRunner``) and submit the rows to the ``RowWriter``.
 
 Faults never reach clients: a store that is down or slow drops samples (counted) and is retried
@@ -25,7 +26,7 @@ from datetime import UTC, datetime
 from typing import TYPE_CHECKING, Any
 
 from gateway.config import ModelConfig
-from gateway.learning.answers import Sample, StageAnswer
+from gateway.learning.answers import DrawnRequest, Sample
 from gateway.learning.budget import ShadowBudget
 from gateway.learning.config import LearningConfig
 from gateway.learning.shadow import SampleDroppedError, ShadowRunner
@@ -33,7 +34,6 @@ from gateway.learning.writer import RowWriter
 from gateway.logs import log_event, log_exception
 from gateway.metrics import LearningMetrics
 from gateway.upstream import UpstreamPool
-from policies import Policy
 from policies.redaction import Redactor
 from traffic.backends import open_store
 from traffic.judges import make_judge
@@ -42,6 +42,7 @@ from traffic.store import TrafficStore
 if TYPE_CHECKING:
     from gateway.metrics import GatewayMetrics
     from gateway.requests import ParsedRequest
+    from gateway.routing import RoutePlan
     from traffic.judges import Judge
 
 # The final write at shutdown gets at least this long, even when the grace is spent.
@@ -50,7 +51,7 @@ _FINAL_WRITE_MIN_S = 1.0
 DROP_REASONS = ("queue_full", "spend_cap", "store_error", "shutdown", "error")
 
 
-class Learner:
+class TrafficSampler:
     """Samples the gateway's cascade requests into the traffic store (see the module docstring)."""
 
     def __init__(
@@ -118,25 +119,21 @@ class Learner:
 
     # --- request path -----------------------------------------------------------------------------
 
-    def draw(self) -> bool:
-        """Whether to sample this request: one random draw, nothing else."""
-        return self._random() < self.rate
+    def draw(self, plan: RoutePlan, request: ParsedRequest) -> DrawnRequest | None:
+        """Whether to sample this request: a cascade request (not a passthrough) and one random draw,
+        nothing else. A drawn request keeps the answers the engine scores (``DrawnRequest.keep``)."""
+        if plan.route is None or plan.policy is None or self._random() >= self.rate:
+            return None
+        return DrawnRequest(request, plan.policy)
 
-    def offer(
-        self,
-        query_id: str,
-        request: ParsedRequest,
-        policy: Policy,
-        tier: str,
-        answers: dict[str, StageAnswer],
-    ) -> None:
-        """Queue an answered, sampled request; a full queue (or a closing sampler) drops it, counted."""
+    def offer(self, query_id: str, drawn: DrawnRequest, tier: str) -> None:
+        """Queue an answered, drawn request; a full queue (or a closing sampler) drops it, counted."""
         metrics = self.metrics
         metrics.child(metrics.sampled, tier).inc()
         if not self._accepting:
             self._dropped("shutdown")
             return
-        sample = Sample(query_id, request, policy, tier, answers, datetime.now(UTC))
+        sample = Sample(query_id, drawn.request, drawn.policy, tier, drawn.answers, datetime.now(UTC))
         try:
             self.queue.put_nowait(sample)
         except asyncio.QueueFull:

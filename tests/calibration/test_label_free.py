@@ -15,7 +15,7 @@ from typing import Any, ClassVar
 import numpy as np
 import pytest
 
-from calibration.learning.label_free import StudyError, judge_labels, run_study, study_document
+from calibration.recalibration.label_free import StudyError, judge_labels, run_study, study_document
 from calibration.runs import load_runs
 from calibration.tiers import parse_tiers
 

@@ -9,9 +9,10 @@ import pytest
 import redis
 from recalibrate_support import REDIS_URL, delete_prefix, fresh_prefix
 
-from calibration.learning.redis_io import RedisPolicyError, connect, push_if_unchanged, read_served
+from calibration.recalibration.redis_io import RedisPolicyError, push_if_unchanged, read_served
 from policies import build_policy, dump_policy
 from policies.publish import PolicyKeys
+from traffic.redis_connect import connect_sync
 
 DOCUMENT: dict[str, Any] = {
     "models": {
@@ -60,7 +61,7 @@ class InterleavedPush:
 
 
 def test_a_policy_pushed_meanwhile_is_not_overwritten(keys: PolicyKeys) -> None:
-    client = connect(REDIS_URL)
+    client = connect_sync(REDIS_URL)
     served = build_policy(DOCUMENT)
     client.set(keys.policy_current, dump_policy(served))
     text, policy = read_served(client, keys)
@@ -78,7 +79,7 @@ def test_a_policy_pushed_meanwhile_is_not_overwritten(keys: PolicyKeys) -> None:
 
 
 def test_an_unreadable_served_policy_is_an_error(keys: PolicyKeys) -> None:
-    client = connect(REDIS_URL)
+    client = connect_sync(REDIS_URL)
     client.set(keys.policy_current, "{not json")
     with pytest.raises(RedisPolicyError, match="the served policy cannot be read"):
         read_served(client, keys)

@@ -11,7 +11,7 @@ from synthetic_runs import random_matrix
 from calibration.calibrate import calibrate
 from calibration.evaluation.chains import chain_outcomes
 from calibration.frontier import chain_per_query
-from calibration.learning.outcomes import PolicyOutcomeError, policy_outcomes
+from calibration.recalibration.outcomes import PolicyOutcomeError, policy_outcomes
 from calibration.tiers import parse_tiers
 
 TIERS = parse_tiers(

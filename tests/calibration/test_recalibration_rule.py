@@ -6,8 +6,8 @@ import numpy as np
 import pytest
 
 from calibration.calibrate import calibrate
-from calibration.learning.compare import compare_policies
-from calibration.learning.rule import Estimate, TierMetrics, Tolerances, check_tier
+from calibration.recalibration.compare import compare_policies
+from calibration.recalibration.rule import Estimate, TierMetrics, Tolerances, check_tier
 from calibration.runs import RunsMatrix
 from calibration.splits import stratified_splits
 from calibration.tiers import parse_tiers

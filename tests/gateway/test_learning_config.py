@@ -15,7 +15,7 @@ from cascade_cli.main import app
 from gateway.config import ConfigError, Settings
 from gateway.learning import config as learning_config
 from gateway.metrics import GatewayMetrics
-from gateway.runtime import build_learner
+from gateway.runtime import build_traffic_sampler
 
 MODELS = {
     "small": {"base_url": "http://127.0.0.1:9001/v1", "model": "s", "price": {"per_query_usd": 0.0001}},
@@ -81,7 +81,7 @@ def test_missing_extra_is_named_at_start(monkeypatch: pytest.MonkeyPatch) -> Non
     monkeypatch.setattr(learning_config, "_absent", lambda module: module == "asyncpg")
     lean = settings(enabled=True, store="postgresql://u@db/t")
     with pytest.raises(ConfigError, match=r"cascade-gateway\[traffic\]"):
-        build_learner(
+        build_traffic_sampler(
             lean.learning, lean.models, lean.limits.request_timeout_s, GatewayMetrics(with_learning=True)
         )
     assert learning_config.missing_requirement(settings(enabled=True, store="/tmp/t.jsonl").learning) is None

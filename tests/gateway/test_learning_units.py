@@ -1,4 +1,5 @@
-"""Units of the traffic sampler: the shadow spend window, the batched row writer, sample texts."""
+"""Units of the traffic sampler: the shadow spend window, the batched row writer, sample texts,
+the answers a drawn request keeps."""
 
 from __future__ import annotations
 
@@ -8,11 +9,13 @@ from datetime import datetime
 from pathlib import Path
 
 import pytest
+from gateway_testkit import POLICY_DOCUMENT
 
-from gateway.learning.answers import StageAnswer, question_text
+from gateway.learning.answers import DrawnRequest, StageAnswer, question_text
 from gateway.learning.budget import ShadowBudget
 from gateway.learning.writer import RowWriter
 from gateway.requests import parse_request
+from policies import build_policy
 from traffic.file_store import FileStore
 from traffic.rows import TrafficRow
 from traffic.store import StoreUnavailableError
@@ -209,3 +212,23 @@ def test_stage_answer_copy_is_one_the_client_view_cannot_trim() -> None:
     entry["top_logprobs"] = entry["top_logprobs"][:1]  # what cascade.client_body does for top_logprobs=1
     logprobs = answer.logprobs()
     assert logprobs is not None and len(logprobs[0]["top_logprobs"]) == 5
+
+
+def test_a_drawn_request_keeps_each_scored_answer_with_its_charge_copied_only_for_logprobs() -> None:
+    policy = build_policy(POLICY_DOCUMENT)
+    entry = {"token": "a", "logprob": -0.1, "top_logprobs": [{"token": "a", "logprob": -0.1}] * 5}
+    body = {"choices": [{"message": {"content": "a"}, "logprobs": {"content": [entry]}}], "usage": {}}
+    plain = DrawnRequest(
+        parse_request(b'{"model": "cascade", "messages": [{"role": "user", "content": "a?"}]}', "chat"),
+        policy,
+    )
+    plain.keep("small", body, 0.2, 0.9, 0.00125)
+    kept = plain.answers["small"]
+    assert (kept.seconds, kept.score, kept.cost_usd) == (0.2, 0.9, 0.00125)
+    assert kept.choice is body["choices"][0]  # shared: no client view trims it
+    raw = b'{"model": "cascade", "messages": [{"role": "user", "content": "a?"}], "logprobs": true, '
+    raw += b'"top_logprobs": 1}'
+    asking = DrawnRequest(parse_request(raw, "chat"), policy)
+    asking.keep("small", body, 0.2, 0.9, 0.00125)
+    assert asking.answers["small"].choice == body["choices"][0]
+    assert asking.answers["small"].choice is not body["choices"][0]  # private: the client view is trimmed

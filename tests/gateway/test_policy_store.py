@@ -14,10 +14,10 @@ import redis.asyncio as aioredis
 from redis_support import REDIS_URL, RedisLink
 
 from gateway import policy_store
-from gateway.policy_cli import push_policy
 from gateway.policy_store import FilePolicyStore, RedisPolicyStore
 from gateway.redis_keys import RedisKeys
-from policies import Policy, build_policy, save_policy
+from policies import Policy, build_policy, load_policy, save_policy
+from policies.publish import push_policy
 
 MODELS = ["small", "large"]
 
@@ -189,7 +189,7 @@ async def stop_redis_store(store: RedisPolicyStore) -> None:
 async def test_a_push_reaches_two_replicas_by_its_notification(tmp_path: Path, keys, sync_redis) -> None:
     path = tmp_path / "p.json"
     save_policy(make_policy(0.4), path)
-    push_policy(sync_redis, path, keys)
+    push_policy(sync_redis, load_policy(path), keys)
     # No periodic re-read during the test: only the pushed notification can make them switch.
     replicas = [await start_redis_store(REDIS_URL, keys, resync_interval_s=3600) for _ in range(2)]
     try:
@@ -197,8 +197,9 @@ async def test_a_push_reaches_two_replicas_by_its_notification(tmp_path: Path, k
         new = make_policy(0.6)
         save_policy(new, path)
         await wait_until(lambda: all(r.checks >= 1 for r in replicas))  # both subscribed and caught up
-        policy_id, version = push_policy(sync_redis, path, keys)
-        assert policy_id == new.policy_id and version == 2
+        pushed = load_policy(path)
+        version = push_policy(sync_redis, pushed, keys)
+        assert pushed.policy_id == new.policy_id and version == 2
         await wait_until(lambda: all(r.current.policy_id == new.policy_id for r in replicas), 10.0)
         assert [r.version for r in replicas] == [2, 2]
         assert [r.checks for r in replicas] == [2, 2]  # the catch-up, then the notified re-read
@@ -275,7 +276,7 @@ async def test_redis_store_without_a_pushed_policy_is_not_ready_until_a_push(
         assert "cascade policy push" in store.last_error
         path = tmp_path / "p.json"
         save_policy(make_policy(0.5), path)
-        push_policy(sync_redis, path, keys)
+        push_policy(sync_redis, load_policy(path), keys)
         await wait_until(lambda: store.current is not None, 1.0)
     finally:
         await stop_redis_store(store)
@@ -315,7 +316,7 @@ async def test_redis_store_survives_deep_content_and_a_non_integer_version(
 ) -> None:
     path = tmp_path / "p.json"
     save_policy(make_policy(0.4), path)
-    push_policy(sync_redis, path, keys)
+    push_policy(sync_redis, load_policy(path), keys)
     recorder = Recorder()
     store = await start_redis_store(REDIS_URL, keys, recorder)
     try:
@@ -335,7 +336,7 @@ async def test_redis_store_survives_deep_content_and_a_non_integer_version(
         # The watcher is alive: the next push (which repairs the version) is served.
         new = make_policy(0.77)
         save_policy(new, path)
-        assert push_policy(sync_redis, path, keys) == (new.policy_id, 1)
+        assert push_policy(sync_redis, load_policy(path), keys) == 1
         await wait_until(lambda: store.current.policy_id == new.policy_id, 2.0)
         assert store.version == 1 and store.last_error is None
     finally:

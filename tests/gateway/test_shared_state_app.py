@@ -17,8 +17,9 @@ from gateway_testkit import POLICY_DOCUMENT, until
 from redis_support import REDIS_URL, ThreadedRedisLink
 from scripted_upstream import ok
 
-from gateway.policy_cli import add_key, push_policy
-from policies import build_policy, save_policy
+from gateway.keys_cli import add_key
+from policies import build_policy, load_policy, save_policy
+from policies.publish import push_policy
 
 MESSAGES = [{"role": "user", "content": "What is the capital of France?"}]
 
@@ -48,7 +49,7 @@ def test_a_pushed_policy_switches_both_replicas(
     tmp_path, keys, sync_redis, make_settings, start_gateway, upstream
 ) -> None:
     first_path, first_id = policy_file(tmp_path, 0.5, "first.json")
-    push_policy(sync_redis, first_path, keys)
+    push_policy(sync_redis, load_policy(first_path), keys)
     replicas = [start_gateway(make_settings(policy=REDIS_URL)) for _ in range(2)]
     upstream.set_default("up-small", ok("Paris.", confidence=0.9))
     for replica in replicas:
@@ -58,7 +59,7 @@ def test_a_pushed_policy_switches_both_replicas(
 
     second_path, second_id = policy_file(tmp_path, 0.999, "second.json")  # now the same answer escalates
     pushed_at = time.monotonic()
-    assert push_policy(sync_redis, second_path, keys) == (second_id, 2)
+    assert push_policy(sync_redis, load_policy(second_path), keys) == 2
     # How fast replicas switch is measured in docs/operations.md; here only that they do (a hang
     # guard, not a time bound; the notification itself is tested in test_policy_store.py).
     while not all(r.gateway.policy.policy_id == second_id for r in replicas):
@@ -74,7 +75,7 @@ def test_invalid_push_bypassing_the_cli_keeps_the_last_good_policy_and_is_counte
     tmp_path, keys, sync_redis, make_settings, start_gateway
 ) -> None:
     path, good_id = policy_file(tmp_path, 0.5)
-    push_policy(sync_redis, path, keys)
+    push_policy(sync_redis, load_policy(path), keys)
     gateway = start_gateway(make_settings(policy=REDIS_URL))
     sync_redis.set(keys.policy_current, '{"schema_version": 1}')
     sync_redis.publish(keys.policy_updates, str(sync_redis.incr(keys.policy_version)))
@@ -152,7 +153,7 @@ def test_redis_outage_keeps_serving_and_readiness_and_metrics_say_so(
     tmp_path, keys, sync_redis, make_settings, start_gateway
 ) -> None:
     path, good_id = policy_file(tmp_path, 0.5)
-    push_policy(sync_redis, path, keys)
+    push_policy(sync_redis, load_policy(path), keys)
     link = ThreadedRedisLink()
     link.up()
     try:
@@ -170,7 +171,7 @@ def test_redis_outage_keeps_serving_and_readiness_and_metrics_say_so(
         assert ask(gateway).headers["x-cascade-policy"] == good_id  # still serving
         # A push during the outage is picked up once Redis is back.
         new_path, new_id = policy_file(tmp_path, 0.6, "new.json")
-        push_policy(sync_redis, new_path, keys)
+        push_policy(sync_redis, load_policy(new_path), keys)
         link.up()
         deadline = time.monotonic() + 5
         while gateway.gateway.policy.policy_id != new_id:

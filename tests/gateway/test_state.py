@@ -11,10 +11,10 @@ from redis_support import REDIS_URL
 
 from gateway.auth import ClientIdentity
 from gateway.config import Settings
-from gateway.policy_cli import push_policy
 from gateway.policy_store import FilePolicyStore, RedisPolicyStore
 from gateway.state import SharedState, build_shared_state
-from policies import build_policy, save_policy
+from policies import build_policy, load_policy, save_policy
+from policies.publish import push_policy
 
 MODELS = {
     "small": {"base_url": "http://127.0.0.1:9/v1", "model": "s", "price": {"per_query_usd": 0.001}},
@@ -90,7 +90,7 @@ async def test_a_redis_policy_url_alone_also_holds_keys_and_spend(
     policy_path: Path, keys, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     client = redis.Redis.from_url(REDIS_URL, decode_responses=True)
-    push_policy(client, policy_path, keys)
+    push_policy(client, load_policy(policy_path), keys)
     client.close()
     monkeypatch.setenv("CASCADE_API_KEYS", "sk-one")
     state = shared_state(

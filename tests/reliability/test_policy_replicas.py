@@ -27,9 +27,10 @@ from policy_support import (
     wipe,
 )
 
-from gateway.policy_cli import add_key, push_policy
+from gateway.keys_cli import add_key
 from gateway.redis_keys import RedisKeys
-from policies import Policy, save_policy
+from policies import Policy, load_policy, save_policy
+from policies.publish import push_policy
 
 
 @pytest.fixture(scope="module")
@@ -65,7 +66,7 @@ def push(client: redis.Redis, keys: RedisKeys, policy: Policy, tmp_path: Path) -
     """`cascade policy push` of ``policy``; returns the version."""
     path = tmp_path / f"{policy.policy_id}.json"
     save_policy(policy, path)
-    return push_policy(client, path, keys)[1]
+    return push_policy(client, load_policy(path), keys)
 
 
 def serving(replicas: list[Replica], policy: Policy) -> bool:

@@ -7,7 +7,7 @@ Steps (each one the code of the command that does it alone):
    as ``cascade calibrate`` does, scored with the current policy's scorer unless told otherwise;
 3. split the QUERIES into a calibration and a held-out part (stratified by ``dataset``, seeded);
 4. calibrate the new policy on the calibration part (``calibration.calibrate``);
-5. score both policies on the held-out part and apply the push rule (``calibration.learning.rule``).
+5. score both policies on the held-out part and apply the push rule (``calibration.recalibration.rule``).
 
 Writing the policy, pushing it and the report are the caller's (``finish``), so this module can be
 run and inspected without side effects.
@@ -26,9 +26,9 @@ from typing import Any
 import numpy as np
 
 from calibration.calibrate import Calibrated, calibrate
-from calibration.learning.compare import Comparison, compare_policies
-from calibration.learning.redis_io import connect, read_served
-from calibration.learning.rule import Tolerances
+from calibration.recalibration.compare import Comparison, compare_policies
+from calibration.recalibration.redis_io import read_served
+from calibration.recalibration.rule import Tolerances
 from calibration.runs import DEFAULT_SCORER, DEFAULT_TOP_K, RunsError, RunsMatrix, load_runs
 from calibration.splits import Split, stratified_splits
 from calibration.tiers import TiersSpec, load_tiers
@@ -37,6 +37,7 @@ from policies.publish import DEFAULT_PREFIX, PolicyKeys, check_servable
 from policies.redaction import redact_url
 from policies.schema import Policy
 from traffic.export import Selection, export_store, write_runs
+from traffic.redis_connect import connect_sync
 
 Progress = Callable[[str], AbstractContextManager[Any]]
 
@@ -108,7 +109,7 @@ def _no_progress(_: str) -> AbstractContextManager[Any]:
 
 def recalibrate(options: RecalibrateOptions, progress: Progress = _no_progress) -> Recalibration:
     """Run steps 1-5 (module docstring); RecalibrationError, RunsError, TiersError, StoreError,
-    ExportError or RedisPolicyError with a one-line message when it cannot."""
+    ExportError, RedisPolicyError or RedisUnreachableError with a one-line message when it cannot."""
     _check_options(options)
     spec = load_tiers(options.tiers)
     current = _current_policy(options, progress)
@@ -211,7 +212,7 @@ def _current_policy(options: RecalibrateOptions, progress: Progress) -> CurrentP
         return CurrentPolicy(from_file, None if options.current is None else str(options.current))
     keys = PolicyKeys(options.prefix)
     with progress(f"Reading the served policy from {redact_url(options.push)} ..."):
-        client = connect(options.push)
+        client = connect_sync(options.push)
         text, served = read_served(client, keys)
     where = f"{redact_url(options.push)} ({keys.policy_current})"
     if from_file is None:

@@ -12,8 +12,8 @@ from typing import Any
 
 from rich.table import Table
 
-from calibration.learning.recalibrate import Recalibration
-from calibration.learning.rule import Estimate, TierMetrics
+from calibration.recalibration.recalibrate import Recalibration
+from calibration.recalibration.rule import Estimate, TierMetrics
 from policies.redaction import redact_url
 from policies.schema import Tier
 

@@ -26,7 +26,7 @@ from typing import Any
 import numpy as np
 
 from calibration.calibrate import calibrate
-from calibration.learning.outcomes import policy_outcomes
+from calibration.recalibration.outcomes import policy_outcomes
 from calibration.runs import RunsMatrix
 from calibration.splits import stratified_splits
 from calibration.tiers import TiersSpec, UnreachableTierError

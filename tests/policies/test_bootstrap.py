@@ -5,8 +5,8 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from calibration.learning import bootstrap
-from calibration.learning.bootstrap import bootstrap_means
+from policies import bootstrap
+from policies.bootstrap import bootstrap_means
 
 
 def test_intervals_cover_the_true_mean_at_about_their_level() -> None:

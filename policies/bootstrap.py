@@ -5,6 +5,10 @@ so a column holding a per-query difference (new policy minus current) gets the p
 that difference, and all intervals come from one set of resamples. A resample is a vector of
 multinomial counts over the n queries; its means are one matrix product, so B resamples cost
 O(B n M) arithmetic and O(chunk n) memory, without a Python loop over resamples.
+
+Shared by ``cascade recalibrate`` (paired intervals of a new policy against the served one,
+calibration.recalibration.compare) and ``cascade replay`` (the interval of a mean that is not a
+0/1 rate), so the two report intervals computed the same way.
 """
 
 from __future__ import annotations

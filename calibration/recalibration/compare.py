@@ -6,10 +6,10 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from calibration.learning.bootstrap import bootstrap_means
-from calibration.learning.outcomes import TierOutcomes, policy_outcomes
-from calibration.learning.rule import Check, Estimate, TierMetrics, Tolerances, check_tier
+from calibration.recalibration.outcomes import TierOutcomes, policy_outcomes
+from calibration.recalibration.rule import Check, Estimate, TierMetrics, Tolerances, check_tier
 from calibration.runs import RunsMatrix
+from policies.bootstrap import bootstrap_means
 from policies.schema import Objective, Policy
 
 _METRICS = ("quality", "cost_usd", "escalation_rate")
@@ -79,7 +79,7 @@ def compare_policies(
     tolerances: Tolerances | None = None,
     seed: int | np.random.SeedSequence = 0,
 ) -> Comparison:
-    """Score both policies on the ``heldout`` rows and apply the push rule (``calibration.learning.rule``).
+    """Score both policies on the ``heldout`` rows and apply the push rule (``recalibration.rule``).
 
     ``new_matrix`` and ``current_matrix`` hold the same queries in the same order (scored with each
     policy's own scorer); ``heldout`` indexes both. One bootstrap serves every tier and metric, so

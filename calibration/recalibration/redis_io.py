@@ -1,9 +1,9 @@
 """The served policy in Redis, for ``cascade recalibrate``: read it, and replace it only if unchanged.
 
-The push is ``policies.publish.push_policy`` (the mechanism and validation of ``cascade policy
-push``), made conditional on the policy read at the start still being the one stored: a policy
-pushed by someone else while the recalibration ran is never overwritten by a policy that was
-compared with another one.
+The client is ``traffic.redis_connect.connect_sync`` and the push is ``policies.publish.push_policy``
+(the mechanism and validation of ``cascade policy push``), made conditional on the policy read at the
+start still being the one stored: a policy pushed by someone else while the recalibration ran is never
+overwritten by a policy that was compared with another one.
 """
 
 from __future__ import annotations
@@ -12,24 +12,11 @@ from typing import Any
 
 from policies import PolicyError, parse_policy
 from policies.publish import PolicyChangedError, PolicyKeys, push_policy, read_current
-from policies.redaction import redact_url
 from policies.schema import Policy
 
 
 class RedisPolicyError(Exception):
     """Redis cannot be used (unreachable, unreadable policy, changed meanwhile); one-line message."""
-
-
-def connect(url: str) -> Any:
-    """A synchronous client (``decode_responses``) that answered a PING; RedisPolicyError otherwise."""
-    import redis
-
-    try:
-        client = redis.Redis.from_url(url, decode_responses=True, socket_connect_timeout=3, socket_timeout=5)
-        client.ping()
-    except (redis.RedisError, OSError, ValueError) as exc:
-        raise RedisPolicyError(f"cannot reach Redis at {redact_url(url)}: {exc}") from None
-    return client
 
 
 def read_served(client: Any, keys: PolicyKeys) -> tuple[str | None, Policy | None]:

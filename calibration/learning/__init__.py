@@ -1,8 +1,0 @@
-"""Learning from traffic: recalibrate a served policy on fresh traffic and check it on held-out queries.
-
-``recalibrate`` runs ``cascade recalibrate`` (export, split, calibrate, compare, decide, push);
-``outcomes`` scores a policy's tiers query by query, ``bootstrap`` gives paired intervals, ``rule``
-is the push rule, ``report`` the table and JSON report, ``redis_io`` reads and pushes the served
-policy through ``policies.publish``; ``label_free`` is the study of judge-labelled calibration
-against ground truth. It imports ``traffic`` and ``policies``, never ``gateway``.
-"""

@@ -1,0 +1,9 @@
+"""Recalibration: recalibrate a served policy on fresh traffic and check it on held-out queries.
+
+``recalibrate`` runs ``cascade recalibrate`` (export, split, calibrate, compare, decide, push);
+``outcomes`` scores a policy's tiers query by query, ``compare`` gives their paired intervals
+(``policies.bootstrap``, shared with ``cascade replay``), ``rule`` is the push rule, ``report``
+the table and JSON report, ``redis_io`` reads and pushes the served policy through
+``policies.publish``; ``label_free`` is the study of judge-labelled calibration against ground
+truth. It imports ``traffic`` and ``policies``, never ``gateway``.
+"""
