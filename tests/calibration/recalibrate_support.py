@@ -20,7 +20,6 @@ from traffic.export import write_runs
 from traffic.rows import TrafficRow
 from traffic.store import open_store
 
-POSTGRES_URL = "postgresql://postgres@127.0.0.1:5432/test"
 REDIS_URL = "redis://127.0.0.1:6379/0"
 MODELS = ("small", "medium", "large")  # large is the reference: the judge's labels agree with it
 COST = {"small": 0.0001, "medium": 0.0004, "large": 0.002}
@@ -104,20 +103,6 @@ def policy_from(rows: list[TrafficRow], path: Path) -> Policy:
     policy = calibrate(load_runs(runs), parse_tiers(TIERS)).policy
     save_policy(policy, path)
     return policy
-
-
-def drop_schema(schema: str) -> None:
-    """Drop a test schema of the real PostgreSQL."""
-    import asyncpg
-
-    async def drop() -> None:
-        conn = await asyncpg.connect(POSTGRES_URL)
-        try:
-            await conn.execute(f"DROP SCHEMA IF EXISTS {schema} CASCADE")
-        finally:
-            await conn.close()
-
-    asyncio.run(drop())
 
 
 def fresh_prefix() -> str:

@@ -11,10 +11,8 @@ from typing import Any
 import pytest
 import redis
 from recalibrate_support import (
-    POSTGRES_URL,
     REDIS_URL,
     delete_prefix,
-    drop_schema,
     fresh_prefix,
     policy_from,
     store_rows,
@@ -28,6 +26,7 @@ from calibration.splits import stratified_splits
 from cascade_cli.main import app
 from policies import load_policy, parse_policy
 from policies.publish import PolicyKeys, push_policy
+from tests.support.postgres import POSTGRES_URL, drop_schema
 
 runner = CliRunner()
 

@@ -5,7 +5,6 @@ from __future__ import annotations
 import copy
 
 import pytest
-from gateway_testkit import POLICY_DOCUMENT  # on sys.path through tests/collection/conftest.py
 
 from collection.replay import Arm
 from collection.replay_report import expectation_for
@@ -17,6 +16,7 @@ from collection.replay_stats import (
     wilson_interval,
 )
 from policies import build_policy
+from tests.support.gateway_testkit import POLICY_DOCUMENT
 
 
 @pytest.mark.parametrize(

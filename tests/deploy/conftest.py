@@ -3,8 +3,6 @@
 from __future__ import annotations
 
 import logging
-import subprocess
-import sys
 import threading
 import time
 import uuid
@@ -16,7 +14,10 @@ import httpx
 import pytest
 import redis
 import yaml
-from deploy_support import DEPLOY, REDIS_URL, free_port
+from deploy_support import DEPLOY, REDIS_URL
+
+from tests.support.deploy_upstream import running_deploy_upstream
+from tests.support.ports import free_port
 
 
 def wait_http(url: str, timeout_s: float = 20.0) -> None:
@@ -35,17 +36,8 @@ def wait_http(url: str, timeout_s: float = 20.0) -> None:
 @pytest.fixture(scope="module")
 def scripted_upstream_url() -> Iterator[str]:
     """deploy/tools/scripted_upstream.py on a free loopback port (a subprocess); its /v1 base URL."""
-    port = free_port()
-    process = subprocess.Popen(
-        [sys.executable, str(DEPLOY / "tools" / "scripted_upstream.py"), "--port", str(port)],
-        stdout=subprocess.DEVNULL,
-    )
-    try:
-        wait_http(f"http://127.0.0.1:{port}/health")
-        yield f"http://127.0.0.1:{port}/v1"
-    finally:
-        process.terminate()
-        process.wait(timeout=10)
+    with running_deploy_upstream() as url:
+        yield url
 
 
 @dataclass

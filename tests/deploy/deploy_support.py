@@ -6,7 +6,6 @@ import json
 import re
 import shlex
 import shutil
-import socket
 import sys
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -48,13 +47,6 @@ def require_tool(name: str) -> str:
             f"{name} not found: scripts/setup.sh installs it ({_TOOL_SOURCES.get(name, name)})", pytrace=False
         )
     return path
-
-
-def free_port() -> int:
-    """A TCP port free on loopback right now."""
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return sock.getsockname()[1]
 
 
 def metric_names(expr: str) -> set[str]:

@@ -30,7 +30,9 @@ import openai
 import pytest
 import redis
 import yaml
-from deploy_support import DEPLOY, REDIS_URL, REPO, free_port, scrape_families
+from deploy_support import DEPLOY, REDIS_URL, REPO, scrape_families
+
+from tests.support.ports import free_port
 
 pytestmark = pytest.mark.image
 

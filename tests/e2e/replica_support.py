@@ -13,7 +13,6 @@ from __future__ import annotations
 
 import asyncio
 import os
-import socket
 import subprocess
 import sys
 from pathlib import Path
@@ -23,19 +22,12 @@ from learning_e2e_support import parse_metrics
 from openai import OpenAI
 
 from localpool.process import wait_healthy
+from tests.support.ports import free_port
 from traffic.rows import TrafficRow
 from traffic.store import open_store
 
 REDIS_URL = "redis://127.0.0.1:6379/0"
-POSTGRES_URL = "postgresql://postgres@127.0.0.1:5432/test"
 Samples = list[tuple[str, dict[str, str], float]]
-
-
-def free_port() -> int:
-    """A TCP port free on 127.0.0.1 right now."""
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return int(sock.getsockname()[1])
 
 
 def cli(
@@ -114,20 +106,6 @@ def stored_rows(url: str) -> list[TrafficRow]:
             await store.close()
 
     return asyncio.run(read())
-
-
-def drop_schema(schema: str) -> None:
-    """Drop a test's PostgreSQL schema and everything in it."""
-    import asyncpg
-
-    async def drop() -> None:
-        conn = await asyncpg.connect(POSTGRES_URL, timeout=10)
-        try:
-            await conn.execute(f"DROP SCHEMA IF EXISTS {schema} CASCADE")
-        finally:
-            await conn.close()
-
-    asyncio.run(drop())
 
 
 def delete_prefix(prefix: str) -> None:

@@ -15,35 +15,19 @@
 from __future__ import annotations
 
 import asyncio
-import socket
 import threading
 from typing import Any
 
 from prometheus_client.parser import text_string_to_metric_families
 
+from tests.support.ports import free_port
 from traffic.rows import TrafficRow
 from traffic.store import open_store
-
-POSTGRES_URL = "postgresql://postgres@127.0.0.1:5432/test"
 
 
 def postgres_store_url(schema: str, port: int = 5432, connect_timeout_s: float = 2.0) -> str:
     """A traffic store URL on the test database (through ``port``) in ``schema``."""
     return f"postgresql://postgres@127.0.0.1:{port}/test?schema={schema}&connect_timeout={connect_timeout_s}"
-
-
-def drop_schema(schema: str) -> None:
-    """Drop a test schema (own event loop: works from sync fixtures)."""
-    import asyncpg
-
-    async def drop() -> None:
-        conn = await asyncpg.connect(POSTGRES_URL)
-        try:
-            await conn.execute(f"DROP SCHEMA IF EXISTS {schema} CASCADE")
-        finally:
-            await conn.close()
-
-    asyncio.run(drop())
 
 
 def stored_rows(url: str) -> list[TrafficRow]:
@@ -68,13 +52,6 @@ def registry_value(gateway: Any, name: str, **labels: str) -> float:
             if sample.name == name and all(sample.labels.get(k) == v for k, v in labels.items()):
                 total += sample.value
     return total
-
-
-def free_port() -> int:
-    """A free loopback port."""
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return int(sock.getsockname()[1])
 
 
 class TcpProxy:

@@ -14,12 +14,12 @@ from pathlib import Path
 import httpx
 import pytest
 import yaml
-from gateway_testkit import model_configs
 from openai import OpenAI
-from scripted_upstream import ok
 from typer.testing import CliRunner
 
 from cascade_cli.main import app
+from tests.support.gateway_testkit import model_configs
+from tests.support.scripted_upstream import ok
 
 CASCADE = str(Path(sys.executable).with_name("cascade"))
 

@@ -9,8 +9,9 @@ import time
 import httpx
 import openai
 import pytest
-from gateway_testkit import model_configs
-from scripted_upstream import Reply, error, ok
+
+from tests.support.gateway_testkit import model_configs
+from tests.support.scripted_upstream import Reply, error, ok
 
 MESSAGES = [{"role": "user", "content": "What is the capital of France?"}]
 

@@ -25,14 +25,14 @@ from typing import Any
 import httpx
 import pytest
 import yaml
-from gateway_testkit import POLICY_DOCUMENT, model_configs
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
-from redis_support import REDIS_URL, delete_prefix
-from scripted_upstream import ScriptedUpstream
 
 from gateway.redis_keys import RedisKeys
 from policies import build_policy, save_policy
+from tests.support.gateway_testkit import POLICY_DOCUMENT, model_configs
+from tests.support.scripted_upstream import ScriptedUpstream
+from tests.support.shared_redis import REDIS_URL, delete_prefix
 
 CASCADE = str(Path(sys.executable).with_name("cascade"))
 CLIENT_KEY = "sk-fuzz-client"

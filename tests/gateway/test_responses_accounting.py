@@ -10,9 +10,10 @@ from typing import Any
 import httpx
 import orjson
 import pytest
-from gateway_testkit import model_configs, until
 from learning_support import learning_block, stored_rows
-from scripted_upstream import ok
+
+from tests.support.gateway_testkit import model_configs, until
+from tests.support.scripted_upstream import ok
 
 QUESTION = "What is the capital of France?"
 PROMPT = ("messages", "tools", "tool_choice", "response_format")

@@ -17,16 +17,17 @@ from pathlib import Path
 
 import pytest
 import redis
-from policy_support import CASCADE, REDIS_URL, Replica, make_policy, scripted_upstream, wait_for, wipe
+from policy_support import CASCADE, REDIS_URL, Replica, make_policy, wait_for, wipe
 
 from gateway.redis_keys import RedisKeys
 from policies import Policy, build_policy, save_policy
 from policies.store import compute_policy_id
+from tests.support.deploy_upstream import running_deploy_upstream
 
 
 @pytest.fixture(scope="module")
 def upstream_url() -> Iterator[str]:
-    with scripted_upstream() as url:
+    with running_deploy_upstream() as url:
         yield url
 
 

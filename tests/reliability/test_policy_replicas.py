@@ -16,25 +16,17 @@ from pathlib import Path
 import httpx
 import pytest
 import redis
-from policy_support import (
-    DEEP_JSON,
-    REDIS_URL,
-    Replica,
-    admin_headers,
-    make_policy,
-    scripted_upstream,
-    wait_for,
-    wipe,
-)
+from policy_support import DEEP_JSON, REDIS_URL, Replica, admin_headers, make_policy, wait_for, wipe
 
 from gateway.policy_cli import add_key, push_policy
 from gateway.redis_keys import RedisKeys
 from policies import Policy, save_policy
+from tests.support.deploy_upstream import running_deploy_upstream
 
 
 @pytest.fixture(scope="module")
 def upstream_url() -> Iterator[str]:
-    with scripted_upstream() as url:
+    with running_deploy_upstream() as url:
         yield url
 
 
