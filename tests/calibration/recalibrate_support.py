@@ -5,7 +5,6 @@ from __future__ import annotations
 import asyncio
 import math
 import random
-import uuid
 from collections.abc import Callable
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
@@ -20,7 +19,6 @@ from traffic.export import write_runs
 from traffic.rows import TrafficRow
 from traffic.store import open_store
 
-REDIS_URL = "redis://127.0.0.1:6379/0"
 MODELS = ("small", "medium", "large")  # large is the reference: the judge's labels agree with it
 COST = {"small": 0.0001, "medium": 0.0004, "large": 0.002}
 AGREEMENT = {"small": 0.55, "medium": 0.75, "large": 1.0}
@@ -103,21 +101,3 @@ def policy_from(rows: list[TrafficRow], path: Path) -> Policy:
     policy = calibrate(load_runs(runs), parse_tiers(TIERS)).policy
     save_policy(policy, path)
     return policy
-
-
-def fresh_prefix() -> str:
-    """A Redis key prefix no other test uses."""
-    return f"cascade-test-{uuid.uuid4().hex[:12]}"
-
-
-def delete_prefix(prefix: str) -> None:
-    """Remove every Redis key under ``prefix``."""
-    import redis
-
-    client = redis.Redis.from_url(REDIS_URL)
-    try:
-        doomed = list(client.scan_iter(match=f"{prefix}:*", count=1000))
-        if doomed:
-            client.delete(*doomed)
-    finally:
-        client.close()

@@ -3,13 +3,13 @@
 from __future__ import annotations
 
 import json
-import socket
 from pathlib import Path
 from typing import Any
 
 from typer.testing import CliRunner
 
 from cascade_cli.main import app
+from tests.support.ports import free_port
 from tests.support.scripted_upstream import ok
 
 
@@ -55,9 +55,7 @@ def test_an_unknown_tier_reports_the_gateways_400_message(
 
 
 def test_an_unreachable_gateway_is_named(tmp_path):
-    with socket.socket() as sock:  # a port nothing listens on
-        sock.bind(("127.0.0.1", 0))
-        port = sock.getsockname()[1]
+    port = free_port()  # a port nothing listens on
     result = replay(
         str(questions(tmp_path / "q.jsonl")), "-g", f"http://127.0.0.1:{port}", "-o", str(tmp_path / "r.json")
     )

@@ -12,12 +12,12 @@ from pathlib import Path
 
 import httpx
 import pytest
-import redis
 import yaml
-from deploy_support import DEPLOY, REDIS_URL
+from deploy_support import DEPLOY
 
 from tests.support.deploy_upstream import running_deploy_upstream
 from tests.support.ports import free_port
+from tests.support.shared_redis import REDIS_URL, delete_prefix
 
 
 def wait_http(url: str, timeout_s: float = 20.0) -> None:
@@ -104,8 +104,4 @@ def example_gateway(
         project_logger.propagate = saved_logger[1]
         project_logger.handlers[:] = saved_logger[2]
         monkeypatch.undo()
-        client = redis.Redis.from_url(REDIS_URL)
-        doomed = list(client.scan_iter(match=f"{prefix}:*"))
-        if doomed:
-            client.delete(*doomed)
-        client.close()
+        delete_prefix(prefix)

@@ -19,7 +19,6 @@ DEPLOY = REPO / "deploy"
 RULES = DEPLOY / "prometheus" / "rules" / "cascade.rules.yml"
 RULE_TESTS = DEPLOY / "prometheus" / "tests" / "cascade.rules.test.yml"
 DASHBOARD = DEPLOY / "grafana" / "dashboards" / "cascade-gateway.json"
-REDIS_URL = "redis://127.0.0.1:6379/0"
 
 # A metric name in a PromQL expression: our namespace, or Prometheus's own `up`. Label names never
 # start with `cascade_`, and recording-rule names (`cascade:...`) contain a colon, so neither matches.

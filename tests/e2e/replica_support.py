@@ -4,14 +4,11 @@
   ``wait_ready()``, ``client()`` (the openai SDK, no retries), ``metrics()`` (a parsed scrape),
   ``served_policy(admin_key)`` (the admin view), ``stop()`` (SIGTERM, then SIGKILL).
 * ``cli(*args, env=...)``: a `cascade` command in a subprocess, bounded in time.
-* The real services of the test machine: ``REDIS_URL`` (``delete_prefix`` removes a test's keys),
-  ``POSTGRES_URL`` (``drop_schema`` removes a test's schema; ``stored_rows`` reads a traffic store
-  with the store's own export).
+(The real Redis and PostgreSQL of the test machine, and reading a traffic store: tests/support/.)
 """
 
 from __future__ import annotations
 
-import asyncio
 import os
 import subprocess
 import sys
@@ -23,10 +20,7 @@ from openai import OpenAI
 
 from localpool.process import wait_healthy
 from tests.support.ports import free_port
-from traffic.rows import TrafficRow
-from traffic.store import open_store
 
-REDIS_URL = "redis://127.0.0.1:6379/0"
 Samples = list[tuple[str, dict[str, str], float]]
 
 
@@ -93,28 +87,3 @@ class Replica:
         except subprocess.TimeoutExpired:
             self.process.kill()
             self.process.wait()
-
-
-def stored_rows(url: str) -> list[TrafficRow]:
-    """Every row of a traffic store."""
-
-    async def read() -> list[TrafficRow]:
-        store = open_store(url)
-        try:
-            return await store.export()
-        finally:
-            await store.close()
-
-    return asyncio.run(read())
-
-
-def delete_prefix(prefix: str) -> None:
-    """Delete a test's Redis keys (``PREFIX:*``)."""
-    import redis
-
-    client = redis.Redis.from_url(REDIS_URL, socket_timeout=5, socket_connect_timeout=5)
-    try:
-        for key in client.scan_iter(match=f"{prefix}:*"):
-            client.delete(key)
-    finally:
-        client.close()

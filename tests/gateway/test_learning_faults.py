@@ -14,11 +14,12 @@ from pathlib import Path
 
 import httpx
 import pytest
-from learning_support import TcpProxy, learning_block, postgres_store_url, registry_value, stored_rows
+from learning_support import TcpProxy, learning_block, postgres_store_url, registry_value
 
 from tests.support.gateway_testkit import stop, until
 from tests.support.postgres import drop_schema
 from tests.support.scripted_upstream import ok
+from tests.support.traffic_rows import stored_rows
 
 MESSAGES = [{"role": "user", "content": "What is the capital of France?"}]
 

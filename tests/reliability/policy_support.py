@@ -18,16 +18,15 @@ from pathlib import Path
 from typing import Any
 
 import httpx
-import redis
 import yaml
 
 from gateway.redis_keys import RedisKeys
 from policies import Policy, build_policy
 from tests.support.ports import free_port
+from tests.support.shared_redis import REDIS_URL
 
 REPO = Path(__file__).resolve().parents[2]
 CASCADE = str(Path(sys.executable).with_name("cascade"))
-REDIS_URL = "redis://127.0.0.1:6379/0"
 ADMIN_KEY = "sk-reliability-admin"
 DEEP_JSON = "[" * 100_000 + "]" * 100_000
 
@@ -64,17 +63,6 @@ def make_policy(threshold: float) -> Policy:
             ],
         }
     )
-
-
-def wipe(keys: RedisKeys) -> None:
-    """Delete every key under the prefix: Redis lost this deployment's data."""
-    client = redis.Redis.from_url(REDIS_URL)
-    try:
-        doomed = list(client.scan_iter(match=f"{keys.prefix}:*", count=1000))
-        if doomed:
-            client.delete(*doomed)
-    finally:
-        client.close()
 
 
 class Replica:

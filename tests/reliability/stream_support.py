@@ -31,8 +31,8 @@ from prometheus_client.parser import text_string_to_metric_families
 from tests.support.policy_files import write_policy
 from tests.support.ports import free_port
 from tests.support.scripted_upstream import ScriptedUpstream
+from tests.support.shared_redis import REDIS_URL, delete_prefix
 
-REDIS_URL = "redis://127.0.0.1:6379/0"
 KEY = "sk-reliability-stream"
 CASCADE = str(Path(sys.executable).with_name("cascade"))
 NANO_PER_USD = 1_000_000_000
@@ -255,13 +255,7 @@ class GatewayProcess:
                 self.process.kill()
                 self.process.wait(5)
         self._log.close()
-        client = redis.Redis.from_url(REDIS_URL)
-        try:
-            doomed = list(client.scan_iter(match=f"{self.prefix}:*", count=1000))
-            if doomed:
-                client.delete(*doomed)
-        finally:
-            client.close()
+        delete_prefix(self.prefix)
 
 
 @contextlib.contextmanager
