@@ -1,4 +1,4 @@
-"""Fixtures shared by every test package."""
+"""Fixtures shared by every test package (more in the plugin tests/support/fixtures.py)."""
 
 from __future__ import annotations
 
@@ -7,6 +7,9 @@ from pathlib import Path
 import pytest
 
 REPO_ROOT = Path(__file__).resolve().parents[1]
+
+# The scripted upstream fixtures and the other shared helpers live in tests/support/.
+pytest_plugins = ["tests.support.fixtures"]
 
 
 @pytest.fixture(scope="session")

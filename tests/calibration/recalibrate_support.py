@@ -5,7 +5,6 @@ from __future__ import annotations
 import asyncio
 import math
 import random
-import uuid
 from collections.abc import Callable
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
@@ -20,8 +19,6 @@ from traffic.backends import open_store
 from traffic.export import write_runs
 from traffic.rows import TrafficRow
 
-POSTGRES_URL = "postgresql://postgres@127.0.0.1:5432/test"
-REDIS_URL = "redis://127.0.0.1:6379/0"
 MODELS = ("small", "medium", "large")  # large is the reference: the judge's labels agree with it
 COST = {"small": 0.0001, "medium": 0.0004, "large": 0.002}
 AGREEMENT = {"small": 0.55, "medium": 0.75, "large": 1.0}
@@ -104,35 +101,3 @@ def policy_from(rows: list[TrafficRow], path: Path) -> Policy:
     policy = calibrate(load_runs(runs), parse_tiers(TIERS)).policy
     save_policy(policy, path)
     return policy
-
-
-def drop_schema(schema: str) -> None:
-    """Drop a test schema of the real PostgreSQL."""
-    import asyncpg
-
-    async def drop() -> None:
-        conn = await asyncpg.connect(POSTGRES_URL)
-        try:
-            await conn.execute(f"DROP SCHEMA IF EXISTS {schema} CASCADE")
-        finally:
-            await conn.close()
-
-    asyncio.run(drop())
-
-
-def fresh_prefix() -> str:
-    """A Redis key prefix no other test uses."""
-    return f"cascade-test-{uuid.uuid4().hex[:12]}"
-
-
-def delete_prefix(prefix: str) -> None:
-    """Remove every Redis key under ``prefix``."""
-    import redis
-
-    client = redis.Redis.from_url(REDIS_URL)
-    try:
-        doomed = list(client.scan_iter(match=f"{prefix}:*", count=1000))
-        if doomed:
-            client.delete(*doomed)
-    finally:
-        client.close()

@@ -2,15 +2,13 @@
 
 from __future__ import annotations
 
-import http.server
 import json
 import math
 import random
 import subprocess
 import sys
-import threading
 from pathlib import Path
-from typing import Any, ClassVar
+from typing import Any
 
 import numpy as np
 import pytest
@@ -18,6 +16,7 @@ import pytest
 from calibration.recalibration.label_free import StudyError, judge_labels, run_study, study_document
 from calibration.runs import load_runs
 from calibration.tiers import parse_tiers
+from tests.support.scripted_upstream import Reply, ScriptedUpstream
 
 REPO = Path(__file__).resolve().parents[2]
 # (name, cost per call, accuracy): a fast member answers with the number, the others reason first.
@@ -157,52 +156,38 @@ def test_the_bench_script_writes_its_summary(tmp_path: Path) -> None:
     assert "judge numeric" in result.stdout and "loss A - B" in result.stdout
 
 
-class _ScriptedJudgeModel(http.server.BaseHTTPRequestHandler):
-    """An OpenAI-compatible judge endpoint: P(yes) 0.8 for every pair, usage (100, 1)."""
-
-    questions: ClassVar[list[str]] = []
-
-    def do_POST(self) -> None:
-        body = json.loads(self.rfile.read(int(self.headers["Content-Length"])))
-        self.questions.append(body["messages"][1]["content"].split("\n")[1])
-        top = [{"token": "yes", "logprob": math.log(0.8)}, {"token": "no", "logprob": math.log(0.2)}]
-        reply = {
+def _judge_answer(p_yes: float) -> Reply:
+    """An OpenAI-compatible judge answer: "yes" with P(yes) ``p_yes`` in its top logprobs, usage (100, 1)."""
+    top = [{"token": "yes", "logprob": math.log(p_yes)}, {"token": "no", "logprob": math.log(1 - p_yes)}]
+    return Reply(
+        body={
             "choices": [
                 {"message": {"content": "yes"}, "logprobs": {"content": [{**top[0], "top_logprobs": top}]}}
             ],
             "usage": {"prompt_tokens": 100, "completion_tokens": 1},
         }
-        data = json.dumps(reply).encode()
-        self.send_response(200)
-        self.send_header("Content-Type", "application/json")
-        self.send_header("Content-Length", str(len(data)))
-        self.end_headers()
-        self.wfile.write(data)
-
-    def log_message(self, *args: object) -> None:
-        pass
+    )
 
 
-def test_llm_judge_labels_read_questions_from_a_file_and_add_up_their_cost(tmp_path: Path) -> None:
+def test_llm_judge_labels_read_questions_from_a_file_and_add_up_their_cost(
+    tmp_path: Path, upstream: ScriptedUpstream
+) -> None:
     runs = arithmetic_runs(tmp_path / "runs.jsonl", n=12)
     matrix = load_runs(runs)
-    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), _ScriptedJudgeModel)
-    threading.Thread(target=server.serve_forever, daemon=True).start()
+    upstream.set_default("judge", _judge_answer(0.8))  # every pair judged P(yes) 0.8
     questions = {f"arith-{q:04d}": f"Question {q}?" for q in range(12)}
     config = {
         "kind": "llm",
-        "base_url": f"http://127.0.0.1:{server.server_address[1]}/v1",
+        "base_url": upstream.base_url,
         "model": "judge",
         "price": {"input_per_mtok": 1.0, "output_per_mtok": 2.0},
     }
-    try:
-        labels = judge_labels(runs, matrix, config, "think-large", questions=questions, concurrency=4)
-    finally:
-        server.shutdown()
+    labels = judge_labels(runs, matrix, config, "think-large", questions=questions, concurrency=4)
     reference = matrix.models.index("think-large")
     others = [j for j in range(len(matrix.models)) if j != reference]
     assert np.all(labels.quality[:, reference] == 1.0)  # no call for the reference's own answer
     assert np.allclose(labels.quality[:, others], 0.8)
     calls = 12 * len(others)
-    assert sorted(_ScriptedJudgeModel.questions) == sorted(q for q in questions.values() for _ in others)
+    asked = [call.body["messages"][1]["content"].split("\n")[1] for call in upstream.calls("judge")]
+    assert sorted(asked) == sorted(q for q in questions.values() for _ in others)
     assert labels.judge_cost_usd == pytest.approx(calls * (100 * 1.0 + 1 * 2.0) / 1e6)

@@ -10,17 +10,7 @@ from typing import Any
 
 import pytest
 import redis
-from recalibrate_support import (
-    POSTGRES_URL,
-    REDIS_URL,
-    delete_prefix,
-    drop_schema,
-    fresh_prefix,
-    policy_from,
-    store_rows,
-    tiers_file,
-    traffic,
-)
+from recalibrate_support import policy_from, store_rows, tiers_file, traffic
 from typer.testing import CliRunner
 
 from calibration.recalibrate_cli import REFUSED_EXIT_CODE
@@ -28,6 +18,8 @@ from calibration.splits import stratified_splits
 from cascade_cli.main import app
 from policies import load_policy, parse_policy
 from policies.publish import PolicyKeys, push_policy
+from tests.support.postgres import POSTGRES_URL, drop_schema
+from tests.support.shared_redis import REDIS_URL, delete_prefix, fresh_prefix
 
 runner = CliRunner()
 

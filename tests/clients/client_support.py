@@ -21,7 +21,8 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from scripted_upstream import Reply
+
+from tests.support.scripted_upstream import Reply
 
 NPM_BIN = Path(__file__).resolve().parent / "npm" / "node_modules" / ".bin"
 CLIENT_KEY = "sk-client-test-key"

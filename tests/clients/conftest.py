@@ -1,9 +1,9 @@
 """Real-client fixtures: the gateway app against the scripted upstream, as tests/gateway builds it.
 
-The helpers come from tests/gateway (``gateway_testkit``, ``scripted_upstream``); the client-side
-pieces (installed CLIs, environments, scripted tool calls) live in ``client_support``.
+The helpers come from tests/support (``gateway_testkit``, ``scripted_upstream``, ``policy_files``);
+the client-side pieces (installed CLIs, environments, scripted tool calls) live in ``client_support``.
 
-* ``upstream``: the session's ``ScriptedUpstream``, reset for each test.
+* ``upstream`` (tests/support/fixtures.py): the session's ``ScriptedUpstream``, reset for each test.
 * ``start_gateway(tier_headers=False, **changes)``: the real app under uvicorn in a thread (open
   auth, the test policy of gateway_testkit: tiers ``balanced`` small -> large, ``direct`` large
   only, ...), with the configured default body limit (1 MiB: agent CLIs send 40-60 KB bodies).
@@ -14,38 +14,18 @@ pieces (installed CLIs, environments, scripted tool calls) live in ``client_supp
 
 from __future__ import annotations
 
-import sys
 from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
 import pytest
-
-sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "gateway"))  # the gateway test kit
-
 from client_support import CLIENT_KEY
-from gateway_testkit import ADMIN_KEY, POLICY_DOCUMENT, RunningGateway, model_configs, serve, stop
-from scripted_upstream import ScriptedUpstream
 
 from gateway.app import create_app
 from gateway.config import Settings
-from policies import build_policy, save_policy
-
-
-@pytest.fixture(scope="session")
-def clients_upstream_server() -> Iterator[ScriptedUpstream]:
-    """One scripted upstream for the session (use ``upstream`` in tests)."""
-    server = ScriptedUpstream()
-    server.start()
-    yield server
-    server.stop()
-
-
-@pytest.fixture
-def upstream(clients_upstream_server: ScriptedUpstream) -> ScriptedUpstream:
-    """The scripted upstream with scripts and records cleared."""
-    clients_upstream_server.reset()
-    return clients_upstream_server
+from tests.support.gateway_testkit import ADMIN_KEY, RunningGateway, model_configs, serve, stop
+from tests.support.policy_files import write_policy
+from tests.support.scripted_upstream import ScriptedUpstream
 
 
 @pytest.fixture
@@ -56,8 +36,7 @@ def start_gateway(
     for name in ("CASCADE_API_KEYS", "CASCADE_POLICY", "CASCADE_REDIS_URL"):
         monkeypatch.delenv(name, raising=False)
     monkeypatch.setenv("CASCADE_ADMIN_KEY", ADMIN_KEY)
-    policy = tmp_path / "policy.json"
-    save_policy(build_policy({k: v for k, v in POLICY_DOCUMENT.items() if k != "policy_id"}), policy)
+    policy = write_policy(tmp_path / "policy.json")
     running: list[RunningGateway] = []
 
     def start(**changes: Any) -> RunningGateway:

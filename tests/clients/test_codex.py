@@ -12,7 +12,8 @@ import json
 
 import pytest
 from client_support import codex_home, run_codex, served, streamed_tool_call, tool_call
-from scripted_upstream import Reply, ok
+
+from tests.support.scripted_upstream import Reply, ok
 
 QUESTION = "What is the capital of France? One word."
 

@@ -8,7 +8,8 @@ from langchain_core.messages import HumanMessage, ToolMessage
 from langchain_core.tools import tool
 from langchain_openai import ChatOpenAI
 from pydantic import BaseModel
-from scripted_upstream import Reply, ok
+
+from tests.support.scripted_upstream import Reply, ok
 
 QUESTION = "What is the capital of France?"
 

@@ -18,7 +18,8 @@ from agents import (
 from client_support import CLIENT_KEY, served, streamed_tool_call, tool_call
 from openai import AsyncOpenAI
 from pydantic import BaseModel
-from scripted_upstream import Reply, ok
+
+from tests.support.scripted_upstream import Reply, ok
 
 APIS = {"responses": OpenAIResponsesModel, "chat": OpenAIChatCompletionsModel}
 

@@ -11,7 +11,8 @@ import pytest
 from client_support import CLIENT_KEY, served, tool_call
 from openai import AsyncOpenAI, OpenAI
 from pydantic import BaseModel
-from scripted_upstream import Reply, ok
+
+from tests.support.scripted_upstream import Reply, ok
 
 MESSAGES = [{"role": "user", "content": "What is the capital of France?"}]
 WEATHER_TOOL = {

@@ -11,7 +11,8 @@ from pydantic import BaseModel
 from pydantic_ai import Agent
 from pydantic_ai.models.openai import OpenAIChatModel
 from pydantic_ai.providers.openai import OpenAIProvider
-from scripted_upstream import Reply, ok
+
+from tests.support.scripted_upstream import Reply, ok
 
 QUESTION = "What is the capital of France?"
 

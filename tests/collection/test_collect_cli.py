@@ -1,44 +1,26 @@
-"""``cascade collect`` end to end against a scripted OpenAI-compatible server on loopback."""
+"""``cascade collect`` end to end against the scripted OpenAI-compatible upstream on loopback."""
 
 from __future__ import annotations
 
 import json
-import threading
-from collections.abc import Iterator
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 
+import orjson
 import pytest
 from typer.testing import CliRunner
 
 from calibration.runs import load_runs
 from cascade_cli.main import app
+from tests.support.scripted_upstream import Reply, ScriptedUpstream
 
 
 @pytest.fixture
-def upstream(shared_dir: Path) -> Iterator[tuple[str, list[dict]]]:
-    """Answers every chat completion with a real llama.cpp body (top-15 logprobs); records requests."""
-    body = (shared_dir / "fixtures" / "upstream" / "llamacpp_smol_top15.json").read_bytes()
-    seen: list[dict] = []
-
-    class Handler(BaseHTTPRequestHandler):
-        def do_POST(self) -> None:
-            seen.append(json.loads(self.rfile.read(int(self.headers["Content-Length"]))))
-            self.send_response(200)
-            self.send_header("Content-Type", "application/json")
-            self.send_header("Content-Length", str(len(body)))
-            self.end_headers()
-            self.wfile.write(body)
-
-        def log_message(self, *args: object) -> None:
-            pass
-
-    server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
-    thread = threading.Thread(target=server.serve_forever, daemon=True)
-    thread.start()
-    yield f"http://127.0.0.1:{server.server_address[1]}/v1", seen
-    server.shutdown()
-    server.server_close()
+def llamacpp_upstream(upstream: ScriptedUpstream, shared_dir: Path) -> ScriptedUpstream:
+    """The scripted upstream answering both models with a real llama.cpp body (top-15 logprobs)."""
+    body = orjson.loads((shared_dir / "fixtures" / "upstream" / "llamacpp_smol_top15.json").read_bytes())
+    for model in ("smol", "big"):
+        upstream.set_default(model, Reply(body=body))
+    return upstream
 
 
 def _config(tmp_path: Path, url: str) -> Path:
@@ -69,8 +51,10 @@ def _prompts(tmp_path: Path) -> Path:
     return path
 
 
-def test_collect_writes_a_runs_table_that_calibration_loads(tmp_path: Path, upstream) -> None:
-    url, seen = upstream
+def test_collect_writes_a_runs_table_that_calibration_loads(
+    tmp_path: Path, llamacpp_upstream: ScriptedUpstream
+) -> None:
+    url, seen = llamacpp_upstream.base_url, llamacpp_upstream.requests
     runs = tmp_path / "runs.jsonl"
     args = [
         "collect",
@@ -84,7 +68,7 @@ def test_collect_writes_a_runs_table_that_calibration_loads(tmp_path: Path, upst
     ]
     result = CliRunner().invoke(app, args)
     assert result.exit_code == 0, result.output
-    assert len(seen) == 4 and {r["model"] for r in seen} == {"smol", "big"}
+    assert len(seen) == 4 and {r.model for r in seen} == {"smol", "big"}
     rows = [json.loads(line) for line in runs.read_text().splitlines()]
     assert {r["query_id"]: r["correct"] for r in rows if r["model"] == "cheap"} == {"paris": 1.0, "rome": 0.0}
     assert {r["cost_usd"] for r in rows if r["model"] == "dear"} == {0.01}
@@ -98,8 +82,8 @@ def test_collect_writes_a_runs_table_that_calibration_loads(tmp_path: Path, upst
     assert "skipped 4 already done" in again.output
 
 
-def test_unknown_model_is_a_one_line_error(tmp_path: Path, upstream) -> None:
-    url, _ = upstream
+def test_unknown_model_is_a_one_line_error(tmp_path: Path, llamacpp_upstream: ScriptedUpstream) -> None:
+    url = llamacpp_upstream.base_url
     args = [
         "collect",
         str(_prompts(tmp_path)),

@@ -3,8 +3,6 @@
 from __future__ import annotations
 
 import logging
-import subprocess
-import sys
 import threading
 import time
 import uuid
@@ -14,9 +12,12 @@ from pathlib import Path
 
 import httpx
 import pytest
-import redis
 import yaml
-from deploy_support import DEPLOY, REDIS_URL, free_port
+from deploy_support import DEPLOY
+
+from tests.support.deploy_upstream import running_deploy_upstream
+from tests.support.ports import free_port
+from tests.support.shared_redis import REDIS_URL, delete_prefix
 
 
 def wait_http(url: str, timeout_s: float = 20.0) -> None:
@@ -35,17 +36,8 @@ def wait_http(url: str, timeout_s: float = 20.0) -> None:
 @pytest.fixture(scope="module")
 def scripted_upstream_url() -> Iterator[str]:
     """deploy/tools/scripted_upstream.py on a free loopback port (a subprocess); its /v1 base URL."""
-    port = free_port()
-    process = subprocess.Popen(
-        [sys.executable, str(DEPLOY / "tools" / "scripted_upstream.py"), "--port", str(port)],
-        stdout=subprocess.DEVNULL,
-    )
-    try:
-        wait_http(f"http://127.0.0.1:{port}/health")
-        yield f"http://127.0.0.1:{port}/v1"
-    finally:
-        process.terminate()
-        process.wait(timeout=10)
+    with running_deploy_upstream() as url:
+        yield url
 
 
 @dataclass
@@ -112,8 +104,4 @@ def example_gateway(
         project_logger.propagate = saved_logger[1]
         project_logger.handlers[:] = saved_logger[2]
         monkeypatch.undo()
-        client = redis.Redis.from_url(REDIS_URL)
-        doomed = list(client.scan_iter(match=f"{prefix}:*"))
-        if doomed:
-            client.delete(*doomed)
-        client.close()
+        delete_prefix(prefix)

@@ -6,7 +6,6 @@ import json
 import re
 import shlex
 import shutil
-import socket
 import sys
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -20,7 +19,6 @@ DEPLOY = REPO / "deploy"
 RULES = DEPLOY / "prometheus" / "rules" / "cascade.rules.yml"
 RULE_TESTS = DEPLOY / "prometheus" / "tests" / "cascade.rules.test.yml"
 DASHBOARD = DEPLOY / "grafana" / "dashboards" / "cascade-gateway.json"
-REDIS_URL = "redis://127.0.0.1:6379/0"
 
 # A metric name in a PromQL expression: our namespace, or Prometheus's own `up`. Label names never
 # start with `cascade_`, and recording-rule names (`cascade:...`) contain a colon, so neither matches.
@@ -48,13 +46,6 @@ def require_tool(name: str) -> str:
             f"{name} not found: scripts/setup.sh installs it ({_TOOL_SOURCES.get(name, name)})", pytrace=False
         )
     return path
-
-
-def free_port() -> int:
-    """A TCP port free on loopback right now."""
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return sock.getsockname()[1]
 
 
 def metric_names(expr: str) -> set[str]:

@@ -30,7 +30,10 @@ import openai
 import pytest
 import redis
 import yaml
-from deploy_support import DEPLOY, REDIS_URL, REPO, free_port, scrape_families
+from deploy_support import DEPLOY, REPO, scrape_families
+
+from tests.support.ports import free_port
+from tests.support.shared_redis import REDIS_URL
 
 pytestmark = pytest.mark.image
 

@@ -4,16 +4,12 @@
   ``wait_ready()``, ``client()`` (the openai SDK, no retries), ``metrics()`` (a parsed scrape),
   ``served_policy(admin_key)`` (the admin view), ``stop()`` (SIGTERM, then SIGKILL).
 * ``cli(*args, env=...)``: a `cascade` command in a subprocess, bounded in time.
-* The real services of the test machine: ``REDIS_URL`` (``delete_prefix`` removes a test's keys),
-  ``POSTGRES_URL`` (``drop_schema`` removes a test's schema; ``stored_rows`` reads a traffic store
-  with the store's own export).
+(The real Redis and PostgreSQL of the test machine, and reading a traffic store: tests/support/.)
 """
 
 from __future__ import annotations
 
-import asyncio
 import os
-import socket
 import subprocess
 import sys
 from pathlib import Path
@@ -23,19 +19,9 @@ from learning_e2e_support import parse_metrics
 from openai import OpenAI
 
 from localpool.process import wait_healthy
-from traffic.backends import open_store
-from traffic.rows import TrafficRow
+from tests.support.ports import free_port
 
-REDIS_URL = "redis://127.0.0.1:6379/0"
-POSTGRES_URL = "postgresql://postgres@127.0.0.1:5432/test"
 Samples = list[tuple[str, dict[str, str], float]]
-
-
-def free_port() -> int:
-    """A TCP port free on 127.0.0.1 right now."""
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return int(sock.getsockname()[1])
 
 
 def cli(
@@ -101,42 +87,3 @@ class Replica:
         except subprocess.TimeoutExpired:
             self.process.kill()
             self.process.wait()
-
-
-def stored_rows(url: str) -> list[TrafficRow]:
-    """Every row of a traffic store."""
-
-    async def read() -> list[TrafficRow]:
-        store = open_store(url)
-        try:
-            return await store.export()
-        finally:
-            await store.close()
-
-    return asyncio.run(read())
-
-
-def drop_schema(schema: str) -> None:
-    """Drop a test's PostgreSQL schema and everything in it."""
-    import asyncpg
-
-    async def drop() -> None:
-        conn = await asyncpg.connect(POSTGRES_URL, timeout=10)
-        try:
-            await conn.execute(f"DROP SCHEMA IF EXISTS {schema} CASCADE")
-        finally:
-            await conn.close()
-
-    asyncio.run(drop())
-
-
-def delete_prefix(prefix: str) -> None:
-    """Delete a test's Redis keys (``PREFIX:*``)."""
-    import redis
-
-    client = redis.Redis.from_url(REDIS_URL, socket_timeout=5, socket_connect_timeout=5)
-    try:
-        for key in client.scan_iter(match=f"{prefix}:*"):
-            client.delete(key)
-    finally:
-        client.close()

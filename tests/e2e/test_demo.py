@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import os
-import socket
 import subprocess
 import sys
 from pathlib import Path
@@ -14,6 +13,7 @@ from localpool.manifest import load_manifest
 from localpool.paths import PoolPaths
 from localpool.process import read_record
 from policies import build_policy, save_policy
+from tests.support.ports import free_port
 
 pytestmark = pytest.mark.e2e
 
@@ -24,12 +24,6 @@ def _pool_paths(repo_root: Path) -> PoolPaths:
     """Where scripts/setup.sh installed the pool: ``$CASCADE_HOME`` or the repository's ``.cascade``."""
     home = os.environ.get("CASCADE_HOME")
     return PoolPaths(Path(home) if home else repo_root / ".cascade")
-
-
-def _free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return sock.getsockname()[1]
 
 
 def test_demo_smoke_serves_one_cascade_request_and_cleans_up(repo_root: Path, tmp_path: Path) -> None:
@@ -64,7 +58,7 @@ def test_demo_smoke_serves_one_cascade_request_and_cleans_up(repo_root: Path, tm
         "demo",
         "--smoke",
         "--port",
-        str(_free_port()),
+        str(free_port()),
         "--policy",
         str(policy_path),
     ]

@@ -14,7 +14,6 @@ from __future__ import annotations
 import json
 import os
 import signal
-import socket
 import subprocess
 import sys
 import time
@@ -24,6 +23,7 @@ import httpx
 import pytest
 
 from policies import load_policy
+from tests.support.ports import free_port
 
 pytestmark = pytest.mark.e2e
 
@@ -35,12 +35,6 @@ REPLAY_QUESTIONS = 30
 # 99% intervals keep the family-wise false-alarm rate near 9%; a real mismatch (wrong prices,
 # prompts, scorer or models) is far outside them.
 CONFIDENCE = 0.99
-
-
-def _free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return sock.getsockname()[1]
 
 
 def _pool_env(repo_root: Path) -> dict[str, str]:
@@ -66,7 +60,7 @@ def test_replayed_questions_match_the_policys_expectations(repo_root: Path, tmp_
     policy_file = repo_root / "policies" / "local-demo.json"
     policy = load_policy(policy_file)
     prompts = repo_root / "collection" / "data" / "arithmetic-heldout.jsonl"
-    port = _free_port()
+    port = free_port()
     url = f"http://127.0.0.1:{port}"
     env = _pool_env(repo_root)
     demo = subprocess.Popen(

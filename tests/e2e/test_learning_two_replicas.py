@@ -44,16 +44,7 @@ from learning_e2e_support import (
     source_tiers,
     tiers_document,
 )
-from replica_support import (
-    POSTGRES_URL,
-    REDIS_URL,
-    Replica,
-    Samples,
-    cli,
-    delete_prefix,
-    drop_schema,
-    stored_rows,
-)
+from replica_support import Replica, Samples, cli
 
 from localpool.demo_config import pool_gateway_config, write_gateway_config
 from localpool.manifest import Manifest, load_manifest
@@ -61,6 +52,9 @@ from localpool.paths import PoolPaths
 from localpool.pool import ServerOptions, down, up
 from localpool.process import read_record
 from policies import Policy, load_policy, save_policy
+from tests.support.postgres import POSTGRES_URL, drop_schema
+from tests.support.shared_redis import REDIS_URL, delete_prefix
+from tests.support.traffic_rows import stored_rows
 from traffic.rows import TrafficRow
 
 pytestmark = pytest.mark.e2e

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import os
-import socket
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -15,6 +14,7 @@ from localpool.paths import PoolPaths
 from localpool.pool import ServerOptions, server_command
 from localpool.process import start_detached, stop, wait_healthy
 from localpool.server_build import llama_server_binary
+from tests.support.ports import free_port
 from traffic.judges.llm import LLMJudge
 
 pytestmark = pytest.mark.e2e
@@ -31,19 +31,13 @@ DISAGREEING = [
 ]
 
 
-def _free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return sock.getsockname()[1]
-
-
 @pytest.fixture(scope="module")
 def judge_url(repo_root: Path, tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
     """The judge model served by llama-server on a free port (installed by scripts/setup.sh)."""
     home = os.environ.get("CASCADE_HOME")
     paths = PoolPaths(Path(home) if home else repo_root / ".cascade")
     manifest = load_manifest()
-    spec = manifest.models[JUDGE].model_copy(update={"port": _free_port()})
+    spec = manifest.models[JUDGE].model_copy(update={"port": free_port()})
     binary = llama_server_binary()
     if binary is None or not model_is_installed(spec, paths):
         pytest.fail(f"local pool not installed (llama-server: {binary}, {JUDGE}); run scripts/setup.sh")

@@ -10,7 +10,6 @@ from __future__ import annotations
 import itertools
 import json
 import os
-import socket
 import subprocess
 import sys
 from collections.abc import Iterator
@@ -30,6 +29,7 @@ from localpool.process import start_detached, stop, wait_healthy
 from localpool.server_build import llama_server_binary
 from policies import build_policy, save_policy
 from policies.scorers import score_response
+from tests.support.ports import free_port
 
 pytestmark = pytest.mark.e2e
 
@@ -51,12 +51,6 @@ def _pool_paths(repo_root: Path) -> PoolPaths:
     return PoolPaths(Path(home) if home else repo_root / ".cascade")
 
 
-def _free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return sock.getsockname()[1]
-
-
 def _body(question: str) -> dict:
     return {"messages": [{"role": "user", "content": question}], "max_tokens": 8, "temperature": 0}
 
@@ -72,7 +66,7 @@ def pool(repo_root: Path, tmp_path_factory: pytest.TempPathFactory) -> Iterator[
         pytest.fail(
             f"local pool not installed (llama-server: {binary}, missing: {missing}); run scripts/setup.sh"
         )
-    models = {n: manifest.models[n].model_copy(update={"port": _free_port()}) for n in (CHEAP, STRONG)}
+    models = {n: manifest.models[n].model_copy(update={"port": free_port()}) for n in (CHEAP, STRONG)}
     run = tmp_path_factory.mktemp("pool")
     options = ServerOptions.from_env(servers=2)
     records = []
@@ -149,7 +143,7 @@ def gateway(pool: Manifest, cheap_scores: dict[str, float], gateway_work: Path) 
     config = write_gateway_config(
         work / "gateway.yaml", pool_gateway_config(pool, [CHEAP, STRONG], policy_path)
     )
-    port = _free_port()
+    port = free_port()
     log = work / "gateway.log"
     with log.open("wb") as out:
         process = subprocess.Popen(

@@ -20,12 +20,13 @@ import httpx
 import orjson
 import pytest
 from prometheus_client.parser import text_string_to_metric_families
-from test_local_cascade import CHEAP, QUESTIONS, STRONG, TOP_K, _free_port, _threshold, cheap_scores, pool
+from test_local_cascade import CHEAP, QUESTIONS, STRONG, TOP_K, _threshold, cheap_scores, pool
 
 from localpool.demo_config import pool_gateway_config, write_gateway_config
 from localpool.manifest import Manifest
 from localpool.process import wait_healthy
 from policies import build_policy, save_policy
+from tests.support.ports import free_port
 
 pytestmark = pytest.mark.e2e
 
@@ -65,7 +66,7 @@ def messages_gateway(
     config = pool_gateway_config(pool, [CHEAP, STRONG], policy_path)
     config["logging"] = {"level": "info"}
     config_path = write_gateway_config(work / "gateway.yaml", config)
-    port = _free_port()
+    port = free_port()
     log = work / "gateway.log"
     with log.open("wb") as out:
         process = subprocess.Popen(

@@ -1,17 +1,18 @@
 """Gateway test fixtures: a scripted upstream on loopback and the real app under uvicorn.
 
-Helpers to import (policy document, model configs, ``serve``/``RunningGateway``) live in
-``gateway_testkit``; import them from there, never ``from conftest`` (ambiguous across test dirs).
+Helpers to import (policy document, model configs, ``serve``/``RunningGateway``, the scripted
+upstream) live in tests/support/ (``tests.support.gateway_testkit``, ``tests.support.scripted_upstream``);
+import them from there, never ``from conftest`` (ambiguous across test dirs).
 
 Reusable pieces (import-free: they are fixtures):
 
-* ``upstream``: the session's ``ScriptedUpstream`` (see scripted_upstream.py), reset for each test.
+* ``upstream``: the session's ``ScriptedUpstream`` reset for each test (tests/support/fixtures.py).
   ``upstream.script("up-small", ok(confidence=0.2), error(503))`` queues replies per upstream model id.
 * ``write_policy(path=None, **changes)``: writes a valid policy (tiers below) and returns its path;
   ``changes`` replace top-level policy fields (e.g. ``allow_degraded=False``, ``tiers={...}``).
 * ``make_settings(policy=..., **changes)``: a ``Settings`` whose models point at the upstream
   (``auth.open: true``: with no client key configured every request is served; the admin key is
-  ``gateway_testkit.ADMIN_KEY``):
+  ``tests.support.gateway_testkit.ADMIN_KEY``):
   ``small`` -> ``up-small``, ``medium`` -> ``up-medium``, ``large`` -> ``up-large``
   (``changes`` replace top-level config fields, e.g. ``redis_url=...`` or ``models=...``).
 * ``start_gateway(settings=None, rng=None)``: runs ``create_app(settings)`` under uvicorn (uvloop,
@@ -37,29 +38,13 @@ from typing import Any
 import pytest
 import redis
 import redis.asyncio as aioredis
-from gateway_testkit import ADMIN_KEY, POLICY_DOCUMENT, RunningGateway, model_configs, serve, stop
-from redis_support import REDIS_URL, delete_prefix, fresh_keys
-from scripted_upstream import ScriptedUpstream
 
 from gateway.app import create_app
 from gateway.config import Settings
-from policies import build_policy, save_policy
-
-
-@pytest.fixture(scope="session")
-def scripted_upstream_server() -> Iterator[ScriptedUpstream]:
-    """One scripted upstream for the whole session (use ``upstream`` in tests)."""
-    server = ScriptedUpstream()
-    server.start()
-    yield server
-    server.stop()
-
-
-@pytest.fixture
-def upstream(scripted_upstream_server: ScriptedUpstream) -> ScriptedUpstream:
-    """The scripted upstream, with scripts and records cleared."""
-    scripted_upstream_server.reset()
-    return scripted_upstream_server
+from tests.support.gateway_testkit import ADMIN_KEY, RunningGateway, model_configs, serve, stop
+from tests.support.policy_files import write_policy as write_policy_file
+from tests.support.scripted_upstream import ScriptedUpstream
+from tests.support.shared_redis import REDIS_URL, delete_prefix, fresh_keys
 
 
 @pytest.fixture
@@ -67,11 +52,7 @@ def write_policy(tmp_path: Path) -> Callable[..., Path]:
     """Write the test policy (with top-level ``changes``) to ``path`` (default tmp/policy.json)."""
 
     def write(path: Path | None = None, **changes: Any) -> Path:
-        document = {**POLICY_DOCUMENT, **changes}
-        document.pop("policy_id", None)
-        target = path or tmp_path / "policy.json"
-        save_policy(build_policy(document), target)
-        return target
+        return write_policy_file(path or tmp_path / "policy.json", **changes)
 
     return write
 

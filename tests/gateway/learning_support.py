@@ -1,9 +1,7 @@
-"""Helpers of the learning tests: the test PostgreSQL, store reads, metric reads, and a TCP proxy.
+"""Helpers of the learning tests: store URLs, metric reads, and a TCP proxy.
 
-* ``POSTGRES_URL``: the real PostgreSQL of the tests (127.0.0.1:5432, database ``test``);
-  ``postgres_store_url(port, schema)`` a store URL on it (or on a proxy's port);
-  ``drop_schema(schema)`` removes a test's private schema.
-* ``stored_rows(url)``: every row of a traffic store (file or PostgreSQL), by the store's own export.
+* ``postgres_store_url(schema, port)``: a store URL on the test PostgreSQL (tests/support/postgres.py),
+  or on a proxy's port.
 * ``registry_value(gateway, name, **labels)``: a sample of an app's registry, read in process
   (also after the server stopped), parsed with prometheus_client's text parser.
 * ``TcpProxy``: forwards a loopback port to another (the seam between the gateway and PostgreSQL):
@@ -15,48 +13,17 @@
 from __future__ import annotations
 
 import asyncio
-import socket
 import threading
 from typing import Any
 
 from prometheus_client.parser import text_string_to_metric_families
 
-from traffic.backends import open_store
-from traffic.rows import TrafficRow
-
-POSTGRES_URL = "postgresql://postgres@127.0.0.1:5432/test"
+from tests.support.ports import free_port
 
 
 def postgres_store_url(schema: str, port: int = 5432, connect_timeout_s: float = 2.0) -> str:
     """A traffic store URL on the test database (through ``port``) in ``schema``."""
     return f"postgresql://postgres@127.0.0.1:{port}/test?schema={schema}&connect_timeout={connect_timeout_s}"
-
-
-def drop_schema(schema: str) -> None:
-    """Drop a test schema (own event loop: works from sync fixtures)."""
-    import asyncpg
-
-    async def drop() -> None:
-        conn = await asyncpg.connect(POSTGRES_URL)
-        try:
-            await conn.execute(f"DROP SCHEMA IF EXISTS {schema} CASCADE")
-        finally:
-            await conn.close()
-
-    asyncio.run(drop())
-
-
-def stored_rows(url: str) -> list[TrafficRow]:
-    """Every row the store holds (empty when it holds none or does not exist yet)."""
-
-    async def read() -> list[TrafficRow]:
-        store = open_store(url)
-        try:
-            return await store.export()
-        finally:
-            await store.close()
-
-    return asyncio.run(read())
 
 
 def registry_value(gateway: Any, name: str, **labels: str) -> float:
@@ -68,13 +35,6 @@ def registry_value(gateway: Any, name: str, **labels: str) -> float:
             if sample.name == name and all(sample.labels.get(k) == v for k, v in labels.items()):
                 total += sample.value
     return total
-
-
-def free_port() -> int:
-    """A free loopback port."""
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return int(sock.getsockname()[1])
 
 
 class TcpProxy:

@@ -6,11 +6,11 @@ import time
 
 import openai
 import pytest
-from gateway_testkit import POLICY_DOCUMENT
-from redis_support import REDIS_URL, delete_prefix, fresh_keys
-from scripted_upstream import ok
 
 from policies import build_policy
+from tests.support.gateway_testkit import POLICY_DOCUMENT
+from tests.support.scripted_upstream import ok
+from tests.support.shared_redis import REDIS_URL, delete_prefix, fresh_keys
 
 MESSAGES = [{"role": "user", "content": "hi"}]
 

@@ -6,11 +6,11 @@ import json
 
 import pytest
 import redis.asyncio as aioredis
-from redis_support import RedisLink
 
 from gateway.auth import Authenticator, hash_key, key_id_of
 from gateway.errors import AuthenticationError, AuthUnavailableError
 from gateway.keys_cli import add_key, revoke_key
+from tests.support.shared_redis import RedisLink
 
 
 async def test_environment_key_is_accepted_and_identified_by_a_short_hash() -> None:

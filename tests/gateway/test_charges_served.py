@@ -9,7 +9,8 @@ from __future__ import annotations
 from collections.abc import Callable
 
 import orjson
-from scripted_upstream import ok
+
+from tests.support.scripted_upstream import ok
 
 
 def test_an_answer_without_usage_is_charged_no_less_than_the_upstream_bills(

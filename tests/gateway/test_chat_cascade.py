@@ -5,9 +5,9 @@ from __future__ import annotations
 import random
 
 import pytest
-from scripted_upstream import ok
 
 from policies import score_response
+from tests.support.scripted_upstream import ok
 
 MESSAGES = [{"role": "user", "content": "What is the capital of France?"}]
 
@@ -58,7 +58,7 @@ def test_score_header_equals_policies_score_of_the_cheap_answer(gateway, upstrea
     upstream.script("up-small", ok("Paris is nice.", confidence=0.8))
     raw = gateway.client().chat.completions.with_raw_response.create(model="cascade", messages=MESSAGES)
     # Recompute the score the calibration side would give the same upstream answer.
-    from scripted_upstream import _completion
+    from tests.support.scripted_upstream import _completion
 
     body = _completion("/v1/chat/completions", upstream.calls("up-small")[0].body, ok("Paris is nice.", 0.8))
     expected = score_response(body, "mean_token_negentropy", 5)

@@ -14,12 +14,13 @@ from pathlib import Path
 import httpx
 import pytest
 import yaml
-from gateway_testkit import model_configs
 from openai import OpenAI
-from scripted_upstream import ok
 from typer.testing import CliRunner
 
 from cascade_cli.main import app
+from tests.support.gateway_testkit import model_configs
+from tests.support.ports import free_port
+from tests.support.scripted_upstream import ok
 
 CASCADE = str(Path(sys.executable).with_name("cascade"))
 
@@ -49,9 +50,7 @@ def test_missing_config_file_is_one_line(tmp_path: Path) -> None:
 
 def _start_serve(tmp_path: Path, upstream, write_policy, **config: object) -> tuple[subprocess.Popen, str]:
     """`cascade serve` as a process on a free port (stderr piped); returns it and its base URL."""
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        port = sock.getsockname()[1]
+    port = free_port()
     policy = write_policy(tmp_path / "policy.json")
     path = tmp_path / "gateway.yaml"
     document = {"models": model_configs(upstream.base_url), "policy": policy.name, "auth": {"open": True}}

@@ -13,13 +13,13 @@ from typing import Any
 
 import numpy as np
 import pytest
-from gateway_testkit import POLICY_DOCUMENT
-from scripted_upstream import ok
 
 from gateway.drift import DriftConfig, ScoreDriftMonitor
 from policies import build_policy
 from policies.score_distribution import bin_counts, decile_edges
 from policies.scorers import score_response
+from tests.support.gateway_testkit import POLICY_DOCUMENT
+from tests.support.scripted_upstream import ok
 
 MESSAGES = [{"role": "user", "content": "What is the capital of France?"}]
 # The alert threshold of deploy/prometheus/rules/cascade.rules.yml (CascadeScoreDrift).

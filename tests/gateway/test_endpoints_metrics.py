@@ -6,8 +6,9 @@ import json
 import time
 
 import httpx
-from gateway_testkit import model_configs, until
-from scripted_upstream import error, ok
+
+from tests.support.gateway_testkit import model_configs, until
+from tests.support.scripted_upstream import error, ok
 
 MESSAGES = [{"role": "user", "content": "secret prompt text"}]
 

@@ -3,23 +3,22 @@
 from __future__ import annotations
 
 import asyncio
-import socket
 import time
 
 import httpx
 import openai
 import pytest
-from gateway_testkit import model_configs
-from scripted_upstream import Reply, error, ok
+
+from tests.support.gateway_testkit import model_configs
+from tests.support.ports import free_port
+from tests.support.scripted_upstream import Reply, error, ok
 
 MESSAGES = [{"role": "user", "content": "What is the capital of France?"}]
 
 
 def _dead_url() -> str:
     """A loopback URL where nothing listens (connection refused)."""
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        port = sock.getsockname()[1]
+    port = free_port()
     return f"http://127.0.0.1:{port}/v1"
 
 

@@ -25,14 +25,15 @@ from typing import Any
 import httpx
 import pytest
 import yaml
-from gateway_testkit import POLICY_DOCUMENT, model_configs
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
-from redis_support import REDIS_URL, delete_prefix
-from scripted_upstream import ScriptedUpstream
 
 from gateway.redis_keys import RedisKeys
 from policies import build_policy, save_policy
+from tests.support.gateway_testkit import POLICY_DOCUMENT, model_configs
+from tests.support.ports import free_port
+from tests.support.scripted_upstream import ScriptedUpstream
+from tests.support.shared_redis import REDIS_URL, delete_prefix
 
 CASCADE = str(Path(sys.executable).with_name("cascade"))
 CLIENT_KEY = "sk-fuzz-client"
@@ -69,9 +70,7 @@ def fuzz_gateway(
         "logging": {"level": "error"},
     }
     (work / "gateway.yaml").write_text(yaml.safe_dump(config))
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        port = sock.getsockname()[1]
+    port = free_port()
     env = {k: v for k, v in os.environ.items() if not k.startswith("CASCADE_")}
     env.update(CASCADE_REDIS_PREFIX=keys.prefix, CASCADE_API_KEYS=CLIENT_KEY)
     log = (work / "gateway.log").open("wb")

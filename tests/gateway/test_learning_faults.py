@@ -14,16 +14,12 @@ from pathlib import Path
 
 import httpx
 import pytest
-from gateway_testkit import stop, until
-from learning_support import (
-    TcpProxy,
-    drop_schema,
-    learning_block,
-    postgres_store_url,
-    registry_value,
-    stored_rows,
-)
-from scripted_upstream import ok
+from learning_support import TcpProxy, learning_block, postgres_store_url, registry_value
+
+from tests.support.gateway_testkit import stop, until
+from tests.support.postgres import drop_schema
+from tests.support.scripted_upstream import ok
+from tests.support.traffic_rows import stored_rows
 
 MESSAGES = [{"role": "user", "content": "What is the capital of France?"}]
 

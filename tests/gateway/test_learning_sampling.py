@@ -12,11 +12,13 @@ from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import pytest
-from gateway_testkit import until
-from learning_support import drop_schema, learning_block, postgres_store_url, registry_value, stored_rows
-from scripted_upstream import error, ok
+from learning_support import learning_block, postgres_store_url, registry_value
 
 from policies import score_logprobs
+from tests.support.gateway_testkit import until
+from tests.support.postgres import drop_schema
+from tests.support.scripted_upstream import error, ok
+from tests.support.traffic_rows import stored_rows
 from traffic.rows import TrafficRow
 
 MESSAGES = [{"role": "user", "content": "What is the capital of France?"}]

@@ -9,13 +9,13 @@ from datetime import datetime
 from pathlib import Path
 
 import pytest
-from gateway_testkit import POLICY_DOCUMENT
 
 from gateway.learning.answers import DrawnRequest, StageAnswer, question_text
 from gateway.learning.budget import ShadowBudget
 from gateway.learning.writer import RowWriter
 from gateway.requests import parse_request
 from policies import build_policy
+from tests.support.gateway_testkit import POLICY_DOCUMENT
 from traffic.file_store import FileStore
 from traffic.rows import TrafficRow
 from traffic.store import StoreUnavailableError

@@ -8,9 +8,11 @@ from pathlib import Path
 
 import anthropic
 import pytest
-from gateway_testkit import until
-from learning_support import learning_block, stored_rows
-from scripted_upstream import ok
+from learning_support import learning_block
+
+from tests.support.gateway_testkit import until
+from tests.support.scripted_upstream import ok
+from tests.support.traffic_rows import stored_rows
 
 SMALL_COST = (10 * 0.1 + 5 * 0.2) / 1e6  # usage (10, 5) at $0.1/$0.2 per Mtok
 

@@ -14,10 +14,10 @@ from typing import Any
 import anthropic
 import orjson
 import pytest
-from gateway_testkit import RunningGateway, model_configs
-from scripted_upstream import ok
 
 from gateway.edges.messages_request import translate_request
+from tests.support.gateway_testkit import RunningGateway, model_configs
+from tests.support.scripted_upstream import ok
 
 MAX_TOKENS = 50
 PRICES = {  # USD per million tokens: both stages priced by token, so every sent byte counts

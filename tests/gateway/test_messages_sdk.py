@@ -9,10 +9,10 @@ import anthropic
 import httpx
 import orjson
 import pytest
-from gateway_testkit import RunningGateway
-from scripted_upstream import error, ok
 
 from gateway.edges.messages import COUNT_TOKENS_REFUSAL
+from tests.support.gateway_testkit import RunningGateway
+from tests.support.scripted_upstream import error, ok
 
 QUESTION = [{"role": "user", "content": "What is the capital of France?"}]
 WEATHER_TOOL = {

@@ -9,10 +9,10 @@ from __future__ import annotations
 from typing import Any
 
 import pytest
-from gateway_testkit import model_configs
-from scripted_upstream import ok
 
 from gateway.config import ConfigError, Settings
+from tests.support.gateway_testkit import model_configs
+from tests.support.scripted_upstream import ok
 
 USER = [{"role": "user", "content": "What is 17 * 3?"}]
 FAST = {"system": "Reply with the number only.", "max_tokens": 8, "temperature": 0}

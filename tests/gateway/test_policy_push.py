@@ -8,12 +8,12 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from redis_support import REDIS_URL
 from typer.testing import CliRunner
 
 from cascade_cli.main import app
 from gateway.auth import hash_key
 from policies import build_policy, save_policy
+from tests.support.shared_redis import REDIS_URL
 
 runner = CliRunner()
 

@@ -13,9 +13,9 @@ import redis.asyncio as aioredis
 from redis.exceptions import ConnectionError as RedisConnectionError
 from redis.exceptions import ResponseError
 from redis.exceptions import TimeoutError as RedisTimeoutError
-from redis_support import REDIS_URL, RedisLink
 
 from gateway.redis_batch import LuaScript, RedisBatcher
+from tests.support.shared_redis import REDIS_URL, RedisLink
 
 
 @pytest.fixture

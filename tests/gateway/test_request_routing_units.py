@@ -8,7 +8,6 @@ import time
 
 import orjson
 import pytest
-from gateway_testkit import POLICY_DOCUMENT, model_configs
 
 from gateway.cascade import client_body, upstream_body
 from gateway.config import Settings
@@ -22,6 +21,7 @@ from gateway.requests import parse_request
 from gateway.routing import Router
 from gateway.upstream import _parse_retry_after
 from policies import build_policy
+from tests.support.gateway_testkit import POLICY_DOCUMENT, model_configs
 
 SETTINGS = Settings.from_mapping({"models": model_configs("http://127.0.0.1:1/v1"), "policy": "p.json"})
 POLICY = build_policy(POLICY_DOCUMENT)

@@ -10,7 +10,6 @@ from typing import Any
 
 import orjson
 import pytest
-from gateway_testkit import POLICY_DOCUMENT, model_configs
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
@@ -28,6 +27,7 @@ from policies import build_policy
 from policies.charges import DEFAULT_COMPLETION_BOUND, completion_bound, generated_choices, sent_bound
 from policies.schema import Route
 from tests.policies.charge_support import honest_usage, honoured_caps, request_bodies
+from tests.support.gateway_testkit import POLICY_DOCUMENT, model_configs
 from traffic.judges.text import ExactJudge
 
 

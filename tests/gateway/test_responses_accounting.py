@@ -10,9 +10,11 @@ from typing import Any
 import httpx
 import orjson
 import pytest
-from gateway_testkit import model_configs, until
-from learning_support import learning_block, stored_rows
-from scripted_upstream import ok
+from learning_support import learning_block
+
+from tests.support.gateway_testkit import model_configs, until
+from tests.support.scripted_upstream import ok
+from tests.support.traffic_rows import stored_rows
 
 QUESTION = "What is the capital of France?"
 PROMPT = ("messages", "tools", "tool_choice", "response_format")

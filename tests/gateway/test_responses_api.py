@@ -12,7 +12,8 @@ import json
 
 import pytest
 from pydantic import BaseModel
-from scripted_upstream import ok
+
+from tests.support.scripted_upstream import ok
 
 SDK = "openai-sdk"
 QUESTION = "What is the capital of France?"

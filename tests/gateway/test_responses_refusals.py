@@ -6,7 +6,8 @@ from __future__ import annotations
 import httpx
 import openai
 import pytest
-from scripted_upstream import ok
+
+from tests.support.scripted_upstream import ok
 
 SDK = "openai-sdk"
 QUESTION = "What is the capital of France?"

@@ -8,7 +8,8 @@ import json
 import httpx
 import openai
 import pytest
-from scripted_upstream import error, ok
+
+from tests.support.scripted_upstream import error, ok
 
 SDK = "openai-sdk"
 QUESTION = "What is the capital of France?"

@@ -13,13 +13,13 @@ from typing import Any
 import httpx
 import openai
 import pytest
-from gateway_testkit import POLICY_DOCUMENT, until
-from redis_support import REDIS_URL, ThreadedRedisLink
-from scripted_upstream import ok
 
 from gateway.keys_cli import add_key
 from policies import build_policy, load_policy, save_policy
 from policies.publish import push_policy
+from tests.support.gateway_testkit import POLICY_DOCUMENT, until
+from tests.support.scripted_upstream import ok
+from tests.support.shared_redis import REDIS_URL, ThreadedRedisLink
 
 MESSAGES = [{"role": "user", "content": "What is the capital of France?"}]
 

@@ -7,12 +7,12 @@ from typing import Any
 
 import pytest
 import redis.asyncio as aioredis
-from redis_support import REDIS_URL, RedisLink, delete_prefix
 
 from gateway.auth import ClientIdentity
 from gateway.errors import BudgetExceededError, SpendUnavailableError
 from gateway.spend import NANO_PER_USD, SpendLimiter, to_nano
 from gateway.spend_store import MAX_NANO
+from tests.support.shared_redis import REDIS_URL, RedisLink, delete_prefix
 
 COST = 0.0012  # worst-case cost of one request, USD
 TEN_REQUESTS = ClientIdentity(key_id="k-ten", limit_usd=10 * COST)

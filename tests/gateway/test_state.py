@@ -7,7 +7,6 @@ from typing import Any
 
 import pytest
 import redis
-from redis_support import REDIS_URL
 
 from gateway.auth import ClientIdentity
 from gateway.config import Settings
@@ -15,6 +14,7 @@ from gateway.policy_store import FilePolicyStore, RedisPolicyStore
 from gateway.state import SharedState, build_shared_state
 from policies import build_policy, load_policy, save_policy
 from policies.publish import push_policy
+from tests.support.shared_redis import REDIS_URL
 
 MODELS = {
     "small": {"base_url": "http://127.0.0.1:9/v1", "model": "s", "price": {"per_query_usd": 0.001}},

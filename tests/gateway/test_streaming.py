@@ -6,7 +6,8 @@ import httpx
 import openai
 import orjson
 import pytest
-from scripted_upstream import error, ok
+
+from tests.support.scripted_upstream import error, ok
 
 MESSAGES = [{"role": "user", "content": "What is the capital of France?"}]
 

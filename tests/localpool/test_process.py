@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import socket
 import sys
 import time
 from pathlib import Path
@@ -10,6 +9,7 @@ from pathlib import Path
 import pytest
 
 from localpool.process import ProcessError, is_alive, read_record, start_detached, stop, wait_healthy
+from tests.support.ports import free_port
 
 SLEEPER = [sys.executable, "-c", "import time; print('up', flush=True); time.sleep(60)"]
 STUBBORN = [
@@ -18,12 +18,6 @@ STUBBORN = [
     "import signal, time; signal.signal(signal.SIGTERM, signal.SIG_IGN); print('up', flush=True); "
     "time.sleep(60)",
 ]
-
-
-def _free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return sock.getsockname()[1]
 
 
 def _wait_for_log(path: Path, text: str) -> None:
@@ -71,7 +65,7 @@ def test_pid_file_of_another_program_is_not_trusted(tmp_path: Path) -> None:
 
 
 def test_wait_healthy_returns_once_the_server_answers(tmp_path: Path) -> None:
-    port = _free_port()
+    port = free_port()
     server = [
         sys.executable,
         "-m",
@@ -105,7 +99,7 @@ def test_wait_healthy_reports_an_early_exit_with_the_log(tmp_path: Path) -> None
         match=r"bad exited during start-up with exit code 3; last log line: 'model file is corrupt'",
     ):
         wait_healthy(
-            f"http://127.0.0.1:{_free_port()}/health", pid=record.pid, log_path=log, timeout_s=20, name="bad"
+            f"http://127.0.0.1:{free_port()}/health", pid=record.pid, log_path=log, timeout_s=20, name="bad"
         )
 
 
@@ -115,7 +109,7 @@ def test_wait_healthy_times_out_pointing_at_the_log(tmp_path: Path) -> None:
     try:
         with pytest.raises(ProcessError, match=r"slow not healthy at .* after 1s; .*slow\.log"):
             wait_healthy(
-                f"http://127.0.0.1:{_free_port()}/health",
+                f"http://127.0.0.1:{free_port()}/health",
                 pid=record.pid,
                 log_path=log,
                 timeout_s=1,

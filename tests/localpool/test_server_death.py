@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import json
 import os
-import socket
 import subprocess
 import sys
 from pathlib import Path
@@ -20,14 +19,9 @@ from localpool import pool
 from localpool.manifest import Manifest, load_manifest
 from localpool.paths import PoolPaths
 from localpool.process import ProcessError
+from tests.support.ports import free_port
 
 CASCADE = str(Path(sys.executable).with_name("cascade"))
-
-
-def _free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return int(sock.getsockname()[1])
 
 
 def _fake_server(tmp_path: Path, body: str) -> Path:
@@ -39,7 +33,7 @@ def _fake_server(tmp_path: Path, body: str) -> Path:
 
 def _one_model(manifest: Manifest) -> tuple[str, Manifest]:
     name = next(iter(manifest.models))
-    spec = manifest.models[name].model_copy(update={"port": _free_port()})
+    spec = manifest.models[name].model_copy(update={"port": free_port()})
     return name, manifest.model_copy(update={"models": {**manifest.models, name: spec}})
 
 

@@ -11,8 +11,7 @@ import redis
 
 from policies import PolicyInvalidError, build_policy, dump_policy
 from policies.publish import PolicyChangedError, PolicyKeys, push_policy, read_current
-
-REDIS_URL = "redis://127.0.0.1:6379/0"
+from tests.support.shared_redis import REDIS_URL
 
 
 @pytest.fixture

@@ -3,8 +3,8 @@
 The pieces live in ``processes.py`` (import them from there, never from conftest); these fixtures
 start and always stop them:
 
-* ``upstream``: the session's ``ScriptedUpstream`` (tests/gateway/scripted_upstream.py) on a free
-  loopback port, scripts and records cleared for each test. ``upstream.produced`` is what it sent
+* ``upstream`` (tests/support/fixtures.py): the session's ``ScriptedUpstream`` on a free loopback
+  port, scripts and records cleared for each test. ``upstream.produced`` is what it sent
   in full (price it with ``processes.true_cost_usd``).
 * ``redis_server``: a private ``redis-server`` on its own free port (no persistence), started for
   the test and stopped after it; ``kill()``, ``restart()`` (empty), ``freeze()``/``thaw()``.
@@ -30,24 +30,10 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from processes import GatewayProcess, RedisServer, write_gateway_config, write_policy
-from scripted_upstream import ScriptedUpstream
+from processes import GatewayProcess, RedisServer, write_gateway_config
 
-
-@pytest.fixture(scope="session")
-def reliability_upstream_server() -> Iterator[ScriptedUpstream]:
-    """One scripted upstream for the session (use ``upstream`` in tests)."""
-    server = ScriptedUpstream()
-    server.start()
-    yield server
-    server.stop()
-
-
-@pytest.fixture
-def upstream(reliability_upstream_server: ScriptedUpstream) -> ScriptedUpstream:
-    """The scripted upstream with scripts and records cleared."""
-    reliability_upstream_server.reset()
-    return reliability_upstream_server
+from tests.support.policy_files import write_policy
+from tests.support.scripted_upstream import ScriptedUpstream
 
 
 @pytest.fixture
@@ -62,7 +48,7 @@ def redis_server() -> Iterator[RedisServer]:
 @pytest.fixture
 def policy_path(tmp_path: Path) -> Path:
     """The test policy as a file."""
-    return write_policy(tmp_path)
+    return write_policy(tmp_path / "policy.json")
 
 
 @pytest.fixture

@@ -1,7 +1,5 @@
 """Real processes for the policy reliability tests: `cascade serve` replicas sharing the real Redis.
 
-* ``scripted_upstream()``: deploy/tools/scripted_upstream.py as a process (an OpenAI-compatible
-  upstream answering instantly; prompts with "hard" are unconfident), yields its /v1 base URL.
 * ``Replica``: one `cascade serve` process whose policy is in Redis under a private key prefix
   (``CASCADE_REDIS_PREFIX``), with an admin key; ``ready()``, ``details()``, ``ask()``, ``stop()``.
 * ``make_policy(threshold)``: a valid, stamped policy for the models ``small`` and ``large``.
@@ -10,36 +8,27 @@
 
 from __future__ import annotations
 
-import contextlib
 import os
 import signal
-import socket
 import subprocess
 import sys
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
 import httpx
-import redis
 import yaml
 
 from gateway.redis_keys import RedisKeys
 from policies import Policy, build_policy
+from tests.support.ports import free_port
+from tests.support.shared_redis import REDIS_URL
 
 REPO = Path(__file__).resolve().parents[2]
 CASCADE = str(Path(sys.executable).with_name("cascade"))
-REDIS_URL = "redis://127.0.0.1:6379/0"
 ADMIN_KEY = "sk-reliability-admin"
 DEEP_JSON = "[" * 100_000 + "]" * 100_000
-
-
-def free_port() -> int:
-    """A TCP port free on loopback right now."""
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return sock.getsockname()[1]
 
 
 def wait_for(condition: Callable[[], bool], timeout_s: float, what: str) -> float:
@@ -50,23 +39,6 @@ def wait_for(condition: Callable[[], bool], timeout_s: float, what: str) -> floa
             raise AssertionError(f"{what}: not within {timeout_s}s")
         time.sleep(0.05)
     return time.monotonic() - started
-
-
-@contextlib.contextmanager
-def scripted_upstream() -> Iterator[str]:
-    """The scripted upstream as a process on a free port; yields its /v1 base URL."""
-    port = free_port()
-    process = subprocess.Popen(
-        [sys.executable, str(REPO / "deploy" / "tools" / "scripted_upstream.py"), "--port", str(port)],
-        stdout=subprocess.DEVNULL,
-        stderr=subprocess.DEVNULL,
-    )
-    try:
-        wait_for(lambda: _answers(f"http://127.0.0.1:{port}/health"), 20, "scripted upstream up")
-        yield f"http://127.0.0.1:{port}/v1"
-    finally:
-        process.terminate()
-        process.wait(10)
 
 
 def make_policy(threshold: float) -> Policy:
@@ -91,17 +63,6 @@ def make_policy(threshold: float) -> Policy:
             ],
         }
     )
-
-
-def wipe(keys: RedisKeys) -> None:
-    """Delete every key under the prefix: Redis lost this deployment's data."""
-    client = redis.Redis.from_url(REDIS_URL)
-    try:
-        doomed = list(client.scan_iter(match=f"{keys.prefix}:*", count=1000))
-        if doomed:
-            client.delete(*doomed)
-    finally:
-        client.close()
 
 
 class Replica:

@@ -3,7 +3,7 @@
 Nothing here is a double: ``RedisServer`` runs the installed ``redis-server`` binary on its own free
 loopback port (no persistence: a restart loses every key, like a wiped Redis), and
 ``GatewayProcess`` runs the real ``cascade serve`` command in a subprocess, in front of the
-scripted upstream (tests/gateway/scripted_upstream.py, the fault-injecting seam double).
+scripted upstream (tests/support/scripted_upstream.py, the fault-injecting seam double).
 
 * ``RedisServer()``: ``start()``, ``kill()`` (SIGKILL: an outage), ``restart()`` (start again on the
   same port, empty), ``freeze()``/``thaw()`` (SIGSTOP/SIGCONT: a Redis that accepts connections but
@@ -11,8 +11,6 @@ scripted upstream (tests/gateway/scripted_upstream.py, the fault-injecting seam 
 * ``write_gateway_config(directory, upstream_base_url=..., policy=..., redis_url=..., **changes)``:
   a gateway YAML (models ``small``/``medium``/``large`` -> ``up-small``/... with the per-token
   prices ``PRICES``) and returns its path; ``changes`` replace top-level config sections.
-* ``write_policy(directory)``: the test policy (tiers ``balanced`` small->large, ``chain``,
-  ``direct``, ``mix``; see tests/gateway/gateway_testkit.py) as a policy file.
 * ``GatewayProcess(config_path, env=..., log_path=...)``: ``start()`` then ``wait_ready()``;
   ``url``, ``client(api_key)`` (official OpenAI SDK, no retries), ``get(path)``, ``metrics()``
   (parsed with prometheus_client's parser), ``sample(name, **labels)``, ``terminate()``
@@ -32,7 +30,6 @@ import contextlib
 import hashlib
 import os
 import signal
-import socket
 import subprocess
 import sys
 import time
@@ -46,13 +43,10 @@ import yaml
 from openai import AsyncOpenAI, OpenAI
 from prometheus_client.parser import text_string_to_metric_families
 
+from tests.support.ports import free_port
+from tests.support.scripted_upstream import Produced
+
 REPO_ROOT = Path(__file__).resolve().parents[2]
-sys.path.insert(0, str(REPO_ROOT / "tests" / "gateway"))  # the scripted upstream and the test policy
-
-from gateway_testkit import POLICY_DOCUMENT  # noqa: E402
-from scripted_upstream import Produced  # noqa: E402
-
-from policies import build_policy, save_policy  # noqa: E402
 
 # USD per million tokens of the test models (per-token everywhere, so every cost is token-exact).
 PRICES: dict[str, tuple[float, float]] = {
@@ -62,13 +56,6 @@ PRICES: dict[str, tuple[float, float]] = {
 }
 UPSTREAM_IDS = {name: f"up-{name}" for name in PRICES}
 NANO_PER_USD = 1_000_000_000
-
-
-def free_port() -> int:
-    """A TCP port free on 127.0.0.1 right now."""
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
-        sock.bind(("127.0.0.1", 0))
-        return int(sock.getsockname()[1])
 
 
 def true_cost_usd(produced: Iterable[Produced]) -> float:
@@ -163,15 +150,6 @@ class RedisServer:
     def client(self) -> redis.Redis:
         """A synchronous client with short timeouts (tests must not hang on a frozen server)."""
         return redis.Redis.from_url(self.url, socket_timeout=2, socket_connect_timeout=2)
-
-
-def write_policy(directory: Path) -> Path:
-    """The test policy document as ``directory/policy.json``."""
-    document = dict(POLICY_DOCUMENT)
-    document.pop("policy_id", None)
-    path = directory / "policy.json"
-    save_policy(build_policy(document), path)
-    return path
 
 
 def model_configs(upstream_base_url: str, timeout_s: float = 5.0) -> dict[str, Any]:

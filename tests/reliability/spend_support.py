@@ -6,7 +6,7 @@
 * ``burst(replicas, api_key, count, **body)``: ``count`` concurrent requests, round-robin over the
   replicas (``endpoint`` as for ``send``); the list of statuses.
 * ``Money``: what the scripted upstream produced (priced at ``PRICES``) next to the key's Redis
-  counter, with ``worst_case_usd(body, models)`` for the bounds.
+  counter (bound it with ``tests.support.money.worst_case_usd({"messages": MESSAGES, **body}, ...)``).
 * ``wait_until(predicate, timeout_s)``.
 """
 
@@ -18,9 +18,9 @@ from collections.abc import Callable, Sequence
 from typing import Any
 
 import openai
-import orjson
-from processes import NANO_PER_USD, PRICES, GatewayProcess, RedisServer, spend_counter_nano, true_cost_usd
-from scripted_upstream import ScriptedUpstream
+from processes import NANO_PER_USD, GatewayProcess, RedisServer, spend_counter_nano, true_cost_usd
+
+from tests.support.scripted_upstream import ScriptedUpstream
 
 MESSAGES = [{"role": "user", "content": "What is the capital of France?"}]
 DEFAULT_COMPLETION_BOUND = 4096
@@ -74,16 +74,6 @@ def wait_until(predicate: Callable[[], bool], timeout_s: float = 15.0, every_s: 
             return True
         time.sleep(every_s)
     return predicate()
-
-
-def worst_case_usd(body: dict[str, Any], models: Sequence[str]) -> float:
-    """The gateway's worst case for ``body`` over ``models`` (prompt bounded by the body's bytes)."""
-    request = {"messages": MESSAGES, **body}
-    size = len(orjson.dumps(request))
-    caps = [request[f] for f in ("max_completion_tokens", "max_tokens", "n_predict") if request.get(f)]
-    completion = max(caps) if caps else DEFAULT_COMPLETION_BOUND
-    choices = max(int(request.get("n") or 1), int(request.get("best_of") or 1))
-    return sum((size * PRICES[m][0] + completion * choices * PRICES[m][1]) / 1e6 for m in models)
 
 
 class Money:

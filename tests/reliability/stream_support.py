@@ -1,7 +1,5 @@
 """Real processes for the streaming, shutdown, deadline and malformed-answer reliability tests.
 
-* ``scripted_upstream()``: the fault-injecting scripted upstream (tests/gateway/scripted_upstream.py)
-  on a loopback port, in this process's thread; it records what every stream really produced.
 * ``GatewayProcess``: ``cascade serve`` as a subprocess (its own uvicorn, signals, exit status),
   with a config written by ``write_config`` (per-token prices for every model, so a stream's cost
   depends on its tokens), client key ``KEY``, a spend limit, and the real Redis at 127.0.0.1:6379
@@ -15,7 +13,6 @@ from __future__ import annotations
 import contextlib
 import os
 import signal
-import socket
 import subprocess
 import sys
 import time
@@ -31,11 +28,11 @@ import redis
 import yaml
 from prometheus_client.parser import text_string_to_metric_families
 
-from policies import build_policy, save_policy
-from tests.gateway.gateway_testkit import POLICY_DOCUMENT
-from tests.gateway.scripted_upstream import ScriptedUpstream
+from tests.support.policy_files import write_policy
+from tests.support.ports import free_port
+from tests.support.scripted_upstream import ScriptedUpstream
+from tests.support.shared_redis import REDIS_URL, delete_prefix
 
-REDIS_URL = "redis://127.0.0.1:6379/0"
 KEY = "sk-reliability-stream"
 CASCADE = str(Path(sys.executable).with_name("cascade"))
 NANO_PER_USD = 1_000_000_000
@@ -52,31 +49,6 @@ def price_usd(model: str, prompt_tokens: int, completion_tokens: int) -> float:
     return (prompt_tokens * per_in + completion_tokens * per_out) / 1e6
 
 
-def worst_case_usd(route: list[str], body: dict[str, Any], completion_cap: int) -> float:
-    """One request's worst case as the spend contract defines it: every model of the route called
-    with one prompt token per byte of the request body and ``completion_cap`` completion tokens."""
-    body_bytes = len(orjson.dumps(body))
-    return sum(price_usd(m, body_bytes, completion_cap) for m in route)
-
-
-def free_port() -> int:
-    """A free TCP port on loopback."""
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return int(sock.getsockname()[1])
-
-
-@contextlib.contextmanager
-def scripted_upstream() -> Iterator[ScriptedUpstream]:
-    """A started scripted upstream, stopped afterwards."""
-    server = ScriptedUpstream()
-    server.start()
-    try:
-        yield server
-    finally:
-        server.stop()
-
-
 def write_config(
     directory: Path,
     upstream_url: str,
@@ -89,7 +61,7 @@ def write_config(
     """A gateway YAML (and its policy file) in ``directory``; returns the YAML's path."""
     name = uuid.uuid4().hex[:6]
     policy = directory / f"policy-{name}.json"  # one per config: a shared file would be hot-reloaded
-    save_policy(build_policy({**POLICY_DOCUMENT, "allow_degraded": allow_degraded}), policy)
+    write_policy(policy, allow_degraded=allow_degraded)
     models = {
         name: {
             "base_url": upstream_url,
@@ -283,13 +255,7 @@ class GatewayProcess:
                 self.process.kill()
                 self.process.wait(5)
         self._log.close()
-        client = redis.Redis.from_url(REDIS_URL)
-        try:
-            doomed = list(client.scan_iter(match=f"{self.prefix}:*", count=1000))
-            if doomed:
-                client.delete(*doomed)
-        finally:
-            client.close()
+        delete_prefix(self.prefix)
 
 
 @contextlib.contextmanager

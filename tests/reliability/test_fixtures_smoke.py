@@ -6,7 +6,8 @@ from __future__ import annotations
 import pytest
 import redis
 from processes import GatewayProcess, RedisServer, spend_counter_nano, true_cost_usd
-from scripted_upstream import ScriptedUpstream, ok
+
+from tests.support.scripted_upstream import ScriptedUpstream, ok
 
 MESSAGES = [{"role": "user", "content": "What is the capital of France?"}]
 

@@ -15,7 +15,8 @@ from typing import Any
 import httpx
 import pytest
 from processes import GatewayProcess, write_gateway_config
-from scripted_upstream import ScriptedUpstream
+
+from tests.support.scripted_upstream import ScriptedUpstream
 
 API_KEY = "sk-reliability-a"
 WRONG_KEY = "sk-wrong-but-secret-7f3a9c"

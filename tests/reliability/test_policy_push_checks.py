@@ -17,16 +17,18 @@ from pathlib import Path
 
 import pytest
 import redis
-from policy_support import CASCADE, REDIS_URL, Replica, make_policy, scripted_upstream, wait_for, wipe
+from policy_support import CASCADE, Replica, make_policy, wait_for
 
 from gateway.redis_keys import RedisKeys
 from policies import Policy, build_policy, save_policy
 from policies.store import compute_policy_id
+from tests.support.deploy_upstream import running_deploy_upstream
+from tests.support.shared_redis import REDIS_URL, delete_prefix
 
 
 @pytest.fixture(scope="module")
 def upstream_url() -> Iterator[str]:
-    with scripted_upstream() as url:
+    with running_deploy_upstream() as url:
         yield url
 
 
@@ -34,7 +36,7 @@ def upstream_url() -> Iterator[str]:
 def keys() -> Iterator[RedisKeys]:
     keys = RedisKeys(f"cascade-push-checks-{uuid.uuid4().hex[:10]}")
     yield keys
-    wipe(keys)
+    delete_prefix(keys)  # Redis lost this deployment's data
 
 
 @pytest.fixture

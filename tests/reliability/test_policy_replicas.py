@@ -16,26 +16,19 @@ from pathlib import Path
 import httpx
 import pytest
 import redis
-from policy_support import (
-    DEEP_JSON,
-    REDIS_URL,
-    Replica,
-    admin_headers,
-    make_policy,
-    scripted_upstream,
-    wait_for,
-    wipe,
-)
+from policy_support import DEEP_JSON, Replica, admin_headers, make_policy, wait_for
 
 from gateway.keys_cli import add_key
 from gateway.redis_keys import RedisKeys
 from policies import Policy, load_policy, save_policy
 from policies.publish import push_policy
+from tests.support.deploy_upstream import running_deploy_upstream
+from tests.support.shared_redis import REDIS_URL, delete_prefix
 
 
 @pytest.fixture(scope="module")
 def upstream_url() -> Iterator[str]:
-    with scripted_upstream() as url:
+    with running_deploy_upstream() as url:
         yield url
 
 
@@ -43,7 +36,7 @@ def upstream_url() -> Iterator[str]:
 def keys() -> Iterator[RedisKeys]:
     keys = RedisKeys(f"cascade-reliability-{uuid.uuid4().hex[:10]}")
     yield keys
-    wipe(keys)
+    delete_prefix(keys)  # Redis lost this deployment's data
 
 
 @pytest.fixture
@@ -145,7 +138,7 @@ def test_after_redis_loses_its_data_replicas_follow_the_content_not_the_version(
     assert serving(replicas, first)
 
     # Redis loses its data; the replicas keep serving the last good policy and stay ready.
-    wipe(keys)
+    delete_prefix(keys)  # Redis lost this deployment's data
     wait_for(
         lambda: all("no policy" in (r.details()["policy_last_error"] or "") for r in replicas),
         3,
@@ -182,7 +175,7 @@ def test_after_redis_loses_its_keys_no_replica_becomes_open(
     assert replicas[0].ask(key).status_code == 200
     assert replicas[0].ask("sk-unknown").status_code == 401
 
-    wipe(keys)
+    delete_prefix(keys)  # Redis lost this deployment's data
     push(client, keys, make_policy(0.4), tmp_path)  # the policy comes back; the keys do not
     replicas.append(Replica(tmp_path, upstream_url, keys, "after", **closed))
     after = replicas[1]

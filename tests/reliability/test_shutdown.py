@@ -24,15 +24,13 @@ from prometheus_client.parser import text_string_to_metric_families
 from stream_support import (
     KEY,
     MESSAGES,
+    PRICES,
     GatewayProcess,
     ReadStream,
-    free_port,
     gateway_process,
     price_usd,
     prompt_bound_excess_usd,
-    scripted_upstream,
     true_spend_usd,
-    worst_case_usd,
     write_config,
 )
 
@@ -40,8 +38,10 @@ from gateway.app import create_app
 from gateway.config import Settings
 from gateway.redis_keys import RedisKeys
 from gateway.server import DrainingServer
-from tests.gateway.redis_support import delete_prefix, fresh_keys
-from tests.gateway.scripted_upstream import ScriptedUpstream, ok
+from tests.support.money import worst_case_usd
+from tests.support.ports import free_port
+from tests.support.scripted_upstream import ScriptedUpstream, ok, running_upstream
+from tests.support.shared_redis import delete_prefix, fresh_keys
 
 SMALL_USAGE = (10, 5)
 CAP = 1000
@@ -75,7 +75,7 @@ def _wait_for_tokens(upstream: ScriptedUpstream, tokens: int) -> None:
 
 
 def test_a_stream_that_ends_within_the_grace_completes(tmp_path: Path) -> None:
-    with scripted_upstream() as upstream:
+    with running_upstream() as upstream:
         upstream.script("up-small", ok("unsure", confidence=0.3, usage=SMALL_USAGE))
         upstream.script("up-large", ok(_answer(20), usage=(12, 20), chunk_delay_s=0.1))  # about 2 s
         # A grace far longer than any wait below: the process can only exit in time by leaving as
@@ -102,10 +102,10 @@ def test_a_stream_that_ends_within_the_grace_completes(tmp_path: Path) -> None:
 
 def test_a_stream_past_the_grace_ends_with_an_sse_error_and_is_settled(tmp_path: Path) -> None:
     grace = 1.0
-    with scripted_upstream() as upstream:
+    with running_upstream() as upstream:
         upstream.script("up-small", ok("unsure", confidence=0.3, usage=SMALL_USAGE))
         upstream.script("up-large", ok(_answer(100), usage=(12, 100), chunk_delay_s=0.1))  # about 10 s
-        worst = worst_case_usd(["small", "large"], _body(), CAP)
+        worst = worst_case_usd(_body(), ["small", "large"], PRICES, CAP)
         config = write_config(tmp_path, upstream.base_url, limit_usd=3 * worst, shutdown_grace_s=grace)
         with gateway_process(config) as gateway:
             pending = _stream_in_background(gateway)
@@ -149,7 +149,7 @@ def test_interrupted_requests_are_counted_in_the_metrics(
     request still waiting for its cheap answer, and counts both."""
     monkeypatch.setenv("CASCADE_API_KEYS", KEY)
     monkeypatch.setenv("CASCADE_REDIS_PREFIX", keys.prefix)
-    with scripted_upstream() as upstream:
+    with running_upstream() as upstream:
         upstream.script("up-small", ok("unsure", confidence=0.3, usage=SMALL_USAGE), ok(delay_s=5))
         upstream.script("up-large", ok(_answer(100), usage=(12, 100), chunk_delay_s=0.1))
         settings = Settings.from_yaml(write_config(tmp_path, upstream.base_url, shutdown_grace_s=0.5))

@@ -16,8 +16,9 @@ from typing import Any
 import orjson
 import pytest
 from processes import NANO_PER_USD, PRICES, GatewayProcess, RedisServer
-from scripted_upstream import Reply, ScriptedUpstream, ok
 from spend_support import MESSAGES, Money, burst, send, settled, wait_until
+
+from tests.support.scripted_upstream import Reply, ScriptedUpstream, ok
 
 KEY = "sk-reliability-charges"
 LIMIT_USD = 1.0

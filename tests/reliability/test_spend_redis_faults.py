@@ -20,9 +20,11 @@ from __future__ import annotations
 import time
 
 import pytest
-from processes import GatewayProcess, RedisServer
-from scripted_upstream import ScriptedUpstream, ok
-from spend_support import Money, send, settled, wait_until, worst_case_usd
+from processes import PRICES, GatewayProcess, RedisServer
+from spend_support import MESSAGES, Money, send, settled, wait_until
+
+from tests.support.money import worst_case_usd
+from tests.support.scripted_upstream import ScriptedUpstream, ok
 
 KEY = "sk-reliability-outage"
 LIMIT_USD = 1.0
@@ -76,7 +78,7 @@ def test_redis_killed_each_replica_admits_at_most_its_share_and_the_spend_is_wri
     start_replicas, redis_server: RedisServer, money: Money, share: float
 ) -> None:
     a, b = replicas_with(start_replicas, redis_server, outage_share=share)
-    worst = worst_case_usd(BODY, ["large"])
+    worst = worst_case_usd({"messages": MESSAGES, **BODY}, ["large"], PRICES)
     for replica in (a, b, a, b):
         assert send(replica, KEY, **BODY)[0] == 200
     before_usd = money.true_usd()
@@ -106,7 +108,7 @@ def test_refuse_policy_answers_503_while_redis_is_down_and_never_overspends(
     start_replicas, redis_server: RedisServer, money: Money
 ) -> None:
     a, b = replicas_with(start_replicas, redis_server, on_redis_down="refuse")
-    worst = worst_case_usd(BODY, ["large"])
+    worst = worst_case_usd({"messages": MESSAGES, **BODY}, ["large"], PRICES)
     for replica in (a, b):
         assert send(replica, KEY, **BODY)[0] == 200
     spent_usd = money.true_usd()

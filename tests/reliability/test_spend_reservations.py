@@ -10,9 +10,11 @@ true spend above the limit by at most one request's worst case.
 from __future__ import annotations
 
 import pytest
-from processes import RedisServer
-from scripted_upstream import ScriptedUpstream, ok
-from spend_support import Money, burst, send, wait_until, worst_case_usd
+from processes import PRICES, RedisServer
+from spend_support import MESSAGES, Money, burst, send, wait_until
+
+from tests.support.money import worst_case_usd
+from tests.support.scripted_upstream import ScriptedUpstream, ok
 
 KEY = "sk-reliability-money"
 LIMIT_USD = 1.0
@@ -55,7 +57,9 @@ def test_n_choices_are_reserved_so_a_burst_of_n_60_stays_within_the_limit(
 ) -> None:
     upstream.set_default("up-large", ok(usage=(20, 100)))  # 100 tokens per choice
     body = {"model": "large", "n": 60, "max_tokens": 100}
-    worst = worst_case_usd(body, ["large"])  # ~0.18 USD: five fit under 1 USD
+    worst = worst_case_usd(
+        {"messages": MESSAGES, **body}, ["large"], PRICES
+    )  # ~0.18 USD: five fit under 1 USD
     statuses = burst(replicas, KEY, 20, **body)
     assert statuses.count(200) == 5 and statuses.count(429) == 15, statuses
     assert_exact_and_bounded(money, worst)
@@ -66,7 +70,9 @@ def test_the_larger_completion_cap_is_reserved_when_both_are_given(
 ) -> None:
     upstream.set_default("up-large", ok(usage=(20, 5000)))  # the upstream honours max_tokens
     body = {"model": "large", "max_completion_tokens": 1, "max_tokens": 5000}
-    worst = worst_case_usd(body, ["large"])  # ~0.15 USD: six fit under 1 USD
+    worst = worst_case_usd(
+        {"messages": MESSAGES, **body}, ["large"], PRICES
+    )  # ~0.15 USD: six fit under 1 USD
     statuses = burst(replicas, KEY, 20, **body)
     assert statuses.count(200) == 6 and statuses.count(429) == 14, statuses
     assert_exact_and_bounded(money, worst)
@@ -95,7 +101,9 @@ def test_a_concurrent_cascade_burst_across_two_replicas_admits_only_what_the_lim
     upstream.script("up-small", *[ok(confidence=0.3 if i % 2 else 0.99, usage=(30, 40)) for i in range(40)])
     upstream.set_default("up-large", ok(usage=(30, 2000)))
     body = {"model": "cascade", "max_tokens": 2000}
-    worst = worst_case_usd(body, ["small", "large"])  # ~0.064 USD: 15 fit under 1 USD at once
+    worst = worst_case_usd(
+        {"messages": MESSAGES, **body}, ["small", "large"], PRICES
+    )  # ~0.064 USD: 15 fit under 1 USD at once
     statuses = burst(replicas, KEY, 40, **body)
     # Accepted answers settle far below their reservation, which lets later requests of the burst in.
     assert statuses.count(200) >= 15 and statuses.count(429) >= 1, statuses

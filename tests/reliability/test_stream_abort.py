@@ -13,16 +13,16 @@ from pathlib import Path
 import pytest
 from stream_support import (
     MESSAGES,
+    PRICES,
     gateway_process,
     price_usd,
     prompt_bound_excess_usd,
-    scripted_upstream,
     true_spend_usd,
-    worst_case_usd,
     write_config,
 )
 
-from tests.gateway.scripted_upstream import ok
+from tests.support.money import worst_case_usd
+from tests.support.scripted_upstream import ok, running_upstream
 
 TOKENS = 40
 SMALL_USAGE = (10, 5)
@@ -43,9 +43,9 @@ def test_aborted_streams_are_charged_and_refused_once_the_limit_is_reached(
     tmp_path: Path, model: str, route: list[str]
 ) -> None:
     body = {"model": model, "messages": MESSAGES, "stream": True, "max_tokens": CAP}
-    worst = worst_case_usd(route, body, CAP)
+    worst = worst_case_usd(body, route, PRICES, CAP)
     limit = 1.5 * worst  # admits one full stream, not two
-    with scripted_upstream() as upstream:
+    with running_upstream() as upstream:
         upstream.set_default("up-small", ok("unsure", confidence=0.3, usage=SMALL_USAGE))
         upstream.set_default("up-large", ok(_long_answer(), usage=(LARGE_PROMPT, TOKENS), chunk_delay_s=0.05))
         with gateway_process(write_config(tmp_path, upstream.base_url, limit_usd=limit)) as gateway:
@@ -83,8 +83,8 @@ def test_aborted_streams_are_charged_and_refused_once_the_limit_is_reached(
 
 def test_a_stream_cut_by_the_upstream_is_charged_for_what_it_streamed(tmp_path: Path) -> None:
     body = {"model": "cascade", "messages": MESSAGES, "stream": True, "max_tokens": CAP}
-    worst = worst_case_usd(["small", "large"], body, CAP)
-    with scripted_upstream() as upstream:
+    worst = worst_case_usd(body, ["small", "large"], PRICES, CAP)
+    with running_upstream() as upstream:
         upstream.script("up-small", ok("unsure", confidence=0.3, usage=SMALL_USAGE))
         upstream.script("up-large", ok(_long_answer(), usage=(LARGE_PROMPT, TOKENS), break_stream_after=25))
         with gateway_process(write_config(tmp_path, upstream.base_url, limit_usd=10 * worst)) as gateway:

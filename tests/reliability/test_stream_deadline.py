@@ -12,16 +12,16 @@ from pathlib import Path
 import pytest
 from stream_support import (
     MESSAGES,
+    PRICES,
     gateway_process,
     price_usd,
     prompt_bound_excess_usd,
-    scripted_upstream,
     true_spend_usd,
-    worst_case_usd,
     write_config,
 )
 
-from tests.gateway.scripted_upstream import ok
+from tests.support.money import worst_case_usd
+from tests.support.scripted_upstream import ok, running_upstream
 
 DEADLINE_S = 1.5
 SMALL_USAGE = (10, 5)
@@ -30,13 +30,13 @@ SMALL_USAGE = (10, 5)
 def test_a_stream_past_the_deadline_ends_with_upstream_timeout(tmp_path: Path) -> None:
     body = {"model": "cascade", "messages": MESSAGES, "stream": True, "max_tokens": 64}
     answer = " ".join(f"w{i}" for i in range(40))  # 40 chunks, 0.1 s apart: 4 s > the deadline
-    with scripted_upstream() as upstream:
+    with running_upstream() as upstream:
         upstream.script("up-small", ok("unsure", confidence=0.3, usage=SMALL_USAGE))
         upstream.script("up-large", ok(answer, usage=(12, 40), chunk_delay_s=0.1))
         config = write_config(
             tmp_path,
             upstream.base_url,
-            limit_usd=10 * worst_case_usd(["small", "large"], body, 64),
+            limit_usd=10 * worst_case_usd(body, ["small", "large"], PRICES, 64),
             request_timeout_s=DEADLINE_S,
         )
         with gateway_process(config) as gateway:

@@ -11,9 +11,9 @@ from collections.abc import Iterator
 from typing import Any
 
 import pytest
-from stream_support import MESSAGES, GatewayProcess, gateway_process, scripted_upstream, write_config
+from stream_support import MESSAGES, GatewayProcess, gateway_process, write_config
 
-from tests.gateway.scripted_upstream import Reply, ScriptedUpstream, ok
+from tests.support.scripted_upstream import Reply, ScriptedUpstream, ok, running_upstream
 
 BASE = {"id": "cmpl-bad", "object": "chat.completion", "created": 1, "model": "up-large"}
 CHUNK = {"id": "chunk-bad", "object": "chat.completion.chunk", "created": 1, "model": "up-large"}
@@ -42,7 +42,7 @@ CASES = [
 def servers(tmp_path_factory: pytest.TempPathFactory) -> Iterator[dict[str, Any]]:
     """The upstream and two gateways: ``degraded`` (allowed) and ``strict`` (not allowed)."""
     directory = tmp_path_factory.mktemp("malformed")
-    with scripted_upstream() as upstream:
+    with running_upstream() as upstream:
         degraded = write_config(directory, upstream.base_url, allow_degraded=True)
         strict = write_config(directory, upstream.base_url, allow_degraded=False)
         with gateway_process(degraded) as lenient_gateway, gateway_process(strict) as strict_gateway:

@@ -12,7 +12,7 @@ import httpx
 import pytest
 from processes import UPSTREAM_IDS, model_configs
 
-from tests.gateway.scripted_upstream import Reply
+from tests.support.scripted_upstream import Reply
 
 # Random-looking, so that a piece of one found in a text can only come from the secret.
 UPSTREAM_KEY = "sk-Q7vX2mLp9RtZ4wKc8NbYj3Hd"

@@ -14,11 +14,11 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from scripted_upstream import ok
 from typer.testing import CliRunner
 
 from cascade_cli.main import app
 from collection.prompts import load_prompts
+from tests.support.scripted_upstream import ok
 
 SMALL_COST = (10 * 0.1 + 5 * 0.2) / 1e6
 LARGE_COST = 0.001
@@ -40,14 +40,14 @@ def write_prompts(path: Path, n: int = 10, grader: str = "numeric") -> Path:
     return path
 
 
-def script_balanced(scripted: Any) -> None:
+def script_balanced(upstream: Any) -> None:
     """Balanced tier (small -> large @ 0.5) on q0..q9, in order: q0-q3 accepted and right, q4-q5
     accepted and wrong, q6-q9 escalated; large answers q6-q8 right and q9 wrong.
     Realized: quality 7/10, escalation 4/10, cost (10 x small + 4 x large) / 10."""
     confident = [ok(str(2 * i), confidence=0.99) for i in range(4)] + [ok("999", confidence=0.99)] * 2
     unsure = [ok("0", confidence=0.3)] * 4
-    scripted.script("up-small", *confident, *unsure)
-    scripted.script("up-large", ok("12"), ok("14"), ok("16"), ok("999"))
+    upstream.script("up-small", *confident, *unsure)
+    upstream.script("up-large", ok("12"), ok("14"), ok("16"), ok("999"))
 
 
 def invoke(*args: str) -> Any:
@@ -56,12 +56,12 @@ def invoke(*args: str) -> Any:
 
 
 def test_realized_quality_cost_and_escalation_are_exact(
-    tmp_path, scripted, policy_file, start_replay_gateway
+    tmp_path, upstream, policy_file, start_replay_gateway
 ):
     policy = policy_file()  # balanced expects quality 0.7, cost 0.0004, escalation 0.4
     gateway = start_replay_gateway(policy)
     prompts = write_prompts(tmp_path / "set.jsonl")
-    script_balanced(scripted)
+    script_balanced(upstream)
     report_path = tmp_path / "out" / "report.json"
 
     result = invoke(
@@ -95,20 +95,20 @@ def test_realized_quality_cost_and_escalation_are_exact(
 
     # Same prompt format as `cascade collect`: the messages collect would send, at temperature 0.
     expected_messages = [q.messages() for q in load_prompts(prompts)]
-    small_calls = scripted.calls("up-small")
+    small_calls = upstream.calls("up-small")
     assert [c.body["messages"] for c in small_calls] == expected_messages
     assert {c.body["temperature"] for c in small_calls} == {0.0}
-    assert len(scripted.calls("up-large")) == 4
+    assert len(upstream.calls("up-large")) == 4
 
 
 def test_a_far_expectation_is_flagged_and_a_matching_one_is_not(
-    tmp_path, scripted, policy_file, start_replay_gateway
+    tmp_path, upstream, policy_file, start_replay_gateway
 ):
     served = policy_file()
     far = policy_file(balanced={"expected": {"cost_usd": 0.00001, "quality": 0.2, "escalation_rate": 0.95}})
     gateway = start_replay_gateway(served)
     prompts = write_prompts(tmp_path / "set.jsonl")
-    script_balanced(scripted)
+    script_balanced(upstream)
     first = tmp_path / "matching.json"
     assert invoke(str(prompts), "-g", gateway.url, "-t", "balanced", "-p", str(served), "-o", str(first),
                   "--concurrency", "1").exit_code == 0  # fmt: skip
@@ -127,7 +127,7 @@ def test_a_far_expectation_is_flagged_and_a_matching_one_is_not(
     assert any("expected quality 0.2 is outside the realized 95% interval" in f for f in report["flags"])
     assert any("the gateway served policy" in f for f in report["flags"])
     assert "POLICY MISMATCH" in result.stdout
-    assert len(scripted.calls()) == 14  # nothing was sent again
+    assert len(upstream.calls()) == 14  # nothing was sent again
 
 
 def write_yes_prompts(path: Path, n: int) -> Path:
@@ -139,12 +139,12 @@ def write_yes_prompts(path: Path, n: int) -> Path:
 
 
 def test_a_budget_is_checked_against_the_envelope_point_the_gateway_picks(
-    tmp_path, scripted, policy_file, start_replay_gateway
+    tmp_path, upstream, policy_file, start_replay_gateway
 ):
     policy = policy_file()
     gateway = start_replay_gateway(policy)
-    scripted.set_default("up-small", ok("yes", confidence=0.99))
-    scripted.set_default("up-large", ok("yes"))
+    upstream.set_default("up-small", ok("yes", confidence=0.99))
+    upstream.set_default("up-large", ok("yes"))
     prompts = write_yes_prompts(tmp_path / "yes.jsonl", 6)
     out = tmp_path / "budgets.json"
 
@@ -176,7 +176,7 @@ def test_a_budget_is_checked_against_the_envelope_point_the_gateway_picks(
 
 
 def test_default_tiers_are_the_policys_and_without_a_policy_the_gateways(
-    tmp_path, scripted, policy_file, start_replay_gateway
+    tmp_path, upstream, policy_file, start_replay_gateway
 ):
     policy = policy_file()
     gateway = start_replay_gateway(policy)
@@ -198,11 +198,11 @@ def test_default_tiers_are_the_policys_and_without_a_policy_the_gateways(
 
 
 def test_every_report_field_is_named_in_the_contracts_doc(
-    tmp_path, repo_root, scripted, policy_file, start_replay_gateway
+    tmp_path, repo_root, upstream, policy_file, start_replay_gateway
 ):
     policy = policy_file()
     gateway = start_replay_gateway(policy)
-    scripted.set_default("up-small", ok("yes", confidence=0.99))
+    upstream.set_default("up-small", ok("yes", confidence=0.99))
     out = tmp_path / "r.json"
     prompts = write_yes_prompts(tmp_path / "yes.jsonl", 2)
     assert (

@@ -3,14 +3,14 @@
 from __future__ import annotations
 
 import json
-import socket
 from pathlib import Path
 from typing import Any
 
-from scripted_upstream import ok
 from typer.testing import CliRunner
 
 from cascade_cli.main import app
+from tests.support.ports import free_port
+from tests.support.scripted_upstream import ok
 
 
 def questions(path: Path, n: int = 3) -> Path:
@@ -35,7 +35,7 @@ def replay(*args: str, **env: str) -> Any:
 
 
 def test_an_unknown_tier_reports_the_gateways_400_message(
-    tmp_path, scripted, policy_file, start_replay_gateway
+    tmp_path, upstream, policy_file, start_replay_gateway
 ):
     gateway = start_replay_gateway(policy_file())
     result = replay(
@@ -51,13 +51,11 @@ def test_an_unknown_tier_reports_the_gateways_400_message(
         "error: tier:nosuch: gateway answered HTTP 400: unknown tier 'nosuch'; this policy defines "
         "balanced, chain, direct, mix"
     )
-    assert scripted.calls() == []
+    assert upstream.calls() == []
 
 
 def test_an_unreachable_gateway_is_named(tmp_path):
-    with socket.socket() as sock:  # a port nothing listens on
-        sock.bind(("127.0.0.1", 0))
-        port = sock.getsockname()[1]
+    port = free_port()  # a port nothing listens on
     result = replay(
         str(questions(tmp_path / "q.jsonl")), "-g", f"http://127.0.0.1:{port}", "-o", str(tmp_path / "r.json")
     )
@@ -67,7 +65,7 @@ def test_an_unreachable_gateway_is_named(tmp_path):
 
 
 def test_a_missing_or_wrong_key_reports_the_gateways_401(
-    tmp_path, scripted, policy_file, start_replay_gateway
+    tmp_path, upstream, policy_file, start_replay_gateway
 ):
     gateway = start_replay_gateway(policy_file(), api_keys="sk-right")
     prompts = str(questions(tmp_path / "q.jsonl"))
@@ -77,26 +75,26 @@ def test_a_missing_or_wrong_key_reports_the_gateways_401(
     wrong = the_error(replay(prompts, "-g", gateway.url, "-t", "direct", "-o", out, "--api-key", "sk-wrong"))
     assert "HTTP 401: Incorrect API key provided" in wrong
 
-    scripted.set_default("up-large", ok("yes"))
+    upstream.set_default("up-large", ok("yes"))
     assert (
         replay(prompts, "-g", gateway.url, "-t", "direct", "-o", out, CASCADE_API_KEY="sk-right").exit_code
         == 0
     )
-    assert {c.model for c in scripted.calls()} == {"up-large"}
+    assert {c.model for c in upstream.calls()} == {"up-large"}
 
 
-def test_something_that_is_not_a_cascade_gateway_is_refused(tmp_path, scripted):
+def test_something_that_is_not_a_cascade_gateway_is_refused(tmp_path, upstream):
     prompts = str(questions(tmp_path / "q.jsonl"))
-    no_tiers = replay(prompts, "-g", scripted.base_url, "-o", str(tmp_path / "r.json"))
+    no_tiers = replay(prompts, "-g", upstream.base_url, "-o", str(tmp_path / "r.json"))
     assert "lists no cascade/<tier> model (no policy loaded?); pass --tier" in the_error(no_tiers)
-    no_headers = replay(prompts, "-g", scripted.base_url, "-t", "x", "-o", str(tmp_path / "r.json"))
+    no_headers = replay(prompts, "-g", upstream.base_url, "-t", "x", "-o", str(tmp_path / "r.json"))
     assert (
         "without x-cascade-cost-usd / x-cascade-escalated headers; is this a cascade gateway?"
         in the_error(no_headers)
     )
 
 
-def test_a_bad_prompt_file_names_the_file_and_line(tmp_path, scripted, policy_file, start_replay_gateway):
+def test_a_bad_prompt_file_names_the_file_and_line(tmp_path, upstream, policy_file, start_replay_gateway):
     gateway = start_replay_gateway(policy_file())
     bad = tmp_path / "bad.jsonl"
     bad.write_text('{"query_id": "a", "prompt": "p", "answer": "yes", "grader": "exact_match"}\n{oops\n')
@@ -110,11 +108,11 @@ def test_a_bad_prompt_file_names_the_file_and_line(tmp_path, scripted, policy_fi
     assert the_error(replay(str(tmp_path / "none.jsonl"), "-g", gateway.url, "-o", out)).startswith(
         f"error: {tmp_path / 'none.jsonl'}: cannot read the prompt set"
     )
-    assert scripted.calls() == []
+    assert upstream.calls() == []
 
 
 def test_a_bad_policy_file_and_changed_request_options_are_refused(
-    tmp_path, scripted, policy_file, start_replay_gateway
+    tmp_path, upstream, policy_file, start_replay_gateway
 ):
     gateway = start_replay_gateway(policy_file())
     prompts = str(questions(tmp_path / "q.jsonl"))
@@ -125,7 +123,7 @@ def test_a_bad_policy_file_and_changed_request_options_are_refused(
         f"error: {broken}"
     )
 
-    scripted.set_default("up-large", ok("yes"))
+    upstream.set_default("up-large", ok("yes"))
     assert replay(prompts, "-g", gateway.url, "-t", "direct", "-o", out).exit_code == 0
     changed = the_error(replay(prompts, "-g", gateway.url, "-t", "direct", "-o", out, "--max-tokens", "64"))
     assert "holds results sent with {'temperature': 0.0, 'max_tokens': None}" in changed

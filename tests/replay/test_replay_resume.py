@@ -11,10 +11,10 @@ import time
 from pathlib import Path
 from typing import Any
 
-from scripted_upstream import error, ok
 from typer.testing import CliRunner
 
 from cascade_cli.main import app
+from tests.support.scripted_upstream import error, ok
 
 
 def write_questions(path: Path, n: int) -> Path:
@@ -25,9 +25,9 @@ def write_questions(path: Path, n: int) -> Path:
     return path
 
 
-def asked(scripted: Any) -> list[str]:
+def asked(upstream: Any) -> list[str]:
     """Query ids of the questions the upstream received, in order ('Is 3 ...' -> y3)."""
-    return [f"y{c.body['messages'][-1]['content'].split()[1]}" for c in scripted.calls()]
+    return [f"y{c.body['messages'][-1]['content'].split()[1]}" for c in upstream.calls()]
 
 
 def result_ids(path: Path) -> list[str]:
@@ -35,10 +35,10 @@ def result_ids(path: Path) -> list[str]:
 
 
 def test_an_interrupted_replay_resumes_without_resending_finished_questions(
-    tmp_path, repo_root, scripted, policy_file, start_replay_gateway
+    tmp_path, repo_root, upstream, policy_file, start_replay_gateway
 ):
     gateway = start_replay_gateway(policy_file())
-    scripted.set_default("up-large", ok("yes", delay_s=0.2))
+    upstream.set_default("up-large", ok("yes", delay_s=0.2))
     prompts = write_questions(tmp_path / "set.jsonl", 12)
     report = tmp_path / "report.json"
     results = tmp_path / "report.requests.jsonl"
@@ -60,23 +60,23 @@ def test_an_interrupted_replay_resumes_without_resending_finished_questions(
     finished = result_ids(results)
     assert 3 <= len(finished) < 12
 
-    scripted.reset()
-    scripted.set_default("up-large", ok("yes"))
+    upstream.reset()
+    upstream.set_default("up-large", ok("yes"))
     result = CliRunner().invoke(app, command[3:])
 
     assert result.exit_code == 0, result.output
-    assert sorted(asked(scripted)) == sorted(set(result_ids(prompts)) - set(finished))
+    assert sorted(asked(upstream)) == sorted(set(result_ids(prompts)) - set(finished))
     assert sorted(result_ids(results)) == sorted(f"y{i}" for i in range(12))
     assert json.loads(report.read_text())["arms"][0]["requests"] == 12
     assert f"{len(finished)} already in" in result.stderr
 
 
 def test_failed_requests_write_nothing_and_are_retried_by_the_next_run(
-    tmp_path, scripted, policy_file, start_replay_gateway
+    tmp_path, upstream, policy_file, start_replay_gateway
 ):
     gateway = start_replay_gateway(policy_file())
-    scripted.set_default("up-large", ok("yes"))
-    scripted.script("up-large", ok("yes"), error(503), error(503))  # y1 fails (the gateway retries once)
+    upstream.set_default("up-large", ok("yes"))
+    upstream.script("up-large", ok("yes"), error(503), error(503))  # y1 fails (the gateway retries once)
     prompts = write_questions(tmp_path / "set.jsonl", 4)
     args = ["replay", str(prompts), "-g", gateway.url, "-t", "direct", "-o", str(tmp_path / "r.json"),
             "--concurrency", "1", "--retries", "0"]  # fmt: skip
@@ -90,20 +90,20 @@ def test_failed_requests_write_nothing_and_are_retried_by_the_next_run(
     assert json.loads((tmp_path / "r.json").read_text())["arms"][0]["missing"] == 1
     assert sorted(result_ids(tmp_path / "r.requests.jsonl")) == ["y0", "y2", "y3"]
 
-    scripted.reset()
-    scripted.set_default("up-large", ok("yes"))
+    upstream.reset()
+    upstream.set_default("up-large", ok("yes"))
     second = CliRunner().invoke(app, args)
 
     assert second.exit_code == 0, second.output
-    assert asked(scripted) == ["y1"]
+    assert asked(upstream) == ["y1"]
     assert json.loads((tmp_path / "r.json").read_text())["arms"][0]["missing"] == 0
 
 
 def test_no_more_requests_are_in_flight_than_the_concurrency_bound(
-    tmp_path, scripted, policy_file, start_replay_gateway
+    tmp_path, upstream, policy_file, start_replay_gateway
 ):
     gateway = start_replay_gateway(policy_file())
-    scripted.set_default("up-large", ok("yes", delay_s=0.15))
+    upstream.set_default("up-large", ok("yes", delay_s=0.15))
     prompts = write_questions(tmp_path / "set.jsonl", 12)
     peak = 0
     stop = threading.Event()
@@ -111,7 +111,7 @@ def test_no_more_requests_are_in_flight_than_the_concurrency_bound(
     def sample() -> None:  # requests the upstream has received and not yet answered
         nonlocal peak
         while not stop.is_set():
-            peak = max(peak, len(scripted.requests) - len(scripted.completed))
+            peak = max(peak, len(upstream.requests) - len(upstream.completed))
             time.sleep(0.002)
 
     sampler = threading.Thread(target=sample, daemon=True)
@@ -124,16 +124,16 @@ def test_no_more_requests_are_in_flight_than_the_concurrency_bound(
     sampler.join()
 
     assert result.exit_code == 0, result.output
-    assert len(scripted.calls("up-large")) == 12
+    assert len(upstream.calls("up-large")) == 12
     assert peak == 3
 
 
 def test_a_request_slower_than_the_timeout_fails_and_max_tokens_is_passed_through(
-    tmp_path, scripted, policy_file, start_replay_gateway
+    tmp_path, upstream, policy_file, start_replay_gateway
 ):
     gateway = start_replay_gateway(policy_file())
-    scripted.script("up-large", ok("yes"), ok("yes", delay_s=1.6))  # y1 outlasts --timeout-s 1
-    scripted.set_default("up-large", ok("yes"))
+    upstream.script("up-large", ok("yes"), ok("yes", delay_s=1.6))  # y1 outlasts --timeout-s 1
+    upstream.set_default("up-large", ok("yes"))
     prompts = write_questions(tmp_path / "set.jsonl", 3)
     args = ["replay", str(prompts), "-g", gateway.url, "-t", "direct", "-o", str(tmp_path / "r.json"),
             "--concurrency", "1", "--retries", "0", "--timeout-s", "1", "--max-tokens", "7"]  # fmt: skip
@@ -143,15 +143,15 @@ def test_a_request_slower_than_the_timeout_fails_and_max_tokens_is_passed_throug
     assert result.exit_code == 1
     assert "  tier:direct y1: ReadTimeout" in result.stderr
     assert sorted(result_ids(tmp_path / "r.requests.jsonl")) == ["y0", "y2"]
-    assert [c.body["max_tokens"] for c in scripted.calls()] == [7, 7, 7]
+    assert [c.body["max_tokens"] for c in upstream.calls()] == [7, 7, 7]
 
 
-def test_without_max_tokens_none_is_sent(tmp_path, scripted, policy_file, start_replay_gateway):
+def test_without_max_tokens_none_is_sent(tmp_path, upstream, policy_file, start_replay_gateway):
     gateway = start_replay_gateway(policy_file())
-    scripted.set_default("up-large", ok("yes"))
+    upstream.set_default("up-large", ok("yes"))
     prompts = write_questions(tmp_path / "set.jsonl", 2)
     result = CliRunner().invoke(
         app, ["replay", str(prompts), "-g", gateway.url, "-t", "direct", "-o", str(tmp_path / "r.json")]
     )
     assert result.exit_code == 0, result.output
-    assert [("max_tokens" in c.body, c.body["temperature"]) for c in scripted.calls()] == [(False, 0.0)] * 2
+    assert [("max_tokens" in c.body, c.body["temperature"]) for c in upstream.calls()] == [(False, 0.0)] * 2

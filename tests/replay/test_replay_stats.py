@@ -5,7 +5,6 @@ from __future__ import annotations
 import copy
 
 import pytest
-from gateway_testkit import POLICY_DOCUMENT  # on sys.path through tests/replay/conftest.py
 
 from policies import build_policy
 from replay.report import expectation_for
@@ -17,6 +16,7 @@ from replay.stats import (
     percentile,
     wilson_interval,
 )
+from tests.support.gateway_testkit import POLICY_DOCUMENT
 
 
 @pytest.mark.parametrize(

@@ -11,7 +11,8 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-from postgres_support import POSTGRES_URL, drop_schema
+
+from tests.support.postgres import POSTGRES_URL, drop_schema
 
 
 @pytest.fixture

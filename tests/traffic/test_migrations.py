@@ -8,8 +8,8 @@ from collections.abc import Iterator
 
 import asyncpg
 import pytest
-from postgres_support import POSTGRES_URL, drop_schema
 
+from tests.support.postgres import POSTGRES_URL, drop_schema
 from traffic.migrations import MIGRATIONS, migrate
 from traffic.store import StoreError
 

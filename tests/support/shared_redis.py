@@ -20,16 +20,23 @@ from gateway.redis_keys import RedisKeys
 REDIS_URL = "redis://127.0.0.1:6379/0"
 
 
+def fresh_prefix() -> str:
+    """A key prefix no other test uses."""
+    return f"cascade-test-{uuid.uuid4().hex[:12]}"
+
+
 def fresh_keys() -> RedisKeys:
     """Key names under a prefix no other test uses."""
-    return RedisKeys(f"cascade-test-{uuid.uuid4().hex[:12]}")
+    return RedisKeys(fresh_prefix())
 
 
-def delete_prefix(keys: RedisKeys) -> None:
-    """Remove every key under ``keys.prefix``."""
-    client = redis.Redis.from_url(REDIS_URL)
+def delete_prefix(keys: RedisKeys | str) -> None:
+    """Remove every key under a test's prefix (``keys.prefix`` or the prefix itself), as a Redis that
+    lost this deployment's data."""
+    prefix = keys if isinstance(keys, str) else keys.prefix
+    client = redis.Redis.from_url(REDIS_URL, socket_timeout=5, socket_connect_timeout=5)
     try:
-        doomed = list(client.scan_iter(match=f"{keys.prefix}:*", count=1000))
+        doomed = list(client.scan_iter(match=f"{prefix}:*", count=1000))
         if doomed:
             client.delete(*doomed)
     finally:

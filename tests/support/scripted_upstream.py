@@ -1,4 +1,4 @@
-"""A scripted OpenAI-compatible upstream on loopback, for gateway tests (the seam double).
+"""The scripted OpenAI-compatible upstream on loopback, for every test package (the seam double).
 
 One aiohttp server (own thread and event loop, random free port) answers
 ``POST /v1/chat/completions``, ``POST /v1/completions`` and ``GET /v1/models`` for any number of
@@ -27,10 +27,12 @@ abandoned stream really cost.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import math
 import threading
 import time
 from collections import defaultdict, deque
+from collections.abc import Iterator
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -306,6 +308,17 @@ class ScriptedUpstream:
         self.completed.append(model)
         self.produced.append(Produced(model, reply.usage[0], reply.usage[1] * _billed_choices(body)))
         return response
+
+
+@contextlib.contextmanager
+def running_upstream() -> Iterator[ScriptedUpstream]:
+    """A started scripted upstream for the block, stopped afterwards."""
+    server = ScriptedUpstream()
+    server.start()
+    try:
+        yield server
+    finally:
+        server.stop()
 
 
 # -- response builders ---------------------------------------------------------------------------
