@@ -5,7 +5,7 @@ from __future__ import annotations
 import asyncio
 
 from traffic.rows import TrafficRow
-from traffic.store import open_store
+from traffic.backends import open_store
 
 
 def stored_rows(url: str) -> list[TrafficRow]:
