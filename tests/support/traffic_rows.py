@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import asyncio
 
-from traffic.rows import TrafficRow
 from traffic.backends import open_store
+from traffic.rows import TrafficRow
 
 
 def stored_rows(url: str) -> list[TrafficRow]:
