@@ -77,7 +77,7 @@ def dominated_models(cost: np.ndarray, quality: np.ndarray) -> np.ndarray:
     cost = np.asarray(cost, dtype=np.float64)
     quality = np.asarray(quality, dtype=np.float64)
     beats = (cost[:, None] < cost[None, :]) & (quality[:, None] > quality[None, :])  # [j, m]: j beats m
-    return beats.any(axis=0)
+    return np.asarray(beats.any(axis=0))
 
 
 def candidate_pairs(quality: np.ndarray, pool: np.ndarray) -> list[tuple[int, int]]:

@@ -415,7 +415,7 @@ class _Builder:
     def no_query_left(
         self,
         model_codes: np.ndarray,
-        model_names: Sequence[str],
+        model_names: np.ndarray,
         score_missing: np.ndarray,
         scorer: str,
         score_column: str | None,

@@ -179,7 +179,7 @@ def _command_line(
     """The command that reproduces this run's requests (recorded in the report)."""
     words = ["cascade", "replay", str(prompts), "--gateway", gateway, "-o", str(output)]
     words += [f"--tier={tier}" for tier in tiers] + [f"--max-cost-usd={budget!r}" for budget in budgets]
-    optional = {"--policy": policy_file, "--max-tokens": max_tokens, "--limit": limit}
+    optional: dict[str, object] = {"--policy": policy_file, "--max-tokens": max_tokens, "--limit": limit}
     optional["--temperature"] = temperature or None
     words += [f"{flag}={value}" for flag, value in optional.items() if value is not None]
     return shlex.join(words)

@@ -88,7 +88,7 @@ def summarize_arm(
     confidence: float,
 ) -> dict[str, Any]:
     """One arm's entry of the report (see ``build_report``)."""
-    expected = dict(zip(METRICS, (None, None, None), strict=True))
+    expected: dict[str, float | None] = dict(zip(METRICS, (None, None, None), strict=True))
     if expectation is not None:
         expected = {
             "quality": expectation.quality,
