@@ -16,7 +16,12 @@ import typer
 from calibration.cli_errors import run_or_exit
 
 if TYPE_CHECKING:
+    from collections.abc import Mapping
+
     from rich.console import Console
+
+    from calibration.runs import RunsMatrix
+    from calibration.tiers import TierSolution
 
 EXTERNAL_SCORER_NOTE = (
     "scorer 'external' (precomputed column '{column}'): the gateway refuses to serve this policy, "
@@ -141,19 +146,7 @@ def run_calibrate(options: CalibrateOptions, console: Console, errors: Console) 
     write_policy(policy, output)
 
     print_summary(console, matrix, envelope, solutions, spec.default_tier)
-    for solution in solutions.values():
-        if solution.warning:
-            errors.print(f"[yellow]warning:[/yellow] {solution.warning}", highlight=False, soft_wrap=True)
-    if matrix.scorer == "external":
-        errors.print(
-            "[yellow]note:[/yellow] " + EXTERNAL_SCORER_NOTE.format(column=matrix.score_column),
-            highlight=False,
-            soft_wrap=True,
-        )
-    else:
-        console.print(
-            f"Scorer: {matrix.scorer} (top_k={matrix.top_k}), the same function the gateway applies."
-        )
+    _print_tier_warnings_and_scorer(console, errors, matrix, solutions)
     console.print(
         f"Loaded {runs} in {loaded - started:.2f} s; computed in {computed - loaded:.2f} s "
         f"({'randomized' if randomize else 'deterministic'} tiers)."
@@ -176,3 +169,22 @@ def run_calibrate(options: CalibrateOptions, console: Console, errors: Console) 
                 randomize=randomize,
             )
         console.print(f"Report: {page} (plots beside it)", highlight=False, soft_wrap=True)
+
+
+def _print_tier_warnings_and_scorer(
+    console: Console, errors: Console, matrix: RunsMatrix, solutions: Mapping[str, TierSolution]
+) -> None:
+    """Each tier's warning, then which scorer the policy uses (a note if the gateway cannot serve it)."""
+    for solution in solutions.values():
+        if solution.warning:
+            errors.print(f"[yellow]warning:[/yellow] {solution.warning}", highlight=False, soft_wrap=True)
+    if matrix.scorer == "external":
+        errors.print(
+            "[yellow]note:[/yellow] " + EXTERNAL_SCORER_NOTE.format(column=matrix.score_column),
+            highlight=False,
+            soft_wrap=True,
+        )
+    else:
+        console.print(
+            f"Scorer: {matrix.scorer} (top_k={matrix.top_k}), the same function the gateway applies."
+        )

@@ -76,7 +76,7 @@ def spearman(x: np.ndarray, y: np.ndarray) -> float:
     return float(np.corrcoef(rankdata(x), rankdata(y))[0, 1])
 
 
-def score_bins(score: np.ndarray, n_bins: int = N_BINS) -> tuple[np.ndarray, np.ndarray]:
+def score_bins(score: np.ndarray, n_bins: int = N_BINS) -> tuple[np.ndarray, int]:
     """Equal-count bins of ``score`` (n,): ``(bin index (n,), bin count B)``; tied edges merge."""
     edges = np.unique(np.quantile(score, np.linspace(0.0, 1.0, n_bins + 1)))
     inner = edges[1:-1]

@@ -77,7 +77,7 @@ def dominated_models(cost: np.ndarray, quality: np.ndarray) -> np.ndarray:
     cost = np.asarray(cost, dtype=np.float64)
     quality = np.asarray(quality, dtype=np.float64)
     beats = (cost[:, None] < cost[None, :]) & (quality[:, None] > quality[None, :])  # [j, m]: j beats m
-    return beats.any(axis=0)
+    return np.asarray(beats.any(axis=0))
 
 
 def candidate_pairs(quality: np.ndarray, pool: np.ndarray) -> list[tuple[int, int]]:
@@ -102,7 +102,7 @@ def compute_envelope(matrix: RunsMatrix, rows: np.ndarray | None = None) -> Enve
         The Envelope (see its attributes), exact: every distinct score of L is a threshold.
     """
     data = matrix if rows is None else matrix.subset(rows)
-    n, k = data.quality.shape
+    n = data.quality.shape[0]
     if n == 0:
         raise ValueError("the envelope needs at least one query")
     # Means as sum / n, the same arithmetic as the pair frontiers, so equal points compare equal.
@@ -111,7 +111,39 @@ def compute_envelope(matrix: RunsMatrix, rows: np.ndarray | None = None) -> Enve
     pool = ~dominated_models(model_cost, model_quality)
     pairs = candidate_pairs(model_quality, pool)
 
-    # Candidate columns: cost, quality, escalation rate, route id, threshold.
+    routes, (cost, quality, escalation, route, threshold), curves = _candidates(
+        data, pairs, model_cost, model_quality
+    )
+    # Cheapest first; at equal cost the best first; then the least escalation (singles win ties).
+    order = np.lexsort((route, escalation, -quality, cost))
+    order = order[_pareto_mask_sorted(quality[order])]
+
+    env_route = route[order]
+    switching = (np.flatnonzero(env_route[1:] != env_route[:-1]) + 1).tolist()
+    env_cost, env_quality = cost[order], quality[order]
+    return Envelope(
+        cost=env_cost,
+        quality=env_quality,
+        escalation_rate=escalation[order],
+        models=[routes[r] for r in env_route],
+        thresholds=[() if np.isnan(t) else (float(t),) for t in threshold[order]],
+        switching_points=switching,
+        hull=concave_hull(env_cost, env_quality),
+        model_names=data.models,
+        model_cost=model_cost,
+        model_quality=model_quality,
+        pool=tuple(name for name, member in zip(data.models, pool, strict=True) if member),
+        pairs=curves,
+    )
+
+
+def _candidates(
+    data: RunsMatrix, pairs: list[tuple[int, int]], model_cost: np.ndarray, model_quality: np.ndarray
+) -> tuple[list[tuple[str, ...]], tuple[np.ndarray, ...], dict[tuple[str, str], FrontierCurve]]:
+    """Every candidate point of the envelope: ``(routes, (cost, quality, escalation rate, route id,
+    threshold) columns, pair frontiers)``; single models first (route ids 0..k-1), then each pair's
+    own Pareto points with some escalation."""
+    k = data.quality.shape[1]
     routes: list[tuple[str, ...]] = [(name,) for name in data.models]
     parts_cost = [model_cost]
     parts_quality = [model_quality]
@@ -136,33 +168,11 @@ def compute_envelope(matrix: RunsMatrix, rows: np.ndarray | None = None) -> Enve
         parts_escalation.append(curve.escalation_rate[keep])
         parts_route.append(np.full(int(keep.sum()), len(routes) - 1))
         parts_threshold.append(curve.thresholds[keep])
-
-    cost = np.concatenate(parts_cost)
-    quality = np.concatenate(parts_quality)
-    escalation = np.concatenate(parts_escalation)
-    route = np.concatenate(parts_route)
-    threshold = np.concatenate(parts_threshold)
-    # Cheapest first; at equal cost the best first; then the least escalation (singles win ties).
-    order = np.lexsort((route, escalation, -quality, cost))
-    order = order[_pareto_mask_sorted(quality[order])]
-
-    env_route = route[order]
-    switching = (np.flatnonzero(env_route[1:] != env_route[:-1]) + 1).tolist()
-    env_cost, env_quality = cost[order], quality[order]
-    return Envelope(
-        cost=env_cost,
-        quality=env_quality,
-        escalation_rate=escalation[order],
-        models=[routes[r] for r in env_route],
-        thresholds=[() if np.isnan(t) else (float(t),) for t in threshold[order]],
-        switching_points=switching,
-        hull=concave_hull(env_cost, env_quality),
-        model_names=data.models,
-        model_cost=model_cost,
-        model_quality=model_quality,
-        pool=tuple(name for name, member in zip(data.models, pool, strict=True) if member),
-        pairs=curves,
+    columns = tuple(
+        np.concatenate(parts)
+        for parts in (parts_cost, parts_quality, parts_escalation, parts_route, parts_threshold)
     )
+    return routes, columns, curves
 
 
 def _pareto_mask_sorted(quality: np.ndarray) -> np.ndarray:

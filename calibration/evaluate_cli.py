@@ -17,7 +17,8 @@ from calibration.cli_errors import run_or_exit
 if TYPE_CHECKING:
     from rich.console import Console
 
-    from calibration.evaluation.protocol import EvaluationResult
+    from calibration.evaluation.protocol import EvaluationResult, EvaluationSettings
+    from calibration.runs import RunsMatrix
 
 ALL_METHODS = (
     "envelope",
@@ -128,23 +129,33 @@ def evaluate(
 
 def run_evaluate(options: EvaluateOptions, console: Console, errors: Console) -> dict:
     """Load, evaluate, write the report directory, print the summary; returns summary.json's document."""
-    from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
-
-    from calibration.calibrate_cli import parse_where
-    from calibration.evaluation.protocol import (
-        METHOD_LABELS,
-        EvaluationSettings,
-        progress_totals,
-        run_evaluation,
-        runnable_methods,
-    )
-    from calibration.runs import load_runs
+    from calibration.evaluation.protocol import METHOD_LABELS, EvaluationSettings
 
     unknown = [m for m in options.methods if m not in METHOD_LABELS]
     if unknown:
         raise ValueError(f"unknown method {unknown[0]!r} in --methods; known: {', '.join(METHOD_LABELS)}")
     if options.score_column and (options.scorer or options.top_k is not None):
         raise ValueError("give --score-column or --scorer/--top-k, not both")
+    matrix = _load_matrix(options, errors)
+    settings = EvaluationSettings(
+        splits=options.splits,
+        test_fraction=options.test_fraction,
+        seed=options.seed,
+        trials=options.trials,
+        methods=tuple(dict.fromkeys(options.methods)),
+    )
+    result = _evaluate_with_progress(matrix, settings, errors)
+    with errors.status("writing report…"):
+        summary = write_outputs(result, options)
+    print_summary(console, summary, options.report, already_shown=matrix.notes)
+    return summary
+
+
+def _load_matrix(options: EvaluateOptions, errors: Console) -> RunsMatrix:
+    """The runs table as a matrix (a spinner while it loads), its notes printed as warnings."""
+    from calibration.calibrate_cli import parse_where
+    from calibration.runs import load_runs
+
     with errors.status("loading runs…"):
         matrix = load_runs(
             options.runs,
@@ -157,15 +168,23 @@ def run_evaluate(options: EvaluateOptions, console: Console, errors: Console) ->
         )
     for note in matrix.notes:
         errors.print(f"[yellow]warning:[/yellow] {note}", highlight=False)
-    settings = EvaluationSettings(
-        splits=options.splits,
-        test_fraction=options.test_fraction,
-        seed=options.seed,
-        trials=options.trials,
-        methods=tuple(dict.fromkeys(options.methods)),
-    )
-    to_run, _ = runnable_methods(matrix, settings.methods)  # skipped methods are noted in the summary
+    return matrix
 
+
+def _evaluate_with_progress(
+    matrix: RunsMatrix, settings: EvaluationSettings, errors: Console
+) -> EvaluationResult:
+    """``run_evaluation`` with one progress bar per method that runs, on stderr."""
+    from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
+
+    from calibration.evaluation.protocol import (
+        METHOD_LABELS,
+        progress_totals,
+        run_evaluation,
+        runnable_methods,
+    )
+
+    to_run, _ = runnable_methods(matrix, settings.methods)  # skipped methods are noted in the summary
     columns = (TextColumn("{task.description:<38}"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn())
     with Progress(*columns, console=errors, transient=False) as progress:
         units = {"fixed_chain": "trials", "subsequence_nsga2": "trials", "subsequence_random": "trials"}
@@ -183,12 +202,7 @@ def run_evaluate(options: EvaluateOptions, console: Console, errors: Console) ->
                 progress.start_task(tasks[name])
             progress.advance(tasks[name], count)
 
-        result = run_evaluation(matrix, settings, advance)
-
-    with errors.status("writing report…"):
-        summary = write_outputs(result, options)
-    print_summary(console, summary, options.report, already_shown=matrix.notes)
-    return summary
+        return run_evaluation(matrix, settings, advance)
 
 
 def write_outputs(result: EvaluationResult, options: EvaluateOptions) -> dict:

@@ -341,40 +341,10 @@ class _Builder:
         query_codes, query_names = pd.factorize(query)
         model_codes, model_names = pd.factorize(model)
         n_models = len(model_names)
-        key = query_codes.astype(np.int64) * n_models + model_codes
-        order = np.argsort(key, kind="stable")
-        repeated = np.flatnonzero(key[order][1:] == key[order][:-1])
-        if repeated.size:
-            first, second = int(order[repeated[0]]), int(order[repeated[0] + 1])
-            raise self.fail(
-                f"duplicate (query_id, model) = ('{query[second]}', '{model[second]}'), "
-                f"first seen at row {int(self.columns.rows[first])}",
-                second,
-            )
-        keep_rows = np.ones(query.shape[0], dtype=bool)
-        if score_missing.any():
-            dropped = np.unique(query_codes[score_missing])
-            keep_rows = ~np.isin(query_codes, dropped)
-            label = f"column '{score_column}'" if score_column else f"{scorer} from '{LOGPROBS_COLUMN}'"
-            self.notes.append(
-                f"dropped {dropped.size} quer{'y' if dropped.size == 1 else 'ies'} "
-                f"({int((~keep_rows).sum())} rows) with a missing score ({label})"
-            )
-        present = np.zeros((len(query_names), n_models), dtype=bool)
-        present[query_codes, model_codes] = True
-        kept_queries = np.zeros(len(query_names), dtype=bool)
-        kept_queries[query_codes[keep_rows]] = True
-        incomplete = np.flatnonzero(kept_queries & ~present.all(axis=1))
-        if incomplete.size:
-            q = int(incomplete[0])
-            absent_model = model_names[int(np.flatnonzero(~present[q])[0])]
-            raise RunsError(
-                f"{self.path}: query '{query_names[q]}' has no row for model '{absent_model}' "
-                f"({incomplete.size} incomplete quer{'y' if incomplete.size == 1 else 'ies'}; every "
-                "query needs a row for every model)"
-            )
-        if not kept_queries.any():
-            raise RunsError(self.no_query_left(model_codes, model_names, score_missing, scorer, score_column))
+        self.check_no_duplicate(query, model, query_codes.astype(np.int64) * n_models + model_codes)
+        keep_rows, kept_queries = self.kept_queries(
+            query_codes, query_names, model_codes, model_names, score_missing, scorer, score_column
+        )
         # Renumber the kept queries 0..n-1 in first-seen order and fill (n, k) matrices.
         new_index = np.cumsum(kept_queries) - 1
         rows_q = new_index[query_codes[keep_rows]]
@@ -412,10 +382,61 @@ class _Builder:
             notes=tuple(self.notes),
         )
 
+    def check_no_duplicate(self, query: np.ndarray, model: np.ndarray, key: np.ndarray) -> None:
+        """Fail on the first row repeating an earlier row's (query_id, model); ``key`` codes the pair."""
+        order = np.argsort(key, kind="stable")
+        repeated = np.flatnonzero(key[order][1:] == key[order][:-1])
+        if repeated.size:
+            first, second = int(order[repeated[0]]), int(order[repeated[0] + 1])
+            raise self.fail(
+                f"duplicate (query_id, model) = ('{query[second]}', '{model[second]}'), "
+                f"first seen at row {int(self.columns.rows[first])}",
+                second,
+            )
+
+    def kept_queries(
+        self,
+        query_codes: np.ndarray,
+        query_names: np.ndarray,
+        model_codes: np.ndarray,
+        model_names: np.ndarray,
+        score_missing: np.ndarray,
+        scorer: str,
+        score_column: str | None,
+    ) -> tuple[np.ndarray, np.ndarray]:
+        """``(rows kept (r,), queries kept (q,))``, both bool: a query with a missing score is dropped
+        whole (noted); a kept query without a row for every model, or no query left, is an error."""
+        n_models = len(model_names)
+        keep_rows = np.ones(query_codes.shape[0], dtype=bool)
+        if score_missing.any():
+            dropped = np.unique(query_codes[score_missing])
+            keep_rows = ~np.isin(query_codes, dropped)
+            label = f"column '{score_column}'" if score_column else f"{scorer} from '{LOGPROBS_COLUMN}'"
+            self.notes.append(
+                f"dropped {dropped.size} quer{'y' if dropped.size == 1 else 'ies'} "
+                f"({int((~keep_rows).sum())} rows) with a missing score ({label})"
+            )
+        present = np.zeros((len(query_names), n_models), dtype=bool)
+        present[query_codes, model_codes] = True
+        kept_queries = np.zeros(len(query_names), dtype=bool)
+        kept_queries[query_codes[keep_rows]] = True
+        incomplete = np.flatnonzero(kept_queries & ~present.all(axis=1))
+        if incomplete.size:
+            q = int(incomplete[0])
+            absent_model = model_names[int(np.flatnonzero(~present[q])[0])]
+            raise RunsError(
+                f"{self.path}: query '{query_names[q]}' has no row for model '{absent_model}' "
+                f"({incomplete.size} incomplete quer{'y' if incomplete.size == 1 else 'ies'}; every "
+                "query needs a row for every model)"
+            )
+        if not kept_queries.any():
+            raise RunsError(self.no_query_left(model_codes, model_names, score_missing, scorer, score_column))
+        return keep_rows, kept_queries
+
     def no_query_left(
         self,
         model_codes: np.ndarray,
-        model_names: Sequence[str],
+        model_names: np.ndarray,
         score_missing: np.ndarray,
         scorer: str,
         score_column: str | None,

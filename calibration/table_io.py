@@ -8,6 +8,7 @@ told apart: the first is dropped with a warning for scores, the second is an err
 
 from __future__ import annotations
 
+import functools
 import gzip
 import json
 from collections.abc import Iterable, Mapping
@@ -99,13 +100,13 @@ def _read_arrow(path: Path, kind: str, wanted: set[str], where: Mapping[str, str
     _check_where_columns(path, names, where)
     rows = np.arange(1, table.num_rows + 1)
     if where:
-        mask = None
+        matches = []
         for column, value in where.items():
             array = table[column]
             if not pa.types.is_string(array.type) and not pa.types.is_large_string(array.type):
                 array = pc.cast(array, pa.string())
-            match = pc.fill_null(pc.equal(array, value), False)
-            mask = match if mask is None else pc.and_(mask, match)
+            matches.append(pc.fill_null(pc.equal(array, value), False))
+        mask = functools.reduce(pc.and_, matches)
         table = table.filter(mask)
         rows = rows[np.asarray(mask.to_numpy(zero_copy_only=False), dtype=bool)]
     values, missing = {}, {}
@@ -137,7 +138,7 @@ def _read_jsonl(path: Path, wanted: set[str], where: Mapping[str, str]) -> Colum
                 continue
             try:
                 record = json.loads(line)  # stdlib: accepts NaN, so a literal NaN can be reported
-            except ValueError as exc:
+            except json.JSONDecodeError as exc:
                 raise TableReadError(f"{path}: line {number}: not valid JSON ({exc.msg})") from None
             if not isinstance(record, dict):
                 raise TableReadError(f"{path}: line {number}: expected a JSON object per line")

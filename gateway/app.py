@@ -136,6 +136,14 @@ def create_app(settings: Settings, *, rng: random.Random | None = None) -> FastA
     for path, endpoint in app.fast_paths.items():  # also routed normally (405 on other methods)
         app.router.routes.append(Route(path, endpoint, methods=["POST"]))
 
+    _add_info_routes(app, gateway)
+    _add_error_handlers(app)
+    return app
+
+
+def _add_info_routes(app: FastAPI, gateway: Gateway) -> None:
+    """/v1/models, the refused count_tokens, /healthz, /readyz and /metrics."""
+
     @app.get("/v1/models")
     async def list_models(request: Request) -> Response:
         await gateway.shared.authenticator.authenticate(
@@ -177,6 +185,10 @@ def create_app(settings: Settings, *, rng: random.Random | None = None) -> FastA
             gateway.metrics.redis_up.set(1 if gateway.shared.redis_up else 0)
         return Response(gateway.metrics.render(), media_type=CONTENT_TYPE)
 
+
+def _add_error_handlers(app: FastAPI) -> None:
+    """Every error a route raises answered as an OpenAI error body (a 500 without traceback, logged)."""
+
     @app.exception_handler(GatewayError)
     async def gateway_error(request: Request, error: GatewayError) -> Response:
         status, headers, payload = error_parts(error)
@@ -193,8 +205,6 @@ def create_app(settings: Settings, *, rng: random.Random | None = None) -> FastA
     async def unexpected_error(request: Request, error: Exception) -> Response:
         log_exception("request_failed", route=request.url.path)
         return await gateway_error(request, InternalError("internal error"))
-
-    return app
 
 
 def _json(document: Any, status: int = 200) -> Response:

@@ -23,13 +23,14 @@ import logging
 import os
 import time
 from contextlib import aclosing
+from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 from starlette.types import Receive, Scope, Send
 
 from gateway.auth import client_address
 from gateway.cascade import client_body
-from gateway.edges.base import ApiEdge, Headers, StreamTranslator, openai_error_parts
+from gateway.edges.base import ApiEdge, Headers, StreamTranslator, Translated, openai_error_parts
 from gateway.errors import (
     BodyTooLargeError,
     BudgetExceededError,
@@ -44,7 +45,7 @@ from gateway.requests import ParsedRequest
 from gateway.routing import RoutePlan
 from gateway.runtime import Gateway
 from gateway.serving import BODY_TIMED_OUT
-from gateway.spend import NANO_PER_USD
+from gateway.spend import NANO_PER_USD, Reservation
 from gateway.streaming import sse_error
 
 if TYPE_CHECKING:
@@ -87,6 +88,27 @@ class _Exchange:
         await self.send({"type": "http.response.body", "body": data, "more_body": more})
 
 
+@dataclass(slots=True)
+class _Request:
+    """One request's progress through the endpoint: what its settlement, metrics and log line read."""
+
+    exchange: _Exchange
+    started: float = field(default_factory=time.perf_counter)
+    request_id: str = field(default_factory=lambda: os.urandom(12).hex())
+    tier: str = "none"
+    outcome: str = "error"
+    status: int = 200
+    interrupted: bool = False
+    facts: CascadeFacts | None = None
+    parsed: ParsedRequest | None = None
+    plan: RoutePlan | None = None
+    reservation: Reservation | None = None
+    worst_case_usd: float | None = None
+    watcher: asyncio.Task[None] | None = None
+    translator: StreamTranslator | None = None
+    drawn: DrawnRequest | None = None
+
+
 class ApiEndpoint:
     """ASGI app for ``POST <edge.path>``: one API edge served through the cascade."""
 
@@ -106,132 +128,149 @@ class ApiEndpoint:
             self.gateway.untrack(current)
 
     async def _serve(self, scope: Scope, receive: Receive, send: Send, current: asyncio.Task[Any]) -> None:
-        gw = self.gateway
-        started = time.perf_counter()
-        request_id = os.urandom(12).hex()
-        exchange = _Exchange(send)
-        edge = self.edge
-        headers = {k: v for k, v in scope["headers"] if k in self.wanted_headers}
-        tier, outcome, status = "none", "error", 200
-        interrupted = False
-        facts: CascadeFacts | None = None
-        parsed: ParsedRequest | None = None
-        plan: RoutePlan | None = None
-        drawn: DrawnRequest | None = None
-        reservation = None
-        worst_case_usd: float | None = None
-        watcher: asyncio.Task[None] | None = None
-        translator: StreamTranslator | None = None
+        request = _Request(_Exchange(send))
         try:
-            raw = await _read_body(receive, headers.get(b"content-length"), gw.limits.max_body_bytes)
-            identity = await gw.shared.authenticator.authenticate(
-                edge.credential(headers), client_address(scope)
-            )
-            translated = edge.translate(raw, request_id)
-            parsed = translated.request
-            plan = gw.router.plan(
-                parsed,
-                gw.policy,
-                _text(headers.get(b"x-cascade-max-cost-usd")),
-                _text(headers.get(b"x-cascade-tier")),
-                gw.no_policy_reason(),
-            )
-            tier = plan.tier
-            try:
-                # The prompt bound is the request the engine sends, with all a translation added.
-                worst_case_usd = gw.reserve_estimate(plan, parsed, translated.sent_bytes)
-                reservation = await gw.shared.spend.reserve(identity, worst_case_usd)
-            except BudgetExceededError:
-                gw.metrics.budget_rejections.inc()
-                raise
-            # From here on upstream calls may run: cancel them if the client goes away.
-            watcher = asyncio.create_task(_watch_disconnect(receive, exchange, current))
-            deadline = time.monotonic() + gw.limits.request_timeout_s
-            drawn = gw.learning.draw(plan, parsed) if gw.learning is not None else None
-            facts = gw.engine.new_facts(plan, drawn.keep if drawn is not None else None)
-            if parsed.stream:
-                translator = edge.stream_translator(translated.context)
-                status = await self._stream(
-                    exchange, plan, parsed, facts, deadline, request_id, started, translator
-                )
-            else:
-                result = await gw.engine.run(plan, parsed, deadline, facts=facts)
-                body = client_body(result.body, facts.answered_by, parsed)  # type: ignore[arg-type]
-                payload = edge.render(body, translated.context)
-                overhead_ms = (time.perf_counter() - started - facts.upstream_s) * 1000
-                out = [
-                    _JSON_HEADER,
-                    (b"content-length", str(len(payload)).encode()),
-                    (b"x-request-id", request_id.encode()),
-                    *facts.headers(overhead_ms),
-                ]
-                await exchange.start(200, out)
-                await exchange.body(payload, more=False)
-                # Free the answer now, not after the spend settlement's Redis round trip: the parsed
-                # upstream bodies of every request waiting on it cost all requests cache misses.
-                del result, body, payload
-            outcome = facts.outcome
+            await self._handle(request, scope, receive, current)
         except asyncio.CancelledError:
-            if exchange.gone:
-                current.uncancel()
-                status, outcome = 499, "error"
-            elif gw.draining:  # cut at the end of the shutdown grace
-                current.uncancel()
-                status, outcome, interrupted = ShuttingDownError.status, "error", True
-                # Settle before writing to the client: a slow client must not keep the reservation.
-                await gw.shared.spend.settle(reservation, facts.cost_usd if facts else 0.0)
-                await self._send_error(exchange, ShuttingDownError(_SHUTDOWN_MESSAGE), request_id, translator)
-            else:
+            if not await self._absorb_cancel(request, current):
                 raise
         except _ClientGone:  # or cut by the body timeout (gateway.serving), which answered 408
-            status, outcome = 408 if scope.get(BODY_TIMED_OUT) else 499, "error"
+            request.status, request.outcome = 408 if scope.get(BODY_TIMED_OUT) else 499, "error"
         except GatewayError as error:
-            status = error.status
-            await self._send_error(exchange, error, request_id, translator)
+            request.status = error.status
+            await self._send_error(request.exchange, error, request.request_id, request.translator)
         except Exception:
-            log_exception("request_failed", request_id=request_id, route=self.path)
-            status = 500
-            await self._send_error(
-                exchange, InternalError(f"internal error (request {request_id})"), request_id, translator
-            )
+            log_exception("request_failed", request_id=request.request_id, route=self.path)
+            request.status = 500
+            internal = InternalError(f"internal error (request {request.request_id})")
+            await self._send_error(request.exchange, internal, request.request_id, request.translator)
         finally:
-            if watcher is not None:
-                watcher.cancel()
-        if facts is not None and outcome == "error" and facts.outcome != "error":
+            if request.watcher is not None:
+                request.watcher.cancel()
+        await self._finish(request)
+
+    async def _handle(
+        self, request: _Request, scope: Scope, receive: Receive, current: asyncio.Task[Any]
+    ) -> None:
+        """Admit the request, run it through the engine and write its response."""
+        gw = self.gateway
+        translated = await self._admit(request, scope, receive)
+        parsed, plan = translated.request, request.plan
+        assert plan is not None
+        # From here on upstream calls may run: cancel them if the client goes away.
+        request.watcher = asyncio.create_task(_watch_disconnect(receive, request.exchange, current))
+        deadline = time.monotonic() + gw.limits.request_timeout_s
+        # The sampler decides; a drawn request's scored answers are kept by the engine for reuse.
+        drawn = request.drawn = gw.learning.draw(plan, parsed) if gw.learning is not None else None
+        facts = request.facts = gw.engine.new_facts(plan, drawn.keep if drawn is not None else None)
+        if parsed.stream:
+            request.translator = self.edge.stream_translator(translated.context)
+            request.status = await self._stream(request, plan, parsed, facts, deadline)
+        else:
+            await self._respond(request, translated, plan, facts, deadline)
+        request.outcome = facts.outcome
+
+    async def _admit(self, request: _Request, scope: Scope, receive: Receive) -> Translated:
+        """Read, authenticate, translate and route the request, and reserve its worst case."""
+        gw, edge = self.gateway, self.edge
+        headers = {k: v for k, v in scope["headers"] if k in self.wanted_headers}
+        raw = await _read_body(receive, headers.get(b"content-length"), gw.limits.max_body_bytes)
+        identity = await gw.shared.authenticator.authenticate(edge.credential(headers), client_address(scope))
+        translated = edge.translate(raw, request.request_id)
+        parsed = request.parsed = translated.request
+        plan = request.plan = gw.router.plan(
+            parsed,
+            gw.policy,
+            _text(headers.get(b"x-cascade-max-cost-usd")),
+            _text(headers.get(b"x-cascade-tier")),
+            gw.no_policy_reason(),
+        )
+        request.tier = plan.tier
+        try:
+            # The prompt bound is the request the engine sends, with all a translation added.
+            request.worst_case_usd = gw.reserve_estimate(plan, parsed, translated.sent_bytes)
+            request.reservation = await gw.shared.spend.reserve(identity, request.worst_case_usd)
+        except BudgetExceededError:
+            gw.metrics.budget_rejections.inc()
+            raise
+        return translated
+
+    async def _respond(
+        self,
+        request: _Request,
+        translated: Translated,
+        plan: RoutePlan,
+        facts: CascadeFacts,
+        deadline: float,
+    ) -> None:
+        """Run the cascade and write its answer as one JSON response with the cascade headers.
+
+        The answer is freed when this returns, before the spend settlement's Redis round trip: the
+        parsed upstream bodies of every request waiting on it would cost all requests cache misses.
+        """
+        parsed = translated.request
+        result = await self.gateway.engine.run(plan, parsed, deadline, facts=facts)
+        body = client_body(result.body, facts.answered_by, parsed)  # type: ignore[arg-type]
+        payload = self.edge.render(body, translated.context)
+        overhead_ms = (time.perf_counter() - request.started - facts.upstream_s) * 1000
+        out = [
+            _JSON_HEADER,
+            (b"content-length", str(len(payload)).encode()),
+            (b"x-request-id", request.request_id.encode()),
+            *facts.headers(overhead_ms),
+        ]
+        await request.exchange.start(200, out)
+        await request.exchange.body(payload, more=False)
+
+    async def _absorb_cancel(self, request: _Request, current: asyncio.Task[Any]) -> bool:
+        """Whether a cancellation ends this request (client gone, or cut by the shutdown drain's
+        grace: answered 503 then) rather than the server's own task cancellation, which goes on."""
+        gw, facts = self.gateway, request.facts
+        if request.exchange.gone:
+            current.uncancel()
+            request.status, request.outcome = 499, "error"
+            return True
+        if not gw.draining:
+            return False
+        current.uncancel()  # cut at the end of the shutdown grace
+        request.status, request.outcome, request.interrupted = ShuttingDownError.status, "error", True
+        # Settle before writing to the client: a slow client must not keep the reservation.
+        await gw.shared.spend.settle(request.reservation, facts.cost_usd if facts else 0.0)
+        error = ShuttingDownError(_SHUTDOWN_MESSAGE)
+        await self._send_error(request.exchange, error, request.request_id, request.translator)
+        return True
+
+    async def _finish(self, request: _Request) -> None:
+        """Settle spend, record metrics and the log line, then offer a sampled request to learning."""
+        gw, facts, reservation = self.gateway, request.facts, request.reservation
+        if facts is not None and request.outcome == "error" and facts.outcome != "error":
             facts.outcome = "error"
         if reservation is not None:
             await gw.shared.spend.settle(reservation, facts.cost_usd if facts else 0.0)
-        if interrupted:
+        if request.interrupted:
             gw.metrics.shutdown_interrupted.inc()
             log_event(
                 "request_interrupted_by_shutdown",
                 level=logging.WARNING,
-                request_id=request_id,
+                request_id=request.request_id,
                 path=self.path,
-                streamed=exchange.started,
+                streamed=request.exchange.started,
                 cost_usd=facts.cost_usd if facts else 0.0,
                 reserved_usd=reservation.amount_nano / NANO_PER_USD if reservation is not None else None,
             )
-        self._record(request_id, tier, outcome, status, facts, parsed, started, worst_case_usd)
-        if drawn is not None and status == 200 and outcome != "error":
+        self._record(request)
+        if request.drawn is not None and request.status == 200 and request.outcome != "error":
             # The response has been sent in full: the sample goes on no client's clock.
             assert gw.learning is not None
-            gw.learning.offer(request_id, drawn, tier)
+            gw.learning.offer(request.request_id, request.drawn, request.tier)
 
     async def _stream(
-        self,
-        exchange: _Exchange,
-        plan: RoutePlan,
-        parsed: ParsedRequest,
-        facts: CascadeFacts,
-        deadline: float,
-        request_id: str,
-        started: float,
-        translator: StreamTranslator | None,
+        self, request: _Request, plan: RoutePlan, parsed: ParsedRequest, facts: CascadeFacts, deadline: float
     ) -> int:
-        """Write the engine's stream events (through ``translator``, if any); the status to log
-        (an error's, if the stream failed)."""
-        events = self.gateway.engine.stream(plan, parsed, deadline, facts, started)
+        """Write the engine's stream events (through the request's translator, if any); the status
+        to log (an error's, if the stream failed)."""
+        exchange, request_id, translator = request.exchange, request.request_id, request.translator
+        events = self.gateway.engine.stream(plan, parsed, deadline, facts, request.started)
         async with aclosing(events):  # an abandoned stream is charged when its iterator closes
             async for event in events:
                 if isinstance(event, StreamStart):
@@ -264,30 +303,21 @@ class ApiEndpoint:
         await exchange.start(status, headers)
         await exchange.body(payload, more=False)
 
-    def _record(
-        self,
-        request_id: str,
-        tier: str,
-        outcome: str,
-        status: int,
-        facts: CascadeFacts | None,
-        parsed: ParsedRequest | None,
-        started: float,
-        worst_case_usd: float | None,
-    ) -> None:
+    def _record(self, request: _Request) -> None:
         """Metrics and the request's log line (with the worst case reserved against, once known)."""
         metrics = self.gateway.metrics
-        duration = time.perf_counter() - started
+        tier, outcome, facts, parsed = request.tier, request.outcome, request.facts, request.parsed
+        duration = time.perf_counter() - request.started
         upstream_s = facts.upstream_s if facts else 0.0
         endpoint = self.edge.name
         metrics.child(metrics.requests, tier, outcome, endpoint).inc()
         metrics.child(metrics.request_duration, tier, endpoint).observe(duration)
         metrics.child(metrics.overhead, endpoint).observe(max(0.0, duration - upstream_s))
         fields: dict[str, Any] = {
-            "request_id": request_id,
+            "request_id": request.request_id,
             "endpoint": endpoint,
             "path": self.path,
-            "status": status,
+            "status": request.status,
             "tier": tier,
             "outcome": outcome,
             "duration_ms": round(duration * 1000, 3),
@@ -307,7 +337,7 @@ class ApiEndpoint:
                 score=facts.score,
                 threshold=facts.threshold,
                 cost_usd=facts.cost_usd,
-                worst_case_usd=worst_case_usd,
+                worst_case_usd=request.worst_case_usd,
                 upstream_ms=round(upstream_s * 1000, 3),
                 degraded=facts.degraded,
                 policy_id=facts.policy_id,

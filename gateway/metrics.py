@@ -35,7 +35,18 @@ class GatewayMetrics:
         ``drift``: the window of the score drift metric (``gateway.drift``)."""
         self.registry = CollectorRegistry(auto_describe=True)
         self._children: dict[tuple[int, tuple[str, ...]], Any] = {}
-        r = self.registry
+        # Registered in this order, which is the exposition's.
+        self._register_request_metrics(self.registry)
+        self._register_upstream_metrics(self.registry)
+        self._register_policy_metrics(self.registry)
+        self._register_health_metrics(self.registry, with_redis=with_redis)
+        self._register_client_metrics(self.registry)
+        self.drift = ScoreDriftMonitor(drift)
+        self.registry.register(self.drift)
+        self.learning = LearningMetrics(self.registry, self.child) if with_learning else None
+
+    def _register_request_metrics(self, r: CollectorRegistry) -> None:
+        """Requests, escalations, durations, gateway overhead and confidence scores."""
         self.requests = Counter(
             "cascade_requests",
             "Requests by tier, outcome and API endpoint.",
@@ -69,6 +80,9 @@ class GatewayMetrics:
             buckets=_SCORE_BUCKETS,
             registry=r,
         )
+
+    def _register_upstream_metrics(self, r: CollectorRegistry) -> None:
+        """Upstream call attempts, their durations, spend and tokens."""
         self.upstream_requests = Counter(
             "cascade_upstream_requests",
             "Upstream call attempts by status class.",
@@ -84,6 +98,9 @@ class GatewayMetrics:
         )
         self.cost = Counter("cascade_cost_usd", "Upstream spend in USD.", ["tier", "model"], registry=r)
         self.tokens = Counter("cascade_tokens", "Upstream tokens.", ["model", "kind"], registry=r)
+
+    def _register_policy_metrics(self, r: CollectorRegistry) -> None:
+        """The loaded policy, its expected escalation rates and failed loads."""
         self.policy_info = Gauge(
             "cascade_policy_info", "The loaded policy (value 1).", ["policy_id"], registry=r
         )
@@ -98,6 +115,9 @@ class GatewayMetrics:
             "Policy loads that failed (last good policy kept).",
             registry=r,
         )
+
+    def _register_health_metrics(self, r: CollectorRegistry, *, with_redis: bool) -> None:
+        """Upstream probes, Redis (when configured) and requests cut by the shutdown."""
         self.upstream_up = Gauge(
             "cascade_upstream_up",
             "1 if the upstream answered the last background probe (GET /models, status < 500), else 0.",
@@ -114,6 +134,9 @@ class GatewayMetrics:
             "Requests still open when the shutdown grace ended (ended with an error, spend settled).",
             registry=r,
         )
+
+    def _register_client_metrics(self, r: CollectorRegistry) -> None:
+        """Client keys: spend limits reached, spend not checked in Redis, refused keys."""
         self.budget_rejections = Counter(
             "cascade_budget_rejections",
             "Requests refused because a key's spend limit was reached.",
@@ -139,9 +162,6 @@ class GatewayMetrics:
             "Spend counted in process that Redis does not hold yet (written back when it answers).",
             registry=r,
         )
-        self.drift = ScoreDriftMonitor(drift)
-        r.register(self.drift)
-        self.learning = LearningMetrics(r, self.child) if with_learning else None
 
     def child(self, metric: Any, *labels: str) -> Any:
         """``metric.labels(*labels)``, memoized: label sets are few and the hot path asks often.

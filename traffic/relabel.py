@@ -95,29 +95,38 @@ async def relabel(
         return labels
 
     verdicts = await asyncio.gather(*(judge_query(q, a) for q, a in judged))
-    rows: list[TrafficRow] = []
-    for (query_id, answers), labels in zip(judged, verdicts, strict=True):
-        for model, record in answers.items():
-            verdict = labels.get(model)
-            label = verdict.correct if isinstance(verdict, Verdict) else None
-            rows.append(
-                TrafficRow(
-                    query_id=query_id,
-                    model=model,
-                    correct=label,
-                    prompt_tokens=int(record.get("prompt_tokens") or 0),
-                    completion_tokens=int(record.get("completion_tokens") or 0),
-                    cost_usd=float(record.get("cost_usd") or 0.0),
-                    logprobs=record.get("logprobs"),
-                    latency_ms=record.get("latency_ms"),
-                    dataset=None if record.get("dataset") is None else str(record["dataset"]),
-                    timestamp=now,
-                    judge=verdict.judge if isinstance(verdict, Verdict) else None,
-                    prompt=record.get("prompt") if log_text else None,
-                    response=record.get("response") if log_text else None,
-                )
-            )
+    rows = [
+        _labelled_row(query_id, model, record, labels.get(model), now, log_text)
+        for (query_id, answers), labels in zip(judged, verdicts, strict=True)
+        for model, record in answers.items()
+    ]
     return iter(rows)
+
+
+def _labelled_row(
+    query_id: str,
+    model: str,
+    record: dict[str, Any],
+    verdict: Verdict | JudgeError | None,
+    now: datetime,
+    log_text: bool,
+) -> TrafficRow:
+    """One runs row as a traffic row labelled by its verdict (a missing label without one)."""
+    return TrafficRow(
+        query_id=query_id,
+        model=model,
+        correct=verdict.correct if isinstance(verdict, Verdict) else None,
+        prompt_tokens=int(record.get("prompt_tokens") or 0),
+        completion_tokens=int(record.get("completion_tokens") or 0),
+        cost_usd=float(record.get("cost_usd") or 0.0),
+        logprobs=record.get("logprobs"),
+        latency_ms=record.get("latency_ms"),
+        dataset=None if record.get("dataset") is None else str(record["dataset"]),
+        timestamp=now,
+        judge=verdict.judge if isinstance(verdict, Verdict) else None,
+        prompt=record.get("prompt") if log_text else None,
+        response=record.get("response") if log_text else None,
+    )
 
 
 __all__ = ["JudgeError", "RelabelError", "read_queries", "relabel"]

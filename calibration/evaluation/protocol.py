@@ -170,16 +170,7 @@ def run_evaluation(
             )
     for name in to_run:
         run = _method_runner(name, matrix, grid, settings.trials, tick)
-        quality = np.full(shape, np.nan)
-        cost = np.full(shape, np.nan)
-        tick(name, 0)  # the method starts now (progress timers start here)
-        started = time.perf_counter()
-        for index, split in enumerate(splits):
-            curve = run(split, int(split_seeds[index]))
-            quality[index], cost[index] = curve.quality, curve.cost
-            if name not in SEARCHED_METHODS:
-                tick(name, 1)
-        results[name] = MethodResult(name, METHOD_LABELS[name], quality, cost, time.perf_counter() - started)
+        results[name] = _run_on_splits(name, run, splits, split_seeds, shape, tick)
 
     single_test = np.vstack([matrix.quality[split.test].mean(axis=0) for split in splits])
     notes = list(matrix.notes) + unrelated_model_warnings(matrix.models, matrix.quality)
@@ -202,6 +193,27 @@ def run_evaluation(
         n_test=int(splits[0].test.size),
         notes=notes,
     )
+
+
+def _run_on_splits(
+    name: str,
+    run: Callable[[Split, int], SplitCurve],
+    splits: Sequence[Split],
+    split_seeds: np.ndarray,
+    shape: tuple[int, int],
+    tick: Advance,
+) -> MethodResult:
+    """One method's held-out curve on every split (rows of ``shape``), timed."""
+    quality = np.full(shape, np.nan)
+    cost = np.full(shape, np.nan)
+    tick(name, 0)  # the method starts now (progress timers start here)
+    started = time.perf_counter()
+    for index, split in enumerate(splits):
+        curve = run(split, int(split_seeds[index]))
+        quality[index], cost[index] = curve.quality, curve.cost
+        if name not in SEARCHED_METHODS:
+            tick(name, 1)
+    return MethodResult(name, METHOD_LABELS[name], quality, cost, time.perf_counter() - started)
 
 
 def progress_totals(settings: EvaluationSettings, methods: Sequence[str]) -> dict[str, int]:

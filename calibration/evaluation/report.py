@@ -79,7 +79,38 @@ def write_report_page(
     path: Path, result: EvaluationResult, summary: dict, comparison_png: bytes, benefit_png: bytes
 ) -> Path:
     """The self-contained HTML page: protocol, method table, plots, models, pair diagnostics."""
-    method_rows = [
+    sections = [
+        _protocol_section(result, summary),
+        _methods_section(summary, comparison_png),
+        _models_section(summary),
+        _benefit_section(summary, benefit_png),
+    ]
+    return write_html_report(path, "Held-out evaluation of LLM cascades", sections, subtitle=summary["runs"])
+
+
+def _protocol_section(result: EvaluationResult, summary: dict) -> Section:
+    """How the evaluation was run: splits, trials, the normalized gain's endpoints, the command."""
+    low, best = summary["endpoints"]["low"], summary["endpoints"]["best"]
+    settings = result.settings
+    return Section(
+        "Protocol",
+        [
+            PROTOCOL,
+            f"{result.n_queries:,} queries, {len(result.models)} models; {settings.splits} splits with "
+            f"test fraction {settings.test_fraction:g} ({result.n_test:,} test rows), seed "
+            f"{settings.seed}, {settings.trials} search trials per split and searched method.",
+            f"Endpoints of the normalized gain: {low['model']} (${low['cost_usd']:.4g}, "
+            f"{low['quality']:.4f}) and {best['model']} "
+            f"(${best['cost_usd']:.4g}, {best['quality']:.4f}).",
+            *([Preformatted(summary["command"])] if summary.get("command") else []),
+            *[f"Note: {note}" for note in result.notes],
+        ],
+    )
+
+
+def _methods_section(summary: dict, comparison_png: bytes) -> Section:
+    """Each method's held-out medians, and the comparison plot."""
+    rows = [
         [
             data["label"],
             data["normalized_gain"],
@@ -91,11 +122,46 @@ def write_report_page(
         ]
         for data in summary["methods"].values()
     ]
-    model_rows = [
+    return Section(
+        "Methods",
+        [
+            Table(
+                [
+                    "method",
+                    "normalized gain",
+                    "CR@90 %",
+                    "quality @ mid budget",
+                    "quality @ max budget",
+                    "test overrun p90",
+                    "note",
+                ],
+                rows,
+                caption="Medians over splits of held-out quality; overrun = (test cost - budget) / budget.",
+            ),
+            Figure(
+                comparison_png,
+                "Median held-out quality per budget, 10th-90th percentile bands; "
+                "points: single models (median test quality, 10th-90th bars).",
+            ),
+        ],
+    )
+
+
+def _models_section(summary: dict) -> Section:
+    """Each model's cost, quality and the AUROC of its score."""
+    rows = [
         [m["model"], m["mean_cost_usd"], m["quality"], m["test_quality_median"], m["auroc"]]
         for m in summary["models"]
     ]
-    pair_rows = [
+    return Section(
+        "Models",
+        [Table(["model", "cost / query (USD)", "quality", "test quality (median)", "AUROC of score"], rows)],
+    )
+
+
+def _benefit_section(summary: dict, benefit_png: bytes) -> Section:
+    """The escalation benefit per pool pair: diagnostics table and plot."""
+    rows = [
         [
             f"{p['low']} → {p['high']}",
             p["dominance_fraction"],
@@ -104,67 +170,15 @@ def write_report_page(
         ]
         for p in summary["pairs"]
     ]
-    low, best = summary["endpoints"]["low"], summary["endpoints"]["best"]
-    settings = result.settings
-    sections = [
-        Section(
-            "Protocol",
-            [
-                PROTOCOL,
-                f"{result.n_queries:,} queries, {len(result.models)} models; {settings.splits} splits with "
-                f"test fraction {settings.test_fraction:g} ({result.n_test:,} test rows), seed "
-                f"{settings.seed}, {settings.trials} search trials per split and searched method.",
-                f"Endpoints of the normalized gain: {low['model']} (${low['cost_usd']:.4g}, "
-                f"{low['quality']:.4f}) and {best['model']} "
-                f"(${best['cost_usd']:.4g}, {best['quality']:.4f}).",
-                *([Preformatted(summary["command"])] if summary.get("command") else []),
-                *[f"Note: {note}" for note in result.notes],
-            ],
-        ),
-        Section(
-            "Methods",
-            [
-                Table(
-                    [
-                        "method",
-                        "normalized gain",
-                        "CR@90 %",
-                        "quality @ mid budget",
-                        "quality @ max budget",
-                        "test overrun p90",
-                        "note",
-                    ],
-                    method_rows,
-                    caption="Medians over splits of held-out quality; "
-                    "overrun = (test cost - budget) / budget.",
-                ),
-                Figure(
-                    comparison_png,
-                    "Median held-out quality per budget, 10th-90th percentile bands; "
-                    "points: single models (median test quality, 10th-90th bars).",
-                ),
-            ],
-        ),
-        Section(
-            "Models",
-            [
-                Table(
-                    ["model", "cost / query (USD)", "quality", "test quality (median)", "AUROC of score"],
-                    model_rows,
-                )
-            ],
-        ),
-        Section(
-            "Escalation benefit",
-            [
-                "m_H(s) - m_L(s): mean quality gained by escalating queries whose cheap-model score is s "
-                "(equal-count score bins, median over the test halves, 10th-90th band). Dominance: share of "
-                "bins with positive benefit. Decreasing: share of steps where the benefit does not increase "
-                "(the condition for a concave pair frontier). Spearman(s_L, C_H) checks that the expensive "
-                "model's cost does not depend on the cheap model's score.",
-                Table(["pair", "dominance", "decreasing", "Spearman(s_L, C_H)"], pair_rows),
-                Figure(benefit_png, "Escalation benefit per pool pair."),
-            ],
-        ),
-    ]
-    return write_html_report(path, "Held-out evaluation of LLM cascades", sections, subtitle=summary["runs"])
+    return Section(
+        "Escalation benefit",
+        [
+            "m_H(s) - m_L(s): mean quality gained by escalating queries whose cheap-model score is s "
+            "(equal-count score bins, median over the test halves, 10th-90th band). Dominance: share of "
+            "bins with positive benefit. Decreasing: share of steps where the benefit does not increase "
+            "(the condition for a concave pair frontier). Spearman(s_L, C_H) checks that the expensive "
+            "model's cost does not depend on the cheap model's score.",
+            Table(["pair", "dominance", "decreasing", "Spearman(s_L, C_H)"], rows),
+            Figure(benefit_png, "Escalation benefit per pool pair."),
+        ],
+    )

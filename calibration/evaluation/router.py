@@ -11,6 +11,8 @@ expensive one, which is why it can beat cascades when the features are informati
 
 from __future__ import annotations
 
+from typing import Protocol
+
 import numpy as np
 
 from calibration.evaluation.budget import (
@@ -26,6 +28,14 @@ N_LAMBDAS = 300
 _LAMBDAS_PER_CHUNK = 32  # bounds the (lambdas x queries x models) work array
 
 
+class _Classifier(Protocol):
+    """A fitted binary classifier (scikit-learn's ``LogisticRegression``)."""
+
+    def predict_proba(self, features: np.ndarray) -> np.ndarray:
+        """(n, 2) class probabilities; column 1 is P(correct)."""
+        ...
+
+
 class CorrectnessModels:
     """One logistic regression per model on standardized features; ``predict`` -> (n, k) p_correct."""
 
@@ -35,7 +45,7 @@ class CorrectnessModels:
 
         self.scaler = StandardScaler().fit(features)
         scaled = self.scaler.transform(features)
-        self.models: list[object] = []
+        self.models: list[float | _Classifier] = []
         for column in quality.T:
             labels = column >= 0.5
             if labels.all() or not labels.any():  # one class only: a constant predictor

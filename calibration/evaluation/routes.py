@@ -39,7 +39,7 @@ def route_outcomes(
             cost[indices] = matrix.cost[rows, columns[0]].mean()
             quality[indices] = matrix.quality[rows, columns[0]].mean()
             continue
-        thresholds = np.array([routes[i][1] for i in indices], dtype=np.float64)
+        threshold_rows = np.array([routes[i][1] for i in indices], dtype=np.float64)
         if len(columns) == 2:
             low, high = columns
             curve = pair_metrics_at(
@@ -48,13 +48,13 @@ def route_outcomes(
                 matrix.quality[rows, low],
                 matrix.cost[rows, high],
                 matrix.quality[rows, high],
-                thresholds[:, 0],
+                threshold_rows[:, 0],
             )
             cost[indices], quality[indices] = curve.cost, curve.quality
             continue
-        block = np.ix_(rows, columns)
+        block = np.ix_(rows, np.asarray(columns))
         chain_cost, chain_quality, _ = chain_outcomes(
-            matrix.score[block], matrix.cost[block], matrix.quality[block], thresholds
+            matrix.score[block], matrix.cost[block], matrix.quality[block], threshold_rows
         )
         cost[indices], quality[indices] = chain_cost, chain_quality
     return cost, quality

@@ -121,7 +121,7 @@ def write_summary(
             f"benefit_{index}_p10": pair.benefit.low,
             f"benefit_{index}_p90": pair.benefit.high,
         }
-    np.savez_compressed(directory / "curves.npz", **arrays)
+    np.savez_compressed(directory / "curves.npz", allow_pickle=True, **arrays)
     return document
 
 

@@ -76,9 +76,7 @@ def judge_labels(
     ``questions`` (query_id -> text) fill in a table without prompts; ``concurrency`` and
     ``on_query(done, total)`` are ``relabel``'s.
     """
-    from pydantic import TypeAdapter
-
-    from traffic.judges import JudgeConfig, make_judge
+    from traffic.judges import make_judge, parse_judge_config
     from traffic.relabel import read_queries, relabel
 
     if reference not in matrix.models:
@@ -86,7 +84,7 @@ def judge_labels(
     queries = read_queries(runs)
     if not any(isinstance(r.get("response"), str) for answers in queries.values() for r in answers.values()):
         raise StudyError(f"{runs} has no 'response' column: collect it with cascade collect")
-    judge = _CostCounting(make_judge(TypeAdapter(JudgeConfig).validate_python(judge_config)))
+    judge = _CostCounting(make_judge(parse_judge_config(judge_config)))
 
     async def label_all() -> list[Any]:
         try:

@@ -31,6 +31,40 @@ def envelope_figure(
     """
     plt = _pyplot()
     figure, axes = plt.subplots(figsize=(10, 6.5))
+    _plot_curves(axes, envelope)
+    pool = set(envelope.pool)
+    singles = list(zip(envelope.model_names, envelope.model_cost, envelope.model_quality, strict=True))
+    for name, cost, quality in singles:
+        axes.scatter(cost, quality, s=40, color="k" if name in pool else "0.55", zorder=6)
+    axes.scatter([], [], s=40, color="k", label="single models (grey: dominated)")
+    for solution in (tiers or {}).values():
+        axes.scatter(solution.cost, solution.quality, marker="*", s=180, color="C2", edgecolor="k", zorder=7)
+    if tiers:
+        axes.scatter([], [], marker="*", s=120, color="C2", edgecolor="k", label="tiers")
+    axes.set_xscale("log")
+    axes.set_xlabel("mean cost per query (USD, log scale)")
+    axes.set_ylabel("mean quality")
+    axes.set_title(title or "Cost-quality envelope")
+    axes.grid(True, which="both", alpha=0.25)
+    axes.legend(loc="lower right", fontsize=8)
+    figure.tight_layout()
+    # Labels last: their placement avoids lines, markers, the legend and each other on the final layout.
+    tier_labels = [
+        Label(name, s.cost, s.quality, {"fontsize": 9, "fontweight": "bold", "color": "C2"})
+        for name, s in (tiers or {}).items()
+    ]
+    model_labels = [
+        Label(name, cost, quality, {"fontsize": 7.5, "color": "k" if name in pool else "0.45"})
+        for name, cost, quality in sorted(singles, key=lambda single: single[0] not in pool)
+    ]
+    markers = [(cost, quality) for _, cost, quality in singles]
+    markers += [(s.cost, s.quality) for s in (tiers or {}).values()]
+    place_labels(axes, tier_labels + model_labels, np.array(markers, dtype=float))
+    return figure
+
+
+def _plot_curves(axes: Any, envelope: Envelope) -> None:
+    """The pair frontiers, the envelope, its concave hull and its switching points, with legend entries."""
     for curve in envelope.pairs.values():
         axes.plot(curve.cost, curve.quality, color="0.75", linewidth=0.7, zorder=1)
     axes.plot([], [], color="0.75", linewidth=0.7, label=f"pair frontiers ({len(envelope.pairs)})")
@@ -66,35 +100,6 @@ def envelope_figure(
             zorder=5,
             label="switching points",
         )
-    pool = set(envelope.pool)
-    singles = list(zip(envelope.model_names, envelope.model_cost, envelope.model_quality, strict=True))
-    for name, cost, quality in singles:
-        axes.scatter(cost, quality, s=40, color="k" if name in pool else "0.55", zorder=6)
-    axes.scatter([], [], s=40, color="k", label="single models (grey: dominated)")
-    for solution in (tiers or {}).values():
-        axes.scatter(solution.cost, solution.quality, marker="*", s=180, color="C2", edgecolor="k", zorder=7)
-    if tiers:
-        axes.scatter([], [], marker="*", s=120, color="C2", edgecolor="k", label="tiers")
-    axes.set_xscale("log")
-    axes.set_xlabel("mean cost per query (USD, log scale)")
-    axes.set_ylabel("mean quality")
-    axes.set_title(title or "Cost-quality envelope")
-    axes.grid(True, which="both", alpha=0.25)
-    axes.legend(loc="lower right", fontsize=8)
-    figure.tight_layout()
-    # Labels last: their placement avoids lines, markers, the legend and each other on the final layout.
-    tier_labels = [
-        Label(name, s.cost, s.quality, {"fontsize": 9, "fontweight": "bold", "color": "C2"})
-        for name, s in (tiers or {}).items()
-    ]
-    model_labels = [
-        Label(name, cost, quality, {"fontsize": 7.5, "color": "k" if name in pool else "0.45"})
-        for name, cost, quality in sorted(singles, key=lambda single: single[0] not in pool)
-    ]
-    markers = [(cost, quality) for _, cost, quality in singles]
-    markers += [(s.cost, s.quality) for s in (tiers or {}).values()]
-    place_labels(axes, tier_labels + model_labels, np.array(markers, dtype=float))
-    return figure
 
 
 def shadow_price_figure(envelope: Envelope) -> Any:

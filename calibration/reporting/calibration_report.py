@@ -27,14 +27,33 @@ def calibration_sections(
     randomize: bool = False,
 ) -> list[Section]:
     """Sections of the calibration report (summary, models, tiers, plots, switching, hull)."""
+    return [
+        _summary_section(matrix, envelope, tiers, policy_id=policy_id, filters=filters, randomize=randomize),
+        _models_section(envelope),
+        _tiers_section(tiers, default_tier),
+        _plots_section(plots),
+        _switching_section(envelope),
+        _hull_section(envelope),
+    ]
+
+
+def _summary_section(
+    matrix: RunsMatrix,
+    envelope: Envelope,
+    tiers: Mapping[str, TierSolution],
+    *,
+    policy_id: str,
+    filters: Mapping[str, str] | None,
+    randomize: bool,
+) -> Section:
+    """What was calibrated (runs, filters, scorer, policy) and the envelope's size, with warnings."""
     filters_text = ", ".join(f"{c}={v}" for c, v in (filters or {}).items()) or "none"
     scorer = (
         f"external (precomputed column '{matrix.score_column}'; not servable by the gateway)"
         if matrix.scorer == "external"
         else f"{matrix.scorer} (top_k={matrix.top_k})"
     )
-    pool = set(envelope.pool)
-    summary = Section(
+    return Section(
         "Summary",
         [
             f"Runs: {matrix.source}; filters: {filters_text}; {matrix.n_queries:,} queries x "
@@ -47,7 +66,12 @@ def calibration_sections(
             *[f"Warning: {t.warning}" for t in tiers.values() if t.warning],
         ],
     )
-    models = Section(
+
+
+def _models_section(envelope: Envelope) -> Section:
+    """Each model's mean cost and quality, and whether it is in the envelope's pool."""
+    pool = set(envelope.pool)
+    return Section(
         "Models",
         [
             Table(
@@ -62,7 +86,11 @@ def calibration_sections(
             )
         ],
     )
-    tier_rows = [
+
+
+def _tiers_section(tiers: Mapping[str, TierSolution], default_tier: str) -> Section:
+    """Each tier's objective, route(s) and expected cost, quality, escalation rate and shadow price."""
+    rows = [
         [
             f"{name} (default)" if name == default_tier else name,
             solution.objective.describe(),
@@ -74,7 +102,7 @@ def calibration_sections(
         ]
         for name, solution in tiers.items()
     ]
-    tier_section = Section(
+    return Section(
         "Tiers",
         [
             Table(
@@ -87,13 +115,17 @@ def calibration_sections(
                     "escalation rate",
                     "shadow price (quality/USD)",
                 ],
-                tier_rows,
+                rows,
                 caption="Expected values on the calibration queries; shadow price = slope of the concave "
                 "hull at the tier's cost.",
             )
         ],
     )
-    figures = Section(
+
+
+def _plots_section(plots: Mapping[str, Path]) -> Section:
+    """The envelope and shadow-price plots (``write_calibration_plots``'s files), embedded."""
+    return Section(
         "Plots",
         [
             Figure.from_file(
@@ -104,7 +136,11 @@ def calibration_sections(
             Figure.from_file(plots["shadow_price"], "Shadow price along the concave hull."),
         ],
     )
-    switching = Section(
+
+
+def _switching_section(envelope: Envelope) -> Section:
+    """The envelope's switching points: where its best route changes, from which to which."""
+    return Section(
         "Switching points",
         [
             Table(
@@ -121,7 +157,11 @@ def calibration_sections(
             )
         ],
     )
-    hull = Section(
+
+
+def _hull_section(envelope: Envelope) -> Section:
+    """The vertices of the envelope's concave hull with their routes."""
+    return Section(
         "Concave-hull vertices",
         [
             Table(
@@ -138,7 +178,6 @@ def calibration_sections(
             )
         ],
     )
-    return [summary, models, tier_section, figures, switching, hull]
 
 
 def filters_suffix(filters: Mapping[str, str] | None) -> str:

@@ -71,6 +71,43 @@ def _overlap(a: tuple[float, float, float, float], b: tuple[float, float, float,
     return max(0.0, width) * max(0.0, height)
 
 
+def _least_cluttered_offset(
+    annotation: Any,
+    renderer: Any,
+    frame: Any,
+    placed: Sequence[tuple[float, float, float, float]],
+    dots: np.ndarray,
+    lines: np.ndarray,
+    pixels_per_point: float,
+    padding_px: float,
+) -> tuple[float, float]:
+    """The offset of ``_RING`` (in points) where the annotation stays in ``frame`` and covers the
+    fewest placed boxes, marker dots and line samples (display coordinates); nearest among equals."""
+    width = annotation.get_window_extent(renderer).width / pixels_per_point
+    best, best_score = (0.0, 0.0), np.inf
+    for rank, (dx, dy) in enumerate(_RING):
+        offset = (dx - width if dx < 0 else dx, dy)
+        annotation.xyann = offset
+        extent = annotation.get_window_extent(renderer)
+        box = (
+            extent.x0 - padding_px,
+            extent.y0 - padding_px,
+            extent.x1 + padding_px,
+            extent.y1 + padding_px,
+        )
+        outside = extent.x0 < frame.x0 or extent.x1 > frame.x1 or extent.y0 < frame.y0 or extent.y1 > frame.y1
+        score = (
+            1e6 * outside
+            + 50.0 * sum(_overlap(box, other) for other in placed)
+            + 1e3 * _inside(dots, box)
+            + 20.0 * _inside(lines, box)
+            + rank  # prefer the nearest offsets among equals
+        )
+        if score < best_score:
+            best, best_score = offset, score
+    return best
+
+
 def place_labels(
     axes: Any, labels: Sequence[Label], markers: np.ndarray | None = None, padding_px: float = 2.0
 ) -> list[Any]:
@@ -107,31 +144,9 @@ def place_labels(
             bbox={"boxstyle": "square,pad=0.1", "facecolor": "white", "edgecolor": "none", "alpha": 0.8},
             **label.style,
         )
-        width = annotation.get_window_extent(renderer).width / pixels_per_point
-        best, best_score = (0.0, 0.0), np.inf
-        for rank, (dx, dy) in enumerate(_RING):
-            offset = (dx - width if dx < 0 else dx, dy)
-            annotation.xyann = offset
-            extent = annotation.get_window_extent(renderer)
-            box = (
-                extent.x0 - padding_px,
-                extent.y0 - padding_px,
-                extent.x1 + padding_px,
-                extent.y1 + padding_px,
-            )
-            outside = (
-                extent.x0 < frame.x0 or extent.x1 > frame.x1 or extent.y0 < frame.y0 or extent.y1 > frame.y1
-            )
-            score = (
-                1e6 * outside
-                + 50.0 * sum(_overlap(box, other) for other in placed)
-                + 1e3 * _inside(dots, box)
-                + 20.0 * _inside(lines, box)
-                + rank  # prefer the nearest offsets among equals
-            )
-            if score < best_score:
-                best, best_score = offset, score
-        annotation.xyann = best
+        annotation.xyann = _least_cluttered_offset(
+            annotation, renderer, frame, placed, dots, lines, pixels_per_point, padding_px
+        )
         extent = annotation.get_window_extent(renderer)
         placed.append((extent.x0, extent.y0, extent.x1, extent.y1))
         annotations.append(annotation)

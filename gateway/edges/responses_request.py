@@ -114,58 +114,17 @@ class ResponsesRequest:
 def translate_responses(raw: bytes, request_id: str, now: int) -> tuple[ParsedRequest, ResponsesRequest, int]:
     """(the chat request, the context, the chat body's size in bytes); BadRequestError on any problem."""
     body = _load(raw)
-    for name, value in body.items():
-        if name in _STATEFUL:
-            if value not in (None, False, "", [], {}):
-                raise BadRequestError(
-                    f"'{name}' is not supported: {_STATEFUL[name]}", param=name, code=UNSUPPORTED
-                )
-        elif name not in _MAPPED and name not in _IGNORED_HINTS:
-            raise BadRequestError(
-                f"'{name}' is not a supported Responses API field on this gateway",
-                param=name,
-                code=UNSUPPORTED,
-            )
+    _refuse_unsupported_fields(body)
     model = body.get("model")
     if not isinstance(model, str) or not model:
         raise BadRequestError("'model' is required and must be a non-empty string", param="model")
-    store = body.get("store")
-    if store is not None and not isinstance(store, bool):
-        raise BadRequestError("'store' must be a boolean", param="store")
-    if store:
-        raise BadRequestError(
-            "'store: true' is not supported: the gateway keeps no responses (send 'store: false')",
-            param="store",
-            code=UNSUPPORTED,
-        )
-    truncation = body.get("truncation")
-    if truncation not in (None, "disabled"):
-        raise BadRequestError(
-            "'truncation' must be 'disabled': the gateway cannot drop input to fit a model's context",
-            param="truncation",
-            code=UNSUPPORTED,
-        )
+    _refuse_storage_and_truncation(body)
     stream = _bool(body, "stream")
     instructions = _optional_str(body, "instructions")
     messages: list[dict[str, Any]] = [{"role": "system", "content": instructions}] if instructions else []
     messages.extend(input_messages(body.get("input")))
     chat: dict[str, Any] = {"model": model, "messages": messages}
-
-    tools = body.get("tools")
-    if tools is not None:
-        if not isinstance(tools, list):
-            raise BadRequestError("'tools' must be an array", param="tools")
-        if tools:
-            chat["tools"] = [_chat_tool(tool, i) for i, tool in enumerate(tools)]
-    tool_choice = body.get("tool_choice")
-    if tool_choice is not None:
-        chat["tool_choice"] = _chat_tool_choice(tool_choice)
-    parallel = body.get("parallel_tool_calls")
-    if parallel is not None:
-        if not isinstance(parallel, bool):
-            raise BadRequestError("'parallel_tool_calls' must be a boolean", param="parallel_tool_calls")
-        if tools:
-            chat["parallel_tool_calls"] = parallel
+    tools, tool_choice, parallel = _tool_fields(body, chat)
     for name in ("temperature", "top_p"):
         value = body.get(name)
         if value is not None:
@@ -209,6 +168,63 @@ def translate_responses(raw: bytes, request_id: str, now: int) -> tuple[ParsedRe
     # Streams ask for usage: the closing event reports it (the upstream is asked for it anyway).
     parsed = ParsedRequest("chat", chat, model, stream, 1, wants_logprobs, include_usage=stream)
     return parsed, context, len(sent)
+
+
+def _refuse_unsupported_fields(body: dict[str, Any]) -> None:
+    """A stateful field set to something, or a field the gateway neither maps nor ignores: 400."""
+    for name, value in body.items():
+        if name in _STATEFUL:
+            if value not in (None, False, "", [], {}):
+                raise BadRequestError(
+                    f"'{name}' is not supported: {_STATEFUL[name]}", param=name, code=UNSUPPORTED
+                )
+        elif name not in _MAPPED and name not in _IGNORED_HINTS:
+            raise BadRequestError(
+                f"'{name}' is not a supported Responses API field on this gateway",
+                param=name,
+                code=UNSUPPORTED,
+            )
+
+
+def _refuse_storage_and_truncation(body: dict[str, Any]) -> None:
+    """``store: true`` (the gateway keeps no responses) or a truncation other than disabled: 400."""
+    store = body.get("store")
+    if store is not None and not isinstance(store, bool):
+        raise BadRequestError("'store' must be a boolean", param="store")
+    if store:
+        raise BadRequestError(
+            "'store: true' is not supported: the gateway keeps no responses (send 'store: false')",
+            param="store",
+            code=UNSUPPORTED,
+        )
+    truncation = body.get("truncation")
+    if truncation not in (None, "disabled"):
+        raise BadRequestError(
+            "'truncation' must be 'disabled': the gateway cannot drop input to fit a model's context",
+            param="truncation",
+            code=UNSUPPORTED,
+        )
+
+
+def _tool_fields(body: dict[str, Any], chat: dict[str, Any]) -> tuple[Any, Any, Any]:
+    """``tools``, ``tool_choice`` and ``parallel_tool_calls`` as given (checked), set in ``chat``
+    translated (parallel_tool_calls only alongside tools)."""
+    tools = body.get("tools")
+    if tools is not None:
+        if not isinstance(tools, list):
+            raise BadRequestError("'tools' must be an array", param="tools")
+        if tools:
+            chat["tools"] = [_chat_tool(tool, i) for i, tool in enumerate(tools)]
+    tool_choice = body.get("tool_choice")
+    if tool_choice is not None:
+        chat["tool_choice"] = _chat_tool_choice(tool_choice)
+    parallel = body.get("parallel_tool_calls")
+    if parallel is not None:
+        if not isinstance(parallel, bool):
+            raise BadRequestError("'parallel_tool_calls' must be a boolean", param="parallel_tool_calls")
+        if tools:
+            chat["parallel_tool_calls"] = parallel
+    return tools, tool_choice, parallel
 
 
 def _load(raw: bytes) -> dict[str, Any]:

@@ -2,9 +2,10 @@
 
 from __future__ import annotations
 
-from typing import Annotated, Literal
+from collections.abc import Mapping
+from typing import Annotated, Any, Literal, cast
 
-from pydantic import BaseModel, ConfigDict, Field, HttpUrl
+from pydantic import BaseModel, ConfigDict, Field, HttpUrl, TypeAdapter
 
 from policies import Price
 from traffic.judges.base import Judge
@@ -57,6 +58,15 @@ JudgeConfig = Annotated[
     ExactJudgeConfig | NumericJudgeConfig | ChoiceJudgeConfig | SimilarityJudgeConfig | LLMJudgeConfig,
     Field(discriminator="kind"),
 ]
+
+
+def parse_judge_config(data: Mapping[str, object]) -> JudgeConfig:
+    """The config of the judge ``data`` describes (``{"kind": "exact"}``, ...); pydantic's
+    ValidationError names an unknown kind or a bad field."""
+    # TypeAdapter takes a PEP 747 TypeForm, which mypy 1.x reads back from its incremental cache as
+    # type[T] (python/mypy#21587): the union alias would then be rejected on every re-check but a
+    # clean one. The explicit parameter keeps the result typed; the cast only hides the form.
+    return TypeAdapter[JudgeConfig](cast(Any, JudgeConfig)).validate_python(data)
 
 
 def make_judge(config: JudgeConfig) -> Judge:

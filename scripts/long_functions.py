@@ -1,0 +1,49 @@
+"""List the functions and methods longer than a threshold (60 lines by default) in the packages.
+
+Usage: ``python scripts/long_functions.py [--max-lines N] [--root DIR] [DIRECTORY ...]`` (default:
+the seven packages; add ``bench scripts tests`` for the whole repository). A function's length runs
+from its first decorator (or its ``def``) to its last line, docstring included; nested functions are
+counted on their own as well as inside their parent. Prints one line per long function, longest
+first, then the total.
+"""
+
+from __future__ import annotations
+
+import argparse
+import ast
+from pathlib import Path
+
+PACKAGES = ("policies", "gateway", "calibration", "collection", "traffic", "localpool", "cascade_cli")
+
+
+def long_functions(root: Path, packages: tuple[str, ...], max_lines: int) -> list[tuple[int, str]]:
+    """Return (length, "path:line name") for every function in the packages longer than max_lines."""
+    found: list[tuple[int, str]] = []
+    for package in packages:
+        for path in sorted((root / package).rglob("*.py")):
+            tree = ast.parse(path.read_text(encoding="utf-8"), filename=str(path))
+            for node in ast.walk(tree):
+                if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)):
+                    first = min([node.lineno, *(d.lineno for d in node.decorator_list)])
+                    length = (node.end_lineno or node.lineno) - first + 1
+                    if length > max_lines:
+                        where = f"{path.relative_to(root)}:{node.lineno}"
+                        found.append((length, f"{where} {node.name}"))
+    return sorted(found, reverse=True)
+
+
+def main() -> None:
+    """Print the long functions and their count."""
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("packages", nargs="*", default=list(PACKAGES))
+    parser.add_argument("--max-lines", type=int, default=60)
+    parser.add_argument("--root", type=Path, default=Path(__file__).resolve().parent.parent)
+    args = parser.parse_args()
+    found = long_functions(args.root, tuple(args.packages), args.max_lines)
+    for length, where in found:
+        print(f"{length:5d}  {where}")
+    print(f"{len(found)} functions over {args.max_lines} lines")
+
+
+if __name__ == "__main__":
+    main()
