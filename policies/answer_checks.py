@@ -1,0 +1,166 @@
+"""Structural checks of an answer against its request: certain failures, found before any score.
+
+``check_answer(request, message)`` returns the first problem of a chat answer, or None:
+
+* ``invalid_tool_call``: a call to a function the request did not declare; arguments that are not
+  a JSON object or that violate the function's ``parameters`` schema (required properties, types,
+  enums: JSON Schema); a call although ``tool_choice`` is ``none``; no call although
+  ``tool_choice`` is ``required`` or names a function (or a call to another function than that one).
+* ``invalid_structured_output``: content that does not parse as JSON although ``response_format``
+  asks for ``json_object`` or ``json_schema``, or that violates the ``json_schema``'s schema.
+
+The gateway escalates a scored stage whose answer has a problem whatever its score (and counts a
+final stage's); calibration gives such an answer no chance of being accepted. Calls written as
+``content`` count as calls (``policies.tool_calls.answer_calls``).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass
+from functools import lru_cache
+from typing import Any, Literal
+
+import orjson
+from jsonschema import SchemaError
+from jsonschema.validators import validator_for
+
+from policies.tool_calls import ToolCall, answer_calls
+
+ProblemKind = Literal["invalid_tool_call", "invalid_structured_output"]
+PROBLEM_KINDS: tuple[ProblemKind, ...] = ("invalid_tool_call", "invalid_structured_output")
+
+# Schema errors are reported by their first message only, cut to this length (it names a value).
+_DETAIL_CHARS = 200
+
+
+@dataclass(frozen=True, slots=True)
+class AnswerProblem:
+    """Why an answer is certainly wrong: which check failed and a one-line detail."""
+
+    kind: ProblemKind
+    detail: str
+
+
+def check_answer(request: Mapping[str, Any], message: Mapping[str, Any] | None) -> AnswerProblem | None:
+    """The first structural problem of the chat ``message`` answering ``request``, or None."""
+    functions = declared_functions(request)
+    calls = answer_calls(message)
+    problem = _tool_choice_problem(request.get("tool_choice"), calls, bool(functions))
+    if problem is not None:
+        return problem
+    for call in calls:
+        problem = _call_problem(call, functions)
+        if problem is not None:
+            return problem
+    if not calls:
+        return _structured_output_problem(request.get("response_format"), message)
+    return None
+
+
+def declared_functions(request: Mapping[str, Any]) -> dict[str, Any]:
+    """Declared function name -> its ``parameters`` schema (None when it declares none)."""
+    functions: dict[str, Any] = {}
+    for tool in request.get("tools") or ():
+        if not isinstance(tool, Mapping) or tool.get("type", "function") != "function":
+            continue
+        function = tool.get("function")
+        if isinstance(function, Mapping) and isinstance(function.get("name"), str):
+            functions[function["name"]] = function.get("parameters")
+    return functions
+
+
+def _tool_choice_problem(choice: Any, calls: list[ToolCall], declared: bool) -> AnswerProblem | None:
+    if choice == "none" and calls:
+        return AnswerProblem("invalid_tool_call", "a tool call although tool_choice is none")
+    if choice == "required" and declared and not calls:
+        return AnswerProblem("invalid_tool_call", "no tool call although tool_choice is required")
+    if isinstance(choice, Mapping):
+        function = choice.get("function")
+        named = function.get("name") if isinstance(function, Mapping) else None
+        if isinstance(named, str):
+            if not calls:
+                return AnswerProblem("invalid_tool_call", f"no call although tool_choice names {named!r}")
+            other = next((c.name for c in calls if c.name != named), None)
+            if other is not None:
+                return AnswerProblem(
+                    "invalid_tool_call", f"a call to {other!r} although tool_choice names {named!r}"
+                )
+    return None
+
+
+def _call_problem(call: ToolCall, functions: dict[str, Any]) -> AnswerProblem | None:
+    if call.name not in functions:
+        return AnswerProblem(
+            "invalid_tool_call", f"a call to {call.name!r}, which the request does not declare"
+        )
+    try:
+        arguments = call.parsed_arguments()
+    except orjson.JSONDecodeError:
+        return AnswerProblem("invalid_tool_call", f"the arguments of {call.name!r} are not JSON")
+    if not isinstance(arguments, dict):
+        return AnswerProblem("invalid_tool_call", f"the arguments of {call.name!r} are not a JSON object")
+    violation = schema_violation(functions[call.name], arguments)
+    if violation is not None:
+        return AnswerProblem(
+            "invalid_tool_call", f"the arguments of {call.name!r} violate its schema: {violation}"
+        )
+    return None
+
+
+def _structured_output_problem(
+    response_format: Any, message: Mapping[str, Any] | None
+) -> AnswerProblem | None:
+    if not isinstance(response_format, Mapping):
+        return None
+    kind = response_format.get("type")
+    if kind not in ("json_object", "json_schema"):
+        return None
+    content = message.get("content") if isinstance(message, Mapping) else None
+    try:
+        value = orjson.loads(content) if isinstance(content, str) else None
+    except orjson.JSONDecodeError:
+        value = None
+    if value is None:
+        return AnswerProblem("invalid_structured_output", "the content is not JSON")
+    if kind == "json_object":
+        if not isinstance(value, dict):
+            return AnswerProblem("invalid_structured_output", "the content is not a JSON object")
+        return None
+    spec = response_format.get("json_schema")
+    schema = spec.get("schema") if isinstance(spec, Mapping) else None
+    violation = schema_violation(schema, value)
+    if violation is not None:
+        return AnswerProblem("invalid_structured_output", f"the content violates the schema: {violation}")
+    return None
+
+
+def schema_violation(schema: Any, value: Any) -> str | None:
+    """The first way ``value`` violates the JSON Schema ``schema`` (one line), or None.
+
+    No schema, or one that is not valid JSON Schema itself, accepts everything: the request's
+    schema is the client's, and a gateway must not fail an answer for the client's own mistake.
+    """
+    if not isinstance(schema, Mapping) or not schema:
+        return None
+    validator = _validator(orjson.dumps(schema, option=orjson.OPT_SORT_KEYS))
+    if validator is None:
+        return None
+    error = next(iter(validator.iter_errors(value)), None)
+    if error is None:
+        return None
+    where = "/".join(str(part) for part in error.absolute_path)
+    text = f"{where}: {error.message}" if where else error.message
+    return text[:_DETAIL_CHARS]
+
+
+@lru_cache(maxsize=256)
+def _validator(schema_json: bytes) -> Any:
+    """A compiled validator per distinct schema (agents send the same tools on every turn)."""
+    schema = orjson.loads(schema_json)
+    cls = validator_for(schema)
+    try:
+        cls.check_schema(schema)
+    except SchemaError:
+        return None
+    return cls(schema)
