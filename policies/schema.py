@@ -85,12 +85,49 @@ class Route(_Strict):
         return self
 
 
+class Spread(_Strict):
+    """A mean over held-out splits and its 2.5th and 97.5th percentiles over those splits."""
+
+    mean: float = Field(ge=0)
+    low: float = Field(ge=0)
+    high: float = Field(ge=0)
+
+    @model_validator(mode="after")
+    def _ordered(self) -> Spread:
+        if self.low > self.high:
+            raise ValueError(f"low {self.low:g} is above high {self.high:g}")
+        return self
+
+
+class HeldOut(_Strict):
+    """Out-of-sample expectations, cross-fitted: on each of ``splits`` random splits the tier's
+    route is chosen on the calibration part and measured on the other ``test_fraction`` of the
+    queries (``calibration.heldout_expected``)."""
+
+    splits: int = Field(ge=1)
+    test_fraction: float = Field(gt=0, lt=1)
+    seed: int = 0
+    cost_usd: Spread
+    quality: Spread
+    escalation_rate: Spread
+
+    @model_validator(mode="after")
+    def _rates_within_unit(self) -> HeldOut:
+        for name in ("quality", "escalation_rate"):
+            spread: Spread = getattr(self, name)
+            if max(spread.mean, spread.high) > 1:
+                raise ValueError(f"heldout {name} must lie in [0, 1]")
+        return self
+
+
 class Expected(_Strict):
-    """Expected per-request cost (USD), quality and escalation rate on the calibration data."""
+    """Expected per-request cost (USD), quality and escalation rate on the calibration data, and
+    optionally the same measured out of sample (``heldout``)."""
 
     cost_usd: float = Field(ge=0)
     quality: float = Field(ge=0, le=1)
     escalation_rate: float = Field(ge=0, le=1)
+    heldout: HeldOut | None = None
 
 
 class Tier(_Strict):
@@ -133,6 +170,27 @@ class EnvelopePoint(_Strict):
         return Route(weight=1.0, models=list(self.models), thresholds=list(self.thresholds))
 
 
+# Request kinds that may have a section of their own; the top level of a policy serves the rest
+# (text, and any kind without a section). ``policies.tool_calls.request_kind`` names a request's kind.
+SectionKind = Literal["tool_call", "structured_output"]
+
+
+class KindSection(_Strict):
+    """Routes for one request kind (``Policy.kinds``): calibrated from that kind's runs rows.
+
+    Same meaning as the top-level fields of the same names. ``tiers`` has exactly the top level's
+    tier names and ``default_tier`` is the top level's, so a client names a tier the same way
+    whatever its request's kind; ``scorer`` defaults to the top level's.
+    """
+
+    models: dict[str, ModelStats] = Field(min_length=1)
+    default_tier: str
+    tiers: dict[str, Tier] = Field(min_length=1)
+    envelope: list[EnvelopePoint] = Field(default_factory=list)
+    scorer: ScorerSpec | None = None
+    score_distribution: ScoreDistribution | None = None
+
+
 class Policy(_Strict):
     """A complete, servable cascade policy (docs/contracts.md#policy-file)."""
 
@@ -150,52 +208,84 @@ class Policy(_Strict):
     allow_degraded: bool = True
     # Optional: where scores fell on the calibration rows, for the gateway's drift metric.
     score_distribution: ScoreDistribution | None = None
+    # Optional: routes of their own for requests of these kinds (the top level serves the others).
+    kinds: dict[SectionKind, KindSection] | None = None
 
     @model_validator(mode="after")
     def _references_resolve(self) -> Policy:
-        if self.default_tier not in self.tiers:
-            raise ValueError(
-                f"default_tier {self.default_tier!r} is not one of the tiers {sorted(self.tiers)}"
-            )
-        for tier_name, tier in self.tiers.items():
-            for route in tier.routes:
-                unknown = [m for m in route.models if m not in self.models]
-                if unknown:
-                    raise ValueError(f"tier {tier_name!r} routes to unknown model(s) {unknown}")
-        for point in self.envelope:
-            unknown = [m for m in point.models if m not in self.models]
-            if unknown:
-                raise ValueError(f"envelope point routes to unknown model(s) {unknown}")
-        self._check_threshold_ranges()
-        costs = [p.cost_usd for p in self.envelope]
-        if costs != sorted(costs):
-            raise ValueError("envelope points must be sorted by cost_usd")
+        _check_routes("", self.scorer, self.models, self.default_tier, self.tiers, self.envelope)
         if self.score_distribution is not None:
             self.score_distribution.check_references(list(self.models), list(self.tiers))
+        for kind, section in (self.kinds or {}).items():
+            where = f"kinds.{kind}: "
+            if set(section.tiers) != set(self.tiers) or section.default_tier != self.default_tier:
+                raise ValueError(
+                    f"{where}tiers {sorted(section.tiers)} (default {section.default_tier!r}) must be "
+                    f"the top level's {sorted(self.tiers)} (default {self.default_tier!r})"
+                )
+            scorer = section.scorer or self.scorer
+            tiers, envelope = section.tiers, section.envelope
+            _check_routes(where, scorer, section.models, section.default_tier, tiers, envelope)
+            if section.score_distribution is not None:
+                try:
+                    section.score_distribution.check_references(list(section.models), list(section.tiers))
+                except ValueError as exc:
+                    raise ValueError(f"{where}{exc}") from None
         return self
 
-    def _check_threshold_ranges(self) -> None:
-        """Every threshold within the scorer's range (``policies.scorers.SCORE_RANGES``).
 
-        A threshold above the top escalates every answer and one below the bottom none: such a
-        number is a mistake, not a policy. The next float above the top is allowed: calibration
-        writes it for "escalate every answer" (``calibration.frontier.frontier_thresholds``).
-        ``external`` scores have no known range.
-        """
-        bounds = SCORE_RANGES.get(self.scorer.name)
-        if bounds is None:
-            return
-        low, high = bounds
-        chains = [
-            (f"tier {name!r} route {i + 1}", route.models, route.thresholds)
-            for name, tier in self.tiers.items()
-            for i, route in enumerate(tier.routes)
-        ]
-        chains += [(f"envelope point {i + 1}", p.models, p.thresholds) for i, p in enumerate(self.envelope)]
-        for where, models, thresholds in chains:
-            for stage, (model, threshold) in enumerate(zip(models, thresholds, strict=False)):
-                if not low <= threshold <= math.nextafter(high, math.inf):
-                    raise ValueError(
-                        f"{where} stage {stage + 1} ({model}): threshold {threshold:g} is outside the "
-                        f"range [{low:g}, {high:g}] of scorer {self.scorer.name}"
-                    )
+def _check_routes(
+    where: str,
+    scorer: ScorerSpec,
+    models: dict[str, ModelStats],
+    default_tier: str,
+    tiers: dict[str, Tier],
+    envelope: list[EnvelopePoint],
+) -> None:
+    """The rules of a route table (the top level's or a kind section's; ``where`` prefixes errors):
+    the default tier exists, every route and envelope point names known models, the envelope is
+    sorted by cost and every threshold lies within the scorer's range."""
+    if default_tier not in tiers:
+        raise ValueError(f"{where}default_tier {default_tier!r} is not one of the tiers {sorted(tiers)}")
+    for tier_name, tier in tiers.items():
+        for route in tier.routes:
+            unknown = [m for m in route.models if m not in models]
+            if unknown:
+                raise ValueError(f"{where}tier {tier_name!r} routes to unknown model(s) {unknown}")
+    for point in envelope:
+        unknown = [m for m in point.models if m not in models]
+        if unknown:
+            raise ValueError(f"{where}envelope point routes to unknown model(s) {unknown}")
+    _check_threshold_ranges(where, scorer, tiers, envelope)
+    costs = [p.cost_usd for p in envelope]
+    if costs != sorted(costs):
+        raise ValueError(f"{where}envelope points must be sorted by cost_usd")
+
+
+def _check_threshold_ranges(
+    where: str, scorer: ScorerSpec, tiers: dict[str, Tier], envelope: list[EnvelopePoint]
+) -> None:
+    """Every threshold within the scorer's range (``policies.scorers.SCORE_RANGES``).
+
+    A threshold above the top escalates every answer and one below the bottom none: such a
+    number is a mistake, not a policy. The next float above the top is allowed: calibration
+    writes it for "escalate every answer" (``calibration.frontier.frontier_thresholds``).
+    ``external`` scores have no known range.
+    """
+    bounds = SCORE_RANGES.get(scorer.name)
+    if bounds is None:
+        return
+    low, high = bounds
+    chains = [
+        (f"tier {name!r} route {i + 1}", route.models, route.thresholds)
+        for name, tier in tiers.items()
+        for i, route in enumerate(tier.routes)
+    ]
+    chains += [(f"envelope point {i + 1}", p.models, p.thresholds) for i, p in enumerate(envelope)]
+    for label, models, thresholds in chains:
+        for stage, (model, threshold) in enumerate(zip(models, thresholds, strict=False)):
+            if not low <= threshold <= math.nextafter(high, math.inf):
+                raise ValueError(
+                    f"{where}{label} stage {stage + 1} ({model}): threshold {threshold:g} is outside the "
+                    f"range [{low:g}, {high:g}] of scorer {scorer.name}"
+                )

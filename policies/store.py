@@ -20,16 +20,44 @@ from policies.schema import Policy
 _HASH_EXCLUDED = ("policy_id", "created_at")
 # Optional fields added to schema version 1 after it was published: when absent (null) they are left
 # out of the file and of the hash, so a policy written before them keeps its bytes and policy_id.
-_OPTIONAL_FIELDS = ("score_distribution",)
+_OPTIONAL_FIELDS = ("score_distribution", "kinds")
+# The same inside a kind section, and inside every tier's ``expected`` (top level and sections).
+_OPTIONAL_SECTION_FIELDS = ("scorer", "score_distribution")
+_OPTIONAL_EXPECTED_FIELDS = ("heldout",)
+
+
+def without_absent_fields(document: dict[str, Any]) -> dict[str, Any]:
+    """A copy of a policy document without the optional fields it does not have (null or missing)."""
+    out = {k: v for k, v in document.items() if not (k in _OPTIONAL_FIELDS and v is None)}
+    if isinstance(out.get("kinds"), dict):
+        out["kinds"] = {
+            kind: _drop_nulls(_without_absent_expectations(section), _OPTIONAL_SECTION_FIELDS)
+            for kind, section in out["kinds"].items()
+        }
+    return _without_absent_expectations(out)
+
+
+def _without_absent_expectations(document: Any) -> Any:
+    """``document`` with ``tiers.*.expected`` stripped of its absent optional fields."""
+    if not isinstance(document, dict) or not isinstance(document.get("tiers"), dict):
+        return document
+    tiers = {}
+    for name, tier in document["tiers"].items():
+        if isinstance(tier, dict) and isinstance(tier.get("expected"), dict):
+            tier = {**tier, "expected": _drop_nulls(tier["expected"], _OPTIONAL_EXPECTED_FIELDS)}
+        tiers[name] = tier
+    return {**document, "tiers": tiers}
+
+
+def _drop_nulls(document: Any, names: tuple[str, ...]) -> Any:
+    if not isinstance(document, dict):
+        return document
+    return {k: v for k, v in document.items() if not (k in names and v is None)}
 
 
 def compute_policy_id(document: dict[str, Any]) -> str:
     """Content hash (first 16 hex digits of SHA-256) of a policy document's canonical JSON."""
-    content = {
-        k: v
-        for k, v in document.items()
-        if k not in _HASH_EXCLUDED and not (k in _OPTIONAL_FIELDS and v is None)
-    }
+    content = {k: v for k, v in without_absent_fields(document).items() if k not in _HASH_EXCLUDED}
     canonical = json.dumps(content, sort_keys=True, separators=(",", ":"), allow_nan=False)
     return hashlib.sha256(canonical.encode()).hexdigest()[:16]
 
@@ -90,11 +118,7 @@ def dump_policy(policy: Policy) -> str:
 
 def policy_as_document(policy: Policy) -> dict[str, Any]:
     """The policy as a JSON-ready document, without the optional fields it does not have."""
-    document = policy.model_dump(mode="json")
-    for name in _OPTIONAL_FIELDS:
-        if document.get(name) is None:
-            document.pop(name, None)
-    return document
+    return without_absent_fields(policy.model_dump(mode="json"))
 
 
 def save_policy(policy: Policy, path: str | Path) -> None:
