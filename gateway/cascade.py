@@ -93,6 +93,7 @@ class CascadeEngine:
             within_budget=plan.within_budget,
             route=plan.route.models if plan.route is not None else [plan.model or ""],
             keep_answer=keep_answer,
+            kind=plan.kind,
         )
 
     async def run(
@@ -186,7 +187,7 @@ class CascadeEngine:
             facts.score, facts.threshold = score, thresholds[stage]
             if score is not None:
                 self._metrics.child(self._metrics.confidence, plan.tier, model).observe(score)
-                self._metrics.drift.observe(policy.policy_id, plan.tier, model, score)
+                self._metrics.drift.observe(policy.policy_id, plan.tier, model, score, plan.kind)
             if not should_escalate(score, thresholds[stage], policy.on_missing_score):
                 facts.answered_by = model
                 facts.outcome = "accepted" if stage == 0 else "escalated"

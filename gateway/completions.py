@@ -311,6 +311,8 @@ class ApiEndpoint:
         upstream_s = facts.upstream_s if facts else 0.0
         endpoint = self.edge.name
         metrics.child(metrics.requests, tier, outcome, endpoint).inc()
+        kind = request.plan.kind if request.plan is not None else "none"
+        metrics.child(metrics.requests_by_kind, tier, kind).inc()
         metrics.child(metrics.request_duration, tier, endpoint).observe(duration)
         metrics.child(metrics.overhead, endpoint).observe(max(0.0, duration - upstream_s))
         fields: dict[str, Any] = {
@@ -319,6 +321,7 @@ class ApiEndpoint:
             "path": self.path,
             "status": request.status,
             "tier": tier,
+            "kind": kind,
             "outcome": outcome,
             "duration_ms": round(duration * 1000, 3),
             "overhead_ms": round((duration - upstream_s) * 1000, 3),

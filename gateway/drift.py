@@ -1,14 +1,16 @@
-"""Score drift: live confidence scores against the calibration's, per (tier, model).
+"""Score drift: live confidence scores against the calibration's, per (kind, tier, model).
 
-For every (tier, model) pair the loaded policy's ``score_distribution`` describes, the monitor
+For every (tier, model) pair the loaded policy's ``score_distribution`` describes (the top
+level's for kind ``text``, each kind section's for its kind, ``policies.kinds``), the monitor
 keeps per-bin counts of the live scores of the last ``window_s`` seconds in a ring of time
 buckets. A scored answer costs one bisect over the bin edges (nine for deciles) and one increment
 (``observe``); the Population Stability Index against the calibration's shares is computed only
 when Prometheus scrapes (``collect``). Memory is bounded by pairs x buckets x bins, and labels
 come only from the policy's tiers and models.
 
-Exported (docs/contracts.md#metrics): ``cascade_score_drift_psi{tier, model}`` (NaN while the
-window holds fewer than ``min_samples`` scores) and ``cascade_score_drift_samples{tier, model}``.
+Exported (docs/contracts.md#metrics): ``cascade_score_drift_psi{tier, model, kind}`` (NaN while
+the window holds fewer than ``min_samples`` scores) and ``cascade_score_drift_samples{tier, model,
+kind}``.
 A new policy (another ``policy_id``) starts empty windows; a policy without
 ``score_distribution`` exports neither metric.
 """
@@ -25,6 +27,7 @@ from prometheus_client.registry import Collector
 from pydantic import BaseModel, ConfigDict, Field
 
 from policies import Policy
+from policies.kinds import TOP_LEVEL_KIND, kind_policy, served_kinds
 from policies.score_distribution import bin_index, population_stability_index
 
 PSI_METRIC = "cascade_score_drift_psi"
@@ -45,7 +48,7 @@ class DriftConfig(BaseModel):
 
 @dataclass
 class _Window:
-    """Per-bin score counts of one (tier, model) in a ring of time buckets."""
+    """Per-bin score counts of one (kind, tier, model) in a ring of time buckets."""
 
     edges: list[float]
     expected: list[float]
@@ -54,7 +57,7 @@ class _Window:
 
 
 class ScoreDriftMonitor(Collector):
-    """Sliding-window score histograms per (tier, model) and their PSI, as a Prometheus collector."""
+    """Sliding-window score histograms per (kind, tier, model) and their PSI, as a Prometheus collector."""
 
     def __init__(self, config: DriftConfig | None = None, clock: Callable[[], float] = time.monotonic):
         """``clock``: seconds, monotonic (injectable so tests can move time)."""
@@ -62,7 +65,7 @@ class ScoreDriftMonitor(Collector):
         self._clock = clock
         self._bucket_s = self.config.window_s / self.config.buckets
         self._policy_id: str | None = None
-        self._windows: dict[tuple[str, str], _Window] = {}
+        self._windows: dict[tuple[str, str, str], _Window] = {}
 
     def reset(self, policy: Policy | None) -> None:
         """Track ``policy``'s pairs with empty windows, unless it is the policy already tracked."""
@@ -71,22 +74,28 @@ class ScoreDriftMonitor(Collector):
             return
         self._policy_id = policy_id
         self._windows = {}
-        distribution = policy.score_distribution if policy is not None else None
-        if distribution is None:
+        if policy is None:
             return
         n = self.config.buckets
-        for tier, per_model in distribution.tiers.items():
-            for model, expected in per_model.items():
-                edges = distribution.models[model].edges
-                self._windows[(tier, model)] = _Window(
-                    list(edges), list(expected), [[0] * (len(edges) + 1) for _ in range(n)], [-1] * n
-                )
+        for kind in served_kinds(policy):
+            distribution = kind_policy(policy, kind).score_distribution
+            if distribution is None:
+                continue
+            for tier, per_model in distribution.tiers.items():
+                for model, expected in per_model.items():
+                    edges = distribution.models[model].edges
+                    self._windows[(kind, tier, model)] = _Window(
+                        list(edges), list(expected), [[0] * (len(edges) + 1) for _ in range(n)], [-1] * n
+                    )
 
-    def observe(self, policy_id: str, tier: str, model: str, score: float) -> None:
-        """Count one live score of ``model`` in ``tier`` (ignored for another policy or pair)."""
+    def observe(
+        self, policy_id: str, tier: str, model: str, score: float, kind: str = TOP_LEVEL_KIND
+    ) -> None:
+        """Count one live score of ``model`` in ``tier`` for a request of ``kind`` (ignored for
+        another policy or an untracked triple)."""
         if policy_id != self._policy_id or not math.isfinite(score):
             return
-        window = self._windows.get((tier, model))
+        window = self._windows.get((kind, tier, model))
         if window is None:
             return
         slot = int(self._clock() // self._bucket_s)
@@ -97,9 +106,9 @@ class ScoreDriftMonitor(Collector):
             window.slots[i] = slot
         window.counts[i][bin_index(window.edges, score)] += 1
 
-    def window_counts(self, tier: str, model: str) -> list[int] | None:
-        """Per-bin counts of the current window of one pair (None if the pair is not tracked)."""
-        window = self._windows.get((tier, model))
+    def window_counts(self, tier: str, model: str, kind: str = TOP_LEVEL_KIND) -> list[int] | None:
+        """Per-bin counts of the current window of one triple (None if it is not tracked)."""
+        window = self._windows.get((kind, tier, model))
         if window is None:
             return None
         oldest = int(self._clock() // self._bucket_s) - self.config.buckets + 1
@@ -114,16 +123,16 @@ class ScoreDriftMonitor(Collector):
         yield from self._families()
 
     def collect(self) -> Iterator[Metric]:
-        """PSI and sample count of every tracked pair over the current window (at scrape time)."""
+        """PSI and sample count of every tracked triple over the current window (at scrape time)."""
         psi, samples = self._families()
-        for (tier, model), window in self._windows.items():
-            counts = self.window_counts(tier, model) or []
+        for (kind, tier, model), window in self._windows.items():
+            counts = self.window_counts(tier, model, kind) or []
             n = sum(counts)
             value = math.nan
             if n >= self.config.min_samples:
                 value = population_stability_index(counts, window.expected)
-            psi.add_metric([tier, model], value)
-            samples.add_metric([tier, model], n)
+            psi.add_metric([tier, model, kind], value)
+            samples.add_metric([tier, model, kind], n)
         yield psi
         yield samples
 
@@ -133,9 +142,9 @@ class ScoreDriftMonitor(Collector):
             PSI_METRIC,
             "PSI of live confidence scores (sliding window) against the calibration's; "
             "NaN below min_samples.",
-            labels=["tier", "model"],
+            labels=["tier", "model", "kind"],
         )
         samples = GaugeMetricFamily(
-            SAMPLES_METRIC, "Live confidence scores in the drift window.", labels=["tier", "model"]
+            SAMPLES_METRIC, "Live confidence scores in the drift window.", labels=["tier", "model", "kind"]
         )
         return psi, samples

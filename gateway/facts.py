@@ -33,6 +33,8 @@ class CascadeFacts:
     within_budget: bool = True
     failures: list[str] = field(default_factory=list)
     route: list[str] = field(default_factory=list)
+    # The request's kind (policies.tool_calls.request_kind): which section of the policy served it.
+    kind: str = "text"
     # Set only for a request the traffic sampler drew: its scored answers are reused, never re-bought.
     keep_answer: AnswerKeeper | None = None
 

@@ -15,6 +15,7 @@ from prometheus_client.exposition import CONTENT_TYPE_LATEST
 
 from gateway.drift import DriftConfig, ScoreDriftMonitor
 from policies import Policy
+from policies.kinds import kind_tiers
 
 CONTENT_TYPE = CONTENT_TYPE_LATEST
 # Whole requests against local models take from milliseconds to minutes.
@@ -51,6 +52,12 @@ class GatewayMetrics:
             "cascade_requests",
             "Requests by tier, outcome and API endpoint.",
             ["tier", "outcome", "endpoint"],
+            registry=r,
+        )
+        self.requests_by_kind = Counter(
+            "cascade_requests_by_kind",
+            "Requests by tier and request kind (text, tool_call, structured_output; none if refused early).",
+            ["tier", "kind"],
             registry=r,
         )
         self.escalations = Counter(
@@ -106,8 +113,15 @@ class GatewayMetrics:
         )
         self.expected_escalation_rate = Gauge(
             "cascade_expected_escalation_rate",
-            "Escalation rate the policy expects per tier.",
+            "Escalation rate the policy expects per tier (held-out mean when the policy has one).",
             ["tier"],
+            registry=r,
+        )
+        self.expected_by_kind = Gauge(
+            "cascade_expected_by_kind",
+            "What the policy expects per tier and request kind: measure quality, cost_usd or "
+            "escalation_rate (held-out mean when the policy has one, else in-sample).",
+            ["tier", "kind", "measure"],
             registry=r,
         )
         self.policy_reload_failures = Counter(
@@ -176,12 +190,17 @@ class GatewayMetrics:
             return found
 
     def policy_loaded(self, policy: Policy) -> None:
-        """Publish the loaded policy's id and its per-tier expected escalation rates."""
+        """Publish the loaded policy's id and what it expects per tier (and per kind section)."""
         self.policy_info.clear()
         self.policy_info.labels(policy.policy_id).set(1)
         self.expected_escalation_rate.clear()
         for name, tier in policy.tiers.items():
-            self.expected_escalation_rate.labels(name).set(tier.expected.escalation_rate)
+            self.expected_escalation_rate.labels(name).set(tier.expected.promise()[2])
+        self.expected_by_kind.clear()
+        for kind, name, tier in kind_tiers(policy):
+            cost, quality, escalation = tier.expected.promise()
+            for measure, value in (("quality", quality), ("cost_usd", cost), ("escalation_rate", escalation)):
+                self.expected_by_kind.labels(name, kind, measure).set(value)
         self.drift.reset(policy)
 
     def render(self) -> bytes:

@@ -95,7 +95,19 @@ def policy_show(
     typer.echo(f"created_at  {document.get('created_at')}")
     typer.echo(f"scorer      {document.get('scorer', {}).get('name')}")
     typer.echo(f"default     {document.get('default_tier')}")
-    for name, tier in document.get("tiers", {}).items():
+    for line in tier_lines(document.get("tiers", {})):
+        typer.echo(line)
+    for kind, section in (document.get("kinds") or {}).items():
+        scorer = (section.get("scorer") or document.get("scorer") or {}).get("name")
+        typer.echo(f"kind {kind} (scorer {scorer}):")
+        for line in tier_lines(section.get("tiers", {})):
+            typer.echo(f"  {line}")
+
+
+def tier_lines(tiers: dict[str, Any]) -> list[str]:
+    """One line per tier: its routes and what it expects (in-sample, then held out when present)."""
+    lines = []
+    for name, tier in tiers.items():
         routes = " | ".join(
             f"{r.get('weight', 1):g}x "
             + " -> ".join(r["models"])
@@ -103,10 +115,20 @@ def policy_show(
             for r in tier.get("routes", [])
         )
         expected = tier.get("expected", {})
-        typer.echo(
+        line = (
             f"tier {name}: {routes}  (expected cost ${expected.get('cost_usd', 0):.6g}, "
             f"quality {expected.get('quality', 0):.3f}, escalation {expected.get('escalation_rate', 0):.1%})"
         )
+        heldout = expected.get("heldout")
+        if heldout:
+            quality = heldout["quality"]
+            line += (
+                f"  held out over {heldout['splits']} splits: cost ${heldout['cost_usd']['mean']:.6g}, "
+                f"quality {quality['mean']:.3f} [{quality['low']:.3f}, {quality['high']:.3f}], "
+                f"escalation {heldout['escalation_rate']['mean']:.1%}"
+            )
+        lines.append(line)
+    return lines
 
 
 def register(app: typer.Typer) -> None:

@@ -7,6 +7,10 @@
 
 Anything else is 404 (unknown model); an unknown tier is 400. ``n > 1`` is refused on cascade
 routes (400): the decision scores one answer, and local servers reject ``n > 1`` anyway.
+
+The route, envelope and scorer come from the policy's section for the request's kind
+(``policies.tool_calls.request_kind`` of the chat body; a legacy completions request is text) when
+the policy has one, else from its top level (``policies.kinds.kind_policy``).
 """
 
 from __future__ import annotations
@@ -31,6 +35,8 @@ from policies import (
     choose_for_tier,
 )
 from policies.errors import quoted
+from policies.kinds import TOP_LEVEL_KIND, kind_policy
+from policies.tool_calls import request_kind
 
 CASCADE_MODEL = "cascade"
 _CASCADE_PREFIX = "cascade/"
@@ -43,10 +49,12 @@ class RoutePlan:
 
     Attributes:
         tier: the metrics/header tier label (a policy tier, ``budget`` or ``passthrough``).
-        policy: the policy the plan came from (None for passthrough).
+        policy: the policy the plan came from, as it serves the request's kind (its section for
+            that kind, ``policies.kinds.kind_policy``; None for passthrough).
         route: the chain of configured model names and thresholds (None for passthrough).
         model: the passthrough target (None for cascade routes).
         within_budget: False when a numeric budget was below every envelope point.
+        kind: the request's kind (``text``, ``tool_call`` or ``structured_output``).
     """
 
     tier: str
@@ -54,6 +62,7 @@ class RoutePlan:
     route: Route | None
     model: str | None = None
     within_budget: bool = True
+    kind: str = TOP_LEVEL_KIND
 
 
 class Router:
@@ -76,11 +85,12 @@ class Router:
 
         ``no_policy_reason`` explains a missing policy (e.g. the store's last load error).
         """
+        kind = request_kind(request.body) if request.kind == "chat" else TOP_LEVEL_KIND
         if max_cost_header is not None:
             budget = _parse_budget(max_cost_header)
-            policy = self._check_policy(policy, request, no_policy_reason)
+            policy = kind_policy(self._check_policy(policy, request, no_policy_reason), kind)
             choice = choose_for_budget(policy, budget)
-            return RoutePlan(choice.tier, policy, choice.route, within_budget=choice.within_budget)
+            return RoutePlan(choice.tier, policy, choice.route, within_budget=choice.within_budget, kind=kind)
         tier: str | None
         tier_param = "model"
         if tier_header is not None:
@@ -91,19 +101,19 @@ class Router:
         elif request.model.startswith(_CASCADE_PREFIX):
             tier = request.model[len(_CASCADE_PREFIX) :]
         elif request.model in self._models:
-            return RoutePlan(PASSTHROUGH_TIER, None, None, model=request.model)
+            return RoutePlan(PASSTHROUGH_TIER, None, None, model=request.model, kind=kind)
         else:
             raise ModelNotFoundError(
                 f"model {quoted(request.model)} does not exist; use 'cascade', 'cascade/<tier>' or one of "
                 f"{', '.join(sorted(self._models))}",
                 param="model",
             )
-        policy = self._check_policy(policy, request, no_policy_reason)
+        policy = kind_policy(self._check_policy(policy, request, no_policy_reason), kind)
         try:
             choice = choose_for_tier(policy, tier, self._rng)
         except UnknownTierError as exc:
             raise UnknownTierRequestError(str(exc), param=tier_param) from None
-        return RoutePlan(choice.tier, policy, choice.route)
+        return RoutePlan(choice.tier, policy, choice.route, kind=kind)
 
     def _check_policy(
         self, policy: Policy | None, request: ParsedRequest, no_policy_reason: str | None

@@ -14,6 +14,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from policies.errors import PolicyError, PolicyInvalidError
+from policies.kinds import kind_policy, served_kinds
 from policies.schema import Policy
 from policies.store import check_content_hash, dump_policy
 
@@ -51,19 +52,21 @@ def check_servable(policy: Policy, known_models: Collection[str] | None) -> None
     """Raise PolicyInvalidError if a gateway cannot serve ``policy``.
 
     ``known_models`` are the model names of the gateway config; every model a tier or envelope point
-    routes to must be one of them (None skips that check). The ``policy_id`` must be the content
-    hash (a policy edited after it was stamped is refused: its id would name other content).
+    routes to (in the top level or a kind section) must be one of them (None skips that check).
+    The ``policy_id`` must be the content hash (a policy edited after it was stamped is refused:
+    its id would name other content).
     """
     check_content_hash(policy, f"policy {policy.policy_id}")
-    if policy.scorer.name == "external":
+    views = [kind_policy(policy, kind) for kind in served_kinds(policy)]  # the top level, each section
+    if any(view.scorer.name == "external" for view in views):
         raise PolicyInvalidError(
             f"policy {policy.policy_id}: scorer 'external' is a precomputed score the gateway cannot "
             "compute from live logprobs; calibrate with a logprob scorer to serve it"
         )
     if known_models is None:
         return
-    routed = {m for tier in policy.tiers.values() for route in tier.routes for m in route.models}
-    routed |= {m for point in policy.envelope for m in point.models}
+    routed = {m for v in views for tier in v.tiers.values() for route in tier.routes for m in route.models}
+    routed |= {m for v in views for point in v.envelope for m in point.models}
     missing = sorted(routed - set(known_models))
     if missing:
         raise PolicyInvalidError(

@@ -129,6 +129,15 @@ class Expected(_Strict):
     escalation_rate: float = Field(ge=0, le=1)
     heldout: HeldOut | None = None
 
+    def promise(self) -> tuple[float, float, float]:
+        """``(cost_usd, quality, escalation_rate)`` to hold live traffic to: the held-out means when
+        the policy has them (they were measured on queries the route was not chosen on), else the
+        in-sample values."""
+        if self.heldout is not None:
+            h = self.heldout
+            return h.cost_usd.mean, h.quality.mean, h.escalation_rate.mean
+        return self.cost_usd, self.quality, self.escalation_rate
+
 
 class Tier(_Strict):
     """One budget tier: its objective, the route(s) that solve it and what they are expected to do."""

@@ -169,12 +169,12 @@ def _drift(gateway: Any) -> tuple[float, float]:
     psi = [
         s.value
         for s in families["cascade_score_drift_psi"].samples
-        if s.labels == {"tier": "balanced", "model": "small"}
+        if s.labels == {"tier": "balanced", "model": "small", "kind": "text"}
     ]
     count = [
         s.value
         for s in families["cascade_score_drift_samples"].samples
-        if s.labels == {"tier": "balanced", "model": "small"}
+        if s.labels == {"tier": "balanced", "model": "small", "kind": "text"}
     ]
     assert len(psi) == len(count) == 1
     return psi[0], count[0]
@@ -236,3 +236,38 @@ def test_a_policy_swap_starts_an_empty_window(
     assert reloaded != first_id
     psi, count = _drift(gateway)
     assert count == 0 and math.isnan(psi)
+
+
+def test_a_kind_sections_scores_have_windows_of_their_own() -> None:
+    monitor = ScoreDriftMonitor(DriftConfig(min_samples=1), clock=FakeClock())
+    document = dict(POLICY_DOCUMENT, score_distribution=_uniform_distribution())
+    document["kinds"] = {
+        "tool_call": {
+            "models": document["models"],
+            "default_tier": document["default_tier"],
+            "tiers": document["tiers"],
+            "score_distribution": {
+                "calibration_rows": 10,
+                "models": {"small": {"edges": [0.5], "proportions": [0.5, 0.5]}},
+                "tiers": {"balanced": {"small": [0.5, 0.5]}},
+            },
+        }
+    }
+    policy = build_policy(document)
+    monitor.reset(policy)
+    monitor.observe(policy.policy_id, "balanced", "small", 0.9, "tool_call")
+    monitor.observe(policy.policy_id, "balanced", "small", 0.1)  # a text request
+    monitor.observe(policy.policy_id, "chain", "small", 0.1, "tool_call")  # no bins in the section
+    assert monitor.window_counts("balanced", "small", "tool_call") == [0, 1]
+    assert monitor.window_counts("balanced", "small") == [1, 0, 0, 0, 0]
+    assert monitor.window_counts("chain", "small", "tool_call") is None
+    labels = {
+        (s.labels["tier"], s.labels["model"], s.labels["kind"])
+        for family in monitor.collect()
+        for s in family.samples
+    }
+    assert labels == {
+        ("balanced", "small", "text"),
+        ("chain", "small", "text"),
+        ("balanced", "small", "tool_call"),
+    }

@@ -168,3 +168,26 @@ def test_keys_add_prints_the_key_once_and_stores_only_its_hash(keys, sync_redis)
     assert cli("keys", "add", "team-a", prefix=keys.prefix).exit_code == 1  # names are unique
     assert cli("keys", "revoke", "team-a", prefix=keys.prefix).exit_code == 0
     assert sync_redis.hlen(keys.client_keys) == 0
+
+
+def test_show_prints_each_kind_sections_tiers_and_held_out_expectations(
+    tmp_path: Path, policy_document: dict[str, Any], keys: Any
+) -> None:
+    heldout = {
+        "splits": 50,
+        "test_fraction": 0.5,
+        "cost_usd": {"mean": 0.0005, "low": 0.0004, "high": 0.0006},
+        "quality": {"mean": 0.66, "low": 0.6, "high": 0.72},
+        "escalation_rate": {"mean": 0.41, "low": 0.35, "high": 0.47},
+    }
+    policy_document["tiers"]["balanced"]["expected"]["heldout"] = heldout
+    section = json.loads(json.dumps(policy_document))
+    section["tiers"]["balanced"]["routes"][0]["models"] = ["large"]
+    section["tiers"]["balanced"]["routes"][0]["thresholds"] = []
+    section["scorer"] = {"name": "min_probability", "top_k": 5}
+    path = tmp_path / "kinds.json"
+    save_policy(build_policy({**policy_document, "kinds": {"tool_call": section}}), path)
+    assert cli("policy", "push", str(path), prefix=keys.prefix).exit_code == 0
+    shown = cli("policy", "show", prefix=keys.prefix).stdout
+    assert "held out over 50 splits: cost $0.0005, quality 0.660 [0.600, 0.720], escalation 41.0%" in shown
+    assert "kind tool_call (scorer min_probability):\n  tier balanced: 1x large  (expected" in shown

@@ -149,3 +149,18 @@ def test_only_tool_call_and_structured_output_may_have_a_section(policy_document
     policy_document["kinds"] = {"text": tool_section(policy_document)}
     with pytest.raises(PolicyInvalidError, match="kinds"):
         build_policy(policy_document)
+
+
+def test_a_section_routing_to_an_unconfigured_model_or_scored_externally_cannot_be_served(
+    policy_document: dict[str, Any],
+) -> None:
+    from policies.publish import check_servable
+
+    policy_document["kinds"] = {"tool_call": tool_section(policy_document)}
+    policy = build_policy(policy_document)
+    check_servable(policy, ["small", "large", "tool-small"])
+    with pytest.raises(PolicyInvalidError, match="routes to model\\(s\\) tool-small"):
+        check_servable(policy, ["small", "large"])
+    policy_document["kinds"]["tool_call"]["scorer"] = {"name": "external", "top_k": 1}
+    with pytest.raises(PolicyInvalidError, match="external"):
+        check_servable(build_policy(policy_document), None)
