@@ -20,8 +20,10 @@ if TYPE_CHECKING:
 
     from rich.console import Console
 
+    from calibration.calibrate import Calibrated
+    from calibration.kinds import CalibratedKinds
     from calibration.runs import RunsMatrix
-    from calibration.tiers import TierSolution
+    from calibration.tiers import TierSolution, TiersSpec
 
 EXTERNAL_SCORER_NOTE = (
     "scorer 'external' (precomputed column '{column}'): the gateway refuses to serve this policy, "
@@ -73,8 +75,22 @@ def calibrate(
     randomize: Annotated[
         bool, typer.Option("--randomize", help="Tiers as concave-hull mixtures hitting the budget exactly.")
     ] = False,
+    heldout: Annotated[
+        bool,
+        typer.Option(
+            "--heldout/--no-heldout",
+            help="Cross-fit each tier's held-out expectations over random halves (expected.heldout).",
+        ),
+    ] = True,
+    heldout_splits: Annotated[
+        int, typer.Option("--heldout-splits", min=1, help="Splits for the held-out expectations.")
+    ] = 50,
 ) -> None:
-    """Compute the pairwise envelope of a model pool and write a policy with one route per tier."""
+    """Compute the pairwise envelope of a model pool and write a policy with one route per tier.
+
+    Runs rows of several request kinds (the ``kind`` column) get one route table each: the top
+    level from the text rows, a section per other kind (docs/contracts.md#policy-file).
+    """
     from rich.console import Console
 
     console = Console()
@@ -90,6 +106,7 @@ def calibrate(
         where=list(where or []),
         report=report,
         randomize=randomize,
+        heldout_splits=heldout_splits if heldout else 0,
     )
     run_or_exit(lambda: run_calibrate(options, console, errors))
 
@@ -108,18 +125,17 @@ class CalibrateOptions:
     where: list[str] = field(default_factory=list)
     report: Path | None = None
     randomize: bool = False
+    heldout_splits: int = 50  # 0: no held-out expectations
 
 
 def run_calibrate(options: CalibrateOptions, console: Console, errors: Console) -> None:
     """Load, compute, solve, write; print the summary to ``console`` and warnings to ``errors``."""
-    from calibration.agreement import unrelated_model_warnings
-    from calibration.calibrate import calibrate as calibrate_matrix
+    from calibration.heldout_expected import HeldoutSettings
+    from calibration.kinds import calibrate_kinds, load_runs_by_kind
     from calibration.policy_writer import write_policy
-    from calibration.reporting.terminal import print_summary
-    from calibration.runs import load_runs
     from calibration.tiers import UnreachableTierError, load_tiers
 
-    runs, output, report, randomize = options.runs, options.output, options.report, options.randomize
+    runs, output, randomize = options.runs, options.output, options.randomize
     score_column, scorer, top_k = options.score_column, options.scorer, options.top_k
     filters = parse_where(options.where)
     if score_column is not None and (scorer is not None or top_k is not None):
@@ -127,46 +143,91 @@ def run_calibrate(options: CalibrateOptions, console: Console, errors: Console) 
     spec = load_tiers(options.tiers)
     with errors.status(f"Loading {runs} ..."):
         started = time.perf_counter()
-        matrix = load_runs(
+        matrices = load_runs_by_kind(
             runs, prices=options.prices, score_column=score_column, scorer=scorer, top_k=top_k, where=filters
         )
         loaded = time.perf_counter()
-    for note in (*matrix.notes, *unrelated_model_warnings(matrix.models, matrix.quality)):
-        errors.print(f"[yellow]warning:[/yellow] {note}", highlight=False, soft_wrap=True)
-    size = f"{len(matrix.models)} models on {matrix.n_queries:,} queries"
+    size = ", ".join(f"{m.n_queries:,} {kind} queries" for kind, m in matrices.items())
+    heldout = HeldoutSettings(splits=options.heldout_splits) if options.heldout_splits else None
     with errors.status(f"Computing the envelope of {size} ..."):
         try:
-            calibrated = calibrate_matrix(matrix, spec, randomize=randomize)
+            calibrated = calibrate_kinds(matrices, spec, randomize=randomize, heldout=heldout)
         except UnreachableTierError as exc:  # the other tiers' warnings, then the error line
             for warning in exc.warnings:
                 errors.print(f"[yellow]warning:[/yellow] {warning}", highlight=False, soft_wrap=True)
             raise
-        envelope, solutions, policy = calibrated.envelope, calibrated.solutions, calibrated.policy
         computed = time.perf_counter()
+    policy = calibrated.policy
     write_policy(policy, output)
 
-    print_summary(console, matrix, envelope, solutions, spec.default_tier)
-    _print_tier_warnings_and_scorer(console, errors, matrix, solutions)
+    for kind, matrix in matrices.items():
+        _print_kind(console, errors, kind, matrix, calibrated, spec, several=len(matrices) > 1)
+    for note in calibrated.notes:
+        errors.print(f"[yellow]note:[/yellow] {note}", highlight=False, soft_wrap=True)
+    held = f", held-out expectations over {heldout.splits} splits included" if heldout else ""
     console.print(
         f"Loaded {runs} in {loaded - started:.2f} s; computed in {computed - loaded:.2f} s "
-        f"({'randomized' if randomize else 'deterministic'} tiers)."
+        f"({'randomized' if randomize else 'deterministic'} tiers{held})."
     )
     console.print(
         f"[green]Wrote policy {policy.policy_id}[/green] to {output}", highlight=False, soft_wrap=True
     )
-    if report is not None:
-        from calibration.reporting.calibration_report import write_calibration_report
+    if options.report is not None:
+        _write_reports(console, errors, options, matrices, calibrated, spec, filters)
 
-        with errors.status(f"Writing the report to {report} ..."):
+
+def _print_kind(
+    console: Console,
+    errors: Console,
+    kind: str,
+    matrix: RunsMatrix,
+    calibrated: CalibratedKinds,
+    spec: TiersSpec,
+    *,
+    several: bool,
+) -> None:
+    """One kind's load warnings, summary, held-out table, tier warnings and scorer line."""
+    from calibration.agreement import unrelated_model_warnings
+    from calibration.reporting.terminal import heldout_table, print_summary
+
+    one: Calibrated = calibrated.per_kind[kind]
+    if several:
+        where = "the top level" if kind == calibrated.top_kind else f"section kinds.{kind}"
+        console.rule(f"kind {kind}: {matrix.n_queries:,} queries -> {where}")
+    for note in (*matrix.notes, *unrelated_model_warnings(matrix.models, matrix.quality), *one.notes):
+        errors.print(f"[yellow]warning:[/yellow] {note}", highlight=False, soft_wrap=True)
+    print_summary(console, matrix, one.envelope, one.solutions, spec.default_tier)
+    if one.heldout:
+        console.print(heldout_table(one.heldout, spec.default_tier))
+    _print_tier_warnings_and_scorer(console, errors, matrix, one.solutions)
+
+
+def _write_reports(
+    console: Console,
+    errors: Console,
+    options: CalibrateOptions,
+    matrices: Mapping[str, RunsMatrix],
+    calibrated: CalibratedKinds,
+    spec: TiersSpec,
+    filters: dict[str, str],
+) -> None:
+    """The calibration report: in ``--report`` for one kind, in ``--report/KIND`` for several."""
+    from calibration.reporting.calibration_report import write_calibration_report
+
+    assert options.report is not None
+    for kind, matrix in matrices.items():
+        directory = options.report if len(matrices) == 1 else options.report / kind
+        one = calibrated.per_kind[kind]
+        with errors.status(f"Writing the report to {directory} ..."):
             page = write_calibration_report(
-                report,
+                directory,
                 matrix,
-                envelope,
-                solutions,
+                one.envelope,
+                one.solutions,
                 spec.default_tier,
-                policy_id=policy.policy_id,
+                policy_id=calibrated.policy.policy_id,
                 filters=filters,
-                randomize=randomize,
+                randomize=options.randomize,
             )
         console.print(f"Report: {page} (plots beside it)", highlight=False, soft_wrap=True)
 

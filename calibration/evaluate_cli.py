@@ -128,7 +128,14 @@ def evaluate(
 
 
 def run_evaluate(options: EvaluateOptions, console: Console, errors: Console) -> dict:
-    """Load, evaluate, write the report directory, print the summary; returns summary.json's document."""
+    """Load, evaluate, write the report directory, print the summary; returns summary.json's document.
+
+    Runs of several request kinds (the ``kind`` column) are evaluated kind by kind, each into
+    ``REPORT/KIND`` with its own summary (the kinds' route tables are calibrated apart, so each
+    is held out apart); the document returned is then ``{"kinds": {KIND: summary}}``.
+    """
+    from dataclasses import replace
+
     from calibration.evaluation.protocol import METHOD_LABELS, EvaluationSettings
 
     unknown = [m for m in options.methods if m not in METHOD_LABELS]
@@ -136,7 +143,7 @@ def run_evaluate(options: EvaluateOptions, console: Console, errors: Console) ->
         raise ValueError(f"unknown method {unknown[0]!r} in --methods; known: {', '.join(METHOD_LABELS)}")
     if options.score_column and (options.scorer or options.top_k is not None):
         raise ValueError("give --score-column or --scorer/--top-k, not both")
-    matrix = _load_matrix(options, errors)
+    matrices = _load_matrices(options, errors)
     settings = EvaluationSettings(
         splits=options.splits,
         test_fraction=options.test_fraction,
@@ -144,20 +151,27 @@ def run_evaluate(options: EvaluateOptions, console: Console, errors: Console) ->
         trials=options.trials,
         methods=tuple(dict.fromkeys(options.methods)),
     )
-    result = _evaluate_with_progress(matrix, settings, errors)
-    with errors.status("writing report…"):
-        summary = write_outputs(result, options)
-    print_summary(console, summary, options.report, already_shown=matrix.notes)
-    return summary
+    summaries = {}
+    for kind, matrix in matrices.items():
+        kind_options = options if len(matrices) == 1 else replace(options, report=options.report / kind)
+        if len(matrices) > 1:
+            console.rule(f"kind {kind}: {matrix.n_queries:,} queries")
+        result = _evaluate_with_progress(matrix, settings, errors)
+        with errors.status("writing report…"):
+            summaries[kind] = write_outputs(result, kind_options)
+        print_summary(console, summaries[kind], kind_options.report, already_shown=matrix.notes)
+    if len(matrices) == 1:
+        return next(iter(summaries.values()))
+    return {"kinds": summaries}
 
 
-def _load_matrix(options: EvaluateOptions, errors: Console) -> RunsMatrix:
-    """The runs table as a matrix (a spinner while it loads), its notes printed as warnings."""
+def _load_matrices(options: EvaluateOptions, errors: Console) -> dict[str, RunsMatrix]:
+    """The runs table as one matrix per request kind (a spinner while it loads), notes as warnings."""
     from calibration.calibrate_cli import parse_where
-    from calibration.runs import load_runs
+    from calibration.kinds import load_runs_by_kind
 
     with errors.status("loading runs…"):
-        matrix = load_runs(
+        matrices = load_runs_by_kind(
             options.runs,
             prices=options.prices,
             score_column=options.score_column,
@@ -166,9 +180,11 @@ def _load_matrix(options: EvaluateOptions, errors: Console) -> RunsMatrix:
             where=parse_where(options.where),
             feature_columns=options.feature_columns or None,
         )
-    for note in matrix.notes:
-        errors.print(f"[yellow]warning:[/yellow] {note}", highlight=False)
-    return matrix
+    for kind, matrix in matrices.items():
+        for note in matrix.notes:
+            prefix = f"kind {kind}: " if len(matrices) > 1 else ""
+            errors.print(f"[yellow]warning:[/yellow] {prefix}{note}", highlight=False)
+    return matrices
 
 
 def _evaluate_with_progress(

@@ -11,6 +11,7 @@ from pathlib import Path
 from typing import Any
 
 from calibration.envelope import Envelope
+from calibration.heldout_expected import attach_heldout
 from calibration.runs import RunsMatrix
 from calibration.score_distribution import score_distribution_document
 from calibration.tiers import TierSolution
@@ -27,13 +28,14 @@ def policy_document(
     envelope: Envelope,
     tiers: Mapping[str, TierSolution],
     default_tier: str,
+    heldout: Mapping[str, dict[str, Any]] | None = None,
 ) -> dict[str, Any]:
     """The policy as a plain document (no ``policy_id`` / ``created_at`` yet).
 
     ``models`` lists every model of the runs with its mean cost and quality on the calibration
     rows (``envelope.model_cost`` / ``model_quality``); ``envelope`` holds every envelope point;
     ``score_distribution`` where the scored models' scores fell on those rows (when any tier
-    scores a stage).
+    scores a stage); ``heldout`` (``calibration.heldout_expected``) goes into the tiers' ``expected``.
     """
     scorer = {"name": matrix.scorer, "top_k": matrix.top_k if matrix.top_k is not None else _EXTERNAL_TOP_K}
     models = {
@@ -58,6 +60,7 @@ def policy_document(
         }
         for name, solution in tiers.items()
     }
+    attach_heldout(tier_documents, heldout)
     points = [
         {
             "cost_usd": float(envelope.cost[i]),
@@ -82,11 +85,26 @@ def policy_document(
     return document
 
 
+def section_document(top: Mapping[str, Any], document: Mapping[str, Any]) -> dict[str, Any]:
+    """A kind section (``Policy.kinds``) from that kind's policy ``document``: its models, tiers,
+    envelope and score distribution, and its scorer only where it differs from the ``top`` level's."""
+    section = {key: document[key] for key in ("models", "default_tier", "tiers", "envelope")}
+    if document["scorer"] != top["scorer"]:
+        section["scorer"] = document["scorer"]
+    if "score_distribution" in document:
+        section["score_distribution"] = document["score_distribution"]
+    return section
+
+
 def build_calibrated_policy(
-    matrix: RunsMatrix, envelope: Envelope, tiers: Mapping[str, TierSolution], default_tier: str
+    matrix: RunsMatrix,
+    envelope: Envelope,
+    tiers: Mapping[str, TierSolution],
+    default_tier: str,
+    heldout: Mapping[str, dict[str, Any]] | None = None,
 ) -> Policy:
     """Validated, stamped Policy (``policies.store.build_policy``)."""
-    return build_policy(policy_document(matrix, envelope, tiers, default_tier))
+    return build_policy(policy_document(matrix, envelope, tiers, default_tier, heldout))
 
 
 def write_policy(policy: Policy, path: str | Path) -> Path:

@@ -15,6 +15,7 @@ from pathlib import Path
 import numpy as np
 
 from calibration.prices import PriceSheetError, load_price_sheet
+from calibration.run_kinds import KIND_COLUMN, RunKindError, rows_of_kind
 from calibration.table_io import Columns, TableReadError, read_columns
 from policies import Price, PriceError
 
@@ -99,6 +100,7 @@ def load_runs(
     top_k: int | None = None,
     where: dict[str, str] | None = None,
     feature_columns: list[str] | None = None,
+    kind: str | None = None,
 ) -> RunsMatrix:
     """Load, validate and pivot a runs table.
 
@@ -112,6 +114,8 @@ def load_runs(
             ``policies.scorers.score_logprobs`` (defaults: mean_token_negentropy, 15).
         where: keep only rows whose column equals the value, compared as text.
         feature_columns: numeric per-query columns for a router (mean over the query's rows).
+        kind: keep only the rows of this request kind (the ``kind`` column, missing = ``text``,
+            ``calibration.run_kinds``); None keeps every row whatever its kind.
 
     Raises:
         RunsError: one-line message naming file / row / column.
@@ -123,9 +127,13 @@ def load_runs(
     price_sheet = _load_prices(prices) if prices is not None else None
     wanted = {*REQUIRED_COLUMNS, *COST_COLUMNS, STRATA_COLUMN, *(feature_columns or [])}
     wanted.add(score_column if score_column is not None else LOGPROBS_COLUMN)
+    if kind is not None:
+        wanted.add(KIND_COLUMN)
     try:
         columns = read_columns(path, wanted, where)
-    except TableReadError as exc:
+        if kind is not None:
+            columns = rows_of_kind(columns, kind, path)
+    except (TableReadError, RunKindError) as exc:
         raise RunsError(str(exc)) from None
     return _Builder(path, columns, where).build(
         price_sheet, prices, score_column, scorer, top_k, feature_columns or []

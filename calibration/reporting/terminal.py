@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from collections.abc import Mapping
+from typing import Any
 
 from rich.console import Console
 from rich.table import Table
@@ -118,3 +119,28 @@ def print_summary(
     console.print("Tier routes (escalate iff score < threshold):")
     for name, solution in tiers.items():
         console.print(f"  {name}: " + routes_text(solution).replace("\n", " + "), highlight=False)
+
+
+def heldout_table(heldout: Mapping[str, Mapping[str, Any]], default_tier: str) -> Table:
+    """Each tier's cross-fitted expectations: mean [2.5th, 97.5th percentile] over the splits."""
+    first = next(iter(heldout.values()))
+    table = Table(
+        title=(
+            f"Tiers held out ({first['splits']} splits: route chosen on {1 - first['test_fraction']:.0%} "
+            f"of the queries, measured on the other {first['test_fraction']:.0%}; mean [2.5%, 97.5%])"
+        ),
+        title_justify="left",
+    )
+    table.add_column("tier", no_wrap=True)
+    table.add_column("cost", justify="right", no_wrap=True)
+    table.add_column("quality", justify="right", no_wrap=True)
+    table.add_column("escal.", justify="right", no_wrap=True)
+    for name, document in heldout.items():
+        cost, quality, escalation = document["cost_usd"], document["quality"], document["escalation_rate"]
+        table.add_row(
+            f"{name}*" if name == default_tier else name,
+            f"{usd(cost['mean'])}\n[{usd(cost['low'])}, {usd(cost['high'])}]",
+            f"{quality['mean']:.4f}\n[{quality['low']:.4f}, {quality['high']:.4f}]",
+            f"{escalation['mean']:.1%}\n[{escalation['low']:.1%}, {escalation['high']:.1%}]",
+        )
+    return table
