@@ -113,7 +113,8 @@ def replay(
     """Send a labelled prompt set through a running gateway once per tier and per budget, grade the
     answers, and report realized quality, cost per request (x-cascade-cost-usd), escalation rate
     (x-cascade-escalated) and latency p50/p95 per tier, each with a confidence interval, next to
-    what the policy expects (tiers.T.expected; for a budget, the envelope point the gateway picks).
+    what the policy expects (tiers.T.expected.heldout when the policy has it, else tiers.T.expected;
+    for a budget, the envelope point the gateway picks; from the questions' kind section).
     An expectation outside its interval is flagged, and so is a served policy (x-cascade-policy)
     other than --policy.
 
@@ -155,7 +156,9 @@ def _report(
 ) -> dict[str, Any]:
     """The report of every row now in the results file, this run's and the previous runs'."""
     from collection.runs_writer import read_rows
+    from policies.tool_calls import request_kind
     from replay.report import build_report
+    from replay.run import request_body
 
     return build_report(
         gateway=base,
@@ -169,6 +172,7 @@ def _report(
         request=options.request_fields(),
         results_file=str(results),
         command=command,
+        question_kinds={q.query_id: request_kind(request_body(q, options)) for q in questions},
     )
 
 

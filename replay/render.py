@@ -101,7 +101,8 @@ def print_report(console: Console, report: dict[str, Any]) -> None:
     for arm in report["arms"]:
         if arm["expected_route"]:
             console.print(
-                f"  {arm['arm']}: expected from {arm['expected_from']}: {arm['expected_route']}; "
+                f"  {arm['arm']}: expected from {arm['expected_from']} ({arm.get('expected_basis')}): "
+                f"{arm['expected_route']}; "
                 f"answered by {_counts(arm['answered_by'])}",
                 highlight=False,
             )

@@ -1,7 +1,13 @@
 """What a replay measured against what the policy expects: the JSON report of ``cascade replay``.
 
-For a tier the expectation is ``tiers.<tier>.expected`` of the policy; for a budget it is the
-envelope point the gateway's own rule (``policies.decision``) picks for that budget. Each
+For a tier the expectation is the held-out one, ``tiers.<tier>.expected.heldout`` (means over the
+cross-fitting splits: what a route chosen by this calibration does on queries it was not chosen
+on), when the policy has it, else the in-sample ``tiers.<tier>.expected``; for a budget it is the
+envelope point the gateway's own rule (``policies.decision``) picks for that budget (in sample:
+envelope points carry no held-out figures). Each arm says which it used (``expected_basis``). The
+expectation comes from the policy's section for the questions' request kind
+(``policies.kinds.kind_policy``); for a mix of kinds it is the mix of each kind's, weighted by
+its share of the questions. Each
 realized value (quality, cost per request, escalation rate) comes with a confidence interval
 (``replay.stats``), and every expectation outside its interval becomes a flag, as does
 a gateway serving another policy than the one the expectations were read from.
@@ -13,13 +19,14 @@ from __future__ import annotations
 
 import bisect
 from collections import Counter
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, replace
 from datetime import UTC, datetime
 from typing import Any
 
 from policies import Policy, Route
 from policies.decision import budget_index
+from policies.kinds import TOP_LEVEL_KIND, kind_policy
 from replay.run import Arm
 from replay.stats import Estimate, mean_estimate, percentile
 
@@ -29,7 +36,11 @@ METRIC_LABELS = {"quality": "quality", "cost_usd": "cost/request", "escalation_r
 
 @dataclass(frozen=True)
 class Expectation:
-    """What the policy expects of one arm, and where in the policy that comes from."""
+    """What the policy expects of one arm, and where in the policy that comes from.
+
+    ``basis`` is ``heldout`` or ``in-sample``; ``intervals`` holds each measure's held-out
+    ``(low, high)`` (2.5th and 97.5th percentiles over the splits) when known.
+    """
 
     source: str
     cost_usd: float
@@ -37,6 +48,8 @@ class Expectation:
     escalation_rate: float
     route: str
     within_budget: bool = True
+    basis: str = "in-sample"
+    intervals: Mapping[str, tuple[float, float]] | None = None
 
 
 def route_text(routes: Sequence[Route]) -> str:
@@ -50,19 +63,57 @@ def route_text(routes: Sequence[Route]) -> str:
     return " + ".join(parts)
 
 
-def expectation_for(policy: Policy, arm: Arm) -> Expectation | None:
-    """The policy's expectation for ``arm``; None for a tier the policy does not define."""
+def expectation_for(policy: Policy, arm: Arm, kinds: Mapping[str, int] | None = None) -> Expectation | None:
+    """The policy's expectation for ``arm`` on questions of these ``kinds`` (kind -> number of
+    questions; default: text only); None for a tier the policy does not define."""
+    counts = {kind: n for kind, n in (kinds or {TOP_LEVEL_KIND: 1}).items() if n > 0} or {TOP_LEVEL_KIND: 1}
+    parts = []
+    for kind, n in counts.items():
+        served = kind_policy(policy, kind)
+        expectation = _served_expectation(served, arm)
+        if expectation is None:
+            return None
+        if served is not policy:
+            expectation = replace(expectation, source=f"kinds.{kind}.{expectation.source}")
+        parts.append((n, expectation))
+    if len(parts) == 1:
+        return parts[0][1]
+    total = sum(n for n, _ in parts)
+    basis = {e.basis for _, e in parts}
+    return Expectation(
+        " + ".join(f"{n / total:.0%} x {e.source}" for n, e in parts),
+        sum(n * e.cost_usd for n, e in parts) / total,
+        sum(n * e.quality for n, e in parts) / total,
+        sum(n * e.escalation_rate for n, e in parts) / total,
+        "; ".join(f"{kind}: {e.route}" for kind, (_, e) in zip(counts, parts, strict=True)),
+        all(e.within_budget for _, e in parts),
+        basis.pop() if len(basis) == 1 else "mixed",
+    )
+
+
+def _served_expectation(policy: Policy, arm: Arm) -> Expectation | None:
+    """The expectation of ``arm`` in one route table (a policy as it serves one kind)."""
     if arm.tier is not None:
         tier = policy.tiers.get(arm.tier)
         if tier is None:
             return None
-        e = tier.expected
+        e, routes = tier.expected, route_text(tier.routes)
+        h = e.heldout
+        if h is None:
+            return Expectation(f"tiers.{arm.tier}.expected", e.cost_usd, e.quality, e.escalation_rate, routes)
+        intervals = {name: (getattr(h, name).low, getattr(h, name).high) for name in METRICS}
         return Expectation(
-            f"tiers.{arm.tier}.expected", e.cost_usd, e.quality, e.escalation_rate, route_text(tier.routes)
+            f"tiers.{arm.tier}.expected.heldout",
+            h.cost_usd.mean,
+            h.quality.mean,
+            h.escalation_rate.mean,
+            routes,
+            basis="heldout",
+            intervals=intervals,
         )
     assert arm.max_cost_usd is not None
     if not policy.envelope:  # the gateway then serves the default tier
-        fallback = expectation_for(policy, Arm(tier=policy.default_tier))
+        fallback = _served_expectation(policy, Arm(tier=policy.default_tier))
         assert fallback is not None
         return replace(fallback, source=f"{fallback.source} (no envelope)")
     index = budget_index(policy)
@@ -103,6 +154,10 @@ def summarize_arm(
         ),
     }
     outside = [name for name, estimate in estimates.items() if estimate.outside]
+    metrics = {name: estimate.as_dict() for name, estimate in estimates.items()}
+    for name, metric in metrics.items():
+        interval = expectation.intervals.get(name) if expectation and expectation.intervals else None
+        metric["expected_low"], metric["expected_high"] = interval or (None, None)
     latencies = [float(r["latency_ms"]) for r in rows]
     return {
         "arm": arm.key,
@@ -114,7 +169,8 @@ def summarize_arm(
         "expected_from": expectation.source if expectation else None,
         "expected_route": expectation.route if expectation else None,
         "expected_within_budget": expectation.within_budget if expectation else None,
-        **{name: estimate.as_dict() for name, estimate in estimates.items()},
+        "expected_basis": expectation.basis if expectation else None,
+        **metrics,
         "outside": outside,
         "ok": not outside and len(rows) == questions,
         "latency_ms": {
@@ -189,25 +245,31 @@ def build_report(
     request: dict[str, Any],
     results_file: str,
     command: str | None = None,
+    question_kinds: Mapping[str, str] | None = None,
 ) -> dict[str, Any]:
     """The JSON report of a replay.
+
+    ``question_kinds`` maps a question to its request kind (default: text), which picks the
+    policy section its expectation comes from.
 
     Top level: ``report``/``version``, ``created_at``, ``command``, ``gateway``, ``prompts``
     (file, questions), ``results_file``, ``confidence``, ``request`` (temperature, max_tokens),
     ``policy`` (file, policy_id, served_policy_ids, matches), ``arms`` (one per tier/budget, see
-    ``summarize_arm``: requests, missing, expected_from, expected_route, quality/cost_usd/
-    escalation_rate as {realized, low, high, method, expected, outside}, outside, ok, latency_ms
+    ``summarize_arm``: requests, missing, expected_from, expected_route, expected_basis,
+    quality/cost_usd/escalation_rate as {realized, low, high, method, expected, expected_low,
+    expected_high, outside}, outside, ok, latency_ms
     {p50, p95, mean}, served_tiers, answered_by, degraded, over_budget), ``flags`` (one sentence
     each) and ``ok`` (no flag).
     """
     wanted = set(questions)
+    kinds = Counter((question_kinds or {}).get(q, TOP_LEVEL_KIND) for q in wanted)
     by_arm = _rows_by_arm(rows, arms, wanted)
     summaries = [
         summarize_arm(
             arm,
             by_arm[arm.key],
             len(wanted),
-            expectation_for(policy, arm) if policy is not None else None,
+            expectation_for(policy, arm, kinds) if policy is not None else None,
             confidence,
         )
         for arm in arms

@@ -1,0 +1,98 @@
+"""Which promise a replay holds live traffic to: held-out expectations when the policy has them,
+the in-sample ones otherwise, from the section of the questions' request kind."""
+
+from __future__ import annotations
+
+import copy
+from typing import Any
+
+import pytest
+
+from policies import build_policy
+from replay.report import build_report, expectation_for
+from replay.run import Arm
+from tests.support.gateway_testkit import POLICY_DOCUMENT
+
+HELDOUT = {
+    "splits": 50,
+    "test_fraction": 0.5,
+    "seed": 0,
+    "cost_usd": {"mean": 0.00041, "low": 0.00035, "high": 0.00048},
+    "quality": {"mean": 0.64, "low": 0.58, "high": 0.7},
+    "escalation_rate": {"mean": 0.42, "low": 0.36, "high": 0.49},
+}
+
+
+def policy_with(heldout: bool = True, tool_section: bool = False) -> Any:
+    document = copy.deepcopy(POLICY_DOCUMENT)
+    if heldout:
+        document["tiers"]["balanced"]["expected"]["heldout"] = HELDOUT
+    if tool_section:
+        tiers = copy.deepcopy(POLICY_DOCUMENT["tiers"])
+        tiers["balanced"]["expected"] = {"cost_usd": 0.0002, "quality": 0.9, "escalation_rate": 0.1}
+        document["kinds"] = {
+            "tool_call": {
+                "models": document["models"],
+                "default_tier": document["default_tier"],
+                "tiers": tiers,
+                "envelope": document["envelope"],
+            }
+        }
+    return build_policy(document)
+
+
+def test_a_tier_with_heldout_expectations_is_held_to_them() -> None:
+    expectation = expectation_for(policy_with(), Arm(tier="balanced"))
+    assert expectation is not None
+    assert expectation.basis == "heldout" and expectation.source == "tiers.balanced.expected.heldout"
+    assert (expectation.quality, expectation.cost_usd, expectation.escalation_rate) == (0.64, 0.00041, 0.42)
+    assert expectation.intervals is not None and expectation.intervals["quality"] == (0.58, 0.7)
+    plain = expectation_for(policy_with(heldout=False), Arm(tier="balanced"))
+    assert plain is not None and plain.basis == "in-sample" and plain.quality == 0.7
+
+
+def test_a_budget_arm_is_held_to_its_envelope_point_in_sample() -> None:
+    expectation = expectation_for(policy_with(), Arm(max_cost_usd=0.0005))
+    assert expectation is not None
+    assert expectation.basis == "in-sample" and expectation.source == "envelope[1]"
+
+
+def test_questions_of_a_kind_with_a_section_are_held_to_the_sections_expectations() -> None:
+    policy = policy_with(tool_section=True)
+    tools = expectation_for(policy, Arm(tier="balanced"), {"tool_call": 30})
+    assert tools is not None
+    assert tools.source == "kinds.tool_call.tiers.balanced.expected" and tools.quality == 0.9
+    mixed = expectation_for(policy, Arm(tier="balanced"), {"text": 30, "tool_call": 10})
+    assert mixed is not None and mixed.basis == "mixed"
+    assert mixed.quality == pytest.approx(0.75 * 0.64 + 0.25 * 0.9)
+    assert (
+        mixed.source
+        == "75% x tiers.balanced.expected.heldout + 25% x kinds.tool_call.tiers.balanced.expected"
+    )
+
+
+def test_the_report_says_which_promise_it_used_and_gives_the_heldout_range() -> None:
+    policy = policy_with()
+    questions = [f"q{i}" for i in range(20)]
+    rows = [
+        {"arm": "tier:balanced", "query_id": q, "correct": i % 3 != 0, "cost_usd": 0.0004,
+         "escalated": i % 2 == 0, "latency_ms": 10.0, "policy_id": policy.policy_id}
+        for i, q in enumerate(questions)
+    ]  # fmt: skip
+    report = build_report(
+        gateway="http://gw",
+        prompts_file="p.jsonl",
+        questions=questions,
+        arms=[Arm(tier="balanced"), Arm(tier="direct")],
+        rows=rows,
+        policy=policy,
+        policy_file="policy.json",
+        confidence=0.95,
+        request={"temperature": 0, "max_tokens": None},
+        results_file="r.jsonl",
+    )
+    balanced, direct = report["arms"]
+    assert balanced["expected_basis"] == "heldout"
+    assert balanced["quality"]["expected"] == 0.64
+    assert (balanced["quality"]["expected_low"], balanced["quality"]["expected_high"]) == (0.58, 0.7)
+    assert direct["expected_basis"] == "in-sample" and direct["quality"]["expected_low"] is None
