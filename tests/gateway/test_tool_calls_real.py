@@ -139,3 +139,31 @@ def test_the_messages_api_returns_a_tool_use_block(content_models, upstream) -> 
     (block,) = message.content
     assert block.type == "tool_use" and block.name == FUNCTION["name"] and block.input == ARGUMENTS
     assert message.stop_reason == "tool_use"
+
+
+def test_a_streamed_responses_call_arrives_as_a_function_call_item(content_models, upstream) -> None:
+    upstream.script("up-small", reply())
+    tool = {"type": "function", "name": FUNCTION["name"], "parameters": FUNCTION["parameters"]}
+    with content_models.client().responses.stream(
+        model="cascade", input=QUESTION[0]["content"], tools=[tool]
+    ) as stream:
+        response = stream.get_final_response()
+    (item,) = response.output
+    assert item.type == "function_call" and item.name == FUNCTION["name"]
+    assert json.loads(item.arguments) == ARGUMENTS
+
+
+def test_a_streamed_messages_call_arrives_as_a_tool_use_block(content_models, upstream) -> None:
+    upstream.script("up-small", reply())
+    client = anthropic.Anthropic(base_url=content_models.url, api_key="none", max_retries=0, timeout=20)
+    tool = {"name": FUNCTION["name"], "input_schema": FUNCTION["parameters"]}
+    with client.messages.stream(
+        model="cascade",
+        max_tokens=128,
+        messages=[{"role": "user", "content": QUESTION[0]["content"]}],
+        tools=[tool],
+    ) as stream:
+        message = stream.get_final_message()
+    (block,) = message.content
+    assert block.type == "tool_use" and block.input == ARGUMENTS
+    assert message.stop_reason == "tool_use"
