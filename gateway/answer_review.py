@@ -104,19 +104,24 @@ class AnswerReview:
     def review(
         self, model: str, request: ParsedRequest, reply: dict[str, Any], facts: CascadeFacts
     ) -> AnswerProblem | None:
-        """Normalize ``reply`` in place (calls written as content, for such a model) and check every
-        choice; an invalid answer is recorded in ``facts`` and counted. Its first problem, or None."""
+        """Normalize ``reply``'s choices (calls written as content, for such a model: each such
+        choice is replaced by a normalized copy) and check every choice; an invalid answer is
+        recorded in ``facts`` and counted. Its first problem, or None."""
         if request.kind != "chat":
             return None  # /v1/completions: no messages, no tools, no response_format
-        choices = reply.get("choices")
+        found = reply.get("choices")
+        choices: list[Any] = found if isinstance(found, list) else []
         normalize = self.writes_calls(model, request)
         problem: AnswerProblem | None = None
-        for choice in choices if isinstance(choices, list) else ():
+        for index, choice in enumerate(choices):
             message = choice.get("message") if isinstance(choice, dict) else None
             if not isinstance(message, dict):
                 continue
-            if normalize and normalize_message(message):
-                choice["finish_reason"] = "tool_calls"  # what a client loops on
+            if normalize:
+                # A new choice, not an edit: the traffic sampler may hold the raw one (as collected).
+                message = dict(message)
+                if normalize_message(message):
+                    choices[index] = {**choice, "message": message, "finish_reason": "tool_calls"}
             problem = problem or check_answer(request.body, message)
         if problem is not None:
             self._invalid(model, problem, facts)

@@ -294,3 +294,31 @@ def test_the_log_line_says_why_and_quotes_the_answer_only_with_prompts(
     (invalid,) = line["invalid_answers"]
     assert invalid["model"] == "small" and invalid["check"] == "invalid_tool_call"
     assert ("kelvin" in invalid.get("detail", "")) is log_prompts
+
+
+def test_normalizing_replaces_the_choice_and_keeps_the_raw_one_intact() -> None:
+    # The traffic sampler may hold the raw choice (what collection records); the client gets a copy.
+    from gateway.answer_review import AnswerReview
+    from gateway.config import ModelConfig
+    from gateway.facts import CascadeFacts
+    from gateway.metrics import GatewayMetrics
+    from gateway.requests import parse_request
+
+    config = ModelConfig(base_url="http://127.0.0.1:1/v1", model="m", tool_calls="content")
+    review = AnswerReview({"m": config}, GatewayMetrics())
+    body = {"model": "cascade", "messages": QUESTION, "tools": [WEATHER]}
+    request = parse_request(json.dumps(body).encode(), "chat")
+    raw_choice = {
+        "index": 0,
+        "message": {
+            "role": "assistant",
+            "content": '{"name": "get_weather", "arguments": {"city": "Paris"}}',
+        },
+        "finish_reason": "stop",
+    }
+    reply = {"choices": [raw_choice]}
+    assert review.review("m", request, reply, CascadeFacts("balanced", None)) is None
+    assert raw_choice["finish_reason"] == "stop" and raw_choice["message"]["content"].startswith('{"name"')
+    served = reply["choices"][0]
+    assert served["finish_reason"] == "tool_calls" and served["message"]["content"] is None
+    assert served["message"]["tool_calls"][0]["function"]["name"] == "get_weather"
