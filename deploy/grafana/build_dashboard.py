@@ -144,6 +144,31 @@ def panels() -> list[dict[str, Any]]:
             "reqps",
         ),
         timeseries(
+            "Escalations by reason",
+            "cascade_escalation_reasons_total per tier and reason: low_score, a missing score "
+            "(no_logprobs, tool_call_only, empty_answer), an invalid answer (invalid_tool_call, "
+            "invalid_structured_output) or upstream_error (docs/tool-calls.md).",
+            [
+                (
+                    f"sum by (tier, reason) (rate(cascade_escalation_reasons_total{{{TIER_SEL}}}[{RI}]))",
+                    "{{tier}}: {{reason}}",
+                )
+            ],
+            "reqps",
+        ),
+        timeseries(
+            "Invalid answers by check",
+            "cascade_invalid_answers_total per tier, model and failed check (final stages "
+            "included: their answers are returned as they are).",
+            [
+                (
+                    f"sum by (tier, model, check) (rate(cascade_invalid_answers_total{{{TIER_SEL}}}[{RI}]))",
+                    "{{tier}} / {{model}}: {{check}}",
+                )
+            ],
+            "reqps",
+        ),
+        timeseries(
             "Score drift window samples",
             "Live confidence scores in each replica's drift "
             "window per tier and model (cascade_score_drift_samples, all replicas); PSI is "

@@ -153,3 +153,29 @@ def test_every_alert_links_to_its_runbook_section_in_the_operations_guide() -> N
                 page, anchor = rule["annotations"]["runbook"].split("#")
                 assert page == "docs/operations.md"
                 assert anchor == rule["alert"].lower() and anchor in anchors, rule["alert"]
+
+
+@pytest.mark.parametrize(
+    ("original", "changed"),
+    [
+        # 75% of small's escalations without a score no longer fires at an 80% line.
+        (
+            "cascade:escalation_missing_score_ratio:rate15m > 0.5",
+            "cascade:escalation_missing_score_ratio:rate15m > 0.8",
+        ),
+        # Tier quiet's 15 escalations in 15 minutes fire without the volume floor.
+        ("cascade:escalations:increase15m >= 20", "cascade:escalations:increase15m >= 10"),
+    ],
+)
+def test_missing_scores_unit_test_fails_when_the_alert_is_changed(
+    tmp_path: Path, original: str, changed: str
+) -> None:
+    (tmp_path / "rules").mkdir()
+    (tmp_path / "tests").mkdir()
+    rules = RULES.read_text()
+    assert rules.count(original) == 1, original
+    (tmp_path / "rules" / RULES.name).write_text(rules.replace(original, changed))
+    (tmp_path / "tests" / RULE_TESTS.name).write_text(RULE_TESTS.read_text())
+    result = _promtool("test", "rules", RULE_TESTS.name, cwd=tmp_path / "tests")
+    assert result.returncode != 0
+    assert "CascadeMissingScoresDominate" in result.stdout + result.stderr

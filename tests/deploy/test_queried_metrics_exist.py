@@ -41,6 +41,10 @@ def scrape(example_gateway) -> dict[str, Family]:
     client.chat.completions.create(model="cascade/economy", messages=hard)  # escalated, other tier
     client.chat.completions.create(model="cascade/quality", messages=ask)  # direct (single-model route)
     client.chat.completions.create(model="small", messages=ask)  # passthrough
+    # A final stage whose text answer fails the JSON check: returned, counted as invalid.
+    client.chat.completions.create(
+        model="cascade/quality", messages=ask, response_format={"type": "json_object"}
+    )
     client.chat.completions.create(
         model="cascade",
         messages=ask,  # numeric budget
