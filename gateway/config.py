@@ -25,6 +25,7 @@ from gateway.drift import DriftConfig
 from gateway.learning.config import LearningConfig
 from gateway.redis_keys import is_redis_url
 from policies import Price
+from policies.capabilities import ModelCapabilities
 from policies.redaction import url_secrets
 from policies.request_defaults import RequestDefaults
 
@@ -52,6 +53,9 @@ class ModelConfig(_Section):
     max_retries: int = Field(2, ge=0, le=10, description="retries for 429/5xx/connect errors")
     request_defaults: RequestDefaults | None = Field(
         None, description="fields merged under the client's own (policies/request_defaults.py)"
+    )
+    capabilities: ModelCapabilities = Field(
+        ModelCapabilities(), description="what it returns about logprobs (policies/capabilities.py)"
     )
 
     @field_validator("base_url")
@@ -213,6 +217,10 @@ class Settings(BaseSettings):
     ) -> tuple[PydanticBaseSettingsSource, ...]:
         # Environment beats the YAML file (passed as init kwargs): operators override per deploy.
         return env_settings, init_settings
+
+    def model_capabilities(self) -> dict[str, ModelCapabilities]:
+        """Every configured model's declared capabilities, by model name (the policy checks use them)."""
+        return {name: model.capabilities for name, model in self.models.items()}
 
     @property
     def policy_is_redis(self) -> bool:
