@@ -95,7 +95,8 @@ def scorer_needs(scorer: ScorerSpec, scored: str) -> list[Need]:
     ``top_k`` alternatives per position when its score is made of them
     (``ALTERNATIVE_SCORERS``; the chosen-token scorers read no alternatives, so a cap does not
     change their score). A black-box scorer needs nothing of the scored model; a verifier needs
-    its own model's logprobs. A scorer unknown here is taken to need logprobs (refusing a policy
+    its own model's logprobs with ``top_k`` alternatives (its score is the yes/no mass among
+    them). A scorer unknown here is taken to need logprobs (refusing a policy
     is visible, escalating every request is not). ``external`` is refused elsewhere
     (``policies.publish.check_servable``) and needs nothing here.
     """
@@ -104,18 +105,18 @@ def scorer_needs(scorer: ScorerSpec, scored: str) -> list[Need]:
         return []
     if name in BLACK_BOX_SCORERS:
         verifier = _verifier_model(scorer)
-        return [] if verifier is None else [Need(verifier, role="verifier")]
+        if verifier is None:
+            return []
+        return [Need(verifier, alternatives=int(scorer.top_k), role="verifier")]
     alternatives = int(scorer.top_k) if name in ALTERNATIVE_SCORERS or name not in SCORERS else 0
     return [Need(scored, alternatives=alternatives)]
 
 
 def _verifier_model(scorer: ScorerSpec) -> str | None:
-    """The model a ``verifier`` scorer asks (None for other scorers or when the spec names none)."""
+    """The model a ``verifier`` scorer asks (``scorer.verifier.model``; None for other scorers)."""
     if scorer.name != "verifier":
         return None
-    verifier = getattr(scorer, "verifier", None)
-    model = getattr(verifier, "model", None) if verifier is not None else None
-    model = model or getattr(scorer, "verifier_model", None)
+    model = getattr(getattr(scorer, "verifier", None), "model", None)
     return model if isinstance(model, str) and model else None
 
 
@@ -141,14 +142,18 @@ def stage_problems(
 ) -> list[str]:
     """What the models of one chain (a route or envelope point) lack for ``scorer``, one clause each.
 
-    Every stage but the last is scored. A model absent from ``capabilities`` is not checked here
-    (a route to an unconfigured model is refused by ``check_servable`` on its own).
+    Every stage but the last is scored. A stage model absent from ``capabilities`` is not checked
+    here (a route to an unconfigured model is refused by ``check_servable`` on its own); a scorer's
+    own model (the verifier's) absent from them is a problem: the gateway could not call it.
     """
     problems = []
     for scored in stages[:-1]:
         for need in scorer_needs(scorer, scored):
             declared = capabilities.get(need.model)
-            problem = None if declared is None else shortfall(scorer, need, declared)
+            if declared is None and need.role != "scored":
+                problem: str | None = f"{need.role} model {need.model} is not a configured model"
+            else:
+                problem = None if declared is None else shortfall(scorer, need, declared)
             if problem is not None and problem not in problems:
                 problems.append(problem)
     return problems
