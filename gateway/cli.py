@@ -58,6 +58,9 @@ def serve(
     from gateway.server import run
 
     configure_logging(settings.logging.level)
+    problem = probed_disagreement(settings)
+    if problem is not None:
+        fail(f"{config}: {problem}", code=_CONFIG_ERROR)
     log_event(
         "serving",
         url=f"http://{host}:{port}/v1",
@@ -89,3 +92,29 @@ def unscorable_policy(settings: Settings) -> str | None:
     except PolicyError as exc:
         return str(exc)
     return None
+
+
+def probed_disagreement(settings: Settings) -> str | None:
+    """With ``probe_capabilities``: the first model that is unreachable or disagrees with its
+    declared capabilities after one call each (``gateway.models_check``), on one line; else None.
+
+    What the probe calls cost is logged (``capabilities_probed``): nothing spent goes unrecorded.
+    """
+    if not settings.probe_capabilities:
+        return None
+    from gateway.logs import log_event
+    from gateway.models_check import problems, run_checks
+
+    reports = run_checks(settings)
+    found = problems(reports)
+    log_event(
+        "capabilities_probed",
+        models=len(reports),
+        agree=not found,
+        cost_usd=sum(r.cost_usd for r in reports),
+        disagreements=found,
+    )
+    if not found:
+        return None
+    more = f" (+{len(found) - 1} more)" if len(found) > 1 else ""
+    return f"probe_capabilities: {found[0]}{more}; see `cascade models check`"

@@ -156,6 +156,11 @@ class Settings(BaseSettings):
     logging: LoggingConfig = LoggingConfig()
     drift: DriftConfig = DriftConfig()
     learning: LearningConfig = LearningConfig()
+    probe_capabilities: bool = Field(
+        False,
+        description="at `cascade serve` start, call each model once (`cascade models check`) and refuse "
+        "to serve if one is unreachable or disagrees with its declared capabilities",
+    )
 
     @field_validator("redis_url")
     @classmethod

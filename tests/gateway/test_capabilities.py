@@ -3,11 +3,16 @@
 from __future__ import annotations
 
 import json
+import os
+import signal
+import subprocess
+import sys
 import time
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
+import httpx
 import orjson
 import pytest
 import yaml
@@ -22,10 +27,12 @@ from policies.capabilities import ModelCapabilities
 from policies.publish import push_policy
 from tests.support.gateway_testkit import RunningGateway, model_configs
 from tests.support.policy_files import write_policy as write_policy_file
+from tests.support.ports import free_port
 from tests.support.scripted_upstream import ScriptedUpstream, ok
 from tests.support.shared_redis import REDIS_URL
 
 runner = CliRunner()
+CASCADE = str(Path(sys.executable).with_name("cascade"))
 MESSAGES = [{"role": "user", "content": "Capital of France?"}]
 
 
@@ -274,3 +281,67 @@ def test_a_redis_policy_scoring_a_model_without_logprobs_is_refused_by_the_repli
     ready = gateway.readiness()
     assert ready.json()["policy_id"] is None
     assert "model small is declared without logprobs" in ready.json()["policy_last_error"]
+
+
+# ---------------------------------------------------------------- the startup probe
+
+
+def _probe_config(tmp_path: Path, upstream: ScriptedUpstream) -> Path:
+    policy = write_policy_file(tmp_path / "policy.json")
+    path = tmp_path / "gateway.yaml"
+    document = {
+        "models": models_with(upstream.base_url, large={"logprobs": False}),
+        "policy": str(policy),
+        "auth": {"open": True},
+        "probe_capabilities": True,
+    }
+    path.write_text(yaml.safe_dump(document))
+    return path
+
+
+def test_serve_with_the_probe_refuses_a_model_that_disagrees_with_its_declaration(
+    tmp_path: Path, upstream: ScriptedUpstream
+) -> None:
+    upstream.set_default("up-small", ok("Paris.", confidence=None))  # declared with logprobs, gives none
+    upstream.set_default("up-large", ok("Paris.", confidence=None))  # declared without: agrees
+    result = runner.invoke(app, ["serve", "--config", str(_probe_config(tmp_path, upstream))])
+    assert result.exit_code == 2
+    last = result.output.strip().splitlines()[-1]
+    assert last.endswith(
+        "probe_capabilities: model small: returned no logprobs; declare logprobs: false; "
+        "see `cascade models check`"
+    )
+    assert {c.model for c in upstream.calls()} == {"up-small", "up-medium", "up-large"}  # one call each
+
+
+def test_serve_with_the_probe_starts_when_every_declaration_holds(
+    tmp_path: Path, upstream: ScriptedUpstream
+) -> None:
+    upstream.set_default("up-large", ok("Paris.", confidence=None))
+    config = _probe_config(tmp_path, upstream)
+    port = free_port()
+    env = {k: v for k, v in os.environ.items() if not k.startswith("CASCADE_")}
+    process = subprocess.Popen(
+        [CASCADE, "serve", "--config", str(config), "--port", str(port)],
+        env=env,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+    )
+    try:
+        assert _until(lambda: _healthy(port) or process.poll() is not None, 30)
+        assert process.poll() is None, process.stdout.read().decode() if process.stdout else ""
+    finally:
+        process.send_signal(signal.SIGINT)
+        process.wait(15)
+    lines = (
+        [json.loads(line) for line in process.stdout.read().decode().splitlines()] if process.stdout else []
+    )
+    probed = next(line for line in lines if line["event"] == "capabilities_probed")
+    assert probed["agree"] is True and probed["models"] == 3 and probed["cost_usd"] > 0
+
+
+def _healthy(port: int) -> bool:
+    try:
+        return httpx.get(f"http://127.0.0.1:{port}/healthz", timeout=1).status_code == 200
+    except httpx.TransportError:
+        return False
