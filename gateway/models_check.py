@@ -1,5 +1,6 @@
 """``cascade models check``: call each configured model once and compare what it returns about
-logprobs with what the config declares (``models.*.capabilities``, docs/scorers.md#models-without-logprobs).
+logprobs with what the config declares (``models.*.capabilities``;
+docs/serving.md#models-without-logprobs).
 
 One small chat request per model asks for logprobs in the model's declared form, with
 ``top_logprobs`` = its declared ``max_top_logprobs`` or the check's K. An upstream that answers it
@@ -27,6 +28,7 @@ from policies.capabilities import ModelCapabilities, logprob_fields
 from policies.charges import call_charge, sent_bound
 from policies.redaction import Redactor, redact_url
 from policies.request_defaults import merge_request_defaults
+from policies.scorers import legacy_to_content
 
 # Alternatives asked of a model that declares no cap: the most any scorer may read (ScorerSpec.top_k).
 DEFAULT_TOP_K = 20
@@ -46,11 +48,14 @@ class Observed:
 
     @classmethod
     def of(cls, answer: Any) -> Observed:
-        """Read ``choices[0].logprobs.content`` of a chat answer (nothing usable: 0 positions)."""
+        """Read ``choices[0].logprobs`` of a chat answer, ``content`` entries or the legacy parallel
+        lists (the shapes ``policies.score_response`` scores); nothing usable: 0 positions."""
         choices = answer.get("choices") if isinstance(answer, dict) else None
         first = choices[0] if isinstance(choices, list) and choices and isinstance(choices[0], dict) else {}
         logprobs = first.get("logprobs")
         content = logprobs.get("content") if isinstance(logprobs, dict) else None
+        if isinstance(logprobs, dict) and content is None and "token_logprobs" in logprobs:
+            content = legacy_to_content(logprobs)  # parallel lists, as some providers answer on chat
         seen = cls()
         for entry in content if isinstance(content, list) else ():
             if not isinstance(entry, dict) or not isinstance(entry.get("logprob"), int | float):

@@ -14,7 +14,7 @@ from localpool.pool import base_url
 # tokens, which takes tens of seconds on a shared 2-core CPU.
 UPSTREAM_TIMEOUT_S = 180
 REQUEST_TIMEOUT_S = 300
-# What llama-server gives a scorer (docs/scorers.md#models-without-logprobs): logprobs on chat and
+# What llama-server gives a scorer (docs/serving.md#models-without-logprobs): logprobs on chat and
 # legacy completions, as many alternatives as asked (top_logprobs 100 gave 100 per position), in
 # either form (`logprobs: true, top_logprobs: K` or `logprobs: K`); the commands are in that section.
 LLAMA_SERVER_CAPABILITIES: dict[str, Any] = {

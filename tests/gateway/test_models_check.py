@@ -28,9 +28,15 @@ BEHAVIOURS: dict[str, Reply] = {
 }
 
 
-def write_config(tmp_path: Path, upstream: ScriptedUpstream, models: dict[str, tuple[str, dict]]) -> Path:
-    """A gateway config of ``{name: (upstream id, capabilities)}``; the upstream's behaviours set."""
-    for model_id, reply in BEHAVIOURS.items():
+def write_config(
+    tmp_path: Path,
+    upstream: ScriptedUpstream,
+    models: dict[str, tuple[str, dict]],
+    behaviours: dict[str, Reply] | None = None,
+) -> Path:
+    """A gateway config of ``{name: (upstream id, capabilities)}``; the upstream's behaviours set
+    (``BEHAVIOURS`` and ``behaviours``)."""
+    for model_id, reply in {**BEHAVIOURS, **(behaviours or {})}.items():
         upstream.set_default(model_id, reply)
     document: dict[str, Any] = {
         "models": {
@@ -163,3 +169,26 @@ def test_the_cascade_command_checks_a_config_as_a_process(tmp_path: Path, upstre
     document = json.loads(done.stdout)
     assert document["agree"] is False
     assert {m["name"]: m["agrees"] for m in document["models"]} == {"none": False, "full": True}
+
+
+def test_logprobs_in_the_legacy_shape_on_chat_are_read(tmp_path: Path, upstream: ScriptedUpstream) -> None:
+    # A provider taking `logprobs: K` on chat may answer with the parallel lists of /v1/completions.
+    legacy = {
+        "tokens": ["Par", "is"],
+        "token_logprobs": [-0.1, -0.01],
+        "top_logprobs": [{"Par": -0.1, "Lon": -2.5, "Ber": -3.0}, {"is": -0.01, "ia": -5.0, "ix": -6.0}],
+    }
+    reply = Reply(
+        body={
+            "choices": [
+                {"index": 0, "message": {"role": "assistant", "content": "Paris"}, "logprobs": legacy}
+            ],
+            "usage": {"prompt_tokens": 12, "completion_tokens": 2},
+        }
+    )
+    declared = {"logprobs_form": "integer", "max_top_logprobs": 3}
+    config = write_config(tmp_path, upstream, {"legacy": ("up-legacy", declared)}, {"up-legacy": reply})
+    code, reports = check(config)
+    assert code == 0 and reports["legacy"]["logprobs"] is True
+    assert reports["legacy"]["alternatives_max"] == 3 and reports["legacy"]["asked_alternatives"] == 3
+    assert upstream.calls("up-legacy")[0].body["logprobs"] == 3
