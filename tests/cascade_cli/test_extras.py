@@ -213,4 +213,5 @@ def test_models_check_names_the_gateway_extra_not_the_pools(without, tmp_path: P
     without("aiohttp")
     result = CliRunner().invoke(app, ["models", "check", "--config", str(tmp_path / "gateway.yaml")])
     assert result.exit_code == 1
-    assert "cascade models check needs the gateway extra: pip install 'cascade-gateway[gateway]'" in result.output
+    expected = "cascade models check needs the gateway extra: pip install 'cascade-gateway[gateway]'"
+    assert expected in result.output
