@@ -40,6 +40,11 @@ COMMAND_EXTRAS: dict[str, tuple[str, ...]] = {
     "traffic": ("collect", "traffic"),
 }
 
+# A subcommand needing other extras than its group (``"group command"`` -> its extras).
+SUBCOMMAND_EXTRAS: dict[str, tuple[str, ...]] = {
+    "models check": ("gateway",),  # reads a gateway config and calls its models (gateway.models_check)
+}
+
 _NAME = re.compile(r"^\s*([A-Za-z0-9][A-Za-z0-9._-]*)")
 _EXTRA_MARKER = re.compile(r"""extra\s*==\s*["']([^"']+)["']""")
 
@@ -80,7 +85,7 @@ def missing_extras(command: str, installed: Callable[[str], bool] | None = None)
         return []
     return [
         extra
-        for extra in COMMAND_EXTRAS.get(command, ())
+        for extra in SUBCOMMAND_EXTRAS.get(command) or COMMAND_EXTRAS.get(command, ())
         if not all(installed(name) for name in extra_requirements(extra, requirements))
     ]
 
@@ -117,7 +122,8 @@ def _guard(command: str, info: Any) -> None:
 
 def _guard_group(command: str, app: typer.Typer) -> None:
     for info in app.registered_commands:
-        _guard(command, info)
+        subcommand = f"{command} {info.name}"
+        _guard(subcommand if subcommand in SUBCOMMAND_EXTRAS else command, info)
     for group in app.registered_groups:
         if group.typer_instance is not None:
             _guard_group(command, group.typer_instance)

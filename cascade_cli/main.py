@@ -14,6 +14,8 @@ from calibration.cli import register as register_calibration
 from cascade_cli.extras import guard_commands
 from collection.cli import register as register_collection
 from gateway.cli import register as register_gateway
+from gateway.models_check_cli import register as register_models_check
+from localpool.cli import models_app
 from localpool.cli import register as register_localpool
 from replay.cli import register as register_replay
 from traffic.cli import register as register_traffic
@@ -45,6 +47,8 @@ register_collection(app)
 register_replay(app)
 register_gateway(app)
 register_localpool(app)
+# `cascade models check` reads a gateway config: the gateway's command on the local pool's group.
+register_models_check(models_app)
 register_traffic(app)
 # Each package's commands import their extra's dependencies (FastAPI, pandas, ...) only when they
 # run; a lean install then gets one line naming the missing extra instead of a traceback.

@@ -79,6 +79,7 @@ def build_gateway(settings: Settings, rng: random.Random | None = None) -> Gatew
         auth=settings.auth,
         budgets=settings.budgets,
         known_models=list(settings.models),
+        capabilities=settings.model_capabilities(),
         on_policy_loaded=events.policy_loaded,
         on_policy_failure=events.policy_failed,
         on_spend_fallback=events.spend_fallback,

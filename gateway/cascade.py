@@ -50,6 +50,7 @@ from gateway.routing import RoutePlan
 from gateway.streaming import SSE_HEADERS, replay
 from gateway.upstream import UpstreamFailure, UpstreamPool, UpstreamReply
 from policies import score_response
+from policies.capabilities import ModelCapabilities, logprob_fields
 from policies.charges import Charge, call_charge, sent_bound
 from policies.request_defaults import RequestDefaults, merge_request_defaults
 
@@ -123,7 +124,12 @@ class CascadeEngine:
         """Call the final stage non-streamed: its (reviewed) answer, or the fallback if it fails."""
         config = self._models[stage.model]
         body = upstream_body(
-            request, config.model, top_k=None, stream=False, defaults=config.request_defaults
+            request,
+            config.model,
+            top_k=None,
+            stream=False,
+            defaults=config.request_defaults,
+            capabilities=config.capabilities,
         )
         facts.models_called.append(stage.model)
         try:
@@ -154,7 +160,14 @@ class CascadeEngine:
                 yield event
             return
         config = self._models[stage.model]
-        body = upstream_body(request, config.model, top_k=None, stream=True, defaults=config.request_defaults)
+        body = upstream_body(
+            request,
+            config.model,
+            top_k=None,
+            stream=True,
+            defaults=config.request_defaults,
+            capabilities=config.capabilities,
+        )
         watch = self._review.watch(stage.model, request, facts)
         relay = LiveRelay(self._pool[stage.model], config.price, request, facts, self.record, started, watch)
         events = relay.events(body, deadline)
@@ -190,7 +203,12 @@ class CascadeEngine:
         for stage, model in enumerate(models[:last]):
             config = self._models[model]
             body = upstream_body(
-                request, config.model, top_k=top_k, stream=False, defaults=config.request_defaults
+                request,
+                config.model,
+                top_k=top_k,
+                stream=False,
+                defaults=config.request_defaults,
+                capabilities=config.capabilities,
             )
             facts.models_called.append(model)
             try:
@@ -285,21 +303,34 @@ def upstream_body(
     top_k: int | None,
     stream: bool,
     defaults: RequestDefaults | None = None,
+    capabilities: ModelCapabilities | None = None,
 ) -> bytes:
     """The upstream request: the client's fields over the model's defaults, ``model`` rewritten,
     logprobs added when scored.
 
     ``top_k`` set = a scored stage (non-streamed, asks for at least K alternatives).
     ``stream`` = the stage is streamed to the client (usage requested so the cost is known).
+    ``capabilities`` (the model's declared ones; None = the defaults): logprobs are asked in the
+    model's form and within its cap, the client's own request for them too; a model without
+    logprobs is sent no logprobs field at all (some APIs refuse a request carrying them).
     """
     body = merge_request_defaults(request.body, defaults, chat=request.kind == "chat")
     body["model"] = upstream_model
+    chat = request.kind == "chat"
+    asked = positive_int(request.body.get("top_logprobs" if chat else "logprobs"))
     if top_k is not None:
-        if request.kind == "chat":
-            body["logprobs"] = True
-            body["top_logprobs"] = max(top_k, positive_int(request.body.get("top_logprobs")))
-        else:
-            body["logprobs"] = max(top_k, positive_int(request.body.get("logprobs")))
+        wanted: int | None = max(top_k, asked)
+    elif capabilities is not None and _needs_reshaping(request, capabilities, asked):
+        wanted = asked  # the client's own request, in the form and within the cap the model takes
+    else:
+        wanted = None
+    if wanted is not None:
+        body.pop("logprobs", None)
+        body.pop("top_logprobs", None)
+        body.update(logprob_fields(capabilities or _DEFAULT_CAPABILITIES, wanted, chat=chat))
+    elif capabilities is not None and not capabilities.logprobs:
+        body.pop("logprobs", None)
+        body.pop("top_logprobs", None)
     if stream:
         body["stream"] = True
         body["stream_options"] = {"include_usage": True}
@@ -307,6 +338,22 @@ def upstream_body(
         body.pop("stream", None)
         body.pop("stream_options", None)
     return orjson.dumps(body)
+
+
+_DEFAULT_CAPABILITIES = ModelCapabilities()
+
+
+def _needs_reshaping(request: ParsedRequest, capabilities: ModelCapabilities, asked: int) -> bool:
+    """Whether the client's own request for logprobs must be rewritten for this model: it asks
+    more alternatives than the model's cap, or asks on chat a model taking the integer form."""
+    value = request.body.get("logprobs")
+    chat = request.kind == "chat"
+    if chat and value is not True:
+        return False
+    if not chat and (value is None or value is False):
+        return False
+    cap = capabilities.max_top_logprobs
+    return (cap is not None and asked > cap) or (chat and capabilities.logprobs_form == "integer")
 
 
 def client_body(body: dict[str, Any], model_name: str, request: ParsedRequest) -> dict[str, Any]:

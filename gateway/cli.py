@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Annotated
+from typing import TYPE_CHECKING, Annotated
 
 import typer
 
@@ -11,6 +11,9 @@ from cli_failure import fail
 from gateway.keys_cli import register as register_keys
 from gateway.policy_cli import register as register_policy
 from policies.redaction import redact_url
+
+if TYPE_CHECKING:
+    from gateway.config import Settings
 
 # `cascade serve` exits 2 on a config it cannot start with (README, "Serve").
 _CONFIG_ERROR = 2
@@ -47,11 +50,17 @@ def serve(
             f"{config}: policy file {settings.policy} does not exist (write one with `cascade calibrate`)",
             code=_CONFIG_ERROR,
         )
+    problem = unscorable_policy(settings)
+    if problem is not None:
+        fail(f"{config}: {problem}", code=_CONFIG_ERROR)
 
     from gateway.logs import configure_logging, log_event
     from gateway.server import run
 
     configure_logging(settings.logging.level)
+    problem = probed_disagreement(settings)
+    if problem is not None:
+        fail(f"{config}: {problem}", code=_CONFIG_ERROR)
     log_event(
         "serving",
         url=f"http://{host}:{port}/v1",
@@ -59,3 +68,53 @@ def serve(
         policy=settings.policy if not settings.policy_is_redis else redact_url(settings.policy),
     )
     run(settings, host, port)
+
+
+def unscorable_policy(settings: Settings) -> str | None:
+    """Why the config's policy file cannot be scored with these models (one line), or None.
+
+    A scorer needing more than a scored model's declared capabilities give would leave that stage
+    without a score on every request: ``cascade serve`` refuses to start with such a policy file.
+    A policy file that does not load is left to the policy store (the replica starts, not ready,
+    and reports why); a Redis policy is checked by the store when it is read, and refused there.
+    """
+    if settings.policy_is_redis:
+        return None
+    from policies import PolicyError, load_policy
+    from policies.publish import check_capabilities
+
+    try:
+        policy = load_policy(settings.policy)
+    except PolicyError:
+        return None
+    try:
+        check_capabilities(policy, settings.model_capabilities())
+    except PolicyError as exc:
+        return str(exc)
+    return None
+
+
+def probed_disagreement(settings: Settings) -> str | None:
+    """With ``probe_capabilities``: the first model that is unreachable or disagrees with its
+    declared capabilities after one call each (``gateway.models_check``), on one line; else None.
+
+    What the probe calls cost is logged (``capabilities_probed``): nothing spent goes unrecorded.
+    """
+    if not settings.probe_capabilities:
+        return None
+    from gateway.logs import log_event
+    from gateway.models_check import problems, run_checks
+
+    reports = run_checks(settings)
+    found = problems(reports)
+    log_event(
+        "capabilities_probed",
+        models=len(reports),
+        agree=not found,
+        cost_usd=sum(r.cost_usd for r in reports),
+        disagreements=found,
+    )
+    if not found:
+        return None
+    more = f" (+{len(found) - 1} more)" if len(found) > 1 else ""
+    return f"probe_capabilities: {found[0]}{more}; see `cascade models check`"

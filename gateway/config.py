@@ -25,6 +25,7 @@ from gateway.drift import DriftConfig
 from gateway.learning.config import LearningConfig
 from gateway.redis_keys import is_redis_url
 from policies import Price
+from policies.capabilities import ModelCapabilities
 from policies.redaction import url_secrets
 from policies.request_defaults import RequestDefaults
 
@@ -57,6 +58,9 @@ class ModelConfig(_Section):
         "native",
         description="how the model writes function calls: native (message.tool_calls) or content "
         "(JSON in message.content, normalized into tool_calls by the gateway; docs/tool-calls.md)",
+    )
+    capabilities: ModelCapabilities = Field(
+        ModelCapabilities(), description="what it returns about logprobs (policies/capabilities.py)"
     )
 
     @field_validator("base_url")
@@ -157,6 +161,11 @@ class Settings(BaseSettings):
     logging: LoggingConfig = LoggingConfig()
     drift: DriftConfig = DriftConfig()
     learning: LearningConfig = LearningConfig()
+    probe_capabilities: bool = Field(
+        False,
+        description="at `cascade serve` start, call each model once (`cascade models check`) and refuse "
+        "to serve if one is unreachable or disagrees with its declared capabilities",
+    )
 
     @field_validator("redis_url")
     @classmethod
@@ -218,6 +227,10 @@ class Settings(BaseSettings):
     ) -> tuple[PydanticBaseSettingsSource, ...]:
         # Environment beats the YAML file (passed as init kwargs): operators override per deploy.
         return env_settings, init_settings
+
+    def model_capabilities(self) -> dict[str, ModelCapabilities]:
+        """Every configured model's declared capabilities, by model name (the policy checks use them)."""
+        return {name: model.capabilities for name, model in self.models.items()}
 
     @property
     def policy_is_redis(self) -> bool:

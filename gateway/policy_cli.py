@@ -15,17 +15,19 @@ import typer
 from gateway.redis_cli import CliError, PrefixOption, RedisOption, connect, run_command
 from gateway.redis_keys import DEFAULT_PREFIX, RedisKeys
 from policies import load_policy
+from policies.capabilities import ModelCapabilities
 from policies.publish import push_policy
 
 # ---- operations (plain functions over a sync Redis client; the commands below wrap them) ----
 
 
-def configured_models(config_path: Path) -> list[str]:
-    """The model names of a gateway config (what replicas can route to); CliError if it is bad."""
+def configured_models(config_path: Path) -> dict[str, ModelCapabilities]:
+    """The models of a gateway config (what replicas can route to) and their declared capabilities
+    (what a scorer can get from each); CliError if the config is bad."""
     from gateway.config import ConfigError, Settings
 
     try:
-        return list(Settings.from_yaml(config_path).models)
+        return Settings.from_yaml(config_path).model_capabilities()
     except ConfigError as exc:
         raise CliError(str(exc)) from exc
 
@@ -53,7 +55,8 @@ def policy_push(
         typer.Option(
             "--config",
             "-c",
-            help="the replicas' gateway YAML: refuse a policy routing to a model it does not define",
+            help="the replicas' gateway YAML: refuse a policy routing to a model it does not define, "
+            "or whose scorer needs more than a model's declared capabilities give",
         ),
     ] = None,
     prefix: PrefixOption = DEFAULT_PREFIX,
@@ -65,13 +68,15 @@ def policy_push(
 
     def push() -> tuple[str, int]:
         policy = load_policy(policy_path)
-        return policy.policy_id, push_policy(client, policy, keys, known_models=known_models)
+        version = push_policy(client, policy, keys, known_models=known_models, capabilities=known_models)
+        return policy.policy_id, version
 
     policy_id, version = run_command(push)
     if config is None:
         typer.secho(
-            "warning: the models this policy routes to were not checked against a gateway config "
-            "(pass --config gateway.yaml); replicas refuse a policy routing to a model they lack",
+            "warning: the models this policy routes to and their capabilities were not checked against "
+            "a gateway config (pass --config gateway.yaml); replicas refuse a policy routing to a model "
+            "they lack or scoring one that cannot give what its scorer reads",
             err=True,
             fg=typer.colors.YELLOW,
         )

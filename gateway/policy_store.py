@@ -2,7 +2,8 @@
 
 Both sources keep the **last good policy**: a new policy that does not parse, does not validate or
 cannot be served by this gateway (scorer ``external``, a route to a model the config lacks, a
-``policy_id`` that is not its content hash) is rejected, logged and counted, and the previous one
+``policy_id`` that is not its content hash, a scorer needing more than a scored model's declared
+capabilities give) is rejected, logged and counted, and the previous one
 stays in service (docs/contracts.md#faults). No failure stops a watcher: whatever goes wrong while
 reading a source (corrupt content, a corrupt version key, a bug) is caught, logged, counted once per
 distinct cause and shown in ``status()``, and the watcher keeps watching.
@@ -15,7 +16,7 @@ import contextlib
 import logging
 import os
 import time
-from collections.abc import Callable, Collection
+from collections.abc import Callable, Collection, Mapping
 from pathlib import Path
 from typing import Any
 
@@ -24,6 +25,7 @@ from redis.exceptions import RedisError
 
 from gateway.redis_keys import RedisKeys
 from policies import Policy, PolicyError, PolicyInvalidError, parse_policy
+from policies.capabilities import ModelCapabilities
 from policies.errors import quoted
 from policies.publish import check_servable
 
@@ -52,6 +54,7 @@ class PolicyStore:
         on_loaded: PolicyLoaded | None = None,
         on_failure: PolicyFailed | None = None,
         known_models: Collection[str] | None = None,
+        capabilities: Mapping[str, ModelCapabilities] | None = None,
     ):
         self.source = source
         self.current: Policy | None = None
@@ -65,6 +68,7 @@ class PolicyStore:
         self._on_loaded = on_loaded
         self._on_failure = on_failure
         self._known_models = known_models
+        self._capabilities = capabilities
         self._task: asyncio.Task[None] | None = None
         self._last_failure: str | None = None  # counted once until something succeeds or changes
 
@@ -129,7 +133,7 @@ class PolicyStore:
         """Parse, check and switch to a policy; on any problem record the failure and re-raise."""
         try:
             policy = parse_policy(raw, source=where)
-            check_servable(policy, self._known_models)
+            check_servable(policy, self._known_models, self._capabilities)
         except PolicyInvalidError as exc:
             self._record_failure(str(exc))
             raise

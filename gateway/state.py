@@ -24,7 +24,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
-from collections.abc import Callable, Collection
+from collections.abc import Callable, Collection, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -40,6 +40,7 @@ from gateway.redis_batch import RedisBatcher
 from gateway.redis_keys import RedisKeys, is_redis_url
 from gateway.spend import Reservation, SpendLimiter
 from policies import Policy
+from policies.capabilities import ModelCapabilities
 from policies.redaction import redact_url
 
 log = logging.getLogger("cascade.state")
@@ -164,6 +165,7 @@ def build_shared_state(
     auth: AuthConfig,
     budgets: BudgetConfig,
     known_models: Collection[str],
+    capabilities: Mapping[str, ModelCapabilities] | None = None,
     on_policy_loaded: Callable[[Policy], None],
     on_policy_failure: Callable[[str], None],
     on_spend_fallback: Callable[[str], None] | None = None,
@@ -174,7 +176,8 @@ def build_shared_state(
     """Wire policy store, authenticator and spend limiter (call start() next).
 
     ``policy``, ``redis_url``, ``redis_timeout_s``, ``auth`` and ``budgets`` are the config's fields of
-    those names; ``known_models`` the configured model names (a policy routing elsewhere is refused).
+    those names; ``known_models`` the configured model names (a policy routing elsewhere is refused),
+    ``capabilities`` their declared capabilities (a policy whose scorer needs more is refused).
     ``keys`` defaults to the contract names (prefix ``cascade``, or ``$CASCADE_REDIS_PREFIX``).
     Creating Redis clients does not connect; nothing touches the network before ``start()``.
     """
@@ -205,6 +208,7 @@ def build_shared_state(
             on_loaded=on_policy_loaded,
             on_failure=on_policy_failure,
             known_models=known_models,
+            capabilities=capabilities,
         )
     else:
         store = FilePolicyStore(
@@ -213,6 +217,7 @@ def build_shared_state(
             on_loaded=on_policy_loaded,
             on_failure=on_policy_failure,
             known_models=known_models,
+            capabilities=capabilities,
         )
     authenticator = authenticator_from_env(
         api_keys_env=auth.api_keys_env,

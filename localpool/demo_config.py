@@ -14,13 +14,22 @@ from localpool.pool import base_url
 # tokens, which takes tens of seconds on a shared 2-core CPU.
 UPSTREAM_TIMEOUT_S = 180
 REQUEST_TIMEOUT_S = 300
+# What llama-server gives a scorer (docs/serving.md#models-without-logprobs): logprobs on chat and
+# legacy completions, as many alternatives as asked (top_logprobs 100 gave 100 per position), in
+# either form (`logprobs: true, top_logprobs: K` or `logprobs: K`); the commands are in that section.
+LLAMA_SERVER_CAPABILITIES: dict[str, Any] = {
+    "logprobs": True,
+    "max_top_logprobs": None,
+    "logprobs_form": "chat",
+}
 
 
 def pool_gateway_config(manifest: Manifest, names: list[str], policy: Path) -> dict[str, Any]:
     """A gateway config: one entry per pool model or member the policy names, manifest prices.
 
     A model's upstream id is its pool name; a member is its model's server with the member's
-    ``request_defaults`` (the ones ``cascade collect`` sent when the policy was calibrated).
+    ``request_defaults`` (the ones ``cascade collect`` sent when the policy was calibrated). Every
+    model declares llama-server's capabilities (``LLAMA_SERVER_CAPABILITIES``).
     No Redis, no client keys (docs/contracts.md#config): a local demo is open by choice
     (``auth.open``); it binds to loopback. Timeouts leave room for a reasoning stage on a busy CPU.
     """
@@ -34,6 +43,7 @@ def pool_gateway_config(manifest: Manifest, names: list[str], policy: Path) -> d
             "price": spec.price.model_dump(exclude_none=True),
             "timeout_s": UPSTREAM_TIMEOUT_S,
             "max_retries": 1,
+            "capabilities": dict(LLAMA_SERVER_CAPABILITIES),
         }
         member = manifest.members.get(name)
         if member is not None:

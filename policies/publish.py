@@ -9,10 +9,11 @@ package installs without it); the functions take a synchronous redis-py client
 from __future__ import annotations
 
 import json
-from collections.abc import Collection
+from collections.abc import Collection, Mapping
 from dataclasses import dataclass
 from typing import Any
 
+from policies.capabilities import ModelCapabilities, capability_problems
 from policies.errors import PolicyError, PolicyInvalidError
 from policies.kinds import kind_policy, served_kinds
 from policies.schema import Policy
@@ -48,13 +49,19 @@ class PolicyKeys:
         return f"{self.prefix}:policy:updates"
 
 
-def check_servable(policy: Policy, known_models: Collection[str] | None) -> None:
+def check_servable(
+    policy: Policy,
+    known_models: Collection[str] | None,
+    capabilities: Mapping[str, ModelCapabilities] | None = None,
+) -> None:
     """Raise PolicyInvalidError if a gateway cannot serve ``policy``.
 
     ``known_models`` are the model names of the gateway config; every model a tier or envelope point
     routes to (in the top level or a kind section) must be one of them (None skips that check).
     The ``policy_id`` must be the content hash (a policy edited after it was stamped is refused:
-    its id would name other content).
+    its id would name other content). ``capabilities`` (the config's ``models.*.capabilities``;
+    None skips the check): each served kind's scorer must get from every scored model what it
+    reads (``policies.capabilities``).
     """
     check_content_hash(policy, f"policy {policy.policy_id}")
     views = [kind_policy(policy, kind) for kind in served_kinds(policy)]  # the top level, each section
@@ -73,6 +80,16 @@ def check_servable(policy: Policy, known_models: Collection[str] | None) -> None
             f"policy {policy.policy_id} routes to model(s) {', '.join(missing)} that the gateway config "
             f"does not define (configured: {', '.join(sorted(known_models))})"
         )
+    check_capabilities(policy, capabilities)
+
+
+def check_capabilities(policy: Policy, capabilities: Mapping[str, ModelCapabilities] | None) -> None:
+    """PolicyInvalidError (one line: the first problem, and how many more) if ``policy``'s scorer
+    needs more than a scored model gives (``policies.capabilities.capability_problems``)."""
+    problems = [] if capabilities is None else capability_problems(policy, capabilities)
+    if problems:
+        more = f" (+{len(problems) - 1} more)" if len(problems) > 1 else ""
+        raise PolicyInvalidError(f"policy {policy.policy_id} cannot be scored: {problems[0]}{more}")
 
 
 # Sentinel of an unconditional push (None is meaningful: "only if no policy is stored").
@@ -92,18 +109,20 @@ def push_policy(
     *,
     replacing: object = _ANY,
     known_models: Collection[str] | None = None,
+    capabilities: Mapping[str, ModelCapabilities] | None = None,
 ) -> int:
     """Check ``policy`` is servable, store it as current, bump the version, notify replicas.
 
     Returns the new version. ``known_models``: the gateway config's model names; a policy routing
     to another model is refused before anything is stored (None: not checked, see
-    ``check_servable``). SET and INCR run in one MULTI/EXEC transaction so a reader never pairs
-    a new version with an old policy; the PUBLISH follows. With ``replacing`` (the stored JSON text
+    ``check_servable``); so is one whose scorer needs more than a model's ``capabilities`` give.
+    SET and INCR run in one MULTI/EXEC transaction so a reader never pairs a new version with an
+    old policy; the PUBLISH follows. With ``replacing`` (the stored JSON text
     read earlier, or None for "no policy stored") the push is conditional: the keys are WATCHed,
     PolicyChangedError is raised if the stored policy is another one, and the client's
     ``WatchError`` propagates if it changes between that check and the transaction.
     """
-    check_servable(policy, known_models)  # includes the content-hash check of policy_id
+    check_servable(policy, known_models, capabilities)  # includes the content-hash check of policy_id
     text = dump_policy(policy)
     with client.pipeline(transaction=True) as pipe:
         if replacing is _ANY:

@@ -204,7 +204,10 @@ SCORE_RANGES: dict[str, tuple[float, float]] = {
     "mean_logprob": (-math.inf, 0.0),
 }
 
-_USES_ALTERNATIVES = frozenset({"mean_token_negentropy", "min_token_negentropy", "probability_margin"})
+# The scorers made of the K alternatives per position (the others read the chosen tokens only): a
+# model giving fewer than ``top_k`` alternatives changes their score (policies.capabilities).
+ALTERNATIVE_SCORERS = frozenset({"mean_token_negentropy", "min_token_negentropy", "probability_margin"})
+_USES_ALTERNATIVES = ALTERNATIVE_SCORERS
 
 # Up to this many alternatives in an answer, plain Python beats numpy's per-call overhead (a live
 # 8-token answer with top-5..15 alternatives scores in a few microseconds instead of tens).

@@ -118,6 +118,7 @@ class ShadowRunner:
             top_k=sample.policy.scorer.top_k,
             stream=False,
             defaults=config.request_defaults,
+            capabilities=config.capabilities,
         )
         return ShadowCall(model, body, sent_bound(config.price, body).usd)
 

@@ -207,3 +207,11 @@ def test_help_and_core_commands_work_without_the_extras(without) -> None:
         assert result.exit_code == 0, (args, result.output)
         assert "Usage" in result.output
     assert runner.invoke(app, ["version"]).output.strip() == metadata.version("cascade-gateway")
+
+
+def test_models_check_names_the_gateway_extra_not_the_pools(without, tmp_path: Path) -> None:
+    without("aiohttp")
+    result = CliRunner().invoke(app, ["models", "check", "--config", str(tmp_path / "gateway.yaml")])
+    assert result.exit_code == 1
+    expected = "cascade models check needs the gateway extra: pip install 'cascade-gateway[gateway]'"
+    assert expected in result.output

@@ -34,6 +34,7 @@ def test_generated_gateway_config_points_at_the_pool_ports_with_manifest_prices(
         assert model.base_url == f"http://127.0.0.1:{manifest.models[name].port}/v1"
         assert model.model == name
         assert model.price.input_per_mtok == manifest.models[name].price.input_per_mtok
+        assert model.capabilities.logprobs and model.capabilities.max_top_logprobs is None
 
 
 def test_generated_config_gives_members_their_models_server_and_request_defaults(tmp_path: Path) -> None:

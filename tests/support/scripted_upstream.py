@@ -61,6 +61,10 @@ class Reply:
         ignore_stream: answer with one JSON body even when the request asks for a stream.
         stream_events: stream exactly these ``data:`` objects (then ``[DONE]``) instead of an answer
             built from ``content`` (e.g. ``choices: []`` or non-object choices).
+        max_alternatives: give at most this many alternatives per position, whatever was asked (a
+            provider's cap on ``top_logprobs``).
+        refuse_logprobs: answer 400 to a request carrying ``logprobs`` or ``top_logprobs`` (an API
+            that refuses the fields, as OpenAI's reasoning models do); a request without them is answered.
     """
 
     status: int = 200
@@ -76,6 +80,8 @@ class Reply:
     break_stream_after: int | None = None
     ignore_stream: bool = False
     stream_events: list[dict[str, Any]] | None = None
+    max_alternatives: int | None = None
+    refuse_logprobs: bool = False
 
 
 def ok(content: str = "Paris is the capital of France.", confidence: float | None = 0.99, **kw: Any) -> Reply:
@@ -253,6 +259,9 @@ class ScriptedUpstream:
                     headers=reply.headers,
                     content_type="application/json",
                 )
+            elif reply.refuse_logprobs and ("logprobs" in body or "top_logprobs" in body):
+                payload = {"error": {"message": "logprobs are not supported with this model", "type": "x"}}
+                response = web.json_response(payload, status=400, headers=reply.headers)
             elif reply.status != 200:
                 payload = {"error": {"message": f"scripted {reply.status}", "type": "server_error"}}
                 response = web.Response(
@@ -343,7 +352,11 @@ def _entry(token: str, confidence: float, k: int) -> dict[str, Any]:
 def _chat_logprobs(body: dict[str, Any], reply: Reply) -> dict[str, Any] | None:
     if not body.get("logprobs") or reply.confidence is None:
         return None
-    k = int(body.get("top_logprobs") or 1)
+    asked = body["logprobs"]
+    # ``logprobs: K`` (the integer form some providers take on chat) asks K alternatives.
+    k = asked if type(asked) is int else int(body.get("top_logprobs") or 1)
+    if reply.max_alternatives is not None:
+        k = min(k, reply.max_alternatives)
     return {"content": [_entry(t, reply.confidence, k) for t in _tokens(reply.content)]}
 
 
@@ -351,7 +364,8 @@ def _legacy_logprobs(body: dict[str, Any], reply: Reply) -> dict[str, Any] | Non
     k = body.get("logprobs")
     if k is None or reply.confidence is None:
         return None
-    entries = [_entry(t, reply.confidence, max(int(k), 1)) for t in _tokens(reply.content)]
+    k = max(int(k), 1) if reply.max_alternatives is None else min(max(int(k), 1), reply.max_alternatives)
+    entries = [_entry(t, reply.confidence, k) for t in _tokens(reply.content)]
     return {
         "tokens": [e["token"] for e in entries],
         "token_logprobs": [e["logprob"] for e in entries],
