@@ -2,7 +2,8 @@
 
 Reads a JSONL runs table with a ``response`` column (``cascade collect`` writes one), labels each
 model's response against the reference model's response to the same query, and returns traffic
-rows: the table's ground truth (``correct``) is replaced by the judge's label. This is how
+rows: the table's ground truth (``correct``) is replaced by the judge's label (its ``kind`` column,
+missing = ``text``, is kept). This is how
 label-free calibration is tried on data whose true labels are known: calibrate the exported rows,
 evaluate the policy against the true labels.
 """
@@ -18,7 +19,7 @@ from pathlib import Path
 from typing import Any
 
 from traffic.judges.base import Judge, JudgeError, Verdict, label_answers
-from traffic.rows import TrafficRow
+from traffic.rows import DEFAULT_KIND, TrafficRow
 
 
 class RelabelError(Exception):
@@ -122,6 +123,7 @@ def _labelled_row(
         logprobs=record.get("logprobs"),
         latency_ms=record.get("latency_ms"),
         dataset=None if record.get("dataset") is None else str(record["dataset"]),
+        kind=str(record.get("kind") or DEFAULT_KIND),
         timestamp=now,
         judge=verdict.judge if isinstance(verdict, Verdict) else None,
         prompt=record.get("prompt") if log_text else None,
