@@ -4,20 +4,17 @@ a new policy for its kinds (``calibration.recalibration.recalibrate``)."""
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import TYPE_CHECKING
 
 import numpy as np
 
 from calibration.calibrate import Calibrated
 from calibration.kinds import CalibratedKinds
 from calibration.recalibration.compare import Comparison, compare_policies
+from calibration.recalibration.options import RecalibrateOptions
 from calibration.recalibration.traffic_runs import KindRuns, TrafficRuns
 from calibration.splits import Split
 from policies.kinds import TOP_LEVEL_KIND, kind_policy, served_kinds
 from policies.schema import Policy
-
-if TYPE_CHECKING:
-    from calibration.recalibration.recalibrate import RecalibrateOptions
 
 
 @dataclass(frozen=True)

@@ -28,8 +28,7 @@ from __future__ import annotations
 import contextlib
 from collections.abc import Callable
 from contextlib import AbstractContextManager
-from dataclasses import dataclass, field
-from pathlib import Path
+from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
@@ -44,14 +43,14 @@ from calibration.recalibration.kind_results import (
     missing_kinds,
     top_first,
 )
+from calibration.recalibration.options import RecalibrateOptions
 from calibration.recalibration.redis_io import read_served
-from calibration.recalibration.rule import Tolerances
 from calibration.recalibration.traffic_runs import KindRuns, TrafficRuns, load_traffic_runs
 from calibration.splits import stratified_splits
 from calibration.tiers import TiersSpec, load_tiers
 from policies import PolicyError, load_policy
 from policies.kinds import TOP_LEVEL_KIND, kind_policy, kind_tiers, served_kinds
-from policies.publish import DEFAULT_PREFIX, PolicyKeys, check_servable
+from policies.publish import PolicyKeys, check_servable
 from policies.redaction import redact_url
 from policies.schema import Policy
 from traffic.export import Selection, export_store
@@ -62,31 +61,6 @@ Progress = Callable[[str], AbstractContextManager[Any]]
 
 class RecalibrationError(Exception):
     """Recalibration cannot run (bad options, too little traffic, a model without rows); one line."""
-
-
-@dataclass(frozen=True)
-class RecalibrateOptions:
-    """The command's arguments (see ``cascade recalibrate --help``)."""
-
-    store: str
-    tiers: Path
-    since: str | None = None
-    where: dict[str, str] = field(default_factory=dict)
-    models: list[str] | None = None
-    current: Path | None = None
-    push: str | None = None
-    prefix: str = DEFAULT_PREFIX
-    seed: int = 0
-    holdout: float = 0.5
-    prices: Path | None = None
-    scorer: str | None = None
-    top_k: int | None = None
-    randomize: bool = False
-    resamples: int = 2000
-    confidence: float = 0.95
-    tolerances: Tolerances = field(default_factory=Tolerances)
-    min_queries: int = 100
-    heldout_splits: int = 50  # 0: no held-out expectations in the new policy
 
 
 @dataclass(frozen=True)

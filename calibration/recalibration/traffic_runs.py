@@ -16,18 +16,15 @@ import tempfile
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING
 
 import numpy as np
 
 from calibration.kinds import load_kind_runs, runs_kinds
+from calibration.recalibration.options import RecalibrateOptions
 from calibration.runs import DEFAULT_SCORER, DEFAULT_TOP_K, RunsError, RunsMatrix
 from policies.kinds import kind_policy
 from policies.schema import Policy
 from traffic.export import Selection, write_runs
-
-if TYPE_CHECKING:
-    from calibration.recalibration.recalibrate import RecalibrateOptions
 
 TRAFFIC_NAME = "the exported traffic"
 
