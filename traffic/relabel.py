@@ -18,6 +18,7 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
+from policies.tool_calls import REQUEST_KINDS
 from traffic.judges.base import Judge, JudgeError, Verdict, label_answers
 from traffic.rows import DEFAULT_KIND, TrafficRow
 
@@ -50,6 +51,11 @@ def _record(path: Path, number: int, line: str) -> dict[str, Any]:
             raise KeyError("query_id" if "query_id" not in record else "model")
     except (ValueError, KeyError, TypeError) as exc:
         raise RelabelError(f"{path}: line {number}: not a runs row ({exc})") from None
+    kind = record.get("kind")
+    if kind not in (None, "", *REQUEST_KINDS):
+        raise RelabelError(
+            f"{path}: line {number}: column 'kind': unknown kind {kind!r} (one of {', '.join(REQUEST_KINDS)})"
+        )
     return record
 
 
