@@ -43,13 +43,25 @@ def load_runs_by_kind(path: str | Path, **options: Any) -> dict[str, RunsMatrix]
 
     A table of one kind loads exactly as ``load_runs`` loads it. ``RunsError`` on bad input.
     """
+    kinds = runs_kinds(path, options.get("where"))
+    return {kind: load_kind_runs(path, kind, kinds, **options) for kind in kinds}
+
+
+def runs_kinds(path: str | Path, where: Mapping[str, str] | None = None) -> list[str]:
+    """The kinds a runs table has rows of (``kinds_in``), ``[text]`` for a table without rows (its
+    load then says there are none); ``RunsError`` on bad input."""
     try:
-        kinds = kinds_in(Path(path), options.get("where"))
+        return kinds_in(Path(path), where) or [DEFAULT_KIND]
     except (TableReadError, RunKindError) as exc:
         raise RunsError(str(exc)) from None
-    if len(kinds) <= 1:  # no rows at all: load_runs says so
-        return {kinds[0] if kinds else DEFAULT_KIND: load_runs(path, **options)}
-    return {kind: load_runs(path, kind=kind, **options) for kind in kinds}
+
+
+def load_kind_runs(path: str | Path, kind: str, kinds: Sequence[str], **options: Any) -> RunsMatrix:
+    """The runs of ``kind`` of a table holding ``kinds`` (``runs_kinds``), loaded by
+    ``load_runs(**options)``: the whole table when it holds that kind only."""
+    if len(kinds) <= 1:
+        return load_runs(path, **options)
+    return load_runs(path, kind=kind, **options)
 
 
 def top_level_kind(kinds: Sequence[str]) -> str:

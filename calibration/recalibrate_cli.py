@@ -78,10 +78,25 @@ def recalibrate(
         float, typer.Option("--cost-tolerance", help="Cost excess ignored (relative).")
     ] = 0.05,
     min_queries: Annotated[
-        int, typer.Option("--min-queries", help="Fewest complete queries to recalibrate on.")
+        int,
+        typer.Option("--min-queries", help="Fewest complete queries to recalibrate on (per request kind)."),
     ] = 100,
+    heldout: Annotated[
+        bool,
+        typer.Option(
+            "--heldout/--no-heldout",
+            help="Cross-fit each tier's held-out expectations over random halves of the calibration "
+            "queries (expected.heldout), as cascade calibrate does.",
+        ),
+    ] = True,
+    heldout_splits: Annotated[
+        int, typer.Option("--heldout-splits", min=1, help="Splits for the held-out expectations.")
+    ] = 50,
 ) -> None:
     """Calibrate on part of the traffic, compare with the current policy on the rest, push if not worse.
+
+    Each request kind of the traffic (the rows' ``kind``) is calibrated and compared on its own
+    queries, as cascade calibrate does it: the top level from text, a section per other kind.
 
     Exit code 0: the new policy passed (pushed with --push); 3: refused (the reason on one line); 1: error.
     """
@@ -111,6 +126,7 @@ def recalibrate(
             confidence=confidence,
             tolerances=Tolerances(quality=quality_tolerance, cost=cost_tolerance),
             min_queries=min_queries,
+            heldout_splits=heldout_splits if heldout else 0,
         )
         try:
             run_recalibrate(options, output, report, Console(), Console(stderr=True))
@@ -154,19 +170,20 @@ def run_recalibrate(
     try:
         for note in result.notes:
             errors.print(f"[yellow]note:[/yellow] {note}", highlight=False, soft_wrap=True)
-        console.print(routes_table(result))
-        console.print(comparison_table(result))
+        for kind in result.kinds:
+            console.print(routes_table(result, kind))
+            console.print(comparison_table(result, kind))
         if output is not None:
-            write_policy(result.new.policy, output)
+            write_policy(result.policy, output)
             console.print(
-                f"Wrote policy {result.new.policy.policy_id} to {output}", highlight=False, soft_wrap=True
+                f"Wrote policy {result.policy.policy_id} to {output}", highlight=False, soft_wrap=True
             )
         version = None
         if result.accepted and options.push is not None:
-            with errors.status(f"Pushing {result.new.policy.policy_id} ..."):
+            with errors.status(f"Pushing {result.policy.policy_id} ..."):
                 keys = PolicyKeys(options.prefix)
                 version = push_if_unchanged(
-                    result.current.client, result.new.policy, keys, result.current.served_text
+                    result.current.client, result.policy, keys, result.current.served_text
                 )
         if report is not None:
             write_report(report_document(result, policy_file=output, pushed_version=version), report)
@@ -181,14 +198,14 @@ def run_recalibrate(
     if version is not None:
         assert options.push is not None
         console.print(
-            f"[green]Pushed {result.new.policy.policy_id}[/green] (compared with {against}) as version "
+            f"[green]Pushed {result.policy.policy_id}[/green] (compared with {against}) as version "
             f"{version} to {redact_url(options.push)}",
             highlight=False,
             soft_wrap=True,
         )
     else:
         console.print(
-            f"[green]Passed[/green]: {result.new.policy.policy_id} is not worse than {against} "
+            f"[green]Passed[/green]: {result.policy.policy_id} is not worse than {against} "
             "(not pushed: no --push)",
             highlight=False,
             soft_wrap=True,

@@ -8,8 +8,8 @@ import pytest
 
 REPO_ROOT = Path(__file__).resolve().parents[1]
 
-# The scripted upstream fixtures and the other shared helpers live in tests/support/.
-pytest_plugins = ["tests.support.fixtures"]
+# The scripted upstream and traffic store fixtures and the other shared helpers live in tests/support/.
+pytest_plugins = ["tests.support.fixtures", "tests.support.traffic_stores"]
 
 
 @pytest.fixture(scope="session")

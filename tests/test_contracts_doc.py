@@ -27,6 +27,8 @@ from policies.charges import (
     TEMPLATE_TOKENS,
 )
 from policies.schema import EnvelopePoint, Route
+from traffic.rows import COLUMNS as TRAFFIC_COLUMNS
+from traffic.rows import FILTER_COLUMNS as TRAFFIC_FILTER_COLUMNS
 
 
 @pytest.fixture(scope="module")
@@ -147,6 +149,18 @@ def test_policy_fields_scorers_and_prices_are_documented(sections: dict[str, str
             assert re.search(rf"\b{name}\b", policy), name
     assert set(SCORERS) == set(table_rows(sections["Scorers"]))
     assert set(Price.model_fields) == set(table_rows(sections["Prices"]))
+
+
+def test_every_traffic_row_column_is_documented(sections: dict[str, str]) -> None:
+    section = sections["Learning from traffic"]
+    documented: set[str] = set()
+    for line in section.splitlines():  # a row's first cell may name several columns: `a`, `b`
+        match = re.match(r"\|\s*((?:`\w+`,?\s*)+)\|", line)
+        if match:
+            documented |= set(re.findall(r"`(\w+)`", match.group(1)))
+    assert documented == set(TRAFFIC_COLUMNS)
+    for column in TRAFFIC_FILTER_COLUMNS:
+        assert f"`{column}`" in section.split("`--where` filters on", 1)[1].split(".", 1)[0], column
 
 
 def test_the_charging_rule_is_documented_with_the_codes_constants(sections: dict[str, str]) -> None:

@@ -45,6 +45,15 @@ MIGRATIONS: tuple[tuple[int, str], ...] = (
         CREATE INDEX {TABLE}_recorded_at ON {{schema}}.{TABLE} (recorded_at);
         """,
     ),
+    (
+        2,
+        # The request kind of each row. Rows stored before it did not record theirs: they read as
+        # text, as a runs table without the column does (``--since`` leaves such a window out).
+        f"""
+        ALTER TABLE {{schema}}.{TABLE} ADD COLUMN kind text NOT NULL DEFAULT 'text'
+            CHECK (kind IN ('text', 'tool_call', 'structured_output'));
+        """,
+    ),
 )
 
 

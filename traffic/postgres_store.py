@@ -2,7 +2,8 @@
 
 ``postgresql://user@host:5432/db?schema=cascade_traffic&connect_timeout=5``: ``schema`` (default
 ``cascade_traffic``) holds the table ``traffic_rows`` and its migration record; the other URL
-parameters go to the driver. The schema is migrated on first use (``traffic.migrations``).
+parameters go to the driver. The schema is migrated on first use (``traffic.migrations``); rows
+stored before the ``kind`` column existed read as ``text`` (the column's default).
 
 A batch is one ``INSERT ... SELECT FROM unnest(...)`` statement (one round trip whatever its size);
 a (query_id, model) already stored is skipped, so a retried batch never duplicates rows. The pool
@@ -38,6 +39,7 @@ _ARRAY_TYPES = {
     "score": "float8[]",
     "latency_ms": "float8[]",
     "dataset": "text[]",
+    "kind": "text[]",
     "timestamp": "timestamptz[]",
     "tier": "text[]",
     "policy_id": "text[]",

@@ -2,7 +2,8 @@
 
 Reads a JSONL runs table with a ``response`` column (``cascade collect`` writes one), labels each
 model's response against the reference model's response to the same query, and returns traffic
-rows: the table's ground truth (``correct``) is replaced by the judge's label. This is how
+rows: the table's ground truth (``correct``) is replaced by the judge's label (its ``kind`` column,
+missing = ``text``, is kept). This is how
 label-free calibration is tried on data whose true labels are known: calibrate the exported rows,
 evaluate the policy against the true labels.
 """
@@ -17,8 +18,9 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
+from policies.tool_calls import REQUEST_KINDS
 from traffic.judges.base import Judge, JudgeError, Verdict, label_answers
-from traffic.rows import TrafficRow
+from traffic.rows import DEFAULT_KIND, TrafficRow
 
 
 class RelabelError(Exception):
@@ -49,6 +51,11 @@ def _record(path: Path, number: int, line: str) -> dict[str, Any]:
             raise KeyError("query_id" if "query_id" not in record else "model")
     except (ValueError, KeyError, TypeError) as exc:
         raise RelabelError(f"{path}: line {number}: not a runs row ({exc})") from None
+    kind = record.get("kind")
+    if kind not in (None, "", *REQUEST_KINDS):
+        raise RelabelError(
+            f"{path}: line {number}: column 'kind': unknown kind {kind!r} (one of {', '.join(REQUEST_KINDS)})"
+        )
     return record
 
 
@@ -122,6 +129,7 @@ def _labelled_row(
         logprobs=record.get("logprobs"),
         latency_ms=record.get("latency_ms"),
         dataset=None if record.get("dataset") is None else str(record["dataset"]),
+        kind=str(record.get("kind") or DEFAULT_KIND),
         timestamp=now,
         judge=verdict.judge if isinstance(verdict, Verdict) else None,
         prompt=record.get("prompt") if log_text else None,

@@ -3,7 +3,9 @@
 A row is one (query, model) answer of a sampled request. ``correct`` is the judge's label
 (agreement with the reference model's answer) or ``None`` when it is missing: the model's call
 failed or the judge could not decide. A missing label is never a wrong answer: the export treats
-the query as incomplete.
+the query as incomplete. ``kind`` is the request's kind (``policies.tool_calls.request_kind``), so
+that calibration keeps each kind's rows apart; a row stored before the column existed reads as
+``text``, as a runs table without the column does.
 """
 
 from __future__ import annotations
@@ -15,6 +17,8 @@ from datetime import UTC, datetime
 from typing import Any
 
 import orjson
+
+from policies.tool_calls import REQUEST_KINDS
 
 # Every column, in the order of the exported table.
 COLUMNS = (
@@ -28,6 +32,7 @@ COLUMNS = (
     "score",
     "latency_ms",
     "dataset",
+    "kind",
     "timestamp",
     "tier",
     "policy_id",
@@ -37,7 +42,9 @@ COLUMNS = (
     "response",
 )
 # The text columns a `where` filter may name (equality, as with `cascade calibrate --where`).
-FILTER_COLUMNS = ("query_id", "model", "dataset", "tier", "policy_id", "replica", "judge")
+FILTER_COLUMNS = ("query_id", "model", "dataset", "kind", "tier", "policy_id", "replica", "judge")
+# The kind of a row that does not say (written before the column existed).
+DEFAULT_KIND = "text"
 
 
 class RowError(ValueError):
@@ -58,6 +65,7 @@ class TrafficRow:
         score: the policy scorer's value for this answer, if computed (a non-finite one is None).
         latency_ms: upstream latency of the call.
         dataset: optional stratum (e.g. the client or the route) for stratified splits.
+        kind: the request's kind, ``text``, ``tool_call`` or ``structured_output``.
         timestamp: when the answer was recorded (timezone-aware, UTC).
         tier: the tier label of the request; policy_id: the serving policy; replica: the writer.
         judge: which judge produced ``correct`` (e.g. ``exact``, ``llm``, ``reference``).
@@ -74,6 +82,7 @@ class TrafficRow:
     score: float | None = None
     latency_ms: float | None = None
     dataset: str | None = None
+    kind: str = DEFAULT_KIND
     timestamp: datetime = field(default_factory=lambda: datetime.now(UTC))
     tier: str | None = None
     policy_id: str | None = None
@@ -91,6 +100,11 @@ class TrafficRow:
             raise RowError(f"negative cost or token count ({self.query_id}, {self.model})")
         if self.score is not None and not math.isfinite(self.score):
             object.__setattr__(self, "score", None)  # no score, in every store alike (JSON has no NaN)
+        if self.kind not in REQUEST_KINDS:
+            raise RowError(
+                f"kind {self.kind!r} is not a request kind ({', '.join(REQUEST_KINDS)}) "
+                f"({self.query_id}, {self.model})"
+            )
         if self.timestamp.tzinfo is None:
             raise RowError(f"timestamp without a timezone ({self.query_id}, {self.model})")
 
@@ -108,9 +122,12 @@ class TrafficRow:
 
     @classmethod
     def from_record(cls, record: dict[str, Any]) -> TrafficRow:
-        """The inverse of ``to_record``; unknown keys are ignored (a newer writer's columns)."""
+        """The inverse of ``to_record``; unknown keys are ignored (a newer writer's columns), and a
+        missing or null ``kind`` (an older writer's row) is ``text``."""
         known = {f.name for f in fields(cls)}
         values = {k: v for k, v in record.items() if k in known}
+        if values.get("kind") is None:
+            values["kind"] = DEFAULT_KIND
         stamp = values.get("timestamp")
         if isinstance(stamp, str):
             values["timestamp"] = datetime.fromisoformat(stamp)

@@ -3,11 +3,21 @@
 Steps (each one the code of the command that does it alone):
 
 1. the current policy: ``--current FILE``, else the one served from the Redis of ``--push``, else none;
-2. export the traffic store as ``cascade traffic export`` does (complete queries only) and load it
-   as ``cascade calibrate`` does, scored with the current policy's scorer unless told otherwise;
-3. split the QUERIES into a calibration and a held-out part (stratified by ``dataset``, seeded);
-4. calibrate the new policy on the calibration part (``calibration.calibrate``);
-5. score both policies on the held-out part and apply the push rule (``calibration.recalibration.rule``).
+2. export the traffic store as ``cascade traffic export`` does (complete queries only) and load each
+   request kind's rows (the ``kind`` column) as ``cascade calibrate`` does, scored with the scorer
+   the current policy serves that kind with unless told otherwise
+   (``calibration.recalibration.traffic_runs``);
+3. split each kind's QUERIES into a calibration and a held-out part (stratified by ``dataset``, seeded);
+4. calibrate the new policy on the calibration parts as ``cascade calibrate`` does
+   (``calibration.kinds.calibrate_kinds``: the top level from the text queries, a section per other
+   kind, held-out expectations cross-fitted within the calibration part);
+5. score both policies on each kind's held-out part, each as it serves that kind
+   (``policies.kinds.kind_policy``), and apply the push rule (``calibration.recalibration.rule``).
+
+A kind with fewer than ``--min-queries`` complete, scored queries is not calibrated: its requests
+are served by the new policy's top level. That refuses the new policy when the current one serves
+the kind with routes of its own (a section, or the top level for text): the push would hand its
+requests to routes calibrated on another kind.
 
 Writing the policy, pushing it and the report are the caller's (``finish``), so this module can be
 run and inspected without side effects.
@@ -16,27 +26,34 @@ run and inspected without side effects.
 from __future__ import annotations
 
 import contextlib
-import tempfile
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from contextlib import AbstractContextManager
-from dataclasses import dataclass, field
-from pathlib import Path
+from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
 
-from calibration.calibrate import Calibrated, calibrate
-from calibration.recalibration.compare import Comparison, compare_policies
+from calibration.heldout_expected import HeldoutSettings
+from calibration.kinds import calibrate_kinds
+from calibration.recalibration.kind_results import (
+    KindRecalibration,
+    about,
+    compare_kind,
+    first_refusal,
+    missing_kinds,
+    top_first,
+)
+from calibration.recalibration.options import RecalibrateOptions
 from calibration.recalibration.redis_io import read_served
-from calibration.recalibration.rule import Tolerances
-from calibration.runs import DEFAULT_SCORER, DEFAULT_TOP_K, RunsError, RunsMatrix, load_runs
-from calibration.splits import Split, stratified_splits
+from calibration.recalibration.traffic_runs import KindRuns, TrafficRuns, load_traffic_runs
+from calibration.splits import stratified_splits
 from calibration.tiers import TiersSpec, load_tiers
 from policies import PolicyError, load_policy
-from policies.publish import DEFAULT_PREFIX, PolicyKeys, check_servable
+from policies.kinds import TOP_LEVEL_KIND, kind_policy, kind_tiers, served_kinds
+from policies.publish import PolicyKeys, check_servable
 from policies.redaction import redact_url
 from policies.schema import Policy
-from traffic.export import Selection, export_store, write_runs
+from traffic.export import Selection, export_store
 from traffic.redis_connect import connect_sync
 
 Progress = Callable[[str], AbstractContextManager[Any]]
@@ -44,30 +61,6 @@ Progress = Callable[[str], AbstractContextManager[Any]]
 
 class RecalibrationError(Exception):
     """Recalibration cannot run (bad options, too little traffic, a model without rows); one line."""
-
-
-@dataclass(frozen=True)
-class RecalibrateOptions:
-    """The command's arguments (see ``cascade recalibrate --help``)."""
-
-    store: str
-    tiers: Path
-    since: str | None = None
-    where: dict[str, str] = field(default_factory=dict)
-    models: list[str] | None = None
-    current: Path | None = None
-    push: str | None = None
-    prefix: str = DEFAULT_PREFIX
-    seed: int = 0
-    holdout: float = 0.5
-    prices: Path | None = None
-    scorer: str | None = None
-    top_k: int | None = None
-    randomize: bool = False
-    resamples: int = 2000
-    confidence: float = 0.95
-    tolerances: Tolerances = field(default_factory=Tolerances)
-    min_queries: int = 100
 
 
 @dataclass(frozen=True)
@@ -82,18 +75,17 @@ class CurrentPolicy:
 
 @dataclass(frozen=True)
 class Recalibration:
-    """Everything the command decided, before anything is written or pushed."""
+    """Everything the command decided, before anything is written or pushed.
+
+    ``kinds``: every calibrated kind, the top level's first; ``policy``: the new policy (all kinds).
+    """
 
     options: RecalibrateOptions
-    new: Calibrated
+    policy: Policy
+    kinds: dict[str, KindRecalibration]
     current: CurrentPolicy
-    comparison: Comparison
     selection_queries: int
     incomplete_queries: int
-    models: tuple[str, ...]
-    split: Split
-    queries: int
-    strata: list[str] | None
     refusal: str | None
     notes: list[str]
 
@@ -101,6 +93,11 @@ class Recalibration:
     def accepted(self) -> bool:
         """Whether the new policy passed (would be, or is, pushed)."""
         return self.refusal is None
+
+    @property
+    def top(self) -> KindRecalibration:
+        """The kind the new policy's top level was calibrated on (text when the traffic has it)."""
+        return next(iter(self.kinds.values()))
 
 
 def _no_progress(_: str) -> AbstractContextManager[Any]:
@@ -125,11 +122,8 @@ def _run(
     options: RecalibrateOptions, spec: TiersSpec, current: CurrentPolicy, progress: Progress
 ) -> Recalibration:
     """Steps 2-5 against the current policy of step 1."""
-    if current.policy is not None and current.policy.scorer.name == "external":
-        raise RecalibrationError(
-            f"the current policy {current.policy.policy_id} uses scorer 'external', which cannot be "
-            "computed from the traffic's logprobs"
-        )
+    if current.policy is not None:
+        _check_scorable(current.policy)
     with progress(f"Reading traffic from {redact_url(options.store)} ..."):
         exported = export_store(
             options.store, since=options.since, where=options.where, models=options.models
@@ -138,53 +132,98 @@ def _run(
     notes = list(exported.notes)
     _check_routed_models(current.policy, selection)
     with progress(f"Loading {len(selection.rows):,} rows ({selection.queries:,} queries) ..."):
-        new_matrix, current_matrix = _load_matrices(selection, options, current.policy)
-    notes += list(new_matrix.notes)
-    if new_matrix.n_queries < options.min_queries:
-        detail = f"; {selection.most_lacking()}" if selection.incomplete else ""
-        raise RecalibrationError(
-            f"only {new_matrix.n_queries} complete queries with a score "
-            f"({len(selection.incomplete)} incomplete dropped{detail}); recalibrate needs at least "
-            f"{options.min_queries} (--min-queries)"
+        runs = load_traffic_runs(selection, options, current.policy)
+    several = len(runs.kinds) > 1
+    for kind, loaded in runs.loaded.items():
+        notes += [about(kind, note, several) for note in loaded.new.notes]
+    eligible = _eligible(runs, options, selection, notes)
+    splits = {
+        kind: stratified_splits(
+            one.new.n_queries,
+            n_splits=1,
+            test_fraction=options.holdout,
+            seed=options.seed,
+            strata=one.new.strata,
+        )[0]
+        for kind, one in eligible.items()
+    }
+    size = ", ".join(f"{split.calibration.size:,} {kind}" for kind, split in splits.items())
+    with progress(f"Calibrating on {size} queries ..."):
+        heldout = HeldoutSettings(splits=options.heldout_splits) if options.heldout_splits else None
+        calibrated = calibrate_kinds(
+            {kind: eligible[kind].new.subset(split.calibration) for kind, split in splits.items()},
+            spec,
+            randomize=options.randomize,
+            heldout=heldout,
         )
-    split = stratified_splits(
-        new_matrix.n_queries,
-        n_splits=1,
-        test_fraction=options.holdout,
-        seed=options.seed,
-        strata=new_matrix.strata,
-    )[0]
-    with progress(f"Calibrating on {split.calibration.size:,} queries ..."):
-        new = calibrate(new_matrix, spec, rows=split.calibration, randomize=options.randomize)
-    notes += [solution.warning for solution in new.solutions.values() if solution.warning]
-    with progress(f"Comparing on {split.test.size:,} held-out queries ({options.resamples:,} resamples) ..."):
-        comparison = compare_policies(
-            new.policy,
-            new_matrix,
-            current.policy,
-            current_matrix,
-            split.test,
-            resamples=options.resamples,
-            confidence=options.confidence,
-            tolerances=options.tolerances,
-            seed=np.random.SeedSequence(options.seed).spawn(2)[1],  # child 0 drew the split
-        )
-    refusal = _invalid(new.policy) or comparison.refusal()
-    strata = None if new_matrix.strata is None else sorted(set(new_matrix.strata.tolist()))
+    notes += list(calibrated.notes)
+    kinds: dict[str, KindRecalibration] = {}
+    # Child 0 of SeedSequence(seed) drew the splits; the bootstrap of the i-th kind uses child 1 + i.
+    seeds = np.random.SeedSequence(options.seed).spawn(1 + len(calibrated.per_kind))[1:]
+    for index, kind in enumerate(top_first(calibrated)):
+        one = calibrated.per_kind[kind]
+        notes += [about(kind, n, several) for n in one.notes]
+        notes += [about(kind, s.warning, several) for s in one.solutions.values() if s.warning]
+        with progress(f"Comparing on {splits[kind].test.size:,} held-out {kind} queries ..."):
+            kinds[kind] = compare_kind(
+                kind, calibrated, eligible[kind], current.policy, splits[kind], options, seeds[index]
+            )
+    refusal = (
+        missing_kinds(current.policy, calibrated, runs, options)
+        or _invalid(calibrated.policy)
+        or first_refusal(kinds)
+    )
     return Recalibration(
         options=options,
-        new=new,
+        policy=calibrated.policy,
+        kinds=kinds,
         current=current,
-        comparison=comparison,
         selection_queries=selection.queries,
         incomplete_queries=len(selection.incomplete),
-        models=new_matrix.models,
-        split=split,
-        queries=new_matrix.n_queries,
-        strata=strata,
         refusal=refusal,
         notes=notes,
     )
+
+
+def _eligible(
+    runs: TrafficRuns, options: RecalibrateOptions, selection: Selection, notes: list[str]
+) -> dict[str, KindRuns]:
+    """The kinds with at least ``--min-queries`` scored queries; the others noted (RecalibrationError
+    when none has)."""
+    eligible = {k: r for k, r in runs.loaded.items() if r.new.n_queries >= options.min_queries}
+    for kind, reason in runs.unloadable.items():
+        notes.append(f"kind {kind}: not calibrated: {reason}")
+    for kind, loaded in runs.loaded.items():
+        if kind not in eligible:
+            notes.append(
+                f"kind {kind}: not calibrated: only {loaded.new.n_queries} complete queries with a score "
+                f"(--min-queries {options.min_queries}); the new policy serves its requests with its "
+                "top level"
+            )
+    if eligible:
+        return eligible
+    detail = f"; {selection.most_lacking()}" if selection.incomplete else ""
+    counts = {k: r.new.n_queries for k, r in runs.loaded.items()}
+    if len(runs.kinds) == 1:
+        found = f"only {next(iter(counts.values()), 0)} complete queries with a score"
+    else:
+        each = ", ".join(f"{kind} {counts.get(kind, 0)}" for kind in runs.kinds)
+        most = max(counts.values(), default=0)
+        found = f"only {most} complete queries with a score in any request kind ({each})"
+    raise RecalibrationError(
+        f"{found} ({len(selection.incomplete)} incomplete dropped{detail}); recalibrate needs at least "
+        f"{options.min_queries} (--min-queries)"
+    )
+
+
+def _check_scorable(current: Policy) -> None:
+    for kind in served_kinds(current):
+        if kind_policy(current, kind).scorer.name == "external":
+            where = "" if kind == TOP_LEVEL_KIND else f" for {kind} requests"
+            raise RecalibrationError(
+                f"the current policy {current.policy_id} uses scorer 'external'{where}, which cannot be "
+                "computed from the traffic's logprobs"
+            )
 
 
 def _check_options(options: RecalibrateOptions) -> None:
@@ -229,55 +268,13 @@ def _current_policy(options: RecalibrateOptions, progress: Progress) -> CurrentP
 def _check_routed_models(current: Policy | None, selection: Selection) -> None:
     if current is None:
         return
-    routed = sorted({m for tier in current.tiers.values() for route in tier.routes for m in route.models})
+    routed = sorted({m for _, _, tier in kind_tiers(current) for route in tier.routes for m in route.models})
     missing = [m for m in routed if m not in selection.models]
     if missing:
         raise RecalibrationError(
             f"the current policy {current.policy_id} routes to {', '.join(missing)}, which the exported "
             f"traffic has no rows for (models: {', '.join(selection.models)}); it cannot be compared"
         )
-
-
-def _scoring(options: RecalibrateOptions, current: Policy | None) -> tuple[str, int]:
-    """The new policy's scorer: --scorer/--top-k, else the current policy's, else the defaults."""
-    if current is not None:
-        return options.scorer or current.scorer.name, options.top_k or current.scorer.top_k
-    return options.scorer or DEFAULT_SCORER, options.top_k or DEFAULT_TOP_K
-
-
-def _load_matrices(
-    selection: Selection, options: RecalibrateOptions, current: Policy | None
-) -> tuple[RunsMatrix, RunsMatrix | None]:
-    """The exported runs scored for the new policy and for the current one, on the same queries."""
-    scorer, top_k = _scoring(options, current)
-    with _exported_runs(selection) as path:
-        new_matrix = _load(path, options, scorer, top_k)
-        if current is None:
-            return new_matrix, None
-        if (current.scorer.name, current.scorer.top_k) == (scorer, top_k):
-            return new_matrix, new_matrix
-        current_matrix = _load(path, options, current.scorer.name, current.scorer.top_k)
-    # A query one scorer can score and the other cannot is left out of both: same queries, same order.
-    _, in_new, in_current = np.intersect1d(
-        new_matrix.query_ids, current_matrix.query_ids, return_indices=True
-    )
-    order = np.argsort(in_new)
-    return new_matrix.subset(in_new[order]), current_matrix.subset(in_current[order])
-
-
-@contextlib.contextmanager
-def _exported_runs(selection: Selection) -> Iterator[Path]:
-    with tempfile.TemporaryDirectory(prefix="cascade-recalibrate-") as directory:
-        path = Path(directory) / "traffic-runs.jsonl"
-        write_runs(selection.rows, path)
-        yield path
-
-
-def _load(path: Path, options: RecalibrateOptions, scorer: str, top_k: int) -> RunsMatrix:
-    try:
-        return load_runs(path, prices=options.prices, scorer=scorer, top_k=top_k)
-    except RunsError as exc:  # name the traffic, not the temporary file
-        raise RunsError(str(exc).replace(str(path), "the exported traffic")) from None
 
 
 def _invalid(policy: Policy) -> str | None:

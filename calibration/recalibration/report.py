@@ -12,10 +12,12 @@ from typing import Any
 
 from rich.table import Table
 
+from calibration.recalibration.kind_results import KindRecalibration
 from calibration.recalibration.recalibrate import Recalibration
 from calibration.recalibration.rule import Estimate, TierMetrics
+from policies.kinds import kind_policy
 from policies.redaction import redact_url
-from policies.schema import Tier
+from policies.schema import Policy, Tier
 
 REPORT_NAME = "cascade-recalibrate"
 REPORT_VERSION = 1
@@ -60,13 +62,15 @@ def _cells(metrics: TierMetrics, signed: bool = False) -> list[str]:
     ]
 
 
-def comparison_table(result: Recalibration) -> Table:
-    """Per tier: the new policy, the current one and their paired difference, with intervals and checks."""
-    comparison = result.comparison
+def comparison_table(result: Recalibration, kind: str | None = None) -> Table:
+    """Per tier of one request kind (default: the top level's): the new policy, the current one and
+    their paired difference, with intervals and checks."""
+    one = result.kinds[kind] if kind is not None else result.top
+    comparison = one.comparison
     current = result.current.policy
     against = "none" if current is None else current.policy_id
     title = (
-        f"New policy {result.new.policy.policy_id} vs current {against}: held out on "
+        f"{_kind_prefix(result, one)}New policy {result.policy.policy_id} vs current {against}: held out on "
         f"{comparison.heldout_queries:,} queries, {comparison.confidence:.0%} intervals "
         f"({comparison.resamples:,} paired bootstrap resamples)"
     )
@@ -93,23 +97,27 @@ def comparison_table(result: Recalibration) -> Table:
     return table
 
 
-def routes_table(result: Recalibration) -> Table:
-    """Each tier's route(s) in the new and the current policy."""
-    current = result.current.policy
-    table = Table(title="Routes", title_justify="left")
+def routes_table(result: Recalibration, kind: str | None = None) -> Table:
+    """Each tier's route(s) in the new and the current policy, as they serve one request kind."""
+    one = result.kinds[kind] if kind is not None else result.top
+    new = kind_policy(result.policy, one.kind)
+    current = None if result.current.policy is None else kind_policy(result.current.policy, one.kind)
+    table = Table(title=f"{_kind_prefix(result, one)}Routes", title_justify="left")
     table.add_column("tier")
     table.add_column("new")
     table.add_column("current")
-    names = list(result.new.policy.tiers) + [
-        t for t in (current.tiers if current else {}) if t not in result.new.policy.tiers
-    ]
+    names = list(new.tiers) + [t for t in (current.tiers if current else {}) if t not in new.tiers]
     for name in names:
         table.add_row(
             name,
-            _route_text(result.new.policy.tiers.get(name)),
+            _route_text(new.tiers.get(name)),
             _route_text(None if current is None else current.tiers.get(name)),
         )
     return table
+
+
+def _kind_prefix(result: Recalibration, one: KindRecalibration) -> str:
+    return f"Kind {one.kind} ({one.section}): " if len(result.kinds) > 1 else ""
 
 
 def _objective_text(max_cost: float | None, min_quality: float | None) -> str:
@@ -123,12 +131,81 @@ def report_document(
     pushed_version: int | None,
     command: list[str] | None = None,
 ) -> dict[str, Any]:
-    """The JSON report (docs/contracts.md, "Recalibration")."""
-    options, comparison = result.options, result.comparison
+    """The JSON report (docs/contracts.md, "Recalibration"): ``data``, ``tiers`` and
+    ``dropped_tiers`` of the top level, the same under ``kinds.KIND`` for every section."""
+    options, top = result.options, result.top
     current = result.current.policy
+    comparison = top.comparison
+    return {
+        "report": REPORT_NAME,
+        "version": REPORT_VERSION,
+        "created_at": datetime.now(UTC).isoformat(timespec="seconds"),
+        "command": " ".join(command if command is not None else ["cascade", *sys.argv[1:]]),
+        "store": redact_url(options.store),
+        "since": options.since,
+        "where": options.where,
+        "data": {
+            "models": list(top.models),
+            "complete_queries": result.selection_queries,
+            "incomplete_queries_dropped": result.incomplete_queries,
+            **_kind_data(top),
+            "holdout": options.holdout,
+            "seed": options.seed,
+        },
+        "bootstrap": {"resamples": comparison.resamples, "confidence": comparison.confidence, "paired": True},
+        "tolerances": {"quality": comparison.tolerances.quality, "cost": comparison.tolerances.cost},
+        "new_policy": {
+            "policy_id": result.policy.policy_id,
+            "file": None if policy_file is None else str(policy_file),
+            "scorer": result.policy.scorer.model_dump(),
+            "kind": top.kind,
+            "heldout_splits": options.heldout_splits,
+        },
+        "current_policy": None
+        if current is None
+        else {"policy_id": current.policy_id, "source": result.current.source},
+        "tiers": _tiers(result, top),
+        "dropped_tiers": comparison.dropped_tiers,
+        "kinds": {
+            kind: {
+                "section": one.section,
+                "scorer": kind_policy(result.policy, kind).scorer.model_dump(),
+                "data": {"models": list(one.models), **_kind_data(one)},
+                "tiers": _tiers(result, one),
+                "dropped_tiers": one.comparison.dropped_tiers,
+            }
+            for kind, one in result.kinds.items()
+            if one is not top
+        },
+        "decision": {
+            "accepted": result.accepted,
+            "reason": result.refusal,
+            "pushed": pushed_version is not None,
+            "version": pushed_version,
+            "target": None if options.push is None else redact_url(options.push),
+        },
+        "notes": result.notes,
+    }
+
+
+def _kind_data(one: KindRecalibration) -> dict[str, Any]:
+    return {
+        "queries": one.queries,
+        "calibration_queries": int(one.split.calibration.size),
+        "heldout_queries": int(one.split.test.size),
+        "strata": one.strata,
+    }
+
+
+def _tiers(result: Recalibration, one: KindRecalibration) -> dict[str, Any]:
+    """Each tier of one kind: objective, new and current on the held-out queries, checks."""
+    new = kind_policy(result.policy, one.kind)
+    current: Policy | None = None
+    if result.current.policy is not None:
+        current = kind_policy(result.current.policy, one.kind)
     tiers: dict[str, Any] = {}
-    for name, tier in comparison.tiers.items():
-        new_tier = result.new.policy.tiers[name]
+    for name, tier in one.comparison.tiers.items():
+        new_tier = new.tiers[name]
         tiers[name] = {
             "objective": new_tier.objective.model_dump(exclude_none=True),
             "new": {**tier.new.as_dict(), "expected": new_tier.expected.model_dump()},
@@ -139,46 +216,7 @@ def report_document(
             "checks": [{"name": c.name, "ok": c.ok, "detail": c.detail} for c in tier.checks],
             "ok": tier.ok,
         }
-    return {
-        "report": REPORT_NAME,
-        "version": REPORT_VERSION,
-        "created_at": datetime.now(UTC).isoformat(timespec="seconds"),
-        "command": " ".join(command if command is not None else ["cascade", *sys.argv[1:]]),
-        "store": redact_url(options.store),
-        "since": options.since,
-        "where": options.where,
-        "data": {
-            "models": list(result.models),
-            "complete_queries": result.selection_queries,
-            "incomplete_queries_dropped": result.incomplete_queries,
-            "queries": result.queries,
-            "calibration_queries": int(result.split.calibration.size),
-            "heldout_queries": int(result.split.test.size),
-            "holdout": options.holdout,
-            "seed": options.seed,
-            "strata": result.strata,
-        },
-        "bootstrap": {"resamples": comparison.resamples, "confidence": comparison.confidence, "paired": True},
-        "tolerances": {"quality": comparison.tolerances.quality, "cost": comparison.tolerances.cost},
-        "new_policy": {
-            "policy_id": result.new.policy.policy_id,
-            "file": None if policy_file is None else str(policy_file),
-            "scorer": result.new.policy.scorer.model_dump(),
-        },
-        "current_policy": None
-        if current is None
-        else {"policy_id": current.policy_id, "source": result.current.source},
-        "tiers": tiers,
-        "dropped_tiers": comparison.dropped_tiers,
-        "decision": {
-            "accepted": result.accepted,
-            "reason": result.refusal,
-            "pushed": pushed_version is not None,
-            "version": pushed_version,
-            "target": None if options.push is None else redact_url(options.push),
-        },
-        "notes": result.notes,
-    }
+    return tiers
 
 
 def write_report(document: dict[str, Any], path: Path) -> None:

@@ -94,6 +94,7 @@ class Sample:
         tier: the tier label served.
         answers: the request's own scored answers by model (reused, never bought again).
         timestamp: when the request was answered (UTC).
+        kind: the request's kind (``RoutePlan.kind``), recorded in every row of the sample.
     """
 
     query_id: str
@@ -102,6 +103,7 @@ class Sample:
     tier: str
     answers: dict[str, StageAnswer]
     timestamp: datetime
+    kind: str = "text"
 
 
 @dataclass(slots=True)
@@ -110,12 +112,14 @@ class DrawnRequest:
 
     Attributes:
         request: the client's parsed request.
-        policy: the policy serving it.
+        policy: the policy serving it (as it serves the request's kind: its section for that kind).
+        kind: the request's kind, which picked that section.
         answers: the scored answers kept so far, by model.
     """
 
     request: ParsedRequest
     policy: Policy
+    kind: str = "text"
     answers: dict[str, StageAnswer] = field(default_factory=dict)
 
     def keep(

@@ -121,10 +121,11 @@ class TrafficSampler:
 
     def draw(self, plan: RoutePlan, request: ParsedRequest) -> DrawnRequest | None:
         """Whether to sample this request: a cascade request (not a passthrough) and one random draw,
-        nothing else. A drawn request keeps the answers the engine scores (``DrawnRequest.keep``)."""
+        nothing else. A drawn request keeps the answers the engine scores (``DrawnRequest.keep``)
+        and the request's kind (``plan.kind``), which its rows record."""
         if plan.route is None or plan.policy is None or self._random() >= self.rate:
             return None
-        return DrawnRequest(request, plan.policy)
+        return DrawnRequest(request, plan.policy, plan.kind)
 
     def offer(self, query_id: str, drawn: DrawnRequest, tier: str) -> None:
         """Queue an answered, drawn request; a full queue (or a closing sampler) drops it, counted."""
@@ -133,7 +134,9 @@ class TrafficSampler:
         if not self._accepting:
             self._dropped("shutdown")
             return
-        sample = Sample(query_id, drawn.request, drawn.policy, tier, drawn.answers, datetime.now(UTC))
+        sample = Sample(
+            query_id, drawn.request, drawn.policy, tier, drawn.answers, datetime.now(UTC), drawn.kind
+        )
         try:
             self.queue.put_nowait(sample)
         except asyncio.QueueFull:

@@ -237,6 +237,7 @@ class ShadowRunner:
             logprobs=answer.logprobs(),
             score=answer.score,
             latency_ms=round(answer.seconds * 1000, 3),
+            kind=sample.kind,
             timestamp=sample.timestamp,
             tier=sample.tier,
             policy_id=sample.policy.policy_id,

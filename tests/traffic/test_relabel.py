@@ -106,3 +106,23 @@ async def test_concurrent_labelling_keeps_query_order_and_reads_questions_from_a
     assert sorted(judge.questions) == sorted(questions.values())
     assert judge.most_running == 3
     assert progress[-1] == (6, 6) and len(progress) == 6
+
+
+async def test_labelled_rows_keep_the_runs_kind_and_an_unknown_kind_is_a_one_line_error(
+    tmp_path: Path,
+) -> None:
+    tool = {"kind": "tool_call"}
+    runs = write_runs(
+        tmp_path / "runs.jsonl.gz",
+        [
+            {**record("q1", "small", "B"), **tool},
+            {**record("q1", "large", "B"), **tool},
+            record("q2", "small", "A"),  # no kind column: text
+            record("q2", "large", "A"),
+        ],
+    )
+    rows = list(await relabel(read_queries(runs), ChoiceJudge(), "large"))
+    assert {(r.query_id, r.kind) for r in rows} == {("q1", "tool_call"), ("q2", "text")}
+    bad = write_runs(tmp_path / "bad.jsonl.gz", [{**record("q1", "small", "B"), "kind": "tools"}])
+    with pytest.raises(RelabelError, match=r"bad.jsonl.gz: line 1: column 'kind': unknown kind 'tools'"):
+        read_queries(bad)
