@@ -3,8 +3,10 @@ held out, with the black-box scorers' extra cost counted.
 
 For each scorer: AUROC of the scored model's score against its correctness, the normalized gain of
 the envelope held out (``cascade evaluate``, 50 splits), that gain as a share of
-``min_probability``'s, the extra cost and latency of scoring one answer (from the recorded calls),
-and the balanced tier's held-out quality and cost. Run from the repository root::
+``min_probability``'s (from the chord between the cheapest and the best model, and from the single
+models' own held-out curve, i.e. what routing adds), the same gain had the extra calls cost nothing
+(the scorer's signal alone), the extra cost and latency of scoring one answer (from the recorded
+calls), and the balanced and quality tiers' held-out quality and cost. Run from the repository root::
 
     .venv/bin/python bench/local/blackbox_table.py
 """
@@ -47,13 +49,7 @@ ROWS: list[tuple[str, str, list[str], str | None]] = [
         ["--scorer", "consistency", "--equivalence", "numeric", "--samples", "2"],
         "consistency",
     ),
-    (
-        "consistency k=3, numeric",
-        RUNS,
-        ["--scorer", "consistency", "--equivalence", "numeric"],
-        "consistency",
-    ),
-    ("self_report", RUNS, ["--scorer", "self_report"], "self_report"),
+    ("self_report", VERIFIER_15B_RUNS, ["--scorer", "self_report"], "self_report"),
 ]
 
 
@@ -79,6 +75,17 @@ def extra_cost_and_latency(path: str, key: str, samples: int | None) -> tuple[fl
             costs.append(calls.get("cost_usd", 0.0))
         latencies.append(latency)
     return statistics.fmean(costs), statistics.fmean(latencies)
+
+
+def free_calls_copy(runs: str, out: Path) -> str:
+    """A copy of the runs whose recorded extra calls cost nothing: the gain a scorer's signal alone gives."""
+    with gzip.open(out, "wt", encoding="utf-8") as handle:
+        for row in _rows(runs):
+            for call in (row.get("scorer_calls") or {}).values():
+                if isinstance(call, dict):
+                    call["cost_usd"] = 0.0
+            handle.write(json.dumps(row) + "\n")
+    return str(out)
 
 
 def evaluate(runs: str, scorer_args: list[str], report: Path, splits: int) -> dict[str, Any]:
@@ -108,27 +115,35 @@ def main(argv: list[str] | None = None) -> None:
     files = {RUNS: args.runs, VERIFIER_15B_RUNS: args.verifier_runs}
     print(
         "| scorer | AUROC | held-out envelope gain | share of min_probability's gain "
+        "| share of its gain over the single models | gain if its calls were free "
         "| extra cost / scored answer | (share of the stage's cost) | extra latency / scored answer "
-        "| balanced tier: quality, cost |"
+        "| balanced tier: quality, cost | quality tier: quality, cost |"
     )
-    print("|---|---|---|---|---|---|---|---|")
+    print("|---|---|---|---|---|---|---|---|---|---|---|")
     baseline_gain = None
     with tempfile.TemporaryDirectory() as tmp:
         for index, (label, default_runs, scorer_args, key) in enumerate(ROWS):
             runs = files[default_runs]
             if not Path(runs).exists():
-                print(f"| {label} | (no runs: {runs}) | | | | | | |")
+                print(f"| {label} | (no runs: {runs}) | | | | | | | | | |")
                 continue
             summary = evaluate(runs, scorer_args, Path(tmp) / f"report-{index}", args.splits)
             table = build_table(Path(tmp) / f"report-{index}", TIERS)
             model = next(m for m in summary["models"] if m["model"] == SCORED)
             gain = summary["methods"]["envelope"]["normalized_gain"]
+            singles = summary["methods"]["single"]["normalized_gain"]
             if baseline_gain is None and BASELINE in label:
                 baseline_gain = gain
             share = f"{gain / baseline_gain:.0%}" if baseline_gain else "-"
-            balanced = next(
-                t for t in table["tiers"] if t["tier"] == "balanced" and t["method"] == "envelope"
-            )
+            # Measured from the single models' curve instead of the chord: what routing adds.
+            over_singles = f"{(gain - singles) / (baseline_gain - singles):.0%}" if baseline_gain else "-"
+            held_out = {t["tier"]: t for t in table["tiers"] if t["method"] == "envelope"}
+            balanced, quality = held_out["balanced"], held_out["quality"]
+            free = "-"
+            if key is not None:
+                copy = free_calls_copy(runs, Path(tmp) / f"free-{index}.jsonl.gz")
+                free_gain = evaluate(copy, scorer_args, Path(tmp) / f"free-{index}", args.splits)
+                free = f"{free_gain['methods']['envelope']['normalized_gain']:.3f}"
             if key is None:
                 extra = "$0 | 0% | 0 ms"
             else:
@@ -140,8 +155,10 @@ def main(argv: list[str] | None = None) -> None:
                 cost, latency = extra_cost_and_latency(runs, key, samples)
                 extra = f"${cost:.3g} | {cost / model['mean_cost_usd']:.0%} | {latency:,.0f} ms"
             print(
-                f"| {label} | {model['auroc']:.3f} | {gain:.3f} | {share} | {extra} | "
-                f"{balanced['quality']:.3f}, ${balanced['cost_usd']:.3g} |",
+                f"| {label} | {model['auroc']:.3f} | {gain:.3f} | {share} | {over_singles} | {free} | "
+                f"{extra} | "
+                f"{balanced['quality']:.3f}, ${balanced['cost_usd']:.3g} | "
+                f"{quality['quality']:.3f}, ${quality['cost_usd']:.3g} |",
                 flush=True,
             )
 
