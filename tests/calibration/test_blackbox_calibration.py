@@ -170,3 +170,15 @@ def _one_fast(tmp_path: Path) -> Path:
     path = tmp_path / "one.jsonl"
     path.write_text(json.dumps(fast_row(0)) + "\n" + json.dumps(big_row(0)) + "\n")
     return path
+
+
+def test_the_committed_blackbox_demo_policy_is_what_its_runs_and_tiers_give(repo_root: Path) -> None:
+    from calibration.tiers import load_tiers
+    from policies import load_policy
+
+    matrix = load_runs(repo_root / "data/local/arithmetic-blackbox-runs.jsonl.gz", scorer="verifier")
+    spec = load_tiers(repo_root / "data/local/arithmetic-blackbox-tiers.yaml")
+    committed = load_policy(repo_root / "policies/local-demo-blackbox.json")
+    assert calibrate(matrix, spec).policy.policy_id == committed.policy_id
+    assert committed.scorer.verifier is not None and committed.scorer.verifier.model == "qwen2.5-coder-0.5b"
+    assert committed.tiers["balanced"].routes[0].models == ["qwen1.5b-fast", "qwen1.5b-think"]
