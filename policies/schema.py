@@ -7,10 +7,19 @@ Everything here is a contract. Field names and meanings must not change without 
 from __future__ import annotations
 
 import math
-from typing import Literal
+from typing import Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
+from pydantic import (
+    BaseModel,
+    ConfigDict,
+    Field,
+    SerializerFunctionWrapHandler,
+    field_validator,
+    model_serializer,
+    model_validator,
+)
 
+from policies.blackbox import BLACKBOX_SCORERS, SELF_REPORT_PROMPT, VERIFIER_PROMPT
 from policies.score_distribution import ScoreDistribution
 from policies.scorers import SCORE_RANGES
 
@@ -23,8 +32,12 @@ ScorerName = Literal[
     "min_probability",
     "sequence_probability",
     "mean_logprob",
+    "verifier",
+    "consistency",
+    "self_report",
     "external",
 ]
+Equivalence = Literal["exact", "numeric", "choice", "similarity"]
 
 # Weights of a randomized mixture must sum to 1 up to float noise from JSON round trips.
 _WEIGHT_TOLERANCE = 1e-6
@@ -37,18 +50,108 @@ class _Strict(BaseModel):
     model_config = ConfigDict(extra="forbid", frozen=True, allow_inf_nan=False)
 
 
+def _without_absent(
+    model: BaseModel, handler: SerializerFunctionWrapHandler, optional: tuple[str, ...]
+) -> dict[str, Any]:
+    """The model's dump without the ``optional`` fields that are None.
+
+    Fields added to schema version 1 after it was published are left out of the file and of the
+    content hash when absent, so a policy written before them keeps its bytes and ``policy_id``.
+    """
+    document: dict[str, Any] = handler(model)
+    for name in optional:
+        if document.get(name) is None:
+            document.pop(name, None)
+    return document
+
+
+class VerifierSpec(_Strict):
+    """The ``verifier`` scorer's second model: a configured model name that returns logprobs, and
+    the prompt it is asked (``{question}`` and ``{answer}`` are replaced)."""
+
+    model: str = Field(min_length=1)
+    prompt: str = VERIFIER_PROMPT
+
+    @field_validator("prompt")
+    @classmethod
+    def _has_placeholders(cls, prompt: str) -> str:
+        missing = [p for p in ("{question}", "{answer}") if p not in prompt]
+        if missing:
+            raise ValueError(f"the verifier prompt must contain {' and '.join(missing)}")
+        return prompt
+
+
+# The ScorerSpec fields of each black-box scorer (required ones first); a field of another scorer
+# is an error, so a policy never carries settings that do nothing.
+_BLACKBOX_FIELDS: dict[str, tuple[tuple[str, ...], tuple[str, ...]]] = {
+    "verifier": (("verifier",), ()),
+    "consistency": (("samples", "temperature", "equivalence"), ()),
+    "self_report": ((), ("prompt",)),
+}
+_SCORER_OPTIONAL = ("verifier", "samples", "temperature", "equivalence", "prompt")
+
+
 class ScorerSpec(_Strict):
-    """Which confidence score the cheap model's answer is judged by."""
+    """Which confidence score the cheap model's answer is judged by (docs/contracts.md#scorers).
+
+    Logprob scorers read the answer's own logprobs (``top_k`` alternatives asked of the scored
+    stage). The black-box scorers (``policies.blackbox``) make extra calls: ``verifier`` asks
+    ``verifier.model`` (with ``top_k`` alternatives), ``consistency`` draws ``samples`` answers of
+    the stage at ``temperature`` and compares them by ``equivalence``, ``self_report`` asks the
+    stage model ``prompt`` (default ``policies.blackbox.SELF_REPORT_PROMPT``).
+    """
 
     name: ScorerName = "mean_token_negentropy"
     top_k: int = Field(15, ge=1, le=20, description="top_logprobs requested from the upstream")
+    verifier: VerifierSpec | None = None
+    samples: int | None = Field(None, ge=1, le=20, description="consistency: extra samples per answer")
+    temperature: float | None = Field(None, ge=0, le=2, description="consistency: sampling temperature")
+    equivalence: Equivalence | None = None
+    prompt: str | None = Field(None, min_length=1, description="self_report: the follow-up question")
+
+    @model_validator(mode="after")
+    def _fields_match_scorer(self) -> ScorerSpec:
+        required, allowed = _BLACKBOX_FIELDS.get(self.name, ((), ()))
+        missing = [f for f in required if getattr(self, f) is None]
+        if missing:
+            raise ValueError(f"scorer {self.name} needs {', '.join(missing)}")
+        extra = [
+            f for f in _SCORER_OPTIONAL if getattr(self, f) is not None and f not in (*required, *allowed)
+        ]
+        if extra:
+            raise ValueError(f"not a setting of scorer {self.name}: {', '.join(extra)}")
+        return self
+
+    @model_serializer(mode="wrap")
+    def _dump(self, handler: SerializerFunctionWrapHandler) -> dict[str, Any]:
+        return _without_absent(self, handler, _SCORER_OPTIONAL)
+
+    @property
+    def is_blackbox(self) -> bool:
+        """Whether the score comes from extra calls (``policies.blackbox``) rather than logprobs."""
+        return self.name in BLACKBOX_SCORERS
+
+    @property
+    def self_report_prompt(self) -> str:
+        """The self-report follow-up question (the default when the policy names none)."""
+        return self.prompt or SELF_REPORT_PROMPT
 
 
 class ModelStats(_Strict):
-    """Calibration-data summary of one model: mean cost per query (USD) and mean quality."""
+    """Calibration-data summary of one model: mean cost per query (USD) and mean quality.
+
+    ``scoring_cost_usd``: with a black-box scorer, the mean cost of the extra calls that score this
+    model's answer (the verifier's call, the samples, the self-report), paid whenever the model is a
+    scored (non-final) stage; already included in the tiers' and envelope's expected costs.
+    """
 
     mean_cost_usd: float = Field(ge=0)
     quality: float = Field(ge=0, le=1)
+    scoring_cost_usd: float | None = Field(None, ge=0)
+
+    @model_serializer(mode="wrap")
+    def _dump(self, handler: SerializerFunctionWrapHandler) -> dict[str, Any]:
+        return _without_absent(self, handler, ("scoring_cost_usd",))
 
 
 class Objective(_Strict):

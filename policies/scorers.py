@@ -202,6 +202,10 @@ SCORE_RANGES: dict[str, tuple[float, float]] = {
     "min_probability": (0.0, 1.0),
     "sequence_probability": (0.0, 1.0),
     "mean_logprob": (-math.inf, 0.0),
+    # The black-box scorers of policies.blackbox: P(yes), a share of samples, a stated percentage.
+    "verifier": (0.0, 1.0),
+    "consistency": (0.0, 1.0),
+    "self_report": (0.0, 1.0),
 }
 
 # The scorers made of the K alternatives per position (the others read the chosen tokens only): a

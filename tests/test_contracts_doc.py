@@ -19,6 +19,7 @@ from gateway.metrics import GatewayMetrics
 from gateway.redis_keys import RedisKeys
 from gateway.spend_store import MAX_NANO
 from policies import SCORERS, Policy, Price, Tier
+from policies.blackbox import BLACKBOX_SCORERS
 from policies.charges import (
     CHOICE_FIELDS,
     COMPLETION_CAP_FIELDS,
@@ -147,7 +148,7 @@ def test_policy_fields_scorers_and_prices_are_documented(sections: dict[str, str
     for model in (Tier, Route, EnvelopePoint):
         for name in model.model_fields:
             assert re.search(rf"\b{name}\b", policy), name
-    assert set(SCORERS) == set(table_rows(sections["Scorers"]))
+    assert set(SCORERS) | set(BLACKBOX_SCORERS) == set(table_rows(sections["Scorers"]))
     assert set(Price.model_fields) == set(table_rows(sections["Prices"]))
 
 

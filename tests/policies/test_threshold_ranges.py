@@ -10,12 +10,19 @@ from typing import Any
 import pytest
 
 from policies import SCORERS, PolicyInvalidError, build_policy, parse_policy, score_logprobs
+from policies.blackbox import BLACKBOX_SCORERS
 from policies.scorers import SCORE_RANGES
+
+# The settings each black-box scorer needs (policies.schema.ScorerSpec) to be a valid scorer.
+_SETTINGS: dict[str, dict[str, Any]] = {
+    "verifier": {"verifier": {"model": "judge"}},
+    "consistency": {"samples": 3, "temperature": 0.7, "equivalence": "numeric"},
+}
 
 
 def _with(document: dict[str, Any], scorer: str, threshold: float, where: str = "tier") -> dict[str, Any]:
     document = json.loads(json.dumps(document))
-    document["scorer"]["name"] = scorer
+    document["scorer"] = {**document["scorer"], "name": scorer, **_SETTINGS.get(scorer, {})}
     inside = -1.0 if scorer == "mean_logprob" else 0.5  # every other threshold valid for this scorer
     for chain in [r for t in document["tiers"].values() for r in t["routes"]] + document["envelope"]:
         chain["thresholds"] = [inside] * len(chain["thresholds"])
@@ -38,7 +45,7 @@ def _random_content(rng: random.Random) -> list[dict[str, Any]]:
 
 
 def test_every_computable_scorer_declares_a_range_its_scores_stay_in() -> None:
-    assert set(SCORE_RANGES) == set(SCORERS)
+    assert set(SCORE_RANGES) == set(SCORERS) | set(BLACKBOX_SCORERS)
     rng = random.Random(16)
     seen: dict[str, list[float]] = {name: [] for name in SCORERS}
     for _ in range(2000):

@@ -10,8 +10,9 @@ import pytest
 from pydantic import TypeAdapter, ValidationError
 
 from policies import Price
+from policies.blackbox import yes_no_mass
 from traffic.judges import JudgeConfig, JudgeError, make_judge
-from traffic.judges.llm import LLMJudge, yes_no_mass
+from traffic.judges.llm import LLMJudge
 
 
 def completion(alternatives: dict[str, float], usage: tuple[int, int] = (120, 1)) -> dict:

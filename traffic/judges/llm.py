@@ -12,7 +12,6 @@ verdict: the sampler counts it as shadow cost.
 
 from __future__ import annotations
 
-import math
 import os
 from typing import Any
 
@@ -20,6 +19,7 @@ import httpx
 import orjson
 
 from policies import Price
+from policies.blackbox import yes_no_mass
 from policies.charges import call_charge
 from policies.redaction import Redactor, url_secrets
 from traffic.judges.base import JudgeError, Verdict
@@ -122,20 +122,3 @@ class LLMJudge:
                 None, self.name, cost, detail="neither yes nor no among the first token's alternatives"
             )
         return Verdict(p_yes / (p_yes + p_no), self.name, cost, detail=f"P(yes)={p_yes:.4f} P(no)={p_no:.4f}")
-
-
-def yes_no_mass(position: dict[str, Any] | None) -> tuple[float, float]:
-    """Probability mass of "yes" and "no" among a token position's alternatives (or its chosen token)."""
-    if not position:
-        return 0.0, 0.0
-    alternatives = position.get("top_logprobs") or [position]
-    mass = {"yes": 0.0, "no": 0.0}
-    seen: set[str] = set()
-    for alternative in alternatives:
-        token = str(alternative.get("token", ""))
-        word = token.strip().lower().rstrip(".!,")
-        logprob = alternative.get("logprob")
-        if word in mass and token not in seen and logprob is not None:
-            seen.add(token)
-            mass[word] += math.exp(float(logprob))
-    return mass["yes"], mass["no"]

@@ -40,6 +40,46 @@ def _normalized(text: str) -> str:
     return " ".join("".join(ch for ch in text.lower() if ch not in string.punctuation).split())
 
 
+def exact_agreement(reference: str, answer: str) -> float | None:
+    """1.0 if the normalized answers, their first lines or their final answers are equal, else 0.0;
+    None when the reference normalizes to nothing (``ExactJudge``'s rule)."""
+    forms = (
+        _normalized(reference),
+        _normalized(_first_line(reference)),
+        _normalized(_final_answer(reference)),
+    )
+    targets = set(forms) - {""}
+    if not targets:
+        return None
+    candidates = {
+        _normalized(answer),
+        _normalized(_first_line(answer)),
+        _normalized(_final_answer(answer)),
+    }
+    candidates.discard("")
+    return 1.0 if candidates & targets else 0.0
+
+
+def numeric_agreement(reference: str, answer: str, rel_tol: float = 1e-6) -> float | None:
+    """1.0 if the final numbers agree within ``rel_tol``, else 0.0 (also when only the answer has
+    none); None when the reference has no number (``NumericJudge``'s rule)."""
+    expected = extract_final_number(reference)
+    if expected is None:
+        return None
+    value = extract_final_number(answer)
+    if value is None:
+        return 0.0
+    return 1.0 if math.isclose(value, expected, rel_tol=rel_tol, abs_tol=1e-9) else 0.0
+
+
+def choice_agreement(reference: str, answer: str, letters: str = "ABCD") -> float | None:
+    """1.0 if both pick the same letter, else 0.0; None when the reference picks none (``ChoiceJudge``)."""
+    expected = extract_choice(reference, letters)
+    if expected is None:
+        return None
+    return 1.0 if extract_choice(answer, letters) == expected else 0.0
+
+
 class ExactJudge:
     """1 if the normalized answers, their first lines or their final answers are equal (case,
     punctuation, articles ignored). The final answer is what follows the last "Answer:" or "the
@@ -49,21 +89,10 @@ class ExactJudge:
 
     async def judge(self, question: str, reference: str, answer: str) -> Verdict:
         """Compare normalized text; missing when the reference normalizes to nothing."""
-        forms = (
-            _normalized(reference),
-            _normalized(_first_line(reference)),
-            _normalized(_final_answer(reference)),
-        )
-        targets = set(forms) - {""}
-        if not targets:
+        correct = exact_agreement(reference, answer)
+        if correct is None:
             return Verdict(None, self.name, detail="empty reference answer")
-        candidates = {
-            _normalized(answer),
-            _normalized(_first_line(answer)),
-            _normalized(_final_answer(answer)),
-        }
-        candidates.discard("")
-        return Verdict(1.0 if candidates & targets else 0.0, self.name)
+        return Verdict(correct, self.name)
 
 
 class NumericJudge:
@@ -87,8 +116,8 @@ class NumericJudge:
         value = extract_final_number(answer)
         if value is None:
             return Verdict(0.0, self.name, detail=f"reference {expected:g}, no number in the answer")
-        same = math.isclose(value, expected, rel_tol=self.rel_tol, abs_tol=1e-9)
-        return Verdict(1.0 if same else 0.0, self.name, detail=f"reference {expected:g}, answer {value:g}")
+        correct = numeric_agreement(reference, answer, self.rel_tol)
+        return Verdict(correct, self.name, detail=f"reference {expected:g}, answer {value:g}")
 
 
 class ChoiceJudge:
@@ -106,5 +135,7 @@ class ChoiceJudge:
             return Verdict(None, self.name, detail="no answer letter in the reference answer")
         picked = extract_choice(answer, self.letters)
         return Verdict(
-            1.0 if picked == expected else 0.0, self.name, detail=f"reference {expected}, answer {picked}"
+            choice_agreement(reference, answer, self.letters),
+            self.name,
+            detail=f"reference {expected}, answer {picked}",
         )
