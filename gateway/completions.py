@@ -344,6 +344,8 @@ class ApiEndpoint:
             )
             if facts.failures:
                 fields["upstream_failures"] = facts.failures
+            if facts.escalation_reasons:
+                fields["escalation_reasons"] = facts.escalation_reasons
         log_event("request", **fields)
 
 

@@ -33,6 +33,8 @@ class CascadeFacts:
     within_budget: bool = True
     failures: list[str] = field(default_factory=list)
     route: list[str] = field(default_factory=list)
+    # Why each escalation happened, in order (gateway.answer_review.ESCALATION_REASONS).
+    escalation_reasons: list[str] = field(default_factory=list)
     # Set only for a request the traffic sampler drew: its scored answers are reused, never re-bought.
     keep_answer: AnswerKeeper | None = None
 

@@ -64,6 +64,8 @@ def check_servable(policy: Policy, known_models: Collection[str] | None) -> None
         return
     routed = {m for tier in policy.tiers.values() for route in tier.routes for m in route.models}
     routed |= {m for point in policy.envelope for m in point.models}
+    if policy.scorer.verifier is not None:  # the verifier scorer calls a configured model too
+        routed.add(policy.scorer.verifier.model)
     missing = sorted(routed - set(known_models))
     if missing:
         raise PolicyInvalidError(
