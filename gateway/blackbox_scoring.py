@@ -8,9 +8,11 @@ After a scored stage's answer, by ``ScorerSpec.name``:
 * ``verifier``: one call to the policy's verifier model (a configured model), asking whether the
   answer is right; the score is P(yes) from its first token's alternatives;
 * ``consistency``: ``samples`` extra calls of the same stage at the spec's ``temperature``, one
-  choice each; the score is their agreement with the answer (``ScorerSpec.equivalence``). Separate
-  calls rather than one call with ``n``: llama.cpp's server ignores ``n`` (it answers one choice),
-  so a call with ``n`` would be reserved and scored for samples it never made;
+  choice each, made concurrently; the score is their agreement with the answer
+  (``ScorerSpec.equivalence``). Separate calls rather than one call with ``n``: llama.cpp's server
+  (the local pool's, ``--parallel 2``) refuses ``n`` above its slot count (400 "Value must be
+  between 1 <= value <= 2") and, with ``n: 2``, answers two choices of 8 tokens each with a usage
+  of 8 completion tokens: the usage would undercount what was generated;
 * ``self_report``: one follow-up call to the stage model, its answer as the assistant's turn, asking
   for its confidence as a number.
 
