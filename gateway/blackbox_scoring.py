@@ -47,6 +47,7 @@ from gateway.requests import ParsedRequest
 from gateway.upstream import UpstreamFailure, UpstreamReply
 from policies import blackbox, score_response
 from policies.charges import Charge, call_bound, completion_tokens_bound, sent_bound
+from policies.request_defaults import merge_request_defaults
 from policies.schema import ScorerSpec
 from traffic.judges.equivalence import equivalence
 
@@ -185,16 +186,17 @@ def verifier_body(
 ) -> dict[str, Any]:
     """The verifier's request about ``answer`` to the question of the stage's messages.
 
-    Only what the policy sets (its prompt, ``top_k`` alternatives): the verifier model's request
-    defaults are not applied, as calibration asks it the same request."""
+    Sent like any call to a configured model, as collection sends it: the policy's request (its
+    prompt, one token, ``top_k`` alternatives) over the verifier model's request defaults."""
     assert spec.verifier is not None
-    return blackbox.verifier_request(
+    body = blackbox.verifier_request(
         stage_body.get("messages") or [],
         answer,
         model=verifier.model,
         prompt=spec.verifier.prompt,
         top_logprobs=spec.top_k,
     )
+    return merge_request_defaults(body, verifier.request_defaults)
 
 
 def sample_body(spec: ScorerSpec, sent: bytes) -> bytes:
