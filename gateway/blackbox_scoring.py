@@ -35,6 +35,7 @@ into one); a legacy completion gets no score and no extra call.
 from __future__ import annotations
 
 import asyncio
+import logging
 from collections.abc import Awaitable, Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -43,12 +44,14 @@ import orjson
 
 from gateway.config import ModelConfig
 from gateway.facts import CascadeFacts
+from gateway.logs import log_event
 from gateway.requests import ParsedRequest
 from gateway.upstream import UpstreamFailure, UpstreamReply
 from policies import blackbox, score_response
 from policies.charges import Charge, call_bound, completion_tokens_bound, sent_bound
 from policies.request_defaults import merge_request_defaults
 from policies.schema import ScorerSpec
+from traffic.judges.base import JudgeError
 from traffic.judges.equivalence import equivalence
 
 # The escalation reason of a stage whose black-box scorer's own call failed (docs/contracts.md#metrics).
@@ -158,9 +161,13 @@ class StageScorer:
                 raise result
             texts.append(blackbox.answer_text(result[0].body) or "")
         equivalent = equivalence(spec.equivalence)
-        if spec.equivalence == "similarity":  # an encoder's forward passes: off the event loop
+        if spec.equivalence != "similarity":
+            return blackbox.consistency_score(answer, texts, equivalent)
+        try:  # an encoder's forward passes: off the event loop
             return await asyncio.to_thread(blackbox.consistency_score, answer, texts, equivalent)
-        return blackbox.consistency_score(answer, texts, equivalent)
+        except JudgeError as exc:  # the encoder is not installed: no score, said in the log
+            log_event("scorer_unavailable", level=logging.WARNING, scorer=spec.name, error=str(exc))
+            return None
 
     async def _self_report(
         self,

@@ -324,3 +324,21 @@ def test_a_policy_whose_verifier_the_config_lacks_cannot_be_served() -> None:
     with pytest.raises(PolicyInvalidError, match="judge"):
         check_servable(policy, ["small", "medium", "large"])
     check_servable(policy, ["small", "medium", "large", "judge"])
+
+
+def test_the_verifier_is_sent_its_request_defaults_under_the_policys_request(
+    serve_scorer, upstream: ScriptedUpstream, capfd
+) -> None:
+    models = per_token_models(upstream.base_url)
+    models["medium"]["request_defaults"] = {"system": "You grade answers.", "max_tokens": 50}
+    upstream.script("up-small", ok("42", confidence=None, usage=(14, 2)))
+    upstream.script("up-medium", ok("yes", confidence=0.9, usage=(70, 1)))
+    gateway = serve_scorer("verifier", models=models)
+    raw = ask(gateway)
+
+    (verifier,) = upstream.calls("up-medium")
+    assert verifier.body["messages"][0] == {"role": "system", "content": "You grade answers."}
+    assert verifier.body["max_tokens"] == 1  # the policy's one token, not the default cap
+    assert float(raw.headers["x-cascade-cost-usd"]) == pytest.approx(billed_usd(upstream.produced), rel=1e-9)
+    (line,) = request_lines(capfd, 1)
+    assert line["worst_case_usd"] >= line["cost_usd"]
