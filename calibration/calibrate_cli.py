@@ -63,6 +63,18 @@ def calibrate(
         typer.Option("--scorer", help="Scorer for the 'logprobs' column (default mean_token_negentropy)."),
     ] = None,
     top_k: Annotated[int | None, typer.Option("--top-k", help="Top-K alternatives for the scorer.")] = None,
+    equivalence: Annotated[
+        str | None,
+        typer.Option(
+            "--equivalence", help="consistency scorer: exact, numeric, choice or similarity (default exact)."
+        ),
+    ] = None,
+    samples: Annotated[
+        int | None,
+        typer.Option(
+            "--samples", min=1, max=20, help="consistency scorer: use the first K recorded samples."
+        ),
+    ] = None,
     where: Annotated[
         list[str] | None,
         typer.Option("--where", metavar="COLUMN=VALUE", help="Keep matching rows (repeatable)."),
@@ -87,6 +99,8 @@ def calibrate(
         score_column=score_column,
         scorer=scorer,
         top_k=top_k,
+        equivalence=equivalence,
+        samples=samples,
         where=list(where or []),
         report=report,
         randomize=randomize,
@@ -105,6 +119,8 @@ class CalibrateOptions:
     score_column: str | None = None
     scorer: str | None = None
     top_k: int | None = None
+    equivalence: str | None = None
+    samples: int | None = None
     where: list[str] = field(default_factory=list)
     report: Path | None = None
     randomize: bool = False
@@ -113,6 +129,7 @@ class CalibrateOptions:
 def run_calibrate(options: CalibrateOptions, console: Console, errors: Console) -> None:
     """Load, compute, solve, write; print the summary to ``console`` and warnings to ``errors``."""
     from calibration.agreement import unrelated_model_warnings
+    from calibration.blackbox_scores import BlackboxOptions
     from calibration.calibrate import calibrate as calibrate_matrix
     from calibration.policy_writer import write_policy
     from calibration.reporting.terminal import print_summary
@@ -128,7 +145,13 @@ def run_calibrate(options: CalibrateOptions, console: Console, errors: Console) 
     with errors.status(f"Loading {runs} ..."):
         started = time.perf_counter()
         matrix = load_runs(
-            runs, prices=options.prices, score_column=score_column, scorer=scorer, top_k=top_k, where=filters
+            runs,
+            prices=options.prices,
+            score_column=score_column,
+            scorer=scorer,
+            top_k=top_k,
+            where=filters,
+            blackbox=BlackboxOptions(options.equivalence, options.samples),
         )
         loaded = time.perf_counter()
     for note in (*matrix.notes, *unrelated_model_warnings(matrix.models, matrix.quality)):

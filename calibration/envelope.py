@@ -4,7 +4,8 @@ Steps, all on the given calibration rows:
 
 1. Pool: drop every model that another model beats strictly on both counts (cheaper and better).
 2. Pairs: every cost-ordered (L, H) from the pool with a_H > a_L (L before H in the runs' cost order).
-3. Candidates: every single model, and every pair at every threshold (``frontier.pair_frontier``).
+3. Candidates: every single model, and every pair at every threshold (``frontier.pair_frontier``);
+   L's cost in a pair includes the cost of scoring it (a black-box scorer's extra calls).
 4. Envelope: the upper-left Pareto set of the candidates over (cost, quality); each point keeps
    its route. Switching points are where the route's model set changes; the concave hull (the
    randomized mixtures between its vertices) is computed over the envelope points.
@@ -109,7 +110,9 @@ def compute_envelope(matrix: RunsMatrix, rows: np.ndarray | None = None) -> Enve
     model_cost = data.cost.sum(axis=0) / n
     model_quality = data.quality.sum(axis=0) / n
     pool = ~dominated_models(model_cost, model_quality)
-    pairs = candidate_pairs(model_quality, pool)
+    # A model the scorer cannot score (no recorded black-box calls) never escalates: not an L.
+    scorable = np.array([name not in data.unscored for name in data.models])
+    pairs = [(low, high) for low, high in candidate_pairs(model_quality, pool) if scorable[low]]
 
     routes, (cost, quality, escalation, route, threshold), curves = _candidates(
         data, pairs, model_cost, model_quality
@@ -154,7 +157,7 @@ def _candidates(
     for low, high in pairs:  # a loop over pairs; each pair's thresholds are handled as arrays
         curve = pair_frontier(
             data.score[:, low],
-            data.cost[:, low],
+            data.stage_cost(slice(None), [low])[:, 0],  # L is scored: its call and its scoring
             data.quality[:, low],
             data.cost[:, high],
             data.quality[:, high],

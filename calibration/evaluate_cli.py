@@ -51,6 +51,8 @@ class EvaluateOptions:
     score_column: str | None = None
     scorer: str | None = None
     top_k: int | None = None
+    equivalence: str | None = None
+    samples: int | None = None
     where: list[str] = field(default_factory=list)
     splits: int = 50
     test_fraction: float = 0.5
@@ -80,6 +82,18 @@ def evaluate(
         typer.Option("--scorer", help="Scorer applied to the 'logprobs' column (docs/contracts.md#scorers)."),
     ] = None,
     top_k: Annotated[int | None, typer.Option("--top-k", help="Top-K alternatives for the scorer.")] = None,
+    equivalence: Annotated[
+        str | None,
+        typer.Option(
+            "--equivalence", help="consistency scorer: exact, numeric, choice or similarity (default exact)."
+        ),
+    ] = None,
+    samples: Annotated[
+        int | None,
+        typer.Option(
+            "--samples", min=1, max=20, help="consistency scorer: use the first K recorded samples."
+        ),
+    ] = None,
     where: Annotated[
         list[str] | None, typer.Option("--where", help="Keep rows with COLUMN=VALUE (repeatable).")
     ] = None,
@@ -115,6 +129,8 @@ def evaluate(
         score_column=score_column,
         scorer=scorer,
         top_k=top_k,
+        equivalence=equivalence,
+        samples=samples,
         where=list(where or []),
         splits=splits,
         test_fraction=test_fraction,
@@ -153,6 +169,7 @@ def run_evaluate(options: EvaluateOptions, console: Console, errors: Console) ->
 
 def _load_matrix(options: EvaluateOptions, errors: Console) -> RunsMatrix:
     """The runs table as a matrix (a spinner while it loads), its notes printed as warnings."""
+    from calibration.blackbox_scores import BlackboxOptions
     from calibration.calibrate_cli import parse_where
     from calibration.runs import load_runs
 
@@ -165,6 +182,7 @@ def _load_matrix(options: EvaluateOptions, errors: Console) -> RunsMatrix:
             top_k=options.top_k,
             where=parse_where(options.where),
             feature_columns=options.feature_columns or None,
+            blackbox=BlackboxOptions(options.equivalence, options.samples),
         )
     for note in matrix.notes:
         errors.print(f"[yellow]warning:[/yellow] {note}", highlight=False)

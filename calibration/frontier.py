@@ -110,14 +110,19 @@ def pair_metrics_at(
 
 
 def chain_per_query(
-    score: np.ndarray, cost: np.ndarray, quality: np.ndarray, thresholds: Sequence[float]
+    score: np.ndarray,
+    cost: np.ndarray,
+    quality: np.ndarray,
+    thresholds: Sequence[float],
+    scoring: np.ndarray | None = None,
 ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """Per-query outcome of one k-stage chain: ``(cost (n,), quality (n,), escalated (n,) bool)``.
 
     ``score``, ``cost``, ``quality``: ``(n, k)``, column i = stage i's model. Stage i answers unless
     its score is below ``thresholds[i]`` (strict, as the gateway); the last stage always answers.
-    Every called stage is paid; ``escalated`` says the query left the first stage. Vectorized over
-    queries (the loop is over the k stages).
+    Every called stage is paid, and every non-final stage reached pays ``scoring`` ``(n, k)`` too
+    (a black-box scorer's calls; None: free). ``escalated`` says the query left the first stage.
+    Vectorized over queries (the loop is over the k stages).
     """
     score = np.asarray(score, dtype=np.float64)
     cost = np.asarray(cost, dtype=np.float64)
@@ -133,6 +138,8 @@ def chain_per_query(
         if stage == k - 1:
             answer = np.where(active, quality[:, stage], answer)
             break
+        if scoring is not None:
+            total_cost += np.where(active, np.asarray(scoring, dtype=np.float64)[:, stage], 0.0)
         escalate = active & (score[:, stage] < thresholds[stage])
         answer = np.where(active & ~escalate, quality[:, stage], answer)
         active = escalate
@@ -149,7 +156,7 @@ def chain_metrics(
     """Simulate a k-stage chain on the matrix's queries.
 
     Stage i answers with ``models[i]``; it escalates to stage i + 1 iff its score is below
-    ``thresholds[i]``. Every model called is paid for.
+    ``thresholds[i]``. Every model called is paid for, and every scored stage its scoring cost.
 
     Args:
         matrix: the runs.
@@ -168,6 +175,10 @@ def chain_metrics(
     if cost.shape[0] == 0:
         raise ValueError("chain_metrics needs at least one query")
     total_cost, answer, escalated = chain_per_query(
-        matrix.score[select][:, columns], cost, matrix.quality[select][:, columns], thresholds
+        matrix.score[select][:, columns],
+        cost,
+        matrix.quality[select][:, columns],
+        thresholds,
+        scoring=matrix.scoring(select, columns),
     )
     return float(total_cost.mean()), float(answer.mean()), float(escalated.mean())

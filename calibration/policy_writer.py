@@ -31,17 +31,27 @@ def policy_document(
     """The policy as a plain document (no ``policy_id`` / ``created_at`` yet).
 
     ``models`` lists every model of the runs with its mean cost and quality on the calibration
-    rows (``envelope.model_cost`` / ``model_quality``); ``envelope`` holds every envelope point;
+    rows (``envelope.model_cost`` / ``model_quality``) and, with a black-box scorer, the mean cost of
+    scoring its answer (``scoring_cost_usd``, already in the tiers' and points' costs); ``scorer``
+    carries the black-box scorer's settings; ``envelope`` holds every envelope point;
     ``score_distribution`` where the scored models' scores fell on those rows (when any tier
     scores a stage).
     """
-    scorer = {"name": matrix.scorer, "top_k": matrix.top_k if matrix.top_k is not None else _EXTERNAL_TOP_K}
-    models = {
+    scorer = {
+        "name": matrix.scorer,
+        "top_k": matrix.top_k if matrix.top_k is not None else _EXTERNAL_TOP_K,
+        **(matrix.scorer_settings or {}),
+    }
+    models: dict[str, dict[str, float]] = {
         name: {"mean_cost_usd": float(cost), "quality": _unit(quality)}
         for name, cost, quality in zip(
             envelope.model_names, envelope.model_cost, envelope.model_quality, strict=True
         )
     }
+    if matrix.scoring_cost is not None:  # a black-box scorer: what scoring each scorable model costs
+        for j, name in enumerate(matrix.models):
+            if name not in matrix.unscored and name in models:
+                models[name]["scoring_cost_usd"] = float(matrix.scoring_cost[:, j].mean())
     tier_documents = {
         name: {
             "objective": solution.objective.as_dict(),

@@ -11,12 +11,22 @@ import math
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 
+from calibration.blackbox_scores import (
+    CALLS_COLUMN,
+    RESPONSE_COLUMN,
+    BlackboxOptions,
+    BlackboxScores,
+    BlackboxScoresError,
+    blackbox_scores,
+)
 from calibration.prices import PriceSheetError, load_price_sheet
 from calibration.table_io import Columns, TableReadError, read_columns
 from policies import Price, PriceError
+from policies.blackbox import BLACKBOX_SCORERS
 
 REQUIRED_COLUMNS = ("query_id", "model", "correct")
 COST_COLUMNS = ("cost_usd", "prompt_tokens", "completion_tokens")
@@ -49,6 +59,10 @@ class RunsMatrix:
         top_k: top-K used by the scorer (None for ``external``).
         score_column: the precomputed score column used, if any.
         notes: warnings raised while loading (e.g. dropped queries), for the CLI to show.
+        scoring_cost: (n, k) USD of scoring each model's answer with a black-box scorer (its
+            recorded extra calls), paid where the model is a scored stage; None for logprob scores.
+        unscored: models without recorded calls for the black-box scorer: never a scored stage.
+        scorer_settings: the black-box scorer's policy fields (``policies.schema.ScorerSpec``).
     """
 
     models: tuple[str, ...]
@@ -63,6 +77,9 @@ class RunsMatrix:
     top_k: int | None = None
     score_column: str | None = None
     notes: tuple[str, ...] = field(default=())
+    scoring_cost: np.ndarray | None = None
+    unscored: tuple[str, ...] = ()
+    scorer_settings: Mapping[str, Any] | None = None
 
     @property
     def n_queries(self) -> int:
@@ -87,7 +104,19 @@ class RunsMatrix:
             score=self.score[rows],
             strata=None if self.strata is None else self.strata[rows],
             features=None if self.features is None else self.features[rows],
+            scoring_cost=None if self.scoring_cost is None else self.scoring_cost[rows],
         )
+
+    def stage_cost(self, rows: Any, columns: Sequence[int]) -> np.ndarray:
+        """(len(rows), len(columns)) cost of each model as a scored stage: its call plus scoring it."""
+        cost = self.cost[rows][:, list(columns)]
+        if self.scoring_cost is None:
+            return cost
+        return cost + self.scoring_cost[rows][:, list(columns)]
+
+    def scoring(self, rows: Any, columns: Sequence[int]) -> np.ndarray | None:
+        """(len(rows), len(columns)) scoring cost of the models (None without a black-box scorer)."""
+        return None if self.scoring_cost is None else self.scoring_cost[rows][:, list(columns)]
 
 
 def load_runs(
@@ -99,6 +128,7 @@ def load_runs(
     top_k: int | None = None,
     where: dict[str, str] | None = None,
     feature_columns: list[str] | None = None,
+    blackbox: BlackboxOptions | None = None,
 ) -> RunsMatrix:
     """Load, validate and pivot a runs table.
 
@@ -112,6 +142,8 @@ def load_runs(
             ``policies.scorers.score_logprobs`` (defaults: mean_token_negentropy, 15).
         where: keep only rows whose column equals the value, compared as text.
         feature_columns: numeric per-query columns for a router (mean over the query's rows).
+        blackbox: with a black-box scorer (``verifier``, ``consistency``, ``self_report``), how to
+            score the ``scorer_calls`` column (``calibration.blackbox_scores``).
 
     Raises:
         RunsError: one-line message naming file / row / column.
@@ -123,11 +155,13 @@ def load_runs(
     price_sheet = _load_prices(prices) if prices is not None else None
     wanted = {*REQUIRED_COLUMNS, *COST_COLUMNS, STRATA_COLUMN, *(feature_columns or [])}
     wanted.add(score_column if score_column is not None else LOGPROBS_COLUMN)
+    if scorer in BLACKBOX_SCORERS:
+        wanted |= {CALLS_COLUMN, RESPONSE_COLUMN}
     try:
         columns = read_columns(path, wanted, where)
     except TableReadError as exc:
         raise RunsError(str(exc)) from None
-    return _Builder(path, columns, where).build(
+    return _Builder(path, columns, where, blackbox or BlackboxOptions()).build(
         price_sheet, prices, score_column, scorer, top_k, feature_columns or []
     )
 
@@ -142,11 +176,13 @@ def _load_prices(path: Path) -> dict[str, Price]:
 class _Builder:
     """Validation and pivoting of one file's columns (one instance per load)."""
 
-    def __init__(self, path: Path, columns: Columns, where: Mapping[str, str]):
+    def __init__(self, path: Path, columns: Columns, where: Mapping[str, str], blackbox: BlackboxOptions):
         self.path = path
         self.columns = columns
         self.where = where
         self.notes: list[str] = []
+        self.blackbox_options = blackbox
+        self.blackbox: BlackboxScores | None = None
 
     # --- helpers -------------------------------------------------------------------------------
 
@@ -289,8 +325,33 @@ class _Builder:
                 f"'{LOGPROBS_COLUMN}' column to compute a scorer from"
             )
         name = scorer or DEFAULT_SCORER
+        if name in BLACKBOX_SCORERS:
+            return self.scores_from_calls(name, top_k)
         k = DEFAULT_TOP_K if top_k is None else top_k
         return (*self.scores_from_logprobs(name, k), name, k)
+
+    def scores_from_calls(
+        self, scorer: str, top_k: int | None
+    ) -> tuple[np.ndarray, np.ndarray, str, int | None]:
+        """A black-box scorer's scores from the recorded calls (``calibration.blackbox_scores``)."""
+        if top_k is not None:
+            raise RunsError(f"--top-k does not apply to scorer {scorer} (the recorded calls fix it)")
+        self.require_column(CALLS_COLUMN, f"column of recorded calls for scorer {scorer}")
+        responses = self.columns.values.get(RESPONSE_COLUMN)
+        try:
+            found = blackbox_scores(
+                scorer,
+                self.columns.values[CALLS_COLUMN],
+                self.columns.missing[CALLS_COLUMN],
+                responses,
+                np.asarray(self.columns.values["model"]).astype(str),
+                self.blackbox_options,
+            )
+        except BlackboxScoresError as exc:
+            raise self.fail(str(exc), exc.position, CALLS_COLUMN) from None
+        self.blackbox = found
+        missing = ~np.isfinite(found.score) & ~found.unscored_rows
+        return found.score, missing, scorer, found.top_k
 
     def scores_from_logprobs(self, scorer: str, top_k: int) -> tuple[np.ndarray, np.ndarray]:
         import orjson
@@ -357,6 +418,17 @@ class _Builder:
             return out
 
         quality_m, cost_m, score_m = matrix(quality), matrix(cost), matrix(score)
+        scoring_m = None if self.blackbox is None else matrix(self.blackbox.scoring_cost)
+        unscored: tuple[str, ...] = ()
+        if self.blackbox is not None:
+            unscored = tuple(
+                sorted({str(m) for m in np.asarray(model)[keep_rows & self.blackbox.unscored_rows]})
+            )
+            if unscored:
+                self.notes.append(
+                    f"no recorded {scorer} calls for {', '.join(unscored)}: "
+                    "used alone or as a last stage only"
+                )
         mean_cost = cost_m.mean(axis=0)
         column_order = sorted(range(n_models), key=lambda j: (mean_cost[j], str(model_names[j])))
         strata = None
@@ -380,6 +452,9 @@ class _Builder:
             top_k=top_k,
             score_column=score_column,
             notes=tuple(self.notes),
+            scoring_cost=None if scoring_m is None else scoring_m[:, column_order],
+            unscored=unscored,
+            scorer_settings=None if self.blackbox is None else self.blackbox.settings,
         )
 
     def check_no_duplicate(self, query: np.ndarray, model: np.ndarray, key: np.ndarray) -> None:

@@ -20,6 +20,7 @@ import httpx
 
 from collection.prompts import Prompt
 from collection.runs_writer import RunsWriter
+from collection.scorer_calls import ScorerCallsOptions, scorer_calls
 from collection.targets import Target
 from graders import grade
 from policies.request_defaults import merge_request_defaults
@@ -40,6 +41,10 @@ class CollectOptions:
     concurrency: int = 2
     retries: int = 2
     keep_prompt: bool = False
+    # The black-box scorers' extra calls after each answer (collection.scorer_calls).
+    scorer_calls: ScorerCallsOptions = field(default_factory=ScorerCallsOptions)
+    # Answers already recorded, by (query_id, model): reused instead of asking the model again.
+    answers_from: dict[tuple[str, str], dict[str, Any]] | None = None
 
 
 @dataclass
@@ -144,6 +149,27 @@ async def call_model(
     raise CallError(f"{target.name}: {last}")
 
 
+async def answer_row(
+    client: httpx.AsyncClient, prompt: Prompt, target: Target, options: CollectOptions
+) -> dict[str, Any]:
+    """The row of one (question, model): the answer (asked, or the recorded one with
+    ``answers_from``), then the black-box scorers' calls on it when asked (``scorer_calls``)."""
+    stage_body = request_body(prompt, target, options)
+    if options.answers_from is not None:
+        recorded = options.answers_from.get((prompt.query_id, target.name))
+        if recorded is None:
+            raise CallError(f"no recorded answer of {target.name} to {prompt.query_id}")
+        row = dict(recorded)
+    else:
+        body, latency_ms = await call_model(client, target, stage_body, options.retries)
+        row = build_row(prompt, target, body, latency_ms, options.keep_prompt)
+    if options.scorer_calls.wanted(target.name):
+        row["scorer_calls"] = await scorer_calls(
+            client, target, stage_body, str(row.get("response") or ""), options.scorer_calls, options.retries
+        )
+    return row
+
+
 async def collect(
     prompts: list[Prompt],
     targets: list[Target],
@@ -169,10 +195,7 @@ async def collect(
         async def one(prompt: Prompt, target: Target) -> None:
             async with semaphore:
                 try:
-                    body, latency_ms = await call_model(
-                        client, target, request_body(prompt, target, options), options.retries
-                    )
-                    writer.write(build_row(prompt, target, body, latency_ms, options.keep_prompt))
+                    writer.write(await answer_row(client, prompt, target, options))
                     summary.written += 1
                 except CallError as exc:
                     summary.failed += 1

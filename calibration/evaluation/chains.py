@@ -14,7 +14,11 @@ _VECTORS_PER_CHUNK = 512
 
 
 def chain_outcomes(
-    score: np.ndarray, cost: np.ndarray, quality: np.ndarray, thresholds: np.ndarray
+    score: np.ndarray,
+    cost: np.ndarray,
+    quality: np.ndarray,
+    thresholds: np.ndarray,
+    scoring: np.ndarray | None = None,
 ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """Mean cost, quality and escalation rate of a chain for each threshold vector.
 
@@ -22,7 +26,8 @@ def chain_outcomes(
     ``thresholds``: ``(T, k-1)``; stage i escalates a query iff ``score[:, i] < thresholds[t, i]``
     and the last stage always answers. Returns three ``(T,)`` arrays: mean cost (USD per query,
     every called stage paid), mean quality of the answering stage, and the share of queries
-    escalated past the first stage.
+    escalated past the first stage. ``scoring`` ``(n, k)``: the cost of scoring each stage's answer
+    (a black-box scorer's calls), paid by every non-final stage a query reaches.
     """
     score = np.asarray(score, dtype=np.float64)
     cost = np.asarray(cost, dtype=np.float64)
@@ -34,7 +39,7 @@ def chain_outcomes(
     n_vectors = thresholds.shape[0]
     if n_vectors > _VECTORS_PER_CHUNK:
         parts = [
-            chain_outcomes(score, cost, quality, thresholds[start : start + _VECTORS_PER_CHUNK])
+            chain_outcomes(score, cost, quality, thresholds[start : start + _VECTORS_PER_CHUNK], scoring)
             for start in range(0, n_vectors, _VECTORS_PER_CHUNK)
         ]
         return tuple(np.concatenate(column) for column in zip(*parts, strict=True))  # type: ignore[return-value]
@@ -50,6 +55,8 @@ def chain_outcomes(
     escalated = np.zeros(n_vectors)
     alive = np.ones((n_vectors, n))
     for stage in range(k - 1):
+        if scoring is not None:  # this stage is scored for every query that reaches it
+            total_cost += np.einsum("tq,q->t", alive, np.asarray(scoring, dtype=np.float64)[:, stage])
         alive *= score[None, :, stage] < thresholds[:, stage, None]
         # einsum, not `@`: these are matrix-vector products, and a threaded BLAS call waits for
         # its second thread, which costs milliseconds per call when other jobs share the cores.

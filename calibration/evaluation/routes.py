@@ -44,7 +44,7 @@ def route_outcomes(
             low, high = columns
             curve = pair_metrics_at(
                 matrix.score[rows, low],
-                matrix.cost[rows, low],
+                matrix.stage_cost(rows, [low])[:, 0],
                 matrix.quality[rows, low],
                 matrix.cost[rows, high],
                 matrix.quality[rows, high],
@@ -54,7 +54,11 @@ def route_outcomes(
             continue
         block = np.ix_(rows, np.asarray(columns))
         chain_cost, chain_quality, _ = chain_outcomes(
-            matrix.score[block], matrix.cost[block], matrix.quality[block], threshold_rows
+            matrix.score[block],
+            matrix.cost[block],
+            matrix.quality[block],
+            threshold_rows,
+            scoring=matrix.scoring(rows, columns),
         )
         cost[indices], quality[indices] = chain_cost, chain_quality
     return cost, quality

@@ -69,7 +69,11 @@ class ChainScorer:
             thresholds = self.thresholds(sequence, u[members])
             columns = [self.matrix.model_index(name) for name in sequence]
             cost[members], quality[members], _ = chain_outcomes(
-                self._score[:, columns], self._cost[:, columns], self._quality[:, columns], thresholds
+                self._score[:, columns],
+                self._cost[:, columns],
+                self._quality[:, columns],
+                thresholds,
+                scoring=self.matrix.scoring(self.rows, columns),
             )
             for member, row in zip(members, thresholds, strict=True):
                 routes[member] = (sequence, tuple(float(t) for t in row))

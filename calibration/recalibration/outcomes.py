@@ -39,7 +39,11 @@ def tier_outcomes(tier: Tier, matrix: RunsMatrix, rows: np.ndarray) -> TierOutco
         columns = np.array([matrix.model_index(name) for name in route.models])
         block = np.ix_(rows, columns)
         route_cost, route_quality, route_escalated = chain_per_query(
-            matrix.score[block], matrix.cost[block], matrix.quality[block], route.thresholds
+            matrix.score[block],
+            matrix.cost[block],
+            matrix.quality[block],
+            route.thresholds,
+            scoring=matrix.scoring(rows, columns.tolist()),
         )
         cost += route.weight * route_cost
         quality += route.weight * route_quality
