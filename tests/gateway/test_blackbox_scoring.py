@@ -342,3 +342,20 @@ def test_the_verifier_is_sent_its_request_defaults_under_the_policys_request(
     assert float(raw.headers["x-cascade-cost-usd"]) == pytest.approx(billed_usd(upstream.produced), rel=1e-9)
     (line,) = request_lines(capfd, 1)
     assert line["worst_case_usd"] >= line["cost_usd"]
+
+
+def test_a_legacy_completion_is_not_black_box_scored_and_makes_no_extra_call(
+    serve_scorer, upstream: ScriptedUpstream, capfd
+) -> None:
+    upstream.script("up-small", ok("42", confidence=None, usage=(14, 2)))
+    upstream.script("up-large", ok("42", usage=(20, 2)))
+    gateway = serve_scorer("verifier")
+    raw = gateway.client().completions.with_raw_response.create(
+        model="cascade", prompt=QUESTION, max_tokens=16
+    )
+
+    assert raw.headers["x-cascade-models-called"] == "small,large"  # on_missing_score: escalate
+    assert upstream.calls("up-medium") == []
+    assert float(raw.headers["x-cascade-cost-usd"]) == pytest.approx(billed_usd(upstream.produced), rel=1e-9)
+    (line,) = request_lines(capfd, 1)
+    assert line["escalation_reasons"] == ["scorer_failed"]
