@@ -16,6 +16,7 @@ from typing import Any
 import openai
 import orjson
 import pytest
+from learning_support import learning_block
 
 from gateway.blackbox_scoring import ANSWER_BYTES_PER_TOKEN
 from policies import Price, build_policy
@@ -26,6 +27,7 @@ from policies.publish import check_servable
 from tests.support.gateway_testkit import RunningGateway, model_configs, until
 from tests.support.policy_files import policy_document, write_policy
 from tests.support.scripted_upstream import Produced, RecordedRequest, ScriptedUpstream, error, ok
+from tests.support.traffic_rows import stored_rows
 
 QUESTION = "What is 6 * 7?"
 MESSAGES = [{"role": "user", "content": QUESTION}]
@@ -359,3 +361,27 @@ def test_a_legacy_completion_is_not_black_box_scored_and_makes_no_extra_call(
     assert float(raw.headers["x-cascade-cost-usd"]) == pytest.approx(billed_usd(upstream.produced), rel=1e-9)
     (line,) = request_lines(capfd, 1)
     assert line["escalation_reasons"] == ["scorer_failed"]
+
+
+def test_a_sampled_request_keeps_the_scored_answer_with_its_scorer_calls_cost(
+    serve_scorer, upstream: ScriptedUpstream, tmp_path
+) -> None:
+    store = f"file://{tmp_path / 'traffic.jsonl'}"
+    upstream.script("up-small", ok("42", confidence=None, usage=(14, 2)))
+    upstream.script("up-medium", ok("yes", confidence=0.9, usage=(61, 1)))
+    gateway = serve_scorer("verifier", learning=learning_block(store))
+    raw = ask(gateway)
+    assert raw.headers["x-cascade-models-called"] == "small"
+
+    rows: list[Any] = []
+
+    def every_pool_model_has_a_row() -> bool:
+        rows[:] = stored_rows(store)
+        return len(rows) == 3
+
+    assert until(every_pool_model_has_a_row, timeout_s=20)
+    small = next(r for r in rows if r.model == "small")
+    # The stage's cost is its call and the verifier's, as calibration counts a scored stage.
+    assert small.cost_usd == pytest.approx((14 * 0.5 + 2 * 1.0 + 61 * 2.0 + 1 * 4.0) / 1e6)
+    assert small.score == pytest.approx(float(raw.headers["x-cascade-score"]))
+    assert all(r.score is None for r in rows if r.model != "small")  # shadow rows: no scorer calls
