@@ -317,6 +317,8 @@ class _Builder:
             self.require_column(score_column, "score column")
             values, missing = self.numeric(score_column, allow_missing=True)
             return values, missing, "external", None
+        if scorer in BLACKBOX_SCORERS:
+            return self.scores_from_calls(scorer, top_k)
         if LOGPROBS_COLUMN not in self.columns.values:
             candidates = [c for c in self.columns.names if c.startswith("score")]
             hint = f" (maybe one of: {', '.join(candidates)})" if candidates else ""
@@ -325,8 +327,6 @@ class _Builder:
                 f"'{LOGPROBS_COLUMN}' column to compute a scorer from"
             )
         name = scorer or DEFAULT_SCORER
-        if name in BLACKBOX_SCORERS:
-            return self.scores_from_calls(name, top_k)
         k = DEFAULT_TOP_K if top_k is None else top_k
         return (*self.scores_from_logprobs(name, k), name, k)
 

@@ -10,8 +10,6 @@ and is counted.
 from __future__ import annotations
 
 import asyncio
-import random
-import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
@@ -22,10 +20,10 @@ from collection.prompts import Prompt
 from collection.runs_writer import RunsWriter
 from collection.scorer_calls import ScorerCallsOptions, scorer_calls
 from collection.targets import Target
+from collection.upstream_call import CallError, call_model
 from graders import grade
 from policies.request_defaults import merge_request_defaults
 
-RETRY_STATUSES = {429, 500, 502, 503, 504}
 # Completion tokens asked for when neither the question, the run nor the target's defaults set a cap
 # (one token: the answer letter of a multiple-choice question).
 DEFAULT_MAX_TOKENS = 1
@@ -55,10 +53,6 @@ class CollectSummary:
     skipped: int = 0
     failed: int = 0
     errors: list[str] = field(default_factory=list)
-
-
-class CallError(Exception):
-    """An upstream call failed after its retries."""
 
 
 def request_body(prompt: Prompt, target: Target, options: CollectOptions) -> dict[str, Any]:
@@ -119,34 +113,6 @@ def build_row(
     if keep_prompt:
         row["prompt"] = prompt.prompt
     return row
-
-
-async def call_model(
-    client: httpx.AsyncClient, target: Target, payload: dict[str, Any], retries: int
-) -> tuple[dict[str, Any], float]:
-    """POST one chat completion with bounded retries (429/5xx/connection errors); (body, latency ms)."""
-    headers = {"Authorization": f"Bearer {target.api_key}"} if target.api_key else {}
-    url = f"{target.base_url.rstrip('/')}/chat/completions"
-    last = ""
-    for attempt in range(retries + 1):
-        started = time.perf_counter()
-        try:
-            response = await client.post(url, json=payload, headers=headers, timeout=target.timeout_s)
-        except httpx.HTTPError as exc:
-            last = f"{type(exc).__name__}: {exc}"
-        else:
-            latency_ms = (time.perf_counter() - started) * 1000
-            if response.status_code == 200:
-                try:
-                    return response.json(), latency_ms
-                except ValueError as exc:
-                    raise CallError(f"{target.name}: response is not JSON") from exc
-            last = f"HTTP {response.status_code}: {response.text[:200]}"
-            if response.status_code not in RETRY_STATUSES:
-                break
-        if attempt < retries:
-            await asyncio.sleep(min(4.0, 0.5 * 2**attempt) * (0.5 + random.random()))
-    raise CallError(f"{target.name}: {last}")
 
 
 async def answer_row(

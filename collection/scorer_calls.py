@@ -28,6 +28,7 @@ import httpx
 import orjson
 
 from collection.targets import Target
+from collection.upstream_call import CallError, call_model
 from policies.blackbox import (
     SELF_REPORT_PROMPT,
     VERIFIER_PROMPT,
@@ -69,8 +70,6 @@ async def post_chat(
     client: httpx.AsyncClient, target: Target, body: dict[str, Any], retries: int
 ) -> tuple[dict[str, Any], float, bytes]:
     """One chat completion to ``target`` with the collector's retries; (reply, latency ms, bytes sent)."""
-    from collection.collector import CallError, call_model
-
     sent = orjson.dumps(body)
     try:
         reply, latency_ms = await call_model(client, target, body, retries)
