@@ -11,8 +11,8 @@ After a scored stage's answer, by ``ScorerSpec.name``:
   choice each, made concurrently; the score is their agreement with the answer
   (``ScorerSpec.equivalence``). Separate calls rather than one call with ``n``: llama.cpp's server
   (the local pool's, ``--parallel 2``) refuses ``n`` above its slot count (400 "Value must be
-  between 1 <= value <= 2") and, with ``n: 2``, answers two choices of 8 tokens each with a usage
-  of 8 completion tokens: the usage would undercount what was generated;
+  between 1 <= value <= 2") and, with ``n: 2`` and ``max_tokens: 8``, answers two choices cut at
+  8 tokens with a usage of 8 completion tokens: the usage would undercount what was generated;
 * ``self_report``: one follow-up call to the stage model, its answer as the assistant's turn, asking
   for its confidence as a number.
 
@@ -56,9 +56,11 @@ from traffic.judges.equivalence import equivalence
 
 # The escalation reason of a stage whose black-box scorer's own call failed (docs/contracts.md#metrics).
 SCORER_FAILED = "scorer_failed"
-# Bytes of quoted answer the reservation allows per completion token the stage may be billed. A
-# token of Qwen's, Llama's or GPT's vocabularies averages about 4 bytes of text; 16 leaves room for
-# long tokens and for JSON escaping (a quote or newline is 2 bytes in the request).
+# Bytes of quoted answer the reservation allows per completion token the stage may be billed. The
+# demo's answers (data/local/arithmetic-runs.jsonl.gz, Qwen2.5) average 2.0 bytes per completion
+# token, the longest of their 18,351 tokens and alternatives is 21 bytes; 16 per token leaves room
+# for long tokens and for JSON escaping (a quote or newline is 2 bytes in the request), and an
+# answer beyond it is not quoted (no score) rather than spent past the reservation.
 ANSWER_BYTES_PER_TOKEN = 16
 
 # The engine's charged call: (model, request, upstream body, deadline, facts) -> (reply, charge).
@@ -67,7 +69,7 @@ Call = Callable[[str, ParsedRequest, bytes, float, CascadeFacts], Awaitable[tupl
 
 @dataclass(frozen=True, slots=True)
 class StageScore:
-    """A black-box score of one stage's answer.
+    """The score of one stage's answer.
 
     ``score``: None when missing. ``usd``: what the extra calls were charged (already in the facts).
     ``failed``: a scorer call failed or gave nothing readable (escalation reason ``scorer_failed``).
