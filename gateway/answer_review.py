@@ -18,7 +18,8 @@ Reasons (``ESCALATION_REASONS``, the ``reason`` label of ``cascade_escalation_re
 ``low_score`` (a score below the threshold); a missing score (the policy's ``on_missing_score`` is
 ``escalate``) says why: ``tool_call_only`` (only tool calls, no content tokens), ``empty_answer``
 (no content), ``no_logprobs`` (content, but no usable logprobs); ``invalid_tool_call`` /
-``invalid_structured_output`` (a failed check); ``upstream_error`` (the call failed).
+``invalid_structured_output`` (a failed check); ``upstream_error`` (the call failed);
+``scorer_failed`` (a black-box scorer's own call failed: the score is missing).
 """
 
 from __future__ import annotations
@@ -42,10 +43,10 @@ ESCALATION_REASONS: tuple[str, ...] = (
     "invalid_tool_call",
     "invalid_structured_output",
     "upstream_error",
-    # A scorer that makes calls of its own adds "scorer_failed" (its call failed) here.
+    "scorer_failed",  # a black-box scorer's own call failed (gateway.blackbox_scoring)
 )
 # The reasons of a missing score: the share of these per tier is what the missing-scores alert watches.
-MISSING_SCORE_REASONS: tuple[str, ...] = ("no_logprobs", "tool_call_only", "empty_answer")
+MISSING_SCORE_REASONS: tuple[str, ...] = ("no_logprobs", "tool_call_only", "empty_answer", "scorer_failed")
 
 
 def missing_score_reason(reply: Mapping[str, Any]) -> str:

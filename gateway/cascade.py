@@ -5,7 +5,9 @@ Contracts: docs/contracts.md#scorers, #http-surface and #faults.
 A route is a chain ``models[0..k-1]`` with ``thresholds[0..k-2]``. Every stage but the last is
 called with ``logprobs: true, top_logprobs: K`` and scored with ``policies.score_response`` (the
 function calibration uses); stage i's answer is accepted unless ``should_escalate(score,
-thresholds[i])``. The last stage is not scored. Faults:
+thresholds[i])``. The last stage is not scored. A black-box scorer (``verifier``,
+``consistency``, ``self_report``) asks no logprobs: its score comes from extra calls, charged like
+every call (gateway.blackbox_scoring). Faults:
 
 * a non-final stage fails (timeout, 5xx, refused, malformed JSON, 429 past the deadline):
   escalate to the next stage and count the escalation;
@@ -40,7 +42,8 @@ from typing import Any
 
 import orjson
 
-from gateway.answer_review import AnswerReview
+from gateway.answer_review import MISSING_SCORE_REASONS, AnswerReview
+from gateway.blackbox_scoring import SCORER_FAILED, StageScorer
 from gateway.config import ModelConfig
 from gateway.facts import AnswerKeeper, CascadeFacts
 from gateway.live import LiveRelay, StreamChunk, StreamEvent, StreamStart, WholeAnswer
@@ -49,10 +52,10 @@ from gateway.requests import ParsedRequest, positive_int
 from gateway.routing import RoutePlan
 from gateway.streaming import SSE_HEADERS, replay
 from gateway.upstream import UpstreamFailure, UpstreamPool, UpstreamReply
-from policies import score_response
 from policies.capabilities import ModelCapabilities, logprob_fields
 from policies.charges import Charge, call_charge, sent_bound
 from policies.request_defaults import RequestDefaults, merge_request_defaults
+from policies.schema import ScorerSpec
 
 
 @dataclass(slots=True)
@@ -84,6 +87,7 @@ class CascadeEngine:
         self._pool = pool
         self._metrics = metrics
         self._review = AnswerReview(models, metrics)
+        self._scorer = StageScorer(models, self._call)
 
     @staticmethod
     def new_facts(
@@ -196,20 +200,11 @@ class CascadeEngine:
         policy = plan.policy
         assert policy is not None
         models, thresholds = plan.route.models, plan.route.thresholds
-        top_k = policy.scorer.top_k
         fallback: dict[str, Any] | None = None
         fallback_model: str | None = None
         last = len(models) - 1
         for stage, model in enumerate(models[:last]):
-            config = self._models[model]
-            body = upstream_body(
-                request,
-                config.model,
-                top_k=top_k,
-                stream=False,
-                defaults=config.request_defaults,
-                capabilities=config.capabilities,
-            )
+            body = scored_stage_body(request, self._models[model], policy.scorer)
             facts.models_called.append(model)
             try:
                 called, charge = await self._call(model, request, body, deadline, facts)
@@ -218,9 +213,11 @@ class CascadeEngine:
                 self._escalate(plan.tier, model, models[stage + 1], facts, "upstream_error")
                 continue
             reply = called.body
-            score = score_response(reply, policy.scorer.name, top_k)
+            # A black-box scorer's extra calls are charged here; their cost is the stage's too.
+            scored = await self._scorer.score(policy.scorer, model, request, body, reply, deadline, facts)
+            score = scored.score
             if facts.keep_answer is not None:  # asked to: the traffic sampler drew this request
-                facts.keep_answer(model, reply, called.seconds, score, charge.usd)
+                facts.keep_answer(model, reply, called.seconds, score, charge.usd + scored.usd)
             facts.score, facts.threshold = score, thresholds[stage]
             if score is not None:
                 self._metrics.child(self._metrics.confidence, plan.tier, model).observe(score)
@@ -234,6 +231,8 @@ class CascadeEngine:
                 return reply
             if problem is None:  # a certainly wrong answer is no fallback
                 fallback, fallback_model = reply, model
+            if scored.failed and reason in MISSING_SCORE_REASONS:  # the scorer's own call failed
+                reason = SCORER_FAILED
             self._escalate(plan.tier, model, models[stage + 1], facts, reason)
         facts.outcome = "direct" if last == 0 else "escalated"
         if not policy.allow_degraded:
@@ -294,6 +293,20 @@ class CascadeEngine:
         facts.escalated = True
         self._metrics.child(self._metrics.escalations, tier, from_model, to_model).inc()
         self._review.escalated(tier, from_model, reason, facts)
+
+
+def scored_stage_body(request: ParsedRequest, config: ModelConfig, scorer: ScorerSpec) -> bytes:
+    """A scored stage's upstream body: logprobs asked for a logprob scorer, never for a black-box
+    one (its score comes from extra calls, and the scored model may give no logprobs)."""
+    top_k = None if scorer.is_blackbox else scorer.top_k
+    return upstream_body(
+        request,
+        config.model,
+        top_k=top_k,
+        stream=False,
+        defaults=config.request_defaults,
+        capabilities=config.capabilities,
+    )
 
 
 def upstream_body(

@@ -15,7 +15,8 @@ import time
 from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any
 
-from gateway.cascade import CascadeEngine
+from gateway.blackbox_scoring import reserve_scoring_usd
+from gateway.cascade import CascadeEngine, scored_stage_body
 from gateway.config import ConfigError, LimitsConfig, LoggingConfig, ModelConfig
 from gateway.health import UpstreamHealth
 from gateway.learning.config import LearningConfig
@@ -198,7 +199,8 @@ class Gateway:
         end), each as ``policies.charges.call_bound`` prices a call: the client's fields over the
         model's request defaults (which may set the cap the client left out), at most
         ``body_bytes`` prompt tokens plus what the defaults add to the prompt, and the largest
-        completion cap for every generated choice of every prompt. Settling charges the actual
+        completion cap for every generated choice of every prompt; with a black-box scorer, the
+        extra calls of every scored stage too (``gateway.blackbox_scoring``). Settling charges the actual
         cost and releases the rest, so over-reserving never overcharges; it only keeps a key from
         starting requests it might not be able to pay for.
         """
@@ -218,7 +220,20 @@ class Gateway:
                 merged = merge_request_defaults(request.body, defaults, chat=request.kind == "chat")
                 tokens = tokens_bound(merged, body_bytes + defaults.prompt_bytes())
             total += bound_usd(model.price, *tokens)
-        return total
+        return total + self._scoring_bound_usd(plan, request)
+
+    def _scoring_bound_usd(self, plan: RoutePlan, request: ParsedRequest) -> float:
+        """Worst-case USD of a black-box scorer's extra calls on every scored stage of the route
+        (gateway.blackbox_scoring); 0 for a logprob scorer."""
+        if plan.route is None or plan.policy is None or not plan.policy.scorer.is_blackbox:
+            return 0.0
+        scorer = plan.policy.scorer
+        stages = [
+            (name, scored_stage_body(request, self.models[name], scorer))
+            for name in plan.route.models[:-1]
+            if name in self.models
+        ]
+        return reserve_scoring_usd(scorer, self.models, stages, request)
 
 
 def build_traffic_sampler(

@@ -169,7 +169,12 @@ class ShadowRunner:
                 metrics.child(metrics.shadow_calls, model, "cancelled").inc()
                 raise
         policy = sample.policy
-        score = score_response(reply.body, policy.scorer.name, policy.scorer.top_k)
+        # A black-box scorer's extra calls are not made for a shadow row: it is kept unscored.
+        score = (
+            None
+            if policy.scorer.is_blackbox
+            else score_response(reply.body, policy.scorer.name, policy.scorer.top_k)
+        )
         cost = call_charge(
             self.models[model].price, reply.body.get("usage"), call.body, answer=reply.body
         ).usd
