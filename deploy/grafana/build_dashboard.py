@@ -146,8 +146,8 @@ def panels() -> list[dict[str, Any]]:
         timeseries(
             "Escalations by reason",
             "cascade_escalation_reasons_total per tier and reason: low_score, a missing score "
-            "(no_logprobs, tool_call_only, empty_answer, scorer_failed), an invalid answer (invalid_tool_call, "
-            "invalid_structured_output) or upstream_error (docs/tool-calls.md).",
+            "(no_logprobs, tool_call_only, empty_answer, scorer_failed), an invalid answer "
+            "(invalid_tool_call, invalid_structured_output) or upstream_error (docs/tool-calls.md).",
             [
                 (
                     f"sum by (tier, reason) (rate(cascade_escalation_reasons_total{{{TIER_SEL}}}[{RI}]))",
