@@ -5,6 +5,10 @@ for logprobs at all), temperature 0, ``n=1``; a bounded number of calls run at o
 appended to the runs file as soon as its call finishes, so an interrupted run resumes where it
 stopped. A call that still fails after its retries writes no row (it is retried on the next run)
 and is counted.
+
+A question's ``tools``, ``tool_choice`` and ``response_format`` are sent with it; each row records the
+request's kind, the answer's calls and whether it passed the structural checks
+(``collection.answers``), and a ``tool_call`` question is graded on those calls.
 """
 
 from __future__ import annotations
@@ -18,10 +22,10 @@ from typing import Any
 
 import httpx
 
+from collection.answers import answer_fields, grade_message
 from collection.prompts import Prompt
 from collection.runs_writer import RunsWriter
 from collection.targets import Target
-from graders import grade
 from policies.request_defaults import merge_request_defaults
 
 RETRY_STATUSES = {429, 500, 502, 503, 504}
@@ -63,7 +67,11 @@ def request_body(prompt: Prompt, target: Target, options: CollectOptions) -> dic
     the run) are merged over the target's request defaults exactly as the gateway merges a client's
     (``policies.request_defaults``); logprobs are then added as on a scored stage.
     """
-    client: dict[str, Any] = {"messages": prompt.messages(), "temperature": options.temperature}
+    client: dict[str, Any] = {
+        "messages": prompt.messages(),
+        "temperature": options.temperature,
+        **prompt.request_fields(),
+    }
     cap = prompt.max_tokens or options.max_tokens
     if cap is None and (target.request_defaults is None or target.request_defaults.completion_cap() is None):
         cap = DEFAULT_MAX_TOKENS
@@ -83,12 +91,22 @@ def request_body(prompt: Prompt, target: Target, options: CollectOptions) -> dic
 
 
 def build_row(
-    prompt: Prompt, target: Target, body: dict[str, Any], latency_ms: float, keep_prompt: bool
+    prompt: Prompt,
+    target: Target,
+    body: dict[str, Any],
+    latency_ms: float,
+    keep_prompt: bool,
+    request: dict[str, Any] | None = None,
 ) -> dict[str, Any]:
-    """One runs-table row (docs/contracts.md#runs-table) from an upstream response body."""
+    """One runs-table row (docs/contracts.md#runs-table) from an upstream response body.
+
+    ``request`` is the body that was sent (its tools and formats are what the answer is checked
+    against); without it, the question's own fields.
+    """
     try:
         choice = body["choices"][0]
-        text = choice["message"].get("content") or ""
+        message = choice["message"]
+        text = message.get("content") or ""
     except (KeyError, IndexError, TypeError, AttributeError) as exc:
         raise CallError(f"malformed response from {target.name}: no choices[0].message") from exc
     usage = body.get("usage") or {}
@@ -98,7 +116,7 @@ def build_row(
     row: dict[str, Any] = {
         "query_id": prompt.query_id,
         "model": target.name,
-        "correct": grade(prompt.grader, text, prompt.answer, prompt.aliases),
+        "correct": grade_message(prompt, message),
         "cost_usd": target.price.cost_usd(prompt_tokens, completion_tokens),
         "prompt_tokens": prompt_tokens,
         "completion_tokens": completion_tokens,
@@ -106,6 +124,7 @@ def build_row(
         "response": text,
         "answer": prompt.answer,
         "logprobs": logprobs,
+        **answer_fields(request if request is not None else prompt.request_fields(), message),
     }
     if prompt.dataset:
         row["dataset"] = prompt.dataset
@@ -169,10 +188,9 @@ async def collect(
         async def one(prompt: Prompt, target: Target) -> None:
             async with semaphore:
                 try:
-                    body, latency_ms = await call_model(
-                        client, target, request_body(prompt, target, options), options.retries
-                    )
-                    writer.write(build_row(prompt, target, body, latency_ms, options.keep_prompt))
+                    payload = request_body(prompt, target, options)
+                    body, latency_ms = await call_model(client, target, payload, options.retries)
+                    writer.write(build_row(prompt, target, body, latency_ms, options.keep_prompt, payload))
                     summary.written += 1
                 except CallError as exc:
                     summary.failed += 1
