@@ -23,6 +23,7 @@ values by the rule above (unknown keys wrong, missing keys only when ``""`` is a
 
 from __future__ import annotations
 
+import contextlib
 import json
 import re
 from collections.abc import Sequence
@@ -55,10 +56,8 @@ def parse_calls(response: str) -> list[tuple[str, Any]]:
             return []
         arguments = item.get("arguments", {})
         if isinstance(arguments, str):
-            try:
+            with contextlib.suppress(json.JSONDecodeError):  # kept as text: matches nothing
                 arguments = json.loads(arguments) if arguments.strip() else {}
-            except json.JSONDecodeError:
-                pass
         calls.append((item["name"], arguments))
     return calls
 
@@ -131,7 +130,8 @@ def _paired(calls: list[tuple[str, Any]], expected: list[tuple[str, dict[str, li
         return not calls
     first, rest = expected[0], expected[1:]
     return any(
-        call_matches(call, first) and _paired(calls[:i] + calls[i + 1 :], rest) for i, call in enumerate(calls)
+        call_matches(call, first) and _paired(calls[:i] + calls[i + 1 :], rest)
+        for i, call in enumerate(calls)
     )
 
 

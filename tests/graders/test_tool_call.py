@@ -20,7 +20,9 @@ NESTED = json.dumps(
     [
         {
             "db_fetch": {
-                "conditions": [{"department": ["Science"], "school": ["Bluebird High School", "Bluebird HS"]}],
+                "conditions": [
+                    {"department": ["Science"], "school": ["Bluebird High School", "Bluebird HS"]}
+                ],
                 "fields": [["name", "age"]],
                 "limit": ["", 10],
             }
@@ -60,7 +62,13 @@ def test_accepts_the_right_function_with_accepted_values(arguments: dict[str, An
         (calls(("calculate_triangle_area", {"base": 10, "height": 5, "color": "red"})), "unknown argument"),
         (calls(("calculate_triangle_area", '{"base": 10, "height": 5')), "arguments not JSON"),
         (calls(("calculate_triangle_area", "[10, 5]")), "arguments not an object"),
-        (calls(("calculate_triangle_area", {"base": 10, "height": 5}),) * 2, "one call too many"),
+        (
+            calls(
+                ("calculate_triangle_area", {"base": 10, "height": 5}),
+            )
+            * 2,
+            "one call too many",
+        ),
         ("The area is 25 square units.", "text, no call"),
         ("", "empty answer"),
     ],
@@ -79,8 +87,10 @@ def test_a_boolean_is_not_a_number() -> None:
 
 def test_strings_compare_after_bfcl_normalization() -> None:
     answer = json.dumps([{"book": {"date": ["April 1, 2024"], "city": ["New York, NY"]}}])
-    assert grade("tool_call", calls(("book", {"date": "april 1 2024", "city": "New-York NY"})), answer) == 1.0
-    assert grade("tool_call", calls(("book", {"date": "April 2, 2024", "city": "New York, NY"})), answer) == 0.0
+    right = {"date": "april 1 2024", "city": "New-York NY"}
+    wrong = {"date": "April 2, 2024", "city": "New York, NY"}
+    assert grade("tool_call", calls(("book", right)), answer) == 1.0
+    assert grade("tool_call", calls(("book", wrong)), answer) == 0.0
 
 
 def test_parallel_calls_match_in_any_order_and_each_once() -> None:
