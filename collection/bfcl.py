@@ -196,6 +196,14 @@ def select(
     return [rows[i] for i in sorted(calibration)], [rows[i] for i in sorted(heldout)]
 
 
+def interleave(groups: list[list[dict[str, Any]]]) -> list[dict[str, Any]]:
+    """Rows round-robin over the categories, so the first N questions of a file (``--limit``) mix them."""
+    rows: list[dict[str, Any]] = []
+    for position in range(max(map(len, groups), default=0)):
+        rows += [group[position] for group in groups if position < len(group)]
+    return rows
+
+
 def _write(path: Path, rows: list[dict[str, Any]]) -> None:
     path.write_text("".join(json.dumps(row, ensure_ascii=False) + "\n" for row in rows), encoding="utf-8")
 
@@ -218,18 +226,18 @@ def main(argv: list[str] | None = None) -> None:
                 [sys.executable, "-m", "pip", "download", "--no-deps", "-q", PACKAGE, "-d", tmp], check=True
             )
             wheel = next(Path(tmp).glob("bfcl_eval-*.whl"))
-        calibration: list[dict[str, Any]] = []
-        heldout: list[dict[str, Any]] = []
+        calibration: list[list[dict[str, Any]]] = []
+        heldout: list[list[dict[str, Any]]] = []
         with open_wheel(wheel) as archive:
             for offset, category in enumerate(args.categories.split(",")):
                 cal, held = select(read_category(archive, category), args.n, share, args.seed + offset)
-                calibration += cal
-                heldout += held
-    _write(args.output, calibration)
-    print(f"wrote {len(calibration)} questions to {args.output}")
+                calibration.append(cal)
+                heldout.append(held)
+    _write(args.output, interleave(calibration))
+    print(f"wrote {sum(map(len, calibration))} questions to {args.output}")
     if args.heldout:
-        _write(args.heldout, heldout)
-        print(f"wrote {len(heldout)} held-out questions to {args.heldout}")
+        _write(args.heldout, interleave(heldout))
+        print(f"wrote {sum(map(len, heldout))} held-out questions to {args.heldout}")
 
 
 if __name__ == "__main__":

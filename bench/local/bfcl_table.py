@@ -1,0 +1,103 @@
+"""Per-model tables of a BFCL runs file: accuracy per category, invalid calls caught, AUROC of every scorer.
+
+    .venv/bin/python bench/local/bfcl_table.py data/local/bfcl-runs.jsonl.gz [--top-k 15]
+
+Prints Markdown tables (docs/bfcl.md):
+
+* per model and category (the ``subject`` column): questions, accuracy, answers that failed the
+  structural checks (``valid`` false), answers with no call, mean prompt / completion tokens,
+  mean cost and median latency;
+* per model, the AUROC of each logprob scorer (``policies.scorers``) for telling right answers from
+  wrong ones, on every row (an invalid answer scores ``-inf``, as calibration scores it) and on the
+  valid rows only (what the score alone must tell apart once the checks have done their part).
+"""
+
+from __future__ import annotations
+
+import argparse
+import gzip
+import json
+import statistics
+from collections import defaultdict
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from calibration.diagnostics import auroc
+from policies.scorers import SCORERS, score_logprobs
+
+
+def read_rows(path: Path) -> list[dict[str, Any]]:
+    """The runs rows of a .jsonl or .jsonl.gz file."""
+    opener = gzip.open if path.name.endswith(".gz") else open
+    with opener(path, "rt", encoding="utf-8") as handle:
+        return [json.loads(line) for line in handle if line.strip()]
+
+
+def category_table(rows: list[dict[str, Any]]) -> list[str]:
+    """Markdown: one line per (model, category) and per model over all categories."""
+    groups: dict[tuple[str, str], list[dict[str, Any]]] = defaultdict(list)
+    for row in rows:
+        groups[(row["model"], row.get("subject") or "-")].append(row)
+        groups[(row["model"], "all")].append(row)
+    lines = [
+        "| model | category | questions | accuracy | invalid (checks) | no call | prompt / completion tokens "
+        "| mean cost | median latency |",
+        "|---|---|---|---|---|---|---|---|---|",
+    ]
+    for (model, category), members in sorted(groups.items(), key=lambda kv: (kv[0][0], kv[0][1] == "all")):
+        n = len(members)
+        lines.append(
+            f"| {model} | {category} | {n} | {sum(r['correct'] for r in members) / n:.3f} "
+            f"| {sum(r.get('valid') is False for r in members)} "
+            f"| {sum(not r.get('tool_calls') for r in members)} "
+            f"| {statistics.mean(r['prompt_tokens'] for r in members):.0f} / "
+            f"{statistics.mean(r['completion_tokens'] for r in members):.0f} "
+            f"| ${statistics.mean(r['cost_usd'] for r in members):.3g} "
+            f"| {statistics.median(r['latency_ms'] for r in members) / 1000:.1f} s |"
+        )
+    return lines
+
+
+def scorer_table(rows: list[dict[str, Any]], top_k: int) -> list[str]:
+    """Markdown: AUROC of each scorer per model, all rows (invalid = -inf) / valid rows only."""
+    models = sorted({r["model"] for r in rows})
+    header = "| scorer | " + " | ".join(f"{m}: all / valid only" for m in models) + " |"
+    lines = [header, "|---|" + "---|" * len(models)]
+    for scorer in SCORERS:
+        cells = []
+        for model in models:
+            members = [r for r in rows if r["model"] == model]
+            scores = np.array(
+                [
+                    -np.inf
+                    if r.get("valid") is False
+                    else (score_logprobs(r["logprobs"], scorer, top_k) or np.nan)
+                    for r in members
+                ]
+            )
+            correct = np.array([r["correct"] >= 0.5 for r in members])
+            valid = np.array([r.get("valid") is not False for r in members])
+            known = ~np.isnan(scores)
+            cells.append(
+                f"{auroc(scores[known], correct[known]):.3f} / "
+                f"{auroc(scores[known & valid], correct[known & valid]):.3f}"
+            )
+        lines.append(f"| `{scorer}` | " + " | ".join(cells) + " |")
+    return lines
+
+
+def main(argv: list[str] | None = None) -> None:
+    parser = argparse.ArgumentParser(description=(__doc__ or "").splitlines()[0])
+    parser.add_argument("runs", type=Path)
+    parser.add_argument("--top-k", type=int, default=15)
+    args = parser.parse_args(argv)
+    rows = read_rows(args.runs)
+    print("\n".join(category_table(rows)))
+    print()
+    print("\n".join(scorer_table(rows, args.top_k)))
+
+
+if __name__ == "__main__":
+    main()
