@@ -15,6 +15,11 @@ thresholds[i])``. The last stage is not scored. Faults:
 * an answer without usable logprobs (including pure tool calls, which have no content tokens):
   the policy's ``on_missing_score`` rule.
 
+Every answer is also checked (gateway.answer_review, docs/tool-calls.md): calls a model writes as
+content are normalized into ``tool_calls`` (after scoring), a scored stage whose answer fails a
+structural check escalates whatever its score, a final stage's invalid answer is returned and
+counted; every escalation records its reason.
+
 A streamed request is served by ``CascadeEngine.stream`` as client-ready SSE events: the scored
 stages are the same, an accepted answer is replayed, the final stage is relayed live by
 gateway.live (which charges it however the stream ends).
@@ -35,6 +40,7 @@ from typing import Any
 
 import orjson
 
+from gateway.answer_review import AnswerReview
 from gateway.config import ModelConfig
 from gateway.facts import AnswerKeeper, CascadeFacts
 from gateway.live import LiveRelay, StreamChunk, StreamEvent, StreamStart, WholeAnswer
@@ -43,7 +49,7 @@ from gateway.requests import ParsedRequest, positive_int
 from gateway.routing import RoutePlan
 from gateway.streaming import SSE_HEADERS, replay
 from gateway.upstream import UpstreamFailure, UpstreamPool, UpstreamReply
-from policies import score_response, should_escalate
+from policies import score_response
 from policies.charges import Charge, call_charge, sent_bound
 from policies.request_defaults import RequestDefaults, merge_request_defaults
 
@@ -76,6 +82,7 @@ class CascadeEngine:
         self._models = models
         self._pool = pool
         self._metrics = metrics
+        self._review = AnswerReview(models, metrics)
 
     @staticmethod
     def new_facts(
@@ -107,6 +114,12 @@ class CascadeEngine:
         stage = await self._scored_stages(plan, request, deadline, facts)
         if isinstance(stage, dict):
             return CascadeResult(facts, stage)
+        return CascadeResult(facts, await self._final_answer(stage, request, deadline, facts))
+
+    async def _final_answer(
+        self, stage: FinalStage, request: ParsedRequest, deadline: float, facts: CascadeFacts
+    ) -> dict[str, Any]:
+        """Call the final stage non-streamed: its (reviewed) answer, or the fallback if it fails."""
         config = self._models[stage.model]
         body = upstream_body(
             request, config.model, top_k=None, stream=False, defaults=config.request_defaults
@@ -115,9 +128,10 @@ class CascadeEngine:
         try:
             reply, _ = await self._call(stage.model, request, body, deadline, facts)
         except UpstreamFailure as failure:
-            return CascadeResult(facts, self._fall_back(stage, failure, facts))
+            return self._fall_back(stage, failure, facts)
         facts.answered_by = stage.model
-        return CascadeResult(facts, reply.body)
+        self._review.final(stage.model, request, reply.body, facts)
+        return reply.body
 
     async def stream(
         self, plan: RoutePlan, request: ParsedRequest, deadline: float, facts: CascadeFacts, started: float
@@ -131,18 +145,23 @@ class CascadeEngine:
         final chunk). Close the iterator (``contextlib.aclosing``) so an abandoned stream is charged.
         """
         stage = await self._scored_stages(plan, request, deadline, facts)
+        if not isinstance(stage, dict) and self._review.writes_calls(stage.model, request):
+            # Calls written as content cannot be normalized token by token: fetch and replay.
+            stage = await self._final_answer(stage, request, deadline, facts)
         if isinstance(stage, dict):
             for event in self._replay(stage, facts, request, started):
                 yield event
             return
         config = self._models[stage.model]
         body = upstream_body(request, config.model, top_k=None, stream=True, defaults=config.request_defaults)
-        relay = LiveRelay(self._pool[stage.model], config.price, request, facts, self.record, started)
+        watch = self._review.watch(stage.model, request, facts)
+        relay = LiveRelay(self._pool[stage.model], config.price, request, facts, self.record, started, watch)
         events = relay.events(body, deadline)
         async with aclosing(events):
             try:
                 async for live in events:
                     if isinstance(live, WholeAnswer):  # an upstream that ignores ``stream``
+                        self._review.final(stage.model, request, live.body, facts)
                         for replayed in self._replay(live.body, facts, request, started):
                             yield replayed
                         return
@@ -177,7 +196,7 @@ class CascadeEngine:
                 called, charge = await self._call(model, request, body, deadline, facts)
             except UpstreamFailure as failure:
                 facts.failures.append(failure.kind)
-                self._escalate(plan.tier, model, models[stage + 1], facts)
+                self._escalate(plan.tier, model, models[stage + 1], facts, "upstream_error")
                 continue
             reply = called.body
             score = score_response(reply, policy.scorer.name, top_k)
@@ -187,12 +206,16 @@ class CascadeEngine:
             if score is not None:
                 self._metrics.child(self._metrics.confidence, plan.tier, model).observe(score)
                 self._metrics.drift.observe(policy.policy_id, plan.tier, model, score)
-            if not should_escalate(score, thresholds[stage], policy.on_missing_score):
+            reason, problem = self._review.scored(
+                model, request, reply, facts, score, thresholds[stage], policy.on_missing_score
+            )
+            if reason is None:
                 facts.answered_by = model
                 facts.outcome = "accepted" if stage == 0 else "escalated"
                 return reply
-            fallback, fallback_model = reply, model
-            self._escalate(plan.tier, model, models[stage + 1], facts)
+            if problem is None:  # a certainly wrong answer is no fallback
+                fallback, fallback_model = reply, model
+            self._escalate(plan.tier, model, models[stage + 1], facts, reason)
         facts.outcome = "direct" if last == 0 else "escalated"
         if not policy.allow_degraded:
             fallback = fallback_model = None
@@ -247,9 +270,11 @@ class CascadeEngine:
         if charge.completion_tokens:
             metrics.child(metrics.tokens, model, "completion").inc(charge.completion_tokens)
 
-    def _escalate(self, tier: str, from_model: str, to_model: str, facts: CascadeFacts) -> None:
+    def _escalate(self, tier: str, from_model: str, to_model: str, facts: CascadeFacts, reason: str) -> None:
+        """Count an escalation and its reason (gateway.answer_review.ESCALATION_REASONS)."""
         facts.escalated = True
         self._metrics.child(self._metrics.escalations, tier, from_model, to_model).inc()
+        self._review.escalated(tier, from_model, reason, facts)
 
 
 def upstream_body(

@@ -344,6 +344,16 @@ class ApiEndpoint:
             )
             if facts.failures:
                 fields["upstream_failures"] = facts.failures
+            if facts.escalation_reasons:
+                fields["escalation_reasons"] = facts.escalation_reasons
+            if facts.invalid_answers:
+                # The detail quotes the answer (a value it gave): logged only where prompts are.
+                with_detail = self.gateway.logs.log_prompts
+                fields["invalid_answers"] = [
+                    {"model": model, "check": p.kind, **({"detail": p.detail} if with_detail else {})}
+                    for model, p in facts.invalid_answers
+                ]
+                fields["answer_problem"] = facts.answer_problem
         log_event("request", **fields)
 
 

@@ -53,6 +53,11 @@ class ModelConfig(_Section):
     request_defaults: RequestDefaults | None = Field(
         None, description="fields merged under the client's own (policies/request_defaults.py)"
     )
+    tool_calls: Literal["native", "content"] = Field(
+        "native",
+        description="how the model writes function calls: native (message.tool_calls) or content "
+        "(JSON in message.content, normalized into tool_calls by the gateway; docs/tool-calls.md)",
+    )
 
     @field_validator("base_url")
     @classmethod

@@ -11,6 +11,8 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
+from policies.answer_checks import AnswerProblem
+
 # Keeps one scored stage's answer: (model, upstream body, seconds, score, USD its call was charged).
 AnswerKeeper = Callable[[str, dict[str, Any], float, float | None, float], None]
 
@@ -33,6 +35,12 @@ class CascadeFacts:
     within_budget: bool = True
     failures: list[str] = field(default_factory=list)
     route: list[str] = field(default_factory=list)
+    # Why each escalation happened, in order (gateway.answer_review.ESCALATION_REASONS).
+    escalation_reasons: list[str] = field(default_factory=list)
+    # Every answer that failed a structural check: (model, problem), final stage included.
+    invalid_answers: list[tuple[str, AnswerProblem]] = field(default_factory=list)
+    # The check the returned answer failed (a final stage's answer is returned as it is), if any.
+    answer_problem: str | None = None
     # Set only for a request the traffic sampler drew: its scored answers are reused, never re-bought.
     keep_answer: AnswerKeeper | None = None
 
@@ -44,6 +52,7 @@ class CascadeFacts:
             (b"x-cascade-model", (self.answered_by or "none").encode()),
             (b"x-cascade-models-called", ",".join(self.models_called).encode()),
             (b"x-cascade-escalated", b"true" if self.escalated else b"false"),
+            (b"x-cascade-escalation-reason", ",".join(self.escalation_reasons).encode() or b"none"),
             (b"x-cascade-score", _number(self.score)),
             (b"x-cascade-threshold", _number(self.threshold)),
             (b"x-cascade-cost-usd", f"{self.cost_usd:.10g}".encode()),
@@ -63,6 +72,8 @@ class CascadeFacts:
             "model": self.answered_by,
             "models_called": self.models_called,
             "escalated": self.escalated,
+            "escalation_reasons": self.escalation_reasons,
+            "answer_problem": self.answer_problem,
             "score": self.score,
             "threshold": self.threshold,
             "cost_usd": self.cost_usd,

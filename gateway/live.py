@@ -22,6 +22,7 @@ from collections.abc import AsyncGenerator, Callable
 from dataclasses import dataclass
 from typing import Any
 
+from gateway.answer_review import StreamedAnswer
 from gateway.errors import GatewayError
 from gateway.facts import CascadeFacts
 from gateway.requests import ParsedRequest
@@ -121,15 +122,18 @@ class LiveRelay:
         facts: CascadeFacts,
         record: Callable[[CascadeFacts, str, Charge], None],
         started: float,
+        watch: StreamedAnswer | None = None,
     ):
         """``price``: the model's; ``record(facts, model, charge)`` accounts one call; ``started`` is
-        the request's perf_counter."""
+        the request's perf_counter; ``watch`` assembles the streamed answer for the structural
+        checks (gateway.answer_review), checked before the last chunk carries the facts."""
         self._client = client
         self._price = price
         self._request = request
         self._facts = facts
         self._record = record
         self._started = started
+        self._watch = watch
 
     def _overhead_ms(self, running_s: float = 0.0) -> float:
         """Gateway time so far: all but the finished upstream calls and ``running_s`` of this one."""
@@ -171,6 +175,8 @@ class LiveRelay:
                 held: dict[str, Any] | None = None
                 async for event in upstream_events(response, model):
                     tally.observe(event)
+                    if self._watch is not None:
+                        self._watch.observe(event)
                     if not started:
                         if not event.get("choices"):
                             continue  # nothing for the client yet (a usage-only or empty chunk)
@@ -187,6 +193,8 @@ class LiveRelay:
                 if held is None:
                     raise UpstreamFailure(model, "malformed", "stream carried no choices")
                 finish()
+                if self._watch is not None:
+                    self._watch.close()
                 held["cascade"] = facts.as_dict(self._overhead_ms())
                 yield StreamChunk(sse(held) + DONE, last=True)
         except UpstreamFailure as failure:

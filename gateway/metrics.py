@@ -59,6 +59,18 @@ class GatewayMetrics:
             ["tier", "from_model", "to_model"],
             registry=r,
         )
+        self.escalation_reasons = Counter(
+            "cascade_escalation_reasons",
+            "Escalations by the reason the stage's answer was not kept (gateway/answer_review.py).",
+            ["tier", "model", "reason"],
+            registry=r,
+        )
+        self.invalid_answers = Counter(
+            "cascade_invalid_answers",
+            "Answers that failed a structural check (final stages included), by check.",
+            ["tier", "model", "check"],
+            registry=r,
+        )
         self.request_duration = Histogram(
             "cascade_request_duration_seconds",
             "Whole request duration.",

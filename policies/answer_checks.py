@@ -30,6 +30,8 @@ from policies.tool_calls import ToolCall, answer_calls
 ProblemKind = Literal["invalid_tool_call", "invalid_structured_output"]
 PROBLEM_KINDS: tuple[ProblemKind, ...] = ("invalid_tool_call", "invalid_structured_output")
 
+_NOT_JSON = object()  # content that does not parse (JSON null does, and a schema may allow it)
+
 # Schema errors are reported by their first message only, cut to this length (it names a value).
 _DETAIL_CHARS = 200
 
@@ -45,7 +47,9 @@ class AnswerProblem:
 def check_answer(request: Mapping[str, Any], message: Mapping[str, Any] | None) -> AnswerProblem | None:
     """The first structural problem of the chat ``message`` answering ``request``, or None."""
     functions = declared_functions(request)
-    calls = answer_calls(message)
+    # Content that merely looks like a call is text when the request declares no function (a JSON
+    # answer to a json_schema asking for {"name": ..., "arguments": ...} is no call).
+    calls = answer_calls(message, in_content=bool(functions))
     problem = _tool_choice_problem(request.get("tool_choice"), calls, bool(functions))
     if problem is not None:
         return problem
@@ -118,10 +122,10 @@ def _structured_output_problem(
         return None
     content = message.get("content") if isinstance(message, Mapping) else None
     try:
-        value = orjson.loads(content) if isinstance(content, str) else None
+        value = orjson.loads(content) if isinstance(content, str) else _NOT_JSON
     except orjson.JSONDecodeError:
-        value = None
-    if value is None:
+        value = _NOT_JSON
+    if value is _NOT_JSON:
         return AnswerProblem("invalid_structured_output", "the content is not JSON")
     if kind == "json_object":
         if not isinstance(value, dict):

@@ -63,15 +63,18 @@ def request_kind(body: Mapping[str, Any]) -> RequestKind:
     return "text"
 
 
-def answer_calls(message: Mapping[str, Any] | None) -> list[ToolCall]:
-    """The calls a chat message makes: ``tool_calls`` if any, else calls written in ``content``."""
+def answer_calls(message: Mapping[str, Any] | None, *, in_content: bool = True) -> list[ToolCall]:
+    """The calls a chat message makes: ``tool_calls`` if any, else calls written in ``content``
+    (unless ``in_content`` is false: then a message without ``tool_calls`` makes none)."""
     if not isinstance(message, Mapping):
         return []
     listed = message.get("tool_calls")
     if isinstance(listed, list) and listed:
         return [_listed_call(entry) for entry in listed]
     content = message.get("content")
-    return calls_in_content(content) or [] if isinstance(content, str) else []
+    if not in_content or not isinstance(content, str):
+        return []
+    return calls_in_content(content) or []
 
 
 def _listed_call(entry: Any) -> ToolCall:

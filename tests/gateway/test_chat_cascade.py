@@ -179,13 +179,19 @@ def test_configured_model_name_is_plain_passthrough(gateway, upstream) -> None:
     assert upstream.calls("up-small") == []
 
 
+TOOLS = [{"type": "function", "function": {"name": "f", "parameters": {"type": "object"}}}]
+
+
 def test_tool_call_answer_has_no_score_and_follows_on_missing_score(gateway, upstream) -> None:
     call = {"id": "c1", "type": "function", "function": {"name": "f", "arguments": "{}"}}
     upstream.script("up-small", ok(None, tool_calls=[call]))
     upstream.script("up-large", ok(None, tool_calls=[call]))
-    raw = gateway.client().chat.completions.with_raw_response.create(model="cascade", messages=MESSAGES)
+    raw = gateway.client().chat.completions.with_raw_response.create(
+        model="cascade", messages=MESSAGES, tools=TOOLS
+    )
     assert raw.headers["x-cascade-score"] == "none"
     assert raw.headers["x-cascade-models-called"] == "small,large"  # on_missing_score: escalate
+    assert raw.headers["x-cascade-escalation-reason"] == "tool_call_only"
     assert raw.parse().choices[0].message.tool_calls[0].function.name == "f"
 
 
@@ -195,9 +201,12 @@ def test_tool_call_accepted_when_policy_accepts_missing_scores(
     gateway = start_gateway(make_settings(write_policy(on_missing_score="accept")))
     call = {"id": "c1", "type": "function", "function": {"name": "f", "arguments": "{}"}}
     upstream.script("up-small", ok(None, tool_calls=[call]))
-    raw = gateway.client().chat.completions.with_raw_response.create(model="cascade", messages=MESSAGES)
+    raw = gateway.client().chat.completions.with_raw_response.create(
+        model="cascade", messages=MESSAGES, tools=TOOLS
+    )
     assert raw.headers["x-cascade-models-called"] == "small"
     assert raw.headers["x-cascade-escalated"] == "false"
+    assert raw.headers["x-cascade-escalation-reason"] == "none"
 
 
 async def test_async_client_accepts_and_escalates(gateway, upstream) -> None:
