@@ -13,7 +13,7 @@ from typing import Any
 
 from collection.prompts import Prompt
 from graders import grade
-from policies.answer_checks import check_answer
+from policies.answer_checks import check_answer, declared_functions
 from policies.tool_calls import ToolCall, answer_calls, request_kind
 
 
@@ -26,10 +26,11 @@ def answer_fields(request: Mapping[str, Any], message: Mapping[str, Any] | None)
     """The ``kind``, ``valid``, ``problem`` (and, for calls, ``tool_calls``) of an answer.
 
     ``tool_calls`` is written for tool requests and for any answer that makes calls; calls written
-    as JSON in the content count (``policies.tool_calls.answer_calls``).
+    as JSON in the content count when the request declares functions (as ``check_answer`` reads
+    them: otherwise call-shaped content is text).
     """
     kind = request_kind(request)
-    calls = answer_calls(message)
+    calls = answer_calls(message, in_content=bool(declared_functions(request)))
     problem = check_answer(request, message)
     fields: dict[str, Any] = {
         "kind": kind,
@@ -44,7 +45,8 @@ def answer_fields(request: Mapping[str, Any], message: Mapping[str, Any] | None)
 def graded_text(prompt: Prompt, message: Mapping[str, Any] | None) -> str:
     """What the prompt's grader reads: the calls as JSON for ``tool_call``, else the content."""
     if prompt.grader == "tool_call":
-        return json.dumps(calls_json(answer_calls(message)), ensure_ascii=False)
+        calls = answer_calls(message, in_content=bool(declared_functions(prompt.request_fields())))
+        return json.dumps(calls_json(calls), ensure_ascii=False)
     content = message.get("content") if isinstance(message, Mapping) else None
     return content if isinstance(content, str) else ""
 
