@@ -9,7 +9,11 @@ Prints Markdown tables (docs/bfcl.md):
   mean cost and median latency;
 * per model, the AUROC of each logprob scorer (``policies.scorers``) for telling right answers from
   wrong ones, on every row (an invalid answer scores ``-inf``, as calibration scores it) and on the
-  valid rows only (what the score alone must tell apart once the checks have done their part).
+  valid rows only (what the score alone must tell apart once the checks have done their part);
+* with ``--policy POLICY.json``, per tier of that policy replayed on the runs (each route, as the
+  gateway runs it: a stage's answer is accepted iff it is valid and its score is at least the
+  stage's threshold; the last stage's answer is returned as it is): quality, cost, escalation rate,
+  invalid answers accepted by a scored stage and invalid answers returned by a final stage.
 """
 
 from __future__ import annotations
@@ -25,6 +29,7 @@ from typing import Any
 import numpy as np
 
 from calibration.diagnostics import auroc
+from collection.bfcl import CATEGORIES
 from policies.scorers import SCORERS, score_logprobs
 
 
@@ -46,7 +51,10 @@ def category_table(rows: list[dict[str, Any]]) -> list[str]:
         "| mean cost | median latency |",
         "|---|---|---|---|---|---|---|---|---|",
     ]
-    for (model, category), members in sorted(groups.items(), key=lambda kv: (kv[0][0], kv[0][1] == "all")):
+    order = [*CATEGORIES, "all"]
+    for (model, category), members in sorted(
+        groups.items(), key=lambda kv: (kv[0][0], order.index(kv[0][1]) if kv[0][1] in order else -1)
+    ):
         n = len(members)
         lines.append(
             f"| {model} | {category} | {n} | {sum(r['correct'] for r in members) / n:.3f} "
@@ -88,15 +96,62 @@ def scorer_table(rows: list[dict[str, Any]], top_k: int) -> list[str]:
     return lines
 
 
+def tier_table(rows: list[dict[str, Any]], policy_path: Path) -> list[str]:
+    """Markdown: each tier of the policy on these runs, invalid answers accepted / returned."""
+    policy = json.loads(policy_path.read_text())
+    scorer, top_k = policy["scorer"]["name"], policy["scorer"]["top_k"]
+    by_query: dict[str, dict[str, dict[str, Any]]] = defaultdict(dict)
+    for row in rows:
+        by_query[row["query_id"]][row["model"]] = row
+    lines = [
+        "| tier | route | quality | cost / question | escalation | invalid accepted by a scored stage "
+        "| invalid returned by the final stage |",
+        "|---|---|---|---|---|---|---|",
+    ]
+    for name, tier in policy["tiers"].items():
+        quality = cost = escalated = accepted_invalid = returned_invalid = 0.0
+        for route in tier["routes"]:
+            weight = route["weight"]
+            for answers in by_query.values():
+                for stage, model in enumerate(route["models"]):
+                    row = answers[model]
+                    cost += weight * row["cost_usd"]
+                    final = stage == len(route["models"]) - 1
+                    valid = row.get("valid") is not False
+                    score = score_logprobs(row["logprobs"], scorer, top_k)
+                    if final or (valid and score is not None and score >= route["thresholds"][stage]):
+                        quality += weight * row["correct"]
+                        accepted_invalid += weight * (not valid and not final)
+                        returned_invalid += weight * (not valid and final)
+                        escalated += weight * (stage > 0)
+                        break
+        n = len(by_query)
+        routes = "; ".join(
+            f"{route['weight']:g} x "
+            + " -> ".join(route["models"])
+            + "".join(f" @ {t:.4g}" for t in route["thresholds"])
+            for route in tier["routes"]
+        )
+        lines.append(
+            f"| {name} | {routes} | {quality / n:.3f} | ${cost / n:.3g} | {escalated / n:.1%} "
+            f"| {accepted_invalid:g} | {returned_invalid:g} |"
+        )
+    return lines
+
+
 def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(description=(__doc__ or "").splitlines()[0])
     parser.add_argument("runs", type=Path)
     parser.add_argument("--top-k", type=int, default=15)
+    parser.add_argument("--policy", type=Path, help="also replay this policy's tiers on the runs")
     args = parser.parse_args(argv)
     rows = read_rows(args.runs)
     print("\n".join(category_table(rows)))
     print()
     print("\n".join(scorer_table(rows, args.top_k)))
+    if args.policy:
+        print()
+        print("\n".join(tier_table(rows, args.policy)))
 
 
 if __name__ == "__main__":
