@@ -198,8 +198,8 @@ def build_report(
     ``policy`` (file, policy_id, served_policy_ids, matches), ``arms`` (one per tier/budget, see
     ``summarize_arm``: requests, missing, expected_from, expected_route, quality/cost_usd/
     escalation_rate as {realized, low, high, method, expected, outside}, outside, ok, latency_ms
-    {p50, p95, mean}, served_tiers, answered_by, degraded, over_budget, invalid_answers), ``flags`` (one sentence
-    each) and ``ok`` (no flag).
+    {p50, p95, mean}, served_tiers, answered_by, degraded, over_budget, invalid_answers), ``flags``
+    (one sentence each) and ``ok`` (no flag).
     """
     wanted = set(questions)
     by_arm = _rows_by_arm(rows, arms, wanted)
