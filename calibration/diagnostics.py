@@ -77,8 +77,12 @@ def spearman(x: np.ndarray, y: np.ndarray) -> float:
 
 
 def score_bins(score: np.ndarray, n_bins: int = N_BINS) -> tuple[np.ndarray, int]:
-    """Equal-count bins of ``score`` (n,): ``(bin index (n,), bin count B)``; tied edges merge."""
-    edges = np.unique(np.quantile(score, np.linspace(0.0, 1.0, n_bins + 1)))
+    """Equal-count bins of ``score`` (n,): ``(bin index (n,), bin count B)``; tied edges merge.
+
+    Edges come from the finite scores; a ``-inf`` score (an invalid answer) falls in the first bin.
+    """
+    finite = score[np.isfinite(score)]
+    edges = np.unique(np.quantile(finite if finite.size else np.zeros(1), np.linspace(0.0, 1.0, n_bins + 1)))
     inner = edges[1:-1]
     return np.searchsorted(inner, score, side="right"), inner.size + 1
 

@@ -45,11 +45,14 @@ def frontier_thresholds(score_l: np.ndarray) -> np.ndarray:
     """(T,) every distinct score of L ascending, then one just above the maximum.
 
     The smallest escalates nothing (no score is below the minimum), the last escalates every
-    query; each step in between escalates one more group of tied scores.
+    query; each step in between escalates one more group of tied scores. Only finite scores are
+    thresholds: a ``-inf`` score (an answer that failed the structural checks, ``calibration.runs``)
+    is below every threshold, so it is always escalated.
     """
     distinct = np.unique(np.asarray(score_l, dtype=np.float64))
+    distinct = distinct[np.isfinite(distinct)]
     if distinct.size == 0:
-        return distinct
+        return np.zeros(1) if np.size(score_l) else distinct  # every score is -inf: escalate all
     return np.append(distinct, np.nextafter(distinct[-1], np.inf))
 
 

@@ -1,7 +1,10 @@
 """The runs table (docs/contracts.md#runs-table) as a query x model matrix of quality, cost and score.
 
 ``load_runs`` reads CSV / CSV.gz / Parquet / JSONL, validates it row by row and pivots it into a
-``RunsMatrix``. Every input problem becomes a ``RunsError`` whose one-line message names the file,
+``RunsMatrix``. A row whose answer failed the structural checks (``valid`` false, recorded by
+``cascade collect``) gets the score ``-inf`` whatever its logprobs say: the gateway escalates such an
+answer whatever its score, so no threshold may accept it (``calibration.frontier`` only ever
+chooses finite thresholds). Every input problem becomes a ``RunsError`` whose one-line message names the file,
 the row (1-based record number; in a CSV that is line row + 1) and the column.
 """
 
@@ -33,6 +36,9 @@ REQUIRED_COLUMNS = ("query_id", "model", "correct")
 COST_COLUMNS = ("cost_usd", "prompt_tokens", "completion_tokens")
 LOGPROBS_COLUMN = "logprobs"
 STRATA_COLUMN = "dataset"
+VALID_COLUMN = "valid"
+_FALSE_TEXT = {"false", "0"}
+_TRUE_TEXT = {"true", "1"}
 DEFAULT_SCORER = "mean_token_negentropy"
 DEFAULT_TOP_K = 15
 
@@ -157,7 +163,7 @@ def load_runs(
     if score_column is not None and scorer is not None:
         raise RunsError("give either a score column or a scorer, not both")
     price_sheet = _load_prices(prices) if prices is not None else None
-    wanted = {*REQUIRED_COLUMNS, *COST_COLUMNS, STRATA_COLUMN, *(feature_columns or [])}
+    wanted = {*REQUIRED_COLUMNS, *COST_COLUMNS, STRATA_COLUMN, VALID_COLUMN, *(feature_columns or [])}
     wanted.add(score_column if score_column is not None else LOGPROBS_COLUMN)
     if kind is not None:
         wanted.add(KIND_COLUMN)
@@ -258,6 +264,9 @@ class _Builder:
             raise self.fail(f"quality {quality[first]:g} outside [0, 1]", first, "correct")
         cost = self.cost(model, price_sheet, prices_path)
         score, score_missing, scorer_name, used_top_k = self.score(score_column, scorer, top_k)
+        invalid = self.invalid()
+        score[invalid] = -np.inf  # certainly wrong: never accepted, whatever the scorer says
+        score_missing = score_missing & ~invalid
         features = []
         for column in feature_columns:
             self.require_column(column, "feature column")
@@ -316,6 +325,24 @@ class _Builder:
                     "runs have no 'prompt_tokens'/'completion_tokens' columns"
                 ) from None
         return cost
+
+    def invalid(self) -> np.ndarray:
+        """(r,) bool: rows whose ``valid`` column is false (a missing cell counts as valid)."""
+        if VALID_COLUMN not in self.columns.values:
+            return np.zeros(self.columns.rows.shape[0], dtype=bool)
+        raw = self.columns.values[VALID_COLUMN]
+        missing = self.columns.missing[VALID_COLUMN]
+        invalid = np.zeros(raw.shape[0], dtype=bool)
+        for position in np.flatnonzero(~missing):
+            value = raw[position]
+            if isinstance(value, bool | np.bool_):
+                value = bool(value)
+            text = str(value).strip().lower()
+            if text in _FALSE_TEXT:
+                invalid[position] = True
+            elif text not in _TRUE_TEXT:
+                raise self.fail(f"expected true or false, got {value!r}", int(position), VALID_COLUMN)
+        return invalid
 
     def score(
         self, score_column: str | None, scorer: str | None, top_k: int | None

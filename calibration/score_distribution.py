@@ -5,7 +5,8 @@ scored when it is a non-final stage of some tier's route; its bin edges are the 
 of its scores on every calibration row, and per tier the expected bin shares are those of the
 rows that reach it in that tier: all rows for a first stage, the rows the previous stages
 escalated for a later one, routes of a mixture weighted by their weight. That is the population
-whose scores the gateway observes live in that tier.
+whose scores the gateway observes live in that tier. Edges come from finite scores only; a
+structurally invalid answer (score ``-inf``, ``calibration.runs``) counts in the first bin.
 """
 
 from __future__ import annotations
@@ -27,7 +28,7 @@ def score_distribution_document(
     scored = sorted({m for s in tiers.values() for r in s.routes for m in r.models[:-1]})
     if not scored or matrix.n_queries == 0:
         return None
-    edges = {m: decile_edges(matrix.score[:, matrix.model_index(m)], bin_count) for m in scored}
+    edges = {m: _edges(matrix.score[:, matrix.model_index(m)], bin_count) for m in scored}
     models = {}
     for m in scored:
         all_rows = bin_counts(edges[m], matrix.score[:, matrix.model_index(m)])
@@ -47,6 +48,11 @@ def score_distribution_document(
         if shares:
             tier_bins[name] = shares
     return {"calibration_rows": matrix.n_queries, "models": models, "tiers": tier_bins}
+
+
+def _edges(scores: np.ndarray, bin_count: int) -> list[float]:
+    finite = scores[np.isfinite(scores)]
+    return decile_edges(finite if finite.size else np.zeros(1), bin_count)
 
 
 def _shares(counts: np.ndarray) -> list[float]:

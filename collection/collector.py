@@ -5,6 +5,10 @@ for logprobs at all), temperature 0, ``n=1``; a bounded number of calls run at o
 appended to the runs file as soon as its call finishes, so an interrupted run resumes where it
 stopped. A call that still fails after its retries writes no row (it is retried on the next run)
 and is counted.
+
+A question's ``tools``, ``tool_choice`` and ``response_format`` are sent with it; each row records the
+request's kind, the answer's calls and whether it passed the structural checks
+(``collection.answers``), and a ``tool_call`` question is graded on those calls.
 """
 
 from __future__ import annotations
@@ -16,12 +20,12 @@ from typing import Any
 
 import httpx
 
+from collection.answers import answer_fields, grade_message
 from collection.prompts import Prompt
 from collection.runs_writer import RunsWriter
 from collection.scorer_calls import ScorerCallsOptions, scorer_calls
 from collection.targets import Target
 from collection.upstream_call import CallError, call_model
-from graders import grade
 from policies.request_defaults import merge_request_defaults
 
 # Completion tokens asked for when neither the question, the run nor the target's defaults set a cap
@@ -62,7 +66,11 @@ def request_body(prompt: Prompt, target: Target, options: CollectOptions) -> dic
     the run) are merged over the target's request defaults exactly as the gateway merges a client's
     (``policies.request_defaults``); logprobs are then added as on a scored stage.
     """
-    client: dict[str, Any] = {"messages": prompt.messages(), "temperature": options.temperature}
+    client: dict[str, Any] = {
+        "messages": prompt.messages(),
+        "temperature": options.temperature,
+        **prompt.request_fields(),
+    }
     cap = prompt.max_tokens or options.max_tokens
     if cap is None and (target.request_defaults is None or target.request_defaults.completion_cap() is None):
         cap = DEFAULT_MAX_TOKENS
@@ -82,12 +90,22 @@ def request_body(prompt: Prompt, target: Target, options: CollectOptions) -> dic
 
 
 def build_row(
-    prompt: Prompt, target: Target, body: dict[str, Any], latency_ms: float, keep_prompt: bool
+    prompt: Prompt,
+    target: Target,
+    body: dict[str, Any],
+    latency_ms: float,
+    keep_prompt: bool,
+    request: dict[str, Any] | None = None,
 ) -> dict[str, Any]:
-    """One runs-table row (docs/contracts.md#runs-table) from an upstream response body."""
+    """One runs-table row (docs/contracts.md#runs-table) from an upstream response body.
+
+    ``request`` is the body that was sent (its tools and formats are what the answer is checked
+    against); without it, the question's own fields.
+    """
     try:
         choice = body["choices"][0]
-        text = choice["message"].get("content") or ""
+        message = choice["message"]
+        text = message.get("content") or ""
     except (KeyError, IndexError, TypeError, AttributeError) as exc:
         raise CallError(f"malformed response from {target.name}: no choices[0].message") from exc
     usage = body.get("usage") or {}
@@ -97,7 +115,7 @@ def build_row(
     row: dict[str, Any] = {
         "query_id": prompt.query_id,
         "model": target.name,
-        "correct": grade(prompt.grader, text, prompt.answer, prompt.aliases),
+        "correct": grade_message(prompt, message),
         "cost_usd": target.price.cost_usd(prompt_tokens, completion_tokens),
         "prompt_tokens": prompt_tokens,
         "completion_tokens": completion_tokens,
@@ -105,6 +123,7 @@ def build_row(
         "response": text,
         "answer": prompt.answer,
         "logprobs": logprobs,
+        **answer_fields(request if request is not None else prompt.request_fields(), message),
     }
     if prompt.dataset:
         row["dataset"] = prompt.dataset
@@ -128,7 +147,7 @@ async def answer_row(
         row = dict(recorded)
     else:
         body, latency_ms = await call_model(client, target, stage_body, options.retries)
-        row = build_row(prompt, target, body, latency_ms, options.keep_prompt)
+        row = build_row(prompt, target, body, latency_ms, options.keep_prompt, stage_body)
     if options.scorer_calls.wanted(target.name):
         row["scorer_calls"] = await scorer_calls(
             client, target, stage_body, str(row.get("response") or ""), options.scorer_calls, options.retries

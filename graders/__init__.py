@@ -7,6 +7,8 @@
 * ``final_numeric``: for answers that reason before concluding: the number after the last final-answer
   marker (``Answer: 42``, ``the answer is 42``, ``\\boxed{42}``, ``#### 42``), else the last number;
   equal to the label within a relative tolerance.
+* ``tool_call``: the answer's calls (JSON list of ``{"name", "arguments"}``) against accepted calls
+  in the Berkeley Function Calling Leaderboard's form (``graders.tool_call``).
 """
 
 from __future__ import annotations
@@ -15,6 +17,8 @@ import math
 import re
 import string
 from collections.abc import Callable, Sequence
+
+from graders.tool_call import ToolCallLabelError, grade_tool_call
 
 _LEADING_LETTER = re.compile(r"^\s*[\(\[]?([A-J])(?:[\)\]\.:,]|\s|$)")
 _ANSWER_IS = re.compile(r"answer\s*(?:is|:)?\s*[\(\[]?([A-J])\b", re.IGNORECASE)
@@ -124,6 +128,7 @@ GRADERS: dict[str, Callable[..., float]] = {
     "exact_match": grade_exact_match,
     "numeric": grade_numeric,
     "final_numeric": grade_final_numeric,
+    "tool_call": grade_tool_call,
 }
 
 
@@ -133,4 +138,7 @@ def grade(grader: str, response: str, answer: str, aliases: Sequence[str] = ()) 
         function = GRADERS[grader]
     except KeyError:
         raise GraderError(f"unknown grader {grader!r}; known: {', '.join(GRADERS)}") from None
-    return function(response, answer, aliases)
+    try:
+        return function(response, answer, aliases)
+    except ToolCallLabelError as exc:
+        raise GraderError(str(exc)) from exc

@@ -182,6 +182,7 @@ def summarize_arm(
         "answered_by": dict(Counter(str(r.get("model")) for r in rows)),
         "degraded": sum(bool(r.get("degraded")) for r in rows),
         "over_budget": sum(bool(r.get("over_budget")) for r in rows),
+        "invalid_answers": sum(r.get("valid") is False for r in rows),
     }
 
 
@@ -257,9 +258,8 @@ def build_report(
     ``policy`` (file, policy_id, served_policy_ids, matches), ``arms`` (one per tier/budget, see
     ``summarize_arm``: requests, missing, expected_from, expected_route, expected_basis,
     quality/cost_usd/escalation_rate as {realized, low, high, method, expected, expected_low,
-    expected_high, outside}, outside, ok, latency_ms
-    {p50, p95, mean}, served_tiers, answered_by, degraded, over_budget), ``flags`` (one sentence
-    each) and ``ok`` (no flag).
+    expected_high, outside}, outside, ok, latency_ms {p50, p95, mean}, served_tiers, answered_by,
+    degraded, over_budget, invalid_answers), ``flags`` (one sentence each) and ``ok`` (no flag).
     """
     wanted = set(questions)
     kinds = Counter((question_kinds or {}).get(q, TOP_LEVEL_KIND) for q in wanted)

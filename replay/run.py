@@ -3,7 +3,9 @@
 Each *arm* is one way of choosing the route: a tier (header ``X-Cascade-Tier``) or a numeric
 budget (header ``X-Cascade-Max-Cost-Usd``). Every (arm, question) pair becomes one non-streamed
 chat completion with the question rendered exactly as ``cascade collect`` renders it
-(``Prompt.messages()``), graded by the same grader, and one result row appended to a JSONL file
+(``Prompt.messages()``, with its ``tools``, ``tool_choice`` and ``response_format``), graded by the
+same grader (a ``tool_call`` question on the answer's calls, ``collection.answers``), with the same
+structural check recorded (``valid``, ``problem``), and one result row appended to a JSONL file
 as soon as it is done: cost, escalation, served tier and policy come from the ``x-cascade-*``
 response headers (docs/contracts.md#response-headers). A rerun skips the pairs already in the file, so an
 interrupted replay continues where it stopped. A request that still fails after its retries
@@ -23,9 +25,9 @@ from typing import Any
 
 import httpx
 
+from collection.answers import answer_fields, grade_message
 from collection.prompts import Prompt
 from collection.runs_writer import RunsWriter
-from graders import grade
 
 RETRY_STATUSES = {429, 500, 502, 503, 504}
 # 429/503 codes that will not clear by waiting a few seconds.
@@ -145,6 +147,7 @@ def request_body(prompt: Prompt, options: ReplayOptions) -> dict[str, Any]:
         "messages": prompt.messages(),
         "temperature": options.temperature,
         "stream": False,
+        **prompt.request_fields(),
     }
     max_tokens = prompt.max_tokens or options.max_tokens
     if max_tokens is not None:
@@ -174,7 +177,8 @@ def result_row(
     try:
         body = response.json()
         choice = body["choices"][0]
-        text = choice["message"].get("content") or ""
+        message = choice["message"]
+        text = message.get("content") or ""
     except (ValueError, KeyError, IndexError, TypeError, AttributeError) as exc:
         raise ReplayError(f"{response.request.url} answered 200 without choices[0].message") from exc
     usage = body.get("usage") or {}
@@ -182,7 +186,7 @@ def result_row(
     return {
         "arm": arm.key,
         "query_id": prompt.query_id,
-        "correct": grade(prompt.grader, text, prompt.answer, prompt.aliases),
+        "correct": grade_message(prompt, message),
         "cost_usd": cost,
         "escalated": escalated == "true",
         "latency_ms": round(latency_ms, 1),
@@ -197,6 +201,7 @@ def result_row(
         "prompt_tokens": int(usage.get("prompt_tokens") or 0),
         "completion_tokens": int(usage.get("completion_tokens") or 0),
         "response": text,
+        **answer_fields(prompt.request_fields(), message),
         **options.request_fields(),
     }
 

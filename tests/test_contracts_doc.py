@@ -180,3 +180,34 @@ def test_every_anthropic_error_type_of_messages_is_documented(sections: dict[str
     section = sections["HTTP surface"]
     for status, kind in ERROR_TYPES.items():
         assert re.search(rf"^\| {status} \| `{kind}`", section, flags=re.M), (status, kind)
+
+
+def test_every_column_cascade_collect_writes_for_a_tool_question_is_documented(
+    sections: dict[str, str],
+) -> None:
+    from collection.collector import build_row
+    from collection.prompts import Prompt
+    from collection.targets import Target
+
+    prompt = Prompt(
+        query_id="q",
+        prompt="factorial of 5",
+        answer='[{"f": {"n": [5]}}]',
+        grader="tool_call",
+        dataset="bfcl",
+        subject="simple_python",
+        tools=({"type": "function", "function": {"name": "f", "parameters": {"type": "object"}}},),
+    )
+    target = Target(
+        name="m", base_url="http://m.test/v1", model="m", price=Price(input_per_mtok=1.0, output_per_mtok=1.0)
+    )
+    body = {"choices": [{"message": {"content": '{"name": "f", "arguments": {"n": 5}}'}}], "usage": {}}
+    row = build_row(prompt, target, body, 1.0, keep_prompt=True)
+    runs = sections["Runs table"]
+    documented = set(table_rows(runs)) | set(re.findall(r"`(\w+)`", runs))
+    assert {"kind", "valid", "problem", "tool_calls"} <= set(row)
+    assert set(row) - {"cost_usd", "prompt_tokens", "completion_tokens", "correct"} <= documented | {
+        "subject",
+        "answer",
+    }
+    assert "-inf" in table_rows(runs)["valid"]

@@ -44,8 +44,10 @@ class ChainScorer:
         self._cost = matrix.cost[self.rows]
         self._quality = matrix.quality[self.rows]
         # Sorted calibration scores per model: quantile -> threshold by interpolation, no re-sorting.
+        # Finite ones only: a -inf score (a structurally invalid answer) is never a threshold, so
+        # even the lowest threshold escalates it.
         self._sorted_scores = {
-            name: np.sort(matrix.score[self.rows, matrix.model_index(name)])
+            name: _finite_sorted(matrix.score[self.rows, matrix.model_index(name)])
             for name in {name for sequence in space.sequences for name in sequence}
         }
 
@@ -78,6 +80,12 @@ class ChainScorer:
             for member, row in zip(members, thresholds, strict=True):
                 routes[member] = (sequence, tuple(float(t) for t in row))
         return Candidates(routes, cost, quality)
+
+
+def _finite_sorted(scores: np.ndarray) -> np.ndarray:
+    """The finite scores, sorted; ``[0.0]`` when there are none (every threshold then escalates all)."""
+    finite = np.sort(scores[np.isfinite(scores)])
+    return finite if finite.size else np.zeros(1)
 
 
 def random_search(
