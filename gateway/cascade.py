@@ -218,7 +218,7 @@ class CascadeEngine:
                 self._escalate(plan.tier, model, models[stage + 1], facts, "upstream_error")
                 continue
             reply = called.body
-            score = score_response(reply, policy.scorer.name, top_k)
+            score = score_response(reply, policy.scorer.name, top_k, policy.scorer.tokens)
             if facts.keep_answer is not None:  # asked to: the traffic sampler drew this request
                 facts.keep_answer(model, reply, called.seconds, score, charge.usd)
             facts.score, facts.threshold = score, thresholds[stage]

@@ -11,6 +11,7 @@ from typing import Literal
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
+from policies.call_tokens import ScoreTokens
 from policies.score_distribution import ScoreDistribution
 from policies.scorers import SCORE_RANGES
 
@@ -42,6 +43,11 @@ class ScorerSpec(_Strict):
 
     name: ScorerName = "mean_token_negentropy"
     top_k: int = Field(15, ge=1, le=20, description="top_logprobs requested from the upstream")
+    tokens: ScoreTokens = Field(
+        "all",
+        description="positions scored: all, or call_values (a call's function name and argument values; "
+        "all tokens when the answer is not a call)",
+    )
 
 
 class ModelStats(_Strict):

@@ -169,7 +169,8 @@ class ShadowRunner:
                 metrics.child(metrics.shadow_calls, model, "cancelled").inc()
                 raise
         policy = sample.policy
-        score = score_response(reply.body, policy.scorer.name, policy.scorer.top_k)
+        scorer = policy.scorer
+        score = score_response(reply.body, scorer.name, scorer.top_k, scorer.tokens)
         cost = call_charge(
             self.models[model].price, reply.body.get("usage"), call.body, answer=reply.body
         ).usd
