@@ -65,6 +65,13 @@ def calibrate(
         typer.Option("--scorer", help="Scorer for the 'logprobs' column (default mean_token_negentropy)."),
     ] = None,
     top_k: Annotated[int | None, typer.Option("--top-k", help="Top-K alternatives for the scorer.")] = None,
+    score_tokens: Annotated[
+        str,
+        typer.Option(
+            "--score-tokens",
+            help="Tokens the scorer reads: all, or call_values (a call's function name and argument values).",
+        ),
+    ] = "all",
     where: Annotated[
         list[str] | None,
         typer.Option("--where", metavar="COLUMN=VALUE", help="Keep matching rows (repeatable)."),
@@ -103,6 +110,7 @@ def calibrate(
         score_column=score_column,
         scorer=scorer,
         top_k=top_k,
+        score_tokens=score_tokens,
         where=list(where or []),
         report=report,
         randomize=randomize,
@@ -122,6 +130,7 @@ class CalibrateOptions:
     score_column: str | None = None
     scorer: str | None = None
     top_k: int | None = None
+    score_tokens: str = "all"  # ScorerSpec.tokens
     where: list[str] = field(default_factory=list)
     report: Path | None = None
     randomize: bool = False
@@ -138,13 +147,24 @@ def run_calibrate(options: CalibrateOptions, console: Console, errors: Console) 
     runs, output, randomize = options.runs, options.output, options.randomize
     score_column, scorer, top_k = options.score_column, options.scorer, options.top_k
     filters = parse_where(options.where)
-    if score_column is not None and (scorer is not None or top_k is not None):
-        raise ValueError("--score-column is a precomputed score; it cannot be combined with --scorer/--top-k")
+    if score_column is not None and (
+        scorer is not None or top_k is not None or options.score_tokens != "all"
+    ):
+        raise ValueError(
+            "--score-column is a precomputed score; it cannot be combined with --scorer, --top-k or "
+            "--score-tokens"
+        )
     spec = load_tiers(options.tiers)
     with errors.status(f"Loading {runs} ..."):
         started = time.perf_counter()
         matrices = load_runs_by_kind(
-            runs, prices=options.prices, score_column=score_column, scorer=scorer, top_k=top_k, where=filters
+            runs,
+            prices=options.prices,
+            score_column=score_column,
+            scorer=scorer,
+            top_k=top_k,
+            where=filters,
+            score_tokens=options.score_tokens,
         )
         loaded = time.perf_counter()
     size = ", ".join(f"{m.n_queries:,} {kind} queries" for kind, m in matrices.items())
@@ -246,6 +266,7 @@ def _print_tier_warnings_and_scorer(
             soft_wrap=True,
         )
     else:
+        tokens = "" if matrix.score_tokens == "all" else f", tokens={matrix.score_tokens}"
         console.print(
-            f"Scorer: {matrix.scorer} (top_k={matrix.top_k}), the same function the gateway applies."
+            f"Scorer: {matrix.scorer} (top_k={matrix.top_k}{tokens}), the same function the gateway applies."
         )

@@ -38,6 +38,8 @@ def policy_document(
     scores a stage); ``heldout`` (``calibration.heldout_expected``) goes into the tiers' ``expected``.
     """
     scorer = {"name": matrix.scorer, "top_k": matrix.top_k if matrix.top_k is not None else _EXTERNAL_TOP_K}
+    if matrix.score_tokens != "all":
+        scorer["tokens"] = matrix.score_tokens
     models = {
         name: {"mean_cost_usd": float(cost), "quality": _unit(quality)}
         for name, cost, quality in zip(

@@ -18,6 +18,7 @@ from calibration.prices import PriceSheetError, load_price_sheet
 from calibration.run_kinds import KIND_COLUMN, RunKindError, rows_of_kind
 from calibration.table_io import Columns, TableReadError, read_columns
 from policies import Price, PriceError
+from policies.call_tokens import SCORE_TOKENS
 
 REQUIRED_COLUMNS = ("query_id", "model", "correct")
 COST_COLUMNS = ("cost_usd", "prompt_tokens", "completion_tokens")
@@ -48,6 +49,7 @@ class RunsMatrix:
         source: where the runs came from (file path), for messages and reports.
         scorer: scorer name that produced ``score`` (``external`` for a precomputed column).
         top_k: top-K used by the scorer (None for ``external``).
+        score_tokens: the positions the scorer read (``ScorerSpec.tokens``: ``all`` or ``call_values``).
         score_column: the precomputed score column used, if any.
         notes: warnings raised while loading (e.g. dropped queries), for the CLI to show.
     """
@@ -63,6 +65,7 @@ class RunsMatrix:
     scorer: str = "external"
     top_k: int | None = None
     score_column: str | None = None
+    score_tokens: str = "all"
     notes: tuple[str, ...] = field(default=())
 
     @property
@@ -101,6 +104,7 @@ def load_runs(
     where: dict[str, str] | None = None,
     feature_columns: list[str] | None = None,
     kind: str | None = None,
+    score_tokens: str = "all",
 ) -> RunsMatrix:
     """Load, validate and pivot a runs table.
 
@@ -112,6 +116,8 @@ def load_runs(
         score_column: a precomputed confidence column (scorer ``external``). Exclusive with scorer.
         scorer, top_k: compute the score from the ``logprobs`` column with
             ``policies.scorers.score_logprobs`` (defaults: mean_token_negentropy, 15).
+        score_tokens: the positions that scorer reads (``ScorerSpec.tokens``): ``all`` (default) or
+            ``call_values`` (a call's function name and argument values).
         where: keep only rows whose column equals the value, compared as text.
         feature_columns: numeric per-query columns for a router (mean over the query's rows).
         kind: keep only the rows of this request kind (the ``kind`` column, missing = ``text``,
@@ -122,8 +128,10 @@ def load_runs(
     """
     path = Path(path)
     where = dict(where or {})
-    if score_column is not None and scorer is not None:
-        raise RunsError("give either a score column or a scorer, not both")
+    if score_column is not None and (scorer is not None or score_tokens != "all"):
+        raise RunsError("give either a score column or a scorer (and its score tokens), not both")
+    if score_tokens not in SCORE_TOKENS:
+        raise RunsError(f"unknown score tokens {score_tokens!r}; choose one of {', '.join(SCORE_TOKENS)}")
     price_sheet = _load_prices(prices) if prices is not None else None
     wanted = {*REQUIRED_COLUMNS, *COST_COLUMNS, STRATA_COLUMN, *(feature_columns or [])}
     wanted.add(score_column if score_column is not None else LOGPROBS_COLUMN)
@@ -135,7 +143,7 @@ def load_runs(
             columns = rows_of_kind(columns, kind, path)
     except (TableReadError, RunKindError) as exc:
         raise RunsError(str(exc)) from None
-    return _Builder(path, columns, where).build(
+    return _Builder(path, columns, where, score_tokens).build(
         price_sheet, prices, score_column, scorer, top_k, feature_columns or []
     )
 
@@ -150,10 +158,11 @@ def _load_prices(path: Path) -> dict[str, Price]:
 class _Builder:
     """Validation and pivoting of one file's columns (one instance per load)."""
 
-    def __init__(self, path: Path, columns: Columns, where: Mapping[str, str]):
+    def __init__(self, path: Path, columns: Columns, where: Mapping[str, str], score_tokens: str = "all"):
         self.path = path
         self.columns = columns
         self.where = where
+        self.score_tokens = score_tokens
         self.notes: list[str] = []
 
     # --- helpers -------------------------------------------------------------------------------
@@ -323,7 +332,7 @@ class _Builder:
                     "expected the logprobs.content list (JSON array)", int(position), LOGPROBS_COLUMN
                 )
             try:
-                value = score_logprobs(content, scorer, top_k)
+                value = score_logprobs(content, scorer, top_k, self.score_tokens)
             except UnknownScorerError as exc:
                 raise RunsError(str(exc)) from None
             if value is not None:
@@ -387,6 +396,7 @@ class _Builder:
             scorer=scorer,
             top_k=top_k,
             score_column=score_column,
+            score_tokens=self.score_tokens if score_column is None else "all",
             notes=tuple(self.notes),
         )
 
