@@ -5,10 +5,11 @@ keys, quotes and indentation are nearly certain once the model has chosen to cal
 a whole-answer score. The decisions are the function name and each argument value. ``ScorerSpec.tokens
 = "call_values"`` scores only the tokens that overlap those decisions, with the scorer's own formula.
 
-The tokens are aligned to the text they spell: the UTF-8 bytes of each ``logprobs.content`` entry
-(its ``bytes`` when present, else its ``token``), concatenated. The same function scores live replies
-(``policies.scorers.score_response``) and recorded logprobs (calibration), and it reads nothing but
-the logprob entries, so both sides select the same positions. A native call whose tokens are all in
+The tokens are aligned to the text they spell: each ``logprobs.content`` entry's ``token`` (its
+``bytes`` when the token is a piece of a character, ``token_text``), concatenated. The same
+function scores live replies (``policies.scorers.score_response``) and recorded logprobs
+(calibration), and it reads nothing but the logprob entries, so both sides select the same
+positions. A native call whose tokens are all in
 ``logprobs.content`` (vLLM, llama-server: the raw text with its ``<tool_call>`` tags) aligns the
 same way.
 
@@ -18,10 +19,10 @@ among ``arguments``/``parameters``), bare, in a JSON list, inside fenced code bl
 reads calls written as content). Anything else (text, other JSON, a truncated call, tokens that do
 not spell valid JSON) is not a call and every token is scored, as with ``tokens = "all"``.
 
-Decision spans, in bytes of the text: a string's characters without its quotes (an empty string: its
-closing quote, the choice to end it), a number or literal as written, an empty object or list as
-written; objects and lists inside an argument are walked down to these leaves (their keys are not
-decisions). A token is selected when its bytes overlap a span: a token that straddles a boundary
+Decision spans, in characters of the text: a string's characters without its quotes (an empty
+string: its closing quote, the choice to end it), a number or literal as written, an empty object
+or list as written; objects and lists inside an argument are walked down to these leaves (their keys are not
+decisions). A token is selected when its text overlaps a span: a token that straddles a boundary
 (``"Par`` of ``"Paris"``) is selected; one that only touches it (``",``) is not.
 """
 
@@ -29,6 +30,7 @@ from __future__ import annotations
 
 import re
 from collections.abc import Mapping, Sequence
+from itertools import accumulate
 from typing import Any, Literal
 
 from policies.errors import UnknownScorerError
@@ -36,24 +38,28 @@ from policies.errors import UnknownScorerError
 ScoreTokens = Literal["all", "call_values"]
 SCORE_TOKENS: tuple[ScoreTokens, ...] = ("all", "call_values")
 
-# One JSON lexeme per match; ``o`` is anything else (a fence, a tag, prose), which ends a call.
+# One JSON lexeme per match, after any whitespace: a string, a number, a literal, a punctuation mark,
+# or anything else (a fence, a tag, prose), which is no part of a call.
 _LEXEME = re.compile(
-    rb'(?P<s>"(?:[^"\\]|\\.)*")'
-    rb"|(?P<n>-?(?:0|[1-9][0-9]*)(?:\.[0-9]+)?(?:[eE][+-]?[0-9]+)?)"
-    rb"|(?P<l>true|false|null)"
-    rb"|(?P<p>[{}\[\]:,])"
-    rb"|(?P<w>\s+)"
-    rb'|(?P<o>[^"{}\[\]:,\s]+|.)',
+    r'\s*(?:("(?:[^"\\]|\\.)*")'
+    r"|(-?(?:0|[1-9][0-9]*)(?:\.[0-9]+)?(?:[eE][+-]?[0-9]+)?)"
+    r"|(true|false|null)"
+    r"|([{}\[\]:,])"
+    r'|([^"{}\[\]:,\s]+|.))',
     re.S,
 )
+# A lexeme's kind by group: s(tring), n(umber), l(iteral), punctuation (the mark itself), o(ther).
+_KINDS = ("", "s", "n", "l", "", "o")
+_PUNCTUATION = 4
 # Text allowed around calls: fences (with a language) and the tags of Hermes-style templates.
-_DECORATION = re.compile(rb"```[A-Za-z]*|</?tool_call>")
-_CALL_KEYS = frozenset((b"name", b"arguments", b"parameters"))
-_NAME_KEY = b'"name"'
+_DECORATION = re.compile(r"```[A-Za-z]*|</?tool_call>")
+_CALL_KEYS = frozenset(("name", "arguments", "parameters"))
+_NAME_KEY = '"name"'
 
-# A parsed JSON value: (kind, start, end, children). kind is one lexeme group (s, n, l) or "{"/"[";
-# children: [(key bytes, value)] for an object, [value] for a list, None for a scalar.
+# A parsed JSON value: (kind, start, end, children). kind is a lexeme kind (s, n, l) or "{" / "[";
+# children: [(key, value)] for an object, [value] for a list, None for a scalar.
 _Node = tuple[str, int, int, Any]
+_Lexeme = tuple[str, int, int]
 
 
 class _NotCall(Exception):
@@ -80,7 +86,7 @@ def select_tokens(content: Sequence[Any] | None, tokens: str) -> Sequence[Any] |
 
 
 def call_value_positions(content: Sequence[Any]) -> list[int] | None:
-    """Indices of the entries whose bytes overlap a call's name or argument values, in order;
+    """Indices of the entries whose text overlaps a call's name or argument values, in order;
     None when the entries do not spell calls (or an entry has no text to align)."""
     aligned = token_text(content)
     if aligned is None:
@@ -106,50 +112,69 @@ def call_value_positions(content: Sequence[Any]) -> list[int] | None:
     return positions
 
 
-def token_text(content: Sequence[Any]) -> tuple[bytes, list[int]] | None:
-    """The bytes the entries spell and each entry's start offset (plus the end), or None when an
-    entry is not an object with a ``token`` string (or a ``bytes`` list)."""
-    pieces = []
-    for entry in content:
-        if not isinstance(entry, Mapping):
-            return None
-        raw = entry.get("bytes")
-        if raw:
-            try:
-                pieces.append(bytes(raw))
-            except (TypeError, ValueError):
-                return None
-            continue
-        token = entry.get("token")
-        if not isinstance(token, str):
-            return None
-        pieces.append(token.encode("utf-8", "surrogatepass"))
-    starts = [0]
-    total = 0
-    for piece in pieces:
-        total += len(piece)
-        starts.append(total)
-    return b"".join(pieces), starts
+def token_text(content: Sequence[Any]) -> tuple[str, list[int]] | None:
+    """The text the entries spell and each entry's start offset in it (plus the end), or None when
+    an entry is not an object with a ``token`` string (or ``bytes``).
+
+    An entry's text is its ``token``; when that is empty or holds a backslash or U+FFFD (a piece of
+    a character, escaped or replaced: llama.cpp sends an empty token, OpenAI ``bytes:\\x..``), its
+    entry's ``bytes`` decoded, each byte that is not part of a whole UTF-8 character kept as one
+    character of its own (``surrogateescape``): offsets stay consistent, and such characters can
+    only sit inside a JSON string, where any character is part of the value.
+    """
+    try:  # the usual case: every token is its own text (empty ones aside)
+        tokens: list[str] = [entry["token"] for entry in content]
+        text = "".join(tokens)
+    except (TypeError, KeyError):
+        tokens, text = [], "\\"  # an entry without a token string: entry by entry
+    if "\\" not in text and "\ufffd" not in text:
+        if "" not in tokens:
+            return text, [0, *accumulate(map(len, tokens))]
+        pieces = [token or _entry_text(entry) for token, entry in zip(tokens, content, strict=True)]
+    else:
+        pieces = [_entry_text(entry) for entry in content]
+    texts = [piece for piece in pieces if piece is not None]
+    if len(texts) < len(pieces):
+        return None
+    return "".join(texts), [0, *accumulate(map(len, texts))]
 
 
-def call_value_spans(text: bytes) -> list[tuple[int, int]] | None:
-    """Byte spans ``[start, end)`` of every call's name and argument values in ``text``, in order,
-    or None when ``text`` is not wholly calls (module docstring)."""
-    lexemes = [(m.lastgroup or "o", m.start(), m.end()) for m in _LEXEME.finditer(text) if m.lastgroup != "w"]
+def _entry_text(entry: Any) -> str | None:
+    """One entry's text (``token_text``), None when it has none."""
+    if not isinstance(entry, Mapping):
+        return None
+    token = entry.get("token")
+    if type(token) is str and token and "\\" not in token and "\ufffd" not in token:
+        return token
+    raw = entry.get("bytes")
+    if raw:
+        try:
+            return bytes(raw).decode("utf-8", "surrogateescape")
+        except (TypeError, ValueError):
+            return None
+    return token if isinstance(token, str) else None
+
+
+def call_value_spans(text: str) -> list[tuple[int, int]] | None:
+    """Spans ``[start, end)`` of every call's name and argument values in ``text``, in order, or
+    None when ``text`` is not wholly calls (module docstring)."""
+    lexemes: list[_Lexeme] = []
+    for match in _LEXEME.finditer(text):
+        group = match.lastindex or 0
+        start, end = match.span(group)
+        lexemes.append((text[start] if group == _PUNCTUATION else _KINDS[group], start, end))
     spans: list[tuple[int, int]] = []
     index, found = 0, False
     try:
         while index < len(lexemes):
             kind, start, end = lexemes[index]
-            if kind == "p" and text[start] in b"{[":
+            if kind in ("{", "["):
                 node, index = _value(text, lexemes, index)
-                for call in node[3] if node[0] == "[" else [node]:
-                    _call_spans(text, call, spans)
+                for call in node[3] if kind == "[" else [node]:
+                    _call_spans(call, spans)
                 found = True
-            elif (kind == "p" and text[start] == 0x2C) or (  # "," between calls
-                kind == "o" and _DECORATION.fullmatch(text, start, end)
-            ):
-                index += 1
+            elif kind == "," or (kind == "o" and _DECORATION.fullmatch(text, start, end)):
+                index += 1  # a comma between calls, a fence, a tag
             else:
                 return None
     except (_NotCall, RecursionError):
@@ -157,53 +182,50 @@ def call_value_spans(text: bytes) -> list[tuple[int, int]] | None:
     return spans if found else None
 
 
-def _value(text: bytes, lexemes: list[tuple[str, int, int]], index: int) -> tuple[_Node, int]:
+def _value(text: str, lexemes: list[_Lexeme], index: int) -> tuple[_Node, int]:
     """The JSON value starting at lexeme ``index`` and the index after it; _NotCall if invalid."""
     if index >= len(lexemes):
         raise _NotCall
     kind, start, end = lexemes[index]
     if kind in ("s", "n", "l"):
         return (kind, start, end, None), index + 1
-    if kind != "p" or text[start] not in b"{[":
+    if kind not in ("{", "["):
         raise _NotCall
-    is_object = text[start] == 0x7B
-    closing = 0x7D if is_object else 0x5D
+    closing = "}" if kind == "{" else "]"
     children: list[Any] = []
     index += 1
+    if index < len(lexemes) and lexemes[index][0] == closing:  # {} or []
+        return (kind, start, lexemes[index][2], children), index + 1
     while True:
-        if index >= len(lexemes):
-            raise _NotCall
-        kind, item_start, item_end = lexemes[index]
-        if kind == "p" and text[item_start] == closing and not children:  # {} or []
-            return ("{" if is_object else "[", start, item_end, children), index + 1
-        if is_object:
-            if kind != "s" or index + 1 >= len(lexemes) or text[lexemes[index + 1][1]] != 0x3A:
+        if kind == "{":
+            if index + 1 >= len(lexemes) or lexemes[index][0] != "s" or lexemes[index + 1][0] != ":":
                 raise _NotCall
+            key_start, key_end = lexemes[index][1], lexemes[index][2]
             value, index = _value(text, lexemes, index + 2)
-            children.append((text[item_start + 1 : item_end - 1], value))
+            children.append((text[key_start + 1 : key_end - 1], value))
         else:
             value, index = _value(text, lexemes, index)
             children.append(value)
-        if index >= len(lexemes) or lexemes[index][0] != "p":
+        if index >= len(lexemes):
             raise _NotCall
-        separator = text[lexemes[index][1]]
+        separator = lexemes[index][0]
         if separator == closing:
-            return ("{" if is_object else "[", start, lexemes[index][2], children), index + 1
-        if separator != 0x2C:
+            return (kind, start, lexemes[index][2], children), index + 1
+        if separator != ",":
             raise _NotCall
         index += 1
 
 
-def _call_spans(text: bytes, node: _Node, spans: list[tuple[int, int]]) -> None:
+def _call_spans(node: _Node, spans: list[tuple[int, int]]) -> None:
     """Append the decision spans of one call object; _NotCall if ``node`` is not a call."""
     if node[0] != "{":
         raise _NotCall
     members = dict(node[3])
-    name = members.get(b"name")
+    name = members.get("name")
     if name is None or name[0] != "s" or not set(members) <= _CALL_KEYS:
         raise _NotCall
     _leaf_spans(name, spans)
-    for key in (b"arguments", b"parameters"):
+    for key in ("arguments", "parameters"):
         if key in members:
             _leaf_spans(members[key], spans)
 

@@ -120,8 +120,12 @@ def test_unicode_values_align_on_bytes_including_a_character_split_across_tokens
     content[3]["bytes"] = list("Zürich".encode())
     positions = call_value_positions(content)
     assert positions == [1, 3, 5, 6]
-    spans = call_value_spans('{"name":"f","arguments":{"city":"Zürich","to":"é"}}'.encode())
-    assert spans is not None and len(spans) == 3
+    # The same pieces as OpenAI writes them (escaped) and as a lossy decoder would (U+FFFD).
+    for first, second in (("bytes:\\xc3", "\\xa9"), ("\ufffd", "\ufffd")):
+        content[5]["token"], content[6]["token"] = first, second
+        assert call_value_positions(content) == [1, 3, 5, 6]
+    spans = call_value_spans('{"name":"f","arguments":{"city":"Zürich","to":"é"}}')
+    assert spans == [(9, 10), (33, 39), (47, 48)]
 
 
 def test_nested_values_are_leaves_and_empty_values_are_their_own_decision() -> None:
@@ -153,7 +157,7 @@ def test_nested_values_are_leaves_and_empty_values_are_their_own_decision() -> N
     ],
 )
 def test_anything_but_calls_is_not_a_call(text: str) -> None:
-    assert call_value_spans(text.encode()) is None
+    assert call_value_spans(text) is None
     content = entries(*text)
     assert select_tokens(content, "call_values") is content
 
