@@ -51,6 +51,7 @@ class EvaluateOptions:
     score_column: str | None = None
     scorer: str | None = None
     top_k: int | None = None
+    score_tokens: str = "all"  # ScorerSpec.tokens
     where: list[str] = field(default_factory=list)
     splits: int = 50
     test_fraction: float = 0.5
@@ -80,6 +81,12 @@ def evaluate(
         typer.Option("--scorer", help="Scorer applied to the 'logprobs' column (docs/contracts.md#scorers)."),
     ] = None,
     top_k: Annotated[int | None, typer.Option("--top-k", help="Top-K alternatives for the scorer.")] = None,
+    score_tokens: Annotated[
+        str,
+        typer.Option(
+            "--score-tokens", help="Tokens the scorer reads: all, or call_values (a call's decisions)."
+        ),
+    ] = "all",
     where: Annotated[
         list[str] | None, typer.Option("--where", help="Keep rows with COLUMN=VALUE (repeatable).")
     ] = None,
@@ -115,6 +122,7 @@ def evaluate(
         score_column=score_column,
         scorer=scorer,
         top_k=top_k,
+        score_tokens=score_tokens,
         where=list(where or []),
         splits=splits,
         test_fraction=test_fraction,
@@ -141,8 +149,10 @@ def run_evaluate(options: EvaluateOptions, console: Console, errors: Console) ->
     unknown = [m for m in options.methods if m not in METHOD_LABELS]
     if unknown:
         raise ValueError(f"unknown method {unknown[0]!r} in --methods; known: {', '.join(METHOD_LABELS)}")
-    if options.score_column and (options.scorer or options.top_k is not None):
-        raise ValueError("give --score-column or --scorer/--top-k, not both")
+    if options.score_column and (
+        options.scorer or options.top_k is not None or options.score_tokens != "all"
+    ):
+        raise ValueError("give --score-column or --scorer/--top-k/--score-tokens, not both")
     matrices = _load_matrices(options, errors)
     settings = EvaluationSettings(
         splits=options.splits,
@@ -179,6 +189,7 @@ def _load_matrices(options: EvaluateOptions, errors: Console) -> dict[str, RunsM
             top_k=options.top_k,
             where=parse_where(options.where),
             feature_columns=options.feature_columns or None,
+            score_tokens=options.score_tokens,
         )
     for kind, matrix in matrices.items():
         for note in matrix.notes:
