@@ -2,6 +2,7 @@
 
     .venv/bin/python bench/local/call_scores_auroc.py data/local/bfcl-runs.jsonl.gz [MORE.jsonl ...]
         [--top-k 15] [--resamples 2000] [--subjects simple_python,multiple,live_simple]
+        [--pair qwen2.5-coder-0.5b,qwen2.5-coder-1.5b]
 
 For each model of the runs rows (BFCL, ``collection.bfcl``) and each logprob scorer
 (``policies.scorers``), the AUROC of the score for telling right answers (``correct`` >= 0.5) from
@@ -11,7 +12,10 @@ name and argument values of a call; all tokens for an answer that is not a call,
 ``policies.call_tokens``). The difference comes with a 95% interval from a paired bootstrap over
 the rows (seed 0). A second table restricts the rows to answers that are calls (the only rows where
 the two differ), and with ``--subjects`` a third one to the rows of those subjects (BFCL categories
-whose questions want exactly one call). Prints Markdown.
+whose questions want exactly one call). With ``--pair CHEAP,STRONG``, a last table for a cascade of
+the two: among the questions (of ``--subjects`` when given) whose cheap answer is valid and wrong,
+the AUROC of a low cheap score for "the strong model is right" (escalating helps) against "the strong
+model is wrong too". Prints Markdown.
 """
 
 from __future__ import annotations
@@ -107,14 +111,48 @@ def table(per_model: dict[str, dict[str, Any]], rows: str, resamples: int, subje
     return lines
 
 
+def escalation_table(
+    rows: list[dict[str, Any]], cheap: str, strong: str, subjects: set[str], top_k: int
+) -> list[str]:
+    """Markdown lines: per scorer, how well a low cheap score finds the wrong cheap answers that the
+    strong model gets right, among the cheap model's valid wrong answers."""
+    by_query: dict[str, dict[str, dict[str, Any]]] = defaultdict(dict)
+    for row in rows:
+        if not subjects or row.get("subject") in subjects:
+            by_query[row["query_id"]][row["model"]] = row
+    wrong = [
+        (answers[cheap], float(answers[strong]["correct"]) >= 0.5)
+        for answers in by_query.values()
+        if cheap in answers and strong in answers
+        if answers[cheap].get("valid") is not False and float(answers[cheap]["correct"]) < 0.5
+    ]
+    helps = np.array([strong_right for _, strong_right in wrong])
+    lines = [
+        f"{len(wrong)} valid wrong {cheap} answers, {int(helps.sum())} of them right for {strong}:",
+        "",
+        "| scorer | AUROC all | AUROC call_values |",
+        "|---|---|---|",
+    ]
+    for name in SCORERS:
+        cells = []
+        for mode in MODES:
+            values = [score_logprobs(row.get("logprobs"), name, top_k, mode) for row, _ in wrong]
+            score = np.array([-np.inf if v is None else v for v in values])
+            cells.append(f"{auroc(-score, helps):.3f}")
+        lines.append(f"| `{name}` | {' | '.join(cells)} |")
+    return lines
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("runs", type=Path, nargs="+")
     parser.add_argument("--top-k", type=int, default=15)
     parser.add_argument("--resamples", type=int, default=2000)
     parser.add_argument("--subjects", default="", help="comma-separated subjects for a third table")
+    parser.add_argument("--pair", default="", help="CHEAP,STRONG: the escalation table of that cascade")
     args = parser.parse_args()
-    per_model = scored(read_rows(args.runs), args.top_k)
+    rows = read_rows(args.runs)
+    per_model = scored(rows, args.top_k)
     subjects = {s for s in args.subjects.split(",") if s}
     print(f"Valid rows, top_k={args.top_k}, paired bootstrap of {args.resamples} resamples (seed 0):\n")
     print("\n".join(table(per_model, "all", args.resamples, subjects)))
@@ -123,6 +161,11 @@ def main() -> None:
     if subjects:
         print(f"\nValid rows of the subjects {', '.join(sorted(subjects))}:\n")
         print("\n".join(table(per_model, "subjects", args.resamples, subjects)))
+    if args.pair:
+        cheap, strong = args.pair.split(",")
+        where = f" (subjects {', '.join(sorted(subjects))})" if subjects else ""
+        print(f"\nEscalation helps{where}: ", end="")
+        print("\n".join(escalation_table(rows, cheap, strong, subjects, args.top_k)))
 
 
 if __name__ == "__main__":
