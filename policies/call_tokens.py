@@ -9,20 +9,22 @@ The tokens are aligned to the text they spell: each ``logprobs.content`` entry's
 ``bytes`` when the token is a piece of a character, ``token_text``), concatenated. The same
 function scores live replies (``policies.scorers.score_response``) and recorded logprobs
 (calibration), and it reads nothing but the logprob entries, so both sides select the same
-positions. A native call whose tokens are all in
-``logprobs.content`` (vLLM, llama-server: the raw text with its ``<tool_call>`` tags) aligns the
-same way.
+positions. A native call whose tokens are all in ``logprobs.content`` (vLLM, llama-server: the raw
+text with its ``<tool_call>`` tags) aligns the same way.
 
 What counts as a call: the text is wholly one or more call objects (``name`` a string, other keys
 among ``arguments``/``parameters``), bare, in a JSON list, inside fenced code blocks or
 ``<tool_call>`` tags, with only whitespace and commas between them (as ``policies.tool_calls``
-reads calls written as content). Anything else (text, other JSON, a truncated call, tokens that do
-not spell valid JSON) is not a call and every token is scored, as with ``tokens = "all"``.
+reads calls written as content); or, in a model's native syntax, text followed by such calls from
+the first ``<tool_call>`` tag (or after Mistral's ``[TOOL_CALLS]``) on: a server parses those into
+``tool_calls`` beside the text, and only the calls' decisions are scored. Anything else (text,
+other JSON, a truncated call, tokens that do not spell valid JSON) is not a call and every token
+is scored, as with ``tokens = "all"``.
 
 Decision spans, in characters of the text: a string's characters without its quotes (an empty
 string: its closing quote, the choice to end it), a number or literal as written, an empty object
-or list as written; objects and lists inside an argument are walked down to these leaves (their keys are not
-decisions). A token is selected when its text overlaps a span: a token that straddles a boundary
+or list as written; objects and lists inside an argument are walked down to these leaves (their
+keys are not decisions). A token is selected when its text overlaps a span: a token that straddles a boundary
 (``"Par`` of ``"Paris"``) is selected; one that only touches it (``",``) is not.
 """
 
@@ -53,6 +55,9 @@ _KINDS = ("", "s", "n", "l", "", "o")
 _PUNCTUATION = 4
 # Text allowed around calls: fences (with a language) and the tags of Hermes-style templates.
 _DECORATION = re.compile(r"```[A-Za-z]*|</?tool_call>")
+# Where a model's native call syntax begins (Hermes-style tags, Mistral's marker): what comes before
+# is the answer's text, which a server returns as content beside the calls it parsed.
+_CALLS_BEGIN = re.compile(r"<tool_call>|\[TOOL_CALLS\]")
 _CALL_KEYS = frozenset(("name", "arguments", "parameters"))
 _NAME_KEY = '"name"'
 
@@ -158,8 +163,10 @@ def _entry_text(entry: Any) -> str | None:
 def call_value_spans(text: str) -> list[tuple[int, int]] | None:
     """Spans ``[start, end)`` of every call's name and argument values in ``text``, in order, or
     None when ``text`` is not wholly calls (module docstring)."""
+    begin = _CALLS_BEGIN.search(text)
+    position = 0 if begin is None else begin.start() if begin.group() == "<tool_call>" else begin.end()
     lexemes: list[_Lexeme] = []
-    for match in _LEXEME.finditer(text):
+    for match in _LEXEME.finditer(text, position):
         group = match.lastindex or 0
         start, end = match.span(group)
         lexemes.append((text[start] if group == _PUNCTUATION else _KINDS[group], start, end))

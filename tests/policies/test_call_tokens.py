@@ -92,6 +92,17 @@ def test_two_calls_in_a_list_in_fences_and_in_tags_select_both() -> None:
     assert selected(*one, "\n", *two) == ["a", "1", "b", "v"]  # one after another
 
 
+def test_text_before_a_native_call_syntax_is_left_out_and_only_the_calls_decisions_count() -> None:
+    call = ['{"name": "', "f", '", "arguments": {"x": ', "2", "}}"]
+    assert selected("I", " will", " call", " f", ".\n", "<tool_call>", "\n", *call, "\n", "</tool_call>") == [
+        "f",
+        "2",
+    ]
+    assert selected("[TOOL", "_CALLS", "]", "[", *call, "]") == ["f", "2"]
+    # Without the syntax, text around a call is text (scored whole).
+    assert selected("I", " will", " call", " f", ":\n", *call) is None
+
+
 def test_a_value_split_across_tokens_selects_every_piece() -> None:
     assert selected('{"name":"', "calc", "ulate", '","arguments":{"n":', "1", "0", ".", "5", "}}") == [
         "calc",
