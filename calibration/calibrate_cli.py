@@ -77,6 +77,13 @@ def calibrate(
             "--samples", min=1, max=20, help="consistency scorer: use the first K recorded samples."
         ),
     ] = None,
+    score_tokens: Annotated[
+        str,
+        typer.Option(
+            "--score-tokens",
+            help="Tokens the scorer reads: all, or call_values (a call's function name and argument values).",
+        ),
+    ] = "all",
     where: Annotated[
         list[str] | None,
         typer.Option("--where", metavar="COLUMN=VALUE", help="Keep matching rows (repeatable)."),
@@ -117,6 +124,7 @@ def calibrate(
         top_k=top_k,
         equivalence=equivalence,
         samples=samples,
+        score_tokens=score_tokens,
         where=list(where or []),
         report=report,
         randomize=randomize,
@@ -138,6 +146,7 @@ class CalibrateOptions:
     top_k: int | None = None
     equivalence: str | None = None
     samples: int | None = None
+    score_tokens: str = "all"  # ScorerSpec.tokens
     where: list[str] = field(default_factory=list)
     report: Path | None = None
     randomize: bool = False
@@ -155,8 +164,13 @@ def run_calibrate(options: CalibrateOptions, console: Console, errors: Console) 
     runs, output, randomize = options.runs, options.output, options.randomize
     score_column, scorer, top_k = options.score_column, options.scorer, options.top_k
     filters = parse_where(options.where)
-    if score_column is not None and (scorer is not None or top_k is not None):
-        raise ValueError("--score-column is a precomputed score; it cannot be combined with --scorer/--top-k")
+    if score_column is not None and (
+        scorer is not None or top_k is not None or options.score_tokens != "all"
+    ):
+        raise ValueError(
+            "--score-column is a precomputed score; it cannot be combined with --scorer, --top-k or "
+            "--score-tokens"
+        )
     spec = load_tiers(options.tiers)
     with errors.status(f"Loading {runs} ..."):
         started = time.perf_counter()
@@ -168,6 +182,7 @@ def run_calibrate(options: CalibrateOptions, console: Console, errors: Console) 
             top_k=top_k,
             where=filters,
             blackbox=BlackboxOptions(options.equivalence, options.samples),
+            score_tokens=options.score_tokens,
         )
         loaded = time.perf_counter()
     size = ", ".join(f"{m.n_queries:,} {kind} queries" for kind, m in matrices.items())
@@ -269,6 +284,7 @@ def _print_tier_warnings_and_scorer(
             soft_wrap=True,
         )
     else:
+        tokens = "" if matrix.score_tokens == "all" else f", tokens={matrix.score_tokens}"
         console.print(
-            f"Scorer: {matrix.scorer} (top_k={matrix.top_k}), the same function the gateway applies."
+            f"Scorer: {matrix.scorer} (top_k={matrix.top_k}{tokens}), the same function the gateway applies."
         )

@@ -53,6 +53,7 @@ class EvaluateOptions:
     top_k: int | None = None
     equivalence: str | None = None
     samples: int | None = None
+    score_tokens: str = "all"  # ScorerSpec.tokens
     where: list[str] = field(default_factory=list)
     splits: int = 50
     test_fraction: float = 0.5
@@ -94,6 +95,12 @@ def evaluate(
             "--samples", min=1, max=20, help="consistency scorer: use the first K recorded samples."
         ),
     ] = None,
+    score_tokens: Annotated[
+        str,
+        typer.Option(
+            "--score-tokens", help="Tokens the scorer reads: all, or call_values (a call's decisions)."
+        ),
+    ] = "all",
     where: Annotated[
         list[str] | None, typer.Option("--where", help="Keep rows with COLUMN=VALUE (repeatable).")
     ] = None,
@@ -131,6 +138,7 @@ def evaluate(
         top_k=top_k,
         equivalence=equivalence,
         samples=samples,
+        score_tokens=score_tokens,
         where=list(where or []),
         splits=splits,
         test_fraction=test_fraction,
@@ -157,8 +165,10 @@ def run_evaluate(options: EvaluateOptions, console: Console, errors: Console) ->
     unknown = [m for m in options.methods if m not in METHOD_LABELS]
     if unknown:
         raise ValueError(f"unknown method {unknown[0]!r} in --methods; known: {', '.join(METHOD_LABELS)}")
-    if options.score_column and (options.scorer or options.top_k is not None):
-        raise ValueError("give --score-column or --scorer/--top-k, not both")
+    if options.score_column and (
+        options.scorer or options.top_k is not None or options.score_tokens != "all"
+    ):
+        raise ValueError("give --score-column or --scorer/--top-k/--score-tokens, not both")
     matrices = _load_matrices(options, errors)
     settings = EvaluationSettings(
         splits=options.splits,
@@ -197,6 +207,7 @@ def _load_matrices(options: EvaluateOptions, errors: Console) -> dict[str, RunsM
             where=parse_where(options.where),
             feature_columns=options.feature_columns or None,
             blackbox=BlackboxOptions(options.equivalence, options.samples),
+            score_tokens=options.score_tokens,
         )
     for kind, matrix in matrices.items():
         for note in matrix.notes:

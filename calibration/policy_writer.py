@@ -39,11 +39,13 @@ def policy_document(
     ``score_distribution`` where the scored models' scores fell on those rows (when any tier
     scores a stage); ``heldout`` (``calibration.heldout_expected``) goes into the tiers' ``expected``.
     """
-    scorer = {
+    scorer: dict[str, Any] = {
         "name": matrix.scorer,
         "top_k": matrix.top_k if matrix.top_k is not None else _EXTERNAL_TOP_K,
         **(matrix.scorer_settings or {}),
     }
+    if matrix.score_tokens != "all":
+        scorer["tokens"] = matrix.score_tokens
     models: dict[str, dict[str, float]] = {
         name: {"mean_cost_usd": float(cost), "quality": _unit(quality)}
         for name, cost, quality in zip(

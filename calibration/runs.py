@@ -31,6 +31,7 @@ from calibration.run_kinds import KIND_COLUMN, RunKindError, rows_of_kind
 from calibration.table_io import Columns, TableReadError, read_columns
 from policies import Price, PriceError
 from policies.blackbox import BLACKBOX_SCORERS
+from policies.call_tokens import SCORE_TOKENS
 
 REQUIRED_COLUMNS = ("query_id", "model", "correct")
 COST_COLUMNS = ("cost_usd", "prompt_tokens", "completion_tokens")
@@ -64,6 +65,7 @@ class RunsMatrix:
         source: where the runs came from (file path), for messages and reports.
         scorer: scorer name that produced ``score`` (``external`` for a precomputed column).
         top_k: top-K used by the scorer (None for ``external``).
+        score_tokens: the positions the scorer read (``ScorerSpec.tokens``: ``all`` or ``call_values``).
         score_column: the precomputed score column used, if any.
         notes: warnings raised while loading (e.g. dropped queries), for the CLI to show.
         scoring_cost: (n, k) USD of scoring each model's answer with a black-box scorer (its
@@ -83,6 +85,7 @@ class RunsMatrix:
     scorer: str = "external"
     top_k: int | None = None
     score_column: str | None = None
+    score_tokens: str = "all"
     notes: tuple[str, ...] = field(default=())
     scoring_cost: np.ndarray | None = None
     unscored: tuple[str, ...] = ()
@@ -137,6 +140,7 @@ def load_runs(
     feature_columns: list[str] | None = None,
     kind: str | None = None,
     blackbox: BlackboxOptions | None = None,
+    score_tokens: str = "all",
 ) -> RunsMatrix:
     """Load, validate and pivot a runs table.
 
@@ -148,6 +152,8 @@ def load_runs(
         score_column: a precomputed confidence column (scorer ``external``). Exclusive with scorer.
         scorer, top_k: compute the score from the ``logprobs`` column with
             ``policies.scorers.score_logprobs`` (defaults: mean_token_negentropy, 15).
+        score_tokens: the positions that scorer reads (``ScorerSpec.tokens``): ``all`` (default) or
+            ``call_values`` (a call's function name and argument values).
         where: keep only rows whose column equals the value, compared as text.
         feature_columns: numeric per-query columns for a router (mean over the query's rows).
         kind: keep only the rows of this request kind (the ``kind`` column, missing = ``text``,
@@ -160,8 +166,14 @@ def load_runs(
     """
     path = Path(path)
     where = dict(where or {})
-    if score_column is not None and scorer is not None:
-        raise RunsError("give either a score column or a scorer, not both")
+    if score_column is not None and (scorer is not None or score_tokens != "all"):
+        raise RunsError("give either a score column or a scorer (and its score tokens), not both")
+    if score_tokens not in SCORE_TOKENS:
+        raise RunsError(f"unknown score tokens {score_tokens!r}; choose one of {', '.join(SCORE_TOKENS)}")
+    if scorer in BLACKBOX_SCORERS and score_tokens != "all":
+        raise RunsError(
+            f"scorer {scorer} reads no logprobs: its score tokens must be all, got {score_tokens}"
+        )
     price_sheet = _load_prices(prices) if prices is not None else None
     wanted = {*REQUIRED_COLUMNS, *COST_COLUMNS, STRATA_COLUMN, VALID_COLUMN, *(feature_columns or [])}
     wanted.add(score_column if score_column is not None else LOGPROBS_COLUMN)
@@ -175,7 +187,7 @@ def load_runs(
             columns = rows_of_kind(columns, kind, path)
     except (TableReadError, RunKindError) as exc:
         raise RunsError(str(exc)) from None
-    return _Builder(path, columns, where, blackbox or BlackboxOptions()).build(
+    return _Builder(path, columns, where, blackbox or BlackboxOptions(), score_tokens).build(
         price_sheet, prices, score_column, scorer, top_k, feature_columns or []
     )
 
@@ -190,10 +202,18 @@ def _load_prices(path: Path) -> dict[str, Price]:
 class _Builder:
     """Validation and pivoting of one file's columns (one instance per load)."""
 
-    def __init__(self, path: Path, columns: Columns, where: Mapping[str, str], blackbox: BlackboxOptions):
+    def __init__(
+        self,
+        path: Path,
+        columns: Columns,
+        where: Mapping[str, str],
+        blackbox: BlackboxOptions,
+        score_tokens: str = "all",
+    ):
         self.path = path
         self.columns = columns
         self.where = where
+        self.score_tokens = score_tokens
         self.notes: list[str] = []
         self.blackbox_options = blackbox
         self.blackbox: BlackboxScores | None = None
@@ -411,7 +431,7 @@ class _Builder:
                     "expected the logprobs.content list (JSON array)", int(position), LOGPROBS_COLUMN
                 )
             try:
-                value = score_logprobs(content, scorer, top_k)
+                value = score_logprobs(content, scorer, top_k, self.score_tokens)
             except UnknownScorerError as exc:
                 raise RunsError(str(exc)) from None
             if value is not None:
@@ -486,6 +506,7 @@ class _Builder:
             scorer=scorer,
             top_k=top_k,
             score_column=score_column,
+            score_tokens=self.score_tokens if score_column is None else "all",
             notes=tuple(self.notes),
             scoring_cost=None if scoring_m is None else scoring_m[:, column_order],
             unscored=unscored,

@@ -100,7 +100,7 @@ class StageScorer:
     ) -> StageScore:
         """Score ``reply``, the answer of stage ``model`` to the upstream body ``sent``."""
         if not spec.is_blackbox:
-            return StageScore(score_response(reply, spec.name, spec.top_k))
+            return StageScore(score_response(reply, spec.name, spec.top_k, spec.tokens))
         if request.kind != "chat":
             return StageScore(None, failed=True)
         answer = blackbox.answer_text(reply)

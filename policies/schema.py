@@ -20,6 +20,7 @@ from pydantic import (
 )
 
 from policies.blackbox import BLACKBOX_SCORERS, SELF_REPORT_PROMPT, VERIFIER_PROMPT
+from policies.call_tokens import ScoreTokens
 from policies.score_distribution import ScoreDistribution
 from policies.scorers import SCORE_RANGES
 
@@ -103,6 +104,11 @@ class ScorerSpec(_Strict):
 
     name: ScorerName = "mean_token_negentropy"
     top_k: int = Field(15, ge=1, le=20, description="top_logprobs requested from the upstream")
+    tokens: ScoreTokens = Field(
+        "all",
+        description="positions scored: all, or call_values (a call's function name and argument values; "
+        "all tokens when the answer is not a call)",
+    )
     verifier: VerifierSpec | None = None
     samples: int | None = Field(None, ge=1, le=20, description="consistency: extra samples per answer")
     temperature: float | None = Field(None, ge=0, le=2, description="consistency: sampling temperature")
@@ -120,6 +126,8 @@ class ScorerSpec(_Strict):
         ]
         if extra:
             raise ValueError(f"not a setting of scorer {self.name}: {', '.join(extra)}")
+        if self.name in BLACKBOX_SCORERS and self.tokens != "all":
+            raise ValueError(f"scorer {self.name} reads no logprobs: tokens must be all, got {self.tokens}")
         return self
 
     @model_serializer(mode="wrap")

@@ -28,6 +28,7 @@ from typing import Any
 
 import numpy as np
 
+from policies.call_tokens import select_tokens
 from policies.errors import UnknownScorerError
 
 TokenEntry = Mapping[str, Any]
@@ -281,13 +282,18 @@ _PLAIN_REDUCERS: dict[str, Callable[[list[float]], float | None]] = {
 }
 
 
-def score_logprobs(content: Sequence[TokenEntry] | None, scorer: str, top_k: int) -> float | None:
+def score_logprobs(
+    content: Sequence[TokenEntry] | None, scorer: str, top_k: int, tokens: str = "all"
+) -> float | None:
     """Confidence of one answer from its ``choices[i].logprobs.content`` list.
 
     Args:
         content: the OpenAI token-logprob entries (``token``, ``logprob``, ``top_logprobs``).
         scorer: one of ``SCORERS`` (docs/contracts.md#scorers); ``external`` cannot be computed here.
         top_k: K, the number of alternatives the scorer uses per position.
+        tokens: which positions are scored (``ScorerSpec.tokens``): ``all``, or ``call_values``,
+            the tokens of a call's function name and argument values when the answer is wholly
+            calls, else all (``policies.call_tokens``).
 
     Returns:
         The score (higher = more confident), or None when no position is usable.
@@ -298,17 +304,20 @@ def score_logprobs(content: Sequence[TokenEntry] | None, scorer: str, top_k: int
         raise UnknownScorerError(
             f"scorer {scorer!r} cannot be computed from logprobs; choose one of {', '.join(SCORERS)}"
         ) from None
+    if tokens != "all":
+        content = select_tokens(content, tokens)
     reducer = _PLAIN_REDUCERS.get(scorer)
     if reducer is not None and content:
         values = _plain_negentropies(content, top_k)
         if values is not None:
             return reducer(values)
-    tokens = TokenLogprobs.from_content(content, top_k, with_alternatives=scorer in _USES_ALTERNATIVES)
-    return function(tokens)
+    parsed = TokenLogprobs.from_content(content, top_k, with_alternatives=scorer in _USES_ALTERNATIVES)
+    return function(parsed)
 
 
-def score_response(response: Mapping[str, Any], scorer: str, top_k: int) -> float | None:
-    """Score the first choice of a chat/completions response body (None if it has no logprobs)."""
+def score_response(response: Mapping[str, Any], scorer: str, top_k: int, tokens: str = "all") -> float | None:
+    """Score the first choice of a chat/completions response body (None if it has no logprobs);
+    ``tokens`` as in ``score_logprobs``."""
     choices = response.get("choices") or []
     if not choices or not isinstance(choices[0], Mapping):
         return None
@@ -316,8 +325,8 @@ def score_response(response: Mapping[str, Any], scorer: str, top_k: int) -> floa
     if not isinstance(logprobs, Mapping):
         return None
     if "content" not in logprobs and "token_logprobs" in logprobs:
-        return score_logprobs(legacy_to_content(logprobs), scorer, top_k)
-    return score_logprobs(logprobs.get("content"), scorer, top_k)
+        return score_logprobs(legacy_to_content(logprobs), scorer, top_k, tokens)
+    return score_logprobs(logprobs.get("content"), scorer, top_k, tokens)
 
 
 def legacy_to_content(logprobs: Mapping[str, Any]) -> list[dict[str, Any]]:

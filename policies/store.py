@@ -24,6 +24,8 @@ _OPTIONAL_FIELDS = ("score_distribution", "kinds")
 # The same inside a kind section, and inside every tier's ``expected`` (top level and sections).
 _OPTIONAL_SECTION_FIELDS = ("scorer", "score_distribution")
 _OPTIONAL_EXPECTED_FIELDS = ("heldout",)
+# Scorer fields added later with a default: left out of the file and of the hash at their default.
+_DEFAULT_SCORER_FIELDS = {"tokens": "all"}
 
 
 def without_absent_fields(document: dict[str, Any]) -> dict[str, Any]:
@@ -31,10 +33,24 @@ def without_absent_fields(document: dict[str, Any]) -> dict[str, Any]:
     out = {k: v for k, v in document.items() if not (k in _OPTIONAL_FIELDS and v is None)}
     if isinstance(out.get("kinds"), dict):
         out["kinds"] = {
-            kind: _drop_nulls(_without_absent_expectations(section), _OPTIONAL_SECTION_FIELDS)
+            kind: _without_default_scorer_fields(
+                _drop_nulls(_without_absent_expectations(section), _OPTIONAL_SECTION_FIELDS)
+            )
             for kind, section in out["kinds"].items()
         }
-    return _without_absent_expectations(out)
+    return _without_absent_expectations(_without_default_scorer_fields(out))
+
+
+def _without_default_scorer_fields(document: Any) -> Any:
+    """``document`` with its ``scorer`` stripped of the later fields at their default values."""
+    if not isinstance(document, dict) or not isinstance(document.get("scorer"), dict):
+        return document
+    scorer = {
+        k: v
+        for k, v in document["scorer"].items()
+        if k not in _DEFAULT_SCORER_FIELDS or v != _DEFAULT_SCORER_FIELDS[k]
+    }
+    return {**document, "scorer": scorer}
 
 
 def _without_absent_expectations(document: Any) -> Any:

@@ -6,7 +6,7 @@ column included, and each kind's rows are loaded as ``cascade calibrate`` loads 
 (``calibration.kinds``: a table of one kind loads whole). The new policy's scorer of a kind is
 ``--scorer``/``--top-k``, else the scorer the current policy serves that kind with (its section's,
 else its top level's), else the defaults; the current policy's matrix of a kind is scored with
-the scorer it serves that kind with.
+the scorer it serves that kind with. Both read the tokens that scorer reads (``ScorerSpec.tokens``).
 """
 
 from __future__ import annotations
@@ -84,12 +84,13 @@ def _load_kind(
 ) -> KindRuns:
     serving = None if current is None else kind_policy(current, kind)
     scorer, top_k = scoring(options, serving)
-    new = _load(path, kind, kinds, options, scorer, top_k)
+    tokens = "all" if serving is None else serving.scorer.tokens
+    new = _load(path, kind, kinds, options, scorer, top_k, tokens)
     if serving is None:
         return KindRuns(kind, new, None)
     if (serving.scorer.name, serving.scorer.top_k) == (scorer, top_k):
         return KindRuns(kind, new, new)
-    old = _load(path, kind, kinds, options, serving.scorer.name, serving.scorer.top_k)
+    old = _load(path, kind, kinds, options, serving.scorer.name, serving.scorer.top_k, tokens)
     # A query one scorer can score and the other cannot is left out of both: same queries, same order.
     _, in_new, in_old = np.intersect1d(new.query_ids, old.query_ids, return_indices=True)
     order = np.argsort(in_new)
@@ -105,9 +106,17 @@ def _exported_runs(selection: Selection) -> Iterator[Path]:
 
 
 def _load(
-    path: Path, kind: str, kinds: list[str], options: RecalibrateOptions, scorer: str, top_k: int
+    path: Path,
+    kind: str,
+    kinds: list[str],
+    options: RecalibrateOptions,
+    scorer: str,
+    top_k: int,
+    tokens: str = "all",
 ) -> RunsMatrix:
     try:
-        return load_kind_runs(path, kind, kinds, prices=options.prices, scorer=scorer, top_k=top_k)
+        return load_kind_runs(
+            path, kind, kinds, prices=options.prices, scorer=scorer, top_k=top_k, score_tokens=tokens
+        )
     except RunsError as exc:  # name the traffic, not the temporary file
         raise RunsError(str(exc).replace(str(path), TRAFFIC_NAME)) from None

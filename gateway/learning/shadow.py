@@ -170,10 +170,11 @@ class ShadowRunner:
                 raise
         policy = sample.policy
         # A black-box scorer's extra calls are not made for a shadow row: it is kept unscored.
+        scorer = policy.scorer
         score = (
             None
-            if policy.scorer.is_blackbox
-            else score_response(reply.body, policy.scorer.name, policy.scorer.top_k)
+            if scorer.is_blackbox
+            else score_response(reply.body, scorer.name, scorer.top_k, scorer.tokens)
         )
         cost = call_charge(
             self.models[model].price, reply.body.get("usage"), call.body, answer=reply.body

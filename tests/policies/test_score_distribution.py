@@ -124,6 +124,7 @@ def test_an_older_policy_without_the_field_keeps_its_bytes_and_policy_id(policy_
         old_fields.pop(name)
     for tier in old_fields["tiers"].values():
         tier["expected"].pop("heldout")
+    old_fields["scorer"].pop("tokens")
     canonical = json.dumps(old_fields, sort_keys=True, separators=(",", ":"))
     assert policy.policy_id == hashlib.sha256(canonical.encode()).hexdigest()[:16]
     with_field = build_policy({**policy_document, "score_distribution": _distribution()})
