@@ -121,6 +121,7 @@ def test_the_policy_carries_the_scorer_settings_and_expected_costs_include_scori
     assert policy.scorer.model_dump() == {
         "name": "consistency",
         "top_k": 15,
+        "tokens": "all",
         "samples": 2,
         "temperature": 0.7,
         "equivalence": "numeric",
