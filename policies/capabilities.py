@@ -22,11 +22,9 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
+from policies.blackbox import BLACKBOX_SCORERS
 from policies.schema import Policy, ScorerSpec
 from policies.scorers import ALTERNATIVE_SCORERS, SCORERS
-
-# Scorers judging an answer without its logprobs (policies/blackbox.py): the scored model may give none.
-BLACK_BOX_SCORERS = frozenset({"verifier", "consistency", "self_report"})
 
 
 class ModelCapabilities(BaseModel):
@@ -103,7 +101,7 @@ def scorer_needs(scorer: ScorerSpec, scored: str) -> list[Need]:
     name = str(scorer.name)
     if name == "external":
         return []
-    if name in BLACK_BOX_SCORERS:
+    if name in BLACKBOX_SCORERS:  # the scored model may give no logprobs
         verifier = _verifier_model(scorer)
         if verifier is None:
             return []
@@ -116,8 +114,7 @@ def _verifier_model(scorer: ScorerSpec) -> str | None:
     """The model a ``verifier`` scorer asks (``scorer.verifier.model``; None for other scorers)."""
     if scorer.name != "verifier":
         return None
-    model = getattr(getattr(scorer, "verifier", None), "model", None)
-    return model if isinstance(model, str) and model else None
+    return scorer.verifier.model if scorer.verifier is not None else None
 
 
 def shortfall(scorer: ScorerSpec, need: Need, capabilities: ModelCapabilities) -> str | None:
@@ -171,9 +168,8 @@ def _chains(section: Any, where: str) -> Iterator[tuple[str, list[str]]]:
 def _sections(policy: Policy) -> Iterable[tuple[str, ScorerSpec, Any]]:
     """(where, scorer, section): the policy's top level, then each request kind's own section."""
     yield "", policy.scorer, policy
-    for kind, section in (getattr(policy, "kinds", None) or {}).items():
-        if section is not None:
-            yield f"kind {kind} ", getattr(section, "scorer", None) or policy.scorer, section
+    for kind, section in (policy.kinds or {}).items():
+        yield f"kind {kind} ", section.scorer or policy.scorer, section
 
 
 def capability_problems(policy: Policy, capabilities: Mapping[str, ModelCapabilities]) -> list[str]:

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-from types import SimpleNamespace
 from typing import Any
 
 import pytest
@@ -63,10 +62,13 @@ def test_the_last_stage_is_never_scored_and_unconfigured_stages_are_left_to_the_
     assert len(stage_problems(scorer, ["a", "b", "c"], {"a": NONE, "b": NONE, "c": NONE})) == 2
 
 
-def blackbox(name: str, verifier_model: str | None = None, top_k: int = 10) -> Any:
-    """A black-box ScorerSpec stand-in (the names and the ``verifier.model`` field of the schema)."""
-    verifier = SimpleNamespace(model=verifier_model) if verifier_model else None
-    return SimpleNamespace(name=name, top_k=top_k, verifier=verifier)
+def blackbox(name: str, verifier_model: str | None = None, top_k: int = 10) -> ScorerSpec:
+    """A black-box ScorerSpec with the settings its name requires (policies.schema)."""
+    if name == "verifier":
+        return ScorerSpec(name="verifier", top_k=top_k, verifier={"model": verifier_model or "judge"})
+    if name == "consistency":
+        return ScorerSpec(name="consistency", top_k=top_k, samples=2, temperature=0.7, equivalence="exact")
+    return ScorerSpec(name="self_report", top_k=top_k)
 
 
 @pytest.mark.parametrize("name", ["consistency", "self_report"])
@@ -93,7 +95,9 @@ def test_a_verifier_needs_its_own_models_logprobs_and_alternatives() -> None:
 
 
 def test_an_unknown_scorer_is_taken_to_need_logprobs() -> None:
-    assert scorer_needs(blackbox("something_new", top_k=7), "cheap")[0].alternatives == 7
+    # A name this version does not know (a policy from a newer one, read without validation).
+    unknown = ScorerSpec.model_construct(name="something_new", top_k=7)
+    assert scorer_needs(unknown, "cheap")[0].alternatives == 7
     assert scorer_needs(ScorerSpec(name="external"), "cheap") == []
 
 
@@ -133,19 +137,23 @@ def test_policy_problems_name_tier_route_or_envelope_point_model_and_what_is_mis
 
 
 def test_each_request_kinds_section_is_checked_with_its_own_scorer() -> None:
-    # The shape of a policy with per-kind sections (``Policy.kinds``): each section has tiers, an
-    # envelope and may carry its own scorer (else the top level's).
-    top = build_policy(_policy_document({"name": "min_probability", "top_k": 5}))
-    own = SimpleNamespace(tiers=top.tiers, envelope=[], scorer=ScorerSpec(name="probability_margin", top_k=8))
-    inherited = SimpleNamespace(tiers=top.tiers, envelope=[], scorer=None)
-    policy: Any = SimpleNamespace(
-        scorer=top.scorer, tiers={}, envelope=[], kinds={"tool_call": own, "structured_output": inherited}
-    )
+    # Each section of ``Policy.kinds`` may carry its own scorer, else it is scored with the top level's.
+    document = _policy_document({"name": "min_probability", "top_k": 5})
+    section = {k: document[k] for k in ("models", "default_tier", "tiers", "envelope")}
+    document["kinds"] = {
+        "tool_call": {**section, "envelope": [], "scorer": {"name": "probability_margin", "top_k": 8}},
+        "structured_output": {**section, "envelope": []},
+    }
+    policy = build_policy(document)
+    assert policy.kinds is not None and policy.kinds["structured_output"].scorer is None
     assert capability_problems(policy, {"cheap": CAPPED, "strong": FULL}) == [
         "kind tool_call tier 't' route 1 (cheap -> strong): scorer probability_margin reads top_k 8 "
         "alternatives per position and model cheap gives at most 5 (capabilities.max_top_logprobs)"
     ]
+    missing = "model cheap is declared without logprobs (capabilities.logprobs: false)"
     assert capability_problems(policy, {"cheap": NONE, "strong": FULL}) == [
+        f"tier 't' route 1 (cheap -> strong): {missing} and scorer min_probability needs them",
+        f"envelope point 1 (cheap -> strong): {missing} and scorer min_probability needs them",
         "kind tool_call tier 't' route 1 (cheap -> strong): model cheap is declared without logprobs "
         "(capabilities.logprobs: false) and scorer probability_margin needs them",
         "kind structured_output tier 't' route 1 (cheap -> strong): model cheap is declared without "
