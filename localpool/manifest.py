@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from importlib.resources import files
 from pathlib import Path
+from typing import Literal
 
 import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
@@ -43,6 +44,10 @@ class ModelSpec(_Strict):
     default: bool = True
     price: Price = Field(description="what a call is billed (local models state a price, see docs)")
     server_args: list[str] = Field(default_factory=list)
+    tool_calls: Literal["native", "content"] = Field(
+        "native",
+        description="how the model writes function calls behind llama-server (measured; docs/tool-calls.md)",
+    )
 
 
 class ServerSpec(_Strict):

@@ -35,6 +35,10 @@ def test_generated_gateway_config_points_at_the_pool_ports_with_manifest_prices(
         assert model.model == name
         assert model.price.input_per_mtok == manifest.models[name].price.input_per_mtok
         assert model.capabilities.logprobs and model.capabilities.max_top_logprobs is None
+    # The Qwen models write calls as JSON in their content (measured, docs/tool-calls.md): the
+    # gateway returns them as tool_calls; the others are left native.
+    assert settings.models["qwen2.5-coder-0.5b"].tool_calls == "content"
+    assert settings.models["smollm2-135m"].tool_calls == "native"
 
 
 def test_generated_config_gives_members_their_models_server_and_request_defaults(tmp_path: Path) -> None:
