@@ -8,7 +8,6 @@ accepted, the others escalated to the larger model. Needs scripts/setup.sh (llam
 from __future__ import annotations
 
 import itertools
-import json
 import os
 import subprocess
 import sys
@@ -29,6 +28,7 @@ from localpool.process import start_detached, stop, wait_healthy
 from localpool.server_build import llama_server_binary
 from policies import build_policy, save_policy
 from policies.scorers import score_response
+from tests.support.gateway_logs import request_lines
 from tests.support.ports import free_port
 
 pytestmark = pytest.mark.e2e
@@ -232,11 +232,8 @@ def test_streamed_responses_are_accepted_and_escalated_with_the_decision_in_head
         outcomes[raw.headers["x-request-id"]] = "escalated" if escalated else "accepted"
     assert set(outcomes.values()) == {"accepted", "escalated"}, outcomes
 
-    logged = {}
-    for line in (gateway_work / "gateway.log").read_text().splitlines():
-        entry = json.loads(line) if line.startswith("{") else {}
-        if entry.get("event") == "request" and entry.get("request_id") in outcomes:
-            logged[entry["request_id"]] = entry
+    lines = request_lines(gateway_work / "gateway.log", outcomes)  # a stream's line follows its end
+    logged = {rid: entry for rid, entry in lines.items() if rid in outcomes}
     assert {rid: entry["outcome"] for rid, entry in logged.items()} == outcomes
     assert all(e["endpoint"] == "responses" and e["path"] == "/v1/responses" for e in logged.values())
     assert all(e["stream"] is True and e["tier"] == "balanced" for e in logged.values())

@@ -17,7 +17,6 @@ from pathlib import Path
 
 import anthropic
 import httpx
-import orjson
 import pytest
 from prometheus_client.parser import text_string_to_metric_families
 from test_local_cascade import CHEAP, QUESTIONS, STRONG, TOP_K, _threshold, cheap_scores, pool
@@ -26,6 +25,7 @@ from localpool.demo_config import pool_gateway_config, write_gateway_config
 from localpool.manifest import Manifest
 from localpool.process import wait_healthy
 from policies import build_policy, save_policy
+from tests.support.gateway_logs import request_lines
 from tests.support.ports import free_port
 
 pytestmark = pytest.mark.e2e
@@ -97,17 +97,6 @@ def messages_gateway(
             process.wait()
 
 
-def request_lines(log: Path) -> dict[str, dict]:
-    """The gateway's per-request log lines, by request id."""
-    lines = {}
-    for raw in log.read_bytes().splitlines():
-        if raw.startswith(b"{"):
-            entry = orjson.loads(raw)
-            if entry.get("event") == "request":
-                lines[entry["request_id"]] = entry
-    return lines
-
-
 def test_streamed_messages_are_accepted_or_escalated_with_the_decision_in_headers_logs_and_metrics(
     messages_gateway: tuple[str, Path], cheap_scores: dict[str, float]
 ) -> None:
@@ -139,7 +128,7 @@ def test_streamed_messages_are_accepted_or_escalated_with_the_decision_in_header
         request_ids[question] = headers["x-request-id"]
     assert set(outcomes.values()) == {"accepted", "escalated"}, outcomes
 
-    lines = request_lines(log)
+    lines = request_lines(log, request_ids.values())
     for question, outcome in outcomes.items():
         line = lines[request_ids[question]]
         assert (line["endpoint"], line["path"], line["tier"], line["outcome"]) == (
