@@ -57,7 +57,11 @@ def question_text(messages: Sequence[Mapping[str, Any]]) -> str:
 
 def message_text(message: Mapping[str, Any]) -> str:
     """The text of one chat message (string content, or the text of its content parts)."""
-    content = message.get("content")
+    return content_text(message.get("content"))
+
+
+def content_text(content: Any) -> str:
+    """A message ``content``: a string, or the text of its ``{"type": "text"}`` parts."""
     if isinstance(content, str):
         return content
     if isinstance(content, list):

@@ -17,6 +17,7 @@ import orjson
 
 from gateway.requests import ParsedRequest, positive_int
 from policies import Policy
+from policies.blackbox import content_text
 from policies.scorers import legacy_to_content
 
 
@@ -65,7 +66,7 @@ class StageAnswer:
             message = self.choice.get("message")
             if not isinstance(message, dict):
                 return ""
-            content = _content_text(message.get("content"))
+            content = content_text(message.get("content"))
             if not content and message.get("tool_calls"):
                 return orjson.dumps(message["tool_calls"]).decode()
             return content
@@ -141,24 +142,11 @@ def question_text(request: ParsedRequest) -> str:
     if request.kind == "chat":
         messages = [m for m in body.get("messages") or () if isinstance(m, dict)]
         if len(messages) == 1:
-            return _content_text(messages[0].get("content"))
-        return "\n\n".join(f"{m.get('role')}: {_content_text(m.get('content'))}" for m in messages)
+            return content_text(messages[0].get("content"))
+        return "\n\n".join(f"{m.get('role')}: {content_text(m.get('content'))}" for m in messages)
     prompt = body.get("prompt")
     if isinstance(prompt, str):
         return prompt
     if isinstance(prompt, list):
         return "\n".join(p for p in prompt if isinstance(p, str))
-    return ""
-
-
-def _content_text(content: Any) -> str:
-    """A message ``content``: a string, or the text of its ``{"type": "text"}`` parts."""
-    if isinstance(content, str):
-        return content
-    if isinstance(content, list):
-        return "".join(
-            str(part.get("text", ""))
-            for part in content
-            if isinstance(part, dict) and part.get("type") == "text"
-        )
     return ""
