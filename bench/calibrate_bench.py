@@ -4,7 +4,7 @@ Splits the time into loading the runs (read + validate + pivot) and compute (poo
 frontier at every threshold, envelope, hull, tiers, policy validation), in-process, and times
 the whole command once as a subprocess. Run from the repository root:
 
-    .venv/bin/python bench/calibrate_bench.py [--repeat 5] [--shared ../shared]
+    .venv/bin/python bench/calibrate_bench.py [--repeat 5] [--runs RUNS --prices PRICES]
 """
 
 from __future__ import annotations
@@ -20,6 +20,7 @@ from pathlib import Path
 
 REPO = Path(__file__).resolve().parents[1]
 TIERS = REPO / "calibration/examples/tiers.yaml"
+PLAUT = REPO / "data" / "plaut-mc"
 WHERE = {"dataset": "mmlu", "prompt_variant": "first"}
 
 
@@ -28,10 +29,10 @@ def main() -> None:
         description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
     )
     parser.add_argument("--repeat", type=int, default=5)
-    parser.add_argument("--shared", type=Path, default=REPO.parent / "shared")
+    parser.add_argument("--runs", type=Path, default=PLAUT / "runs.csv.gz")
+    parser.add_argument("--prices", type=Path, default=PLAUT / "prices.yaml")
     args = parser.parse_args()
-    runs = args.shared / "data/plaut-mc/runs.csv.gz"
-    prices = args.shared / "data/plaut-mc/prices.yaml"
+    runs, prices = args.runs, args.prices
 
     started = time.perf_counter()
     from calibration.envelope import compute_envelope

@@ -32,7 +32,7 @@ from calibration.runs import load_runs
 from calibration.splits import Split, stratified_splits
 
 REPO = Path(__file__).resolve().parents[1]
-PLAUT = REPO.parent / "shared" / "data" / "plaut-mc"
+PLAUT = REPO / "data" / "plaut-mc"
 
 
 def timed(function, repeat: int) -> tuple[float, float, float]:

@@ -1,7 +1,7 @@
 """Summary metrics of a cost-quality curve: normalized gain and cost reduction at 90% (CR@90).
 
 Definitions are fixed by the paper (docs/evaluate.md, "Protocol (exact definitions)") and pinned by the
-cached curves in ``shared/data/paper-curves``, whose Table 2 they reproduce exactly.
+cached curves in ``data/paper-curves``, whose Table 2 they reproduce exactly.
 
 A *curve* is one array of quality values on a cost grid (USD per query); NaN marks grid points
 the curve does not reach. Endpoints are ``(cost_usd, quality)`` pairs: ``low`` is the cheapest

@@ -11,7 +11,7 @@ appears. Two forms, either or both:
 The rule, decided once: a call whose token counts are known costs its tokens at the per-token
 prices; a call whose counts are unknown (a runs table without token columns) costs
 ``per_query_usd``. A model with both forms is therefore priced by tokens wherever counts exist and
-by the flat price elsewhere (e.g. ``shared/data/plaut-mc/prices.yaml``, whose runs have no counts).
+by the flat price elsewhere (e.g. ``data/plaut-mc/prices.yaml``, whose runs have no counts).
 """
 
 from __future__ import annotations

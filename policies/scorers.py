@@ -4,7 +4,7 @@ Calibration applies these to recorded logprobs and the gateway to live ones: the
 both sides, so a threshold chosen offline means the same thing online. Higher score = more
 confident. A response with no usable position has no score (``None``).
 
-Input quirks handled (see shared/fixtures/upstream and docs/scorers.md):
+Input quirks handled (see tests/fixtures/upstream and docs/scorers.md):
 
 * llama.cpp's native server appends an end-of-text entry (empty token, empty ``bytes``) to
   non-streamed answers that stopped on EOS, *with* alternatives; its OpenAI-compatible mode and

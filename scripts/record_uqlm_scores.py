@@ -7,7 +7,7 @@ compares ``policies.scorers.score_logprobs`` against. It was produced with uqlm 
     /tmp/uqlm-venv/bin/pip install --no-deps uqlm==0.6.7
     /tmp/uqlm-venv/bin/pip install numpy==1.26.4 scipy==1.14.1
     /tmp/uqlm-venv/bin/python scripts/record_uqlm_scores.py \
-        --upstream ../shared/fixtures/upstream --out tests/policies/fixtures/uqlm_scores.json
+        --upstream tests/fixtures/upstream --out tests/policies/fixtures/uqlm_scores.json
 
 ``uqlm``'s package ``__init__`` imports every scorer, including the torch/transformers ones, so
 this script loads only ``uqlm.white_box.top_logprobs`` and ``uqlm.white_box.single_logprobs`` (their
@@ -186,7 +186,7 @@ def upstream_cases(upstream: Path) -> list[dict[str, Any]]:
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--upstream", type=Path, required=True, help="shared/fixtures/upstream")
+    parser.add_argument("--upstream", type=Path, required=True, help="tests/fixtures/upstream")
     parser.add_argument("--out", type=Path, required=True)
     args = parser.parse_args()
     cases = upstream_cases(args.upstream) + synthetic_cases()

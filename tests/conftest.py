@@ -16,12 +16,3 @@ pytest_plugins = ["tests.support.fixtures", "tests.support.traffic_stores"]
 def repo_root() -> Path:
     """The repository root."""
     return REPO_ROOT
-
-
-@pytest.fixture(scope="session")
-def shared_dir() -> Path:
-    """The shared data directory, checked out beside the repository (``../shared``)."""
-    path = (REPO_ROOT.parent / "shared").resolve()
-    if not path.is_dir():
-        pytest.fail(f"shared data not found at {path}: check out ../shared beside the repository")
-    return path

@@ -53,7 +53,7 @@ import httpx
 
 REPO = Path(__file__).resolve().parents[2]
 HERE = Path(__file__).resolve().parent
-FIXTURE = REPO.parent / "shared" / "fixtures" / "upstream" / "native_smol_top15.json"
+FIXTURE = REPO / "tests" / "fixtures" / "upstream" / "native_smol_top15.json"
 # name -> (upstream body nginx returns, top-K the policy's scorer uses on it)
 BODIES: dict[str, tuple[Path, int]] = {
     "2k": (HERE / "fixtures" / "chat_top5_8tok.json", 5),

@@ -2,14 +2,13 @@
 
 from __future__ import annotations
 
-from pathlib import Path
-
 import numpy as np
 import pytest
 from sklearn.metrics import cohen_kappa_score
 
 from calibration.agreement import correctness_kappa, unrelated_model_warnings
 from calibration.runs import load_runs
+from tests.support.data_files import PLAUT_PRICES, PLAUT_RUNS
 
 
 def related_models(n: int = 4000, k: int = 4, seed: int = 0) -> np.ndarray:
@@ -55,11 +54,11 @@ def test_an_aligned_model_near_the_ceiling_is_not_flagged_but_a_shuffled_one_is(
     assert warning.startswith("model 'strong'")
 
 
-def test_plaut_mc_misaligned_model_would_be_caught(shared_dir: Path) -> None:
+def test_plaut_mc_misaligned_model_would_be_caught() -> None:
     """On real MMLU runs: nothing above chance is flagged; a strong model with shuffled rows is."""
     matrix = load_runs(
-        shared_dir / "data/plaut-mc/runs.csv.gz",
-        prices=shared_dir / "data/plaut-mc/prices.yaml",
+        PLAUT_RUNS,
+        prices=PLAUT_PRICES,
         score_column="score_msp",
         where={"dataset": "mmlu", "prompt_variant": "first"},
     )

@@ -14,6 +14,7 @@ from calibration.calibrate_cli import register
 from calibration.frontier import chain_metrics
 from calibration.runs import load_runs
 from policies.store import load_policy
+from tests.support.data_files import PLAUT_PRICES, PLAUT_RUNS, UPSTREAM_ANSWERS
 
 # Held-out tolerance: tiers are chosen on 3,000 MMLU questions and simulated on the other 3,000.
 # A route's cost moves with its escalation rate on new questions. Over five random halvings (this
@@ -56,9 +57,9 @@ def invoke(*args: str | Path) -> typer.testing.Result:  # type: ignore[name-defi
 
 
 @pytest.fixture(scope="module")
-def mmlu_halves(shared_dir: Path, tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, Path]:
+def mmlu_halves(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, Path]:
     """MMLU (first prompt) split by question into a calibration half and a held-out half."""
-    runs = pd.read_csv(shared_dir / "data/plaut-mc/runs.csv.gz")
+    runs = pd.read_csv(PLAUT_RUNS)
     mmlu = runs[(runs.dataset == "mmlu") & (runs.prompt_variant == "first")]
     questions = mmlu.query_id.unique()
     calibration_ids = set(np.random.default_rng(0).permutation(questions)[: questions.size // 2])
@@ -72,10 +73,10 @@ def mmlu_halves(shared_dir: Path, tmp_path_factory: pytest.TempPathFactory) -> t
 
 @pytest.mark.parametrize("randomize", [False, True])
 def test_calibrated_tiers_hold_up_on_held_out_questions(
-    mmlu_halves: tuple[Path, Path], shared_dir: Path, tmp_path: Path, randomize: bool
+    mmlu_halves: tuple[Path, Path], tmp_path: Path, randomize: bool
 ) -> None:
     calibration_path, test_path = mmlu_halves
-    prices = shared_dir / "data/plaut-mc/prices.yaml"
+    prices = PLAUT_PRICES
     tiers = tmp_path / "tiers.yaml"
     tiers.write_text(TIERS)
     policy_path = tmp_path / "policy.json"
@@ -128,15 +129,13 @@ def test_calibrated_tiers_hold_up_on_held_out_questions(
     assert held_out_cost["accurate"] < ACCURATE_MAX_COST_SHARE * single_cost[best_model]
 
 
-def test_where_filters_select_one_dataset_and_report_is_self_contained(
-    shared_dir: Path, tmp_path: Path
-) -> None:
+def test_where_filters_select_one_dataset_and_report_is_self_contained(tmp_path: Path) -> None:
     tiers = tmp_path / "tiers.yaml"
     tiers.write_text(TIERS)
     result = invoke(
-        shared_dir / "data/plaut-mc/runs.csv.gz",
+        PLAUT_RUNS,
         "--prices",
-        shared_dir / "data/plaut-mc/prices.yaml",
+        PLAUT_PRICES,
         "--score-column",
         "score_msp",
         "--where",
@@ -159,14 +158,14 @@ def test_where_filters_select_one_dataset_and_report_is_self_contained(
     assert "Switching points" in page and "Tiers" in page
 
 
-def test_unreachable_min_quality_exits_non_zero_with_one_line(shared_dir: Path, tmp_path: Path) -> None:
+def test_unreachable_min_quality_exits_non_zero_with_one_line(tmp_path: Path) -> None:
     tiers = tmp_path / "tiers.yaml"
     tiers.write_text("default_tier: perfect\ntiers:\n  perfect: {min_quality: 0.99}\n")
     policy_path = tmp_path / "policy.json"
     result = invoke(
-        shared_dir / "data/plaut-mc/runs.csv.gz",
+        PLAUT_RUNS,
         "--prices",
-        shared_dir / "data/plaut-mc/prices.yaml",
+        PLAUT_PRICES,
         "--score-column",
         "score_msp",
         *TRUTHFULQA,
@@ -180,13 +179,13 @@ def test_unreachable_min_quality_exits_non_zero_with_one_line(shared_dir: Path, 
     assert "Traceback" not in result.output and not policy_path.exists()
 
 
-def test_budget_below_the_cheapest_route_warns_and_still_writes(shared_dir: Path, tmp_path: Path) -> None:
+def test_budget_below_the_cheapest_route_warns_and_still_writes(tmp_path: Path) -> None:
     tiers = tmp_path / "tiers.yaml"
     tiers.write_text("default_tier: free\ntiers:\n  free: {max_cost_usd: 0}\n")
     result = invoke(
-        shared_dir / "data/plaut-mc/runs.csv.gz",
+        PLAUT_RUNS,
         "--prices",
-        shared_dir / "data/plaut-mc/prices.yaml",
+        PLAUT_PRICES,
         "--score-column",
         "score_msp",
         *TRUTHFULQA,
@@ -200,10 +199,10 @@ def test_budget_below_the_cheapest_route_warns_and_still_writes(shared_dir: Path
     assert load_policy(tmp_path / "policy.json").tiers["free"].routes[0].models == ["Yi-6b"]
 
 
-def test_servable_policy_from_a_logprobs_column_keeps_the_scorer(shared_dir: Path, tmp_path: Path) -> None:
+def test_servable_policy_from_a_logprobs_column_keeps_the_scorer(tmp_path: Path) -> None:
     import json
 
-    content = json.loads((shared_dir / "fixtures/upstream/native_qwen_top20.json").read_text())
+    content = json.loads((UPSTREAM_ANSWERS / "native_qwen_top20.json").read_text())
     content = content["choices"][0]["logprobs"]["content"]
     rows = []
     for q in range(4):
@@ -247,15 +246,13 @@ def test_servable_policy_from_a_logprobs_column_keeps_the_scorer(shared_dir: Pat
         (["--scorer", "mean_logprob"], "--score-column is a precomputed score"),
     ],
 )
-def test_bad_arguments_exit_1_with_one_red_line(
-    shared_dir: Path, tmp_path: Path, extra: list, message: str
-) -> None:
+def test_bad_arguments_exit_1_with_one_red_line(tmp_path: Path, extra: list, message: str) -> None:
     tiers = tmp_path / "tiers.yaml"
     tiers.write_text(TIERS)
     result = invoke(
-        shared_dir / "data/plaut-mc/runs.csv.gz",
+        PLAUT_RUNS,
         "--prices",
-        shared_dir / "data/plaut-mc/prices.yaml",
+        PLAUT_PRICES,
         "--score-column",
         "score_msp",
         "--tiers",
@@ -269,18 +266,16 @@ def test_bad_arguments_exit_1_with_one_red_line(
     assert result.output.strip().startswith("error:")
 
 
-def test_budget_warnings_are_printed_even_when_another_tier_is_an_error(
-    shared_dir: Path, tmp_path: Path
-) -> None:
+def test_budget_warnings_are_printed_even_when_another_tier_is_an_error(tmp_path: Path) -> None:
     tiers = tmp_path / "tiers.yaml"
     tiers.write_text(
         "default_tier: free\ntiers:\n  free: {max_cost_usd: 0}\n  perfect: {min_quality: 0.99}\n"
         "  flawless: {min_quality: 1.0}\n"
     )
     result = invoke(
-        shared_dir / "data/plaut-mc/runs.csv.gz",
+        PLAUT_RUNS,
         "--prices",
-        shared_dir / "data/plaut-mc/prices.yaml",
+        PLAUT_PRICES,
         "--score-column",
         "score_msp",
         *TRUTHFULQA,
@@ -298,14 +293,14 @@ def test_budget_warnings_are_printed_even_when_another_tier_is_an_error(
 
 @pytest.mark.parametrize(("budget", "marked"), [(0, True), (0.0001, False)])
 def test_objective_not_met_footer_only_when_a_tier_is_marked(
-    shared_dir: Path, tmp_path: Path, budget: float, marked: bool
+    tmp_path: Path, budget: float, marked: bool
 ) -> None:
     tiers = tmp_path / "tiers.yaml"
     tiers.write_text(f"default_tier: only\ntiers:\n  only: {{max_cost_usd: {budget}}}\n")
     result = invoke(
-        shared_dir / "data/plaut-mc/runs.csv.gz",
+        PLAUT_RUNS,
         "--prices",
-        shared_dir / "data/plaut-mc/prices.yaml",
+        PLAUT_PRICES,
         "--score-column",
         "score_msp",
         *TRUTHFULQA,

@@ -11,13 +11,14 @@ import pytest
 from typer.testing import CliRunner
 
 from cascade_cli.main import app
+from tests.support.data_files import PLAUT_MC, PLAUT_RUNS
 
 PNG_SIGNATURE = b"\x89PNG\r\n\x1a\n"
 
 
 @pytest.fixture(scope="module")
-def plaut_report(tmp_path_factory: pytest.TempPathFactory, shared_dir: Path) -> tuple[object, Path]:
-    data = shared_dir / "data" / "plaut-mc"
+def plaut_report(tmp_path_factory: pytest.TempPathFactory) -> tuple[object, Path]:
+    data = PLAUT_MC
     report = tmp_path_factory.mktemp("evaluate") / "report"
     result = CliRunner().invoke(
         app,
@@ -54,7 +55,7 @@ def test_evaluate_writes_every_report_file(plaut_report) -> None:
     assert "data:image/png;base64," in page and 'src="http' not in page
 
 
-def test_envelope_beats_every_baseline_held_out_and_keeps_its_cost(plaut_report, shared_dir: Path) -> None:
+def test_envelope_beats_every_baseline_held_out_and_keeps_its_cost(plaut_report) -> None:
     """What must hold on aligned data: positive gain, ahead of single models and searched chains.
 
     Measured on these settings (3 splits, 20 trials): envelope gain 0.297 (CR@90 65.2), hull
@@ -64,7 +65,7 @@ def test_envelope_beats_every_baseline_held_out_and_keeps_its_cost(plaut_report,
     _, report = plaut_report
     summary = json.loads((report / "summary.json").read_text())
     assert summary["n_queries"] == 6000 and summary["n_test_rows"] == 3000
-    runs = pd.read_csv(shared_dir / "data/plaut-mc/runs.csv.gz", usecols=["dataset", "model"])
+    runs = pd.read_csv(PLAUT_RUNS, usecols=["dataset", "model"])
     assert {model["model"] for model in summary["models"]} == set(runs[runs.dataset == "mmlu"].model)
     assert all(0.4 < model["auroc"] < 0.9 for model in summary["models"])
     low, best = summary["endpoints"]["low"], summary["endpoints"]["best"]
@@ -160,8 +161,8 @@ def test_router_runs_when_feature_columns_are_given(tmp_path: Path) -> None:
         (["--where", "dataset=nothing"], "no rows"),
     ],
 )
-def test_bad_arguments_fail_with_one_red_line(tmp_path: Path, shared_dir: Path, extra, message) -> None:
-    data = shared_dir / "data" / "plaut-mc"
+def test_bad_arguments_fail_with_one_red_line(tmp_path: Path, extra, message) -> None:
+    data = PLAUT_MC
     result = CliRunner().invoke(
         app,
         [

@@ -9,8 +9,9 @@ import numpy as np
 import pytest
 
 from calibration.metrics import cost_reduction, median_curve, normalized_gain, percentile_band
+from tests.support.data_files import PAPER_CURVES
 
-# Table 2 of the paper (normalized gain, CR@90), as printed in shared/data/paper-curves/README.md.
+# Table 2 of the paper (normalized gain, CR@90), as printed in data/paper-curves/README.md.
 TABLE_2: dict[str, dict[str, tuple[float, float]]] = {
     "envelope": {
         "mmlu": (0.360, 73.7),
@@ -52,8 +53,8 @@ def _endpoints(coords_path: Path) -> tuple[tuple[float, float], tuple[float, flo
 
 
 @pytest.mark.parametrize(("method", "dataset"), CELLS, ids=[f"{m}-{d}" for m, d in CELLS])
-def test_reproduces_paper_table_2_cell(shared_dir: Path, method: str, dataset: str) -> None:
-    folder = shared_dir / "data" / "paper-curves" / dataset
+def test_reproduces_paper_table_2_cell(method: str, dataset: str) -> None:
+    folder = PAPER_CURVES / dataset
     grid = np.load(folder / "cost_grid.npy")
     curve = median_curve(np.load(folder / f"{method}_curves.npy"))
     low, best = _endpoints(folder / "model_coords.json")

@@ -20,6 +20,7 @@ from calibration.tiers import TierObjective, solve_tier
 from policies.score_distribution import bin_index, decile_edges
 from policies.scorers import score_logprobs
 from policies.store import load_policy
+from tests.support.data_files import UPSTREAM_ANSWERS
 
 
 def _calibrate(*args: str | Path) -> typer.testing.Result:  # type: ignore[name-defined]
@@ -121,8 +122,8 @@ def test_single_model_tiers_record_no_distribution() -> None:
     assert policy.score_distribution is None
 
 
-def test_cascade_calibrate_writes_the_scorers_deciles(shared_dir: Path, tmp_path: Path) -> None:
-    content = json.loads((shared_dir / "fixtures/upstream/native_qwen_top20.json").read_text())
+def test_cascade_calibrate_writes_the_scorers_deciles(tmp_path: Path) -> None:
+    content = json.loads((UPSTREAM_ANSWERS / "native_qwen_top20.json").read_text())
     content = content["choices"][0]["logprobs"]["content"]
     rows, small_scores = [], []
     for q in range(40):

@@ -16,6 +16,7 @@ from calibration.reporting.evaluation_plots import heldout_comparison_figure
 from calibration.reporting.html import Figure, Preformatted, Section, Table, write_html_report
 from calibration.runs import load_runs
 from calibration.tiers import TierObjective, load_tiers, solve_tier, solve_tiers
+from tests.support.data_files import PLAUT_PRICES, PLAUT_RUNS
 
 PNG_MAGIC = b"\x89PNG\r\n\x1a\n"
 
@@ -57,12 +58,12 @@ def _boxes(figure, annotations):
     return [annotation.get_window_extent(renderer) for annotation in annotations]
 
 
-def test_envelope_labels_on_crowded_real_data_do_not_overprint(shared_dir: Path, repo_root: Path) -> None:
+def test_envelope_labels_on_crowded_real_data_do_not_overprint(repo_root: Path) -> None:
     """plaut-mc MMLU: three models share one price and two sit within 0.0003 quality of each other."""
     filters = {"dataset": "mmlu", "prompt_variant": "first"}
     matrix = load_runs(
-        shared_dir / "data/plaut-mc/runs.csv.gz",
-        prices=shared_dir / "data/plaut-mc/prices.yaml",
+        PLAUT_RUNS,
+        prices=PLAUT_PRICES,
         score_column="score_msp",
         where=filters,
     )

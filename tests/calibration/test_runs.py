@@ -12,6 +12,7 @@ import pytest
 
 from calibration.runs import RunsError, load_runs
 from policies.scorers import score_logprobs
+from tests.support.data_files import PLAUT_PRICES, UPSTREAM_ANSWERS
 
 ROWS = [
     # query_id, model, correct, cost_usd, score
@@ -90,16 +91,16 @@ def test_price_sheet_token_prices_are_preferred_when_runs_have_tokens(tmp_path: 
     assert matrix.cost[:, 1].tolist() == pytest.approx([3.0] * 3)  # big has no token prices
 
 
-def test_plaut_prices_without_tokens_use_per_query(shared_dir: Path, tmp_path: Path) -> None:
+def test_plaut_prices_without_tokens_use_per_query(tmp_path: Path) -> None:
     df = frame().drop(columns="cost_usd").replace({"small": "Yi-6b", "big": "gpt-4-turbo"})
-    prices = shared_dir / "data/plaut-mc/prices.yaml"
+    prices = PLAUT_PRICES
     matrix = load_runs(write(tmp_path, df), prices=prices, score_column="conf")
     assert matrix.models == ("Yi-6b", "gpt-4-turbo")
     assert matrix.cost[0].tolist() == pytest.approx([0.00002114, 0.00153])
 
 
-def test_scores_from_logprobs_use_the_gateway_scorer(shared_dir: Path, tmp_path: Path) -> None:
-    fixtures = shared_dir / "fixtures/upstream"
+def test_scores_from_logprobs_use_the_gateway_scorer(tmp_path: Path) -> None:
+    fixtures = UPSTREAM_ANSWERS
     contents = [
         json.loads((fixtures / name).read_text())["choices"][0]["logprobs"]["content"]
         for name in ("llamacpp_smol_top15.json", "native_smol_top15.json")
@@ -130,8 +131,8 @@ def test_missing_scores_drop_the_query_for_every_model_with_a_counting_note(tmp_
     assert matrix.notes == ("dropped 2 queries (4 rows) with a missing score (column 'conf')",)
 
 
-def test_a_model_without_logprobs_is_named_when_no_query_is_left(shared_dir: Path, tmp_path: Path) -> None:
-    fixture = shared_dir / "fixtures/upstream/llamacpp_smol_top15.json"
+def test_a_model_without_logprobs_is_named_when_no_query_is_left(tmp_path: Path) -> None:
+    fixture = UPSTREAM_ANSWERS / "llamacpp_smol_top15.json"
     content = json.loads(fixture.read_text())["choices"][0]["logprobs"]["content"]
     records = [
         {

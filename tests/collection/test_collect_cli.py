@@ -11,13 +11,14 @@ from typer.testing import CliRunner
 
 from calibration.runs import load_runs
 from cascade_cli.main import app
+from tests.support.data_files import UPSTREAM_ANSWERS
 from tests.support.scripted_upstream import Reply, ScriptedUpstream
 
 
 @pytest.fixture
-def llamacpp_upstream(upstream: ScriptedUpstream, shared_dir: Path) -> ScriptedUpstream:
+def llamacpp_upstream(upstream: ScriptedUpstream) -> ScriptedUpstream:
     """The scripted upstream answering both models with a real llama.cpp body (top-15 logprobs)."""
-    body = orjson.loads((shared_dir / "fixtures" / "upstream" / "llamacpp_smol_top15.json").read_bytes())
+    body = orjson.loads((UPSTREAM_ANSWERS / "llamacpp_smol_top15.json").read_bytes())
     for model in ("smol", "big"):
         upstream.set_default(model, Reply(body=body))
     return upstream

@@ -8,6 +8,7 @@ import pytest
 
 from gateway.config import ConfigError, Settings
 from policies import Price
+from tests.support.data_files import PLAUT_PRICES
 
 CONFIG = """
 models:
@@ -138,11 +139,11 @@ def test_missing_file_is_a_config_error(tmp_path: Path) -> None:
         Settings.from_yaml(tmp_path / "absent.yaml")
 
 
-def test_a_price_with_both_forms_is_accepted_and_priced_by_tokens(shared_dir: Path) -> None:
-    # The shared price sheet gives both forms for every model; the gateway takes the same entries.
+def test_a_price_with_both_forms_is_accepted_and_priced_by_tokens() -> None:
+    # plaut-mc's price sheet gives both forms for every model; the gateway takes the same entries.
     import yaml
 
-    sheet = yaml.safe_load((shared_dir / "data/plaut-mc/prices.yaml").read_text())["models"]
+    sheet = yaml.safe_load(PLAUT_PRICES.read_text())["models"]
     models = {
         name: {"base_url": "http://127.0.0.1:9/v1", "model": name, "price": entry}
         for name, entry in sheet.items()

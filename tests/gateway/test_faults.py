@@ -9,6 +9,7 @@ import httpx
 import openai
 import pytest
 
+from tests.support.data_files import UPSTREAM_ANSWERS
 from tests.support.gateway_testkit import model_configs
 from tests.support.ports import free_port
 from tests.support.scripted_upstream import Reply, error, ok
@@ -186,10 +187,10 @@ def test_upstream_redirects_are_failures_never_followed(gateway, upstream, statu
     assert len(upstream.calls("up-medium")) == 2
 
 
-def test_real_llamacpp_answer_is_scored(gateway, upstream, shared_dir) -> None:
+def test_real_llamacpp_answer_is_scored(gateway, upstream) -> None:
     import orjson
 
-    body = orjson.loads((shared_dir / "fixtures/upstream/native_smol_top15.json").read_bytes())
+    body = orjson.loads((UPSTREAM_ANSWERS / "native_smol_top15.json").read_bytes())
     upstream.script("up-small", Reply(body=body))
     raw = _create(gateway)
     assert raw.headers["x-cascade-score"] != "none"

@@ -15,6 +15,7 @@ from hypothesis import strategies as st
 from policies import UnknownScorerError
 from policies import scorers as scorers_module
 from policies.scorers import SCORERS, TokenLogprobs, legacy_to_content, score_logprobs, score_response
+from tests.support.data_files import UPSTREAM_ANSWERS
 
 FIXTURES = Path(__file__).resolve().parent / "fixtures"
 UQLM = json.loads((FIXTURES / "uqlm_scores.json").read_text())
@@ -44,9 +45,9 @@ def scores(content: list[dict[str, Any]] | None, top_k: int) -> dict[str, float 
     return {name: score_logprobs(content, name, top_k) for name in SCORERS}
 
 
-def upstream_content(shared_dir: Path, name: str) -> list[dict[str, Any]]:
+def upstream_content(name: str) -> list[dict[str, Any]]:
     """``logprobs.content`` of an upstream body, or assembled from its stream chunks in order."""
-    body = json.loads((shared_dir / "fixtures" / "upstream" / name).read_text())
+    body = json.loads((UPSTREAM_ANSWERS / name).read_text())
     if isinstance(body, dict):
         return body["choices"][0]["logprobs"]["content"]
     content: list[dict[str, Any]] = []
@@ -135,19 +136,19 @@ def test_top_k_of_one_gives_no_alternative_score_but_keeps_chosen_token_scores()
     assert all(result[name] == pytest.approx(TWO_TOKEN_EXPECTED[name]) for name in CHOSEN_SCORERS)
 
 
-def test_native_end_of_text_entry_does_not_change_the_score(shared_dir: Path) -> None:
-    content = upstream_content(shared_dir, "native_qwen_top20.json")
+def test_native_end_of_text_entry_does_not_change_the_score() -> None:
+    content = upstream_content("native_qwen_top20.json")
     assert content[-1]["token"] == "" and content[-1]["top_logprobs"]  # the quirk is in the fixture
     assert scores(content, 20) == scores(content[:-1], 20)
     assert score_logprobs(content, "mean_logprob", 20) == pytest.approx(content[0]["logprob"])
 
 
-def test_streamed_and_non_streamed_native_answers_score_the_same(shared_dir: Path) -> None:
+def test_streamed_and_non_streamed_native_answers_score_the_same() -> None:
     # Same answer fetched twice from one llama.cpp server: streamed with 5 alternatives, and
     # non-streamed with 15 plus the trailing end-of-text entry the stream does not have. The
     # server computes in float32, so the two fetches' logprobs differ by up to ~5e-7.
-    streamed = upstream_content(shared_dir, "native_smol_stream.json")
-    non_streamed = upstream_content(shared_dir, "native_smol_top15.json")
+    streamed = upstream_content("native_smol_stream.json")
+    non_streamed = upstream_content("native_smol_top15.json")
     assert len(non_streamed) == len(streamed) + 1
     for s, n in zip(streamed, non_streamed, strict=False):
         assert s["token"] == n["token"] and s["logprob"] == pytest.approx(n["logprob"], abs=1e-6)
@@ -284,12 +285,10 @@ def test_uqlm_fixture_records_its_producer() -> None:
 
 @pytest.mark.parametrize(("source", "top_k", "case"), UPSTREAM_AGREEMENT)
 @pytest.mark.parametrize("scorer", UQLM_SCORERS)
-def test_upstream_answer_as_served_matches_uqlm(
-    shared_dir: Path, source: str, top_k: int, case: str, scorer: str
-) -> None:
+def test_upstream_answer_as_served_matches_uqlm(source: str, top_k: int, case: str, scorer: str) -> None:
     recorded = UQLM["cases"][case]
     assert recorded["top_k"] == top_k
-    assert_same(score_logprobs(upstream_content(shared_dir, source), scorer, top_k), recorded["uqlm"][scorer])
+    assert_same(score_logprobs(upstream_content(source), scorer, top_k), recorded["uqlm"][scorer])
 
 
 @pytest.mark.parametrize("case", SYNTHETIC_AGREEMENT)
@@ -299,9 +298,9 @@ def test_synthetic_case_matches_uqlm(case: str, scorer: str) -> None:
     assert_same(score_logprobs(recorded["content"], scorer, recorded["top_k"]), recorded["uqlm"][scorer])
 
 
-def test_uqlm_agreement_summary(shared_dir: Path, capsys: pytest.CaptureFixture[str]) -> None:
+def test_uqlm_agreement_summary(capsys: pytest.CaptureFixture[str]) -> None:
     """One line for docs/scorers.md: run with ``-s -k uqlm_agreement_summary`` to see it."""
-    pairs = [(upstream_content(shared_dir, s), k, UQLM["cases"][c]) for s, k, c in UPSTREAM_AGREEMENT]
+    pairs = [(upstream_content(s), k, UQLM["cases"][c]) for s, k, c in UPSTREAM_AGREEMENT]
     pairs += [
         (UQLM["cases"][c]["content"], UQLM["cases"][c]["top_k"], UQLM["cases"][c])
         for c in SYNTHETIC_AGREEMENT
@@ -323,27 +322,24 @@ def test_uqlm_agreement_summary(shared_dir: Path, capsys: pytest.CaptureFixture[
     assert max(deviations) <= 1e-12
 
 
-def test_mean_logprob_is_the_log_of_uqlm_sequence_probability(shared_dir: Path) -> None:
+def test_mean_logprob_is_the_log_of_uqlm_sequence_probability() -> None:
     for source, top_k, case in UPSTREAM_AGREEMENT:
-        ours = score_logprobs(upstream_content(shared_dir, source), "mean_logprob", top_k)
+        ours = score_logprobs(upstream_content(source), "mean_logprob", top_k)
         assert ours == pytest.approx(ln(UQLM["cases"][case]["uqlm"]["sequence_probability"]), abs=1e-12)
 
 
-def test_uqlm_counts_the_end_of_text_entry_we_skip(shared_dir: Path) -> None:
-    content = upstream_content(shared_dir, "native_smol_top15.json")
+def test_uqlm_counts_the_end_of_text_entry_we_skip() -> None:
+    content = upstream_content("native_smol_top15.json")
     theirs = UQLM["cases"]["native_smol_top15/as_served/k15"]["uqlm"]
     for scorer in ("mean_token_negentropy", "probability_margin", "sequence_probability"):
         assert abs(score_logprobs(content, scorer, 15) - theirs[scorer]) > 1e-3
 
 
-def test_uqlm_drops_positions_without_exactly_k_alternatives(shared_dir: Path) -> None:
+def test_uqlm_drops_positions_without_exactly_k_alternatives() -> None:
     # A K=20 answer under a K=15 policy: UQLM has no negentropy, we take the top 15.
     theirs = UQLM["cases"]["native_qwen_top20/as_served/k15"]["uqlm"]
     assert theirs["mean_token_negentropy"] is None
-    assert (
-        score_logprobs(upstream_content(shared_dir, "native_qwen_top20.json"), "mean_token_negentropy", 15)
-        is not None
-    )
+    assert score_logprobs(upstream_content("native_qwen_top20.json"), "mean_token_negentropy", 15) is not None
     # A position with 2 of K=3 alternatives: UQLM ignores it, we score it over ln 2.
     fewer = UQLM["cases"]["synthetic/fewer_alternatives/k3"]
     ours = score_logprobs(fewer["content"], "mean_token_negentropy", 3)
@@ -463,8 +459,8 @@ def test_small_answers_score_the_same_in_plain_python_as_with_numpy(
         assert_same(score_logprobs(content, name, top_k), numpy_score(content, name, top_k))
 
 
-def test_the_served_answers_score_the_same_in_plain_python_as_with_numpy(shared_dir: Path) -> None:
+def test_the_served_answers_score_the_same_in_plain_python_as_with_numpy() -> None:
     for name, top_k, _ in UPSTREAM_AGREEMENT:
-        content = upstream_content(shared_dir, name)
+        content = upstream_content(name)
         for scorer in ("mean_token_negentropy", "min_token_negentropy"):
             assert_same(score_logprobs(content, scorer, top_k), numpy_score(content, scorer, top_k))
