@@ -8,6 +8,9 @@ other. A command whose optional extra is not installed says so (``cascade_cli.ex
 
 from __future__ import annotations
 
+import signal
+import threading
+
 import typer
 
 from calibration.cli import register as register_calibration
@@ -29,9 +32,24 @@ app = typer.Typer(
 )
 
 
+def restore_default_interrupt() -> None:
+    """Make Ctrl-C (SIGINT) stop the command even when it was started with SIGINT ignored.
+
+    A non-interactive shell starts a command run with ``&`` with SIGINT ignored (``nohup``, CI
+    wrappers and ``bash scripts/test.sh &`` do the same), and Python then leaves it ignored: the
+    command, and every process it starts, would never stop on Ctrl-C or ``kill -INT``. Only an
+    ignored SIGINT is restored, so a handler installed by an in-process caller stays in place.
+    """
+    if threading.current_thread() is not threading.main_thread():
+        return  # signal handlers can only be set from the main thread
+    if signal.getsignal(signal.SIGINT) is signal.SIG_IGN:
+        signal.signal(signal.SIGINT, signal.default_int_handler)
+
+
 @app.callback()
 def main() -> None:
     """LLM cascade gateway: calibrate a policy from per-query runs, serve it, operate it."""
+    restore_default_interrupt()
 
 
 @app.command()

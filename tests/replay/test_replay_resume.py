@@ -11,10 +11,12 @@ import time
 from pathlib import Path
 from typing import Any
 
+import pytest
 from typer.testing import CliRunner
 
 from cascade_cli.main import app
 from tests.support.scripted_upstream import error, ok
+from tests.support.signals import with_sigint
 
 
 def write_questions(path: Path, n: int) -> Path:
@@ -34,8 +36,11 @@ def result_ids(path: Path) -> list[str]:
     return [json.loads(line)["query_id"] for line in path.read_text().splitlines() if line.strip()]
 
 
+# A command started from a non-interactive shell with `&` (nohup, CI wrappers, a backgrounded
+# scripts/test.sh) inherits SIGINT ignored; the CLI must stop on it all the same.
+@pytest.mark.parametrize("inherited", ["SIG_DFL", "SIG_IGN"], ids=["sigint-default", "sigint-ignored"])
 def test_an_interrupted_replay_resumes_without_resending_finished_questions(
-    tmp_path, repo_root, upstream, policy_file, start_replay_gateway
+    tmp_path, repo_root, upstream, policy_file, start_replay_gateway, inherited
 ):
     gateway = start_replay_gateway(policy_file())
     upstream.set_default("up-large", ok("yes", delay_s=0.2))
@@ -46,13 +51,22 @@ def test_an_interrupted_replay_resumes_without_resending_finished_questions(
                "-t", "direct", "-o", str(report), "--concurrency", "1"]  # fmt: skip
 
     process = subprocess.Popen(
-        command, cwd=repo_root, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True
+        with_sigint(inherited, command),
+        cwd=repo_root,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
     )
     deadline = time.monotonic() + 30
     while time.monotonic() < deadline and (not results.exists() or len(result_ids(results)) < 3):
         time.sleep(0.02)
     process.send_signal(signal.SIGINT)
-    _, stderr = process.communicate(timeout=30)
+    try:
+        _, stderr = process.communicate(timeout=30)
+    except subprocess.TimeoutExpired:
+        process.kill()
+        _, stderr = process.communicate()
+        pytest.fail(f"cascade replay ({inherited}) did not stop within 30 s of SIGINT: {stderr}")
 
     assert process.returncode == 130, stderr
     assert "interrupted; finished requests are kept" in stderr and "Traceback" not in stderr
