@@ -69,7 +69,9 @@ def arms_table(report: dict[str, Any]) -> Table:
         rows.append(("latency p95", duration_text(arm["latency_ms"]["p95"]), "", ""))
         for index, (label, row) in enumerate(zip(labels, rows, strict=True)):
             table.add_row(label, *row, end_section=index == len(rows) - 1)
-    table.caption = "! the expectation lies outside the realized interval"
+    # The legend explains the "!" mark, so it is printed only when some expectation carries one.
+    if any(arm[name]["outside"] for arm in report["arms"] for name in METRICS):
+        table.caption = "! the expectation lies outside the realized interval"
     return table
 
 

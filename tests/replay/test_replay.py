@@ -22,6 +22,8 @@ from tests.support.scripted_upstream import ok
 
 SMALL_COST = (10 * 0.1 + 5 * 0.2) / 1e6
 LARGE_COST = 0.001
+# The table's caption, explaining the "!" beside an expectation outside its interval.
+LEGEND = "the expectation lies outside the realized interval"
 
 
 def write_prompts(path: Path, n: int = 10, grader: str = "numeric") -> Path:
@@ -91,6 +93,7 @@ def test_realized_quality_cost_and_escalation_are_exact(
     assert report["policy"]["matches"] is True
     assert arm["latency_ms"]["p50"] > 0 and arm["latency_ms"]["p95"] >= arm["latency_ms"]["p50"]
     assert "every expectation lies within its realized interval" in result.stdout
+    assert LEGEND not in result.stdout  # nothing is marked, so there is nothing to explain
     assert (tmp_path / "out" / "report.html").read_text().count("tier:balanced") >= 1
 
     # Same prompt format as `cascade collect`: the messages collect would send, at temperature 0.
@@ -127,6 +130,7 @@ def test_a_far_expectation_is_flagged_and_a_matching_one_is_not(
     assert any("expected quality 0.2 is outside the realized 95% interval" in f for f in report["flags"])
     assert any("the gateway served policy" in f for f in report["flags"])
     assert "POLICY MISMATCH" in result.stdout
+    assert LEGEND in result.stdout
     assert len(upstream.calls()) == 14  # nothing was sent again
 
 
