@@ -10,14 +10,15 @@ from pathlib import Path
 import pytest
 
 from gateway.config import Settings
+from tests.support.readme_blocks import bash_block, readme_section
 
 
 def try_it_setup(readme: str) -> str:
-    """The snippet's lines up to (not including) `cascade serve`: the config it writes."""
-    section = readme.split("### Try it\n", 1)[1]
-    block = re.search(r"```bash\n(.*?)```", section, re.DOTALL)
-    assert block is not None, "no bash block under '### Try it'"
-    return block.group(1).split("cascade serve", 1)[0]
+    """The snippet's lines up to (not including) `cascade serve`: the config it writes.
+
+    The whole snippet, against the real models, runs in tests/e2e/test_local_cascade.py.
+    """
+    return bash_block(readme, "### Try it").split("cascade serve", 1)[0]
 
 
 def test_try_it_writes_its_config_to_an_ignored_path_that_loads(repo_root: Path, tmp_path: Path) -> None:
@@ -36,3 +37,14 @@ def test_try_it_writes_its_config_to_an_ignored_path_that_loads(repo_root: Path,
         settings = Settings.from_yaml(tmp_path / relative)
         assert Path(settings.policy) == (tmp_path / "deploy/config/policy.json").resolve()
         assert set(settings.models) == {"small", "large"}
+
+
+def test_try_it_waits_until_ready_and_says_its_policy_is_hand_written(repo_root: Path) -> None:
+    readme = (repo_root / "README.md").read_text()
+    block = bash_block(readme, "### Try it")
+    assert "until curl -sf http://127.0.0.1:8000/readyz" in block, "wait for /readyz, not for some seconds"
+    assert not re.search(r"^\s*sleep \d", block, re.MULTILINE), block
+    # The bundled policy was written by hand: the README must not present its decisions as calibrated.
+    section = " ".join(readme_section(readme, "### Try it").split())
+    assert "deploy/config/policy.json" in section
+    assert "hand-written example" in section and "not calibrated" in section

@@ -14,106 +14,62 @@ from __future__ import annotations
 
 import json
 import os
-import signal
-import subprocess
-import sys
-import time
+import re
 from pathlib import Path
 
-import httpx
 import pytest
 
 from policies import load_policy
 from tests.support.ports import free_port
+from tests.support.readme_blocks import bash_block, run_block, scratch_checkout
 
 pytestmark = pytest.mark.e2e
 
-# Questions replayed per tier: enough for intervals that mean something, few enough that three tiers
-# (a fast answer each, and a step-by-step answer of the 1.5B model for the escalated ones) stay
-# within several minutes on 2 cores.
+# The README's block replays 30 questions per tier: enough for intervals that mean something, few
+# enough that three tiers (a fast answer each, and a step-by-step answer of the 1.5B model for the
+# escalated ones) stay within several minutes on 2 cores. Nine checks (3 tiers x quality, cost,
+# escalation) at 95% each would raise one false flag in three runs; its 99% intervals keep the
+# family-wise false-alarm rate near 9%, and a real mismatch (wrong prices, prompts, scorer or
+# models) is far outside them.
 REPLAY_QUESTIONS = 30
-# Nine checks (3 tiers x quality, cost, escalation): at 95% each, one false flag in three runs.
-# 99% intervals keep the family-wise false-alarm rate near 9%; a real mismatch (wrong prices,
-# prompts, scorer or models) is far outside them.
 CONFIDENCE = 0.99
+# What the block reads besides the pool: the questions and the demo policy (with its held-out table).
+BLOCK_FILES = [
+    "collection/data/arithmetic-heldout.jsonl",
+    "policies/local-demo.json",
+    "policies/local-demo-heldout.json",
+]
 
 
-def _pool_env(repo_root: Path) -> dict[str, str]:
+def _pool_env(repo_root: Path, env: dict[str, str]) -> dict[str, str]:
+    """The block's environment plus the pool's: where scripts/setup.sh installed it, its settings."""
+    pool = {name: value for name, value in os.environ.items() if name.startswith("CASCADE_")}
     home = os.environ.get("CASCADE_HOME") or str(repo_root / ".cascade")
-    return {**os.environ, "CASCADE_HOME": home}
-
-
-def _wait_ready(url: str, demo: subprocess.Popen[str], timeout_s: float) -> None:
-    deadline = time.monotonic() + timeout_s
-    while time.monotonic() < deadline:
-        if demo.poll() is not None:
-            pytest.fail(f"cascade demo exited early (code {demo.returncode}): {demo.stderr.read()}")
-        try:
-            if httpx.get(f"{url}/readyz", timeout=2).status_code == 200:
-                return
-        except httpx.HTTPError:
-            pass
-        time.sleep(1)
-    pytest.fail(f"the demo gateway was not ready at {url} within {timeout_s:.0f} s")
+    return {**env, **pool, "CASCADE_HOME": home}
 
 
 def test_replayed_questions_match_the_policys_expectations(repo_root: Path, tmp_path: Path) -> None:
-    policy_file = repo_root / "policies" / "local-demo.json"
-    policy = load_policy(policy_file)
-    prompts = repo_root / "collection" / "data" / "arithmetic-heldout.jsonl"
-    port = free_port()
-    url = f"http://127.0.0.1:{port}"
-    env = _pool_env(repo_root)
-    demo = subprocess.Popen(
-        [sys.executable, "-m", "cascade_cli.main", "demo", "--port", str(port), "--policy", str(policy_file)],
-        cwd=repo_root,
-        env=env,
-        stdout=subprocess.PIPE,
-        stderr=subprocess.PIPE,
-        text=True,
-    )
-    try:
-        _wait_ready(url, demo, timeout_s=600)
-        report_file = tmp_path / "replay.json"
-        result = subprocess.run(
-            [
-                sys.executable,
-                "-m",
-                "cascade_cli.main",
-                "replay",
-                str(prompts),
-                "--gateway",
-                url,
-                "--policy",
-                str(policy_file),
-                "--limit",
-                str(REPLAY_QUESTIONS),
-                "--concurrency",
-                "2",
-                "--confidence",
-                str(CONFIDENCE),
-                "--strict",
-                "-o",
-                str(report_file),
-            ],
-            cwd=repo_root,
-            env=env,
-            capture_output=True,
-            text=True,
-            timeout=1500,
-        )
-    finally:
-        demo.send_signal(signal.SIGTERM)
-        try:
-            demo.wait(timeout=60)
-        except subprocess.TimeoutExpired:
-            demo.kill()
-            demo.wait()
-    output = result.stdout + result.stderr
-    report = json.loads(report_file.read_text(encoding="utf-8"))
+    """The README's replay block, pasted: `cascade demo &`, wait until ready, `cascade replay --strict`.
+
+    Only the gateway's port changes (a free one, not the README's 8080), so the test never meets a
+    demo someone else started.
+    """
+    block = bash_block((repo_root / "README.md").read_text(), "## Check a live gateway against its policy")
+    assert f"--limit {REPLAY_QUESTIONS} --confidence {CONFIDENCE} --strict" in block
+    assert re.search(r"^cascade demo --port 8080 ", block, re.MULTILINE) and "kill %1" in block
+    block = block.replace("8080", str(free_port()))
+    policy = load_policy(repo_root / "policies" / "local-demo.json")
+    env = _pool_env(repo_root, scratch_checkout(repo_root, tmp_path, BLOCK_FILES))
+
+    result = run_block(block, tmp_path, env, timeout_s=2400)
+
+    demo_log = tmp_path / "reports/replay/demo.log"
+    output = result.stdout + result.stderr + (demo_log.read_text() if demo_log.exists() else "")
+    report = json.loads((tmp_path / "reports/replay/demo.json").read_text(encoding="utf-8"))
     assert report["policy"]["matches"] is True, output
     arms = {arm["tier"]: arm for arm in report["arms"]}
     assert set(arms) == set(policy.tiers), output
+    assert report["confidence"] == CONFIDENCE
     for tier, arm in arms.items():
         assert arm["requests"] == REPLAY_QUESTIONS and not arm["missing"], (tier, output)
         # The promise is the held-out one: measured on questions the route was not chosen on.
@@ -125,3 +81,4 @@ def test_replayed_questions_match_the_policys_expectations(repo_root: Path, tmp_
             assert value["expected"] == pytest.approx(expected), (tier, metric)
             assert value["low"] <= expected <= value["high"], (tier, metric, value, output)
     assert report["ok"] and result.returncode == 0, output
+    assert (tmp_path / "reports/replay/demo.html").stat().st_size > 0

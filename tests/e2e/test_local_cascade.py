@@ -15,6 +15,7 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import httpx
+import orjson
 import pytest
 from openai import OpenAI
 from prometheus_client.parser import text_string_to_metric_families
@@ -30,6 +31,7 @@ from policies import build_policy, save_policy
 from policies.scorers import score_response
 from tests.support.gateway_logs import request_lines
 from tests.support.ports import free_port
+from tests.support.readme_blocks import bash_block, run_block, scratch_checkout
 
 pytestmark = pytest.mark.e2e
 
@@ -248,3 +250,37 @@ def test_streamed_responses_are_accepted_and_escalated_with_the_decision_in_head
         "accepted": list(outcomes.values()).count("accepted"),
         "escalated": list(outcomes.values()).count("escalated"),
     }
+
+
+def test_readme_try_it_block_runs_as_written_against_the_two_models(
+    pool: Manifest, repo_root: Path, tmp_path: Path
+) -> None:
+    """The README's "Try it" block, pasted: config, `cascade serve &`, wait until ready, one request.
+
+    Only the ports change (the models listen on free ports here, not 9001 and 9002, and so does the
+    gateway), so the test never meets a server someone else started on the README's ports.
+    """
+    block = bash_block((repo_root / "README.md").read_text(), "### Try it")
+    gateway_port = free_port()
+    ports = {
+        "127.0.0.1:9001": f"127.0.0.1:{pool.models[CHEAP].port}",
+        "127.0.0.1:9002": f"127.0.0.1:{pool.models[STRONG].port}",
+        "127.0.0.1:8000": f"127.0.0.1:{gateway_port}",
+        "--port 8000": f"--port {gateway_port}",
+    }
+    for written, used in ports.items():
+        assert written in block, written
+        block = block.replace(written, used)
+    env = scratch_checkout(repo_root, tmp_path, ["deploy/config/policy.json"])
+
+    result = run_block(block, tmp_path, env, timeout_s=300)
+
+    assert result.returncode == 0, result.stdout + result.stderr
+    head, _, body = result.stdout.replace("\r\n", "\n").partition("\n\n")
+    assert head.startswith("HTTP/1.1 200"), result.stdout + result.stderr
+    headers = dict(line.split(": ", 1) for line in head.splitlines()[1:])
+    assert headers["x-cascade-tier"] == "economy"
+    called = headers["x-cascade-models-called"]
+    assert called in ("small", "small,large")
+    assert headers["x-cascade-escalated"] == ("true" if called == "small,large" else "false")
+    assert orjson.loads(body)["choices"][0]["message"]["content"]

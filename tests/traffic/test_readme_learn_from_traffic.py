@@ -3,43 +3,22 @@
 from __future__ import annotations
 
 import json
-import re
-import shutil
-import subprocess
-import sys
 from pathlib import Path
 
 from policies.store import load_policy
-
-
-def try_it_block(readme: str) -> str:
-    section = readme.split("## Learn from your traffic\n", 1)[1].split("\n## ", 1)[0]
-    after = section.split("**Try it**", 1)[1]
-    block = re.search(r"```bash\n(.*?)```", after, re.DOTALL)
-    assert block is not None, "no bash block after **Try it** in 'Learn from your traffic'"
-    return block.group(1)
+from tests.support.readme_blocks import bash_block, run_block, scratch_checkout
 
 
 def test_learn_from_traffic_block_labels_exports_calibrates_and_recalibrates(
     repo_root: Path, tmp_path: Path
 ) -> None:
-    block = try_it_block((repo_root / "README.md").read_text())
+    readme = (repo_root / "README.md").read_text()
+    block = bash_block(readme, "## Learn from your traffic", after="**Try it**")
     assert (
         "cascade traffic export" in block and "cascade calibrate" in block and "cascade recalibrate" in block
     )
-    (tmp_path / "data").mkdir()
-    shutil.copytree(repo_root / "data/local", tmp_path / "data/local")
-    (tmp_path / "policies").mkdir()
-    shutil.copy(repo_root / "policies/local-demo.json", tmp_path / "policies")
-    script = block.replace(".venv/bin/cascade", f"{sys.executable} -m cascade_cli.main")
-    result = subprocess.run(
-        ["bash", "-euc", script],
-        cwd=tmp_path,
-        capture_output=True,
-        text=True,
-        timeout=600,
-        env={"PATH": "/usr/bin:/bin", "PYTHONPATH": str(repo_root)},
-    )
+    env = scratch_checkout(repo_root, tmp_path, ["data/local", "policies/local-demo.json"])
+    result = run_block(block, tmp_path, env, timeout_s=600)
     assert result.returncode == 0, result.stderr
     assert "agreement with qwen1.5b-think" in result.stderr
     rows = [json.loads(line) for line in (tmp_path / "reports/traffic/runs.jsonl").read_text().splitlines()]
