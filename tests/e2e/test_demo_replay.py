@@ -61,7 +61,7 @@ def test_replayed_questions_match_the_policys_expectations(repo_root: Path, tmp_
     policy = load_policy(repo_root / "policies" / "local-demo.json")
     env = _pool_env(repo_root, scratch_checkout(repo_root, tmp_path, BLOCK_FILES))
 
-    result = run_block(block, tmp_path, env, timeout_s=2400)
+    result = run_block(block, tmp_path, env, timeout_s=2400, stops_itself=True)
 
     demo_log = tmp_path / "reports/replay/demo.log"
     output = result.stdout + result.stderr + (demo_log.read_text() if demo_log.exists() else "")

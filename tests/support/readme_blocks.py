@@ -16,6 +16,9 @@ import sys
 import time
 from pathlib import Path
 
+# How long what a block started may take to stop (the demo stops its gateway and its model servers).
+STOP_GRACE_S = 120.0
+
 
 def readme_section(readme: str, heading: str) -> str:
     """The text under ``heading`` (e.g. ``"### Try it"``) up to the next heading of its level or above.
@@ -67,12 +70,14 @@ def scratch_checkout(repo_root: Path, scratch: Path, files: list[str]) -> dict[s
 
 
 def run_block(
-    block: str, scratch: Path, env: dict[str, str], timeout_s: float
+    block: str, scratch: Path, env: dict[str, str], timeout_s: float, *, stops_itself: bool = False
 ) -> subprocess.CompletedProcess[str]:
     """Run ``block`` with ``bash -euc`` in ``scratch``; whatever it left running is stopped afterwards.
 
     The block runs in its own session, so a server it started with ``&`` is found by its process
-    group: sent SIGTERM (as ``kill %1`` would) and waited for, then killed if it does not stop.
+    group: sent SIGTERM (as ``kill %1`` would) and waited for, then killed if it does not stop. A
+    block that ``stops_itself`` (ends with ``kill %1``) is first given time to finish stopping, so
+    that a second SIGTERM does not interrupt the shutdown it started.
     """
     process = subprocess.Popen(
         ["bash", "-euc", block],
@@ -90,21 +95,28 @@ def run_block(
         stdout, stderr = process.communicate()
         stderr += f"\n(the block did not finish within {timeout_s:.0f} s and was stopped)"
         return subprocess.CompletedProcess(process.args, -1, stdout, stderr)
+    if stops_itself:
+        _wait_for_group(process.pid, STOP_GRACE_S)
     _stop_group(process.pid)
     return subprocess.CompletedProcess(process.args, process.returncode, stdout, stderr)
 
 
-def _stop_group(pgid: int, grace_s: float = 60.0) -> None:
+def _stop_group(pgid: int) -> None:
     """SIGTERM the process group, wait until no live process is left in it, then SIGKILL the rest."""
-    try:
-        os.killpg(pgid, signal.SIGTERM)
-    except ProcessLookupError:
+    if not _group_alive(pgid):
         return
-    deadline = time.monotonic() + grace_s
-    while time.monotonic() < deadline and _group_alive(pgid):
-        time.sleep(0.2)
+    with contextlib.suppress(ProcessLookupError):
+        os.killpg(pgid, signal.SIGTERM)
+    _wait_for_group(pgid, STOP_GRACE_S)
     with contextlib.suppress(ProcessLookupError):
         os.killpg(pgid, signal.SIGKILL)
+
+
+def _wait_for_group(pgid: int, seconds: float) -> None:
+    """Wait until no live process is left in group ``pgid``, or ``seconds`` have passed."""
+    deadline = time.monotonic() + seconds
+    while time.monotonic() < deadline and _group_alive(pgid):
+        time.sleep(0.2)
 
 
 def _group_alive(pgid: int) -> bool:
