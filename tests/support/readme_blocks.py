@@ -13,6 +13,7 @@ import shutil
 import signal
 import subprocess
 import sys
+import tempfile
 import time
 from pathlib import Path
 
@@ -79,26 +80,32 @@ def run_block(
     block that ``stops_itself`` (ends with ``kill %1``) is first given time to finish stopping, so
     that a second SIGTERM does not interrupt the shutdown it started.
     """
-    process = subprocess.Popen(
-        ["bash", "-euc", block],
-        cwd=scratch,
-        env=env,
-        stdout=subprocess.PIPE,
-        stderr=subprocess.PIPE,
-        text=True,
-        start_new_session=True,
-    )
-    try:
-        stdout, stderr = process.communicate(timeout=timeout_s)
-    except subprocess.TimeoutExpired:
-        _stop_group(process.pid)
-        stdout, stderr = process.communicate()
-        stderr += f"\n(the block did not finish within {timeout_s:.0f} s and was stopped)"
-        return subprocess.CompletedProcess(process.args, -1, stdout, stderr)
-    if stops_itself:
-        _wait_for_group(process.pid, STOP_GRACE_S)
-    _stop_group(process.pid)
-    return subprocess.CompletedProcess(process.args, process.returncode, stdout, stderr)
+    # Output goes to files, not pipes: a server the block leaves running keeps a pipe open.
+    with tempfile.TemporaryFile("w+") as out, tempfile.TemporaryFile("w+") as err:
+        process = subprocess.Popen(
+            ["bash", "-euc", block],
+            cwd=scratch,
+            env=env,
+            stdout=out,
+            stderr=err,
+            text=True,
+            start_new_session=True,
+        )
+        note = ""
+        try:
+            returncode = process.wait(timeout=timeout_s)
+        except subprocess.TimeoutExpired:
+            note = f"\n(the block did not finish within {timeout_s:.0f} s and was stopped)"
+            _stop_group(process.pid)
+            process.wait()
+            returncode = -1
+        else:
+            if stops_itself:
+                _wait_for_group(process.pid, STOP_GRACE_S)
+            _stop_group(process.pid)
+        out.seek(0)
+        err.seek(0)
+        return subprocess.CompletedProcess(process.args, returncode, out.read(), err.read() + note)
 
 
 def _stop_group(pgid: int) -> None:
