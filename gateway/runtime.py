@@ -28,7 +28,7 @@ from gateway.routing import RoutePlan, Router
 from gateway.state import SharedState
 from gateway.upstream import UpstreamPool
 from policies import Policy
-from policies.charges import CallLimits, bound_usd, part_counts, sending_tokens_bound
+from policies.charges import SENT_FIELDS_BYTES, CallLimits, bound_usd, part_counts, sending_tokens_bound
 from policies.redaction import Redactor
 from policies.request_defaults import merge_request_defaults
 
@@ -199,7 +199,8 @@ class Gateway:
         the client's body. Every model of the route may be called (a chain can escalate to its
         end), each as ``policies.charges.call_bound`` prices a call: the client's fields over the
         model's request defaults (which may set the cap the client left out), at most
-        ``body_bytes`` prompt tokens plus what the defaults add to the prompt plus the model's
+        ``body_bytes`` prompt tokens plus what the defaults add to the prompt and what the gateway
+        adds to the request it sends (``SENT_FIELDS_BYTES`` and the upstream model id) plus the model's
         declared bound of each image, audio or file part, and the completion cap the call is sent
         with (``policies.charges.with_output_cap``: the largest the client or the defaults set,
         else the model's ``default_max_tokens``) for every generated choice of every prompt; with
@@ -220,11 +221,13 @@ class Gateway:
             if parts:
                 _check_parts(name, parts, limits)  # type: ignore[arg-type]
             defaults = model.request_defaults
+            # The request as sent: the fields the gateway adds count like the client's own.
+            sent_bytes = body_bytes + len(model.model) + SENT_FIELDS_BYTES
             if defaults is None:
-                tokens = sending_tokens_bound(request.body, body_bytes, limits)
+                tokens = sending_tokens_bound(request.body, sent_bytes, limits)
             else:
                 merged = merge_request_defaults(request.body, defaults, chat=request.kind == "chat")
-                tokens = sending_tokens_bound(merged, body_bytes + defaults.prompt_bytes(), limits)
+                tokens = sending_tokens_bound(merged, sent_bytes + defaults.prompt_bytes(), limits)
             total += bound_usd(model.price, *tokens)
         return total + self._scoring_bound_usd(plan, request, parts)
 

@@ -66,6 +66,11 @@ CHOICE_FIELDS = ("n", "best_of")
 # framing) that the request's bytes do not contain; each such request's prompt bound adds this many.
 TEMPLATE_FIELDS = ("tools", "functions", "response_format")
 TEMPLATE_TOKENS = 1024
+# Bytes the gateway may add to a client's request when it sends it upstream, beyond the upstream
+# model id (rewritten ``model``): the completion cap, ``stream_options``, ``logprobs`` and
+# ``top_logprobs``. A reservation counts them, so that the worst case charged for an attempt (of
+# the request as sent) never exceeds what was reserved for it.
+SENT_FIELDS_BYTES = 160
 # The field a completion cap is sent under when the request sets none: chat and legacy completions
 # take it on OpenAI (non-reasoning models), vLLM and llama.cpp (an alias of n_predict there).
 SENT_CAP_FIELD = "max_tokens"

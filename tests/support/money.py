@@ -1,11 +1,14 @@
-"""A request's worst case as the spend contract defines it, priced like the gateway's config."""
+"""A request's worst case as the spend contract defines it, priced like the gateway's config, and
+the price of what an upstream billed."""
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from typing import Any
 
 import orjson
+
+from tests.support.scripted_upstream import Produced
 
 # The gateway's completion bound when a request names no cap.
 DEFAULT_COMPLETION_BOUND = 4096
@@ -28,3 +31,12 @@ def worst_case_usd(
         completion_cap = max(caps) if caps else DEFAULT_COMPLETION_BOUND
     choices = max(int(body.get("n") or 1), int(body.get("best_of") or 1))
     return sum((size * prices[m][0] + completion_cap * choices * prices[m][1]) / 1e6 for m in models)
+
+
+def priced_usd(billed: Iterable[Produced], prices: Mapping[str, tuple[float, float]]) -> float:
+    """USD of an upstream's usage records (``ScriptedUpstream.billed`` or ``produced``) at
+    ``prices``: USD per million (input, output) tokens by upstream model id."""
+    return sum(
+        (p.prompt_tokens * prices[p.model or ""][0] + p.completion_tokens * prices[p.model or ""][1]) / 1e6
+        for p in billed
+    )
