@@ -279,16 +279,18 @@ class CascadeEngine:
         usage, else its worst case; nothing for one that provably was not served) into the facts
         and the metrics: the one settlement of every upstream call of a request. Returns the sum."""
         config = self._models[model]
-        usd, prompt, completion = 0.0, 0, 0
-        for attempt in attempts:
-            if not attempt.billable:
-                continue
-            charge = attempt_charge(config.price, attempt, config.limits)
+        charges = [
+            attempt_charge(config.price, attempt, config.limits) for attempt in attempts if attempt.billable
+        ]
+        for charge in charges:
             self.record(facts, model, charge)
-            usd += charge.usd
-            prompt += charge.prompt_tokens
-            completion += charge.completion_tokens
-        return Charge(usd, prompt, completion)
+        if len(charges) == 1:  # the common case: one attempt, answered
+            return charges[0]
+        return Charge(
+            sum(c.usd for c in charges),
+            sum(c.prompt_tokens for c in charges),
+            sum(c.completion_tokens for c in charges),
+        )
 
     def record(self, facts: CascadeFacts, model: str, charge: Charge) -> None:
         """Add one charge to the facts and the metrics."""

@@ -96,7 +96,7 @@ class CallLimits:
 DEFAULT_LIMITS = CallLimits()
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(slots=True)  # not frozen: one is made per upstream call, on the request path
 class Attempt:
     """One upstream attempt, as the charging rule sees it.
 
