@@ -28,7 +28,18 @@ from gateway.routing import RoutePlan, Router
 from gateway.state import SharedState
 from gateway.upstream import UpstreamPool
 from policies import Policy
-from policies.charges import SENT_FIELDS_BYTES, CallLimits, bound_usd, part_counts, sending_tokens_bound
+from policies.charges import (
+    SENT_FIELDS_BYTES,
+    CallLimits,
+    bound_usd,
+    generated_choices,
+    output_cap,
+    part_counts,
+    part_tokens_bound,
+    prompt_count,
+    prompt_tokens_bound,
+    sending_tokens_bound,
+)
 from policies.redaction import Redactor
 from policies.request_defaults import merge_request_defaults
 
@@ -211,7 +222,10 @@ class Gateway:
         starting requests it might not be able to pay for.
         """
         models = plan.route.models if plan.route is not None else [plan.model]
-        parts = part_counts(request.body)  # {} for a request of text only: nothing to check
+        body = request.body
+        parts = part_counts(body)  # {} for a request of text only: nothing to check
+        # The client's body as it is (no defaults): prompt bytes, largest cap, choices x prompts.
+        plain: tuple[int, int, int] | None = None
         total = 0.0
         for name in models:
             model = self.models.get(name) if name is not None else None
@@ -219,15 +233,23 @@ class Gateway:
                 continue
             limits = model.limits
             if parts:
-                _check_parts(name, parts, limits)  # type: ignore[arg-type]
+                _check_parts(model.model if name is None else name, parts, limits)
             defaults = model.request_defaults
             # The request as sent: the fields the gateway adds count like the client's own.
-            sent_bytes = body_bytes + len(model.model) + SENT_FIELDS_BYTES
+            added = len(model.model) + SENT_FIELDS_BYTES
             if defaults is None:
-                tokens = sending_tokens_bound(request.body, sent_bytes, limits)
+                if plain is None:
+                    plain = (
+                        prompt_tokens_bound(body, body_bytes),
+                        output_cap(body, 0),
+                        generated_choices(body) * prompt_count(body),
+                    )
+                prompt, cap, completions = plain
+                prompt += added + (part_tokens_bound(body, limits) if parts else 0)
+                tokens = (prompt, (cap or limits.default_cap) * completions)
             else:
-                merged = merge_request_defaults(request.body, defaults, chat=request.kind == "chat")
-                tokens = sending_tokens_bound(merged, sent_bytes + defaults.prompt_bytes(), limits)
+                merged = merge_request_defaults(body, defaults, chat=request.kind == "chat")
+                tokens = sending_tokens_bound(merged, body_bytes + added + defaults.prompt_bytes(), limits)
             total += bound_usd(model.price, *tokens)
         return total + self._scoring_bound_usd(plan, request, parts)
 
