@@ -135,6 +135,21 @@ def test_a_streamed_stage_broken_before_its_answer_began_is_charged_its_worst_ca
     assert line["cost_usd"] >= billed(upstream)
 
 
+def test_a_streamed_stage_whose_client_leaves_before_its_answer_began_is_charged_its_worst_case(
+    serve, upstream: ScriptedUpstream, capfd
+) -> None:
+    upstream.set_default("up-large", ok(usage=(20, 40), delay_s=3.0))
+    gateway = serve(models=models(upstream.base_url, timeout_s=10))
+    body = {"model": "large", "messages": MESSAGES, "max_tokens": 64, "stream": True}
+    with pytest.raises(httpx.TimeoutException):  # the client gives up while the upstream thinks
+        httpx.post(gateway.url + "/v1/chat/completions", content=orjson.dumps(body), timeout=0.5)
+
+    line = request_line(capfd)
+    assert line["status"] == 499
+    assert line["cost_usd"] == pytest.approx(worst_case(upstream, "up-large"), rel=1e-9)
+    assert line["cost_usd"] >= billed(upstream)
+
+
 def test_a_cheap_stage_that_times_out_is_charged_and_so_is_its_escalation(
     serve, upstream: ScriptedUpstream, capfd
 ) -> None:
