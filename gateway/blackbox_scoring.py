@@ -16,10 +16,12 @@ After a scored stage's answer, by ``ScorerSpec.name``:
 * ``self_report``: one follow-up call to the stage model, its answer as the assistant's turn, asking
   for its confidence as a number.
 
-Money: every extra call goes through the engine's ``_call``, so it is charged with
+Money: every extra call goes through the engine's ``_call``, so every attempt of it is charged with
 ``policies.charges`` into the request's facts and the cost metric under the model it called (a call
-cancelled mid-flight: its worst case). The request's reservation includes the extra calls' worst
-case (``reserve_scoring_usd``, added by ``gateway.runtime.Gateway.reserve_estimate``). The verifier
+that timed out, was cut or was cancelled mid-flight: its worst case), and it is listed in the
+request's ``models_called`` (``x-cascade-models-called``, the log line) like a stage. The
+request's reservation includes the extra calls' worst case (``reserve_scoring_usd``, added by
+``gateway.runtime.Gateway.reserve_estimate``). The verifier
 and self-report prompts quote the answer, unknown when the reservation is made: the reservation
 allows ``ANSWER_BYTES_PER_TOKEN`` bytes of quoted answer per completion token the stage may be
 billed, and an answer whose quoting request would be larger than that bound is not sent (its score
@@ -225,17 +227,17 @@ def stage_scoring_bound_usd(
 ) -> float:
     """Worst-case USD of the scorer calls of stage ``model`` whose upstream body is ``sent``."""
     stage_body = orjson.loads(sent)
-    price = models[model].price
+    price, limits = models[model].price, models[model].limits
     if spec.name == "consistency":
         assert spec.samples is not None
-        return spec.samples * sent_bound(price, sample_body(spec, sent)).usd
+        return spec.samples * sent_bound(price, sample_body(spec, sent), limits).usd
     if spec.name == "verifier":
         assert spec.verifier is not None
         verifier = models[spec.verifier.model]
         empty = verifier_body(spec, verifier, stage_body, "")
-        return call_bound(verifier.price, empty, quoting_bound(empty, stage_body)).usd
+        return call_bound(verifier.price, empty, quoting_bound(empty, stage_body), verifier.limits).usd
     empty = blackbox.self_report_request(stage_body, "", prompt=spec.self_report_prompt)
-    return call_bound(price, empty, quoting_bound(empty, stage_body)).usd
+    return call_bound(price, empty, quoting_bound(empty, stage_body), limits).usd
 
 
 def reserve_scoring_usd(

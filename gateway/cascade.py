@@ -33,7 +33,6 @@ The client's own fields go through unchanged, over the model's configured reques
 
 from __future__ import annotations
 
-import asyncio
 import time
 from collections.abc import AsyncGenerator, Mapping
 from contextlib import aclosing
@@ -53,7 +52,7 @@ from gateway.routing import RoutePlan
 from gateway.streaming import SSE_HEADERS, replay
 from gateway.upstream import UpstreamFailure, UpstreamPool, UpstreamReply
 from policies.capabilities import ModelCapabilities, logprob_fields
-from policies.charges import Charge, call_charge, sent_bound
+from policies.charges import DEFAULT_COMPLETION_BOUND, Attempt, Charge, attempt_charge, with_output_cap
 from policies.request_defaults import RequestDefaults, merge_request_defaults
 from policies.schema import ScorerSpec
 
@@ -134,8 +133,8 @@ class CascadeEngine:
             stream=False,
             defaults=config.request_defaults,
             capabilities=config.capabilities,
+            default_cap=config.default_max_tokens,
         )
-        facts.models_called.append(stage.model)
         try:
             reply, _ = await self._call(stage.model, request, body, deadline, facts)
         except UpstreamFailure as failure:
@@ -171,9 +170,10 @@ class CascadeEngine:
             stream=True,
             defaults=config.request_defaults,
             capabilities=config.capabilities,
+            default_cap=config.default_max_tokens,
         )
         watch = self._review.watch(stage.model, request, facts)
-        relay = LiveRelay(self._pool[stage.model], config.price, request, facts, self.record, started, watch)
+        relay = LiveRelay(self._pool[stage.model], request, facts, self.settle, started, watch)
         events = relay.events(body, deadline)
         async with aclosing(events):
             try:
@@ -205,7 +205,6 @@ class CascadeEngine:
         last = len(models) - 1
         for stage, model in enumerate(models[:last]):
             body = scored_stage_body(request, self._models[model], policy.scorer)
-            facts.models_called.append(model)
             try:
                 called, charge = await self._call(model, request, body, deadline, facts)
             except UpstreamFailure as failure:
@@ -263,23 +262,38 @@ class CascadeEngine:
     async def _call(
         self, model: str, request: ParsedRequest, body: bytes, deadline: float, facts: CascadeFacts
     ) -> tuple[UpstreamReply, Charge]:
-        """One non-streamed call, charged (policies.charges) into ``facts``: the reply and its charge."""
-        price = self._models[model].price
+        """One non-streamed call, listed in ``models_called`` and charged into ``facts``: the reply
+        and its charge. Every attempt it made is charged however the call ends (an answer, a
+        failure, a cancellation: ``settle``)."""
+        facts.models_called.append(model)
+        attempts: list[Attempt] = []
         try:
-            reply = await self._pool[model].complete(request.kind, body, deadline)
-        except asyncio.CancelledError:
-            # Cancelled mid-call (the client went away, or the shutdown drain ended the request):
-            # the upstream may still bill the whole answer, so the call is charged its worst case,
-            # the bound its reservation was made of (docs/operations.md).
-            self.record(facts, model, sent_bound(price, body))
-            raise
+            reply = await self._pool[model].complete(request.kind, body, deadline, attempts)
+        finally:
+            charge = self.settle(facts, model, attempts)
         facts.upstream_s += reply.seconds
-        charge = call_charge(price, reply.body.get("usage"), body, answer=reply.body)
-        self.record(facts, model, charge)
         return reply, charge
 
+    def settle(self, facts: CascadeFacts, model: str, attempts: list[Attempt]) -> Charge:
+        """Charge every attempt of one call to ``model`` (``policies.charges.attempt_charge``: its
+        usage, else its worst case; nothing for one that provably was not served) into the facts
+        and the metrics: the one settlement of every upstream call of a request. Returns the sum."""
+        config = self._models[model]
+        charges = [
+            attempt_charge(config.price, attempt, config.limits) for attempt in attempts if attempt.billable
+        ]
+        for charge in charges:
+            self.record(facts, model, charge)
+        if len(charges) == 1:  # the common case: one attempt, answered
+            return charges[0]
+        return Charge(
+            sum(c.usd for c in charges),
+            sum(c.prompt_tokens for c in charges),
+            sum(c.completion_tokens for c in charges),
+        )
+
     def record(self, facts: CascadeFacts, model: str, charge: Charge) -> None:
-        """Add one call's charge to the facts and the metrics."""
+        """Add one charge to the facts and the metrics."""
         facts.cost_usd += charge.usd
         metrics = self._metrics
         metrics.child(metrics.cost, facts.tier, model).inc(charge.usd)
@@ -306,6 +320,7 @@ def scored_stage_body(request: ParsedRequest, config: ModelConfig, scorer: Score
         stream=False,
         defaults=config.request_defaults,
         capabilities=config.capabilities,
+        default_cap=config.default_max_tokens,
     )
 
 
@@ -317,6 +332,7 @@ def upstream_body(
     stream: bool,
     defaults: RequestDefaults | None = None,
     capabilities: ModelCapabilities | None = None,
+    default_cap: int = DEFAULT_COMPLETION_BOUND,
 ) -> bytes:
     """The upstream request: the client's fields over the model's defaults, ``model`` rewritten,
     logprobs added when scored.
@@ -326,8 +342,11 @@ def upstream_body(
     ``capabilities`` (the model's declared ones; None = the defaults): logprobs are asked in the
     model's form and within its cap, the client's own request for them too; a model without
     logprobs is sent no logprobs field at all (some APIs refuse a request carrying them).
+    Every request carries an explicit completion cap (``policies.charges.with_output_cap``: the
+    client's, else the defaults', else ``default_cap``): the one its reservation assumed.
     """
     body = merge_request_defaults(request.body, defaults, chat=request.kind == "chat")
+    with_output_cap(body, default_cap)
     body["model"] = upstream_model
     chat = request.kind == "chat"
     asked = positive_int(request.body.get("top_logprobs" if chat else "logprobs"))

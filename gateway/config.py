@@ -14,6 +14,7 @@ Environment overrides use the ``CASCADE_`` prefix and ``__`` for nesting, e.g.
 from __future__ import annotations
 
 import os
+from functools import cached_property
 from pathlib import Path
 from typing import Any, Literal
 
@@ -26,6 +27,7 @@ from gateway.learning.config import LearningConfig
 from gateway.redis_keys import is_redis_url
 from policies import Price
 from policies.capabilities import ModelCapabilities
+from policies.charges import DEFAULT_COMPLETION_BOUND, CallLimits
 from policies.redaction import url_secrets
 from policies.request_defaults import RequestDefaults
 
@@ -40,6 +42,26 @@ class ConfigError(Exception):
 class _Section(BaseModel):
     # A typo in a hand-written config must be an error, not a silently ignored key.
     model_config = ConfigDict(extra="forbid", frozen=True)
+
+
+class PartTokens(_Section):
+    """Prompt tokens one content part of each kind may be billed (null: no bound is declared).
+
+    Providers price an image by its pixels (OpenAI: up to 765 tokens and more for a high-detail
+    tile grid; Anthropic: about 1,600 for a large image), audio by its length and a file by its
+    pages: the bytes of a URL say nothing of it, so a model states its bound here."""
+
+    image: int | None = Field(None, ge=0, description="tokens per image part (image_url)")
+    audio: int | None = Field(None, ge=0, description="tokens per audio part (input_audio)")
+    file: int | None = Field(None, ge=0, description="tokens per file part (file)")
+
+    def declared(self) -> dict[str, int]:
+        """The declared bounds by part kind (``policies.charges.PART_KINDS``)."""
+        return {
+            k: v
+            for k, v in (("image", self.image), ("audio", self.audio), ("file", self.file))
+            if v is not None
+        }
 
 
 class ModelConfig(_Section):
@@ -62,6 +84,17 @@ class ModelConfig(_Section):
     capabilities: ModelCapabilities = Field(
         ModelCapabilities(), description="what it returns about logprobs (policies/capabilities.py)"
     )
+    default_max_tokens: int = Field(
+        DEFAULT_COMPLETION_BOUND,
+        gt=0,
+        description="completion cap sent (as max_tokens) when neither the client nor request_defaults "
+        "set one; the spend reservation assumes exactly this cap",
+    )
+    part_tokens: PartTokens = Field(
+        default_factory=lambda: PartTokens(),
+        description="prompt tokens one image, audio or file part may be billed; a request carrying a "
+        "part of a kind left unset is refused (400) on a route through this model",
+    )
 
     @field_validator("base_url")
     @classmethod
@@ -73,6 +106,11 @@ class ModelConfig(_Section):
     def api_key(self) -> str | None:
         """The upstream key, read from the environment at call-site (never stored in settings)."""
         return os.environ.get(self.api_key_env) if self.api_key_env else None
+
+    @cached_property
+    def limits(self) -> CallLimits:
+        """What bounds this model's calls beyond the request bytes (``policies.charges``)."""
+        return CallLimits(self.default_max_tokens, self.part_tokens.declared())
 
 
 class AuthConfig(_Section):

@@ -9,10 +9,12 @@ them. ``LiveRelay`` is the part of that iterator that relays one upstream stream
   broken JSON, an error event) fails *before* the client saw a byte and can still fall back to
   the cheap answer (or a 502/504);
 * a failure after the start ends the stream with an SSE ``error`` event (never a silent cut);
-* the stage is charged whenever the upstream accepted the call (HTTP 200), however the stream
-  ends, by the one charging rule (``policies.charges.call_charge``) applied to what the stream
-  delivered (``StreamTally``). This covers a client that disconnects, an upstream cut, the request
-  deadline and a shutdown alike: the charge is made in a ``finally`` that runs on cancellation.
+* every attempt of the stage is charged, however the stream ends, by the one charging rule
+  (``policies.charges.attempt_charge``, through the engine's ``settle``): the accepted one (HTTP
+  200) by what the stream delivered (``StreamTally``), or as the whole answer it sent; one that
+  timed out or was cut before its answer began, or whose JSON answer could not be read, at its
+  worst case. This covers a client that disconnects, an upstream cut, the request deadline and a
+  shutdown alike: the charge is made in a ``finally`` that runs on cancellation.
 """
 
 from __future__ import annotations
@@ -29,7 +31,10 @@ from gateway.requests import ParsedRequest
 from gateway.streaming import DONE, SSE_HEADERS, client_chunk, sse, sse_error, upstream_events
 from gateway.upstream import UpstreamClient, UpstreamFailure, read_completion
 from policies import Price
-from policies.charges import Charge, call_charge
+from policies.charges import Attempt, Charge, attempt_charge
+
+# The engine's settlement of one call's attempts: (facts, model, attempts) -> their charge.
+Settle = Callable[[CascadeFacts, str, list[Attempt]], Charge]
 
 
 @dataclass(slots=True, frozen=True)
@@ -94,9 +99,14 @@ class StreamTally:
         if isinstance(choices, list):
             self.completion_tokens += sum(_chunk_tokens(c) for c in choices if isinstance(c, dict))
 
+    def attempt(self, sent: bytes) -> Attempt:
+        """The accepted attempt as charged (``sent``: the upstream request): its last usage, and
+        the output chunks read."""
+        return Attempt(sent, usage=self.usage, streamed_tokens=self.completion_tokens)
+
     def charge(self, price: Price, sent: bytes) -> Charge:
-        """The stage's charge (``policies.charges.call_charge``; ``sent``: the upstream request)."""
-        return call_charge(price, self.usage, sent, streamed_tokens=self.completion_tokens)
+        """The accepted attempt's charge (``policies.charges.attempt_charge`` of ``attempt``)."""
+        return attempt_charge(price, self.attempt(sent))
 
 
 def _chunk_tokens(choice: dict[str, Any]) -> int:
@@ -117,21 +127,19 @@ class LiveRelay:
     def __init__(
         self,
         client: UpstreamClient,
-        price: Price,
         request: ParsedRequest,
         facts: CascadeFacts,
-        record: Callable[[CascadeFacts, str, Charge], None],
+        settle: Settle,
         started: float,
         watch: StreamedAnswer | None = None,
     ):
-        """``price``: the model's; ``record(facts, model, charge)`` accounts one call; ``started`` is
-        the request's perf_counter; ``watch`` assembles the streamed answer for the structural
-        checks (gateway.answer_review), checked before the last chunk carries the facts."""
+        """``settle(facts, model, attempts)`` charges the stage's attempts; ``started`` is the
+        request's perf_counter; ``watch`` assembles the streamed answer for the structural checks
+        (gateway.answer_review), checked before the last chunk carries the facts."""
         self._client = client
-        self._price = price
         self._request = request
         self._facts = facts
-        self._record = record
+        self._settle = settle
         self._started = started
         self._watch = watch
 
@@ -144,29 +152,31 @@ class LiveRelay:
         model, request, facts = self._client.name, self._request, self._facts
         facts.models_called.append(model)
         tally = StreamTally()
+        attempts: list[Attempt] = []  # the attempts that ended before the 200 (upstream.stream)
         whole: dict[str, Any] | None = None  # the answer, when the upstream ignored ``stream``
-        accepted = started = done = False
+        accepted = json_answer = started = done = False
         t0 = time.monotonic()
 
         def finish() -> None:
-            """Stop the upstream clock and charge the stage (once; only if the upstream accepted it)."""
+            """Stop the upstream clock and charge every attempt of the stage (once)."""
             nonlocal done
             if done:
                 return
             done = True
             facts.upstream_s += time.monotonic() - t0
-            if not accepted:
-                return
             if whole is not None:  # charged as the non-streamed answer it is
-                charge = call_charge(self._price, whole.get("usage"), body, answer=whole)
-            else:
-                charge = tally.charge(self._price, body)
-            self._record(facts, model, charge)
+                attempts.append(Attempt(body, answer=whole))
+            elif json_answer:  # a JSON answer that was cut or unreadable: its worst case
+                attempts.append(Attempt(body))
+            elif accepted:
+                attempts.append(tally.attempt(body))
+            self._settle(facts, model, attempts)
 
         try:
-            async with self._client.stream(request.kind, body, deadline) as response:
+            async with self._client.stream(request.kind, body, deadline, attempts) as response:
                 accepted = True
                 if response.content_type == "application/json":
+                    json_answer = True
                     whole = await read_completion(response, model)
                     finish()
                     facts.answered_by = model

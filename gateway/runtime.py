@@ -18,6 +18,7 @@ from typing import TYPE_CHECKING, Any
 from gateway.blackbox_scoring import reserve_scoring_usd
 from gateway.cascade import CascadeEngine, scored_stage_body
 from gateway.config import ConfigError, LimitsConfig, LoggingConfig, ModelConfig
+from gateway.errors import BadRequestError
 from gateway.health import UpstreamHealth
 from gateway.learning.config import LearningConfig
 from gateway.logs import configure_logging, log_event
@@ -27,7 +28,18 @@ from gateway.routing import RoutePlan, Router
 from gateway.state import SharedState
 from gateway.upstream import UpstreamPool
 from policies import Policy
-from policies.charges import bound_usd, tokens_bound
+from policies.charges import (
+    SENT_FIELDS_BYTES,
+    CallLimits,
+    bound_usd,
+    generated_choices,
+    output_cap,
+    part_counts,
+    part_tokens_bound,
+    prompt_count,
+    prompt_tokens_bound,
+    sending_tokens_bound,
+)
 from policies.redaction import Redactor
 from policies.request_defaults import merge_request_defaults
 
@@ -198,42 +210,77 @@ class Gateway:
         the client's body. Every model of the route may be called (a chain can escalate to its
         end), each as ``policies.charges.call_bound`` prices a call: the client's fields over the
         model's request defaults (which may set the cap the client left out), at most
-        ``body_bytes`` prompt tokens plus what the defaults add to the prompt, and the largest
-        completion cap for every generated choice of every prompt; with a black-box scorer, the
-        extra calls of every scored stage too (``gateway.blackbox_scoring``). Settling charges the actual
+        ``body_bytes`` prompt tokens plus what the defaults add to the prompt and what the gateway
+        adds to the request it sends (``SENT_FIELDS_BYTES`` and the upstream model id) plus the model's
+        declared bound of each image, audio or file part, and the completion cap the call is sent
+        with (``policies.charges.with_output_cap``: the largest the client or the defaults set,
+        else the model's ``default_max_tokens``) for every generated choice of every prompt; with
+        a black-box scorer, the extra calls of every scored stage too
+        (``gateway.blackbox_scoring``). BadRequestError (400) when a model of the route declares
+        no bound for a priced part the request carries. Settling charges the actual
         cost and releases the rest, so over-reserving never overcharges; it only keeps a key from
         starting requests it might not be able to pay for.
         """
         models = plan.route.models if plan.route is not None else [plan.model]
-        plain: tuple[int, int] | None = None  # the bound of the client's body as it is (no defaults)
+        body = request.body
+        parts = part_counts(body)  # {} for a request of text only: nothing to check
+        # The client's body as it is (no defaults): prompt bytes, largest cap, choices x prompts.
+        plain: tuple[int, int, int] | None = None
         total = 0.0
         for name in models:
             model = self.models.get(name) if name is not None else None
             if model is None:
                 continue
+            limits = model.limits
+            if parts:
+                _check_parts(model.model if name is None else name, parts, limits)
             defaults = model.request_defaults
+            # The request as sent: the fields the gateway adds count like the client's own.
+            added = len(model.model) + SENT_FIELDS_BYTES
             if defaults is None:
                 if plain is None:
-                    plain = tokens_bound(request.body, body_bytes)
-                tokens = plain
+                    plain = (
+                        prompt_tokens_bound(body, body_bytes),
+                        output_cap(body, 0),
+                        generated_choices(body) * prompt_count(body),
+                    )
+                prompt, cap, completions = plain
+                prompt += added + (part_tokens_bound(body, limits) if parts else 0)
+                tokens = (prompt, (cap or limits.default_cap) * completions)
             else:
-                merged = merge_request_defaults(request.body, defaults, chat=request.kind == "chat")
-                tokens = tokens_bound(merged, body_bytes + defaults.prompt_bytes())
+                merged = merge_request_defaults(body, defaults, chat=request.kind == "chat")
+                tokens = sending_tokens_bound(merged, body_bytes + added + defaults.prompt_bytes(), limits)
             total += bound_usd(model.price, *tokens)
-        return total + self._scoring_bound_usd(plan, request)
+        return total + self._scoring_bound_usd(plan, request, parts)
 
-    def _scoring_bound_usd(self, plan: RoutePlan, request: ParsedRequest) -> float:
+    def _scoring_bound_usd(self, plan: RoutePlan, request: ParsedRequest, parts: dict[str, int]) -> float:
         """Worst-case USD of a black-box scorer's extra calls on every scored stage of the route
-        (gateway.blackbox_scoring); 0 for a logprob scorer."""
+        (gateway.blackbox_scoring); 0 for a logprob scorer. The verifier's request quotes the
+        stage's messages: its model must bound their priced parts too."""
         if plan.route is None or plan.policy is None or not plan.policy.scorer.is_blackbox:
             return 0.0
         scorer = plan.policy.scorer
+        if parts and scorer.verifier is not None and scorer.verifier.model in self.models:
+            _check_parts(scorer.verifier.model, parts, self.models[scorer.verifier.model].limits)
         stages = [
             (name, scored_stage_body(request, self.models[name], scorer))
             for name in plan.route.models[:-1]
             if name in self.models
         ]
         return reserve_scoring_usd(scorer, self.models, stages, request)
+
+
+def _check_parts(name: str, parts: Mapping[str, int], limits: CallLimits) -> None:
+    """BadRequestError (400) when model ``name`` declares no bound for a kind of priced content
+    part the request carries: what it would be billed for the part could not be reserved."""
+    for kind in parts:
+        if kind not in limits.part_tokens:
+            raise BadRequestError(
+                f"model {name!r} does not take {kind} input here: its gateway config declares no "
+                f"token bound for {kind} parts (models.{name}.part_tokens.{kind})",
+                param="messages",
+                code="unsupported_input",
+            )
 
 
 def build_traffic_sampler(

@@ -2,9 +2,15 @@
 
 aiohttp + orjson because the request path is measured (docs/benchmarks.md): httpx was ~10x slower
 as a proxy client on this machine. Every call is bounded by the model's ``timeout_s`` and by the
-request deadline; 429, 5xx and connection errors are retried with exponential backoff (and an
-upstream ``Retry-After`` is honoured) only while the deadline allows. Task cancellation (client
-gone) propagates into aiohttp, which closes the connection: nothing is left running.
+request deadline. Money (docs/contracts.md#charges): every attempt is reported to the caller
+(``policies.charges.Attempt``), which charges each one that may have been billed. Retries, with
+exponential backoff (an upstream ``Retry-After`` honoured) while the deadline allows, follow only
+attempts that provably were not served: a 429 or 5xx answer (an error status carries no completion
+and no usage; providers bill none) and a connection that failed before the request was sent. A
+timeout, a dropped connection or a body cut after the request was sent is charged its worst case
+and ends the call: retrying it would spend a second worst case the reservation does not hold.
+Task cancellation (client gone) propagates into aiohttp, which closes the connection: nothing is
+left running, and the attempt in flight is reported as billable.
 """
 
 from __future__ import annotations
@@ -30,6 +36,7 @@ from gateway.errors import (
     UpstreamTimeoutError,
 )
 from gateway.metrics import GatewayMetrics
+from policies.charges import Attempt
 from policies.redaction import Redactor, url_secrets
 
 _RETRYABLE_STATUS = frozenset({429, 500, 502, 503, 504})
@@ -39,6 +46,12 @@ _REJECTED_STATUS = frozenset({400, 404, 413, 422})
 _BACKOFF_BASE_S = 0.05
 _BACKOFF_CAP_S = 2.0
 _PATHS = {"chat": "/chat/completions", "completions": "/completions"}
+# Failures that end an attempt before a byte of its request was sent (no connection was made, or
+# its TLS handshake failed): the only connection errors that are provably not served, so the only
+# ones retried. Anything else after the request was sent (a timeout, a dropped connection, a body
+# cut mid-way) may have been served and billed: it is charged its worst case and never retried,
+# so a call costs at most one attempt's worst case and its reservation covers it.
+_NEVER_SENT = (aiohttp.ClientConnectorError, aiohttp.ConnectionTimeoutError)
 
 
 class UpstreamFailure(Exception):
@@ -129,13 +142,22 @@ class UpstreamClient:
             raise RuntimeError(f"upstream client {self.name!r} is not started")
         return self._session
 
-    async def complete(self, kind: str, body: bytes, deadline: float) -> UpstreamReply:
-        """POST a non-streamed request; retries within ``deadline`` (a ``time.monotonic()`` instant)."""
+    async def complete(
+        self, kind: str, body: bytes, deadline: float, attempts: list[Attempt]
+    ) -> UpstreamReply:
+        """POST a non-streamed request; retries within ``deadline`` (a ``time.monotonic()`` instant).
+
+        Every attempt made is appended to ``attempts`` (``policies.charges.Attempt``) as it ends,
+        whether by an answer, a failure or a cancellation, for the caller to charge them all
+        (``policies.charges.attempt_charge``). Retries follow only attempts that provably were not
+        served (see the module docstring), so a call costs at most one attempt's worst case.
+        """
         started = time.monotonic()
         attempt = 0
         while True:
             timeout = self._attempt_timeout(deadline)
             t0 = time.monotonic()
+            status: int | None = None  # the answer's status, once its headers arrived
             try:
                 async with self.session.post(
                     self._urls[kind],
@@ -147,21 +169,34 @@ class UpstreamClient:
                     status = response.status
                     payload = await response.read()
                     retry_after = response.headers.get("retry-after")
-            except TimeoutError:
-                self._observe("timeout", t0)
-                raise UpstreamFailure(self.name, "timeout", f"no answer within {timeout:.1f}s") from None
-            except aiohttp.ClientError as exc:
+            except asyncio.CancelledError:
+                attempts.append(Attempt(body, billable=status in (None, 200)))
+                raise
+            except _NEVER_SENT as exc:
+                attempts.append(Attempt(body, billable=False))
                 self._observe("error", t0)
                 failure = UpstreamFailure(self.name, "connect", type(exc).__name__)
                 attempt = await self._backoff_or_raise(failure, attempt, deadline, None)
                 continue
+            except TimeoutError:
+                attempts.append(Attempt(body, billable=status in (None, 200)))
+                self._observe("timeout", t0)
+                raise UpstreamFailure(self.name, "timeout", f"no answer within {timeout:.1f}s") from None
+            except aiohttp.ClientError as exc:
+                # Sent, then the connection dropped or the body was cut: the upstream may bill it.
+                attempts.append(Attempt(body, billable=status in (None, 200)))
+                self._observe("error", t0)
+                raise UpstreamFailure(self.name, "connect", _broken(exc, status)) from None
             if status == 200:
-                parsed = parse_completion(payload)
+                answer = _json_object(payload)
+                attempts.append(Attempt(body, answer=answer))
+                parsed = completion_of(answer)
                 if parsed is None:
                     self._observe("malformed", t0)
                     raise UpstreamFailure(self.name, "malformed", _NOT_A_COMPLETION)
                 self._observe("2xx", t0)
                 return UpstreamReply(parsed, time.monotonic() - started)
+            attempts.append(Attempt(body, billable=False))  # an error status: nothing was served
             failure = self._status_failure(status, payload, retry_after)
             self._observe(_status_label(status), t0)
             if status not in _RETRYABLE_STATUS:
@@ -169,10 +204,14 @@ class UpstreamClient:
             attempt = await self._backoff_or_raise(failure, attempt, deadline, failure.retry_after)
 
     @asynccontextmanager
-    async def stream(self, kind: str, body: bytes, deadline: float) -> AsyncIterator[aiohttp.ClientResponse]:
+    async def stream(
+        self, kind: str, body: bytes, deadline: float, attempts: list[Attempt]
+    ) -> AsyncIterator[aiohttp.ClientResponse]:
         """Open a streamed request (retrying only before the first byte); yields the live response.
 
         The per-read timeout is the model's ``timeout_s``; the whole stream is bounded by the deadline.
+        Every attempt that ended before the 200 is appended to ``attempts`` (as ``complete`` does);
+        the 200 one is the caller's to charge by what it reads (gateway.live).
         """
         attempt = 0
         while True:
@@ -192,17 +231,29 @@ class UpstreamClient:
                     timeout=timeout,
                     allow_redirects=False,
                 )
-            except TimeoutError:
-                self._observe("timeout", t0)
-                raise UpstreamFailure(self.name, "timeout", "no answer in time") from None
-            except aiohttp.ClientError as exc:
+            except asyncio.CancelledError:
+                attempts.append(Attempt(body))  # sent, maybe served, and no answer seen
+                raise
+            except _NEVER_SENT as exc:
+                attempts.append(Attempt(body, billable=False))
                 self._observe("error", t0)
                 failure = UpstreamFailure(self.name, "connect", type(exc).__name__)
                 attempt = await self._backoff_or_raise(failure, attempt, deadline, None)
                 continue
+            except TimeoutError:
+                attempts.append(Attempt(body))
+                self._observe("timeout", t0)
+                raise UpstreamFailure(self.name, "timeout", "no answer in time") from None
+            except aiohttp.ClientError as exc:
+                attempts.append(Attempt(body))
+                self._observe("error", t0)
+                raise UpstreamFailure(self.name, "connect", _broken(exc, None)) from None
             if response.status != 200:
+                attempts.append(Attempt(body, billable=False))  # an error status: nothing was served
                 try:
                     payload = await response.read()
+                except (aiohttp.ClientError, TimeoutError):
+                    payload = b""
                 finally:
                     response.release()
                 failure = self._status_failure(response.status, payload, response.headers.get("retry-after"))
@@ -274,11 +325,21 @@ _NOT_A_COMPLETION = "response is not a completion JSON object with choices"
 
 def parse_completion(payload: bytes) -> dict[str, Any] | None:
     """An upstream completion as a dict; None unless it is JSON with a non-empty list of choice objects."""
+    return completion_of(_json_object(payload))
+
+
+def _json_object(payload: bytes) -> dict[str, Any] | None:
+    """``payload`` parsed, when it is a JSON object (what an answer's usage can be read from)."""
     try:
         parsed = orjson.loads(payload)
     except orjson.JSONDecodeError:
         return None
-    if not isinstance(parsed, dict):
+    return parsed if isinstance(parsed, dict) else None
+
+
+def completion_of(parsed: dict[str, Any] | None) -> dict[str, Any] | None:
+    """``parsed`` when it is a completion: a JSON object with a non-empty list of choice objects."""
+    if parsed is None:
         return None
     choices = parsed.get("choices")
     # ``choices: []`` or non-object choices answer nothing: malformed, never passed to a client.
@@ -297,6 +358,12 @@ async def read_completion(response: aiohttp.ClientResponse, model: str) -> dict[
     if parsed is None:
         raise UpstreamFailure(model, "malformed", _NOT_A_COMPLETION)
     return parsed
+
+
+def _broken(exc: BaseException, status: int | None) -> str:
+    """What ended an attempt after its request was sent (a dropped connection, a cut body)."""
+    where = "before an answer" if status is None else f"in the body of an HTTP {status} answer"
+    return f"connection broke {where} ({type(exc).__name__})"
 
 
 _STATUS_LABELS = ("2xx", "4xx", "429", "5xx", "timeout", "error", "malformed")

@@ -29,13 +29,27 @@ traffic sampler's shadow calls and their budget (gateway.learning.shadow) and th
   seen of the answer (a whole answer: the smaller of the completion bound and the bytes of its
   ``choices``; a stream: one token per output chunk read).
 
+**Every attempt** (``Attempt``, ``attempt_charge``): an upstream client reports each attempt it
+made, and every attempt that may have been billed is charged by the rule above: its answer's usage
+when one was read, else the worst case of what it sent. Only an attempt that provably was not
+served is free: one that failed before its request was sent (connection refused), or one the
+upstream answered with an error status (an error carries no completion and no usage).
+
+**The cap reserved is the cap sent** (``with_output_cap``): a request is sent with the completion
+cap its bound assumed, the model's ``default_cap`` when neither the client nor the model's request
+defaults set a positive one, and each content part priced by something other than bytes (an image,
+audio, a file) is bounded by the model's declared ``part_tokens`` (``CallLimits``); a request with
+a part its model declares no bound for is refused before any call (``undeclared_part``).
+
 Only the contract package's dependencies are used, so the gateway and traffic/ both import it.
 """
 
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from types import MappingProxyType
 from typing import Any, TypeGuard
 
 import orjson
@@ -52,6 +66,52 @@ CHOICE_FIELDS = ("n", "best_of")
 # framing) that the request's bytes do not contain; each such request's prompt bound adds this many.
 TEMPLATE_FIELDS = ("tools", "functions", "response_format")
 TEMPLATE_TOKENS = 1024
+# Bytes the gateway may add to a client's request when it sends it upstream, beyond the upstream
+# model id (rewritten ``model``): the completion cap, ``stream_options``, ``logprobs`` and
+# ``top_logprobs``. A reservation counts them, so that the worst case charged for an attempt (of
+# the request as sent) never exceeds what was reserved for it.
+SENT_FIELDS_BYTES = 160
+# The field a completion cap is sent under when the request sets none: chat and legacy completions
+# take it on OpenAI (non-reasoning models), vLLM and llama.cpp (an alias of n_predict there).
+SENT_CAP_FIELD = "max_tokens"
+# Chat content parts a provider prices by something other than their bytes (an image by its
+# pixels, audio by its length, a file by its pages), by the kind a model declares a bound for.
+PRICED_PARTS = {"image_url": "image", "input_audio": "audio", "file": "file"}
+PART_KINDS = ("image", "audio", "file")
+
+
+@dataclass(frozen=True, slots=True)
+class CallLimits:
+    """What one model declares to bound its calls beyond the bytes of a request.
+
+    ``default_cap``: the completion cap sent, and assumed, when a request sets no positive one.
+    ``part_tokens``: prompt tokens one content part of a kind (``PART_KINDS``) may be billed; a
+    kind absent from it has no bound, and a request carrying such a part is refused.
+    """
+
+    default_cap: int = DEFAULT_COMPLETION_BOUND
+    part_tokens: Mapping[str, int] = field(default_factory=lambda: MappingProxyType({}))
+
+
+DEFAULT_LIMITS = CallLimits()
+
+
+@dataclass(slots=True)  # not frozen: one is made per upstream call, on the request path
+class Attempt:
+    """One upstream attempt, as the charging rule sees it.
+
+    ``sent``: the request body as sent. ``billable``: it may have been billed; False only for an
+    attempt that provably was not served (never sent, or answered with an error status).
+    ``answer``: the JSON object read as the answer of a non-streamed call (None: none was read);
+    ``usage`` and ``streamed_tokens``: what a live stream delivered (its last ``usage`` object and
+    its output chunks).
+    """
+
+    sent: bytes
+    billable: bool = True
+    answer: Any = None
+    usage: Any = None
+    streamed_tokens: int | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -67,7 +127,7 @@ class Charge:
 # -- the worst case -------------------------------------------------------------------------------
 
 
-def completion_bound(body: dict[str, Any]) -> int:
+def completion_bound(body: dict[str, Any], default: int = DEFAULT_COMPLETION_BOUND) -> int:
     """Completion tokens one choice may take: the largest cap ``body`` sets under any name the
     upstream may honour (a fractional one rounded up), or ``DEFAULT_COMPLETION_BOUND`` when it sets
     none. A cap field that is set but is no positive number (``n_predict: -1`` is "unbounded" to
@@ -82,7 +142,69 @@ def completion_bound(body: dict[str, Any]) -> int:
                 unbounded = True
             elif cap > bound:
                 bound = cap
-    return max(bound, DEFAULT_COMPLETION_BOUND) if unbounded or not bound else bound
+    return max(bound, default) if unbounded or not bound else bound
+
+
+def output_cap(body: dict[str, Any], default_cap: int = DEFAULT_COMPLETION_BOUND) -> int:
+    """The completion cap ``with_output_cap`` sends for ``body``: the largest positive cap it sets
+    under any name the upstream may honour (a fractional one rounded up), else ``default_cap``."""
+    bound = 0
+    for name in COMPLETION_CAP_FIELDS:
+        value = body.get(name)
+        if value is not None:
+            cap = _positive_count(value)
+            if cap is not None and cap > bound:
+                bound = cap
+    return bound or default_cap
+
+
+def with_output_cap(body: dict[str, Any], default_cap: int = DEFAULT_COMPLETION_BOUND) -> dict[str, Any]:
+    """``body`` (changed in place) as it is sent upstream, with an explicit completion cap: a cap
+    field set to no positive number is dropped (``n_predict: -1`` is unbounded to llama.cpp, which
+    reads it first), and ``SENT_CAP_FIELD: default_cap`` is added when no cap is left. Its
+    ``completion_bound`` is then ``output_cap`` of the body it was given: what was reserved."""
+    capped = False
+    for name in COMPLETION_CAP_FIELDS:
+        if name in body:
+            if _positive_count(body[name]) is not None:
+                capped = True
+            else:
+                del body[name]
+    if not capped:
+        body[SENT_CAP_FIELD] = default_cap
+    return body
+
+
+def part_counts(body: dict[str, Any]) -> dict[str, int]:
+    """Content parts of each kind of ``PRICED_PARTS`` in a chat body's messages (empty if none)."""
+    counts: dict[str, int] = {}
+    messages = body.get("messages")
+    if not isinstance(messages, list):
+        return counts
+    for message in messages:
+        content = message.get("content") if isinstance(message, dict) else None
+        if isinstance(content, list):
+            for part in content:
+                kind = part.get("type") if isinstance(part, dict) else None
+                kind = PRICED_PARTS.get(kind) if isinstance(kind, str) else None
+                if kind is not None:
+                    counts[kind] = counts.get(kind, 0) + 1
+    return counts
+
+
+def undeclared_part(body: dict[str, Any], limits: CallLimits) -> str | None:
+    """The first kind of content part ``body`` carries that ``limits`` declares no bound for."""
+    for kind in part_counts(body):
+        if kind not in limits.part_tokens:
+            return kind
+    return None
+
+
+def part_tokens_bound(body: dict[str, Any], limits: CallLimits) -> int:
+    """Prompt tokens the priced content parts of ``body`` may be billed beyond their bytes."""
+    if not limits.part_tokens:
+        return 0
+    return sum(count * limits.part_tokens.get(kind, 0) for kind, count in part_counts(body).items())
 
 
 def generated_choices(body: dict[str, Any]) -> int:
@@ -108,24 +230,37 @@ def prompt_count(body: dict[str, Any]) -> int:
     return max(1, sum(1 for item in prompt if isinstance(item, str | list)))
 
 
-def completion_tokens_bound(body: dict[str, Any]) -> int:
+def completion_tokens_bound(body: dict[str, Any], limits: CallLimits = DEFAULT_LIMITS) -> int:
     """Completion tokens a request may be billed: the cap, per generated choice, per prompt."""
-    return completion_bound(body) * generated_choices(body) * prompt_count(body)
+    return completion_bound(body, limits.default_cap) * generated_choices(body) * prompt_count(body)
 
 
-def prompt_tokens_bound(body: dict[str, Any], prompt_bytes: int) -> int:
+def prompt_tokens_bound(body: dict[str, Any], prompt_bytes: int, limits: CallLimits = DEFAULT_LIMITS) -> int:
     """Prompt tokens a request may be billed: ``prompt_bytes`` (the bytes of the request, and of
-    anything added to its prompt) plus ``TEMPLATE_TOKENS`` if it has a field a template wraps."""
+    anything added to its prompt) plus ``TEMPLATE_TOKENS`` if it has a field a template wraps,
+    plus the declared bound of each priced content part (``part_tokens_bound``)."""
+    bound = prompt_bytes + part_tokens_bound(body, limits)
     for name in TEMPLATE_FIELDS:
         if body.get(name):
-            return prompt_bytes + TEMPLATE_TOKENS
-    return prompt_bytes
+            return bound + TEMPLATE_TOKENS
+    return bound
 
 
-def tokens_bound(body: dict[str, Any], prompt_bytes: int) -> tuple[int, int]:
+def tokens_bound(
+    body: dict[str, Any], prompt_bytes: int, limits: CallLimits = DEFAULT_LIMITS
+) -> tuple[int, int]:
     """(prompt, completion) tokens a request may be billed (``prompt_tokens_bound``,
     ``completion_tokens_bound``)."""
-    return prompt_tokens_bound(body, prompt_bytes), completion_tokens_bound(body)
+    return prompt_tokens_bound(body, prompt_bytes, limits), completion_tokens_bound(body, limits)
+
+
+def sending_tokens_bound(
+    body: dict[str, Any], prompt_bytes: int, limits: CallLimits = DEFAULT_LIMITS
+) -> tuple[int, int]:
+    """``tokens_bound`` of ``body`` as ``with_output_cap`` will send it, without copying it: its
+    completion cap is ``output_cap`` (what is reserved is what is sent)."""
+    completion = output_cap(body, limits.default_cap) * generated_choices(body) * prompt_count(body)
+    return prompt_tokens_bound(body, prompt_bytes, limits), completion
 
 
 def bound_usd(price: Price, prompt_tokens: int, completion_tokens: int) -> float:
@@ -134,16 +269,18 @@ def bound_usd(price: Price, prompt_tokens: int, completion_tokens: int) -> float
     return max(by_tokens, price.per_query_usd or 0.0)
 
 
-def call_bound(price: Price, body: dict[str, Any], prompt_bytes: int) -> Charge:
+def call_bound(
+    price: Price, body: dict[str, Any], prompt_bytes: int, limits: CallLimits = DEFAULT_LIMITS
+) -> Charge:
     """The worst case of sending ``body`` (``prompt_bytes``: its size plus any prompt added to it):
     USD and the token bounds it prices."""
-    prompt, completion = tokens_bound(body, prompt_bytes)
+    prompt, completion = tokens_bound(body, prompt_bytes, limits)
     return Charge(bound_usd(price, prompt, completion), prompt, completion)
 
 
-def sent_bound(price: Price, sent: bytes) -> Charge:
+def sent_bound(price: Price, sent: bytes, limits: CallLimits = DEFAULT_LIMITS) -> Charge:
     """``call_bound`` of an upstream request as sent (its JSON bytes)."""
-    return call_bound(price, orjson.loads(sent), len(sent))
+    return call_bound(price, orjson.loads(sent), len(sent), limits)
 
 
 # -- the charge -----------------------------------------------------------------------------------
@@ -167,12 +304,14 @@ def call_charge(
     *,
     answer: Any = None,
     streamed_tokens: int | None = None,
+    limits: CallLimits = DEFAULT_LIMITS,
 ) -> Charge:
     """What one accepted call is charged (see the module docstring).
 
     ``sent``: the upstream request body as sent. What was seen of the answer: ``answer``, the whole
     answer (a JSON object) of a non-streamed call, or ``streamed_tokens``, the output chunks a live
-    stream delivered (one token each).
+    stream delivered (one token each). With neither (nothing was read), the estimate is the
+    call's worst case.
     """
     counts = reported_counts(usage)
     if counts is not None:
@@ -182,11 +321,11 @@ def call_charge(
     if flat is not None and not price.has_token_prices:
         return flat
     request = orjson.loads(sent)
-    prompt = prompt_tokens_bound(request, len(sent))
+    prompt = prompt_tokens_bound(request, len(sent), limits)
     if streamed_tokens is not None:
         completion = streamed_tokens
     else:
-        completion = completion_tokens_bound(request)
+        completion = completion_tokens_bound(request, limits)
         choices = answer.get("choices") if isinstance(answer, dict) else None
         if choices is not None:
             # A token is at least one byte of what it encodes: the answer's bytes bound its tokens.
@@ -195,6 +334,28 @@ def call_charge(
     # A price with both forms: the flat price unless the tokens the call may have used cost more
     # (an upstream billing by tokens is never charged less than it may have spent).
     return flat if flat is not None and flat.usd >= estimate.usd else estimate
+
+
+NOT_BILLED = Charge(0.0, 0, 0)
+
+
+def attempt_charge(price: Price, attempt: Attempt, limits: CallLimits = DEFAULT_LIMITS) -> Charge:
+    """What one upstream attempt is charged: nothing when it provably was not served, else
+    ``call_charge`` of what was read of it (the usage of its answer or stream; with nothing read,
+    a timeout, a cut body or a dropped connection, its worst case)."""
+    if not attempt.billable:
+        return NOT_BILLED
+    usage = attempt.usage
+    if usage is None and isinstance(attempt.answer, dict):
+        usage = attempt.answer.get("usage")
+    return call_charge(
+        price,
+        usage,
+        attempt.sent,
+        answer=attempt.answer,
+        streamed_tokens=attempt.streamed_tokens,
+        limits=limits,
+    )
 
 
 def _positive_count(value: object) -> int | None:

@@ -10,8 +10,9 @@ without logprobs, and a row without a score is dropped by calibration.
 Money: the calls' worst case (``policies.charges.sent_bound``, the bound a spend reservation uses,
 of each upstream request: every prompt, every choice, the completion cap it sends) is reserved in
 the shadow budget before any call; a sample that does not fit is dropped
-(``SampleDroppedError("spend_cap")``). Each call's charge (``policies.charges.call_charge``; a call
-cancelled mid-flight, its worst case) is counted in ``cascade_shadow_cost_usd_total``, never in a
+(``SampleDroppedError("spend_cap")``). Every attempt of each call is charged by the one rule
+(``policies.charges.attempt_charge``: its usage, else its worst case: a timeout, a cut answer, a
+call cancelled mid-flight) and counted in ``cascade_shadow_cost_usd_total``, never in a
 client's spend. An ``llm`` judge's calls are bounded and charged by the same rule. A failed call
 leaves its model without a row (a missing answer, never a wrong one).
 """
@@ -36,7 +37,7 @@ from gateway.logs import log_event
 from gateway.metrics import LearningMetrics
 from gateway.upstream import UpstreamFailure, UpstreamPool
 from policies import Policy, score_response
-from policies.charges import call_bound, call_charge, sent_bound
+from policies.charges import Attempt, attempt_charge, call_bound, sent_bound, undeclared_part
 from traffic.judges.base import Judge, JudgeError, Verdict, label_answers
 from traffic.rows import TrafficRow
 
@@ -119,13 +120,20 @@ class ShadowRunner:
             stream=False,
             defaults=config.request_defaults,
             capabilities=config.capabilities,
+            default_cap=config.default_max_tokens,
         )
-        return ShadowCall(model, body, sent_bound(config.price, body).usd)
+        return ShadowCall(model, body, sent_bound(config.price, body, config.limits).usd)
 
     async def rows(self, sample: Sample) -> list[TrafficRow]:
         """Call, label and build the sample's rows; SampleDroppedError when the budget refuses it."""
         models, reference = self.pool_of(sample.policy)
-        calls = [self.plan_call(sample, m) for m in models if m not in sample.answers]
+        # A model that declares no bound for a priced part the request carries is not called: its
+        # cost could not be bounded (policies.charges.undeclared_part); it gets no row.
+        calls = [
+            self.plan_call(sample, m)
+            for m in models
+            if m not in sample.answers and undeclared_part(sample.request.body, self.models[m].limits) is None
+        ]
         hold = self.budget.reserve(sum(c.bound_usd for c in calls))
         if hold is None:
             raise SampleDroppedError("spend_cap")
@@ -155,19 +163,24 @@ class ShadowRunner:
     ) -> StageAnswer | None:
         """One shadow call under the concurrency bound; None when it failed (a missing answer)."""
         metrics, model = self.metrics, call.model
+        config = self.models[model]
         async with self.semaphore:
+            attempts: list[Attempt] = []
             try:
-                reply = await self.pool[model].complete(sample.request.kind, call.body, deadline)
+                reply = await self.pool[model].complete(sample.request.kind, call.body, deadline, attempts)
             except UpstreamFailure as failure:
                 outcome = "timeout" if failure.kind == "timeout" else "failed"
                 metrics.child(metrics.shadow_calls, model, outcome).inc()
                 return None
             except asyncio.CancelledError:
-                # The upstream may bill the whole answer: count the worst case the call was sent with.
-                tally.usd += call.bound_usd
-                metrics.child(metrics.shadow_cost, model).inc(call.bound_usd)
                 metrics.child(metrics.shadow_calls, model, "cancelled").inc()
                 raise
+            finally:
+                # Every attempt that may have been billed (a timeout, a cut answer, a cancellation:
+                # its worst case) is charged by the one rule, whatever happened to the call.
+                cost = sum(attempt_charge(config.price, a, config.limits).usd for a in attempts)
+                tally.usd += cost
+                metrics.child(metrics.shadow_cost, model).inc(cost)
         policy = sample.policy
         # A black-box scorer's extra calls are not made for a shadow row: it is kept unscored.
         scorer = policy.scorer
@@ -176,12 +189,7 @@ class ShadowRunner:
             if scorer.is_blackbox
             else score_response(reply.body, scorer.name, scorer.top_k, scorer.tokens)
         )
-        cost = call_charge(
-            self.models[model].price, reply.body.get("usage"), call.body, answer=reply.body
-        ).usd
         answer = StageAnswer.from_reply(reply.body, reply.seconds, score, cost_usd=cost)
-        tally.usd += cost
-        metrics.child(metrics.shadow_cost, model).inc(cost)
         metrics.child(metrics.shadow_calls, model, "ok").inc()
         return answer
 
@@ -198,15 +206,18 @@ class ShadowRunner:
         hold = self.budget.reserve(bound) if bound > 0 else None
         if bound > 0 and hold is None:
             raise SampleDroppedError("spend_cap")
-        labels: dict[str, Verdict | JudgeError] = {}
+        labels: dict[str, Verdict | JudgeError] | None = None
         try:
             labels = await label_answers(self.judge, question, reference, texts)
         finally:
-            cost = sum(v.cost_usd for v in labels.values() if isinstance(v, Verdict))
+            # A failed judge call is charged too (JudgeError.cost_usd); one cancelled mid-flight
+            # may have been served: the sample's judging is then counted at its worst case.
+            cost = bound if labels is None else sum(v.cost_usd for v in labels.values())
             if hold is not None:
                 self.budget.settle(hold, cost)
             if cost:
                 metrics.child(metrics.judge_cost, judge_name).inc(cost)
+        assert labels is not None
         for model, verdict in labels.items():
             if model != reference:
                 metrics.child(metrics.judge_outcomes, judge_name, _outcome(verdict)).inc()

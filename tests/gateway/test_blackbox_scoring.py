@@ -124,7 +124,8 @@ def test_a_verifier_route_is_charged_the_stage_the_verifier_and_the_escalation(
     raw = ask(gateway)
 
     escalated = verdict == "no"
-    assert raw.headers["x-cascade-models-called"] == ("small,large" if escalated else "small")
+    # The verifier's call is listed where it was made, between the stages.
+    assert raw.headers["x-cascade-models-called"] == ("small,medium,large" if escalated else "small,medium")
     assert float(raw.headers["x-cascade-score"]) == (0.0 if escalated else 1.0)
     (stage,) = upstream.calls("up-small")
     assert "logprobs" not in stage.body and "top_logprobs" not in stage.body
@@ -182,7 +183,7 @@ def test_a_self_report_route_asks_the_stage_model_once_more_and_charges_it(
     raw = ask(gateway)
 
     assert float(raw.headers["x-cascade-score"]) == pytest.approx(0.85)
-    assert raw.headers["x-cascade-models-called"] == "small"
+    assert raw.headers["x-cascade-models-called"] == "small,small"  # the stage, then its follow-up
     _, follow_up = upstream.calls("up-small")
     assert follow_up.body["messages"][-2] == {"role": "assistant", "content": "42"}
     assert float(raw.headers["x-cascade-cost-usd"]) == pytest.approx(billed_usd(upstream.produced), rel=1e-9)
@@ -221,7 +222,7 @@ def test_a_failing_verifier_call_escalates_with_reason_scorer_failed(
     gateway = serve_scorer("verifier")
     raw = ask(gateway)
 
-    assert raw.headers["x-cascade-models-called"] == "small,large"
+    assert raw.headers["x-cascade-models-called"] == "small,medium,large"  # the verifier was called
     assert raw.headers["x-cascade-score"] == "none"
     assert upstream.calls("up-medium")
     billed = billed_usd(upstream.produced)
@@ -371,7 +372,7 @@ def test_a_sampled_request_keeps_the_scored_answer_with_its_scorer_calls_cost(
     upstream.script("up-medium", ok("yes", confidence=0.9, usage=(61, 1)))
     gateway = serve_scorer("verifier", learning=learning_block(store))
     raw = ask(gateway)
-    assert raw.headers["x-cascade-models-called"] == "small"
+    assert raw.headers["x-cascade-models-called"] == "small,medium"
 
     rows: list[Any] = []
 

@@ -24,6 +24,7 @@ from gateway.config import ConfigError, Settings
 from gateway.requests import parse_request
 from policies import load_policy
 from policies.capabilities import ModelCapabilities
+from policies.charges import DEFAULT_COMPLETION_BOUND
 from policies.publish import push_policy
 from tests.support.gateway_testkit import RunningGateway, model_configs
 from tests.support.policy_files import write_policy as write_policy_file
@@ -108,6 +109,7 @@ def test_scored_stages_ask_within_the_cap_and_in_the_models_form() -> None:
         "messages": MESSAGES,
         "logprobs": True,
         "top_logprobs": 5,
+        "max_tokens": DEFAULT_COMPLETION_BOUND,  # the cap its reservation assumed
     }
     integer = sent(chat(), ModelCapabilities(logprobs_form="integer", max_top_logprobs=5), 15)
     assert integer["logprobs"] == 5 and "top_logprobs" not in integer

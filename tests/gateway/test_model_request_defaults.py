@@ -82,6 +82,7 @@ def test_spend_reservation_covers_what_defaults_add(make_settings, upstream) -> 
     from gateway.app import build_gateway
     from gateway.requests import parse_request
     from gateway.routing import RoutePlan
+    from policies.charges import SENT_FIELDS_BYTES
 
     raw = b'{"model": "small", "messages": [{"role": "user", "content": "What is 17 * 3?"}]}'
     parsed = parse_request(raw, "chat")
@@ -91,7 +92,8 @@ def test_spend_reservation_covers_what_defaults_add(make_settings, upstream) -> 
     member = build_gateway(with_defaults).reserve_estimate(plan, parsed, len(raw))
     # small: $0.1/Mtok in, $0.2/Mtok out. Without defaults 4,096 completion tokens are assumed; with
     # them, the member's 8-token cap, and the prompt bound grows by its system message's bytes.
-    assert plain == pytest.approx((len(raw) * 0.1 + 4096 * 0.2) / 1e6)
+    sent = len(raw) + len("up-small") + SENT_FIELDS_BYTES  # what the gateway adds counts too
+    assert plain == pytest.approx((sent * 0.1 + 4096 * 0.2) / 1e6)
     system_bytes = len(FAST["system"].encode())
     assert member >= ((len(raw) + system_bytes) * 0.1 + 8 * 0.2) / 1e6
     assert member < plain

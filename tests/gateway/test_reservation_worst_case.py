@@ -24,7 +24,13 @@ from gateway.metrics import GatewayMetrics
 from gateway.requests import parse_request
 from gateway.routing import RoutePlan
 from policies import build_policy
-from policies.charges import DEFAULT_COMPLETION_BOUND, completion_bound, generated_choices, sent_bound
+from policies.charges import (
+    DEFAULT_COMPLETION_BOUND,
+    SENT_FIELDS_BYTES,
+    completion_bound,
+    generated_choices,
+    sent_bound,
+)
 from policies.schema import Route
 from tests.policies.charge_support import honest_usage, honoured_caps, request_bodies
 from tests.support.gateway_testkit import POLICY_DOCUMENT, model_configs
@@ -74,7 +80,9 @@ def test_reservation_counts_every_stage_every_choice_and_the_flat_price_when_lar
     )
     raw = b'{"model": "small", "messages": [{"role": "user", "content": "hi"}], "n": 3, "max_tokens": 100}'
     request = parse_request(raw, "chat")
-    small_only = (len(raw) * 1.0 + 3 * 100 * 2.0) / 1e6
+    # Every byte the gateway may add to what it sends (the upstream id, SENT_FIELDS_BYTES) counts.
+    sent = len(raw) + len("up-small") + SENT_FIELDS_BYTES
+    small_only = (sent * 1.0 + 3 * 100 * 2.0) / 1e6
     passthrough = RoutePlan(tier="passthrough", policy=None, route=None, model="small")
     assert gateway.reserve_estimate(passthrough, request, len(raw)) == pytest.approx(small_only)
     chain = Route(weight=1.0, models=["small", "large"], thresholds=[0.5])

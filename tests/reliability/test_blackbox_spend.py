@@ -103,7 +103,7 @@ def test_a_failing_verifier_call_escalates_with_reason_scorer_failed(
     raw = replica.client(KEY).chat.completions.with_raw_response.create(
         model="cascade", messages=MESSAGES, max_tokens=16
     )
-    assert raw.headers["x-cascade-models-called"] == "small,large"
+    assert raw.headers["x-cascade-models-called"] == "small,medium,large"  # the verifier was called
     assert len(upstream.calls("up-medium")) == 2  # the call and its one retry, neither billed
     assert wait_until(lambda: len(request_lines(replica)) == 1)
     (line,) = request_lines(replica)

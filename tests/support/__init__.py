@@ -11,7 +11,8 @@
 * ``shared_redis``: the real Redis at 127.0.0.1:6379, private key prefixes (``fresh_keys()``,
   ``delete_prefix()``) and a link to it that can be cut (``RedisLink``).
 * ``traffic_rows``: ``stored_rows(url)``, what a traffic store holds.
-* ``money``: ``worst_case_usd()``, a request's worst case as the spend contract defines it.
+* ``money``: ``worst_case_usd()``, a request's worst case as the spend contract defines it, and
+  ``priced_usd()``, the price of what the scripted upstream billed (``ScriptedUpstream.billed``).
 * ``fixtures``: the pytest fixtures every package may use (registered in tests/conftest.py):
   ``scripted_upstream_server`` (one per session) and ``upstream`` (reset for each test).
 """

@@ -8,7 +8,10 @@ model id with ``script(model_id, reply, ...)``; when a model's queue is empty it
 authorization header), and so is every request whose client went away before the reply was done
 (``cancelled``), which is how tests see that a client disconnect reached the upstream.
 ``produced`` lists the usage of every answer the upstream sent in full (``Produced``: model id,
-prompt and completion tokens): what a real provider would bill, so spend tests can price it.
+prompt and completion tokens). ``billed`` is what a provider bills, whatever the client did: every
+non-streamed answer it was asked for (a provider finishes and bills it even when the client timed
+out, the body was cut or the connection dropped), every stream at the tokens it wrote (all of its
+usage once finished). Spend tests price these.
 
 A request asking for ``n`` choices gets ``n`` choices (non-streamed), each of the reply's text;
 its usage bills ``usage[1]`` completion tokens per generated choice, ``max(n, best_of)`` of them,
@@ -19,7 +22,11 @@ billed choices for each prompt (``usage[0]`` stays the prompt count of the whole
 Replies (see ``Reply``): an answer with token logprobs of a chosen confidence (honouring
 ``logprobs``/``top_logprobs`` like llama.cpp), with tool calls, without logprobs, a captured
 real llama.cpp body, an HTTP error (5xx, 429 + Retry-After), a slow answer, malformed JSON, and
-streams (SSE, optionally slow per chunk, cut off after N chunks, or of verbatim events). Every
+streams (SSE, optionally slow per chunk, cut off after N chunks, or of verbatim events), and the
+faults of a network or a provider after the request was sent: a body cut mid-way (200, part of the
+body, connection closed), a body that stalls mid-way, a connection dropped without an answer. A
+reply can honour the completion cap the request sends (``honour_cap``: what a provider does; its
+answer is otherwise as long as scripted) and bill image parts (``image_tokens`` each). Every
 stream is recorded with the tokens it wrote before it stopped (``streams``), so tests know what an
 abandoned stream really cost.
 """
@@ -65,6 +72,15 @@ class Reply:
             provider's cap on ``top_logprobs``).
         refuse_logprobs: answer 400 to a request carrying ``logprobs`` or ``top_logprobs`` (an API
             that refuses the fields, as OpenAI's reasoning models do); a request without them is answered.
+        cut_body_at: send the 200 headers (with the whole body's length) and only this many bytes
+            of a non-streamed answer, then close the connection.
+        stall_body_s: send the 200 headers and half of a non-streamed answer, then wait this long
+            before the rest (a timeout mid-body).
+        drop_connection: close the connection without answering (after reading the request).
+        honour_cap: bill (and report) at most the completion cap the request sends per choice
+            (``n_predict``, ``max_completion_tokens``, ``max_tokens``: the first one set), as a
+            provider does; without a cap the scripted usage stands (an answer of any length).
+        image_tokens: prompt tokens billed (and reported) per ``image_url`` part of the messages.
     """
 
     status: int = 200
@@ -82,6 +98,11 @@ class Reply:
     stream_events: list[dict[str, Any]] | None = None
     max_alternatives: int | None = None
     refuse_logprobs: bool = False
+    cut_body_at: int | None = None
+    stall_body_s: float = 0.0
+    drop_connection: bool = False
+    honour_cap: bool = False
+    image_tokens: int = 0
 
 
 def ok(content: str = "Paris is the capital of France.", confidence: float | None = 0.99, **kw: Any) -> Reply:
@@ -138,6 +159,7 @@ class ScriptedUpstream:
         self.cancelled: list[str | None] = []
         self.completed: list[str | None] = []
         self.produced: list[Produced] = []
+        self.billed: list[Produced] = []
         self._scripts: dict[str, deque[Reply]] = defaultdict(deque)
         self._defaults: dict[str, Reply] = {}
         self._lock = threading.Lock()
@@ -171,6 +193,7 @@ class ScriptedUpstream:
             self.cancelled.clear()
             self.completed.clear()
             self.produced.clear()
+            self.billed.clear()
 
     def calls(self, model_id: str | None = None) -> list[RecordedRequest]:
         """Recorded requests, optionally only those naming ``model_id``."""
@@ -242,9 +265,18 @@ class ScriptedUpstream:
         model = body.get("model")
         self.requests.append(RecordedRequest(request.path, model, body, request.headers.get("Authorization")))
         reply = self._next_reply(model)
+        answered = reply.status == 200 and reply.raw is None and not reply.refuse_logprobs
+        if answered and not (body.get("stream") and not reply.ignore_stream):
+            # A provider bills an answer it was asked for, whether or not the client gets it.
+            prompt, completion = _usage_of(body, reply)
+            self.billed.append(Produced(model, prompt, completion * _billed_choices(body)))
         try:
             if reply.delay_s:
                 await asyncio.sleep(reply.delay_s)
+            if reply.drop_connection:
+                request.transport.close()  # type: ignore[union-attr]
+                self.completed.append(model)
+                return web.Response()
             if reply.raw is not None:
                 response = web.Response(
                     body=reply.raw,
@@ -275,6 +307,8 @@ class ScriptedUpstream:
             else:
                 answer = _completion(request.path, body, reply)
                 usage = answer.pop("_billed", None) or answer["usage"]
+                if reply.cut_body_at is not None or reply.stall_body_s:
+                    return await self._broken_body(request, orjson.dumps(answer), reply, model)
                 response = web.Response(
                     body=orjson.dumps(answer),
                     headers=reply.headers,
@@ -287,13 +321,49 @@ class ScriptedUpstream:
             self.cancelled.append(model)
             raise
 
+    async def _broken_body(
+        self, request: web.Request, payload: bytes, reply: Reply, model: str | None
+    ) -> web.StreamResponse:
+        """A 200 whose body is cut (``cut_body_at``) or stalls half-way (``stall_body_s``)."""
+        response = web.StreamResponse(headers={"Content-Type": "application/json", **reply.headers})
+        response.content_length = len(payload)
+        await response.prepare(request)
+        sent = reply.cut_body_at if reply.cut_body_at is not None else len(payload) // 2
+        await response.write(payload[:sent])
+        if reply.cut_body_at is not None:
+            request.transport.close()  # type: ignore[union-attr]
+            self.completed.append(model)
+            return response
+        await asyncio.sleep(reply.stall_body_s)
+        await response.write(payload[sent:])
+        await response.write_eof()
+        self.completed.append(model)
+        return response
+
     async def _stream(
         self, request: web.Request, body: dict[str, Any], reply: Reply, model: str | None
     ) -> web.StreamResponse:
         response = web.StreamResponse(headers={"Content-Type": "text/event-stream", **reply.headers})
         await response.prepare(request)
-        record = StreamRecord(model, reply.usage[0])
+        prompt, per_choice = _usage_of(body, reply)
+        record = StreamRecord(model, prompt)
         self.streams.append(record)
+        try:
+            return await self._write_stream(request, response, body, reply, model, record)
+        finally:
+            # A stream is billed at the tokens it wrote; all of its usage once it finished.
+            completion = per_choice * _billed_choices(body) if record.finished else record.completion_tokens
+            self.billed.append(Produced(model, prompt, completion))
+
+    async def _write_stream(
+        self,
+        request: web.Request,
+        response: web.StreamResponse,
+        body: dict[str, Any],
+        reply: Reply,
+        model: str | None,
+        record: StreamRecord,
+    ) -> web.StreamResponse:
         if reply.stream_events is not None:
             chunks = [b"data: " + orjson.dumps(e) + b"\n\n" for e in reply.stream_events]
             first_token, tokens = 0, 0
@@ -315,7 +385,8 @@ class ScriptedUpstream:
         record.finished = True
         await response.write_eof()
         self.completed.append(model)
-        self.produced.append(Produced(model, reply.usage[0], reply.usage[1] * _billed_choices(body)))
+        prompt, per_choice = _usage_of(body, reply)
+        self.produced.append(Produced(model, prompt, per_choice * _billed_choices(body)))
         return response
 
 
@@ -391,9 +462,37 @@ def _billed_choices(body: dict[str, Any]) -> int:
     return max(_positive_int(body.get("n")), _positive_int(body.get("best_of"))) * _prompts(body)
 
 
+_CAP_FIELDS = ("n_predict", "max_completion_tokens", "max_tokens")
+
+
+def _usage_of(body: dict[str, Any], reply: Reply) -> tuple[int, int]:
+    """(prompt tokens, completion tokens per choice) of the answer to ``body``: the scripted usage
+    (10, 5 when None), plus ``image_tokens`` per image part, the completion within the request's
+    cap when the reply ``honour_cap``s."""
+    prompt, completion = reply.usage or (10, 5)
+    if reply.image_tokens:
+        prompt += reply.image_tokens * _images(body)
+    if reply.honour_cap:
+        cap = next((body[f] for f in _CAP_FIELDS if body.get(f) is not None), None)
+        if isinstance(cap, int | float) and not isinstance(cap, bool) and cap >= 0:
+            completion = min(completion, math.ceil(cap))
+    return prompt, completion
+
+
+def _images(body: dict[str, Any]) -> int:
+    """``image_url`` parts in the messages of a chat request."""
+    return sum(
+        1
+        for message in body.get("messages") or []
+        if isinstance(message, dict) and isinstance(message.get("content"), list)
+        for part in message["content"]
+        if isinstance(part, dict) and part.get("type") == "image_url"
+    )
+
+
 def _completion(path: str, body: dict[str, Any], reply: Reply) -> dict[str, Any]:
     returned = _positive_int(body.get("n")) * _prompts(body)
-    billed = reply.usage or (10, 5)
+    billed = _usage_of(body, reply)
     completion_tokens = billed[1] * _billed_choices(body)
     usage = {
         "prompt_tokens": billed[0],
@@ -478,14 +577,15 @@ def _stream_chunks(path: str, body: dict[str, Any], reply: Reply) -> list[bytes]
     )
     events.append({**base, "choices": [final]})
     if (body.get("stream_options") or {}).get("include_usage"):
+        prompt, per_choice = _usage_of(body, reply)
         events.append(
             {
                 **base,
                 "choices": [],
                 "usage": {
-                    "prompt_tokens": reply.usage[0],
-                    "completion_tokens": reply.usage[1] * _billed_choices(body),
-                    "total_tokens": reply.usage[0] + reply.usage[1] * _billed_choices(body),
+                    "prompt_tokens": prompt,
+                    "completion_tokens": per_choice * _billed_choices(body),
+                    "total_tokens": prompt + per_choice * _billed_choices(body),
                 },
             }
         )

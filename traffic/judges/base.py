@@ -11,7 +11,15 @@ REFERENCE_JUDGE = "reference"
 
 
 class JudgeError(Exception):
-    """A judge could not label (its model call failed, a missing extra); the label is then missing."""
+    """A judge could not label (its model call failed, a missing extra); the label is then missing.
+
+    ``cost_usd``: what the failed call is charged all the same (``policies.charges``: a call that
+    may have been served, e.g. one that timed out, is charged its worst case): shadow cost.
+    """
+
+    def __init__(self, message: str, *, cost_usd: float = 0.0):
+        super().__init__(message)
+        self.cost_usd = cost_usd
 
 
 @dataclass(frozen=True)

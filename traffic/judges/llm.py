@@ -5,9 +5,10 @@ One chat completion on an OpenAI-compatible endpoint, ``max_tokens: 1``, ``tempe
 probabilities of the alternatives of the first token that read "yes" / "no" (case and spaces
 ignored): renormalizing over the two words makes the label independent of how much mass the model
 puts elsewhere (punctuation, "Yes" vs " yes" tokens). If neither word is among the alternatives
-the label is missing. The call's cost (``policies.charges.call_charge``: its usage at the configured
-price, or the flat price or an estimate that errs high when the answer reports none) is in the
-verdict: the sampler counts it as shadow cost.
+the label is missing. The call's cost (``policies.charges.attempt_charge``: its usage at the configured
+price, or the flat price or an estimate that errs high when the answer reports none; its worst
+case when it timed out or broke after it was sent) is in the verdict, or in the ``JudgeError`` of a
+call that failed: the sampler counts it as shadow cost.
 """
 
 from __future__ import annotations
@@ -20,7 +21,7 @@ import orjson
 
 from policies import Price
 from policies.blackbox import yes_no_mass
-from policies.charges import call_charge
+from policies.charges import Attempt, attempt_charge
 from policies.redaction import Redactor, url_secrets
 from traffic.judges.base import JudgeError, Verdict
 
@@ -106,16 +107,26 @@ class LLMJudge:
             response = await self._http().post(self.url, content=sent, headers=headers)
         except httpx.HTTPError as exc:
             redact = self._redactor(headers)
-            raise JudgeError(f"llm judge {self.model}: {type(exc).__name__}: {redact(str(exc))}") from None
-        if response.status_code != 200:
+            # Only a connection that was never made is provably not served; anything after the
+            # request was sent (a timeout, a dropped connection) is charged its worst case.
+            never_sent = isinstance(exc, httpx.ConnectError | httpx.ConnectTimeout)
+            cost = attempt_charge(self.price, Attempt(sent, billable=not never_sent)).usd
+            raise JudgeError(
+                f"llm judge {self.model}: {type(exc).__name__}: {redact(str(exc))}", cost_usd=cost
+            ) from None
+        if response.status_code != 200:  # an error status: nothing was served, nothing charged
             text = self._redactor(headers)(response.text)[:200]
             raise JudgeError(f"llm judge {self.model}: HTTP {response.status_code}: {text}")
         try:
             body = response.json()
-            cost = call_charge(self.price, body.get("usage"), sent, answer=body).usd
+        except ValueError as exc:  # an answer that cannot be read: its worst case
+            cost = attempt_charge(self.price, Attempt(sent)).usd
+            raise JudgeError(f"llm judge {self.model}: malformed response ({exc})", cost_usd=cost) from exc
+        cost = attempt_charge(self.price, Attempt(sent, answer=body)).usd
+        try:
             content = body["choices"][0].get("logprobs", {}).get("content") or []
-        except (ValueError, KeyError, IndexError, TypeError, AttributeError) as exc:
-            raise JudgeError(f"llm judge {self.model}: malformed response ({exc})") from exc
+        except (KeyError, IndexError, TypeError, AttributeError) as exc:
+            raise JudgeError(f"llm judge {self.model}: malformed response ({exc})", cost_usd=cost) from exc
         p_yes, p_no = yes_no_mass(content[0] if content else None)
         if p_yes + p_no <= 0:
             return Verdict(
