@@ -42,7 +42,7 @@ from typing import Any
 
 import orjson
 
-from gateway.answer_reading import reading_answer
+from gateway.answer_reading import READ_FAILURES, reading_answer, unreadable
 from gateway.answer_review import MISSING_SCORE_REASONS, AnswerReview
 from gateway.blackbox_scoring import SCORER_FAILED, StageScorer
 from gateway.config import ModelConfig
@@ -144,10 +144,9 @@ class CascadeEngine:
             return self._fall_back(stage, failure, facts)
         facts.answered_by = stage.model
         try:
-            with reading_answer(stage.model):
-                self._review.final(stage.model, request, reply.body, facts)
-        except UnreadableAnswerError as error:
-            return self._fall_back_unreadable(stage, error, facts)
+            self._review.final(stage.model, request, reply.body, facts)
+        except READ_FAILURES as exc:
+            return self._fall_back_unreadable(stage, unreadable(stage.model, exc), facts)
         return reply.body
 
     async def stream(
@@ -227,17 +226,15 @@ class CascadeEngine:
                 self._escalate(plan.tier, model, models[stage + 1], facts, "upstream_error")
                 continue
             reply = called.body
-            try:
-                with reading_answer(model):  # an answer it cannot read is the stage's failure
-                    # A black-box scorer's extra calls are charged here; their cost is the stage's too.
-                    scored = await self._scorer.score(
-                        policy.scorer, model, request, body, reply, deadline, facts
-                    )
-                    score = scored.score
-                    reason, problem = self._review.scored(
-                        model, request, reply, facts, score, thresholds[stage], policy.on_missing_score
-                    )
-            except UnreadableAnswerError:
+            try:  # reading the answer: one it cannot read is the stage's failure
+                # A black-box scorer's extra calls are charged here; their cost is the stage's too.
+                scored = await self._scorer.score(policy.scorer, model, request, body, reply, deadline, facts)
+                score = scored.score
+                reason, problem = self._review.scored(
+                    model, request, reply, facts, score, thresholds[stage], policy.on_missing_score
+                )
+            except READ_FAILURES as exc:
+                unreadable(model, exc)  # logged; the stage failed like a malformed answer
                 facts.failures.append("unreadable")
                 self._escalate(plan.tier, model, models[stage + 1], facts, "upstream_error")
                 continue

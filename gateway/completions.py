@@ -28,7 +28,7 @@ from typing import TYPE_CHECKING, Any
 
 from starlette.types import Receive, Scope, Send
 
-from gateway.answer_reading import reading_answer
+from gateway.answer_reading import READ_FAILURES, unreadable
 from gateway.auth import client_address
 from gateway.cascade import client_body
 from gateway.edges.base import ApiEdge, Headers, StreamTranslator, Translated, openai_error_parts
@@ -189,9 +189,7 @@ class ApiEndpoint:
             # the client's malformed body (400), never the gateway's failure (500). Logged: the
             # edge should name that field.
             log_event("request_unreadable", level=logging.WARNING, path=self.path, error=type(exc).__name__)
-            raise BadRequestError(
-                "the request body has a field of a type this API does not accept"
-            ) from exc
+            raise BadRequestError("the request body has a field of a type this API does not accept") from exc
         parsed = request.parsed = translated.request
         body = parsed.body
         if "tools" in body or "response_format" in body or "functions" in body:  # carries schemas
@@ -228,9 +226,11 @@ class ApiEndpoint:
         """
         parsed = translated.request
         result = await self.gateway.engine.run(plan, parsed, deadline, facts=facts)
-        with reading_answer(facts.answered_by):  # shaping the answer for the client reads it
+        try:  # shaping the answer for the client reads it
             body = client_body(result.body, facts.answered_by, parsed)  # type: ignore[arg-type]
             payload = self.edge.render(body, translated.context)
+        except READ_FAILURES as exc:
+            raise unreadable(facts.answered_by, exc) from exc
         overhead_ms = (time.perf_counter() - request.started - facts.upstream_s) * 1000
         out = [
             _JSON_HEADER,
@@ -299,8 +299,10 @@ class ApiEndpoint:
                     await exchange.body(data, more=False)
                     return event.error.status
                 elif translator is not None:
-                    with reading_answer(facts.answered_by):  # the API's events, from the answer's
+                    try:  # the API's events, from the answer's
                         data = translator.translate(event.data)
+                    except READ_FAILURES as exc:
+                        raise unreadable(facts.answered_by, exc) from exc
                     await exchange.body(data, more=not event.last)
                 else:
                     await exchange.body(event.data, more=not event.last)

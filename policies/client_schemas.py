@@ -136,7 +136,9 @@ def _pattern(validator: Any, pattern: Any, instance: Any, schema: Any) -> Iterat
         yield ValidationError(f"{instance[:80]!r} does not match {pattern[:80]!r}")
 
 
-def _pattern_properties(validator: Any, patterns: Any, instance: Any, schema: Any) -> Iterator[ValidationError]:
+def _pattern_properties(
+    validator: Any, patterns: Any, instance: Any, schema: Any
+) -> Iterator[ValidationError]:
     if not validator.is_type(instance, "object"):
         return
     for pattern, subschema in patterns.items():
@@ -145,7 +147,9 @@ def _pattern_properties(validator: Any, patterns: Any, instance: Any, schema: An
                 yield from validator.descend(value, subschema, path=key, schema_path=pattern)
 
 
-def _additional_properties(validator: Any, extra: Any, instance: Any, schema: Any) -> Iterator[ValidationError]:
+def _additional_properties(
+    validator: Any, extra: Any, instance: Any, schema: Any
+) -> Iterator[ValidationError]:
     if not validator.is_type(instance, "object"):
         return
     properties = schema.get("properties", {})
@@ -172,7 +176,7 @@ _RE2_KEYWORDS = {
 
 def _refuse_retrieval(uri: str) -> Resource[Any]:
     """The registry's retrieve function: a schema never reaches anything outside itself."""
-    raise NoSuchResource(ref=uri)
+    raise NoSuchResource(ref=uri)  # type: ignore[call-arg]
 
 
 _NO_RETRIEVAL: Registry[Any] = Registry(retrieve=_refuse_retrieval)  # type: ignore[call-arg]
@@ -239,7 +243,8 @@ def _node_problem(node: dict[str, Any], uses_unevaluated: bool) -> str | None:
     for key in _REF_KEYWORDS:
         ref = node.get(key)
         if key in node and (not isinstance(ref, str) or not ref.startswith("#")):
-            return f"{key} {str(ref)[:60]!r} refers outside the schema (only refs inside it, '#...', are allowed)"
+            shown = str(ref)[:60]
+            return f"{key} {shown!r} refers outside the schema (only refs inside it, '#...', are allowed)"
     patterns: list[Any] = []
     if "pattern" in node:
         patterns.append(node["pattern"])

@@ -40,7 +40,9 @@ def _cost(gateway: RunningGateway, model: str) -> float:
 # --- schemas --------------------------------------------------------------------------------------
 
 
-def test_a_schema_ref_to_a_url_is_a_400_on_every_api_and_nothing_is_fetched(gateway, upstream, listener) -> None:
+def test_a_schema_ref_to_a_url_is_a_400_on_every_api_and_nothing_is_fetched(
+    gateway, upstream, listener
+) -> None:
     remote = {"type": "object", "properties": {"city": {"$ref": f"http://127.0.0.1:{listener.port}/s.json"}}}
     with pytest.raises(openai.BadRequestError) as chat:
         gateway.client().chat.completions.create(model="cascade", messages=QUESTION, tools=[_tool(remote)])
@@ -86,7 +88,9 @@ def test_a_file_ref_a_ref_loop_or_a_backtracking_only_pattern_is_a_400(gateway, 
     assert upstream.requests == []
 
 
-def test_a_pattern_an_answer_can_steer_does_not_stall_the_gateway(start_gateway, make_settings, upstream) -> None:
+def test_a_pattern_an_answer_can_steer_does_not_stall_the_gateway(
+    start_gateway, make_settings, upstream
+) -> None:
     gateway = start_gateway(make_settings())
     schema = {"type": "object", "properties": {"code": {"type": "string", "pattern": "^(a+)+$"}}}
     response_format: Any = {"type": "json_schema", "json_schema": {"name": "code", "schema": schema}}
@@ -98,7 +102,9 @@ def test_a_pattern_an_answer_can_steer_does_not_stall_the_gateway(start_gateway,
     # Python's re needs about 2^60 steps for this; the linear engine answers at once.
     assert time.perf_counter() - started < 5.0
     assert raw.parse().choices[0].message.content.endswith('!"}')
-    assert gateway.sample("cascade_invalid_answers_total", model="large", check="invalid_structured_output") == 1
+    assert (
+        gateway.sample("cascade_invalid_answers_total", model="large", check="invalid_structured_output") == 1
+    )
 
 
 # --- answers the gateway cannot read ---------------------------------------------------------------
@@ -195,7 +201,9 @@ def test_a_call_written_as_content_nested_past_the_parsers_is_no_500(
     assert _cost(gateway, "large") == pytest.approx(0.001)
 
 
-def test_thousands_of_unclosed_call_tags_are_read_in_linear_time(start_gateway, make_settings, upstream) -> None:
+def test_thousands_of_unclosed_call_tags_are_read_in_linear_time(
+    start_gateway, make_settings, upstream
+) -> None:
     gateway = start_gateway(_content_model_settings(make_settings, upstream))
     upstream.script("up-large", ok("<tool_call>" * 20_000))
     started = time.perf_counter()
@@ -214,8 +222,15 @@ def _chunks(model: str, deltas: list[dict[str, Any]], finish: Any = "stop") -> l
 
 
 def test_a_streamed_tool_call_chunk_over_512_kib_is_a_clean_stream_error(gateway, upstream) -> None:
-    fragment = {"index": 0, "id": "c1", "type": "function", "function": {"name": "get_weather", "arguments": "x" * 600_000}}
-    events = _chunks("up-large", [{"role": "assistant", "content": ""}, {"tool_calls": [fragment]}], "tool_calls")
+    fragment = {
+        "index": 0,
+        "id": "c1",
+        "type": "function",
+        "function": {"name": "get_weather", "arguments": "x" * 600_000},
+    }
+    events = _chunks(
+        "up-large", [{"role": "assistant", "content": ""}, {"tool_calls": [fragment]}], "tool_calls"
+    )
     upstream.script("up-large", Reply(stream_events=events))
     stream = gateway.client().chat.completions.create(
         model="cascade/direct", messages=QUESTION, tools=[_tool({"type": "object"})], stream=True
@@ -249,8 +264,14 @@ def test_a_streamed_finish_reason_that_is_a_list_ends_a_messages_stream_with_an_
 @pytest.mark.parametrize(
     ("path", "body"),
     [
-        ("/v1/responses", {"model": "cascade", "input": [{"type": "message", "role": ["user"], "content": "hi"}]}),
-        ("/v1/responses", {"model": "cascade", "input": [{"type": "message", "role": {"a": 1}, "content": "hi"}]}),
+        (
+            "/v1/responses",
+            {"model": "cascade", "input": [{"type": "message", "role": ["user"], "content": "hi"}]},
+        ),
+        (
+            "/v1/responses",
+            {"model": "cascade", "input": [{"type": "message", "role": {"a": 1}, "content": "hi"}]},
+        ),
         ("/v1/responses", {"model": "cascade", "input": "hi", "include": [["x"]]}),
         ("/v1/responses", {"model": "cascade", "input": "hi", "include": [{"a": 1}]}),
         ("/v1/responses", {"model": "cascade", "input": "hi", "reasoning": {"effort": ["low"]}}),
@@ -317,7 +338,9 @@ def test_an_address_that_keeps_sending_wrong_keys_is_held_off_and_a_valid_key_st
     with pytest.raises(openai.RateLimitError):
         gateway.client(api_key="none").models.list()
     # A valid key from the same address is served all along.
-    answer = gateway.client(api_key="sk-client-good").chat.completions.create(model="cascade", messages=QUESTION)
+    answer = gateway.client(api_key="sk-client-good").chat.completions.create(
+        model="cascade", messages=QUESTION
+    )
     assert answer.choices[0].message.content
     assert gateway.sample("cascade_auth_failures_total", reason="unknown") == 5
     assert gateway.sample("cascade_auth_failures_total", reason="throttled") == 2

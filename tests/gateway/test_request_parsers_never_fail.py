@@ -25,18 +25,31 @@ RESPONSES_BODY: dict[str, Any] = {
     "model": "cascade",
     "instructions": "Be brief.",
     "input": [
-        {"type": "message", "role": "user", "content": [
-            {"type": "input_text", "text": "hi"},
-            {"type": "input_image", "image_url": "https://example.com/a.png", "detail": "low"},
-        ]},
+        {
+            "type": "message",
+            "role": "user",
+            "content": [
+                {"type": "input_text", "text": "hi"},
+                {"type": "input_image", "image_url": "https://example.com/a.png", "detail": "low"},
+            ],
+        },
         {"type": "message", "role": "assistant", "content": [{"type": "output_text", "text": "hello"}]},
         {"type": "function_call", "call_id": "c1", "name": "get_weather", "arguments": "{}"},
-        {"type": "function_call_output", "call_id": "c1", "output": [{"type": "input_text", "text": "sunny"}]},
+        {
+            "type": "function_call_output",
+            "call_id": "c1",
+            "output": [{"type": "input_text", "text": "sunny"}],
+        },
     ],
-    "tools": [{"type": "function", "name": "get_weather", "description": "d", "parameters": SCHEMA, "strict": True}],
+    "tools": [
+        {"type": "function", "name": "get_weather", "description": "d", "parameters": SCHEMA, "strict": True}
+    ],
     "tool_choice": {"type": "function", "name": "get_weather"},
     "parallel_tool_calls": True,
-    "text": {"format": {"type": "json_schema", "name": "out", "schema": SCHEMA, "strict": True}, "verbosity": "low"},
+    "text": {
+        "format": {"type": "json_schema", "name": "out", "schema": SCHEMA, "strict": True},
+        "verbosity": "low",
+    },
     "reasoning": {"effort": "low", "summary": None},
     "include": ["message.output_text.logprobs"],
     "top_logprobs": 2,
@@ -55,18 +68,32 @@ MESSAGES_BODY: dict[str, Any] = {
     "max_tokens": 50,
     "system": [{"type": "text", "text": "Be brief."}],
     "messages": [
-        {"role": "user", "content": [
-            {"type": "text", "text": "hi"},
-            {"type": "image", "source": {"type": "base64", "media_type": "image/png", "data": "AAAA"}},
-            {"type": "image", "source": {"type": "url", "url": "https://example.com/a.png"}},
-        ]},
-        {"role": "assistant", "content": [
-            {"type": "thinking", "thinking": "hm", "signature": "s"},
-            {"type": "tool_use", "id": "t1", "name": "get_weather", "input": {"city": "Paris"}},
-        ]},
-        {"role": "user", "content": [
-            {"type": "tool_result", "tool_use_id": "t1", "content": [{"type": "text", "text": "sunny"}], "is_error": False},
-        ]},
+        {
+            "role": "user",
+            "content": [
+                {"type": "text", "text": "hi"},
+                {"type": "image", "source": {"type": "base64", "media_type": "image/png", "data": "AAAA"}},
+                {"type": "image", "source": {"type": "url", "url": "https://example.com/a.png"}},
+            ],
+        },
+        {
+            "role": "assistant",
+            "content": [
+                {"type": "thinking", "thinking": "hm", "signature": "s"},
+                {"type": "tool_use", "id": "t1", "name": "get_weather", "input": {"city": "Paris"}},
+            ],
+        },
+        {
+            "role": "user",
+            "content": [
+                {
+                    "type": "tool_result",
+                    "tool_use_id": "t1",
+                    "content": [{"type": "text", "text": "sunny"}],
+                    "is_error": False,
+                },
+            ],
+        },
     ],
     "tools": [{"name": "get_weather", "description": "d", "input_schema": SCHEMA, "strict": True}],
     "tool_choice": {"type": "tool", "name": "get_weather", "disable_parallel_tool_use": True},
@@ -113,9 +140,15 @@ def _replaced(body: dict[str, Any], path: tuple[Any, ...], value: Any) -> dict[s
 
 
 JSON_VALUES = st.recursive(
-    st.none() | st.booleans() | st.integers(-(2**70), 2**70) | st.floats(allow_nan=False) | st.text(max_size=8)
+    st.none()
+    | st.booleans()
+    | st.integers(-(2**70), 2**70)
+    | st.floats(allow_nan=False)
+    | st.text(max_size=8)
     | st.sampled_from(["user", "function", "message", "text", "json_schema", "#/x", "http://x/", "(?=a)"]),
-    lambda children: st.lists(children, max_size=3) | st.dictionaries(st.text(max_size=6), children, max_size=3),
+    lambda children: (
+        st.lists(children, max_size=3) | st.dictionaries(st.text(max_size=6), children, max_size=3)
+    ),
     max_leaves=8,
 )
 

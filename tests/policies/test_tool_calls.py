@@ -168,7 +168,10 @@ def test_a_call_nested_past_the_json_parsers_is_no_call(depth: int) -> None:
 
 def test_blocks_keep_their_meaning() -> None:
     call = '{"name": "f", "arguments": {"a": 1}}'
-    assert [c.name for c in calls_in_content(f"<tool_call>\n{call}\n</tool_call>\n<tool_call>{call}</tool_call>") or []] == ["f", "f"]
+    assert [
+        c.name
+        for c in calls_in_content(f"<tool_call>\n{call}\n</tool_call>\n<tool_call>{call}</tool_call>") or []
+    ] == ["f", "f"]
     assert [c.name for c in calls_in_content(f"```json\n{call}\n```") or []] == ["f"]
     assert calls_in_content(f"Sure: <tool_call>{call}</tool_call>") is None
     assert calls_in_content(f"<tool_call>{call}</tool_call> done") is None
