@@ -167,7 +167,7 @@ class Authenticator:
             return ANONYMOUS  # open by config and no key exists: any or no key is fine
         token = bearer_token(authorization)
         key_hash = hash_key(token) if token is not None else None
-        if self._throttle is not None:
+        if self._throttle is not None and self._throttle.tracking:
             self._check_throttle(key_hash, client)
         if key_hash is None:
             if self._closed is False:

@@ -37,6 +37,11 @@ class AuthFailureThrottle:
         self._clock = clock
         self._entries: dict[str, list[float]] = {}  # host -> [window start, refusals in it]
 
+    @property
+    def tracking(self) -> bool:
+        """Whether any address has refusals counted (nothing to check on the request path if not)."""
+        return bool(self._entries)
+
     def held_off_s(self, host: str | None) -> float:
         """Seconds ``host`` is still held off (0.0: it is not)."""
         if host is None or self.limit <= 0:

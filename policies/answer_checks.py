@@ -148,7 +148,11 @@ def schema_violation(schema: Any, value: Any) -> str | None:
     """
     if not isinstance(schema, Mapping) or not schema:
         return None
-    validator = cached_validator(orjson.dumps(schema, option=orjson.OPT_SORT_KEYS))
+    try:
+        schema_json = orjson.dumps(schema, option=orjson.OPT_SORT_KEYS)
+    except orjson.JSONEncodeError:  # nested past what can be written: not checked
+        return None
+    validator = cached_validator(schema_json)
     if validator is None:
         return None
     try:

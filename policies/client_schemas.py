@@ -197,7 +197,7 @@ def _make_validator(schema_json: bytes) -> Any:
     cls = validator_for(schema)
     try:
         cls.check_schema(schema)
-    except SchemaError:
+    except (SchemaError, RecursionError):  # invalid, or nested past what jsonschema can walk
         return None
     linear = _linear_classes.get(cls)
     if linear is None:

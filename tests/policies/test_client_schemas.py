@@ -163,3 +163,13 @@ def test_distinct_large_schemas_do_not_grow_the_validator_cache_past_its_budget(
         assert cache.size <= 1_000_000
     assert len(cache) == 2
     cache.clear()
+
+
+def test_a_schema_nested_past_what_the_validator_walks_is_not_checked_never_an_error() -> None:
+    schema: dict[str, Any] = {"type": "string"}
+    value: Any = "x"
+    for _ in range(120):  # 240 levels: a request body nests at most 254
+        schema = {"type": "object", "properties": {"a": schema}}
+        value = {"a": value}
+    assert schema_problem(schema) is None
+    assert schema_violation(schema, value) is None
