@@ -226,24 +226,26 @@ class CascadeEngine:
                 self._escalate(plan.tier, model, models[stage + 1], facts, "upstream_error")
                 continue
             reply = called.body
-            try:  # reading the answer: one it cannot read is the stage's failure
+            try:  # scoring reads the answer: one it cannot read is the stage's failure
                 # A black-box scorer's extra calls are charged here; their cost is the stage's too.
                 scored = await self._scorer.score(policy.scorer, model, request, body, reply, deadline, facts)
-                score = scored.score
-                reason, problem = self._review.scored(
-                    model, request, reply, facts, score, thresholds[stage], policy.on_missing_score
-                )
             except READ_FAILURES as exc:
-                unreadable(model, exc)  # logged; the stage failed like a malformed answer
-                facts.failures.append("unreadable")
-                self._escalate(plan.tier, model, models[stage + 1], facts, "upstream_error")
+                self._unreadable_stage(plan.tier, model, models[stage + 1], facts, exc)
                 continue
+            score = scored.score
             if facts.keep_answer is not None:  # asked to: the traffic sampler drew this request
                 facts.keep_answer(model, reply, called.seconds, score, charge.usd + scored.usd)
             facts.score, facts.threshold = score, thresholds[stage]
             if score is not None:
                 self._metrics.child(self._metrics.confidence, plan.tier, model).observe(score)
                 self._metrics.drift.observe(policy.policy_id, plan.tier, model, score, plan.kind)
+            try:  # so does checking it
+                reason, problem = self._review.scored(
+                    model, request, reply, facts, score, thresholds[stage], policy.on_missing_score
+                )
+            except READ_FAILURES as exc:
+                self._unreadable_stage(plan.tier, model, models[stage + 1], facts, exc)
+                continue
             if reason is None:
                 facts.answered_by = model
                 facts.outcome = "accepted" if stage == 0 else "escalated"
@@ -266,6 +268,15 @@ class CascadeEngine:
             raise failure.to_gateway_error() from None
         facts.answered_by, facts.degraded = stage.fallback_model, True
         return stage.fallback
+
+    def _unreadable_stage(
+        self, tier: str, model: str, next_model: str, facts: CascadeFacts, exc: BaseException
+    ) -> None:
+        """A scored stage's answer could not be read (its call is charged): logged, and escalated
+        like a malformed answer."""
+        unreadable(model, exc)
+        facts.failures.append("unreadable")
+        self._escalate(tier, model, next_model, facts, "upstream_error")
 
     @staticmethod
     def _fall_back_unreadable(
