@@ -106,12 +106,36 @@ class UnrunnablePattern(ValueError):
     """A pattern RE2 cannot run (lookaround, backreferences, a repeat over 1,000, bad syntax)."""
 
 
+_HEX = frozenset("0123456789abcdefABCDEF")
+
+
+def _re2_syntax(pattern: str) -> str:
+    """A JSON Schema (ECMA-262) pattern in RE2's syntax: ``\\uXXXX`` escapes become ``\\x{XXXX}``
+    (the rest of the common syntax is shared). One pass; an escaped backslash stays one."""
+    out: list[str] = []
+    i, n = 0, len(pattern)
+    while i < n:
+        char = pattern[i]
+        if char == "\\" and i + 1 < n:
+            code = pattern[i + 2 : i + 6]
+            if pattern[i + 1] == "u" and len(code) == 4 and all(c in _HEX for c in code):
+                out.append("\\x{" + code + "}")
+                i += 6
+            else:
+                out.append(pattern[i : i + 2])
+                i += 2
+            continue
+        out.append(char)
+        i += 1
+    return "".join(out)
+
+
 def _compile(pattern: str) -> Any:
     options = re2.Options()
     options.max_mem = _RE2_MAX_MEM
     options.log_errors = False
     try:
-        return re2.compile(pattern, options)
+        return re2.compile(_re2_syntax(pattern) if "\\u" in pattern else pattern, options)
     except re2.error as exc:
         raise UnrunnablePattern(f"pattern {pattern[:60]!r} cannot be run in linear time ({exc})") from None
 

@@ -141,3 +141,12 @@ def test_a_schema_nested_past_what_the_validator_walks_is_not_checked_never_an_e
         value = {"a": value}
     assert schema_problem(schema) is None
     assert schema_violation(schema, value) is None
+
+
+def test_json_schema_unicode_escapes_run_on_the_linear_engine() -> None:
+    schema = {"type": "string", "pattern": "^[\\u0041-\\u005a]+\\u00e9$"}
+    assert schema_problem(schema) is None
+    assert schema_violation(schema, "ABCé") is None
+    assert "does not match" in (schema_violation(schema, "abcé") or "")
+    literal = {"type": "string", "pattern": "^\\\\u0041$"}  # an escaped backslash, then "u0041"
+    assert schema_violation(literal, "\\u0041") is None
