@@ -23,7 +23,8 @@ from typing import Any
 from redis.asyncio import Redis
 from redis.exceptions import RedisError
 
-from gateway.errors import AuthenticationError, AuthUnavailableError
+from gateway.auth_throttle import AuthFailureThrottle, client_host
+from gateway.errors import AuthenticationError, AuthThrottledError, AuthUnavailableError
 from gateway.redis_batch import RedisBatcher
 from gateway.redis_keys import RedisKeys
 
@@ -103,8 +104,10 @@ class Authenticator:
         clock: Callable[[], float] = time.monotonic,
         allow_open: bool = False,
         on_failure: AuthFailed | None = None,
+        throttle: AuthFailureThrottle | None = None,
     ):
-        """``on_failure(reason, client)`` is told of every refused client key (see ``authenticate``)."""
+        """``on_failure(reason, client)`` is told of every refused client key (see ``authenticate``);
+        ``throttle`` holds off addresses that keep sending refused keys (None: never)."""
         self._static = {
             hash_key(k): ClientIdentity(key_id_of(hash_key(k)), default_limit_usd) for k in env_keys
         }
@@ -124,6 +127,7 @@ class Authenticator:
         self._allow_open = allow_open
         self._empty_logged_at = float("-inf")
         self._on_failure = on_failure
+        self._throttle = throttle
 
     @property
     def is_open(self) -> bool:
@@ -155,20 +159,23 @@ class Authenticator:
 
         A refusal is reported to ``on_failure`` with its reason (``missing``: no bearer key;
         ``unknown``: a key that is not stored) and ``client``, the caller's address (for the log;
-        the key itself is never passed on).
+        the key itself is never passed on). An address the throttle holds off gets
+        AuthThrottledError (429) unless its key is one this replica already knows to be valid.
         """
         await self._refresh_closed()
         if self.is_open:
             return ANONYMOUS  # open by config and no key exists: any or no key is fine
         token = bearer_token(authorization)
-        if token is None:
+        key_hash = hash_key(token) if token is not None else None
+        if self._throttle is not None and self._throttle.tracking:
+            self._check_throttle(key_hash, client)
+        if key_hash is None:
             if self._closed is False:
                 self._log_empty_store("key store empty")
             self._refused("missing", client)
             raise AuthenticationError(
                 "Missing API key: send it as 'Authorization: Bearer <key>'.", code="missing_api_key"
             )
-        key_hash = hash_key(token)
         identity = self._static.get(key_hash) or await self._lookup(key_hash)
         if identity is not None:
             return identity
@@ -177,7 +184,31 @@ class Authenticator:
         self._refused("unknown", client)
         raise AuthenticationError("Incorrect API key provided.")
 
+    def _check_throttle(self, key_hash: str | None, client: str | None) -> None:
+        """AuthThrottledError if ``client``'s address is held off and its key is not known valid."""
+        assert self._throttle is not None
+        wait = self._throttle.held_off_s(client_host(client))
+        if wait <= 0 or (key_hash is not None and self._known_valid(key_hash)):
+            return
+        self._report("throttled", client)
+        raise AuthThrottledError(
+            "Too many requests from this address were refused for their API key; retry later.",
+            headers={"retry-after": str(max(1, round(wait)))},
+        )
+
+    def _known_valid(self, key_hash: str) -> bool:
+        """A configured key, or a stored one this replica found within the cache TTL (no I/O)."""
+        if key_hash in self._static:
+            return True
+        cached = self._cache.get(key_hash)
+        return cached is not None and cached[0] is not None and cached[1] > self._clock()
+
     def _refused(self, reason: str, client: str | None) -> None:
+        if self._throttle is not None:
+            self._throttle.refused(client_host(client))
+        self._report(reason, client)
+
+    def _report(self, reason: str, client: str | None) -> None:
         if self._on_failure is not None:
             try:
                 self._on_failure(reason, client)
@@ -280,6 +311,7 @@ def authenticator_from_env(
     keys: RedisKeys,
     allow_open: bool = False,
     on_failure: AuthFailed | None = None,
+    throttle: AuthFailureThrottle | None = None,
 ) -> Authenticator:
     """An Authenticator reading keys from the named environment variables (at call time)."""
     return Authenticator(
@@ -292,4 +324,5 @@ def authenticator_from_env(
         admin_key_env=admin_key_env,
         allow_open=allow_open,
         on_failure=on_failure,
+        throttle=throttle,
     )

@@ -41,9 +41,11 @@ from typing import Any
 
 import orjson
 
+from gateway.answer_reading import READ_FAILURES, reading_answer, unreadable
 from gateway.answer_review import MISSING_SCORE_REASONS, AnswerReview
 from gateway.blackbox_scoring import SCORER_FAILED, StageScorer
 from gateway.config import ModelConfig
+from gateway.errors import UnreadableAnswerError
 from gateway.facts import AnswerKeeper, CascadeFacts
 from gateway.live import LiveRelay, StreamChunk, StreamEvent, StreamStart, WholeAnswer
 from gateway.metrics import GatewayMetrics
@@ -140,7 +142,10 @@ class CascadeEngine:
         except UpstreamFailure as failure:
             return self._fall_back(stage, failure, facts)
         facts.answered_by = stage.model
-        self._review.final(stage.model, request, reply.body, facts)
+        try:
+            self._review.final(stage.model, request, reply.body, facts)
+        except READ_FAILURES as exc:
+            return self._fall_back_unreadable(stage, unreadable(stage.model, exc), facts)
         return reply.body
 
     async def stream(
@@ -159,7 +164,9 @@ class CascadeEngine:
             # Calls written as content cannot be normalized token by token: fetch and replay.
             stage = await self._final_answer(stage, request, deadline, facts)
         if isinstance(stage, dict):
-            for event in self._replay(stage, facts, request, started):
+            with reading_answer(facts.answered_by):
+                events_of_answer = self._replay(stage, facts, request, started)
+            for event in events_of_answer:
                 yield event
             return
         config = self._models[stage.model]
@@ -179,8 +186,14 @@ class CascadeEngine:
             try:
                 async for live in events:
                     if isinstance(live, WholeAnswer):  # an upstream that ignores ``stream``
-                        self._review.final(stage.model, request, live.body, facts)
-                        for replayed in self._replay(live.body, facts, request, started):
+                        try:
+                            with reading_answer(stage.model):
+                                self._review.final(stage.model, request, live.body, facts)
+                                replay_events = self._replay(live.body, facts, request, started)
+                        except UnreadableAnswerError as error:
+                            fallback = self._fall_back_unreadable(stage, error, facts)
+                            replay_events = self._replay(fallback, facts, request, started)
+                        for replayed in replay_events:
                             yield replayed
                         return
                     yield live
@@ -212,8 +225,12 @@ class CascadeEngine:
                 self._escalate(plan.tier, model, models[stage + 1], facts, "upstream_error")
                 continue
             reply = called.body
-            # A black-box scorer's extra calls are charged here; their cost is the stage's too.
-            scored = await self._scorer.score(policy.scorer, model, request, body, reply, deadline, facts)
+            try:  # scoring reads the answer: one it cannot read is the stage's failure
+                # A black-box scorer's extra calls are charged here; their cost is the stage's too.
+                scored = await self._scorer.score(policy.scorer, model, request, body, reply, deadline, facts)
+            except READ_FAILURES as exc:
+                self._unreadable_stage(plan.tier, model, models[stage + 1], facts, exc)
+                continue
             score = scored.score
             if facts.keep_answer is not None:  # asked to: the traffic sampler drew this request
                 facts.keep_answer(model, reply, called.seconds, score, charge.usd + scored.usd)
@@ -221,9 +238,13 @@ class CascadeEngine:
             if score is not None:
                 self._metrics.child(self._metrics.confidence, plan.tier, model).observe(score)
                 self._metrics.drift.observe(policy.policy_id, plan.tier, model, score, plan.kind)
-            reason, problem = self._review.scored(
-                model, request, reply, facts, score, thresholds[stage], policy.on_missing_score
-            )
+            try:  # so does checking it
+                reason, problem = self._review.scored(
+                    model, request, reply, facts, score, thresholds[stage], policy.on_missing_score
+                )
+            except READ_FAILURES as exc:
+                self._unreadable_stage(plan.tier, model, models[stage + 1], facts, exc)
+                continue
             if reason is None:
                 facts.answered_by = model
                 facts.outcome = "accepted" if stage == 0 else "escalated"
@@ -244,6 +265,27 @@ class CascadeEngine:
         facts.failures.append(failure.kind)
         if stage.fallback is None:
             raise failure.to_gateway_error() from None
+        facts.answered_by, facts.degraded = stage.fallback_model, True
+        return stage.fallback
+
+    def _unreadable_stage(
+        self, tier: str, model: str, next_model: str, facts: CascadeFacts, exc: BaseException
+    ) -> None:
+        """A scored stage's answer could not be read (its call is charged): logged, and escalated
+        like a malformed answer."""
+        unreadable(model, exc)
+        facts.failures.append("unreadable")
+        self._escalate(tier, model, next_model, facts, "upstream_error")
+
+    @staticmethod
+    def _fall_back_unreadable(
+        stage: FinalStage, error: UnreadableAnswerError, facts: CascadeFacts
+    ) -> dict[str, Any]:
+        """The final stage's answer cannot be read (its call is charged): the last good answer
+        marked degraded, if allowed; else the 502."""
+        facts.failures.append("unreadable")
+        if stage.fallback is None:
+            raise error
         facts.answered_by, facts.degraded = stage.fallback_model, True
         return stage.fallback
 

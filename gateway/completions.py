@@ -28,10 +28,12 @@ from typing import TYPE_CHECKING, Any
 
 from starlette.types import Receive, Scope, Send
 
+from gateway.answer_reading import READ_FAILURES, unreadable
 from gateway.auth import client_address
 from gateway.cascade import client_body
 from gateway.edges.base import ApiEdge, Headers, StreamTranslator, Translated, openai_error_parts
 from gateway.errors import (
+    BadRequestError,
     BodyTooLargeError,
     BudgetExceededError,
     GatewayError,
@@ -41,7 +43,7 @@ from gateway.errors import (
 from gateway.facts import CascadeFacts
 from gateway.live import StreamFailed, StreamStart
 from gateway.logs import log_event, log_exception
-from gateway.requests import ParsedRequest
+from gateway.requests import ParsedRequest, check_client_schemas
 from gateway.routing import RoutePlan
 from gateway.runtime import Gateway
 from gateway.serving import BODY_TIMED_OUT
@@ -56,6 +58,10 @@ _SHUTDOWN_MESSAGE = "the gateway is shutting down and this request outlasted its
 _WANTED_HEADERS = frozenset(
     {b"authorization", b"content-length", b"x-cascade-max-cost-usd", b"x-cascade-tier"}
 )
+
+
+# What translating a client body raises when a field has a type no check of the edge foresaw.
+_UNREADABLE_REQUEST = (TypeError, ValueError, KeyError, IndexError, AttributeError, RecursionError)
 
 
 class _ClientGone(Exception):
@@ -176,8 +182,18 @@ class ApiEndpoint:
         headers = {k: v for k, v in scope["headers"] if k in self.wanted_headers}
         raw = await _read_body(receive, headers.get(b"content-length"), gw.limits.max_body_bytes)
         identity = await gw.shared.authenticator.authenticate(edge.credential(headers), client_address(scope))
-        translated = edge.translate(raw, request.request_id)
+        try:
+            translated = edge.translate(raw, request.request_id)
+        except _UNREADABLE_REQUEST as exc:
+            # The edges check every field they read; a field of a type no check foresaw is still
+            # the client's malformed body (400), never the gateway's failure (500). Logged: the
+            # edge should name that field.
+            log_event("request_unreadable", level=logging.WARNING, path=self.path, error=type(exc).__name__)
+            raise BadRequestError("the request body has a field of a type this API does not accept") from exc
         parsed = request.parsed = translated.request
+        body = parsed.body
+        if "tools" in body or "response_format" in body or "functions" in body:  # carries schemas
+            check_client_schemas(body)
         plan = request.plan = gw.router.plan(
             parsed,
             gw.policy,
@@ -210,8 +226,11 @@ class ApiEndpoint:
         """
         parsed = translated.request
         result = await self.gateway.engine.run(plan, parsed, deadline, facts=facts)
-        body = client_body(result.body, facts.answered_by, parsed)  # type: ignore[arg-type]
-        payload = self.edge.render(body, translated.context)
+        try:  # shaping the answer for the client reads it
+            body = client_body(result.body, facts.answered_by, parsed)  # type: ignore[arg-type]
+            payload = self.edge.render(body, translated.context)
+        except READ_FAILURES as exc:
+            raise unreadable(facts.answered_by, exc) from exc
         overhead_ms = (time.perf_counter() - request.started - facts.upstream_s) * 1000
         out = [
             _JSON_HEADER,
@@ -280,7 +299,11 @@ class ApiEndpoint:
                     await exchange.body(data, more=False)
                     return event.error.status
                 elif translator is not None:
-                    await exchange.body(translator.translate(event.data), more=not event.last)
+                    try:  # the API's events, from the answer's
+                        data = translator.translate(event.data)
+                    except READ_FAILURES as exc:
+                        raise unreadable(facts.answered_by, exc) from exc
+                    await exchange.body(data, more=not event.last)
                 else:
                     await exchange.body(event.data, more=not event.last)
         return 200

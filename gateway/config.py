@@ -124,6 +124,13 @@ class AuthConfig(_Section):
     api_keys_env: str | None = "CASCADE_API_KEYS"
     admin_key_env: str | None = "CASCADE_ADMIN_KEY"
     open: bool = False
+    failure_limit: int = Field(
+        20,
+        ge=0,
+        description="refused keys per address within failure_window_s after which the address gets 429 "
+        "too_many_auth_failures until the window ends (a key the replica knows valid still passes); 0: never",
+    )
+    failure_window_s: float = Field(60.0, gt=0)
 
 
 class BudgetConfig(_Section):

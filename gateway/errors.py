@@ -173,3 +173,19 @@ class ShuttingDownError(GatewayError):
     status = 503
     type = "server_error"
     code = "server_shutting_down"
+
+
+class UnreadableAnswerError(UpstreamError):
+    """502: an upstream answered (and its call was charged) but the gateway cannot read the answer:
+    nested deeper than its parsers go, a field of the wrong type, a chunk too large, ...
+    (``gateway.answer_reading``)."""
+
+    code = "upstream_unreadable"
+
+
+class AuthThrottledError(GatewayError):
+    """429: too many requests from this address were refused for their key (``gateway.auth_throttle``)."""
+
+    status = 429
+    type = "rate_limit_error"
+    code = "too_many_auth_failures"

@@ -24,8 +24,9 @@ from collections.abc import AsyncGenerator, Callable
 from dataclasses import dataclass
 from typing import Any
 
+from gateway.answer_reading import reading_answer
 from gateway.answer_review import StreamedAnswer
-from gateway.errors import GatewayError
+from gateway.errors import GatewayError, UnreadableAnswerError
 from gateway.facts import CascadeFacts
 from gateway.requests import ParsedRequest
 from gateway.streaming import DONE, SSE_HEADERS, client_chunk, sse, sse_error, upstream_events
@@ -183,30 +184,32 @@ class LiveRelay:
                     yield WholeAnswer(whole)
                     return
                 held: dict[str, Any] | None = None
-                async for event in upstream_events(response, model):
-                    tally.observe(event)
+                # Reading the answer (its chunks, the watched answer): a failure is one error.
+                with reading_answer(model):
+                    async for event in upstream_events(response, model):
+                        tally.observe(event)
+                        if self._watch is not None:
+                            self._watch.observe(event)
+                        if not started:
+                            if not event.get("choices"):
+                                continue  # nothing for the client yet (a usage-only or empty chunk)
+                            started = True
+                            facts.answered_by = model
+                            overhead_ms = self._overhead_ms(time.monotonic() - t0)
+                            yield StreamStart([*SSE_HEADERS, *facts.headers(overhead_ms)])
+                        elif not event.get("choices") and not request.include_usage:
+                            continue
+                        client_chunk(event, model, request)
+                        if held is not None:
+                            yield StreamChunk(sse(held))
+                        held = event
+                    if held is None:
+                        raise UpstreamFailure(model, "malformed", "stream carried no choices")
+                    finish()
                     if self._watch is not None:
-                        self._watch.observe(event)
-                    if not started:
-                        if not event.get("choices"):
-                            continue  # nothing for the client yet (a usage-only or empty chunk)
-                        started = True
-                        facts.answered_by = model
-                        overhead_ms = self._overhead_ms(time.monotonic() - t0)
-                        yield StreamStart([*SSE_HEADERS, *facts.headers(overhead_ms)])
-                    elif not event.get("choices") and not request.include_usage:
-                        continue
-                    client_chunk(event, model, request)
-                    if held is not None:
-                        yield StreamChunk(sse(held))
-                    held = event
-                if held is None:
-                    raise UpstreamFailure(model, "malformed", "stream carried no choices")
-                finish()
-                if self._watch is not None:
-                    self._watch.close()
-                held["cascade"] = facts.as_dict(self._overhead_ms())
-                yield StreamChunk(sse(held) + DONE, last=True)
+                        self._watch.close()
+                    held["cascade"] = facts.as_dict(self._overhead_ms())
+                    yield StreamChunk(sse(held) + DONE, last=True)
         except UpstreamFailure as failure:
             if not started:
                 raise  # the engine falls back to the cheap answer or answers with an HTTP error
@@ -214,6 +217,13 @@ class LiveRelay:
             facts.failures.append(failure.kind)
             facts.outcome = "error"
             yield StreamFailed(failure.to_gateway_error())
+        except UnreadableAnswerError as error:  # charged by ``finish`` however it ends
+            finish()
+            facts.failures.append("unreadable")
+            if not started:
+                raise  # the endpoint answers 502 in the API's shape
+            facts.outcome = "error"
+            yield StreamFailed(error)
         finally:
             # Every ending passes here: done, failed, client gone, deadline, shutdown (cancellation).
             finish()

@@ -177,11 +177,11 @@ class GatewayMetrics:
         )
         self.auth_failures = Counter(
             "cascade_auth_failures",
-            "Requests refused for their client key, by reason (missing, unknown).",
+            "Requests refused for their client key, by reason (missing, unknown, throttled).",
             ["reason"],
             registry=r,
         )
-        for reason in ("missing", "unknown"):
+        for reason in ("missing", "unknown", "throttled"):
             self.auth_failures.labels(reason)  # both series exist from the start (alert on a rise)
         self.spend_unsynced = Gauge(
             "cascade_spend_unsynced_usd",

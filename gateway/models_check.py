@@ -240,7 +240,8 @@ def _error_text(status: int, raw: bytes, redact: Redactor) -> str:
     error = document.get("error") if isinstance(document, dict) else None
     message = error.get("message") if isinstance(error, dict) else None
     text = message if isinstance(message, str) else raw.decode("utf-8", "replace")
-    return redact(f"HTTP {status}: {' '.join(text.split())}")[:_ERROR_CHARS]
+    # A bounded prefix is redacted (redaction reads every character), then cut to what is shown.
+    return redact(f"HTTP {status}: {' '.join(text[: _ERROR_CHARS * 8].split())}")[:_ERROR_CHARS]
 
 
 def problems(reports: Iterable[ModelReport]) -> list[str]:

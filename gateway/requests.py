@@ -13,6 +13,7 @@ from typing import Any, Literal
 import orjson
 
 from gateway.errors import BadRequestError
+from policies.client_schemas import schema_problem
 
 RequestKind = Literal["chat", "completions"]
 
@@ -103,6 +104,36 @@ def parse_request(raw: bytes, kind: RequestKind) -> ParsedRequest:
             raise BadRequestError("'stream_options' must be an object", param="stream_options")
         include_usage = _optional_bool(options, "include_usage")
     return ParsedRequest(kind, body, model, stream, n, wants_logprobs, include_usage)
+
+
+def check_client_schemas(body: dict[str, Any]) -> None:
+    """BadRequestError (400, code ``invalid_schema``) for a JSON Schema of the chat ``body`` (tool
+    ``parameters``, legacy ``functions``, ``response_format``) that reaches outside itself, loops
+    through its refs or has a pattern that cannot run in linear time (``policies.client_schemas``).
+
+    Called only for a body that has ``tools``, ``functions`` or ``response_format``."""
+    for where, schema in _client_schemas(body):
+        problem = schema_problem(schema)
+        if problem is not None:
+            raise BadRequestError(f"'{where}': {problem}", param=where, code="invalid_schema")
+
+
+def _client_schemas(body: dict[str, Any]) -> list[tuple[str, Any]]:
+    found: list[tuple[str, Any]] = []
+    tools = body.get("tools")
+    for index, tool in enumerate(tools if isinstance(tools, list) else ()):
+        function = tool.get("function") if isinstance(tool, dict) else None
+        if isinstance(function, dict) and "parameters" in function:
+            found.append((f"tools[{index}].function.parameters", function["parameters"]))
+    functions = body.get("functions")
+    for index, function in enumerate(functions if isinstance(functions, list) else ()):
+        if isinstance(function, dict) and "parameters" in function:
+            found.append((f"functions[{index}].parameters", function["parameters"]))
+    response_format = body.get("response_format")
+    spec = response_format.get("json_schema") if isinstance(response_format, dict) else None
+    if isinstance(spec, dict) and "schema" in spec:
+        found.append(("response_format.json_schema.schema", spec["schema"]))
+    return found
 
 
 def _encodable(document: Any) -> bool:

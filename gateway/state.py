@@ -34,6 +34,7 @@ from redis.backoff import NoBackoff
 from redis.exceptions import RedisError
 
 from gateway.auth import Authenticator, AuthFailed, ClientIdentity, authenticator_from_env
+from gateway.auth_throttle import AuthFailureThrottle
 from gateway.config import AuthConfig, BudgetConfig
 from gateway.policy_store import FilePolicyStore, PolicyStore, RedisPolicyStore
 from gateway.redis_batch import RedisBatcher
@@ -227,6 +228,7 @@ def build_shared_state(
         keys=keys,
         allow_open=auth.open,
         on_failure=on_auth_failure,
+        throttle=AuthFailureThrottle(auth.failure_limit, auth.failure_window_s),
     )
     spend = SpendLimiter(
         window_s=budgets.window_s,

@@ -13,6 +13,7 @@ from collections.abc import AsyncIterator
 from typing import Any
 
 import aiohttp
+import aiohttp.http_exceptions
 import orjson
 
 from gateway.errors import GatewayError
@@ -154,7 +155,10 @@ async def upstream_events(response: aiohttp.ClientResponse, model: str) -> Async
     except TimeoutError:
         # The request deadline (the stream's total timeout) or the per-read timeout passed.
         raise UpstreamFailure(model, "timeout", "stream outlasted the request deadline") from None
-    except (aiohttp.ClientError, ValueError) as exc:
+    except aiohttp.http_exceptions.LineTooLong:
+        # aiohttp reads at most 512 KiB per line: a longer event cannot be read (and is no 500).
+        raise UpstreamFailure(model, "malformed", "a stream event is longer than can be read") from None
+    except (aiohttp.ClientError, aiohttp.http_exceptions.HttpProcessingError, ValueError) as exc:
         raise UpstreamFailure(model, "connect", f"stream broke ({type(exc).__name__})") from None
     if not finished:
         raise UpstreamFailure(model, "malformed", "stream ended before [DONE]")

@@ -404,7 +404,9 @@ def _error_message(payload: bytes, redact: Redactor) -> str | None:
     except (orjson.JSONDecodeError, AttributeError):
         return None
     message = error.get("message") if isinstance(error, dict) else error
-    return redact(str(message))[:_MESSAGE_CHARS] if message else None
+    # Redacted on a bounded prefix (redaction reads every character; a cut at 8x the kept length
+    # cannot leave part of a secret inside the part kept).
+    return redact(str(message)[: _MESSAGE_CHARS * 8])[:_MESSAGE_CHARS] if message else None
 
 
 class UpstreamPool:

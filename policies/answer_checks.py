@@ -18,13 +18,12 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 from dataclasses import dataclass
-from functools import lru_cache
 from typing import Any, Literal
 
 import orjson
-from jsonschema import SchemaError
-from jsonschema.validators import validator_for
+from referencing.exceptions import Unresolvable
 
+from policies.client_schemas import UnrunnablePattern, cached_validator
 from policies.tool_calls import ToolCall, answer_calls
 
 ProblemKind = Literal["invalid_tool_call", "invalid_structured_output"]
@@ -142,29 +141,28 @@ def _structured_output_problem(
 def schema_violation(schema: Any, value: Any) -> str | None:
     """The first way ``value`` violates the JSON Schema ``schema`` (one line), or None.
 
-    No schema, or one that is not valid JSON Schema itself, accepts everything: the request's
-    schema is the client's, and a gateway must not fail an answer for the client's own mistake.
+    No schema, or one that is not valid JSON Schema itself or cannot be run safely
+    (``policies.client_schemas``: refs outside it, patterns RE2 cannot run), accepts everything:
+    the request's schema is the client's, and a gateway must not fail an answer for the client's
+    own mistake. A value nested too deeply to check is a violation (the answer's, not the client's).
     """
     if not isinstance(schema, Mapping) or not schema:
         return None
-    validator = _validator(orjson.dumps(schema, option=orjson.OPT_SORT_KEYS))
+    try:
+        schema_json = orjson.dumps(schema, option=orjson.OPT_SORT_KEYS)
+    except orjson.JSONEncodeError:  # nested past what can be written: not checked
+        return None
+    validator = cached_validator(schema_json)
     if validator is None:
         return None
-    error = next(iter(validator.iter_errors(value)), None)
+    try:
+        error = next(iter(validator.iter_errors(value)), None)
+    except RecursionError:
+        return "the value nests too deeply to be checked"
+    except (Unresolvable, UnrunnablePattern):
+        return None  # a ref that leads nowhere here (never fetched): the schema cannot be checked
     if error is None:
         return None
     where = "/".join(str(part) for part in error.absolute_path)
     text = f"{where}: {error.message}" if where else error.message
     return text[:_DETAIL_CHARS]
-
-
-@lru_cache(maxsize=256)
-def _validator(schema_json: bytes) -> Any:
-    """A compiled validator per distinct schema (agents send the same tools on every turn)."""
-    schema = orjson.loads(schema_json)
-    cls = validator_for(schema)
-    try:
-        cls.check_schema(schema)
-    except SchemaError:
-        return None
-    return cls(schema)

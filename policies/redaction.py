@@ -51,19 +51,83 @@ def url_secrets(url: str | None) -> list[str]:
     return [s for s in found if s]
 
 
+# Characters an upstream may put inside a secret it echoes: whitespace (a wrapped line) and
+# invisible format characters (zero-width spaces, joiners, BOM).
+_INVISIBLE = frozenset("\u200b\u200c\u200d\u2060\ufeff\u00ad")
+# JSON/C escapes of a line break or tab written out as text (``\n``): a break, not a character.
+_ESCAPED_BREAKS = frozenset("nrtbfv")
+_HEX = frozenset("0123456789abcdefABCDEF")
+
+
+def _skeleton(text: str) -> tuple[str, list[int], list[int]]:
+    """``text`` without what may split a secret (whitespace, invisible characters, escaped line
+    breaks ``\\n``, backslashes of escapes) and with ``\\uXXXX`` escapes decoded; with, for each
+    character kept, where it starts and ends in ``text``. One pass."""
+    kept: list[str] = []
+    starts: list[int] = []
+    ends: list[int] = []
+    i, n = 0, len(text)
+    while i < n:
+        char = text[i]
+        if char.isspace() or char in _INVISIBLE:
+            i += 1
+            continue
+        if char == "\\":
+            j = i
+            while j < n and text[j] == "\\":
+                j += 1  # a run of backslashes: an escape, maybe escaped again (JSON in JSON)
+            if j < n and text[j] in _ESCAPED_BREAKS:
+                i = j + 1
+                continue
+            if j + 4 < n and text[j] == "u" and all(h in _HEX for h in text[j + 1 : j + 5]):
+                decoded = chr(int(text[j + 1 : j + 5], 16))
+                if not (decoded.isspace() or decoded in _INVISIBLE):
+                    kept.append(decoded)
+                    starts.append(i)
+                    ends.append(j + 5)
+                i = j + 5
+                continue
+            i = j  # the escaped character itself is kept
+            continue
+        kept.append(char)
+        starts.append(i)
+        ends.append(i + 1)
+        i += 1
+    return "".join(kept), starts, ends
+
+
 class Redactor:
-    """Replaces known secrets, HTTP credentials and URL credentials in text by ``***``."""
+    """Replaces known secrets, HTTP credentials and URL credentials in text by ``***``.
+
+    A secret is found however the text splits or escapes it: across a line break or other
+    whitespace, around invisible characters, or written with JSON escapes (``\\n``, ``\\u0041``).
+    """
 
     __slots__ = ("_secrets",)
 
     def __init__(self, secrets: Iterable[str | None] = ()):
         """``secrets``: the values that must never be shown (empty and None entries are ignored)."""
-        values = sorted({s for s in secrets if s}, key=len, reverse=True)  # a longer secret first
+        found = {_skeleton(s)[0] for s in secrets if s}
+        values = sorted((s for s in found if s), key=len, reverse=True)  # a longer secret first
         self._secrets = re.compile("|".join(map(re.escape, values))) if values else None
 
     def __call__(self, text: str) -> str:
         """``text`` with every secret replaced by ``***``."""
         if self._secrets is not None:
-            text = self._secrets.sub(REDACTED, text)
+            text = self._mask_secrets(text)
         text = _CREDENTIAL.sub(rf"\1\2{REDACTED}", text)
         return redact_url(text)
+
+    def _mask_secrets(self, text: str) -> str:
+        assert self._secrets is not None
+        skeleton, starts, ends = _skeleton(text)
+        spans = [(starts[m.start()], ends[m.end() - 1]) for m in self._secrets.finditer(skeleton)]
+        if not spans:
+            return text
+        out, position = [], 0
+        for start, end in spans:  # in order and not overlapping (finditer's matches)
+            out.append(text[position:start])
+            out.append(REDACTED)
+            position = end
+        out.append(text[position:])
+        return "".join(out)

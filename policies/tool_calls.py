@@ -17,7 +17,7 @@ the same kind and an answer makes the same calls on every side.
 
 from __future__ import annotations
 
-import re
+import json
 import secrets
 from collections.abc import Mapping
 from dataclasses import dataclass
@@ -28,8 +28,10 @@ import orjson
 RequestKind = Literal["text", "tool_call", "structured_output"]
 REQUEST_KINDS: tuple[RequestKind, ...] = ("text", "tool_call", "structured_output")
 
-_FENCE = re.compile(r"```(?:json|JSON)?[ \t]*\n?(.*?)```", re.DOTALL)
-_TAGGED = re.compile(r"<tool_call>\s*(.*?)\s*</tool_call>", re.DOTALL)
+# Calls written as content come in blocks: ``<tool_call>`` tags or fenced code blocks (found by a
+# linear scan, never a regex: an answer of thousands of unclosed tags made a lazy regex quadratic).
+_TAG_OPEN, _TAG_CLOSE = "<tool_call>", "</tool_call>"
+_FENCE = "```"
 
 
 @dataclass(frozen=True, slots=True)
@@ -94,13 +96,13 @@ def calls_in_content(content: str) -> list[ToolCall] | None:
     Accepted: one JSON object ``{"name": ..., "arguments": ...}`` (``parameters`` is read as
     ``arguments``), a JSON list of them, several of them one after another, or any of these inside
     fenced code blocks or ``<tool_call>`` tags. Text outside them means the answer is text: None.
+    Time is linear in the content, and JSON nested deeper than the parsers go is no call.
     """
     text = content.strip()
     if not text:
         return None
-    for pattern in (_TAGGED, _FENCE):
-        blocks = pattern.findall(text)
-        if blocks and not pattern.sub("", text).strip():
+    for blocks in (_blocks(text, _TAG_OPEN, _TAG_CLOSE), _blocks(text, _FENCE, _FENCE, fence=True)):
+        if blocks:
             found = [_calls_in_json(block) for block in blocks]
             return (
                 None
@@ -108,6 +110,38 @@ def calls_in_content(content: str) -> list[ToolCall] | None:
                 else [c for calls in found if calls for c in calls]
             )
     return _calls_in_json(text)
+
+
+def _blocks(text: str, opening: str, closing: str, *, fence: bool = False) -> list[str] | None:
+    """The bodies of the ``opening``...``closing`` blocks ``text`` is made of (whitespace between
+    them), or None when anything else is in it: an unclosed block, text outside the blocks.
+
+    One pass: each search starts where the last block ended, and an unclosed block ends the scan.
+    """
+    bodies: list[str] = []
+    position = 0
+    while True:
+        start = text.find(opening, position)
+        if start < 0:
+            break
+        if start > position and not text[position:start].isspace():
+            return None
+        body = start + len(opening)
+        if fence:  # a fence may name its language and end its line: ```json\n
+            if text.startswith(("json", "JSON"), body):
+                body += 4
+            while body < len(text) and text[body] in " \t":
+                body += 1
+            if text.startswith("\n", body):
+                body += 1
+        end = text.find(closing, body)
+        if end < 0:
+            return None
+        bodies.append(text[body:end].strip())
+        position = end + len(closing)
+    if position < len(text) and not text[position:].isspace():
+        return None
+    return bodies or None
 
 
 def _calls_in_json(text: str) -> list[ToolCall] | None:
@@ -126,14 +160,12 @@ def _json_values(text: str) -> list[Any] | None:
         return [orjson.loads(text)]
     except orjson.JSONDecodeError:
         pass
-    import json
-
     decoder = json.JSONDecoder()
     values, position = [], 0
     while position < len(text):
         try:
             value, end = decoder.raw_decode(text, position)
-        except json.JSONDecodeError:
+        except (json.JSONDecodeError, RecursionError):  # nested past Python's stack: no call
             return None
         values.append(value)
         position = end
@@ -148,7 +180,10 @@ def _written_call(value: Any) -> ToolCall | None:
     if not set(value) <= {"name", "arguments", "parameters"}:
         return None
     arguments = value.get("arguments", value.get("parameters", {}))
-    text = arguments if isinstance(arguments, str) else orjson.dumps(arguments).decode()
+    try:
+        text = arguments if isinstance(arguments, str) else orjson.dumps(arguments).decode()
+    except orjson.JSONEncodeError:  # nested deeper than orjson writes (255): no call to pass on
+        return None
     return ToolCall(value["name"], text)
 
 

@@ -309,7 +309,7 @@ def input_messages(items: Any) -> list[dict[str, Any]]:
 
 
 def _message(item: dict[str, Any], where: str) -> dict[str, Any]:
-    role = _ROLES.get(item.get("role"))  # type: ignore[arg-type]
+    role = _ROLES.get(item["role"]) if isinstance(item.get("role"), str) else None
     if role is None:
         raise BadRequestError(
             f"'{where}.role' must be one of user, assistant, system, developer", param=f"{where}.role"
@@ -440,7 +440,7 @@ def _text_config(text: Any, chat: dict[str, Any]) -> dict[str, Any]:
         )
     verbosity = text.get("verbosity")
     if verbosity is not None:
-        if verbosity not in _VERBOSITY:
+        if not isinstance(verbosity, str) or verbosity not in _VERBOSITY:
             raise BadRequestError("'text.verbosity' must be low, medium or high", param="text.verbosity")
         chat["verbosity"] = verbosity
     return {"format": fmt, **({"verbosity": verbosity} if verbosity else {})}
@@ -460,9 +460,9 @@ def _reasoning(reasoning: Any, chat: dict[str, Any]) -> dict[str, Any]:
             )
     effort = reasoning.get("effort")
     if effort is not None:
-        if effort not in _EFFORTS:
+        if not isinstance(effort, str) or effort not in _EFFORTS:
             raise BadRequestError(
-                f"'reasoning.effort' {effort!r} is not a known effort", param="reasoning.effort"
+                f"'reasoning.effort' {str(effort)[:40]!r} is not a known effort", param="reasoning.effort"
             )
         chat["reasoning_effort"] = effort
     return {"effort": effort, "summary": None}
@@ -475,9 +475,9 @@ def _include(include: Any) -> bool:
     if not isinstance(include, list):
         raise BadRequestError("'include' must be an array", param="include")
     for value in include:
-        if value != _INCLUDABLE_LOGPROBS and value not in _INCLUDABLE_NOOP:
+        if not isinstance(value, str) or (value != _INCLUDABLE_LOGPROBS and value not in _INCLUDABLE_NOOP):
             raise BadRequestError(
-                f"'include' value {value!r} is not supported", param="include", code=UNSUPPORTED
+                f"'include' value {str(value)[:60]!r} is not supported", param="include", code=UNSUPPORTED
             )
     return _INCLUDABLE_LOGPROBS in include
 

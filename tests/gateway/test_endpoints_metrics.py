@@ -111,7 +111,8 @@ def test_metrics_follow_the_contract(gateway, upstream) -> None:
     assert sample("cascade_overhead_seconds_count", endpoint="chat") == 5
     assert {s.labels["endpoint"] for s in families["cascade_requests"].samples} == {"chat"}
     assert sample("cascade_upstream_requests_total", model="small", status="2xx") == 2
-    assert {s.labels["reason"] for s in families["cascade_auth_failures"].samples} == {"missing", "unknown"}
+    reasons = {s.labels["reason"] for s in families["cascade_auth_failures"].samples}
+    assert reasons == {"missing", "unknown", "throttled"}
     # Bounded label values only: tiers of the policy + budget/passthrough/none, configured models.
     tiers = {s.labels["tier"] for s in families["cascade_requests"].samples}
     assert tiers <= {"balanced", "chain", "direct", "mix", "budget", "passthrough", "none"}

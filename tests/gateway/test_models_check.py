@@ -192,3 +192,16 @@ def test_logprobs_in_the_legacy_shape_on_chat_are_read(tmp_path: Path, upstream:
     assert code == 0 and reports["legacy"]["logprobs"] is True
     assert reports["legacy"]["alternatives_max"] == 3 and reports["legacy"]["asked_alternatives"] == 3
     assert upstream.calls("up-legacy")[0].body["logprobs"] == 3
+
+
+def test_an_upstream_error_that_splits_the_key_is_redacted_in_the_report() -> None:
+    from gateway.models_check import _error_text
+    from policies.redaction import Redactor
+
+    key = "sk-probe-0123456789abcdef"
+    for split in (key[:9] + "\n" + key[9:], key[:4] + "\\n" + key[4:], key[:6] + "\r\n\t" + key[6:]):
+        raw = json.dumps({"error": {"message": f"bad key {split} here"}}).encode()
+        text = _error_text(401, raw, Redactor([key]))
+        assert text == "HTTP 401: bad key *** here", text
+        raw_text = f"<html>bad key {split} here</html>".encode()
+        assert key[9:] not in _error_text(401, raw_text, Redactor([key]))

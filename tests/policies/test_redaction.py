@@ -47,3 +47,28 @@ def test_known_secrets_credentials_and_url_passwords_leave_text() -> None:
 def test_text_without_secrets_is_unchanged() -> None:
     text = "model 'x' does not support logprobs (max 20); see https://example.com/docs?page=2"
     assert Redactor(["sk-Q7vX2mLp9RtZ"])(text) == text
+
+
+SPLIT_SECRET = "sk-live-0123456789abcdef"
+
+
+@pytest.mark.parametrize(
+    "text",
+    [
+        f"key {SPLIT_SECRET[:10]}\n{SPLIT_SECRET[10:]} refused",
+        f"key {SPLIT_SECRET[:4]} \t {SPLIT_SECRET[4:]} refused",
+        f"key {SPLIT_SECRET[:6]}\\n{SPLIT_SECRET[6:]} refused",  # a JSON escape written out
+        f"key {SPLIT_SECRET[:6]}\\\\r\\\\n{SPLIT_SECRET[6:]} refused",  # escaped twice
+        f"key {SPLIT_SECRET[:3]}\\u{ord(SPLIT_SECRET[3]):04x}{SPLIT_SECRET[4:]} refused",
+        f"key {SPLIT_SECRET[:9]}\u200b{SPLIT_SECRET[9:]} refused",
+    ],
+)
+def test_a_secret_split_or_escaped_by_the_upstream_is_redacted(text: str) -> None:
+    shown = Redactor([SPLIT_SECRET])(text)
+    assert shown == "key *** refused"
+
+
+def test_a_secret_is_redacted_however_the_text_around_it_is_spaced() -> None:
+    redact = Redactor([SPLIT_SECRET])
+    assert redact(f"a b\n{SPLIT_SECRET}\nc d") == "a b\n***\nc d"
+    assert redact("nothing secret here, just text") == "nothing secret here, just text"

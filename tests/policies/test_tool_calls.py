@@ -140,3 +140,38 @@ def test_normalize_leaves_other_messages_alone(message) -> None:
     before = orjson.dumps(message)
     assert normalize_message(message) is False
     assert orjson.dumps(message) == before
+
+
+@pytest.mark.parametrize(
+    "content",
+    [
+        "<tool_call>" * 20_000,
+        "<tool_call>x</tool_call>" + "<tool_call>" * 20_000,
+        "```" + "```json\n" * 20_000,
+        "<tool_call>" + "{" * 50_000,
+    ],
+)
+def test_content_parsing_is_linear_in_unclosed_blocks(content: str) -> None:
+    import time
+
+    started = time.perf_counter()
+    assert calls_in_content(content) is None
+    assert time.perf_counter() - started < 1.0  # the lazy regexes took 24 s and more on 20,000 tags
+
+
+@pytest.mark.parametrize("depth", [300, 1_100, 5_000])
+def test_a_call_nested_past_the_json_parsers_is_no_call(depth: int) -> None:
+    nested = "[" * depth + "]" * depth
+    assert calls_in_content('{"name": "f", "arguments": {"x": ' + nested + "}}") is None
+    assert calls_in_content("{" * depth) is None
+
+
+def test_blocks_keep_their_meaning() -> None:
+    call = '{"name": "f", "arguments": {"a": 1}}'
+    assert [
+        c.name
+        for c in calls_in_content(f"<tool_call>\n{call}\n</tool_call>\n<tool_call>{call}</tool_call>") or []
+    ] == ["f", "f"]
+    assert [c.name for c in calls_in_content(f"```json\n{call}\n```") or []] == ["f"]
+    assert calls_in_content(f"Sure: <tool_call>{call}</tool_call>") is None
+    assert calls_in_content(f"<tool_call>{call}</tool_call> done") is None
