@@ -65,6 +65,8 @@ class Reply:
             provider's cap on ``top_logprobs``).
         refuse_logprobs: answer 400 to a request carrying ``logprobs`` or ``top_logprobs`` (an API
             that refuses the fields, as OpenAI's reasoning models do); a request without them is answered.
+        finish_reason: the answer's ``finish_reason`` (e.g. ``length``: cut at a cap); None: ``stop``
+            (``tool_calls`` with calls).
     """
 
     status: int = 200
@@ -82,6 +84,7 @@ class Reply:
     stream_events: list[dict[str, Any]] | None = None
     max_alternatives: int | None = None
     refuse_logprobs: bool = False
+    finish_reason: str | None = None
 
 
 def ok(content: str = "Paris is the capital of France.", confidence: float | None = 0.99, **kw: Any) -> Reply:
@@ -411,6 +414,7 @@ def _completion(path: str, body: dict[str, Any], reply: Reply) -> dict[str, Any]
         if reply.tool_calls:
             message["tool_calls"] = reply.tool_calls
             finish = "tool_calls"
+        finish = reply.finish_reason or finish
         logprobs = _chat_logprobs(body, reply)
         if reply.tool_calls and logprobs is not None:
             logprobs = {"content": []}  # no content tokens to score
@@ -430,7 +434,7 @@ def _completion(path: str, body: dict[str, Any], reply: Reply) -> dict[str, Any]
                 "index": i,
                 "text": reply.content or "",
                 "logprobs": _legacy_logprobs(body, reply),
-                "finish_reason": "stop",
+                "finish_reason": reply.finish_reason or "stop",
             }
             for i in range(returned)
         ],
@@ -471,10 +475,11 @@ def _stream_chunks(path: str, body: dict[str, Any], reply: Reply) -> list[bytes]
         else:
             choice = {"index": 0, "text": token, "logprobs": logprobs, "finish_reason": None}
         events.append({**base, "choices": [choice]})
+    finish = reply.finish_reason or "stop"
     final = (
-        {"index": 0, "delta": {}, "finish_reason": "stop"}
+        {"index": 0, "delta": {}, "finish_reason": finish}
         if chat
-        else {"index": 0, "text": "", "finish_reason": "stop"}
+        else {"index": 0, "text": "", "finish_reason": finish}
     )
     events.append({**base, "choices": [final]})
     if (body.get("stream_options") or {}).get("include_usage"):
