@@ -21,7 +21,7 @@ colours" is not, "Write a function adding 2 numbers into 1 list" is, though no a
 from __future__ import annotations
 
 import re
-from collections.abc import Mapping
+from collections.abc import Collection, Mapping
 from typing import Any
 
 from pydantic import BaseModel, ConfigDict, Field
@@ -51,10 +51,9 @@ class CoverageConfig(BaseModel):
     )
 
 
-def covered(
-    coverage: CoverageConfig, body: Mapping[str, Any], kind: str, sections: Mapping[str, Any]
-) -> bool:
-    """Whether a chat ``body`` of ``kind`` is covered by a policy with kind ``sections`` (see above)."""
+def covered(coverage: CoverageConfig, body: Mapping[str, Any], kind: str, sections: Collection[str]) -> bool:
+    """Whether a chat ``body`` of ``kind`` is covered by a policy whose kind sections are ``sections``
+    (their kinds; see above)."""
     if kind in sections:
         return True
     if kind != "text":
