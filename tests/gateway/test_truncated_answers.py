@@ -13,7 +13,7 @@ from typing import Any
 import anthropic
 
 from tests.support.gateway_testkit import RunningGateway
-from tests.support.scripted_upstream import ok
+from tests.support.scripted_upstream import error, ok
 
 QUESTION = [{"role": "user", "content": "Explain what a hash table is in two sentences."}]
 CUT = "A hash table is an array of linked"
@@ -144,3 +144,13 @@ def test_the_log_line_lists_the_truncated_escalation(start_gateway, make_setting
         time.sleep(0.02)
     (line,) = lines
     assert line["escalation_reasons"] == ["truncated"] and line["models_called"] == ["small", "large"]
+
+
+def test_a_cut_answer_is_still_the_degraded_fallback_when_the_next_stage_fails(gateway, upstream) -> None:
+    upstream.script("up-small", cut())
+    upstream.script("up-large", error(500), error(500), error(500))
+    raw = gateway.client().chat.completions.with_raw_response.create(model="cascade", messages=QUESTION)
+    assert raw.headers["x-cascade-degraded"] == "true" and raw.headers["x-cascade-model"] == "small"
+    assert raw.headers["x-cascade-escalation-reason"] == "truncated"
+    choice = raw.parse().choices[0]
+    assert choice.message.content == CUT and choice.finish_reason == "length"  # it says it was cut
