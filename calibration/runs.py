@@ -2,10 +2,12 @@
 
 ``load_runs`` reads CSV / CSV.gz / Parquet / JSONL, validates it row by row and pivots it into a
 ``RunsMatrix``. A row whose answer failed the structural checks (``valid`` false, recorded by
-``cascade collect``) gets the score ``-inf`` whatever its logprobs say: the gateway escalates such an
-answer whatever its score, so no threshold may accept it (``calibration.frontier`` only ever
-chooses finite thresholds). Every input problem becomes a ``RunsError`` whose one-line message names the file,
-the row (1-based record number; in a CSV that is line row + 1) and the column.
+``cascade collect``) gets the score ``-inf`` whatever its logprobs say, and so does a row whose
+answer was cut at a completion cap the request did not set (``truncated`` true,
+``policies.truncation``): the gateway escalates such an answer whatever its score, so no threshold
+may accept it (``calibration.frontier`` only ever chooses finite thresholds). Every input
+problem becomes a ``RunsError`` whose one-line message names the file, the row (1-based record
+number; in a CSV that is line row + 1) and the column.
 """
 
 from __future__ import annotations
@@ -38,6 +40,7 @@ COST_COLUMNS = ("cost_usd", "prompt_tokens", "completion_tokens")
 LOGPROBS_COLUMN = "logprobs"
 STRATA_COLUMN = "dataset"
 VALID_COLUMN = "valid"
+TRUNCATED_COLUMN = "truncated"
 _FALSE_TEXT = {"false", "0"}
 _TRUE_TEXT = {"true", "1"}
 DEFAULT_SCORER = "mean_token_negentropy"
@@ -175,7 +178,14 @@ def load_runs(
             f"scorer {scorer} reads no logprobs: its score tokens must be all, got {score_tokens}"
         )
     price_sheet = _load_prices(prices) if prices is not None else None
-    wanted = {*REQUIRED_COLUMNS, *COST_COLUMNS, STRATA_COLUMN, VALID_COLUMN, *(feature_columns or [])}
+    wanted = {
+        *REQUIRED_COLUMNS,
+        *COST_COLUMNS,
+        STRATA_COLUMN,
+        VALID_COLUMN,
+        TRUNCATED_COLUMN,
+        *(feature_columns or []),
+    }
     wanted.add(score_column if score_column is not None else LOGPROBS_COLUMN)
     if kind is not None:
         wanted.add(KIND_COLUMN)
@@ -284,8 +294,10 @@ class _Builder:
             raise self.fail(f"quality {quality[first]:g} outside [0, 1]", first, "correct")
         cost = self.cost(model, price_sheet, prices_path)
         score, score_missing, scorer_name, used_top_k = self.score(score_column, scorer, top_k)
-        invalid = self.invalid()
-        score[invalid] = -np.inf  # certainly wrong: never accepted, whatever the scorer says
+        # Certainly wrong (a failed check) or unfinished (cut at a cap the request did not set):
+        # never accepted, whatever the scorer says, as the gateway escalates both.
+        invalid = self.flagged(VALID_COLUMN, flag=False) | self.flagged(TRUNCATED_COLUMN, flag=True)
+        score[invalid] = -np.inf
         score_missing = score_missing & ~invalid
         features = []
         for column in feature_columns:
@@ -346,23 +358,23 @@ class _Builder:
                 ) from None
         return cost
 
-    def invalid(self) -> np.ndarray:
-        """(r,) bool: rows whose ``valid`` column is false (a missing cell counts as valid)."""
-        if VALID_COLUMN not in self.columns.values:
+    def flagged(self, column: str, *, flag: bool) -> np.ndarray:
+        """(r,) bool: rows whose boolean ``column`` is ``flag`` (a missing column or cell is not):
+        ``valid`` false (a failed check), ``truncated`` true (a cut answer)."""
+        if column not in self.columns.values:
             return np.zeros(self.columns.rows.shape[0], dtype=bool)
-        raw = self.columns.values[VALID_COLUMN]
-        missing = self.columns.missing[VALID_COLUMN]
-        invalid = np.zeros(raw.shape[0], dtype=bool)
+        raw = self.columns.values[column]
+        missing = self.columns.missing[column]
+        found = np.zeros(raw.shape[0], dtype=bool)
         for position in np.flatnonzero(~missing):
             value = raw[position]
             if isinstance(value, bool | np.bool_):
                 value = bool(value)
             text = str(value).strip().lower()
-            if text in _FALSE_TEXT:
-                invalid[position] = True
-            elif text not in _TRUE_TEXT:
-                raise self.fail(f"expected true or false, got {value!r}", int(position), VALID_COLUMN)
-        return invalid
+            if text not in _FALSE_TEXT | _TRUE_TEXT:
+                raise self.fail(f"expected true or false, got {value!r}", int(position), column)
+            found[position] = (text in _TRUE_TEXT) is flag
+        return found
 
     def score(
         self, score_column: str | None, scorer: str | None, top_k: int | None

@@ -27,6 +27,7 @@ from collection.scorer_calls import ScorerCallsOptions, scorer_calls
 from collection.targets import Target
 from collection.upstream_call import CallError, call_model
 from policies.request_defaults import merge_request_defaults
+from policies.truncation import cut_short
 
 # Completion tokens asked for when neither the question, the run nor the target's defaults set a cap
 # (one token: the answer letter of a multiple-choice question).
@@ -71,9 +72,7 @@ def request_body(prompt: Prompt, target: Target, options: CollectOptions) -> dic
         "temperature": options.temperature,
         **prompt.request_fields(),
     }
-    cap = prompt.max_tokens or options.max_tokens
-    if cap is None and (target.request_defaults is None or target.request_defaults.completion_cap() is None):
-        cap = DEFAULT_MAX_TOKENS
+    cap = collector_cap(prompt, target, options)
     if cap is not None:
         client["max_tokens"] = cap
     body = merge_request_defaults(client, target.request_defaults)
@@ -89,6 +88,15 @@ def request_body(prompt: Prompt, target: Target, options: CollectOptions) -> dic
     return body
 
 
+def collector_cap(prompt: Prompt, target: Target, options: CollectOptions) -> int | None:
+    """The completion cap the collector, as the client, sets: the question's, else the run's, else
+    ``DEFAULT_MAX_TOKENS`` when the target's request defaults set none either (None: the defaults' cap)."""
+    cap = prompt.max_tokens or options.max_tokens
+    if cap is None and (target.request_defaults is None or target.request_defaults.completion_cap() is None):
+        cap = DEFAULT_MAX_TOKENS
+    return cap
+
+
 def build_row(
     prompt: Prompt,
     target: Target,
@@ -96,11 +104,14 @@ def build_row(
     latency_ms: float,
     keep_prompt: bool,
     request: dict[str, Any] | None = None,
+    client_cap: int | None = None,
 ) -> dict[str, Any]:
     """One runs-table row (docs/contracts.md#runs-table) from an upstream response body.
 
     ``request`` is the body that was sent (its tools and formats are what the answer is checked
-    against); without it, the question's own fields.
+    against); without it, the question's own fields. ``client_cap`` is the completion cap the
+    collector set as the client (``collector_cap``; None: the target's defaults capped it): an
+    answer cut at another cap is ``truncated`` (``policies.truncation``).
     """
     try:
         choice = body["choices"][0]
@@ -123,6 +134,7 @@ def build_row(
         "response": text,
         "answer": prompt.answer,
         "logprobs": logprobs,
+        "truncated": cut_short({} if client_cap is None else {"max_tokens": client_cap}, body),
         **answer_fields(request if request is not None else prompt.request_fields(), message),
     }
     if prompt.dataset:
@@ -147,7 +159,8 @@ async def answer_row(
         row = dict(recorded)
     else:
         body, latency_ms = await call_model(client, target, stage_body, options.retries)
-        row = build_row(prompt, target, body, latency_ms, options.keep_prompt, stage_body)
+        cap = collector_cap(prompt, target, options)
+        row = build_row(prompt, target, body, latency_ms, options.keep_prompt, stage_body, cap)
     if options.scorer_calls.wanted(target.name):
         row["scorer_calls"] = await scorer_calls(
             client, target, stage_body, str(row.get("response") or ""), options.scorer_calls, options.retries

@@ -18,8 +18,10 @@ Reasons (``ESCALATION_REASONS``, the ``reason`` label of ``cascade_escalation_re
 ``low_score`` (a score below the threshold); a missing score (the policy's ``on_missing_score`` is
 ``escalate``) says why: ``tool_call_only`` (only tool calls, no content tokens), ``empty_answer``
 (no content), ``no_logprobs`` (content, but no usable logprobs); ``invalid_tool_call`` /
-``invalid_structured_output`` (a failed check); ``upstream_error`` (the call failed);
-``scorer_failed`` (a black-box scorer's own call failed: the score is missing).
+``invalid_structured_output`` (a failed check); ``truncated`` (the answer stopped at a completion
+cap the client did not set, ``policies.truncation.cut_short``: the stage did not finish, whatever its
+score); ``upstream_error`` (the call failed); ``scorer_failed`` (a black-box scorer's own call
+failed: the score is missing).
 """
 
 from __future__ import annotations
@@ -34,6 +36,7 @@ from gateway.requests import ParsedRequest
 from policies import should_escalate
 from policies.answer_checks import AnswerProblem, check_answer
 from policies.tool_calls import normalize_message, request_kind
+from policies.truncation import cut_short
 
 ESCALATION_REASONS: tuple[str, ...] = (
     "low_score",
@@ -42,6 +45,7 @@ ESCALATION_REASONS: tuple[str, ...] = (
     "empty_answer",
     "invalid_tool_call",
     "invalid_structured_output",
+    "truncated",  # cut at a completion cap the client did not set (policies.truncation)
     "upstream_error",
     "scorer_failed",  # a black-box scorer's own call failed (gateway.blackbox_scoring)
 )
@@ -91,13 +95,19 @@ class AnswerReview:
         on_missing_score: str,
     ) -> tuple[str | None, AnswerProblem | None]:
         """A scored stage's answer (already scored on the raw reply): why it escalates (None: keep
-        it) and its problem, if it has one; ``reply`` is normalized in place (``review``)."""
+        it) and its problem, if it has one; ``reply`` is normalized in place (``review``).
+
+        A failed check comes first, then a cut answer (``truncated``: an unfinished answer is not
+        accepted on its score; it stays a possible degraded fallback, its ``finish_reason`` says it
+        was cut), then the score."""
         # Read before normalizing: a call written as content that has no logprobs lacks logprobs,
         # it is not an answer without content tokens.
         missing = missing_score_reason(reply) if score is None else None
         problem = self.review(model, request, reply, facts)
         if problem is not None:
             return problem.kind, problem  # a certain failure, whatever the score
+        if cut_short(request.body, reply):
+            return "truncated", None
         if not should_escalate(score, threshold, on_missing_score):
             return None, None
         return missing or "low_score", None

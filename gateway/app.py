@@ -100,6 +100,7 @@ def build_gateway(settings: Settings, rng: random.Random | None = None) -> Gatew
         learning=learning,
         rng=rng,
         redact=redact,
+        coverage=settings.coverage,
     )
 
 

@@ -22,6 +22,7 @@ import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 from pydantic_settings import BaseSettings, PydanticBaseSettingsSource, SettingsConfigDict
 
+from gateway.coverage import CoverageConfig
 from gateway.drift import DriftConfig
 from gateway.learning.config import LearningConfig
 from gateway.redis_keys import is_redis_url
@@ -206,6 +207,8 @@ class Settings(BaseSettings):
     logging: LoggingConfig = LoggingConfig()
     drift: DriftConfig = DriftConfig()
     learning: LearningConfig = LearningConfig()
+    # What the policy was calibrated on; other cascade requests go to one model directly (gateway.coverage).
+    coverage: CoverageConfig = CoverageConfig()
     probe_capabilities: bool = Field(
         False,
         description="at `cascade serve` start, call each model once (`cascade models check`) and refuse "
@@ -240,6 +243,11 @@ class Settings(BaseSettings):
         if reference is not None and reference not in self.models:
             raise ValueError(
                 f"learning.reference_model {reference!r} is not a configured model "
+                f"(configured: {', '.join(sorted(self.models))})"
+            )
+        if self.coverage.otherwise is not None and self.coverage.otherwise not in self.models:
+            raise ValueError(
+                f"coverage.otherwise {self.coverage.otherwise!r} is not a configured model "
                 f"(configured: {', '.join(sorted(self.models))})"
             )
         return self

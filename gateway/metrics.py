@@ -1,9 +1,10 @@
 """Prometheus metrics (docs/contracts.md#metrics), in a per-app registry (never the global one).
 
 Label values come only from small fixed sets: tiers of the loaded policy plus ``budget``,
-``passthrough`` and ``none`` (a request rejected before any route was chosen: bad JSON, unknown
-tier, bad key); configured model names; fixed outcome and status-class words; the API edge names
-(``endpoint``: ``chat``, ``completions``, ...). Never a user, key or request id.
+``passthrough``, ``uncalibrated`` (gateway.coverage) and ``none`` (a request rejected before any
+route was chosen: bad JSON, unknown tier, bad key); configured model names; fixed outcome and
+status-class words; the API edge names (``endpoint``: ``chat``, ``completions``, ...). Never a
+user, key or request id.
 """
 
 from __future__ import annotations

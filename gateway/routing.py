@@ -6,7 +6,9 @@
 4. ``model: "<configured model>"`` -> plain passthrough (no cascade, no logprobs added).
 
 Anything else is 404 (unknown model); an unknown tier is 400. ``n > 1`` is refused on cascade
-routes (400): the decision scores one answer, and local servers reject ``n > 1`` anyway.
+routes (400): the decision scores one answer, and local servers reject ``n > 1`` anyway. With the
+config's ``coverage.otherwise`` set (gateway.coverage), a cascade request the policy does not cover
+goes to that model directly instead (tier label ``uncalibrated``), whatever tier or budget it named.
 
 The route, envelope and scorer come from the policy's section for the request's kind
 (``policies.tool_calls.request_kind`` of the chat body; a legacy completions request is text) when
@@ -20,6 +22,7 @@ import random
 from collections.abc import Collection
 from dataclasses import dataclass
 
+from gateway.coverage import UNCALIBRATED_TIER, CoverageConfig, covered
 from gateway.errors import (
     BadRequestError,
     ModelNotFoundError,
@@ -48,7 +51,8 @@ class RoutePlan:
     """What to do with one request.
 
     Attributes:
-        tier: the metrics/header tier label (a policy tier, ``budget`` or ``passthrough``).
+        tier: the metrics/header tier label (a policy tier, ``budget``, ``passthrough`` or
+            ``uncalibrated``: outside the policy's coverage, gateway.coverage).
         policy: the policy the plan came from, as it serves the request's kind (its section for
             that kind, ``policies.kinds.kind_policy``; None for passthrough).
         route: the chain of configured model names and thresholds (None for passthrough).
@@ -68,10 +72,17 @@ class RoutePlan:
 class Router:
     """Chooses a RoutePlan for each request against the current policy and the configured models."""
 
-    def __init__(self, models: Collection[str], rng: random.Random | None = None):
-        """``models``: the configured model names (passthrough targets)."""
+    def __init__(
+        self,
+        models: Collection[str],
+        rng: random.Random | None = None,
+        coverage: CoverageConfig | None = None,
+    ):
+        """``models``: the configured model names (passthrough targets); ``coverage``: the config's
+        ``coverage`` section (None: the policy serves every cascade request)."""
         self._models = models
         self._rng = rng or random.Random()
+        self._coverage = coverage
 
     def plan(
         self,
@@ -88,7 +99,11 @@ class Router:
         kind = request_kind(request.body) if request.kind == "chat" else TOP_LEVEL_KIND
         if max_cost_header is not None:
             budget = _parse_budget(max_cost_header)
-            policy = kind_policy(self._check_policy(policy, request, no_policy_reason), kind)
+            checked = self._check_policy(policy, request, no_policy_reason)
+            outside = self._uncovered(checked, request, kind)
+            if outside is not None:
+                return outside
+            policy = kind_policy(checked, kind)
             choice = choose_for_budget(policy, budget)
             return RoutePlan(choice.tier, policy, choice.route, within_budget=choice.within_budget, kind=kind)
         tier: str | None
@@ -108,12 +123,25 @@ class Router:
                 f"{', '.join(sorted(self._models))}",
                 param="model",
             )
-        policy = kind_policy(self._check_policy(policy, request, no_policy_reason), kind)
+        checked = self._check_policy(policy, request, no_policy_reason)
+        outside = self._uncovered(checked, request, kind)
+        if outside is not None:
+            return outside
+        policy = kind_policy(checked, kind)
         try:
             choice = choose_for_tier(policy, tier, self._rng)
         except UnknownTierError as exc:
             raise UnknownTierRequestError(str(exc), param=tier_param) from None
         return RoutePlan(choice.tier, policy, choice.route, kind=kind)
+
+    def _uncovered(self, policy: Policy, request: ParsedRequest, kind: str) -> RoutePlan | None:
+        """The direct plan to ``coverage.otherwise`` for a request the policy does not cover, else None."""
+        coverage = self._coverage
+        if coverage is None or coverage.otherwise is None:
+            return None
+        if covered(coverage, request.body, kind, policy.kinds or {}):
+            return None
+        return RoutePlan(UNCALIBRATED_TIER, None, None, model=coverage.otherwise, kind=kind)
 
     def _check_policy(
         self, policy: Policy | None, request: ParsedRequest, no_policy_reason: str | None

@@ -19,6 +19,7 @@ from gateway.blackbox_scoring import reserve_scoring_usd
 from gateway.cascade import CascadeEngine, scored_stage_body
 from gateway.config import ConfigError, LimitsConfig, LoggingConfig, ModelConfig
 from gateway.errors import BadRequestError
+from gateway.coverage import CoverageConfig
 from gateway.health import UpstreamHealth
 from gateway.learning.config import LearningConfig
 from gateway.logs import configure_logging, log_event
@@ -83,7 +84,8 @@ class Gateway:
     ``models``, ``limits`` and ``logs`` are the config's ``models``, ``limits`` and ``logging``;
     ``metrics`` are the app's (``shared`` reports into them through ``StateEvents``); ``learning``
     is the traffic sampler (``build_traffic_sampler``), None unless ``learning.enabled``; ``redact`` cleans
-    upstream error text of every configured secret (``Settings.secret_values``).
+    upstream error text of every configured secret (``Settings.secret_values``); ``coverage`` is
+    the config's ``coverage`` section (gateway.coverage), None when absent.
     """
 
     def __init__(
@@ -97,13 +99,14 @@ class Gateway:
         learning: TrafficSampler | None = None,
         rng: random.Random | None = None,
         redact: Redactor | None = None,
+        coverage: CoverageConfig | None = None,
     ):
         self.models = models
         self.limits = limits
         self.logs = logs
         self.metrics = metrics
         self.pool = UpstreamPool(models, self.metrics, redact)
-        self.router = Router(models, rng)
+        self.router = Router(models, rng, coverage)
         self.engine = CascadeEngine(models, self.pool, self.metrics)
         self.health = UpstreamHealth(self.pool, self.metrics)
         self.shared = shared

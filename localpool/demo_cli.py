@@ -18,7 +18,12 @@ if TYPE_CHECKING:
     from localpool.manifest import Manifest
     from localpool.paths import PoolPaths
 
-DEFAULT_POLICY = Path("policies/local-demo.json")
+DEFAULT_POLICY = Path("policies/local-demo-served.json")  # localpool.demo_policy: text + tool calls
+# What the default policy covers (gateway.coverage): text requests whose last user message holds two
+# numbers or more (every calibration question does; tests/localpool/test_demo_policy.py), and tool
+# calls. Everything else (greetings, questions in words, structured output) goes to the chat member:
+# the 1.5B model as it comes, no system message, answering directly (tier `uncalibrated`).
+DEMO_COVERAGE: dict[str, Any] = {"min_numbers": 2, "otherwise": "qwen1.5b-chat"}
 # The demo policy was calibrated on short arithmetic questions sent as they are (the pool members'
 # request defaults add how to answer): ask one such. A one-step question the fast member answers
 # confidently, and a multi-step one it is unsure of, which the cascade escalates.
@@ -78,10 +83,28 @@ def heldout_text(table: dict[str, Any]) -> str:
     return "\n".join(lines)
 
 
-def usage_text(url: str, tiers: list[str], heldout: dict[str, Any] | None = None) -> str:
-    """How to call the running demo gateway (curl and the openai SDK), and what to expect of it."""
+def usage_text(
+    url: str, tiers: list[str], heldout: dict[str, Any] | None = None, *, covered: bool = False
+) -> str:
+    """How to call the running demo gateway (curl and the openai SDK), and what to expect of it.
+
+    ``covered``: the gateway has the demo's ``coverage`` (``DEMO_COVERAGE``): say what goes where.
+    """
     table = f"\n{heldout_text(heldout)}\n" if heldout else ""
     tier = "balanced" if "balanced" in tiers else (tiers[0] if tiers else "balanced")
+    if covered:
+        scope = f"""What it serves, by request (the x-cascade-tier header says which):
+  * arithmetic questions (text whose last user message holds two numbers or more): the calibrated
+    cascade above, a fast member escalating to a step-by-step one when unsure or cut off;
+  * requests with tools: the tool-call cascade calibrated on BFCL questions (docs/bfcl.md),
+    calls returned as real tool_calls;
+  * anything else (greetings, questions in words, structured output): {DEMO_COVERAGE["otherwise"]},
+    the 1.5B model with no system message, directly: uncalibrated (tier `uncalibrated`).
+The calibrated thresholds mean most for prompts like the ones they were calibrated on
+(docs/local-models.md)."""
+    else:
+        scope = """The policy serves every request as it is: its thresholds mean most for prompts like the
+ones it was calibrated on (docs/local-models.md)."""
     return f"""
 The cascade gateway is serving at {url}/v1 (tiers: {", ".join(tiers)}).
 {table}
@@ -97,9 +120,7 @@ The cascade gateway is serving at {url}/v1 (tiers: {", ".join(tiers)}).
   print(raw.headers["x-cascade-models-called"], raw.headers["x-cascade-cost-usd"])
   print(raw.parse().choices[0].message.content)
 
-The demo policy was calibrated on short arithmetic questions at temperature 0, sent without a
-system message or max_tokens (each pool member adds its own: the fast one answers with the number,
-the reasoning one works step by step; docs/local-models.md). Its thresholds mean most for such prompts.
+{scope}
 Metrics: {url}/metrics    Pool: {cascade_command()} models status    Stop: Ctrl-C
 """
 
@@ -113,9 +134,12 @@ def demo(
     ] = False,
     timeout: Annotated[float, typer.Option(help="seconds to wait for each server")] = 180.0,
 ) -> None:
-    """Start the local pool and the gateway (policies/local-demo.json); Ctrl-C stops everything.
+    """Start the local pool and the gateway (policies/local-demo-served.json); Ctrl-C stops everything.
 
-    Prints the policy's held-out table (``<policy>-heldout.json`` beside it, when present).
+    The default policy serves arithmetic text and tool calls through calibrated cascades and every
+    other request through the chat member directly (``DEMO_COVERAGE``); a policy given with
+    ``--policy`` serves every request as it is. Prints the policy's held-out table
+    (``<policy>-heldout.json`` beside it, when present).
     """
     from localpool.demo_config import pool_gateway_config, write_gateway_config
     from localpool.errors import InstallError
@@ -125,7 +149,9 @@ def demo(
     from localpool.pool import up as pool_up
     from localpool.process import ProcessError, read_record
 
-    policy, names, tiers, heldout = _read_policy(policy)
+    coverage = DEMO_COVERAGE if policy == DEFAULT_POLICY else None
+    policy, names, tiers, heldout = read_policy(policy)
+    names = served_models(names, coverage)
     paths = PoolPaths.default()
     manifest, servers = _load_servers(policy, names)
     already_running = {n for n in servers if read_record(paths.pid_file(n)) is not None}
@@ -137,7 +163,8 @@ def demo(
         options = ServerOptions.from_env(servers=len(servers))
         pool_up(manifest, paths, servers, options, timeout_s=timeout, say=_say)
         config = write_gateway_config(
-            paths.run / "demo-gateway.yaml", pool_gateway_config(manifest, names, policy.resolve())
+            paths.run / "demo-gateway.yaml",
+            pool_gateway_config(manifest, names, policy.resolve(), coverage=coverage),
         )
         log_path = paths.run / "gateway.log"
         gateway = _start_gateway(config, host, port, log_path)
@@ -146,7 +173,8 @@ def demo(
         if smoke:
             _smoke(url)
         else:
-            typer.echo(usage_text(f"http://{host}:{port}" if host != "0.0.0.0" else url, tiers, heldout))
+            shown = f"http://{host}:{port}" if host != "0.0.0.0" else url
+            typer.echo(usage_text(shown, tiers, heldout, covered=coverage is not None))
             while gateway.poll() is None:
                 time.sleep(0.5)
             fail(f"the gateway exited (code {gateway.returncode}); see {log_path}")
@@ -168,20 +196,32 @@ def _say(message: str) -> None:
     typer.echo(message, err=True)
 
 
-def _read_policy(policy: Path) -> tuple[Path, list[str], list[str], dict[str, Any] | None]:
-    """The policy file to serve, its model names, its tier names and its held-out table (or None).
+def served_models(policy_models: list[str], coverage: dict[str, Any] | None) -> list[str]:
+    """The models the demo's gateway config names: the policy's, and the coverage's ``otherwise``."""
+    if coverage is None or coverage["otherwise"] in policy_models:
+        return list(policy_models)
+    return [*policy_models, coverage["otherwise"]]
+
+
+def read_policy(policy: Path) -> tuple[Path, list[str], list[str], dict[str, Any] | None]:
+    """The policy file to serve, its model names (kind sections' included), its tier names and its
+    held-out table (or None; the default policy shows the table of its text policy).
 
     The default policy is read from the installed package when run outside a checkout.
     """
     if policy == DEFAULT_POLICY and not policy.is_file():  # outside a checkout: the installed copy
         from importlib.resources import files
 
-        policy = Path(str(files("policies").joinpath("local-demo.json")))
+        policy = Path(str(files("policies").joinpath(DEFAULT_POLICY.name)))
     try:
         document = json.loads(policy.read_text(encoding="utf-8"))
         names = list(document["models"])
+        for section in (document.get("kinds") or {}).values():
+            names += [name for name in section["models"] if name not in names]
         tiers = list(document["tiers"])
         table_file = heldout_path(policy)
+        if not table_file.is_file() and policy.name == DEFAULT_POLICY.name:  # the text policy's table
+            table_file = heldout_path(policy.with_name("local-demo.json"))
         heldout = json.loads(table_file.read_text(encoding="utf-8")) if table_file.is_file() else None
     except (OSError, ValueError, KeyError) as exc:
         fail(f"cannot read the policy {policy}: {exc}")

@@ -24,7 +24,9 @@ LLAMA_SERVER_CAPABILITIES: dict[str, Any] = {
 }
 
 
-def pool_gateway_config(manifest: Manifest, names: list[str], policy: Path) -> dict[str, Any]:
+def pool_gateway_config(
+    manifest: Manifest, names: list[str], policy: Path, coverage: dict[str, Any] | None = None
+) -> dict[str, Any]:
     """A gateway config: one entry per pool model or member the policy names, manifest prices.
 
     A model's upstream id is its pool name; a member is its model's server with the member's
@@ -33,6 +35,8 @@ def pool_gateway_config(manifest: Manifest, names: list[str], policy: Path) -> d
     manifest says so, that it writes function calls as content (``tool_calls: content``).
     No Redis, no client keys (docs/contracts.md#config): a local demo is open by choice
     (``auth.open``); it binds to loopback. Timeouts leave room for a reasoning stage on a busy CPU.
+    ``coverage`` (the config section of ``gateway.coverage``, its ``otherwise`` one of ``names``):
+    what the policy covers; None leaves it out (the policy serves every cascade request).
     """
     models = {}
     for name in names:
@@ -52,13 +56,16 @@ def pool_gateway_config(manifest: Manifest, names: list[str], policy: Path) -> d
         if member is not None:
             entry["request_defaults"] = member.request_defaults.model_dump(exclude_none=True)
         models[name] = entry
-    return {
+    config: dict[str, Any] = {
         "models": models,
         "policy": str(policy),
         "redis_url": None,
         "auth": {"open": True},
         "limits": {"request_timeout_s": REQUEST_TIMEOUT_S},
     }
+    if coverage is not None:
+        config["coverage"] = dict(coverage)
+    return config
 
 
 def write_gateway_config(path: Path, config: dict[str, Any]) -> Path:

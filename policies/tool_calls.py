@@ -9,8 +9,9 @@ the same kind and an answer makes the same calls on every side.
 * ``answer_calls(message)``: the calls of a chat ``message``: its ``tool_calls`` when it has
   some, else the calls written as JSON in its ``content`` (``calls_in_content``), which is how
   small models behind llama.cpp's server often answer (Qwen2.5-Coder writes
-  ``{"name": ..., "arguments": {...}}`` bare or inside a fenced ``json`` block, Hermes-style
-  templates inside ``<tool_call>`` tags).
+  ``{"name": ..., "arguments": {...}}`` bare or inside a fenced ``json`` block, sometimes with its
+  outer braces doubled, ``{{"name": ..., "arguments": {...}}}``; Hermes-style templates inside
+  ``<tool_call>`` tags).
 * ``normalize_message(message)``: the same message with calls written as content moved into
   ``tool_calls`` (content ``None``), as an OpenAI client expects them.
 """
@@ -94,9 +95,11 @@ def calls_in_content(content: str) -> list[ToolCall] | None:
     """Calls written as the whole of ``content``, or None when it is anything else.
 
     Accepted: one JSON object ``{"name": ..., "arguments": ...}`` (``parameters`` is read as
-    ``arguments``), a JSON list of them, several of them one after another, or any of these inside
-    fenced code blocks or ``<tool_call>`` tags. Text outside them means the answer is text: None.
-    Time is linear in the content, and JSON nested deeper than the parsers go is no call.
+    ``arguments``), also with its outer braces doubled (``{{...}}``, as the local Qwen2.5-Coder
+    models were seen to write it), a JSON list of them, several of them one after another, or any
+    of these inside fenced code blocks or ``<tool_call>`` tags. Text outside them means the answer
+    is text: None. Time is linear in the content, and JSON nested deeper than the parsers go is no
+    call.
     """
     text = content.strip()
     if not text:
@@ -145,8 +148,12 @@ def _blocks(text: str, opening: str, closing: str, *, fence: bool = False) -> li
 
 
 def _calls_in_json(text: str) -> list[ToolCall] | None:
-    """Calls in a JSON text: one object, a list, or objects one after another (else None)."""
-    values = _json_values(text.strip())
+    """Calls in a JSON text: one object, a list, or objects one after another (else None); a text
+    that is none of these but one object with doubled outer braces is read without them."""
+    text = text.strip()
+    values = _json_values(text)
+    if not values and text.startswith("{{") and text.endswith("}}"):
+        values = _json_values(text[1:-1])  # one pair stripped, once: no recursion, still linear
     if not values:
         return None
     objects = [item for value in values for item in (value if isinstance(value, list) else [value])]

@@ -1,4 +1,5 @@
-"""Structurally invalid answers (runs column ``valid`` false) are never accepted by any calibrated route."""
+"""Structurally invalid answers (runs column ``valid`` false) and answers cut at a cap the request did not
+set (``truncated`` true) are never accepted by any calibrated route."""
 
 from __future__ import annotations
 
@@ -84,4 +85,29 @@ def test_a_valid_cell_that_is_no_boolean_names_its_row(tmp_path: Path) -> None:
         + "\n"
     )
     with pytest.raises(RunsError, match=r"row 1: column 'valid': expected true or false"):
+        load_runs(path, score_column="conf")
+
+
+def test_a_row_cut_at_a_cap_the_request_did_not_set_is_never_accepted(tmp_path: Path) -> None:
+    # The cheap model's q3 answer is confident, right by its grade, but cut (``truncated``): the gateway
+    # escalates such an answer, so calibration must not count on accepting it.
+    path = tmp_path / "runs.jsonl"
+    lines = []
+    for query, model, correct, cost, score, _ in ROWS:
+        row = {"query_id": query, "model": model, "correct": correct, "cost_usd": cost, "conf": score}
+        row["truncated"] = "TRUE" if (query, model) == ("q3", "cheap") else False
+        lines.append(json.dumps(row))
+    path.write_text("\n".join(lines) + "\n")
+    matrix = load_runs(path, score_column="conf")
+    assert matrix.score[:, matrix.model_index("cheap")].tolist() == [0.99, 0.20, -np.inf, 0.60]
+    cheap = matrix.model_index("cheap")
+    for tau in frontier_thresholds(matrix.score[:, cheap]):
+        assert matrix.score[2, cheap] < tau
+
+
+def test_a_truncated_cell_that_is_no_boolean_names_its_row(tmp_path: Path) -> None:
+    path = tmp_path / "runs.jsonl"
+    row = {"query_id": "q", "model": "m", "correct": 1, "cost_usd": 0.1, "conf": 0.5, "truncated": "cut"}
+    path.write_text(json.dumps(row) + "\n")
+    with pytest.raises(RunsError, match=r"row 1: column 'truncated': expected true or false"):
         load_runs(path, score_column="conf")

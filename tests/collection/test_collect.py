@@ -144,3 +144,47 @@ async def test_torn_last_line_from_an_interrupted_write_is_dropped_and_redone(tm
     summary = await _run(path, upstream)
     assert summary.written == 1
     assert len(_rows(path)) == 8  # every line parses again
+
+
+class CutUpstream(Upstream):
+    """Every answer stops with ``finish_reason: length`` after its one completion token."""
+
+    def __call__(self, request: httpx.Request) -> httpx.Response:
+        response = super().__call__(request)
+        body = response.json()
+        body["choices"][0]["finish_reason"] = "length"
+        return httpx.Response(200, json=body)
+
+
+async def test_an_answer_cut_at_a_cap_the_run_did_not_set_is_recorded_truncated(tmp_path: Path) -> None:
+    from dataclasses import replace
+
+    from policies.request_defaults import RequestDefaults
+
+    # The run sets no cap and the member's defaults do (1 token): a `length` stop is that cap's.
+    member = replace(TARGETS[0], request_defaults=RequestDefaults.model_validate({"max_tokens": 1}))
+    path = tmp_path / "runs.jsonl"
+    with RunsWriter(path) as writer:
+        await collect(
+            PROMPTS[:1],
+            [member],
+            writer,
+            set(),
+            CollectOptions(),
+            transport=httpx.MockTransport(CutUpstream()),
+        )
+    (row,) = _rows(path)
+    assert row["truncated"] is True
+    # The run's own cap (1 token): the same stop is what was asked for.
+    path = tmp_path / "capped.jsonl"
+    with RunsWriter(path) as writer:
+        await collect(
+            PROMPTS[:1],
+            [member],
+            writer,
+            set(),
+            CollectOptions(max_tokens=1),
+            transport=httpx.MockTransport(CutUpstream()),
+        )
+    (row,) = _rows(path)
+    assert row["truncated"] is False

@@ -55,3 +55,56 @@ def test_generated_config_gives_members_their_models_server_and_request_defaults
         assert model.model == member.server
         assert model.base_url == f"http://127.0.0.1:{manifest.models[member.server].port}/v1"
         assert model.request_defaults == member.request_defaults
+
+
+def test_the_served_policy_is_the_arithmetic_policy_with_the_tool_call_policy_as_its_section(
+    repo_root: Path,
+) -> None:
+    from localpool.demo_policy import SERVED_POLICY, TEXT_POLICY, TOOLS_POLICY, compose
+
+    text, tools = load_policy(repo_root / TEXT_POLICY), load_policy(repo_root / TOOLS_POLICY)
+    served = load_policy(repo_root / SERVED_POLICY)
+    assert compose(text, tools) == served  # committed = what `python -m localpool.demo_policy` writes
+    assert served.tiers == text.tiers and served.scorer == text.scorer
+    section = (served.kinds or {})["tool_call"]
+    assert section.tiers == tools.tiers and section.scorer == tools.scorer and section.models == tools.models
+
+
+def test_the_demo_coverage_takes_every_calibration_question_and_leaves_words_out(repo_root: Path) -> None:
+    import json
+
+    from gateway.coverage import CoverageConfig, covered
+    from localpool.demo_cli import DEMO_COVERAGE, MULTI_STEP_QUESTION, QUICK_QUESTION
+
+    coverage = CoverageConfig.model_validate(DEMO_COVERAGE)
+    data = repo_root / "collection" / "data"
+    prompts = [QUICK_QUESTION, MULTI_STEP_QUESTION]
+    for name in ("arithmetic.jsonl", "arithmetic-quick.jsonl", "arithmetic-heldout.jsonl"):
+        prompts += [json.loads(line)["prompt"] for line in (data / name).read_text().splitlines()]
+    assert len(prompts) == 562
+    for prompt in prompts:
+        assert covered(coverage, {"messages": [{"role": "user", "content": prompt}]}, "text", {}), prompt
+    for words in ("hello", "Explain what a hash table is in two sentences."):
+        assert not covered(coverage, {"messages": [{"role": "user", "content": words}]}, "text", {})
+
+
+def test_the_demo_config_sends_what_the_policy_does_not_cover_to_the_chat_member(
+    repo_root: Path, tmp_path: Path
+) -> None:
+    from gateway.config import Settings
+    from localpool.demo_cli import DEFAULT_POLICY, DEMO_COVERAGE, read_policy, served_models
+    from localpool.demo_config import write_gateway_config
+
+    policy, names, _, heldout = read_policy(repo_root / DEFAULT_POLICY)
+    assert heldout is not None and heldout["tiers"]  # the arithmetic policy's held-out table
+    names = served_models(names, DEMO_COVERAGE)
+    assert {"qwen1.5b-fast", "qwen1.5b-think", "qwen0.5b-tools", "qwen1.5b-tools", "qwen1.5b-chat"} <= set(
+        names
+    )
+    config = pool_gateway_config(load_manifest(), names, policy, coverage=DEMO_COVERAGE)
+    settings = Settings.from_yaml(write_gateway_config(tmp_path / "g.yaml", config))
+    assert settings.coverage is not None and settings.coverage.otherwise == "qwen1.5b-chat"
+    chat = settings.models["qwen1.5b-chat"]
+    assert chat.request_defaults is not None and chat.request_defaults.system is None
+    assert chat.request_defaults.completion_cap() == 512
+    assert settings.models["qwen1.5b-tools"].tool_calls == "content"

@@ -80,6 +80,15 @@ def test_a_malformed_native_entry_is_a_call_without_name() -> None:
         ('{"name": "a", "arguments": {}}\n{"name": "b", "arguments": {}}', [("a", {}), ("b", {})]),
         # Arguments written as a JSON string are kept as that text.
         ('{"name": "a", "arguments": "{\\"x\\": 1}"}', [("a", {"x": 1})]),
+        # The outer braces doubled, as the local Qwen2.5-Coder models write it; bare and fenced.
+        (
+            '{{"name": "get_weather", "arguments": {"city": "Paris"}}}',
+            [("get_weather", {"city": "Paris"})],
+        ),
+        (
+            '```json\n{{"name": "get_weather", "arguments": {"city": "Paris"}}}\n```',
+            [("get_weather", {"city": "Paris"})],
+        ),
     ],
 )
 def test_calls_written_as_content_are_read(content, calls) -> None:
@@ -101,6 +110,10 @@ def test_calls_written_as_content_are_read(content, calls) -> None:
         "[]",
         '```python\nprint("hi")\n```',
         '[{"name": "a", "arguments": {}}, 5]',
+        # Doubled braces are stripped once, around one whole object only.
+        '{{{"name": "a", "arguments": {}}}}',
+        '{{"name": "a", "arguments": {}}} and more',
+        "{{}}",
     ],
 )
 def test_other_content_is_no_call(content) -> None:

@@ -81,6 +81,8 @@ class Reply:
             (``n_predict``, ``max_completion_tokens``, ``max_tokens``: the first one set), as a
             provider does; without a cap the scripted usage stands (an answer of any length).
         image_tokens: prompt tokens billed (and reported) per ``image_url`` part of the messages.
+        finish_reason: the answer's ``finish_reason`` (e.g. ``length``: cut at a cap); None: ``stop``
+            (``tool_calls`` with calls).
     """
 
     status: int = 200
@@ -103,6 +105,7 @@ class Reply:
     drop_connection: bool = False
     honour_cap: bool = False
     image_tokens: int = 0
+    finish_reason: str | None = None
 
 
 def ok(content: str = "Paris is the capital of France.", confidence: float | None = 0.99, **kw: Any) -> Reply:
@@ -510,6 +513,7 @@ def _completion(path: str, body: dict[str, Any], reply: Reply) -> dict[str, Any]
         if reply.tool_calls:
             message["tool_calls"] = reply.tool_calls
             finish = "tool_calls"
+        finish = reply.finish_reason or finish
         logprobs = _chat_logprobs(body, reply)
         if reply.tool_calls and logprobs is not None:
             logprobs = {"content": []}  # no content tokens to score
@@ -529,7 +533,7 @@ def _completion(path: str, body: dict[str, Any], reply: Reply) -> dict[str, Any]
                 "index": i,
                 "text": reply.content or "",
                 "logprobs": _legacy_logprobs(body, reply),
-                "finish_reason": "stop",
+                "finish_reason": reply.finish_reason or "stop",
             }
             for i in range(returned)
         ],
@@ -570,10 +574,11 @@ def _stream_chunks(path: str, body: dict[str, Any], reply: Reply) -> list[bytes]
         else:
             choice = {"index": 0, "text": token, "logprobs": logprobs, "finish_reason": None}
         events.append({**base, "choices": [choice]})
+    finish = reply.finish_reason or "stop"
     final = (
-        {"index": 0, "delta": {}, "finish_reason": "stop"}
+        {"index": 0, "delta": {}, "finish_reason": finish}
         if chat
-        else {"index": 0, "text": "", "finish_reason": "stop"}
+        else {"index": 0, "text": "", "finish_reason": finish}
     )
     events.append({**base, "choices": [final]})
     if (body.get("stream_options") or {}).get("include_usage"):
