@@ -18,8 +18,8 @@ from typing import TYPE_CHECKING, Any
 from gateway.blackbox_scoring import reserve_scoring_usd
 from gateway.cascade import CascadeEngine, scored_stage_body
 from gateway.config import ConfigError, LimitsConfig, LoggingConfig, ModelConfig
-from gateway.errors import BadRequestError
 from gateway.coverage import CoverageConfig
+from gateway.errors import BadRequestError
 from gateway.health import UpstreamHealth
 from gateway.learning.config import LearningConfig
 from gateway.logs import configure_logging, log_event
