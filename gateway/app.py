@@ -83,6 +83,7 @@ def build_gateway(settings: Settings, rng: random.Random | None = None) -> Gatew
         on_policy_loaded=events.policy_loaded,
         on_policy_failure=events.policy_failed,
         on_spend_fallback=events.spend_fallback,
+        on_rate_limited=events.rate_limited,
         on_auth_failure=events.auth_failed,
     )
     # The traffic sampler, only when enabled: its stores and judges are imported only then.

@@ -58,6 +58,10 @@ class StateEvents:
         """A keyed request's spend could not be checked in Redis (``reason``)."""
         self._metrics.child(self._metrics.spend_fallbacks, reason).inc()
 
+    def rate_limited(self, limit: str) -> None:
+        """A keyed request was refused by its ``limit`` (requests or tokens) rate limit."""
+        self._metrics.child(self._metrics.rate_limit_rejections, limit).inc()
+
     def auth_failed(self, reason: str, client: str | None) -> None:
         """A client key was refused (``reason``: missing or unknown); never given the key itself."""
         self._metrics.child(self._metrics.auth_failures, reason).inc()
@@ -221,6 +225,24 @@ class Gateway:
                 tokens = tokens_bound(merged, body_bytes + defaults.prompt_bytes())
             total += bound_usd(model.price, *tokens)
         return total + self._scoring_bound_usd(plan, request)
+
+    def reserve_tokens(self, plan: RoutePlan, request: ParsedRequest, body_bytes: int) -> int:
+        """Worst-case tokens (prompt + completion) of a request's route, counted against a key's
+        token rate limits at admission: every model of the route called, each bounded as
+        ``reserve_estimate`` bounds it (``policies.charges.tokens_bound``)."""
+        models = plan.route.models if plan.route is not None else [plan.model]
+        total = 0
+        for name in models:
+            model = self.models.get(name) if name is not None else None
+            if model is None:
+                continue
+            defaults = model.request_defaults
+            if defaults is None:
+                total += sum(tokens_bound(request.body, body_bytes))
+            else:
+                merged = merge_request_defaults(request.body, defaults, chat=request.kind == "chat")
+                total += sum(tokens_bound(merged, body_bytes + defaults.prompt_bytes()))
+        return total
 
     def _scoring_bound_usd(self, plan: RoutePlan, request: ParsedRequest) -> float:
         """Worst-case USD of a black-box scorer's extra calls on every scored stage of the route
