@@ -221,6 +221,12 @@ class LocalRateCounter:
             state.requests[i], state.tokens[i] = row[0], row[1]
         return True, state
 
+    def counts_of(self, windows: RateWindows, now: float) -> RateState:
+        """The windows' counts (nothing admitted)."""
+        self._expire(now)
+        rows = [self.counts.get(key) or [0, 0, 0] for key in windows.keys]
+        return RateState(windows, [r[0] for r in rows], [r[1] for r in rows])
+
     def undo(self, windows: RateWindows, tokens: int) -> None:
         """Take back an admission (its request was refused by the spend limit after all)."""
         for key in windows.keys:

@@ -97,6 +97,20 @@ class Reservation:
     ttl_s: int | None = None  # the spend counter's lifetime (a budget period's; None: the fixed window's)
 
 
+@dataclass(frozen=True, slots=True)
+class KeyUsage:
+    """A key's usage view (``SpendLimiter.usage``): its spend window, limit (nano-USD, with any
+    rollover; None: no USD limit), spent + reserved nano-USD, rate-limit counts, where they were
+    read (``redis``; ``memory``: no Redis; ``replica``: Redis down, this replica's counts) and when."""
+
+    window: SpendWindow
+    limit_nano: int | None
+    spent_nano: int
+    rate: RateState | None
+    source: str
+    now: float
+
+
 @dataclass(slots=True)
 class _Ledger:
     """What this replica knows about one key in one window (nano-USD)."""
@@ -405,6 +419,36 @@ class SpendLimiter:
         self._epoch = epoch
 
     # -- views ------------------------------------------------------------------------------------
+
+    async def usage(self, identity: ClientIdentity) -> KeyUsage:
+        """What ``identity`` has spent and counted now: its window, limit with rollover, spend
+        (settled + reserved) and rate-limit counts; from Redis when it answers, else from what
+        this replica counted (``source``)."""
+        assert identity.key_id is not None
+        key_id, now = identity.key_id, self._clock()
+        win = self.window(identity, now)
+        rates = (
+            RateWindows.at(identity.rate_limits, now, key_id, self._keys) if identity.rate_limits else None
+        )
+        limit = None if identity.limit_usd is None else _nano_limit(identity.limit_usd)
+        previous, cap = self._rollover(identity, win)
+        if self._store is not None:
+            counters = [self._keys.spend(key_id, win.start), *([previous] if previous else [])]
+            try:
+                spent, counts = await self._store.read(counters, rates.keys if rates is not None else ())
+            except (RedisError, OSError, TimeoutError):
+                pass
+            else:
+                if limit is not None and previous is not None:
+                    limit += min(cap, max(0, limit - spent[1]))
+                state = RateState(rates, [c[0] for c in counts], [c[1] for c in counts]) if rates else None
+                return KeyUsage(win, limit, spent[0], state, "redis", now)
+        ledger = self._ledgers.get((key_id, win.start))
+        if limit is not None:
+            limit = self._local_limit(identity, win, limit, known=self._store is None)
+        state = self._rates.counts_of(rates, now) if rates is not None else None
+        source = "memory" if self._store is None else "replica"
+        return KeyUsage(win, limit, _total(ledger) if ledger else 0, state, source, now)
 
     def rate_headers(self, reservation: Reservation | None) -> list[tuple[bytes, bytes]]:
         """The ``x-ratelimit-*`` headers of a rate-limited key's admitted request (else none)."""

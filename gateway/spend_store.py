@@ -243,6 +243,17 @@ class RedisSpendStore:
         )
         return int(result)
 
+    async def read(
+        self, counters: Sequence[str], windows: Sequence[str]
+    ) -> tuple[list[int], list[list[int]]]:
+        """The values of spend ``counters`` (0 when absent) and the (requests, tokens) of rate
+        ``windows``, in one pipeline (read-only: what a key's usage view shows)."""
+        gets = [self._batch.execute("GET", name) for name in counters]
+        hashes = [self._batch.execute("HMGET", name, "r", "t") for name in windows]
+        values = await asyncio.gather(*gets, *hashes)
+        spent = [int(v or 0) for v in values[: len(gets)]]
+        return spent, [[int(x or 0) for x in pair] for pair in values[len(gets) :]]
+
     async def counter(self, key_id: str, window: int) -> int:
         """The counter's value (0 when absent)."""
         raw = await self._batch.execute("GET", self.keys.spend(key_id, window))
