@@ -77,14 +77,15 @@ def list_keys(
     now = time.time() if now is None else now
     rows = []
     for key_hash, record in sorted(_records(client, keys).items(), key=lambda item: str(item[1].get("name"))):
+        key_id = key_id_of(key_hash)
         row = {
-            "key_id": key_id_of(key_hash),
+            "key_id": key_id,
             **{k: record.get(k) for k in ("name", "limit_usd", "created_at")},
         }
         limits = parse_rate_limits(record.get("rate_limits"))
         period = parse_period(record.get("budget_period"))
         window = PeriodClock().window(period, now) if period is not None else fixed_window(now, window_s)
-        counter = client.get(keys.spend(row["key_id"], window.start))
+        counter = client.get(keys.spend(key_id, window.start))
         row.update(
             rate_limits=[limit.model_dump(exclude_none=True) for limit in limits]
             if limits is not None

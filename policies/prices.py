@@ -105,6 +105,20 @@ class Price(BaseModel):
         )
         return total / _TOKENS_PER_MTOK
 
+    def parts_adjustment_usd(
+        self, cache_read: Tokens, cache_write: Tokens, reasoning: Tokens
+    ) -> Tokens | float:
+        """What the parts of a call's tokens change its ``cost_usd`` by (a column of calls too):
+        cache reads and writes at their rates instead of the input rate, reasoning at its rate
+        instead of the output rate (counts that are parts of the prompt and completion totals)."""
+        if self.input_per_mtok is None or self.output_per_mtok is None:
+            return 0.0
+        inp, out = self.input_per_mtok, self.output_per_mtok
+        read = _or(self.cache_read_per_mtok, inp) - inp
+        write = _or(self.cache_write_per_mtok, inp) - inp
+        think = _or(self.reasoning_per_mtok, out) - out
+        return (cache_read * read + cache_write * write + reasoning * think) / _TOKENS_PER_MTOK  # type: ignore[operator]
+
     def bound_cost_usd(self, prompt_tokens: int, completion_tokens: int) -> float:
         """USD of at most these tokens, however they split into parts: every input token at the
         highest input-side rate, every output token at the highest output-side rate (a worst case

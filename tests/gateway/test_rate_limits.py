@@ -15,7 +15,7 @@ from gateway.key_settings import RateLimit, parse_rate_limit_spec
 from gateway.rate_limits import duration
 from gateway.redis_batch import RedisBatcher
 from gateway.spend import SpendLimiter
-from tests.support.shared_redis import REDIS_URL
+from tests.support.shared_redis import REDIS_URL, RedisLink
 
 
 class Clock:
@@ -214,3 +214,24 @@ def test_rate_limit_specs_and_reset_durations() -> None:
         "6m0s",
         "1h2m3s",
     ]
+
+
+async def test_during_a_redis_outage_each_replica_applies_its_share_of_the_limit_in_process(keys) -> None:
+    link = RedisLink()
+    await link.up()
+    client = aioredis.from_url(link.url, decode_responses=True, socket_connect_timeout=0.5, socket_timeout=0.5)
+    clock = Clock(1_800_000_000.0)
+    limiter = SpendLimiter(window_s=3600, redis=client, keys=keys, clock=clock, outage_share=0.5)
+    identity = ClientIdentity("k-outage", 10.0, rate_limits=(RateLimit(window_s=60, requests=10),))
+    try:
+        first = await limiter.reserve(identity, 0.001)
+        assert first is not None and first.backend == "redis"
+        await link.down()
+        results = [await attempt(limiter, identity) for _ in range(8)]
+        admitted = [r for r in results if not isinstance(r, Exception)]
+        # Half of the limit in process (this replica's share), refused with the same 429 after.
+        assert len(admitted) == 5 and {r.backend for r in admitted} == {"memory"}
+        assert all(isinstance(r, RateLimitExceededError) for r in results[5:])
+    finally:
+        await client.aclose()
+        await link.down()
