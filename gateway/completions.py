@@ -193,7 +193,7 @@ class ApiEndpoint:
             request.worst_case_usd = gw.reserve_estimate(plan, parsed, translated.sent_bytes)
             # Worst-case tokens only for a key with a token limit (gateway.rate_limits).
             tokens = 0
-            if any(limit.tokens is not None for limit in identity.rate_limits):
+            if identity.rate_limits and any(limit.tokens is not None for limit in identity.rate_limits):
                 tokens = gw.reserve_tokens(plan, parsed, translated.sent_bytes)
             request.reservation = await gw.shared.spend.reserve(identity, request.worst_case_usd, tokens)
         except BudgetExceededError:

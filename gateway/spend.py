@@ -236,7 +236,9 @@ class SpendLimiter:
             epoch = self._epoch
             assert epoch is not None
             base.epoch = epoch
-            extras = ReserveExtras(rates, tokens, now, win.ttl_s, *self._rollover(identity, win))
+            extras = None  # a key without rate limits or a period: the store's fixed-window defaults
+            if rates is not None or identity.period is not None:
+                extras = ReserveExtras(rates, tokens, now, win.ttl_s, *self._rollover(identity, win))
             try:
                 reply = await self._store.reserve(key_id, window, op_id, amount, limit, epoch, extras=extras)
             except (RedisError, OSError, TimeoutError) as exc:

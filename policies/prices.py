@@ -117,7 +117,7 @@ class Price(BaseModel):
         read = _or(self.cache_read_per_mtok, inp) - inp
         write = _or(self.cache_write_per_mtok, inp) - inp
         think = _or(self.reasoning_per_mtok, out) - out
-        return (cache_read * read + cache_write * write + reasoning * think) / _TOKENS_PER_MTOK  # type: ignore[operator]
+        return (cache_read * read + cache_write * write + reasoning * think) / _TOKENS_PER_MTOK
 
     def bound_cost_usd(self, prompt_tokens: int, completion_tokens: int) -> float:
         """USD of at most these tokens, however they split into parts: every input token at the

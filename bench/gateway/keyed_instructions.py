@@ -18,7 +18,10 @@ also reported net of it (``net_instructions_per_request``: minus the idle rate t
 duration). The rows run ``--repeat`` times, interleaved, to show the spread. Redis's own command
 statistics (``INFO commandstats``, before and after each run) give the Redis commands per request
 by command: ``EVALSHA`` is the request path's scripts (reservation, settlement), ``HGET`` the key
-lookups when a key's 5 s cache entry expired, the rest background. Run it with ``PYTHONPATH`` set
+lookups when a key's 5 s cache entry expired (Redis also counts the commands a script calls, under
+their own names). The config's ``redis_timeout_s`` is raised to 5 s: under callgrind a Redis call
+takes longer than the default 0.1 s, which would send the keyed path to its outage fallback (the
+run fails if any request fell back). Run it with ``PYTHONPATH`` set
 to a copy of other code to measure that code (a key whose record has fields that code does not
 know is, to it, a plain ``spend`` key: then every row is the same path, and their spread is the
 measurement's noise).
@@ -41,6 +44,7 @@ from typing import Any
 
 import httpx
 import run_bench
+import yaml
 from learning_instructions import callgrind_serve, instructions
 from run_bench import REPO, body_for, nginx_upstream, redis_for, run_wrk, write_gateway_files
 
@@ -103,6 +107,16 @@ def delta(before: dict[str, int], after: dict[str, int]) -> dict[str, int]:
     return {name: calls for name, calls in changed.items() if calls}
 
 
+def fallback_count(base: str) -> float:
+    """``cascade_spend_fallback_total`` of the gateway, all reasons (0: every request used Redis)."""
+    text = httpx.get(base + "/metrics", timeout=60).text
+    return sum(
+        float(line.rsplit(" ", 1)[1])
+        for line in text.splitlines()
+        if line.startswith("cascade_spend_fallback_total")
+    )
+
+
 def idle(args: argparse.Namespace, pid: int, tmp: Path, redis_url: str) -> dict[str, Any]:
     """Instructions and Redis commands per second of the running gateway without requests."""
     subprocess.run(["callgrind_control", "-z", str(pid)], check=True, capture_output=True)
@@ -149,6 +163,9 @@ def one_key(
     bad = result["non_2xx"] + result["connect_errors"] + result["read_errors"] + result["timeouts"]
     if bad:
         raise RuntimeError(f"{name}: {bad} failed requests: {result}")
+    fallbacks = fallback_count(base)
+    if fallbacks:
+        raise RuntimeError(f"{name}: {fallbacks} requests counted spend in process: not the keyed path")
     n = result["requests"]
     row = {
         "key": name,
@@ -197,6 +214,10 @@ def main() -> None:
         with nginx_upstream(tmp, args.client_cpu) as nginx_port, redis_for(args, tmp) as redis_url:
             upstream = f"http://127.0.0.1:{nginx_port}/{args.body}/v1"
             config = write_gateway_files(tmp, upstream, redis_url=redis_url, body=args.body)
+            # Under callgrind a Redis reply takes far longer than the default 0.1 s bound: the keyed
+            # path would fall back to counting in process (a different path), so give it 5 s.
+            document = yaml.safe_load(config.read_text())
+            config.write_text(yaml.safe_dump({**document, "redis_timeout_s": 5}))
             made = add_keys(redis_url)
             with callgrind_serve(config, tmp, args.server_cpu) as (base, pid):
                 for key in made.values():  # every key looked up once: the first request's cost is no row's
