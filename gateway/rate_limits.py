@@ -30,6 +30,7 @@ from __future__ import annotations
 import math
 from collections.abc import Sequence
 from dataclasses import dataclass, field
+from typing import ClassVar
 
 from gateway.key_settings import RateLimit
 from gateway.redis_keys import RedisKeys
@@ -117,30 +118,68 @@ return result
 """
 
 RATE_REFUSED = -3
+_REQUEST_HEADERS = (
+    b"x-ratelimit-limit-requests",
+    b"x-ratelimit-remaining-requests",
+    b"x-ratelimit-reset-requests",
+)
+_TOKEN_HEADERS = (b"x-ratelimit-limit-tokens", b"x-ratelimit-remaining-tokens", b"x-ratelimit-reset-tokens")
 
 
-@dataclass(frozen=True, slots=True)
 class RateWindows:
-    """The current window of each of a key's rate limits, for one request."""
+    """The current window of each of a key's rate limits, for the requests until one of them ends
+    (``RateWindows.at`` reuses them: names, script arguments and header inputs are made once per
+    window, not per request)."""
 
-    limits: tuple[RateLimit, ...]
-    starts: tuple[int, ...]
-    keys: tuple[str, ...]  # Redis hash of each window
+    __slots__ = (
+        "args_tail",
+        "begins",
+        "ends",
+        "expires",
+        "keys",
+        "limits",
+        "request_caps",
+        "starts",
+        "token_caps",
+    )
+
+    _cache: ClassVar[dict[tuple[str, str, tuple[RateLimit, ...]], RateWindows]] = {}
+
+    def __init__(self, limits: tuple[RateLimit, ...], starts: tuple[int, ...], keys: tuple[str, ...]):
+        self.limits = limits
+        self.starts = starts
+        self.keys = keys  # Redis hash of each window
+        self.ends = tuple(start + limit.window_s for limit, start in zip(limits, starts, strict=True))
+        self.begins, self.expires = max(starts), min(self.ends)  # every window contains [begins, expires)
+        self.request_caps = tuple(limit.requests for limit in limits)
+        self.token_caps = tuple(limit.tokens for limit in limits)
+        # Per window: requests limit, tokens limit (-1: none), TTL (the window and a margin: set once,
+        # when the window's hash is created).
+        self.args_tail: list[int] = []
+        for limit in limits:
+            self.args_tail += [
+                _or_none(limit.requests),
+                _or_none(limit.tokens),
+                limit.window_s + _TTL_MARGIN_S,
+            ]
 
     @classmethod
-    def at(cls, limits: Sequence[RateLimit], now: float, key_id: str, keys: RedisKeys) -> RateWindows:
-        """The windows containing ``now``."""
+    def at(cls, limits: tuple[RateLimit, ...], now: float, key_id: str, keys: RedisKeys) -> RateWindows:
+        """The windows containing ``now`` (cached per key and limits until the first one ends)."""
+        slot = (keys.prefix, key_id, limits)
+        cached = cls._cache.get(slot)
+        if cached is not None and cached.begins <= now < cached.expires:
+            return cached
+        if len(cls._cache) > 10_000:
+            cls._cache.clear()  # bounded: one entry per active key
         starts = tuple(int(now // lim.window_s) * lim.window_s for lim in limits)
         names = tuple(keys.rate(key_id, lim.window_s, s) for lim, s in zip(limits, starts, strict=True))
-        return cls(tuple(limits), starts, names)
+        windows = cls._cache[slot] = cls(limits, starts, names)
+        return windows
 
     def args(self, tokens: int, now: float) -> list[int]:
         """The script's per-window ARGV (after the tokens): requests limit, tokens limit, ttl."""
-        out: list[int] = []
-        for limit, start in zip(self.limits, self.starts, strict=True):
-            ttl = max(1, math.ceil(start + limit.window_s - now)) + _TTL_MARGIN_S
-            out += [_or_none(limit.requests), _or_none(limit.tokens), ttl]
-        return out
+        return self.args_tail
 
 
 @dataclass(slots=True)
@@ -167,31 +206,32 @@ class RateState:
         return None
 
     def headers(self, now: float) -> list[tuple[bytes, bytes]]:
-        """``x-ratelimit-{limit,remaining,reset}-{requests,tokens}`` of the binding windows."""
+        """``x-ratelimit-{limit,remaining,reset}-{requests,tokens}`` of the binding windows (the
+        least remaining; among those, the one ending last)."""
         out: list[tuple[bytes, bytes]] = []
-        for kind, counts in (("requests", self.requests), ("tokens", self.tokens)):
-            best: tuple[int, float, int] | None = None  # (remaining, -reset, limit)
-            for i, limit in enumerate(self.windows.limits):
-                cap = limit.requests if kind == "requests" else limit.tokens
+        windows = self.windows
+        for names, caps, counts in (
+            (_REQUEST_HEADERS, windows.request_caps, self.requests),
+            (_TOKEN_HEADERS, windows.token_caps, self.tokens),
+        ):
+            best_cap = best_left = best_end = -1
+            for i, cap in enumerate(caps):
                 if cap is None:
                     continue
-                reset = self.windows.starts[i] + limit.window_s - now
-                candidate = (max(0, cap - counts[i]), -reset, cap)
-                if best is None or candidate < best:
-                    best = candidate
-            if best is not None:
-                remaining, reset, cap = best
-                out += [
-                    (b"x-ratelimit-limit-" + kind.encode(), b"%d" % cap),
-                    (b"x-ratelimit-remaining-" + kind.encode(), b"%d" % remaining),
-                    (b"x-ratelimit-reset-" + kind.encode(), duration(-reset).encode()),
-                ]
+                left = cap - counts[i]
+                left = left if left > 0 else 0
+                end = windows.ends[i]
+                if best_cap < 0 or left < best_left or (left == best_left and end > best_end):
+                    best_cap, best_left, best_end = cap, left, end
+            if best_cap >= 0:
+                out.append((names[0], b"%d" % best_cap))
+                out.append((names[1], b"%d" % best_left))
+                out.append((names[2], duration(best_end - now).encode()))
         return out
 
     def retry_after_s(self, index: int, now: float) -> int:
         """Whole seconds until window ``index`` ends (at least 1)."""
-        end = self.windows.starts[index] + self.windows.limits[index].window_s
-        return max(1, math.ceil(end - now))
+        return max(1, math.ceil(self.windows.ends[index] - now))
 
 
 @dataclass(slots=True)
