@@ -232,13 +232,16 @@ class Gateway:
         ``reserve_estimate`` bounds it (``policies.charges.tokens_bound``)."""
         models = plan.route.models if plan.route is not None else [plan.model]
         total = 0
+        plain: int | None = None  # the bound of the client's body as it is (no defaults)
         for name in models:
             model = self.models.get(name) if name is not None else None
             if model is None:
                 continue
             defaults = model.request_defaults
             if defaults is None:
-                total += sum(tokens_bound(request.body, body_bytes))
+                if plain is None:
+                    plain = sum(tokens_bound(request.body, body_bytes))
+                total += plain
             else:
                 merged = merge_request_defaults(request.body, defaults, chat=request.kind == "chat")
                 total += sum(tokens_bound(merged, body_bytes + defaults.prompt_bytes()))
