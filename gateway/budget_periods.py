@@ -20,8 +20,8 @@ script. A key created during the previous period gets no rollover from it.
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass
 from datetime import date, datetime, timedelta
+from typing import NamedTuple
 from zoneinfo import ZoneInfo
 
 from gateway.key_settings import BudgetPeriod
@@ -34,8 +34,7 @@ NEVER = 2**62
 NONE_TTL_S = 10 * 365 * 86400
 
 
-@dataclass(frozen=True, slots=True)
-class SpendWindow:
+class SpendWindow(NamedTuple):
     """One spend window: [start, end) in unix seconds, the counter's TTL when created, and the
     previous window's start when its unused limit rolls over (None: no rollover)."""
 

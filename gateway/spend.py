@@ -187,6 +187,7 @@ class SpendLimiter:
         self._keys = keys
         self._rates = LocalRateCounter()
         self._periods = PeriodClock()
+        self._fixed = SpendWindow(0, 0, 0)  # the current fixed window, made once per window
 
     def window_start(self) -> int:
         """Start (unix seconds) of the current fixed window (keys without a budget period)."""
@@ -196,7 +197,10 @@ class SpendLimiter:
         """The spend window of ``identity`` at ``now``: its budget period's, else the fixed one."""
         now = self._clock() if now is None else now
         if identity.period is None:
-            return fixed_window(now, self.window_s)
+            fixed = self._fixed
+            if not fixed.start <= now < fixed.end:
+                fixed = self._fixed = fixed_window(now, self.window_s)
+            return fixed
         return self._periods.window(identity.period, now, identity.created_at)
 
     # -- request path ---------------------------------------------------------------------------

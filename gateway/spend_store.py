@@ -207,7 +207,9 @@ class RedisSpendStore:
             args += windows.args(extras.tokens, extras.now)
         args.append(len(windows.keys) if windows is not None else 0)
         reply = await self._batch.run_script(_RESERVE_LUA, keys, args)
-        return ReserveReply(int(reply[0]), int(reply[1]), tuple(int(x) for x in reply[2:]))
+        return ReserveReply(
+            int(reply[0]), int(reply[1]), tuple(map(int, reply[2:])) if len(reply) > 2 else ()
+        )
 
     async def finish(
         self,

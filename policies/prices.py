@@ -88,7 +88,7 @@ class Price(BaseModel):
     def usage_cost_usd(self, usage: Usage) -> float:
         """USD of one call's normalised usage (``policies.usage``): each part at its rate. Without
         per-token prices, ``per_query_usd``."""
-        if self.input_per_mtok is None or self.output_per_mtok is None:
+        if self.input_per_mtok is None or self.output_per_mtok is None or not usage.has_parts:
             return float(self.cost_usd(usage.prompt_tokens, usage.completion_tokens))
         inp, out = self.input_per_mtok, self.output_per_mtok
         read = _or(self.cache_read_per_mtok, inp)

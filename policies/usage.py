@@ -25,17 +25,15 @@ detail can never make a call cheaper than its uncached input or negative.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
-from typing import Any, TypeGuard
+from typing import Any, NamedTuple, TypeGuard
 
 
-@dataclass(frozen=True, slots=True)
-class Usage:
+class Usage(NamedTuple):
     """A call's tokens in disjoint parts (each billed at its own rate).
 
     ``prompt_tokens`` and ``completion_tokens`` are the totals (what rate limits count and what the
     ``x-cascade-*`` facts and metrics report); the input parts sum to ``prompt_tokens`` and
-    ``reasoning_tokens`` is part of ``completion_tokens``.
+    ``reasoning_tokens`` is part of ``completion_tokens``. (A tuple: made on every upstream call.)
     """
 
     prompt_tokens: int
@@ -44,6 +42,13 @@ class Usage:
     cache_write_tokens: int = 0  # 5-minute (default lifetime) writes
     cache_write_1h_tokens: int = 0
     reasoning_tokens: int = 0
+
+    @property
+    def has_parts(self) -> bool:
+        """Whether any token is a cache read or write or reasoning (else only the totals matter)."""
+        return bool(self.cache_read_tokens or self.cache_write_tokens or self.cache_write_1h_tokens) or bool(
+            self.reasoning_tokens
+        )
 
     @property
     def uncached_prompt_tokens(self) -> int:
@@ -84,7 +89,11 @@ def _subset_form(
     prompt, completion = usage.get(prompt_key), usage.get(completion_key)
     if not (is_count(prompt) and is_count(completion)):
         return None
-    details = _mapping(usage.get(details_key))
+    raw_details = usage.get(details_key)
+    plain = raw_details is None and "cache_creation_input_tokens" not in usage
+    if plain and "completion_tokens_details" not in usage and "output_tokens_details" not in usage:
+        return Usage(prompt, completion)  # the common case: totals only
+    details = _mapping(raw_details)
     out_details = _mapping(usage.get("completion_tokens_details") or usage.get("output_tokens_details"))
     read = _count(details.get("cached_tokens"))
     write = _count(details.get("cache_write_tokens")) or _count(details.get("cache_creation_tokens"))

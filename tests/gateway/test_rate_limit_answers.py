@@ -21,8 +21,9 @@ RATE_HEADERS = {
 
 @pytest.fixture
 def limited(start_gateway, make_settings, monkeypatch, keys, sync_redis):
-    """One key with the config's default rate limits (3 requests, 100,000 tokens a minute), and a
-    Redis-stored key without any limit (its record says so: ``rate_limits: []``)."""
+    """One key with the config's default rate limits (3 requests, 100,000 tokens an hour: the
+    test's requests share one window), and a Redis-stored key without any limit (its record says
+    so: ``rate_limits: []``)."""
     from gateway.keys_cli import add_key
 
     monkeypatch.setenv("TEST_CLIENT_KEYS", KEY)
@@ -30,7 +31,7 @@ def limited(start_gateway, make_settings, monkeypatch, keys, sync_redis):
     settings = make_settings(
         auth={"api_keys_env": "TEST_CLIENT_KEYS", "admin_key_env": None},
         redis_url="redis://127.0.0.1:6379/0",
-        budgets={"rate_limits": [{"window_s": 60, "requests": 3, "tokens": 100_000}]},
+        budgets={"rate_limits": [{"window_s": 3600, "requests": 3, "tokens": 100_000}]},
     )
     return start_gateway(settings), unlimited
 
@@ -57,7 +58,7 @@ def test_each_api_answers_with_the_headers_and_refuses_in_its_own_shape(limited,
     refused = post(gateway, "/v1/responses", {"model": "cascade/direct", "input": "hi"})
     assert refused.status_code == 429 and set(refused.headers) >= RATE_HEADERS
     assert refused.json()["error"]["code"] == "rate_limit_exceeded"
-    assert 1 <= int(refused.headers["retry-after"]) <= 60
+    assert 1 <= int(refused.headers["retry-after"]) <= 3600
     chat_refused = post(gateway, "/v1/chat/completions", {"model": "cascade/direct", "messages": MESSAGES})
     assert chat_refused.json()["error"] == {
         "message": chat_refused.json()["error"]["message"],

@@ -62,9 +62,10 @@ def test_a_key_sees_its_own_spend_period_and_rate_limits(two_keys, upstream) -> 
     assert spend["remaining_usd"] == pytest.approx(1.999)
     assert spend["period"]["kind"] == "monthly" and spend["period"]["timezone"] == "Europe/Berlin"
     assert spend["period"]["start"] < spend["period"]["end"] and spend["period"]["resets_in_s"] > 0
-    minute, day = mine["rate_limits"]
-    assert minute["window_s"] == 60 and minute["requests"] == {"limit": 10, "used": 1, "remaining": 9}
-    assert minute["tokens"]["used"] == 15 and day["tokens"] is None
+    # Hour and day windows: a request and the read that follows it share them (but at a boundary).
+    hour, day = mine["rate_limits"]
+    assert hour["window_s"] == 3600 and hour["requests"] == {"limit": 10, "used": 1, "remaining": 9}
+    assert hour["tokens"]["used"] == 15 and day["tokens"] is None
     assert day["requests"] == {"limit": 500, "used": 1, "remaining": 499}
 
     theirs = usage(gateway, None, **{"x-api-key": key_b}).json()  # the Anthropic clients' header
