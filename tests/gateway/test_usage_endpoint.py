@@ -15,7 +15,7 @@ MESSAGES = [{"role": "user", "content": "hi"}]
 
 @pytest.fixture
 def two_keys(start_gateway, make_settings, keys, sync_redis):
-    """A gateway with two Redis keys: ``a`` (monthly period in Berlin, rollover, 2 rate windows)
+    """A gateway with two Redis keys: ``a`` (monthly period in Berlin, rollover, hour and day windows)
     and ``b`` (no limit of its own: the config's defaults)."""
     key_a, id_a = add_key(
         sync_redis,
@@ -23,7 +23,7 @@ def two_keys(start_gateway, make_settings, keys, sync_redis):
         2.0,
         keys,
         rate_limits=[
-            {"window_s": 60, "requests": 10, "tokens": 50_000},
+            {"window_s": 3600, "requests": 10, "tokens": 50_000},
             {"window_s": 86400, "requests": 500},
         ],
         period=BudgetPeriod(kind="monthly", timezone="Europe/Berlin", rollover_cap_usd=1.0),
