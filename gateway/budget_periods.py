@@ -71,16 +71,18 @@ class PeriodClock:
     """``SpendWindow`` of a period at a time, cached per (kind, timezone, rollover) until it ends."""
 
     def __init__(self) -> None:
-        self._cache: dict[BudgetPeriod, SpendWindow] = {}
+        # Keyed by the period's values (hashing the pydantic model itself costs microseconds).
+        self._cache: dict[tuple[str, str, float | None], SpendWindow] = {}
 
     def window(self, period: BudgetPeriod, now: float, created_at: float | None = None) -> SpendWindow:
         """The period's window containing ``now``; a key created after the previous period began
         (``created_at``) gets no rollover from it."""
-        cached = self._cache.get(period)
+        slot = (period.kind, period.timezone, period.rollover_cap_usd)
+        cached = self._cache.get(slot)
         if cached is None or not cached.start <= now < cached.end:
             if len(self._cache) > 1000:
                 self._cache.clear()  # bounded: periods are few (kinds x time zones in use)
-            cached = self._cache[period] = _period_window(period, now)
+            cached = self._cache[slot] = _period_window(period, now)
         if (
             cached.previous_start is not None
             and created_at is not None

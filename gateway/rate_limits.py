@@ -143,7 +143,7 @@ class RateWindows:
         "token_caps",
     )
 
-    _cache: ClassVar[dict[tuple[str, str, tuple[RateLimit, ...]], RateWindows]] = {}
+    _cache: ClassVar[dict[tuple[str, str], RateWindows]] = {}
 
     def __init__(self, limits: tuple[RateLimit, ...], starts: tuple[int, ...], keys: tuple[str, ...]):
         self.limits = limits
@@ -166,9 +166,11 @@ class RateWindows:
     @classmethod
     def at(cls, limits: tuple[RateLimit, ...], now: float, key_id: str, keys: RedisKeys) -> RateWindows:
         """The windows containing ``now`` (cached per key and limits until the first one ends)."""
-        slot = (keys.prefix, key_id, limits)
+        # Keyed by name, checked by identity: hashing and comparing the limits (pydantic models) would
+        # cost more than making the windows; a key's limits are one tuple while its record is cached.
+        slot = (keys.prefix, key_id)
         cached = cls._cache.get(slot)
-        if cached is not None and cached.begins <= now < cached.expires:
+        if cached is not None and cached.limits is limits and cached.begins <= now < cached.expires:
             return cached
         if len(cls._cache) > 10_000:
             cls._cache.clear()  # bounded: one entry per active key
