@@ -275,7 +275,9 @@ def test_cached_and_reasoning_token_columns_are_priced_at_the_part_rates(tmp_pat
 
 def test_a_negative_part_count_is_an_error_naming_its_row(tmp_path: Path) -> None:
     prices = tmp_path / "prices.yaml"
-    prices.write_text("models:\n  small: {input_per_mtok: 1, output_per_mtok: 2}\n  big: {per_query_usd: 1}\n")
+    prices.write_text(
+        "models:\n  small: {input_per_mtok: 1, output_per_mtok: 2}\n  big: {per_query_usd: 1}\n"
+    )
     df = frame().drop(columns="cost_usd").assign(prompt_tokens=10, completion_tokens=5, cached_tokens=0)
     df.loc[3, "cached_tokens"] = -1
     with pytest.raises(RunsError, match="cached_tokens"):

@@ -154,7 +154,9 @@ def test_a_row_carries_the_cached_and_reasoning_counts_and_is_priced_by_them() -
         name="cached",
         base_url="http://cached.test/v1",
         model="up-cached",
-        price=Price(input_per_mtok=3.0, output_per_mtok=15.0, cache_read_per_mtok=0.3, cache_write_per_mtok=3.75),
+        price=Price(
+            input_per_mtok=3.0, output_per_mtok=15.0, cache_read_per_mtok=0.3, cache_write_per_mtok=3.75
+        ),
     )
     body = {
         "choices": [{"message": {"content": "B"}}],

@@ -219,7 +219,9 @@ def test_rate_limit_specs_and_reset_durations() -> None:
 async def test_during_a_redis_outage_each_replica_applies_its_share_of_the_limit_in_process(keys) -> None:
     link = RedisLink()
     await link.up()
-    client = aioredis.from_url(link.url, decode_responses=True, socket_connect_timeout=0.5, socket_timeout=0.5)
+    client = aioredis.from_url(
+        link.url, decode_responses=True, socket_connect_timeout=0.5, socket_timeout=0.5
+    )
     clock = Clock(1_800_000_000.0)
     limiter = SpendLimiter(window_s=3600, redis=client, keys=keys, clock=clock, outage_share=0.5)
     identity = ClientIdentity("k-outage", 10.0, rate_limits=(RateLimit(window_s=60, requests=10),))
