@@ -37,6 +37,8 @@ from policies.call_tokens import SCORE_TOKENS
 
 REQUIRED_COLUMNS = ("query_id", "model", "correct")
 COST_COLUMNS = ("cost_usd", "prompt_tokens", "completion_tokens")
+# Parts of the token counts (policies.usage): priced at the price's part rates when present.
+PART_COLUMNS = ("cached_tokens", "cache_write_tokens", "reasoning_tokens")
 LOGPROBS_COLUMN = "logprobs"
 STRATA_COLUMN = "dataset"
 VALID_COLUMN = "valid"
@@ -181,6 +183,7 @@ def load_runs(
     wanted = {
         *REQUIRED_COLUMNS,
         *COST_COLUMNS,
+        *PART_COLUMNS,
         STRATA_COLUMN,
         VALID_COLUMN,
         TRUNCATED_COLUMN,
@@ -343,6 +346,7 @@ class _Builder:
         if all(c in self.columns.values for c in ("prompt_tokens", "completion_tokens")):
             prompt, _ = self.numeric("prompt_tokens")
             completion, _ = self.numeric("completion_tokens")
+        parts = self._part_counts() if prompt is not None else None
         cost = np.empty(model.shape[0], dtype=np.float64)
         for index, name in enumerate(names):  # a loop over models, not rows
             rows = codes == index
@@ -351,12 +355,30 @@ class _Builder:
                     None if prompt is None else prompt[rows],
                     None if completion is None else completion[rows],
                 )
+                if parts is not None and sheet[name].has_token_prices:
+                    cost[rows] += sheet[name].parts_adjustment_usd(*(part[rows] for part in parts))
             except PriceError:
                 raise RunsError(
                     f"{self.path}: model '{name}' has only token prices in {sheet_path} but the "
                     "runs have no 'prompt_tokens'/'completion_tokens' columns"
                 ) from None
         return cost
+
+    def _part_counts(self) -> tuple[np.ndarray, np.ndarray, np.ndarray] | None:
+        """The ``PART_COLUMNS`` (an absent column or empty cell: 0), or None when none is present."""
+        present = [c for c in PART_COLUMNS if c in self.columns.values]
+        if not present:
+            return None
+        counts = []
+        for name in PART_COLUMNS:
+            if name not in present:
+                counts.append(np.zeros(self.columns.rows.shape[0]))
+                continue
+            values, missing = self.numeric(name, allow_missing=True)
+            if (values[~missing] < 0).any():
+                raise self.fail("negative token count", int(np.flatnonzero((values < 0) & ~missing)[0]), name)
+            counts.append(np.where(missing, 0.0, values))
+        return counts[0], counts[1], counts[2]
 
     def flagged(self, column: str, *, flag: bool) -> np.ndarray:
         """(r,) bool: rows whose boolean ``column`` is ``flag`` (a missing column or cell is not):

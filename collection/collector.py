@@ -28,6 +28,7 @@ from collection.targets import Target
 from collection.upstream_call import CallError, call_model
 from policies.request_defaults import merge_request_defaults
 from policies.truncation import cut_short
+from policies.usage import normalize_usage
 
 # Completion tokens asked for when neither the question, the run nor the target's defaults set a cap
 # (one token: the answer letter of a multiple-choice question).
@@ -120,14 +121,19 @@ def build_row(
     except (KeyError, IndexError, TypeError, AttributeError) as exc:
         raise CallError(f"malformed response from {target.name}: no choices[0].message") from exc
     usage = body.get("usage") or {}
-    prompt_tokens = int(usage.get("prompt_tokens") or 0)
-    completion_tokens = int(usage.get("completion_tokens") or 0)
+    normal = normalize_usage(usage)
+    prompt_tokens = normal.prompt_tokens if normal is not None else int(usage.get("prompt_tokens") or 0)
+    completion_tokens = (
+        normal.completion_tokens if normal is not None else int(usage.get("completion_tokens") or 0)
+    )
     logprobs = (choice.get("logprobs") or {}).get("content")
     row: dict[str, Any] = {
         "query_id": prompt.query_id,
         "model": target.name,
         "correct": grade_message(prompt, message),
-        "cost_usd": target.price.cost_usd(prompt_tokens, completion_tokens),
+        "cost_usd": target.price.usage_cost_usd(normal)
+        if normal is not None
+        else target.price.cost_usd(prompt_tokens, completion_tokens),
         "prompt_tokens": prompt_tokens,
         "completion_tokens": completion_tokens,
         "latency_ms": round(latency_ms, 1),
@@ -137,6 +143,13 @@ def build_row(
         "truncated": cut_short({} if client_cap is None else {"max_tokens": client_cap}, body),
         **answer_fields(request if request is not None else prompt.request_fields(), message),
     }
+    if normal is not None:  # the parts the usage reported (priced at the part rates by calibration)
+        parts = {
+            "cached_tokens": normal.cache_read_tokens,
+            "cache_write_tokens": normal.cache_write_tokens + normal.cache_write_1h_tokens,
+            "reasoning_tokens": normal.reasoning_tokens,
+        }
+        row.update((name, count) for name, count in parts.items() if count)
     if prompt.dataset:
         row["dataset"] = prompt.dataset
     if prompt.subject:

@@ -38,6 +38,7 @@ from gateway.metrics import CONTENT_TYPE, GatewayMetrics
 from gateway.routing import CASCADE_MODEL
 from gateway.runtime import Gateway, StateEvents, build_traffic_sampler
 from gateway.state import build_shared_state
+from gateway.usage_endpoint import usage_router
 from policies.redaction import Redactor
 
 __all__ = ["Gateway", "GatewayApp", "build_gateway", "create_app", "error_parts"]
@@ -83,6 +84,7 @@ def build_gateway(settings: Settings, rng: random.Random | None = None) -> Gatew
         on_policy_loaded=events.policy_loaded,
         on_policy_failure=events.policy_failed,
         on_spend_fallback=events.spend_fallback,
+        on_rate_limited=events.rate_limited,
         on_auth_failure=events.auth_failed,
     )
     # The traffic sampler, only when enabled: its stores and judges are imported only then.
@@ -134,6 +136,7 @@ def create_app(settings: Settings, *, rng: random.Random | None = None) -> FastA
     )
     app.state.gateway = gateway
     app.include_router(admin_router(gateway.shared))
+    app.include_router(usage_router(gateway.shared, settings.budgets.window_s))
     app.fast_paths = {edge.path: ApiEndpoint(gateway, edge) for edge in api_edges()}
     for path, endpoint in app.fast_paths.items():  # also routed normally (405 on other methods)
         app.router.routes.append(Route(path, endpoint, methods=["POST"]))

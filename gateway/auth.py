@@ -1,8 +1,9 @@
 """Client and admin API keys, stored and compared only as SHA-256 hashes.
 
 Client keys come from the environment variable named by ``auth.api_keys_env`` (comma-separated) and,
-with Redis, from the hash ``{prefix}:keys`` (sha256(key) -> JSON ``{"name", "limit_usd"}``), which
-``cascade keys add`` fills. With no key anywhere the gateway is open only if the config says so
+with Redis, from the hash ``{prefix}:keys`` (sha256(key) -> JSON ``{"name", "limit_usd"}``, and
+optionally ``rate_limits`` and ``budget_period``, gateway.key_settings), which ``cascade keys add``
+fills. With no key anywhere the gateway is open only if the config says so
 (``auth.open: true``, logged once at start); otherwise an empty key store refuses every request
 with 401 and says why in the log, so a Redis that lost its data never opens the gateway. Once any
 key exists the gateway requires one; it does not reopen by itself if keys are later removed.
@@ -18,6 +19,7 @@ import os
 import time
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
+from datetime import UTC, datetime
 from typing import Any
 
 from redis.asyncio import Redis
@@ -25,6 +27,7 @@ from redis.exceptions import RedisError
 
 from gateway.auth_throttle import AuthFailureThrottle, client_host
 from gateway.errors import AuthenticationError, AuthThrottledError, AuthUnavailableError
+from gateway.key_settings import BudgetPeriod, RateLimit, merge_windows, parse_period, parse_rate_limits
 from gateway.redis_batch import RedisBatcher
 from gateway.redis_keys import RedisKeys
 
@@ -39,11 +42,21 @@ KEY_ID_CHARS = 16
 
 @dataclass(frozen=True, slots=True)
 class ClientIdentity:
-    """Who is calling: ``key_id`` is a short hash of the key (None on an open gateway)."""
+    """Who is calling: ``key_id`` is a short hash of the key (None on an open gateway); its USD
+    limit, rate limits and budget period (gateway.key_settings; None: the fixed window), and when
+    it was created (unix seconds, None if unknown)."""
 
     key_id: str | None
     limit_usd: float | None
     name: str | None = None
+    rate_limits: tuple[RateLimit, ...] = ()
+    period: BudgetPeriod | None = None
+    created_at: float | None = None
+
+    @property
+    def metered(self) -> bool:
+        """Whether the key's requests are reserved for (a USD limit or a rate limit)."""
+        return self.key_id is not None and (self.limit_usd is not None or bool(self.rate_limits))
 
 
 ANONYMOUS = ClientIdentity(key_id=None, limit_usd=None)
@@ -105,11 +118,20 @@ class Authenticator:
         allow_open: bool = False,
         on_failure: AuthFailed | None = None,
         throttle: AuthFailureThrottle | None = None,
+        default_rate_limits: tuple[RateLimit, ...] = (),
+        default_period: BudgetPeriod | None = None,
     ):
         """``on_failure(reason, client)`` is told of every refused client key (see ``authenticate``);
-        ``throttle`` holds off addresses that keep sending refused keys (None: never)."""
+        ``throttle`` holds off addresses that keep sending refused keys (None: never);
+        ``default_*``: what a key without its own limits gets (the config's ``budgets``)."""
+        default_rate_limits = merge_windows(default_rate_limits)
+        self._default_rates = default_rate_limits
+        self._default_period = default_period
         self._static = {
-            hash_key(k): ClientIdentity(key_id_of(hash_key(k)), default_limit_usd) for k in env_keys
+            hash_key(k): ClientIdentity(
+                key_id_of(hash_key(k)), default_limit_usd, None, default_rate_limits, default_period
+            )
+            for k in env_keys
         }
         self._admin_hash = hash_key(admin_key) if admin_key else None
         self._default_limit = default_limit_usd
@@ -274,12 +296,17 @@ class Authenticator:
             record = json.loads(raw)
         except ValueError:
             record = {}
-        limit = record.get("limit_usd") if isinstance(record, dict) else None
-        name = record.get("name") if isinstance(record, dict) else None
+        record = record if isinstance(record, dict) else {}
+        limit, name = record.get("limit_usd"), record.get("name")
+        rates = parse_rate_limits(record.get("rate_limits"))
+        period = parse_period(record.get("budget_period"))
         return ClientIdentity(
             key_id=key_id_of(key_hash),
             limit_usd=float(limit) if isinstance(limit, int | float) else self._default_limit,
             name=name if isinstance(name, str) else None,
+            rate_limits=rates if rates is not None else self._default_rates,
+            period=period or self._default_period,
+            created_at=_unix_time(record.get("created_at")),
         )
 
     async def _refresh_closed(self, force: bool = False) -> None:
@@ -312,6 +339,8 @@ def authenticator_from_env(
     allow_open: bool = False,
     on_failure: AuthFailed | None = None,
     throttle: AuthFailureThrottle | None = None,
+    default_rate_limits: tuple[RateLimit, ...] = (),
+    default_period: BudgetPeriod | None = None,
 ) -> Authenticator:
     """An Authenticator reading keys from the named environment variables (at call time)."""
     return Authenticator(
@@ -325,4 +354,17 @@ def authenticator_from_env(
         allow_open=allow_open,
         on_failure=on_failure,
         throttle=throttle,
+        default_rate_limits=default_rate_limits,
+        default_period=default_period,
     )
+
+
+def _unix_time(value: object) -> float | None:
+    """An ISO-8601 time (a key record's ``created_at``) as unix seconds, or None."""
+    if not isinstance(value, str):
+        return None
+    try:
+        moment = datetime.fromisoformat(value)
+    except ValueError:
+        return None
+    return (moment if moment.tzinfo else moment.replace(tzinfo=UTC)).timestamp()

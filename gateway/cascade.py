@@ -337,6 +337,9 @@ class CascadeEngine:
     def record(self, facts: CascadeFacts, model: str, charge: Charge) -> None:
         """Add one charge to the facts and the metrics."""
         facts.cost_usd += charge.usd
+        facts.tokens += charge.prompt_tokens + charge.completion_tokens
+        if not (charge.prompt_tokens or charge.completion_tokens):
+            facts.tokens_unknown = True  # charged without counts: rate limits keep the reserved tokens
         metrics = self._metrics
         metrics.child(metrics.cost, facts.tier, model).inc(charge.usd)
         if charge.prompt_tokens:

@@ -144,12 +144,14 @@ class ApiEndpoint:
             request.status, request.outcome = 408 if scope.get(BODY_TIMED_OUT) else 499, "error"
         except GatewayError as error:
             request.status = error.status
-            await self._send_error(request.exchange, error, request.request_id, request.translator)
+            await self._send_error(request.exchange, error, request.request_id, request.translator, request)
         except Exception:
             log_exception("request_failed", request_id=request.request_id, route=self.path)
             request.status = 500
             internal = InternalError(f"internal error (request {request.request_id})")
-            await self._send_error(request.exchange, internal, request.request_id, request.translator)
+            await self._send_error(
+                request.exchange, internal, request.request_id, request.translator, request
+            )
         finally:
             if request.watcher is not None:
                 request.watcher.cancel()
@@ -205,7 +207,11 @@ class ApiEndpoint:
         try:
             # The prompt bound is the request the engine sends, with all a translation added.
             request.worst_case_usd = gw.reserve_estimate(plan, parsed, translated.sent_bytes)
-            request.reservation = await gw.shared.spend.reserve(identity, request.worst_case_usd)
+            # Worst-case tokens only for a key with a token limit (gateway.rate_limits).
+            tokens = 0
+            if identity.rate_limits and any(limit.tokens is not None for limit in identity.rate_limits):
+                tokens = gw.reserve_tokens(plan, parsed, translated.sent_bytes)
+            request.reservation = await gw.shared.spend.reserve(identity, request.worst_case_usd, tokens)
         except BudgetExceededError:
             gw.metrics.budget_rejections.inc()
             raise
@@ -237,6 +243,7 @@ class ApiEndpoint:
             (b"content-length", str(len(payload)).encode()),
             (b"x-request-id", request.request_id.encode()),
             *facts.headers(overhead_ms),
+            *self.gateway.shared.spend.rate_headers(request.reservation),
         ]
         await request.exchange.start(200, out)
         await request.exchange.body(payload, more=False)
@@ -254,9 +261,9 @@ class ApiEndpoint:
         current.uncancel()  # cut at the end of the shutdown grace
         request.status, request.outcome, request.interrupted = ShuttingDownError.status, "error", True
         # Settle before writing to the client: a slow client must not keep the reservation.
-        await gw.shared.spend.settle(request.reservation, facts.cost_usd if facts else 0.0)
+        await gw.shared.spend.settle(request.reservation, facts.cost_usd if facts else 0.0, _tokens(facts))
         error = ShuttingDownError(_SHUTDOWN_MESSAGE)
-        await self._send_error(request.exchange, error, request.request_id, request.translator)
+        await self._send_error(request.exchange, error, request.request_id, request.translator, request)
         return True
 
     async def _finish(self, request: _Request) -> None:
@@ -265,7 +272,7 @@ class ApiEndpoint:
         if facts is not None and request.outcome == "error" and facts.outcome != "error":
             facts.outcome = "error"
         if reservation is not None:
-            await gw.shared.spend.settle(reservation, facts.cost_usd if facts else 0.0)
+            await gw.shared.spend.settle(reservation, facts.cost_usd if facts else 0.0, _tokens(facts))
         if request.interrupted:
             gw.metrics.shutdown_interrupted.inc()
             log_event(
@@ -293,7 +300,8 @@ class ApiEndpoint:
         async with aclosing(events):  # an abandoned stream is charged when its iterator closes
             async for event in events:
                 if isinstance(event, StreamStart):
-                    await exchange.start(200, [*event.headers, (b"x-request-id", request_id.encode())])
+                    rate = self.gateway.shared.spend.rate_headers(request.reservation)
+                    await exchange.start(200, [*event.headers, (b"x-request-id", request_id.encode()), *rate])
                 elif isinstance(event, StreamFailed):
                     data = translator.fail(event.error) if translator is not None else event.data
                     await exchange.body(data, more=False)
@@ -314,7 +322,10 @@ class ApiEndpoint:
         error: GatewayError,
         request_id: str,
         translator: StreamTranslator | None = None,
+        request: _Request | None = None,
     ) -> None:
+        """The error in the edge's shape (an SSE error event inside a stream); an admitted request
+        of a rate-limited key carries its ``x-ratelimit-*`` headers."""
         if exchange.done:
             return
         if exchange.started:  # inside a stream: the API's error event, never a silent truncation
@@ -322,6 +333,8 @@ class ApiEndpoint:
             await exchange.body(data, more=False)
             return
         status, headers, payload = self.edge.error_parts(error, request_id)
+        if request is not None and request.reservation is not None:
+            headers += self.gateway.shared.spend.rate_headers(request.reservation)
         headers.append((b"content-length", str(len(payload)).encode()))
         await exchange.start(status, headers)
         await exchange.body(payload, more=False)
@@ -423,6 +436,13 @@ async def _watch_disconnect(receive: Receive, exchange: _Exchange, task: asyncio
                 exchange.gone = True
                 task.cancel()
             return
+
+
+def _tokens(facts: CascadeFacts | None) -> int | None:
+    """Tokens the request's calls used (rate limits settle to it), None when some call's are unknown."""
+    if facts is None:
+        return 0
+    return None if facts.tokens_unknown else facts.tokens
 
 
 def _text(value: bytes | None) -> str | None:

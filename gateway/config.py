@@ -24,6 +24,7 @@ from pydantic_settings import BaseSettings, PydanticBaseSettingsSource, Settings
 
 from gateway.coverage import CoverageConfig
 from gateway.drift import DriftConfig
+from gateway.key_settings import BudgetPeriod, RateLimit
 from gateway.learning.config import LearningConfig
 from gateway.redis_keys import is_redis_url
 from policies import Price
@@ -151,6 +152,16 @@ class BudgetConfig(_Section):
         le=1,
         description="share of a key's remaining budget one replica may admit on its own "
         "during an outage (1/N for N replicas: never above the limit)",
+    )
+    rate_limits: list[RateLimit] = Field(
+        default_factory=list,
+        description="default request/token rate limits of a key without its own: "
+        "[{window_s, requests, tokens}, ...] (gateway.rate_limits)",
+    )
+    period: BudgetPeriod | None = Field(
+        None,
+        description="default budget period of a key without its own: {kind: none|daily|weekly|monthly, "
+        "timezone, rollover_cap_usd}; null: the fixed window_s window",
     )
 
 

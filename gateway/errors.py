@@ -113,6 +113,21 @@ class RateLimitedError(GatewayError):
     code = "rate_limited"
 
 
+class RateLimitExceededError(GatewayError):
+    """429: the client key's request or token rate limit for the current window is reached.
+
+    Shaped as OpenAI's own rate-limit error: ``type`` is the limit reached (``requests`` or
+    ``tokens``), ``code`` ``rate_limit_exceeded``.
+    """
+
+    status = 429
+    code = "rate_limit_exceeded"
+
+    def __init__(self, message: str, *, limit_kind: str, headers: dict[str, str] | None = None):
+        super().__init__(message, headers=headers)
+        self.type = limit_kind
+
+
 class AuthUnavailableError(GatewayError):
     """503: a key could not be checked because Redis is unreachable and the key is not cached."""
 

@@ -29,6 +29,9 @@ class CascadeFacts:
     score: float | None = None
     threshold: float | None = None
     cost_usd: float = 0.0
+    # Tokens of every call (prompt + completion, as charged); unknown when a call had no counts.
+    tokens: int = 0
+    tokens_unknown: bool = False
     upstream_s: float = 0.0
     degraded: bool = False
     outcome: str = "error"

@@ -169,6 +169,12 @@ class GatewayMetrics:
             "Requests refused because a key's spend limit was reached.",
             registry=r,
         )
+        self.rate_limit_rejections = Counter(
+            "cascade_rate_limit_rejections",
+            "Requests refused because a key's rate limit was reached, by limit (requests, tokens).",
+            ["limit"],
+            registry=r,
+        )
         self.spend_fallbacks = Counter(
             "cascade_spend_fallback",
             "Keyed requests whose spend could not be checked in Redis, by reason "

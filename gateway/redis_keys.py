@@ -45,6 +45,11 @@ class RedisKeys(PolicyKeys):
         """Marker of a write-back already applied (short TTL)."""
         return f"{self.prefix}:spend:applied:{op_id}"
 
+    def rate(self, key_id: str, window_s: int, window_start: int) -> str:
+        """Hash {"r": requests, "t": tokens} of one client key in one window of one rate limit
+        (gateway.rate_limits; expires with the window)."""
+        return f"{self.prefix}:rate:{key_id}:{window_s}:{window_start}"
+
     @property
     def spend_epoch(self) -> str:
         """Random id of this Redis's spend data; missing or new means the data was lost."""

@@ -12,7 +12,7 @@ import asyncio
 import logging
 import random
 import time
-from collections.abc import Mapping
+from collections.abc import Iterator, Mapping
 from typing import TYPE_CHECKING, Any
 
 from gateway.blackbox_scoring import reserve_scoring_usd
@@ -70,6 +70,10 @@ class StateEvents:
     def spend_fallback(self, reason: str) -> None:
         """A keyed request's spend could not be checked in Redis (``reason``)."""
         self._metrics.child(self._metrics.spend_fallbacks, reason).inc()
+
+    def rate_limited(self, limit: str) -> None:
+        """A keyed request was refused by its ``limit`` (requests or tokens) rate limit."""
+        self._metrics.child(self._metrics.rate_limit_rejections, limit).inc()
 
     def auth_failed(self, reason: str, client: str | None) -> None:
         """A client key was refused (``reason``: missing or unknown); never given the key itself."""
@@ -224,12 +228,28 @@ class Gateway:
         cost and releases the rest, so over-reserving never overcharges; it only keeps a key from
         starting requests it might not be able to pay for.
         """
+        parts = part_counts(request.body)  # {} for a request of text only: nothing to check
+        total = 0.0
+        for model, tokens in self._route_tokens(plan, request, body_bytes, parts):
+            total += bound_usd(model.price, *tokens)
+        return total + self._scoring_bound_usd(plan, request, parts)
+
+    def reserve_tokens(self, plan: RoutePlan, request: ParsedRequest, body_bytes: int) -> int:
+        """Worst-case tokens (prompt + completion) of a request's route, counted against a key's
+        token rate limits at admission: every model of the route called, each bounded exactly as
+        ``reserve_estimate`` bounds it."""
+        parts = part_counts(request.body)
+        return sum(sum(tokens) for _, tokens in self._route_tokens(plan, request, body_bytes, parts))
+
+    def _route_tokens(
+        self, plan: RoutePlan, request: ParsedRequest, body_bytes: int, parts: dict[str, int]
+    ) -> Iterator[tuple[ModelConfig, tuple[int, int]]]:
+        """(model, (prompt, completion) token bound) of every model of the route, as
+        ``reserve_estimate`` describes; BadRequestError (400) for a priced part a model cannot bound."""
         models = plan.route.models if plan.route is not None else [plan.model]
         body = request.body
-        parts = part_counts(body)  # {} for a request of text only: nothing to check
         # The client's body as it is (no defaults): prompt bytes, largest cap, choices x prompts.
         plain: tuple[int, int, int] | None = None
-        total = 0.0
         for name in models:
             model = self.models.get(name) if name is not None else None
             if model is None:
@@ -249,12 +269,11 @@ class Gateway:
                     )
                 prompt, cap, completions = plain
                 prompt += added + (part_tokens_bound(body, limits) if parts else 0)
-                tokens = (prompt, (cap or limits.default_cap) * completions)
+                yield model, (prompt, (cap or limits.default_cap) * completions)
             else:
                 merged = merge_request_defaults(body, defaults, chat=request.kind == "chat")
-                tokens = sending_tokens_bound(merged, body_bytes + added + defaults.prompt_bytes(), limits)
-            total += bound_usd(model.price, *tokens)
-        return total + self._scoring_bound_usd(plan, request, parts)
+                sent_bytes = body_bytes + added + defaults.prompt_bytes()
+                yield model, sending_tokens_bound(merged, sent_bytes, limits)
 
     def _scoring_bound_usd(self, plan: RoutePlan, request: ParsedRequest, parts: dict[str, int]) -> float:
         """Worst-case USD of a black-box scorer's extra calls on every scored stage of the route

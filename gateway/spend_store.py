@@ -12,6 +12,10 @@ counting twice:
   and leaves a tombstone so a reservation still in flight is refused when it lands.
 * ``apply_once(op_id, amount)``: adds spend counted elsewhere (in process during an outage) once.
 
+The reservation also checks and counts the key's rate limits, and ``finish`` settles their tokens,
+in the same scripts (gateway.rate_limits: their keys and arguments follow the spend ones), so a
+keyed request still costs one round trip to admit and one to settle.
+
 Amounts are integers of at most ``MAX_NANO`` (the largest Redis integer); the scripts pass them to
 Redis as decimal strings, never as Lua numbers, so any amount is counted exactly, and a counter
 that would pass ``MAX_NANO`` stays at it.
@@ -29,11 +33,14 @@ from __future__ import annotations
 
 import asyncio
 import os
+from collections.abc import Sequence
 from dataclasses import dataclass
 
 from redis.asyncio import Redis
 
-from gateway.redis_batch import LuaScript, RedisBatcher
+from gateway import rate_limits
+from gateway.rate_limits import RateWindows
+from gateway.redis_batch import Arg, LuaScript, RedisBatcher
 from gateway.redis_keys import RedisKeys
 
 EPOCH_CHANGED = -2
@@ -56,9 +63,7 @@ local function add(key, delta)
 end
 """
 
-_RESERVE_LUA = LuaScript.of(
-    _SATURATING_ADD
-    + """
+_RESERVE_BODY = """
 if redis.call('GET', KEYS[4]) ~= ARGV[5] then return {-2, '0'} end
 if redis.call('EXISTS', KEYS[3]) == 1 then return {-1, '0'} end
 local counted = redis.call('GET', KEYS[1]) or '0'
@@ -74,11 +79,18 @@ for i = 1, 2 do
 end
 return {1, redis.call('GET', KEYS[1])}
 """
+# The key's rate limits (and a budget period's rollover) are checked in the same script, around the
+# spend part (gateway.rate_limits): one round trip admits both or neither.
+_RESERVE_LUA = LuaScript.of(
+    _SATURATING_ADD
+    + rate_limits.RESERVE_PRELUDE
+    + "local function spend_reserve()"
+    + _RESERVE_BODY
+    + "end"
+    + rate_limits.RESERVE_MAIN
 )
 
-_FINISH_LUA = LuaScript.of(
-    _SATURATING_ADD
-    + """
+_FINISH_BODY = """
 if redis.call('GET', KEYS[4]) ~= ARGV[3] then return -2 end
 local amount = redis.call('HGET', KEYS[2], ARGV[1])
 if not amount then
@@ -92,6 +104,9 @@ if redis.call('EXISTS', KEYS[1]) == 1 then
 end
 return 1
 """
+# A settled reservation's tokens are settled in its rate-limit windows in the same script.
+_FINISH_LUA = LuaScript.of(
+    _SATURATING_ADD + "local function spend_finish()" + _FINISH_BODY + "end" + rate_limits.FINISH_MAIN
 )
 
 _APPLY_ONCE_LUA = LuaScript.of(
@@ -108,10 +123,30 @@ return 1
 
 @dataclass(frozen=True, slots=True)
 class ReserveReply:
-    """``status``: 1 admitted, 0 refused (over the limit), -1 cancelled already, -2 epoch changed."""
+    """``status``: 1 admitted, 0 refused (over the limit), -1 cancelled already, -2 epoch changed,
+    -3 refused by a rate limit; ``rate_counts``: (requests, tokens) of each rate window, flattened."""
 
     status: int
     spent_nano: int
+    rate_counts: tuple[int, ...] = ()
+
+
+@dataclass(frozen=True, slots=True)
+class ReserveExtras:
+    """What a reservation checks beyond the spend limit, in the same script: the key's rate-limit
+    windows (``rate``, with the request's worst-case ``tokens`` and the time ``now``), a budget
+    period's counter lifetime (``ttl_s``; None: the store's) and rollover (``rollover_from``: the
+    previous period's counter; ``rollover_cap_nano``: the most of its unused limit carried over)."""
+
+    rate: RateWindows | None = None
+    tokens: int = 0
+    now: float = 0.0
+    ttl_s: int | None = None
+    rollover_from: str | None = None
+    rollover_cap_nano: int = 0
+
+
+_NO_EXTRAS = ReserveExtras()
 
 
 def new_op_id() -> str:
@@ -149,36 +184,77 @@ class RedisSpendStore:
         return value.decode() if isinstance(value, bytes) else str(value)
 
     async def reserve(
-        self, key_id: str, window: int, op_id: str, amount: int, limit: int, epoch: str
+        self,
+        key_id: str,
+        window: int,
+        op_id: str,
+        amount: int,
+        limit: int,
+        epoch: str,
+        *,
+        extras: ReserveExtras | None = None,
     ) -> ReserveReply:
-        """Admit ``amount`` nano-USD if it fits under ``limit``; see the module docstring."""
-        status, spent = await self._batch.run_script(
-            _RESERVE_LUA,
-            self._spend_keys(key_id, window, op_id),
-            (amount, limit, self._counter_ttl_s, op_id, epoch),
+        """Admit ``amount`` nano-USD if it fits under ``limit`` (and the key's rate limits admit the
+        request, ``extras``); see the module docstring."""
+        extras = extras or _NO_EXTRAS
+        windows = extras.rate
+        keys = self._spend_keys(key_id, window, op_id)
+        keys.append(extras.rollover_from or keys[0])
+        args: list[Arg] = [amount, limit, extras.ttl_s or self._counter_ttl_s, op_id, epoch]
+        args += [extras.rollover_cap_nano if extras.rollover_from else -1, extras.tokens]
+        if windows is not None:
+            keys += windows.keys
+            args += windows.args(extras.tokens, extras.now)
+        args.append(len(windows.keys) if windows is not None else 0)
+        reply = await self._batch.run_script(_RESERVE_LUA, keys, args)
+        return ReserveReply(
+            int(reply[0]), int(reply[1]), tuple(map(int, reply[2:])) if len(reply) > 2 else ()
         )
-        return ReserveReply(int(status), int(spent))
 
     async def finish(
-        self, key_id: str, window: int, op_id: str, actual: int, epoch: str, *, cancel: bool = False
+        self,
+        key_id: str,
+        window: int,
+        op_id: str,
+        actual: int,
+        epoch: str,
+        *,
+        cancel: bool = False,
+        rate_keys: Sequence[str] = (),
+        tokens_delta: int = 0,
+        requests_delta: int = 0,
     ) -> int:
-        """Replace reservation ``op_id`` by ``actual``: 1 done, 0 nothing pending, -2 epoch changed."""
+        """Replace reservation ``op_id`` by ``actual`` (and its reserved tokens by ``tokens_delta``
+        more in the windows ``rate_keys``): 1 done, 0 nothing pending, -2 epoch changed."""
+        keys = [*self._spend_keys(key_id, window, op_id), *rate_keys]
+        args: list[Arg] = [op_id, actual, epoch, _MARKER_TTL_S, 1 if cancel else 0]
         result = await self._batch.run_script(
-            _FINISH_LUA,
-            self._spend_keys(key_id, window, op_id),
-            (op_id, actual, epoch, _MARKER_TTL_S, 1 if cancel else 0),
+            _FINISH_LUA, keys, [*args, tokens_delta, requests_delta, len(rate_keys)]
         )
         return int(result)
 
-    async def apply_once(self, key_id: str, window: int, op_id: str, amount: int, epoch: str) -> int:
+    async def apply_once(
+        self, key_id: str, window: int, op_id: str, amount: int, epoch: str, ttl_s: int | None = None
+    ) -> int:
         """Add ``amount`` once per ``op_id``: 1 added, 0 added before, -2 epoch changed."""
         counter = self.keys.spend(key_id, window)
         result = await self._batch.run_script(
             _APPLY_ONCE_LUA,
             (counter, self.keys.spend_applied(op_id), self.keys.spend_epoch),
-            (amount, epoch, self._counter_ttl_s, _MARKER_TTL_S),
+            (amount, epoch, ttl_s or self._counter_ttl_s, _MARKER_TTL_S),
         )
         return int(result)
+
+    async def read(
+        self, counters: Sequence[str], windows: Sequence[str]
+    ) -> tuple[list[int], list[list[int]]]:
+        """The values of spend ``counters`` (0 when absent) and the (requests, tokens) of rate
+        ``windows``, in one pipeline (read-only: what a key's usage view shows)."""
+        gets = [self._batch.execute("GET", name) for name in counters]
+        hashes = [self._batch.execute("HMGET", name, "r", "t") for name in windows]
+        values = await asyncio.gather(*gets, *hashes)
+        spent = [int(v or 0) for v in values[: len(gets)]]
+        return spent, [[int(x or 0) for x in pair] for pair in values[len(gets) :]]
 
     async def counter(self, key_id: str, window: int) -> int:
         """The counter's value (0 when absent)."""

@@ -170,6 +170,7 @@ def build_shared_state(
     on_policy_loaded: Callable[[Policy], None],
     on_policy_failure: Callable[[str], None],
     on_spend_fallback: Callable[[str], None] | None = None,
+    on_rate_limited: Callable[[str], None] | None = None,
     on_auth_failure: AuthFailed | None = None,
     keys: RedisKeys | None = None,
     file_poll_interval_s: float = 0.25,
@@ -229,6 +230,8 @@ def build_shared_state(
         allow_open=auth.open,
         on_failure=on_auth_failure,
         throttle=AuthFailureThrottle(auth.failure_limit, auth.failure_window_s),
+        default_rate_limits=tuple(budgets.rate_limits),
+        default_period=budgets.period,
     )
     spend = SpendLimiter(
         window_s=budgets.window_s,
@@ -236,6 +239,7 @@ def build_shared_state(
         keys=keys,
         on_redis_status=report_redis,
         on_fallback=on_spend_fallback,
+        on_rate_limited=on_rate_limited,
         timeout_s=redis_timeout_s,
         on_redis_down=budgets.on_redis_down,
         outage_share=budgets.outage_share,

@@ -21,8 +21,9 @@ traffic sampler's shadow calls and their budget (gateway.learning.shadow) and th
 **The charge of one call** (``call_charge``), once it was accepted:
 
 * the upstream's ``usage`` when it reports both counts as non-negative integers (a JSON bool,
-  float or string is no count); a live stream's completion is never charged below the output
-  chunks the gateway read;
+  float or string is no count), in either provider form, normalised by ``policies.usage`` and
+  priced part by part (cache reads, cache writes, reasoning: ``Price.usage_cost_usd``); a live
+  stream's completion is never charged below the output chunks the gateway read;
 * otherwise the flat ``per_query_usd`` when the price has one (when it also has per-token prices,
   the larger of the flat price and the estimate below);
 * otherwise an estimate that errs high: the prompt at its bound above, the completion at what was
@@ -50,11 +51,12 @@ import math
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from types import MappingProxyType
-from typing import Any, TypeGuard
+from typing import Any
 
 import orjson
 
 from policies.prices import Price
+from policies.usage import normalize_usage
 
 # Completion tokens assumed per choice for a request that sets no cap.
 DEFAULT_COMPLETION_BOUND = 4096
@@ -122,6 +124,10 @@ class Charge:
     usd: float
     prompt_tokens: int
     completion_tokens: int
+    # Parts of the counts above that the upstream reported (policies.usage): 0 when not reported.
+    cache_read_tokens: int = 0
+    cache_write_tokens: int = 0
+    reasoning_tokens: int = 0
 
 
 # -- the worst case -------------------------------------------------------------------------------
@@ -265,7 +271,7 @@ def sending_tokens_bound(
 
 def bound_usd(price: Price, prompt_tokens: int, completion_tokens: int) -> float:
     """Worst case of a call of at most these tokens: their price, or the flat price when larger."""
-    by_tokens = float(price.cost_usd(prompt_tokens, completion_tokens)) if price.has_token_prices else 0.0
+    by_tokens = price.bound_cost_usd(prompt_tokens, completion_tokens) if price.has_token_prices else 0.0
     return max(by_tokens, price.per_query_usd or 0.0)
 
 
@@ -287,14 +293,11 @@ def sent_bound(price: Price, sent: bytes, limits: CallLimits = DEFAULT_LIMITS) -
 
 
 def reported_counts(usage: Any) -> tuple[int, int] | None:
-    """(prompt_tokens, completion_tokens) when ``usage`` reports both as non-negative integers,
-    else None (a missing count, a bool, a float or a string is no count)."""
-    if not isinstance(usage, dict):
-        return None
-    prompt, completion = usage.get("prompt_tokens"), usage.get("completion_tokens")
-    if _is_count(prompt) and _is_count(completion):
-        return prompt, completion
-    return None
+    """(prompt_tokens, completion_tokens) when ``usage`` reports both as non-negative integers (in
+    either provider form, ``policies.usage``; the prompt total includes cached input), else None (a
+    missing count, a bool, a float or a string is no count)."""
+    counts = normalize_usage(usage)
+    return (counts.prompt_tokens, counts.completion_tokens) if counts is not None else None
 
 
 def call_charge(
@@ -313,10 +316,18 @@ def call_charge(
     stream delivered (one token each). With neither (nothing was read), the estimate is the
     call's worst case.
     """
-    counts = reported_counts(usage)
+    counts = normalize_usage(usage)
     if counts is not None:
-        prompt, completion = counts[0], max(counts[1], streamed_tokens or 0)
-        return Charge(float(price.cost_usd(prompt, completion)), prompt, completion)
+        if streamed_tokens is not None and streamed_tokens > counts.completion_tokens:
+            counts = counts.with_completion(streamed_tokens)
+        return Charge(
+            price.usage_cost_usd(counts),
+            counts.prompt_tokens,
+            counts.completion_tokens,
+            counts.cache_read_tokens,
+            counts.cache_write_tokens + counts.cache_write_1h_tokens,
+            counts.reasoning_tokens,
+        )
     flat = Charge(float(price.per_query_usd), 0, 0) if price.per_query_usd is not None else None
     if flat is not None and not price.has_token_prices:
         return flat
@@ -366,7 +377,3 @@ def _positive_count(value: object) -> int | None:
         return None
     count = math.ceil(value)
     return count if count > 0 else None
-
-
-def _is_count(value: Any) -> TypeGuard[int]:
-    return isinstance(value, int) and not isinstance(value, bool) and value >= 0

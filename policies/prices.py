@@ -8,6 +8,14 @@ appears. Two forms, either or both:
   (they come as a pair: a lone one would silently make the other side free);
 * per call: ``per_query_usd``, a flat USD per call.
 
+Optional rates refine the per-token form for prompt caching and reasoning (``policies.usage``
+normalises each provider's usage into these parts): ``cache_read_per_mtok`` (cached input read,
+e.g. 0.1x input at Anthropic, 0.1-0.5x at OpenAI), ``cache_write_per_mtok`` (input written to the
+cache, 5-minute lifetime: 1.25x at Anthropic), ``cache_write_1h_per_mtok`` (1-hour writes: 2x) and
+``reasoning_per_mtok`` (reasoning tokens, part of the output). Each defaults to the rate its tokens
+would have without it (input, the 5-minute write rate, output), so a price without them charges
+what it always did.
+
 The rule, decided once: a call whose token counts are known costs its tokens at the per-token
 prices; a call whose counts are unknown (a runs table without token columns) costs
 ``per_query_usd``. A model with both forms is therefore priced by tokens wherever counts exist and
@@ -25,8 +33,11 @@ from numpy.typing import NDArray
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
 from policies.errors import PriceError
+from policies.usage import Usage
 
 PRICE_FIELDS = ("input_per_mtok", "output_per_mtok", "per_query_usd")
+# Rates for parts of the per-token form (need it); see the module docstring.
+PART_FIELDS = ("cache_read_per_mtok", "cache_write_per_mtok", "cache_write_1h_per_mtok", "reasoning_per_mtok")
 _TOKENS_PER_MTOK = 1e6
 
 # Token counts: one call's (int/float) or a column of them (calibration prices a whole runs table).
@@ -42,10 +53,15 @@ class Price(BaseModel):
     input_per_mtok: float | None = Field(None, ge=0, allow_inf_nan=False)
     output_per_mtok: float | None = Field(None, ge=0, allow_inf_nan=False)
     per_query_usd: float | None = Field(None, ge=0, allow_inf_nan=False)
+    cache_read_per_mtok: float | None = Field(None, ge=0, allow_inf_nan=False)
+    cache_write_per_mtok: float | None = Field(None, ge=0, allow_inf_nan=False)
+    cache_write_1h_per_mtok: float | None = Field(None, ge=0, allow_inf_nan=False)
+    reasoning_per_mtok: float | None = Field(None, ge=0, allow_inf_nan=False)
 
     @model_validator(mode="after")
     def _valid_forms(self) -> Price:
         _check_forms(self.input_per_mtok, self.output_per_mtok, self.per_query_usd)
+        _check_parts(self.input_per_mtok, [getattr(self, name) for name in PART_FIELDS])
         return self
 
     @property
@@ -69,6 +85,52 @@ class Price(BaseModel):
             return self.per_query_usd
         raise PriceError("the price has only per-token prices and the call's token counts are unknown")
 
+    def usage_cost_usd(self, usage: Usage) -> float:
+        """USD of one call's normalised usage (``policies.usage``): each part at its rate. Without
+        per-token prices, ``per_query_usd``."""
+        if self.input_per_mtok is None or self.output_per_mtok is None or not usage.has_parts:
+            return float(self.cost_usd(usage.prompt_tokens, usage.completion_tokens))
+        inp, out = self.input_per_mtok, self.output_per_mtok
+        read = _or(self.cache_read_per_mtok, inp)
+        write = _or(self.cache_write_per_mtok, inp)
+        write_1h = _or(self.cache_write_1h_per_mtok, write)
+        reasoning = _or(self.reasoning_per_mtok, out)
+        total = (
+            usage.uncached_prompt_tokens * inp
+            + usage.cache_read_tokens * read
+            + usage.cache_write_tokens * write
+            + usage.cache_write_1h_tokens * write_1h
+            + (usage.completion_tokens - usage.reasoning_tokens) * out
+            + usage.reasoning_tokens * reasoning
+        )
+        return total / _TOKENS_PER_MTOK
+
+    def parts_adjustment_usd(
+        self, cache_read: Tokens, cache_write: Tokens, reasoning: Tokens
+    ) -> Tokens | float:
+        """What the parts of a call's tokens change its ``cost_usd`` by (a column of calls too):
+        cache reads and writes at their rates instead of the input rate, reasoning at its rate
+        instead of the output rate (counts that are parts of the prompt and completion totals)."""
+        if self.input_per_mtok is None or self.output_per_mtok is None:
+            return 0.0
+        inp, out = self.input_per_mtok, self.output_per_mtok
+        read = _or(self.cache_read_per_mtok, inp) - inp
+        write = _or(self.cache_write_per_mtok, inp) - inp
+        think = _or(self.reasoning_per_mtok, out) - out
+        return (cache_read * read + cache_write * write + reasoning * think) / _TOKENS_PER_MTOK
+
+    def bound_cost_usd(self, prompt_tokens: int, completion_tokens: int) -> float:
+        """USD of at most these tokens, however they split into parts: every input token at the
+        highest input-side rate, every output token at the highest output-side rate (a worst case
+        that a cache write, dearer than plain input, can never pass)."""
+        if self.input_per_mtok is None or self.output_per_mtok is None:
+            return float(self.cost_usd(prompt_tokens, completion_tokens))
+        write = _or(self.cache_write_per_mtok, self.input_per_mtok)
+        inp = max(self.input_per_mtok, _or(self.cache_read_per_mtok, 0.0), write)
+        inp = max(inp, _or(self.cache_write_1h_per_mtok, write))
+        out = max(self.output_per_mtok, _or(self.reasoning_per_mtok, 0.0))
+        return (prompt_tokens * inp + completion_tokens * out) / _TOKENS_PER_MTOK
+
     def describe(self) -> str:
         """The price in a few words, e.g. ``$0.2/$0.6 per Mtok`` or ``$3e-05 per call``."""
         parts = []
@@ -86,7 +148,7 @@ def parse_price(entry: object, where: str) -> Price:
     """
     if not isinstance(entry, Mapping):
         raise PriceError(f"{where}: expected a mapping of prices")
-    unknown = sorted(set(map(str, entry)) - set(PRICE_FIELDS))
+    unknown = sorted(set(map(str, entry)) - set(PRICE_FIELDS) - set(PART_FIELDS))
     if unknown:
         raise PriceError(f"{where}: unknown field(s) {', '.join(unknown)}")
     values: dict[str, float] = {}
@@ -100,6 +162,7 @@ def parse_price(entry: object, where: str) -> Price:
         values[str(name)] = value
     try:
         _check_forms(*(values.get(name) for name in PRICE_FIELDS))
+        _check_parts(values.get("input_per_mtok"), [values.get(name) for name in PART_FIELDS])
     except PriceError as exc:
         raise PriceError(f"{where}: {exc}") from None
     return Price(**values)
@@ -117,3 +180,16 @@ def _check_forms(
             "price needs input_per_mtok and output_per_mtok (USD per million tokens), "
             "per_query_usd (USD per call), or both"
         )
+
+
+def _check_parts(input_per_mtok: float | None, parts: list[float | None]) -> None:
+    """Raise PriceError when a part's rate is given without the per-token form it refines."""
+    if input_per_mtok is None and any(rate is not None for rate in parts):
+        given = [name for name, rate in zip(PART_FIELDS, parts, strict=True) if rate is not None]
+        raise PriceError(
+            f"{', '.join(given)} refine per-token prices: give input_per_mtok and output_per_mtok too"
+        )
+
+
+def _or(rate: float | None, default: float) -> float:
+    return default if rate is None else rate

@@ -18,6 +18,7 @@ import orjson
 
 from gateway.errors import GatewayError, UpstreamError
 from gateway.requests import positive_int
+from policies.usage import normalize_usage
 
 # Anthropic's error type per HTTP status (https://docs.claude.com/en/api/errors; the table in
 # docs/contracts.md#http-surface is checked against this).
@@ -80,13 +81,23 @@ def stop_reason(
 
 
 def usage(chat_usage: Any) -> dict[str, int]:
-    """Anthropic ``usage`` from chat ``usage`` (the gateway keeps no prompt cache: cache counts are 0)."""
+    """Anthropic ``usage`` (additive form) from chat ``usage`` (subset form, ``policies.usage``): the
+    upstream's cache reads and writes move out of ``input_tokens`` into their own counts, as
+    Anthropic reports them (0 when the upstream reported none)."""
     chat_usage = chat_usage if isinstance(chat_usage, dict) else {}
+    normal = normalize_usage(chat_usage)
+    if normal is None:
+        return {
+            "input_tokens": positive_int(chat_usage.get("prompt_tokens")),
+            "output_tokens": positive_int(chat_usage.get("completion_tokens")),
+            "cache_creation_input_tokens": 0,
+            "cache_read_input_tokens": 0,
+        }
     return {
-        "input_tokens": positive_int(chat_usage.get("prompt_tokens")),
-        "output_tokens": positive_int(chat_usage.get("completion_tokens")),
-        "cache_creation_input_tokens": 0,
-        "cache_read_input_tokens": 0,
+        "input_tokens": normal.uncached_prompt_tokens,
+        "output_tokens": normal.completion_tokens,
+        "cache_creation_input_tokens": normal.cache_write_tokens + normal.cache_write_1h_tokens,
+        "cache_read_input_tokens": normal.cache_read_tokens,
     }
 
 

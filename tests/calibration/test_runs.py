@@ -250,3 +250,36 @@ def test_feature_columns_become_per_query_features(tmp_path: Path) -> None:
     assert matrix.features.tolist() == [[10, 2], [20, 2], [30, 2]]  # mean over the query's rows
     with pytest.raises(RunsError, match="missing feature column 'absent'"):
         load_runs(write(tmp_path, df), score_column="conf", feature_columns=["absent"])
+
+
+def test_cached_and_reasoning_token_columns_are_priced_at_the_part_rates(tmp_path: Path) -> None:
+    """A cheap stage that hits the prompt cache gets cheaper: calibration sees it."""
+    prices = tmp_path / "prices.yaml"
+    prices.write_text(
+        "models:\n"
+        "  small: {input_per_mtok: 1, output_per_mtok: 2, cache_read_per_mtok: 0.1, reasoning_per_mtok: 4}\n"
+        "  big: {input_per_mtok: 1, output_per_mtok: 2}\n"
+    )
+    df = frame().drop(columns="cost_usd").assign(prompt_tokens=1000, completion_tokens=500)
+    # small: 800 of the 1000 prompt tokens read from the cache on q1, none on q2 (an empty cell), 100
+    # reasoning tokens on q3; big (no part rates) is priced the same whatever its parts.
+    df["cached_tokens"] = [0, 800, 0, None, 400, 0]
+    df["reasoning_tokens"] = [0, 0, 0, 0, 50, 100]
+    matrix = load_runs(write(tmp_path, df, "runs.jsonl"), prices=prices, score_column="conf")
+    small, big = matrix.model_index("small"), matrix.model_index("big")
+    plain = (1000 * 1 + 500 * 2) / 1e6
+    assert matrix.cost[:, small].tolist() == pytest.approx(
+        [plain - 800 * 0.9 / 1e6, plain, plain + 100 * 2 / 1e6]
+    )
+    assert matrix.cost[:, big].tolist() == pytest.approx([plain] * 3)
+
+
+def test_a_negative_part_count_is_an_error_naming_its_row(tmp_path: Path) -> None:
+    prices = tmp_path / "prices.yaml"
+    prices.write_text(
+        "models:\n  small: {input_per_mtok: 1, output_per_mtok: 2}\n  big: {per_query_usd: 1}\n"
+    )
+    df = frame().drop(columns="cost_usd").assign(prompt_tokens=10, completion_tokens=5, cached_tokens=0)
+    df.loc[3, "cached_tokens"] = -1
+    with pytest.raises(RunsError, match="cached_tokens"):
+        load_runs(write(tmp_path, df), prices=prices, score_column="conf")

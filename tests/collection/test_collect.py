@@ -6,6 +6,7 @@ import json
 from pathlib import Path
 
 import httpx
+import pytest
 
 from collection.collector import CollectOptions, collect
 from collection.prompts import Prompt
@@ -188,3 +189,26 @@ async def test_an_answer_cut_at_a_cap_the_run_did_not_set_is_recorded_truncated(
         )
     (row,) = _rows(path)
     assert row["truncated"] is False
+
+
+def test_a_row_carries_the_cached_and_reasoning_counts_and_is_priced_by_them() -> None:
+    from collection.collector import build_row
+
+    target = Target(
+        name="cached",
+        base_url="http://cached.test/v1",
+        model="up-cached",
+        price=Price(
+            input_per_mtok=3.0, output_per_mtok=15.0, cache_read_per_mtok=0.3, cache_write_per_mtok=3.75
+        ),
+    )
+    body = {
+        "choices": [{"message": {"content": "B"}}],
+        # Anthropic's additive form behind an OpenAI-compatible proxy: 3 + 100 + 12304 input tokens.
+        "usage": {"input_tokens": 3, "cache_read_input_tokens": 100, "cache_creation_input_tokens": 12304,
+                  "output_tokens": 550},
+    }  # fmt: skip
+    row = build_row(PROMPTS[0], target, body, 1.0, keep_prompt=False)
+    assert (row["prompt_tokens"], row["completion_tokens"]) == (12407, 550)
+    assert (row["cached_tokens"], row["cache_write_tokens"]) == (100, 12304) and "reasoning_tokens" not in row
+    assert row["cost_usd"] == pytest.approx((3 * 3 + 100 * 0.3 + 12304 * 3.75 + 550 * 15) / 1e6)

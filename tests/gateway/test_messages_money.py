@@ -86,15 +86,15 @@ def budgeted(
     settled: list[int] = []
     reserve, settle = spend.reserve, spend.settle
 
-    async def recording_reserve(identity: Any, amount_usd: float) -> Any:
-        reservation = await reserve(identity, amount_usd)
+    async def recording_reserve(identity: Any, amount_usd: float, *rest: Any) -> Any:
+        reservation = await reserve(identity, amount_usd, *rest)
         reserved.append(reservation.amount_nano)
         return reservation
 
-    async def recording_settle(reservation: Any, actual_usd: float) -> None:
+    async def recording_settle(reservation: Any, actual_usd: float, *rest: Any) -> None:
         if reservation is not None and not reservation.settled:
             settled.append(round(actual_usd * 1e9))
-        await settle(reservation, actual_usd)
+        await settle(reservation, actual_usd, *rest)
 
     monkeypatch.setattr(spend, "reserve", recording_reserve)
     monkeypatch.setattr(spend, "settle", recording_settle)

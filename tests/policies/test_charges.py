@@ -181,3 +181,82 @@ def test_the_completion_bound_covers_whichever_set_cap_the_upstream_honours(
     _, body = request
     for honoured in honoured_caps(body):
         assert honest_usage(body, honoured)[1] <= completion_tokens_bound(body)
+
+
+# Prices with rates for the parts of a call's tokens (policies.usage): cheaper cache reads, dearer
+# cache writes, a separate reasoning rate.
+PART_PRICES = [
+    Price(input_per_mtok=3.0, output_per_mtok=15.0, cache_read_per_mtok=0.3, cache_write_per_mtok=3.75),
+    Price(
+        input_per_mtok=3.0,
+        output_per_mtok=15.0,
+        cache_read_per_mtok=0.3,
+        cache_write_per_mtok=3.75,
+        cache_write_1h_per_mtok=6.0,
+        per_query_usd=0.0001,
+    ),
+    Price(input_per_mtok=2.5, output_per_mtok=10.0, cache_read_per_mtok=1.25, reasoning_per_mtok=12.0),
+]
+
+
+def _split(data: st.DataObject, total: int, parts: int) -> list[int]:
+    """``total`` cut into ``parts`` non-negative integers (drawn)."""
+    cuts = sorted(data.draw(st.integers(0, total)) for _ in range(parts - 1))
+    return [b - a for a, b in zip([0, *cuts], [*cuts, total], strict=True)]
+
+
+def _part_usd(price: Price, parts: list[int], output: int, reasoning: int) -> float:
+    """The price of the parts, written out independently of Price.usage_cost_usd."""
+    uncached, read, write_5m, write_1h = parts
+    inp, out = price.input_per_mtok or 0.0, price.output_per_mtok or 0.0
+    read_rate = price.cache_read_per_mtok if price.cache_read_per_mtok is not None else inp
+    write_rate = price.cache_write_per_mtok if price.cache_write_per_mtok is not None else inp
+    write_1h_rate = price.cache_write_1h_per_mtok if price.cache_write_1h_per_mtok is not None else write_rate
+    reasoning_rate = price.reasoning_per_mtok if price.reasoning_per_mtok is not None else out
+    usd = uncached * inp + read * read_rate + write_5m * write_rate + write_1h * write_1h_rate
+    return (usd + (output - reasoning) * out + reasoning * reasoning_rate) / 1e6
+
+
+@settings(max_examples=300, deadline=None)
+@given(request=request_bodies(), price=st.sampled_from(PART_PRICES), data=st.data())
+def test_cached_and_reasoning_tokens_are_charged_by_their_rates_and_never_pass_the_bound(
+    request: tuple[str, dict[str, Any]], price: Price, data: st.DataObject
+) -> None:
+    """An honest upstream's usage with cache reads, cache writes and reasoning, reported in the
+    subset form (OpenAI) and the additive form (Anthropic): both are charged the same, by the rate of
+    each part, and never above the call's bound, whatever share of the prompt the cache wrote."""
+    _, body = request
+    sent = orjson.dumps(body)
+    honoured = data.draw(st.sampled_from(honoured_caps(body)))
+    most_prompt, most_completion = honest_usage(body, honoured)
+    prompt, completion = data.draw(st.integers(0, most_prompt)), data.draw(st.integers(0, most_completion))
+    uncached, read, write_5m, write_1h = _split(data, prompt, 4)
+    reasoning = data.draw(st.integers(0, completion))
+    subset = {
+        "prompt_tokens": prompt,
+        "completion_tokens": completion,
+        "prompt_tokens_details": {"cached_tokens": read, "cache_write_tokens": write_5m + write_1h},
+        "completion_tokens_details": {"reasoning_tokens": reasoning},
+    }
+    additive = {
+        "input_tokens": uncached,
+        "cache_read_input_tokens": read,
+        "cache_creation_input_tokens": write_5m + write_1h,
+        "cache_creation": {"ephemeral_5m_input_tokens": write_5m, "ephemeral_1h_input_tokens": write_1h},
+        "output_tokens": completion,
+    }
+    bound = sent_bound(price, sent)
+    by_subset, by_additive = call_charge(price, subset, sent), call_charge(price, additive, sent)
+    # The subset form names no 1-hour writes: they are 5-minute writes there.
+    assert by_subset.usd == pytest.approx(
+        _part_usd(price, [uncached, read, write_5m + write_1h, 0], completion, reasoning)
+    )
+    assert by_additive.usd == pytest.approx(
+        _part_usd(price, [uncached, read, write_5m, write_1h], completion, 0)
+    )
+    assert (by_subset.prompt_tokens, by_subset.completion_tokens) == (prompt, completion)
+    assert (by_additive.prompt_tokens, by_additive.completion_tokens) == (prompt, completion)
+    assert max(by_subset.usd, by_additive.usd) <= bound.usd * (1 + 1e-12)
+    # A stream that delivered more chunks than its usage says is charged the chunks.
+    streamed = call_charge(price, subset, sent, streamed_tokens=completion + 1)
+    assert streamed.completion_tokens == completion + 1 and streamed.reasoning_tokens <= completion + 1
