@@ -399,6 +399,10 @@ class KindSection(_Strict):
     score_distribution: ScoreDistribution | None = None
     router: RouterSpec | None = None
 
+    @model_serializer(mode="wrap")
+    def _dump(self, handler: SerializerFunctionWrapHandler) -> dict[str, Any]:
+        return _without_absent(self, handler, ("router",))
+
 
 class Policy(_Strict):
     """A complete, servable cascade policy (docs/contracts.md#policy-file)."""
@@ -421,6 +425,10 @@ class Policy(_Strict):
     kinds: dict[SectionKind, KindSection] | None = None
     # Optional: the pre-generation router the tiers with ``routing`` read (docs/routing.md).
     router: RouterSpec | None = None
+
+    @model_serializer(mode="wrap")
+    def _dump(self, handler: SerializerFunctionWrapHandler) -> dict[str, Any]:
+        return _without_absent(self, handler, ("router",))
 
     @model_validator(mode="after")
     def _references_resolve(self) -> Policy:
