@@ -118,10 +118,8 @@ class Gateway:
         self.health.start()
         await self.shared.start()
         policy = self.policy
-        if policy is not None and any(
-            p.router is not None and p.router.features == "minilm-v1"
-            for p in (policy, *(policy.kinds or {}).values())
-        ):
+        routers = [policy.router, *(s.router for s in (policy.kinds or {}).values())] if policy else []
+        if any(router is not None and router.features == "minilm-v1" for router in routers):
             self.tier_router.embeddings.start()  # the workers load the model before the first request
         log_event(
             "gateway_started",

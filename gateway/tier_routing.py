@@ -60,7 +60,7 @@ def _warm_worker() -> None:
 class EmbeddingPool:
     """At most ``max_pending`` embeddings in flight on ``workers`` processes; None when it cannot."""
 
-    def __init__(self, workers: int = 1, max_pending: int = 4, timeout_s: float = 1.0):
+    def __init__(self, workers: int = 1, max_pending: int = 4, timeout_s: float = 0.25):
         self.workers = workers
         self.max_pending = max_pending
         self.timeout_s = timeout_s
@@ -195,6 +195,7 @@ class TierRouter:
             return plan
         router = self._linear(spec)
         p = router.probabilities(features)
+        thresholds: list[float]
         if routing.mechanism == "routed":
             assert routing.price_weight is not None
             index = routed_choice(p, spec.cost_usd, routing.price_weight)

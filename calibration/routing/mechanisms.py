@@ -180,7 +180,7 @@ def choose_mechanisms(
             routing = _hybrid_fields(full.hybrid, index, matrix.models)
             expected = tuple(_hybrid_on(matrix, full, index, everything))
         routing["compared"] = compared
-        choices[tier] = MechanismChoice(chosen, routing, expected, heldout, compared)  # type: ignore[arg-type]
+        choices[tier] = MechanismChoice(chosen, routing, expected, heldout, compared)
     return full.router, choices
 
 
