@@ -59,7 +59,7 @@ class EvaluationSettings:
     test_fraction: float = 0.5
     seed: int = 0
     trials: int = 200
-    methods: tuple[str, ...] = tuple(METHOD_LABELS)
+    methods: tuple[str, ...] = tuple(m for m in METHOD_LABELS if m != "hybrid")  # hybrid: on request
     grid_points: int = GRID_POINTS
     # Principal components the router (and the hybrid's router) keeps of the features, fitted on
     # each split's calibration rows (calibration.routing.fit); None: every feature, standardized.
