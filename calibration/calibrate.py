@@ -17,6 +17,7 @@ import numpy as np
 from calibration.envelope import Envelope, compute_envelope
 from calibration.heldout_expected import HeldoutSettings, heldout_expectations
 from calibration.policy_writer import policy_document
+from calibration.routing.mechanisms import MechanismChoice, RoutingOptions, choose_mechanisms, router_document
 from calibration.runs import RunsMatrix
 from calibration.tiers import TierSolution, TiersSpec, solve_tiers
 from policies.schema import Policy
@@ -37,6 +38,7 @@ class Calibrated:
     heldout: Mapping[str, dict[str, Any]] | None = None
     document: dict[str, Any] = field(default_factory=dict)
     notes: tuple[str, ...] = ()
+    mechanisms: Mapping[str, MechanismChoice] | None = None
 
 
 def calibrate(
@@ -46,9 +48,12 @@ def calibrate(
     rows: np.ndarray | None = None,
     randomize: bool = False,
     heldout: HeldoutSettings | None = None,
+    routing: RoutingOptions | None = None,
 ) -> Calibrated:
     """Calibrate on ``rows`` of the matrix (default: every query); with ``heldout``, also measure
-    each tier out of sample over that protocol's splits of those rows.
+    each tier out of sample over that protocol's splits of those rows. With ``routing`` (which
+    needs ``heldout`` and the matrix's features), each tier may serve a router or route-then-cascade
+    instead of its cascade (``calibration.routing.mechanisms``), and the policy carries the router.
 
     Raises ``UnreachableTierError`` (a min_quality above the best route) like ``solve_tiers``.
     """
@@ -63,4 +68,38 @@ def calibrate(
         except ValueError as exc:  # too few queries to split: the policy is still valid without
             notes = (f"no held-out expectations: {exc}",)
     document = policy_document(data, envelope, solutions, spec.default_tier, expectations)
-    return Calibrated(envelope, solutions, build_policy(document), expectations, document, notes)
+    choices = None
+    if routing is not None:
+        if heldout is None or expectations is None:
+            raise ValueError("choosing a routing mechanism needs held-out expectations (drop --no-heldout)")
+        choices = attach_routing(document, data, spec, expectations, routing, heldout)
+    return Calibrated(envelope, solutions, build_policy(document), expectations, document, notes, choices)
+
+
+def attach_routing(
+    document: dict[str, Any],
+    matrix: RunsMatrix,
+    spec: TiersSpec,
+    expectations: Mapping[str, dict[str, Any]],
+    routing: RoutingOptions,
+    heldout: HeldoutSettings,
+) -> dict[str, MechanismChoice]:
+    """Choose each tier's mechanism and write the choice into the policy ``document`` (in place):
+    the ``router`` when any tier routes, and each such tier's ``routing`` and ``expected``."""
+    router, choices = choose_mechanisms(matrix, spec, expectations, routing, heldout)
+    routed = {name: choice for name, choice in choices.items() if choice.routing is not None}
+    if not routed:
+        return choices
+    document["router"] = router_document(router, matrix.cost.mean(axis=0).tolist(), routing.components)
+    for name, choice in routed.items():
+        tier = document["tiers"][name]
+        assert choice.expected is not None
+        cost, quality, escalation = choice.expected
+        tier["routing"] = choice.routing
+        tier["expected"] = {
+            "cost_usd": float(cost),
+            "quality": min(1.0, max(0.0, float(quality))),
+            "escalation_rate": min(1.0, max(0.0, float(escalation))),
+            "heldout": choice.heldout,
+        }
+    return choices

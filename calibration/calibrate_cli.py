@@ -22,6 +22,7 @@ if TYPE_CHECKING:
 
     from calibration.calibrate import Calibrated
     from calibration.kinds import CalibratedKinds
+    from calibration.routing.mechanisms import RoutingOptions
     from calibration.runs import RunsMatrix
     from calibration.tiers import TierSolution, TiersSpec
 
@@ -104,6 +105,23 @@ def calibrate(
     heldout_splits: Annotated[
         int, typer.Option("--heldout-splits", min=1, help="Splits for the held-out expectations.")
     ] = 50,
+    mechanisms: Annotated[
+        str,
+        typer.Option(
+            "--mechanisms",
+            help="Mechanisms a tier may serve, chosen held out: cascade, routed, hybrid (docs/routing.md).",
+        ),
+    ] = "cascade",
+    prompts: Annotated[
+        list[Path] | None,
+        typer.Option("--prompts", help="Prompt set(s) of the runs (JSONL): the router's features per query."),
+    ] = None,
+    features: Annotated[
+        str, typer.Option("--features", help="Router feature set: cheap-v1 or minilm-v1.")
+    ] = "cheap-v1",
+    router_components: Annotated[
+        int, typer.Option("--router-components", min=1, help="Principal components the router keeps.")
+    ] = 16,
 ) -> None:
     """Compute the pairwise envelope of a model pool and write a policy with one route per tier.
 
@@ -129,6 +147,10 @@ def calibrate(
         report=report,
         randomize=randomize,
         heldout_splits=heldout_splits if heldout else 0,
+        mechanisms=tuple(m.strip() for m in mechanisms.split(",") if m.strip()),
+        prompts=list(prompts or []),
+        features=features,
+        router_components=router_components,
     )
     run_or_exit(lambda: run_calibrate(options, console, errors))
 
@@ -151,6 +173,47 @@ class CalibrateOptions:
     report: Path | None = None
     randomize: bool = False
     heldout_splits: int = 50  # 0: no held-out expectations
+    mechanisms: tuple[str, ...] = ("cascade",)
+    prompts: list[Path] = field(default_factory=list)
+    features: str = "cheap-v1"
+    router_components: int = 16
+
+
+def routing_options(
+    options: CalibrateOptions, matrices: Mapping[str, RunsMatrix]
+) -> tuple[dict[str, RunsMatrix], dict[str, RoutingOptions] | None]:
+    """With routing mechanisms asked for: the matrices carrying their queries' router features
+    (from ``--prompts``) and each kind's routing options; else the matrices as they are and None."""
+    from dataclasses import replace
+
+    from calibration.routing.mechanisms import MECHANISMS, RoutingOptions
+    from calibration.routing.prompt_features import features_for_queries, read_prompt_requests
+
+    unknown = [m for m in options.mechanisms if m not in MECHANISMS]
+    if unknown or not options.mechanisms:
+        raise ValueError(
+            f"--mechanisms takes some of {', '.join(MECHANISMS)}, got {','.join(options.mechanisms)}"
+        )
+    if set(options.mechanisms) <= {"cascade"}:
+        return dict(matrices), None
+    if not options.prompts:
+        raise ValueError(
+            "--mechanisms routed/hybrid need --prompts (the runs' prompt set, for the router's features)"
+        )
+    if options.heldout_splits == 0:
+        raise ValueError("--mechanisms routed/hybrid choose on held-out data: drop --no-heldout")
+    requests = read_prompt_requests(options.prompts)
+    with_features = {
+        kind: replace(
+            matrix,
+            features=features_for_queries(
+                [str(q) for q in matrix.query_ids], requests, options.features
+            ).features,
+        )
+        for kind, matrix in matrices.items()
+    }
+    routing = RoutingOptions(tuple(options.mechanisms), options.features, options.router_components)
+    return with_features, {kind: routing for kind in matrices}
 
 
 def run_calibrate(options: CalibrateOptions, console: Console, errors: Console) -> None:
@@ -187,9 +250,13 @@ def run_calibrate(options: CalibrateOptions, console: Console, errors: Console) 
         loaded = time.perf_counter()
     size = ", ".join(f"{m.n_queries:,} {kind} queries" for kind, m in matrices.items())
     heldout = HeldoutSettings(splits=options.heldout_splits) if options.heldout_splits else None
+    with errors.status("Computing the router's features ..."):
+        matrices, routing = routing_options(options, matrices)
     with errors.status(f"Computing the envelope of {size} ..."):
         try:
-            calibrated = calibrate_kinds(matrices, spec, randomize=randomize, heldout=heldout)
+            calibrated = calibrate_kinds(
+                matrices, spec, randomize=randomize, heldout=heldout, routing=routing
+            )
         except UnreachableTierError as exc:  # the other tiers' warnings, then the error line
             for warning in exc.warnings:
                 errors.print(f"[yellow]warning:[/yellow] {warning}", highlight=False, soft_wrap=True)
@@ -237,6 +304,10 @@ def _print_kind(
     print_summary(console, matrix, one.envelope, one.solutions, spec.default_tier)
     if one.heldout:
         console.print(heldout_table(one.heldout, spec.default_tier))
+    if one.mechanisms:
+        from calibration.reporting.terminal import mechanisms_table
+
+        console.print(mechanisms_table(one.mechanisms, spec.default_tier))
     _print_tier_warnings_and_scorer(console, errors, matrix, one.solutions)
 
 

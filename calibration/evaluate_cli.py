@@ -29,6 +29,8 @@ ALL_METHODS = (
     "subsequence_random",
     "router",
 )
+# Methods run only when asked for with --methods (the default set is what it was before them).
+OPT_IN_METHODS = ("hybrid",)
 
 
 def register(app: typer.Typer) -> None:
@@ -61,6 +63,9 @@ class EvaluateOptions:
     trials: int = 200
     methods: list[str] = field(default_factory=lambda: list(ALL_METHODS))
     feature_columns: list[str] = field(default_factory=list)
+    prompts: list[Path] = field(default_factory=list)
+    features: str | None = None
+    router_components: int | None = None
     command: str | None = None
 
 
@@ -114,11 +119,30 @@ def evaluate(
     ] = 200,
     methods: Annotated[
         list[str] | None,
-        typer.Option("--methods", help=f"Methods (repeat or comma-separate): {', '.join(ALL_METHODS)}."),
+        typer.Option(
+            "--methods",
+            help=f"Methods (repeat or comma-separate): {', '.join((*ALL_METHODS, *OPT_IN_METHODS))}.",
+        ),
     ] = None,
     feature_columns: Annotated[
         list[str] | None,
         typer.Option("--feature-columns", help="Numeric per-query columns for the router (repeat or comma)."),
+    ] = None,
+    prompts: Annotated[
+        list[Path] | None,
+        typer.Option(
+            "--prompts", help="Prompt set(s) of the runs (JSONL): router features from each query's request."
+        ),
+    ] = None,
+    features: Annotated[
+        str | None,
+        typer.Option(
+            "--features", help="Feature set computed from --prompts: cheap-v1 or minilm-v1 (docs/routing.md)."
+        ),
+    ] = None,
+    router_components: Annotated[
+        int | None,
+        typer.Option("--router-components", min=1, help="Principal components the router keeps (per split)."),
     ] = None,
 ) -> None:
     """Choose routes on calibration halves, score them on held-out halves, compare with baselines."""
@@ -146,6 +170,9 @@ def evaluate(
         trials=trials,
         methods=split_list(methods) or list(ALL_METHODS),
         feature_columns=split_list(feature_columns),
+        prompts=list(prompts or []),
+        features=features,
+        router_components=router_components,
         command="cascade " + shlex.join(sys.argv[1:]) if sys.argv[1:2] == ["evaluate"] else None,
     )
     run_or_exit(lambda: run_evaluate(options, console, errors))
@@ -176,6 +203,7 @@ def run_evaluate(options: EvaluateOptions, console: Console, errors: Console) ->
         seed=options.seed,
         trials=options.trials,
         methods=tuple(dict.fromkeys(options.methods)),
+        router_components=options.router_components,
     )
     summaries = {}
     for kind, matrix in matrices.items():
@@ -192,7 +220,10 @@ def run_evaluate(options: EvaluateOptions, console: Console, errors: Console) ->
 
 
 def _load_matrices(options: EvaluateOptions, errors: Console) -> dict[str, RunsMatrix]:
-    """The runs table as one matrix per request kind (a spinner while it loads), notes as warnings."""
+    """The runs table as one matrix per request kind (a spinner while it loads), notes as warnings;
+    with ``--prompts``/``--features`` each matrix carries its queries' router features."""
+    from dataclasses import replace
+
     from calibration.blackbox_scores import BlackboxOptions
     from calibration.calibrate_cli import parse_where
     from calibration.kinds import load_runs_by_kind
@@ -209,6 +240,24 @@ def _load_matrices(options: EvaluateOptions, errors: Console) -> dict[str, RunsM
             blackbox=BlackboxOptions(options.equivalence, options.samples),
             score_tokens=options.score_tokens,
         )
+    if bool(options.prompts) != bool(options.features):
+        raise ValueError("--prompts and --features go together")
+    if options.features and options.feature_columns:
+        raise ValueError("give --feature-columns or --prompts/--features, not both")
+    if options.features:
+        from calibration.routing.prompt_features import features_for_queries, read_prompt_requests
+
+        requests = read_prompt_requests(options.prompts)
+        with errors.status(f"computing {options.features} features…"):
+            matrices = {
+                kind: replace(
+                    matrix,
+                    features=features_for_queries(
+                        [str(q) for q in matrix.query_ids], requests, options.features
+                    ).features,
+                )
+                for kind, matrix in matrices.items()
+            }
     for kind, matrix in matrices.items():
         for note in matrix.notes:
             prefix = f"kind {kind}: " if len(matrices) > 1 else ""

@@ -20,6 +20,7 @@ from typing import Any
 from calibration.calibrate import Calibrated, calibrate
 from calibration.heldout_expected import HeldoutSettings
 from calibration.policy_writer import section_document
+from calibration.routing.mechanisms import RoutingOptions
 from calibration.run_kinds import DEFAULT_KIND, RunKindError, kinds_in
 from calibration.runs import RunsError, RunsMatrix, load_runs
 from calibration.table_io import TableReadError
@@ -75,18 +76,22 @@ def calibrate_kinds(
     *,
     randomize: bool = False,
     heldout: HeldoutSettings | None = None,
+    routing: Mapping[str, RoutingOptions] | None = None,
 ) -> CalibratedKinds:
     """Calibrate every kind's matrix and assemble the policy (module docstring).
 
     Raises ``UnreachableTierError`` naming the kind (when there are several) whose runs cannot
-    reach a tier's ``min_quality``.
+    reach a tier's ``min_quality``. ``routing``: per kind, the routing mechanisms to choose from
+    (``calibration.routing.mechanisms``); a kind without an entry is calibrated as cascades only.
     """
     if not matrices:
         raise ValueError("no runs to calibrate")
     per_kind: dict[str, Calibrated] = {}
     for kind, matrix in matrices.items():
         try:
-            per_kind[kind] = calibrate(matrix, spec, randomize=randomize, heldout=heldout)
+            per_kind[kind] = calibrate(
+                matrix, spec, randomize=randomize, heldout=heldout, routing=(routing or {}).get(kind)
+            )
         except UnreachableTierError as exc:
             if len(matrices) == 1:
                 raise

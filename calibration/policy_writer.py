@@ -99,12 +99,14 @@ def policy_document(
 
 def section_document(top: Mapping[str, Any], document: Mapping[str, Any]) -> dict[str, Any]:
     """A kind section (``Policy.kinds``) from that kind's policy ``document``: its models, tiers,
-    envelope and score distribution, and its scorer only where it differs from the ``top`` level's."""
+    envelope, score distribution and router, and its scorer only where it differs from the ``top``
+    level's."""
     section = {key: document[key] for key in ("models", "default_tier", "tiers", "envelope")}
     if document["scorer"] != top["scorer"]:
         section["scorer"] = document["scorer"]
-    if "score_distribution" in document:
-        section["score_distribution"] = document["score_distribution"]
+    for optional in ("score_distribution", "router"):
+        if optional in document:
+            section[optional] = document[optional]
     return section
 
 

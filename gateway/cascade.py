@@ -107,6 +107,8 @@ class CascadeEngine:
             route=plan.route.models if plan.route is not None else [plan.model or ""],
             keep_answer=keep_answer,
             kind=plan.kind,
+            mechanism=plan.mechanism,
+            router_probability=plan.router_probability,
         )
 
     async def run(

@@ -203,6 +203,8 @@ class ApiEndpoint:
             _text(headers.get(b"x-cascade-tier")),
             gw.no_policy_reason(),
         )
+        if gw.tier_router.applies(plan):  # a routed tier: the router picks the route (before reserving)
+            plan = request.plan = await gw.tier_router.apply(plan, parsed)
         request.tier = plan.tier
         try:
             # The prompt bound is the request the engine sends, with all a translation added.
@@ -381,6 +383,8 @@ class ApiEndpoint:
                 degraded=facts.degraded,
                 policy_id=facts.policy_id,
             )
+            if facts.mechanism is not None:
+                fields.update(mechanism=facts.mechanism, router_probability=facts.router_probability)
             if facts.failures:
                 fields["upstream_failures"] = facts.failures
             if facts.escalation_reasons:

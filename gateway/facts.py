@@ -48,6 +48,9 @@ class CascadeFacts:
     answer_problem: str | None = None
     # Set only for a request the traffic sampler drew: its scored answers are reused, never re-bought.
     keep_answer: AnswerKeeper | None = None
+    # A routed tier's choice (gateway.tier_routing): the mechanism taken and the router's probability.
+    mechanism: str | None = None
+    router_probability: float | None = None
 
     def headers(self, overhead_ms: float) -> list[tuple[bytes, bytes]]:
         """The ``x-cascade-*`` response headers (docs/contracts.md#response-headers)."""
@@ -67,10 +70,18 @@ class CascadeFacts:
             out.append((b"x-cascade-degraded", b"true"))
         if not self.within_budget:
             out.append((b"x-cascade-over-budget", b"true"))
+        if self.mechanism is not None:
+            out.append((b"x-cascade-mechanism", self.mechanism.encode()))
+            out.append((b"x-cascade-router-probability", _number(self.router_probability)))
         return out
 
     def as_dict(self, overhead_ms: float) -> dict[str, Any]:
         """The same facts as a JSON object (final stream chunk, logs)."""
+        routed = (
+            {"mechanism": self.mechanism, "router_probability": self.router_probability}
+            if self.mechanism is not None
+            else {}
+        )
         return {
             "tier": self.tier,
             "policy": self.policy_id,
@@ -84,6 +95,7 @@ class CascadeFacts:
             "cost_usd": self.cost_usd,
             "overhead_ms": round(overhead_ms, 3),
             "degraded": self.degraded,
+            **routed,
         }
 
 

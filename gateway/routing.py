@@ -59,6 +59,9 @@ class RoutePlan:
         model: the passthrough target (None for cascade routes).
         within_budget: False when a numeric budget was below every envelope point.
         kind: the request's kind (``text``, ``tool_call`` or ``structured_output``).
+        mechanism: for a routed tier (``gateway.tier_routing``), how the route was chosen
+            (``routed``, ``hybrid_direct``, ``hybrid_cascade`` or ``fallback``); None otherwise.
+        router_probability: the router's predicted probability behind that choice, if any.
     """
 
     tier: str
@@ -67,6 +70,8 @@ class RoutePlan:
     model: str | None = None
     within_budget: bool = True
     kind: str = TOP_LEVEL_KIND
+    mechanism: str | None = None
+    router_probability: float | None = None
 
 
 class Router:

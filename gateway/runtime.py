@@ -27,6 +27,7 @@ from gateway.metrics import GatewayMetrics
 from gateway.requests import ParsedRequest
 from gateway.routing import RoutePlan, Router
 from gateway.state import SharedState
+from gateway.tier_routing import TierRouter
 from gateway.upstream import UpstreamPool
 from policies import Policy
 from policies.charges import (
@@ -112,6 +113,7 @@ class Gateway:
         self.pool = UpstreamPool(models, self.metrics, redact)
         self.router = Router(models, rng, coverage)
         self.engine = CascadeEngine(models, self.pool, self.metrics)
+        self.tier_router = TierRouter(self.metrics)
         self.health = UpstreamHealth(self.pool, self.metrics)
         self.shared = shared
         self.metrics.spend_unsynced.set_function(self.shared.spend.unsynced_usd)
@@ -135,6 +137,9 @@ class Gateway:
         self.health.start()
         await self.shared.start()
         policy = self.policy
+        routers = [policy.router, *(s.router for s in (policy.kinds or {}).values())] if policy else []
+        if any(router is not None and router.features == "minilm-v1" for router in routers):
+            self.tier_router.embeddings.start()  # the workers load the model before the first request
         log_event(
             "gateway_started",
             models=sorted(self.models),
@@ -198,6 +203,7 @@ class Gateway:
         await self.health.close()
         await self.shared.close()
         await self.pool.close()
+        self.tier_router.close()
 
     @property
     def policy(self) -> Policy | None:

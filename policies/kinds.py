@@ -28,7 +28,7 @@ def kind_policy(policy: Policy, kind: str) -> Policy:
 
     With a section, a ``Policy`` sharing the original's ``policy_id``, ``created_at``,
     ``on_missing_score`` and ``allow_degraded``, whose models, tiers, default tier, envelope,
-    scorer (the section's, else the top level's) and score distribution are the section's, and
+    scorer (the section's, else the top level's), score distribution and router are the section's, and
     without ``kinds``. It is built without validation (the original was validated, section
     included) and is never saved or hashed: it is a way of reading the original.
     """
@@ -52,6 +52,7 @@ def kind_policy(policy: Policy, kind: str) -> Policy:
         allow_degraded=policy.allow_degraded,
         score_distribution=section.score_distribution,
         kinds=None,
+        router=section.router,
     )
     if len(_VIEWS) >= _MAX_CACHED_VIEWS:
         _VIEWS.pop(next(iter(_VIEWS)))

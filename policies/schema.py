@@ -21,6 +21,7 @@ from pydantic import (
 
 from policies.blackbox import BLACKBOX_SCORERS, SELF_REPORT_PROMPT, VERIFIER_PROMPT
 from policies.call_tokens import ScoreTokens
+from policies.route_features import FEATURE_SETS, feature_dims
 from policies.score_distribution import ScoreDistribution
 from policies.scorers import SCORE_RANGES
 
@@ -250,6 +251,87 @@ class Expected(_Strict):
         return self.cost_usd, self.quality, self.escalation_rate
 
 
+class MechanismOutcome(_Strict):
+    """A mechanism's held-out mean cost (USD per request) and quality for a tier."""
+
+    cost_usd: float = Field(ge=0)
+    quality: float = Field(ge=0, le=1)
+
+
+class TierRouting(_Strict):
+    """How a tier serves when calibration chose a router over its cascade (docs/routing.md).
+
+    ``routed``: one call, to ``argmax_m p_m(x) - price_weight * cost_m`` of the policy's ``router``.
+    ``hybrid``: ``models`` is ``[cheap, strong]``: a request with ``p_cheap(x) < direct_below`` goes
+    straight to the strong model, any other runs cheap -> strong escalating iff score < ``threshold``
+    (a single model in ``models``: every request goes to it). The tier's ``routes`` stay its
+    calibrated cascade: the gateway serves them when the router's features cannot be computed in
+    time. ``compared``: each mechanism's held-out mean cost and quality for this tier. The tier's
+    ``expected`` describes the mechanism served.
+    """
+
+    mechanism: Literal["routed", "hybrid"]
+    price_weight: float | None = Field(None, ge=0)
+    models: list[str] | None = Field(None, min_length=1, max_length=2)
+    threshold: float | None = None
+    direct_below: float | None = Field(None, ge=0, le=1)
+    compared: dict[Literal["cascade", "routed", "hybrid"], MechanismOutcome] = Field(default_factory=dict)
+
+    @model_validator(mode="after")
+    def _fields_match_mechanism(self) -> TierRouting:
+        if self.mechanism == "routed":
+            if self.price_weight is None or self.models is not None or self.threshold is not None:
+                raise ValueError("a routed tier has a price_weight and no models or threshold")
+            return self
+        if self.models is None or self.price_weight is not None:
+            raise ValueError("a hybrid tier has models and no price_weight")
+        pair = len(self.models) == 2
+        if pair != (self.threshold is not None) or pair != (self.direct_below is not None):
+            raise ValueError(
+                "a hybrid tier of two models has a threshold and direct_below (one model: neither)"
+            )
+        if self.threshold is not None and not math.isfinite(self.threshold):
+            raise ValueError("thresholds must be finite numbers")
+        return self
+
+    @model_serializer(mode="wrap")
+    def _dump(self, handler: SerializerFunctionWrapHandler) -> dict[str, Any]:
+        return _without_absent(self, handler, ("price_weight", "models", "threshold", "direct_below"))
+
+
+class RouterSpec(_Strict):
+    """A pre-generation router (``policies.router.LinearRouter``): per model, P(correct) =
+    sigmoid(coef . features + intercept) on feature set ``features`` (``policies.route_features``);
+    ``cost_usd`` is each model's mean calibration cost (what a routed tier's price weight multiplies);
+    ``components``: the principal components calibration kept (folded into ``coef``; informative)."""
+
+    features: Literal["cheap-v1", "minilm-v1"]
+    components: int | None = Field(None, ge=1)
+    models: list[str] = Field(min_length=1)
+    cost_usd: list[float]
+    coef: list[list[float]]
+    intercept: list[float]
+
+    @model_validator(mode="after")
+    def _shapes(self) -> RouterSpec:
+        k = len(self.models)
+        if len(self.cost_usd) != k or len(self.coef) != k or len(self.intercept) != k:
+            raise ValueError("router: cost_usd, coef and intercept need one entry per model")
+        dims = feature_dims(self.features)
+        if any(len(row) != dims for row in self.coef):
+            raise ValueError(f"router: feature set {self.features} has {dims} features per coef row")
+        if any(not math.isfinite(v) for row in self.coef for v in row) or any(c < 0 for c in self.cost_usd):
+            raise ValueError("router: coefficients must be finite and costs non-negative")
+        return self
+
+    @model_serializer(mode="wrap")
+    def _dump(self, handler: SerializerFunctionWrapHandler) -> dict[str, Any]:
+        return _without_absent(self, handler, ("components",))
+
+
+assert set(FEATURE_SETS) == {"cheap-v1", "minilm-v1"}  # RouterSpec.features names every set
+
+
 class Tier(_Strict):
     """One budget tier: its objective, the route(s) that solve it and what they are expected to do."""
 
@@ -258,6 +340,12 @@ class Tier(_Strict):
     expected: Expected
     # Quality per USD at this point of the envelope (frontier slope); None where undefined.
     shadow_price: float | None = None
+    # Optional: a router mechanism chosen over the cascade for this tier (then ``routes`` is the fallback).
+    routing: TierRouting | None = None
+
+    @model_serializer(mode="wrap")
+    def _dump(self, handler: SerializerFunctionWrapHandler) -> dict[str, Any]:
+        return _without_absent(self, handler, ("routing",))
 
     @field_validator("routes")
     @classmethod
@@ -309,6 +397,11 @@ class KindSection(_Strict):
     envelope: list[EnvelopePoint] = Field(default_factory=list)
     scorer: ScorerSpec | None = None
     score_distribution: ScoreDistribution | None = None
+    router: RouterSpec | None = None
+
+    @model_serializer(mode="wrap")
+    def _dump(self, handler: SerializerFunctionWrapHandler) -> dict[str, Any]:
+        return _without_absent(self, handler, ("router",))
 
 
 class Policy(_Strict):
@@ -330,10 +423,17 @@ class Policy(_Strict):
     score_distribution: ScoreDistribution | None = None
     # Optional: routes of their own for requests of these kinds (the top level serves the others).
     kinds: dict[SectionKind, KindSection] | None = None
+    # Optional: the pre-generation router the tiers with ``routing`` read (docs/routing.md).
+    router: RouterSpec | None = None
+
+    @model_serializer(mode="wrap")
+    def _dump(self, handler: SerializerFunctionWrapHandler) -> dict[str, Any]:
+        return _without_absent(self, handler, ("router",))
 
     @model_validator(mode="after")
     def _references_resolve(self) -> Policy:
         _check_routes("", self.scorer, self.models, self.default_tier, self.tiers, self.envelope)
+        _check_routing("", self.router, self.models, self.tiers)
         if self.score_distribution is not None:
             self.score_distribution.check_references(list(self.models), list(self.tiers))
         for kind, section in (self.kinds or {}).items():
@@ -346,6 +446,7 @@ class Policy(_Strict):
             scorer = section.scorer or self.scorer
             tiers, envelope = section.tiers, section.envelope
             _check_routes(where, scorer, section.models, section.default_tier, tiers, envelope)
+            _check_routing(where, section.router, section.models, tiers)
             if section.score_distribution is not None:
                 try:
                     section.score_distribution.check_references(list(section.models), list(section.tiers))
@@ -380,6 +481,26 @@ def _check_routes(
     costs = [p.cost_usd for p in envelope]
     if costs != sorted(costs):
         raise ValueError(f"{where}envelope points must be sorted by cost_usd")
+
+
+def _check_routing(
+    where: str, router: RouterSpec | None, models: dict[str, ModelStats], tiers: dict[str, Tier]
+) -> None:
+    """A tier with ``routing`` needs the router beside it, naming known models, as its own models do."""
+    if router is not None:
+        unknown = [m for m in router.models if m not in models]
+        if unknown:
+            raise ValueError(f"{where}router names unknown model(s) {unknown}")
+    for name, tier in tiers.items():
+        if tier.routing is None:
+            continue
+        if router is None:
+            raise ValueError(f"{where}tier {name!r} has routing but there is no router")
+        unknown = [m for m in tier.routing.models or [] if m not in router.models]
+        if unknown:
+            raise ValueError(
+                f"{where}tier {name!r} routing names model(s) {unknown} the router does not score"
+            )
 
 
 def _check_threshold_ranges(

@@ -20,9 +20,10 @@ from policies.schema import Policy
 _HASH_EXCLUDED = ("policy_id", "created_at")
 # Optional fields added to schema version 1 after it was published: when absent (null) they are left
 # out of the file and of the hash, so a policy written before them keeps its bytes and policy_id.
-_OPTIONAL_FIELDS = ("score_distribution", "kinds")
+_OPTIONAL_FIELDS = ("score_distribution", "kinds", "router")
 # The same inside a kind section, and inside every tier's ``expected`` (top level and sections).
-_OPTIONAL_SECTION_FIELDS = ("scorer", "score_distribution")
+_OPTIONAL_SECTION_FIELDS = ("scorer", "score_distribution", "router")
+_OPTIONAL_TIER_FIELDS = ("routing",)
 _OPTIONAL_EXPECTED_FIELDS = ("heldout",)
 # Scorer fields added later with a default: left out of the file and of the hash at their default.
 _DEFAULT_SCORER_FIELDS = {"tokens": "all"}
@@ -54,14 +55,14 @@ def _without_default_scorer_fields(document: Any) -> Any:
 
 
 def _without_absent_expectations(document: Any) -> Any:
-    """``document`` with ``tiers.*.expected`` stripped of its absent optional fields."""
+    """``document`` with ``tiers.*`` and their ``expected`` stripped of their absent optional fields."""
     if not isinstance(document, dict) or not isinstance(document.get("tiers"), dict):
         return document
     tiers = {}
     for name, tier in document["tiers"].items():
         if isinstance(tier, dict) and isinstance(tier.get("expected"), dict):
             tier = {**tier, "expected": _drop_nulls(tier["expected"], _OPTIONAL_EXPECTED_FIELDS)}
-        tiers[name] = tier
+        tiers[name] = _drop_nulls(tier, _OPTIONAL_TIER_FIELDS)
     return {**document, "tiers": tiers}
 
 

@@ -18,6 +18,7 @@ from gateway.facts import CascadeFacts
 from gateway.metrics import GatewayMetrics
 from gateway.redis_keys import RedisKeys
 from gateway.spend_store import MAX_NANO
+from gateway.tier_routing import TierRouter
 from policies import SCORERS, Policy, Price, Tier
 from policies.blackbox import BLACKBOX_SCORERS
 from policies.charges import (
@@ -61,10 +62,12 @@ def documented_labels(cell: str) -> list[str]:
 
 
 def exported_metrics() -> dict[str, Any]:
-    """Exposition name -> metric object, for every metric GatewayMetrics registers (learning's too)."""
+    """Exposition name -> metric object, for every metric GatewayMetrics registers (learning's and the
+    routed tiers' too)."""
     metrics = GatewayMetrics(with_redis=True, with_learning=True)
+    routed = TierRouter(metrics)
     found = {}
-    for value in [*vars(metrics).values(), *vars(metrics.learning).values()]:
+    for value in [*vars(metrics).values(), *vars(metrics.learning).values(), *vars(routed).values()]:
         if isinstance(value, Counter | Gauge | Histogram):
             (family,) = value.describe()
             found[family.name + ("_total" if family.type == "counter" else "")] = value
@@ -93,7 +96,9 @@ def test_every_exported_metric_is_documented_with_its_type_and_exact_labels(sect
 
 
 def test_every_response_header_is_documented(sections: dict[str, str]) -> None:
-    facts = CascadeFacts("balanced", "p1", degraded=True, within_budget=False)
+    facts = CascadeFacts(
+        "balanced", "p1", degraded=True, within_budget=False, mechanism="routed", router_probability=0.5
+    )
     emitted = {name.decode() for name, _ in facts.headers(0.1)}
     documented = set(table_rows(sections["Response headers"]))
     assert emitted | {"x-request-id"} == documented

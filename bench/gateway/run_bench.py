@@ -9,6 +9,10 @@ concurrency (default 1, 16, 64 connections, 10 s each):
   model         wrk -> gateway, model "small": plain passthrough of a configured model (1 upstream call)
   accept        wrk -> gateway, model cascade/accept: cheap call, scored, accepted (1 upstream call)
   escalate      wrk -> gateway, model cascade/escalate: cheap call, scored, escalated (2 upstream calls)
+  single        wrk -> gateway, model cascade/single: a tier whose route is the one model small (one
+                unscored call through the cascade path): routed's baseline without the router
+  routed        wrk -> gateway, model cascade/routed: a routed tier (cheap-v1 router features computed
+                on the request, then one unscored call to the model the router picks: small)
   accept_keyed  (with ``--redis``) accept on a gateway with Redis, a client key and a spend limit
   accept_learning  (with ``--learning RATE``) accept on a gateway that samples RATE of its requests
                 into a JSONL traffic store (shadow calls to the upstream, exact judge); the sampler's
@@ -73,10 +77,12 @@ TARGETS = (
     "accept",
     *(f"accept_{api}" for api in ENDPOINTS),
     "escalate",
+    "single",
+    "routed",
     "accept_keyed",
     "accept_learning",
 )
-GATEWAY_TARGETS = ("model", "accept", "escalate")
+GATEWAY_TARGETS = ("model", "accept", "escalate", "single", "routed")
 
 NGINX_CONF = """
 worker_processes 1;
@@ -153,6 +159,8 @@ def process(
 def nginx_upstream(tmp: Path, cpu: str) -> Iterator[int]:
     """nginx (one worker, pinned to ``cpu``) serving each body at ``/<body>/v1``; yields the port."""
     for name, (fixture, _) in BODIES.items():
+        if not fixture.exists():  # the 25k body lives beside the checkout; --bodies 2k runs without it
+            continue
         (tmp / "www" / name / "v1" / "chat").mkdir(parents=True)
         shutil.copy(fixture, tmp / "www" / name / "v1" / "chat" / "completions")
     os.chmod(tmp, 0o755)  # nginx workers run unprivileged
@@ -163,7 +171,7 @@ def nginx_upstream(tmp: Path, cpu: str) -> Iterator[int]:
         ["taskset", "-c", cpu, nginx, "-p", str(tmp), "-c", str(tmp / "nginx.conf")], log=tmp / "nginx.out"
     ):
         wait_http(f"http://127.0.0.1:{port}/2k/v1/models")
-        for name in BODIES:
+        for name in (name for name, (fixture, _) in BODIES.items() if fixture.exists()):
             check = httpx.post(f"http://127.0.0.1:{port}/{name}/v1/chat/completions", json={}, timeout=5)
             assert check.status_code == 200 and check.json()["choices"][0]["logprobs"], check.text[:200]
         yield port
@@ -188,13 +196,27 @@ def write_gateway_files(
     fixture = json.loads(fixture_path.read_text())
     score = score_response(fixture, "mean_token_negentropy", top_k)
     assert score is not None
-    tiers = {}
+    tiers: dict[str, Any] = {}
     for name, threshold in (("accept", score - 0.2), ("escalate", min(score + 0.2, 1.0))):
         tiers[name] = {
             "objective": {"max_cost_usd": 0.001},
             "routes": [{"weight": 1.0, "models": ["small", "large"], "thresholds": [round(threshold, 4)]}],
             "expected": {"cost_usd": 0.0005, "quality": 0.7, "escalation_rate": 0.5},
         }
+    # A routed tier: the router reads the request's cheap-v1 features and picks small (its
+    # probability 0.88 against large's 0.73 at price weight 0), one call, no score.
+    from policies.route_features import CHEAP, feature_dims
+
+    dims = feature_dims(CHEAP)
+    router = {
+        "features": CHEAP,
+        "models": ["small", "large"],
+        "cost_usd": [0.0001, 0.001],
+        "coef": [[0.0] * dims, [0.0] * dims],
+        "intercept": [2.0, 1.0],
+    }
+    tiers["routed"] = {**tiers["accept"], "routing": {"mechanism": "routed", "price_weight": 0.0}}
+    tiers["single"] = {**tiers["accept"], "routes": [{"weight": 1.0, "models": ["small"], "thresholds": []}]}
     policy = build_policy(
         {
             "scorer": {"name": "mean_token_negentropy", "top_k": top_k},
@@ -204,6 +226,7 @@ def write_gateway_files(
             },
             "default_tier": "accept",
             "tiers": tiers,
+            "router": router,
         }
     )
     save_policy(policy, tmp / f"policy-{body}.json")
@@ -272,6 +295,8 @@ def body_for(target: str) -> dict[str, Any]:
         "accept_keyed": "cascade/accept",
         "accept_learning": "cascade/accept",
         "escalate": "cascade/escalate",
+        "routed": "cascade/routed",
+        "single": "cascade/single",
         "model": "small",
     }[target]
     return {"model": model, "messages": MESSAGES, "max_tokens": 16}
@@ -287,6 +312,10 @@ def check_paths(gateway_url: str) -> None:
         assert response.json()["choices"][0]["message"]["content"]
     plain = httpx.post(gateway_url + "/v1/chat/completions", json=body_for("model"), timeout=10)
     plain.raise_for_status()
+    routed = httpx.post(gateway_url + "/v1/chat/completions", json=body_for("routed"), timeout=10)
+    routed.raise_for_status()
+    assert routed.headers["x-cascade-mechanism"] == "routed", routed.headers
+    assert routed.headers["x-cascade-models-called"] == "small", routed.headers
 
 
 def check_endpoint(gateway_url: str, api: str) -> None:

@@ -19,6 +19,7 @@ from calibration.diagnostics import PairDiagnostics, model_auroc, pair_diagnosti
 from calibration.evaluation.budget import SplitCurve
 from calibration.evaluation.fixed_chain import fixed_chain_split_curve
 from calibration.evaluation.heldout import envelope_split_curve, hull_split_curve, single_model_split_curve
+from calibration.evaluation.hybrid import hybrid_split_curve, linear_router_split_curve
 from calibration.evaluation.router import router_split_curve
 from calibration.evaluation.subsequence import subsequence_split_curve
 from calibration.runs import RunsMatrix
@@ -34,6 +35,7 @@ METHOD_LABELS: dict[str, str] = {
     "subsequence_nsga2": "optimal subsequence (NSGA-II)",
     "subsequence_random": "optimal subsequence (random search)",
     "router": "pre-generation router (logistic)",
+    "hybrid": "route, then cascade (hybrid)",
 }
 METHOD_SHORT: dict[str, str] = {
     "envelope": "envelope",
@@ -43,6 +45,7 @@ METHOD_SHORT: dict[str, str] = {
     "subsequence_nsga2": "subseq. NSGA-II",
     "subsequence_random": "subseq. random",
     "router": "router",
+    "hybrid": "hybrid",
 }
 SEARCHED_METHODS = frozenset({"fixed_chain", "subsequence_nsga2", "subsequence_random"})
 Advance = Callable[[str, int], None]
@@ -56,8 +59,11 @@ class EvaluationSettings:
     test_fraction: float = 0.5
     seed: int = 0
     trials: int = 200
-    methods: tuple[str, ...] = tuple(METHOD_LABELS)
+    methods: tuple[str, ...] = tuple(m for m in METHOD_LABELS if m != "hybrid")  # hybrid: on request
     grid_points: int = GRID_POINTS
+    # Principal components the router (and the hybrid's router) keeps of the features, fitted on
+    # each split's calibration rows (calibration.routing.fit); None: every feature, standardized.
+    router_components: int | None = None
 
 
 @dataclass(frozen=True)
@@ -105,7 +111,12 @@ def endpoints(model_cost: np.ndarray, model_quality: np.ndarray) -> tuple[int, i
 
 
 def _method_runner(
-    name: str, matrix: RunsMatrix, grid: np.ndarray, trials: int, advance: Advance
+    name: str,
+    matrix: RunsMatrix,
+    grid: np.ndarray,
+    trials: int,
+    advance: Advance,
+    components: int | None = None,
 ) -> Callable[[Split, int], SplitCurve]:
     def progress(count: int) -> None:
         advance(name, count)
@@ -125,19 +136,26 @@ def _method_runner(
         return lambda split, seed: subsequence_split_curve(
             matrix, split, grid, trials=trials, seed=seed, search=search, on_progress=progress
         )
+    if name == "router" and components is not None:
+        return lambda split, seed: linear_router_split_curve(
+            matrix, split, grid, components=components, seed=seed
+        )
     if name == "router":
         return lambda split, seed: router_split_curve(matrix, split, grid, seed=seed)
+    if name == "hybrid":
+        return lambda split, seed: hybrid_split_curve(matrix, split, grid, components=components, seed=seed)
     raise ValueError(f"unknown method {name!r}; known: {', '.join(METHOD_LABELS)}")
 
 
 def runnable_methods(matrix: RunsMatrix, methods: Sequence[str]) -> tuple[list[str], dict[str, str]]:
-    """(methods to run, {method: why skipped}) — the router needs features."""
+    """(methods to run, {method: why skipped}) — the router and the hybrid need features."""
     unknown = [m for m in methods if m not in METHOD_LABELS]
     if unknown:
         raise ValueError(f"unknown method {unknown[0]!r}; known: {', '.join(METHOD_LABELS)}")
     skipped = {}
-    if "router" in methods and matrix.features is None:
-        skipped["router"] = "skipped: no per-query features (give --feature-columns to run the router)"
+    for name in ("router", "hybrid"):
+        if name in methods and matrix.features is None:
+            skipped[name] = f"skipped: no per-query features (give --feature-columns to run the {name})"
     return [m for m in methods if m not in skipped], skipped
 
 
@@ -169,7 +187,7 @@ def run_evaluation(
                 name, METHOD_LABELS[name], np.full(shape, np.nan), np.full(shape, np.nan), 0.0, skipped[name]
             )
     for name in to_run:
-        run = _method_runner(name, matrix, grid, settings.trials, tick)
+        run = _method_runner(name, matrix, grid, settings.trials, tick, settings.router_components)
         results[name] = _run_on_splits(name, run, splits, split_seeds, shape, tick)
 
     single_test = np.vstack([matrix.quality[split.test].mean(axis=0) for split in splits])

@@ -27,6 +27,7 @@ _COLORS = {
     "subsequence_nsga2": "#2ca02c",
     "subsequence_random": "#98df8a",
     "router": "#9467bd",
+    "hybrid": "#e377c2",
 }
 
 

@@ -144,3 +144,24 @@ def heldout_table(heldout: Mapping[str, Mapping[str, Any]], default_tier: str) -
             f"{escalation['mean']:.1%}\n[{escalation['low']:.1%}, {escalation['high']:.1%}]",
         )
     return table
+
+
+def mechanisms_table(choices: Mapping[str, Any], default_tier: str) -> Table:
+    """Per tier, each mechanism's held-out mean cost and quality, and the one the tier serves."""
+    table = Table(
+        title="Mechanism per tier (held out, mean over the splits; * = served)", title_justify="left"
+    )
+    table.add_column("tier", no_wrap=True)
+    for mechanism in ("cascade", "routed", "hybrid"):
+        table.add_column(mechanism, justify="right", no_wrap=True)
+    table.add_column("serves", no_wrap=True)
+    for name, choice in choices.items():
+        cells = []
+        for mechanism in ("cascade", "routed", "hybrid"):
+            outcome = choice.compared.get(mechanism)
+            mark = "*" if mechanism == choice.mechanism else ""
+            cells.append(
+                "-" if outcome is None else f"{outcome['quality']:.4f}{mark}\n{usd(outcome['cost_usd'])}"
+            )
+        table.add_row(f"{name}*" if name == default_tier else name, *cells, choice.mechanism)
+    return table

@@ -1,0 +1,223 @@
+"""Per tier, choose between the cascade, the router and route-then-cascade, on held-out data.
+
+For every tier objective each mechanism is solved on the calibration rows exactly as it would be
+served, and measured out of sample with the protocol of ``calibration.heldout_expected`` (the same
+splits: fitted and chosen on each split's calibration part, measured on its test part):
+
+* ``cascade``: the tier as ``cascade calibrate`` solves it (its held-out expectation is given);
+* ``routed``: the router (``calibration.routing.fit``) and its price weight lambda, the one whose
+  routes are best within the budget on calibration (``calibration.evaluation.router``);
+* ``hybrid``: route-then-cascade (``calibration.evaluation.hybrid``): a pool pair, the router
+  probability below which the strong model is called directly, and the cascade threshold.
+
+The rule: among the mechanisms whose held-out mean cost stays within the tier's budget (or within
+the cascade's own held-out cost, when the cascade overruns), the one with the highest held-out
+mean quality; ties go to the cascade, then the router. A ``min_quality`` tier takes the cheapest
+mechanism whose held-out mean quality reaches it (the cascade when none does).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+
+from calibration.evaluation.hybrid import HybridCandidates, hybrid_candidates, hybrid_outcomes
+from calibration.evaluation.router import lambda_sweep, route_choices, routed_outcomes
+from calibration.heldout_expected import HeldoutSettings, spread
+from calibration.routing.fit import DEFAULT_COMPONENTS, fit_linear_router
+from calibration.runs import RunsMatrix
+from calibration.splits import stratified_splits
+from calibration.tiers import TierObjective, TiersSpec
+from policies.router import LinearRouter
+
+MECHANISMS = ("cascade", "routed", "hybrid")
+
+
+@dataclass(frozen=True)
+class RoutingOptions:
+    """What ``cascade calibrate --mechanisms`` asks for: the mechanisms allowed, the feature set the
+    matrix's ``features`` hold, the principal components the router keeps, the fitting seed."""
+
+    mechanisms: tuple[str, ...]
+    feature_set: str
+    components: int | None = DEFAULT_COMPONENTS
+    seed: int = 0
+
+
+@dataclass(frozen=True)
+class MechanismChoice:
+    """One tier's routing choice: ``mechanism`` (``routed``/``hybrid``, or ``cascade`` for none),
+    its policy ``routing`` fields, in-sample ``expected`` (cost, quality, escalation rate), held-out
+    documents per measure, and every mechanism's held-out mean cost and quality (``compared``)."""
+
+    mechanism: str
+    routing: dict[str, Any] | None
+    expected: tuple[float, float, float] | None
+    heldout: dict[str, Any] | None
+    compared: dict[str, dict[str, float]]
+
+
+def pick_candidate(cost: np.ndarray, quality: np.ndarray, objective: TierObjective) -> int:
+    """Index of the candidate a tier takes: best quality within the budget (the cheapest when none
+    fits), or the cheapest reaching ``min_quality`` (the best when none does); ties: cheaper."""
+    order = np.lexsort((-quality, cost))
+    if objective.max_cost_usd is not None:
+        fits = order[cost[order] <= objective.max_cost_usd * (1 + 1e-9)]
+        if fits.size == 0:
+            return int(order[0])
+        return int(fits[np.lexsort((cost[fits], -quality[fits]))[0]])
+    assert objective.min_quality is not None
+    reach = order[quality[order] >= objective.min_quality]
+    if reach.size == 0:
+        return int(np.lexsort((cost, -quality))[0])
+    return int(reach[0])
+
+
+class _Fitted:
+    """A router fitted on some rows, and both mechanisms' candidates on those rows."""
+
+    def __init__(self, matrix: RunsMatrix, rows: np.ndarray, options: RoutingOptions):
+        assert matrix.features is not None
+        self.router: LinearRouter = fit_linear_router(
+            matrix.features[rows],
+            matrix.quality[rows],
+            matrix.models,
+            options.feature_set,
+            components=options.components,
+            seed=options.seed,
+        )
+        p = self.router.probabilities(matrix.features[rows])
+        self.model_cost = matrix.cost[rows].mean(axis=0)
+        self.lambdas = lambda_sweep(self.model_cost)
+        choices = route_choices(p, self.model_cost, self.lambdas)
+        self.routed_cost, self.routed_quality = routed_outcomes(
+            choices, matrix.cost[rows], matrix.quality[rows]
+        )
+        self.hybrid: HybridCandidates = hybrid_candidates(matrix, rows, p)
+
+
+def _routed_on(matrix: RunsMatrix, fitted: _Fitted, lam: float, rows: np.ndarray) -> np.ndarray:
+    assert matrix.features is not None
+    p = fitted.router.probabilities(matrix.features[rows])
+    choice = route_choices(p, fitted.model_cost, np.array([lam]))
+    cost, quality = routed_outcomes(choice, matrix.cost[rows], matrix.quality[rows])
+    return np.array([cost[0], quality[0], 0.0])
+
+
+def _hybrid_on(matrix: RunsMatrix, fitted: _Fitted, index: int, rows: np.ndarray) -> np.ndarray:
+    assert matrix.features is not None
+    p = fitted.router.probabilities(matrix.features[rows])
+    cost, quality = hybrid_outcomes(matrix, rows, p, fitted.hybrid, np.array([index]))
+    h = fitted.hybrid
+    low = int(h.low[index])
+    escalated = 0.0
+    if low != int(h.high[index]):
+        direct = p[:, low] < h.tau[index]
+        escalated = float((~direct & (matrix.score[rows, low] < h.threshold[index])).mean())
+    return np.array([cost[0], quality[0], escalated])
+
+
+def choose_mechanisms(
+    matrix: RunsMatrix,
+    spec: TiersSpec,
+    cascade_heldout: Mapping[str, Mapping[str, Any]],
+    options: RoutingOptions,
+    settings: HeldoutSettings,
+) -> tuple[LinearRouter, dict[str, MechanismChoice]]:
+    """The router fitted on every row, and each tier's choice (module docstring)."""
+    if matrix.features is None:
+        raise ValueError("routing mechanisms need per-query features (--prompts and --features)")
+    everything = np.arange(matrix.n_queries)
+    full = _Fitted(matrix, everything, options)
+    splits = stratified_splits(
+        matrix.n_queries,
+        n_splits=settings.splits,
+        test_fraction=settings.test_fraction,
+        seed=settings.seed,
+        strata=matrix.strata,
+    )
+    outcomes = {(tier, m): np.empty((len(splits), 3)) for tier in spec.tiers for m in ("routed", "hybrid")}
+    for s, split in enumerate(splits):
+        fitted = _Fitted(matrix, split.calibration, options)
+        for tier, objective in spec.tiers.items():
+            lam = float(fitted.lambdas[pick_candidate(fitted.routed_cost, fitted.routed_quality, objective)])
+            outcomes[tier, "routed"][s] = _routed_on(matrix, fitted, lam, split.test)
+            index = pick_candidate(fitted.hybrid.cost, fitted.hybrid.quality, objective)
+            outcomes[tier, "hybrid"][s] = _hybrid_on(matrix, fitted, index, split.test)
+
+    choices = {}
+    for tier, objective in spec.tiers.items():
+        means = {
+            "cascade": (cascade_heldout[tier]["cost_usd"]["mean"], cascade_heldout[tier]["quality"]["mean"])
+        }
+        for m in ("routed", "hybrid"):
+            means[m] = (float(outcomes[tier, m][:, 0].mean()), float(outcomes[tier, m][:, 1].mean()))
+        allowed = [m for m in MECHANISMS if m == "cascade" or m in options.mechanisms]
+        chosen = _rule(means, allowed, objective)
+        compared = {m: {"cost_usd": means[m][0], "quality": means[m][1]} for m in allowed}
+        if chosen == "cascade":
+            choices[tier] = MechanismChoice("cascade", None, None, None, compared)
+            continue
+        values = outcomes[tier, chosen]
+        heldout = {
+            "splits": len(splits),
+            "test_fraction": settings.test_fraction,
+            "seed": settings.seed,
+            "cost_usd": spread(values[:, 0]),
+            "quality": spread(values[:, 1], 1.0),
+            "escalation_rate": spread(values[:, 2], 1.0),
+        }
+        if chosen == "routed":
+            index = pick_candidate(full.routed_cost, full.routed_quality, objective)
+            lam = float(full.lambdas[index])
+            routing: dict[str, Any] = {"mechanism": "routed", "price_weight": lam}
+            expected = tuple(_routed_on(matrix, full, lam, everything))
+        else:
+            index = pick_candidate(full.hybrid.cost, full.hybrid.quality, objective)
+            routing = _hybrid_fields(full.hybrid, index, matrix.models)
+            expected = tuple(_hybrid_on(matrix, full, index, everything))
+        routing["compared"] = compared
+        choices[tier] = MechanismChoice(chosen, routing, expected, heldout, compared)
+    return full.router, choices
+
+
+def _rule(means: Mapping[str, tuple[float, float]], allowed: Sequence[str], objective: TierObjective) -> str:
+    """The mechanism a tier takes (module docstring); ``means``: held-out (cost, quality)."""
+    if objective.max_cost_usd is not None:
+        ceiling = max(objective.max_cost_usd, means["cascade"][0]) * (1 + 1e-9)
+        eligible = [m for m in allowed if means[m][0] <= ceiling]
+        return max(eligible, key=lambda m: (means[m][1], -allowed.index(m)))
+    assert objective.min_quality is not None
+    reach = [m for m in allowed if means[m][1] >= objective.min_quality]
+    if not reach:
+        return "cascade"
+    return min(reach, key=lambda m: (means[m][0], allowed.index(m)))
+
+
+def _hybrid_fields(candidates: HybridCandidates, index: int, models: Sequence[str]) -> dict[str, Any]:
+    low, high = int(candidates.low[index]), int(candidates.high[index])
+    if low == high:
+        return {"mechanism": "hybrid", "models": [models[low]]}
+    return {
+        "mechanism": "hybrid",
+        "models": [models[low], models[high]],
+        "threshold": float(candidates.threshold[index]),
+        "direct_below": float(candidates.tau[index]),
+    }
+
+
+def router_document(
+    router: LinearRouter, model_cost: Sequence[float], components: int | None
+) -> dict[str, Any]:
+    """The policy's ``router`` section (``policies.schema.RouterSpec``)."""
+    return {
+        "features": router.features,
+        "components": components,
+        "models": list(router.models),
+        "cost_usd": [float(c) for c in model_cost],
+        "coef": [[float(v) for v in row] for row in router.coef],
+        "intercept": [float(v) for v in router.intercept],
+    }
