@@ -22,6 +22,14 @@ real llama.cpp body, an HTTP error (5xx, 429 + Retry-After), a slow answer, malf
 streams (SSE, optionally slow per chunk, cut off after N chunks, or of verbatim events). Every
 stream is recorded with the tokens it wrote before it stopped (``streams``), so tests know what an
 abandoned stream really cost.
+
+``bills`` is what a provider would bill: one ``Bill`` (tests/support/provider_bills.py) per request
+answered 200, written when the request arrives, so a request the gateway then timed out on, dropped
+or read half of is billed too. The fault matrix's replies are *metered* (``usage_report``): generated
+from the request (cut at the cap it sent, or ``uncapped_tokens`` long when it sent none), their
+usage the bill, reported exactly, not at all, as strings or as a huge lie; and they fail in whichever
+form the request asked, whole or streamed: a stall mid-body, a cut body, a dropped connection,
+garbage JSON, or content nested deeper than a JSON writer goes.
 """
 
 from __future__ import annotations
@@ -33,11 +41,23 @@ import threading
 import time
 from collections import defaultdict, deque
 from collections.abc import Iterator
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 import orjson
 from aiohttp import web
+
+from tests.support.provider_bills import (
+    GARBAGE_BODY,
+    GARBAGE_EVENTS,
+    NEST_MARK,
+    Bill,
+    capped_tokens,
+    nest,
+    nested_value,
+    new_bill,
+    reported_usage,
+)
 
 
 @dataclass
@@ -65,6 +85,15 @@ class Reply:
             provider's cap on ``top_logprobs``).
         refuse_logprobs: answer 400 to a request carrying ``logprobs`` or ``top_logprobs`` (an API
             that refuses the fields, as OpenAI's reasoning models do); a request without them is answered.
+        usage_report: set: a metered reply (tests/support/provider_bills.py): its text is cut at the
+            request's cap, its usage is its bill, reported as ``USAGE_REPORTS`` says.
+        uncapped_tokens: a metered reply's answer is this many tokens, or the cap the request sends.
+        stall_body_s: send the headers and half the body (a stream: its first two events), then wait.
+        cut_body: send the headers and half the body (a stream: its first two events), then close.
+        drop_connection: read the request, then close the connection without answering.
+        garbage: answer 200 with a body (or one SSE event) that is not JSON.
+        nesting_depth: a metered reply's content (a stream: its first content delta) is a list
+            nested this deep instead of text.
     """
 
     status: int = 200
@@ -82,6 +111,13 @@ class Reply:
     stream_events: list[dict[str, Any]] | None = None
     max_alternatives: int | None = None
     refuse_logprobs: bool = False
+    usage_report: str | None = None
+    uncapped_tokens: int | None = None
+    stall_body_s: float = 0.0
+    cut_body: bool = False
+    drop_connection: bool = False
+    garbage: bool = False
+    nesting_depth: int | None = None
 
 
 def ok(content: str = "Paris is the capital of France.", confidence: float | None = 0.99, **kw: Any) -> Reply:
@@ -138,6 +174,7 @@ class ScriptedUpstream:
         self.cancelled: list[str | None] = []
         self.completed: list[str | None] = []
         self.produced: list[Produced] = []
+        self.bills: list[Bill] = []
         self._scripts: dict[str, deque[Reply]] = defaultdict(deque)
         self._defaults: dict[str, Reply] = {}
         self._lock = threading.Lock()
@@ -171,6 +208,7 @@ class ScriptedUpstream:
             self.cancelled.clear()
             self.completed.clear()
             self.produced.clear()
+            self.bills.clear()
 
     def calls(self, model_id: str | None = None) -> list[RecordedRequest]:
         """Recorded requests, optionally only those naming ``model_id``."""
@@ -242,9 +280,19 @@ class ScriptedUpstream:
         model = body.get("model")
         self.requests.append(RecordedRequest(request.path, model, body, request.headers.get("Authorization")))
         reply = self._next_reply(model)
+        if reply.usage_report is not None:
+            reply = _metered(reply, body, len(raw))
+        refused = reply.refuse_logprobs and ("logprobs" in body or "top_logprobs" in body)
+        if reply.status == 200 and not refused:  # billed on arrival, however the answer then goes
+            completion = (reply.usage or (10, 5))[1] * _billed_choices(body)
+            self.bills.append(new_bill(model, request.path, raw, completion))
         try:
             if reply.delay_s:
                 await asyncio.sleep(reply.delay_s)
+            if reply.drop_connection:
+                request.transport.close()  # type: ignore[union-attr]
+                self.completed.append(model)
+                return web.Response()
             if reply.raw is not None:
                 response = web.Response(
                     body=reply.raw,
@@ -275,8 +323,13 @@ class ScriptedUpstream:
             else:
                 answer = _completion(request.path, body, reply)
                 usage = answer.pop("_billed", None) or answer["usage"]
+                if reply.usage_report is not None:
+                    _report(answer, reply.usage_report, usage)
+                payload = GARBAGE_BODY if reply.garbage else nest(orjson.dumps(answer), reply.nesting_depth)
+                if reply.cut_body or reply.stall_body_s:
+                    return await self._partial(request, payload, reply, model)
                 response = web.Response(
-                    body=orjson.dumps(answer),
+                    body=payload,
                     headers=reply.headers,
                     content_type="application/json",
                 )
@@ -286,6 +339,23 @@ class ScriptedUpstream:
         except (asyncio.CancelledError, ConnectionResetError):
             self.cancelled.append(model)
             raise
+
+    async def _partial(
+        self, request: web.Request, payload: bytes, reply: Reply, model: str | None
+    ) -> web.StreamResponse:
+        """Half of a whole answer's body, then a stall (the rest after ``stall_body_s``) or a cut."""
+        response = web.StreamResponse(headers={"Content-Type": "application/json", **reply.headers})
+        response.content_length = len(payload)
+        await response.prepare(request)
+        await response.write(payload[: len(payload) // 2])
+        if not reply.cut_body:
+            await asyncio.sleep(reply.stall_body_s)
+            await response.write(payload[len(payload) // 2 :])
+            await response.write_eof()
+        else:
+            request.transport.close()  # type: ignore[union-attr]
+        self.completed.append(model)
+        return response
 
     async def _stream(
         self, request: web.Request, body: dict[str, Any], reply: Reply, model: str | None
@@ -297,17 +367,24 @@ class ScriptedUpstream:
         if reply.stream_events is not None:
             chunks = [b"data: " + orjson.dumps(e) + b"\n\n" for e in reply.stream_events]
             first_token, tokens = 0, 0
+        elif reply.garbage:
+            chunks, first_token, tokens = list(GARBAGE_EVENTS), 0, 0
         else:
             chunks = _stream_chunks(request.path, body, reply)
             first_token = 1 if request.path.endswith("/chat/completions") else 0  # after the role chunk
             tokens = len(_tokens(reply.content))
+            if reply.nesting_depth is not None:
+                chunks[first_token] = nest(chunks[first_token], reply.nesting_depth)
+        break_after = 2 if reply.cut_body else reply.break_stream_after
         for index, chunk in enumerate(chunks):
-            if reply.break_stream_after is not None and index >= reply.break_stream_after:
+            if break_after is not None and index >= break_after:
                 request.transport.close()  # type: ignore[union-attr]
                 self.completed.append(model)
                 return response
             if reply.chunk_delay_s and index:
                 await asyncio.sleep(reply.chunk_delay_s)
+            if reply.stall_body_s and index == 2:
+                await asyncio.sleep(reply.stall_body_s)
             await response.write(chunk)
             if first_token <= index < first_token + tokens:
                 record.completion_tokens += 1  # one token per content chunk, as real servers stream
@@ -478,15 +555,31 @@ def _stream_chunks(path: str, body: dict[str, Any], reply: Reply) -> list[bytes]
     )
     events.append({**base, "choices": [final]})
     if (body.get("stream_options") or {}).get("include_usage"):
-        events.append(
-            {
-                **base,
-                "choices": [],
-                "usage": {
-                    "prompt_tokens": reply.usage[0],
-                    "completion_tokens": reply.usage[1] * _billed_choices(body),
-                    "total_tokens": reply.usage[0] + reply.usage[1] * _billed_choices(body),
-                },
-            }
-        )
+        prompt, completion = reply.usage[0], reply.usage[1] * _billed_choices(body)
+        usage = reported_usage(reply.usage_report or "exact", prompt, completion)
+        if usage is not None:
+            events.append({**base, "choices": [], "usage": usage})
     return [b"data: " + orjson.dumps(e) + b"\n\n" for e in events]
+
+
+def _metered(reply: Reply, body: dict[str, Any], prompt_bytes: int) -> Reply:
+    """A metered reply as generated for ``body``: its text cut at the cap the request sent (or
+    ``uncapped_tokens`` long when it sent none), its usage what is billed for one choice."""
+    if reply.nesting_depth is not None:
+        content: str | None = NEST_MARK
+        produced = capped_tokens(len(nested_value(reply.nesting_depth)), body)
+    else:
+        text = " ".join(["tok"] * reply.uncapped_tokens) if reply.uncapped_tokens else reply.content
+        words = _tokens(text)
+        produced = capped_tokens(len(words), body)
+        content = "".join(words[:produced]) if words else reply.content
+    return replace(reply, content=content, usage=(prompt_bytes, produced))
+
+
+def _report(answer: dict[str, Any], mode: str, usage: dict[str, Any]) -> None:
+    """Put the usage a metered reply reports (by ``mode``) in ``answer``, or no usage at all."""
+    reported = reported_usage(mode, usage["prompt_tokens"], usage["completion_tokens"])
+    if reported is None:
+        answer.pop("usage", None)
+    else:
+        answer["usage"] = reported
