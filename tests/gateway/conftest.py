@@ -107,7 +107,7 @@ def pytest_terminal_summary(terminalreporter: Any) -> None:
     by fault, call, endpoint and invariant."""
     from tests.support.fault_matrix import RECORD
 
-    if RECORD.outcomes:
+    if RECORD.outcomes or RECORD.limits:
         terminalreporter.section("fault matrix")
         for line in RECORD.summary():
             terminalreporter.write_line(line)

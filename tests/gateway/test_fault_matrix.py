@@ -48,6 +48,7 @@ from tests.support.policy_files import write_policy
 from tests.support.provider_bills import Bill, billed_usd
 from tests.support.scripted_upstream import ScriptedUpstream
 from tests.support.shared_redis import REDIS_URL, delete_prefix, fresh_keys
+from tests.support.traffic_rows import stored_rows
 
 SCORERS: dict[str, dict[str, Any]] = {
     "logprobs": {"name": "mean_token_negentropy", "top_k": 5},
@@ -74,6 +75,7 @@ class Matrix:
         self.redis = redis.Redis.from_url(REDIS_URL, decode_responses=True)
         self.http = httpx.Client(timeout=30)
         self.gateways: dict[str, RunningGateway] = {}
+        self.store = ""  # the traffic store of the shadow setup's gateway
         self.names = itertools.count()
 
     def gateway(self, setup: str) -> RunningGateway:
@@ -103,12 +105,12 @@ class Matrix:
             "logging": {"level": "info"},
         }
         if setup == "shadow":
-            store = self.workdir / f"traffic-{next(self.names)}.jsonl"
+            self.store = f"file://{self.workdir / f'traffic-{next(self.names)}.jsonl'}"
             document["learning"] = {
                 "enabled": True,
                 "sample_rate": 1.0,
                 "judge": {"kind": "exact"},
-                "store": f"file://{store}",
+                "store": self.store,
                 "max_shadow_usd_per_hour": 1e30,  # never the cap: a refused sample would test nothing
                 "flush_interval_s": 0.05,
             }
@@ -224,11 +226,17 @@ def shadow_cost(running: RunningGateway) -> float:
     return _metric_sum(running, "cascade_shadow_cost_usd_total")
 
 
-def samples_done(running: RunningGateway) -> float:
-    """Samples the learning sampler finished: rows written (one per sample here) or dropped."""
-    return _metric_sum(running, "cascade_learning_rows_written_total") + _metric_sum(
-        running, "cascade_learning_dropped_total"
-    )
+def samples_dropped(running: RunningGateway) -> float:
+    """Samples the learning sampler dropped so far (any reason)."""
+    return _metric_sum(running, "cascade_learning_dropped_total")
+
+
+def sample_done(matrix: Matrix, running: RunningGateway, query_id: str, dropped_before: float) -> bool:
+    """Whether the sample of request ``query_id`` is over: its rows are stored (they are built once
+    every shadow call ended and was counted) or a sample was dropped since ``dropped_before``."""
+    if samples_dropped(running) > dropped_before:
+        return True
+    return any(row.query_id == query_id for row in stored_rows(matrix.store))
 
 
 def _metric_sum(running: RunningGateway, name: str) -> float:
@@ -318,7 +326,7 @@ def run_cell(matrix: Matrix, cell: fm.Cell) -> CellRun:
     running = matrix.gateway(cell.setup)
     key, key_id = matrix.new_key()
     shadow = cell.call == "shadow"
-    shadow_before, done_before = (shadow_cost(running), samples_done(running)) if shadow else (0.0, 0.0)
+    shadow_before, dropped_before = (shadow_cost(running), samples_dropped(running)) if shadow else (0.0, 0.0)
     exchange = send(matrix.http, running, cell.endpoint, fm.client_body(cell.endpoint, cell.stream), key)
     assert exchange.request_id, f"no x-request-id (HTTP {exchange.status}: {exchange.body[:200]!r})"
     line = request_lines(matrix.log, [exchange.request_id]).get(exchange.request_id)
@@ -326,7 +334,9 @@ def run_cell(matrix: Matrix, cell: fm.Cell) -> CellRun:
     charged, pending = matrix.spend_nano(running, key_id)
     run = CellRun(exchange, line, charged, pending, [b for b in upstream.bills if b.at <= line["ts"]])
     if shadow and line["status"] == 200:
-        assert until(lambda: samples_done(running) > done_before, 30), "the shadow sample never finished"
+        request_id = exchange.request_id
+        done = until(lambda: sample_done(matrix, running, request_id, dropped_before), 30)
+        assert done, "the shadow sample never finished"
         run.shadow_bills = [b for b in upstream.bills if b.at > line["ts"]]
         run.shadow_counted_usd = shadow_cost(running) - shadow_before
     run.check(cell.endpoint)
@@ -380,6 +390,7 @@ def test_concurrent_requests_near_the_limit_never_bill_past_it_by_more_than_one_
     billed = billed_usd(upstream.bills, fm.PRICES)
     charged, _ = matrix.spend_nano(running, key_id)
     admitted = sum(1 for e in exchanges if e.status != 429)
+    fm.RECORD.add_limit(f"{endpoint}-{fault}", nano(billed) <= nano(limit + worst))
     assert nano(billed) <= nano(limit + worst), (
         f"billed {billed:.6f} USD on a key limited to {limit:.6f} (one worst case {worst:.6f}): "
         f"{admitted} of {len(exchanges)} requests admitted, key charged {charged / NANO_PER_USD:.6f}"

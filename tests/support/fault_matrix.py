@@ -16,7 +16,6 @@ from __future__ import annotations
 
 import itertools
 from collections import Counter
-from collections.abc import Iterator
 from dataclasses import dataclass
 from typing import Any
 
@@ -182,10 +181,15 @@ class MatrixRecord:
 
     def __init__(self) -> None:
         self.outcomes: dict[Cell, list[str]] = {}
+        self.limits: dict[str, bool] = {}
 
     def add(self, cell: Cell, violations: list[str]) -> None:
         """Record one cell's violated invariants (empty: it held)."""
         self.outcomes[cell] = violations
+
+    def add_limit(self, case: str, held: bool) -> None:
+        """Record whether the limit held in one concurrency case (``endpoint-fault``)."""
+        self.limits[case] = held
 
     def summary(self) -> list[str]:
         """Lines: the cell count, the pruning, and the failing cells grouped by fault, call, endpoint
@@ -210,14 +214,11 @@ class MatrixRecord:
         pairs = Counter((cell.fault, cell.call) for cell in failed)
         for (fault, call), count in sorted(pairs.items()):
             lines.append(f"  {fault} x {call}: {count}")
+        if self.limits:
+            broken = sorted(case for case, held in self.limits.items() if not held)
+            lines.append(f"limit under concurrency: {len(self.limits)} cases, {len(broken)} failed")
+            lines.extend(f"  failed: {case}" for case in broken)
         return lines
 
 
 RECORD = MatrixRecord()
-
-
-def record_of(cells_run: dict[Cell, list[str]]) -> Iterator[str]:
-    """The failing cells with their violations, one line each."""
-    for cell, violations in cells_run.items():
-        if violations:
-            yield f"{cell.id}: {'; '.join(violations)}"

@@ -99,10 +99,13 @@ def nested_value(depth: int) -> bytes:
 
 
 def nest(payload: bytes, depth: int | None) -> bytes:
-    """``payload`` with its first ``NEST_MARK`` string replaced by ``nested_value(depth)``."""
+    """``payload`` (an answer's JSON, or one SSE event) with its first ``NEST_MARK`` string and
+    every ``finish_reason`` replaced by ``nested_value(depth)``."""
     if depth is None:
         return payload
-    return payload.replace(b'"' + NEST_MARK.encode() + b'"', nested_value(depth), 1)
+    nested = nested_value(depth)
+    payload = payload.replace(b'"' + NEST_MARK.encode() + b'"', nested, 1)
+    return payload.replace(b'"finish_reason":"stop"', b'"finish_reason":' + nested)
 
 
 def billed_usd(bills: Iterable[Bill], prices: Mapping[str | None, tuple[float, float]]) -> float:

@@ -92,8 +92,8 @@ class Reply:
         cut_body: send the headers and half the body (a stream: its first two events), then close.
         drop_connection: read the request, then close the connection without answering.
         garbage: answer 200 with a body (or one SSE event) that is not JSON.
-        nesting_depth: a metered reply's content (a stream: its first content delta) is a list
-            nested this deep instead of text.
+        nesting_depth: a metered reply's content (a stream: its first content delta) and its
+            ``finish_reason`` are a list nested this deep.
     """
 
     status: int = 200
@@ -373,8 +373,7 @@ class ScriptedUpstream:
             chunks = _stream_chunks(request.path, body, reply)
             first_token = 1 if request.path.endswith("/chat/completions") else 0  # after the role chunk
             tokens = len(_tokens(reply.content))
-            if reply.nesting_depth is not None:
-                chunks[first_token] = nest(chunks[first_token], reply.nesting_depth)
+            chunks = [nest(chunk, reply.nesting_depth) for chunk in chunks]
         break_after = 2 if reply.cut_body else reply.break_stream_after
         for index, chunk in enumerate(chunks):
             if break_after is not None and index >= break_after:
