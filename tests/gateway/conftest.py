@@ -102,6 +102,17 @@ def gateway(start_gateway: Callable[..., RunningGateway]) -> RunningGateway:
     return start_gateway()
 
 
+def pytest_terminal_summary(terminalreporter: Any) -> None:
+    """After a run of the fault matrix (test_fault_matrix.py): its cell count and its failing cells
+    by fault, call, endpoint and invariant."""
+    from tests.support.fault_matrix import RECORD
+
+    if RECORD.outcomes or RECORD.limits:
+        terminalreporter.section("fault matrix")
+        for line in RECORD.summary():
+            terminalreporter.write_line(line)
+
+
 def run(coro: Any) -> Any:
     """Run a coroutine to completion from a sync test."""
     return asyncio.run(coro)

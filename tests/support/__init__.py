@@ -13,6 +13,10 @@
 * ``traffic_rows``: ``stored_rows(url)``, what a traffic store holds.
 * ``money``: ``worst_case_usd()``, a request's worst case as the spend contract defines it, and
   ``priced_usd()``, the price of what the scripted upstream billed (``ScriptedUpstream.billed``).
+* ``provider_bills``: what a provider bills for each request the scripted upstream received
+  (``ScriptedUpstream.bills``), priced with ``billed_usd()``; the faulty bodies it can send.
+* ``fault_matrix``: the fault matrix's axes, its generated cells (``cells()``, pruned by rule) and
+  the scripting of one cell (tests/gateway/test_fault_matrix.py runs them).
 * ``fixtures``: the pytest fixtures every package may use (registered in tests/conftest.py):
   ``scripted_upstream_server`` (one per session) and ``upstream`` (reset for each test).
 """

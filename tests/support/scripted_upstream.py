@@ -29,6 +29,14 @@ reply can honour the completion cap the request sends (``honour_cap``: what a pr
 answer is otherwise as long as scripted) and bill image parts (``image_tokens`` each). Every
 stream is recorded with the tokens it wrote before it stopped (``streams``), so tests know what an
 abandoned stream really cost.
+
+``bills`` is what a provider would bill: one ``Bill`` (tests/support/provider_bills.py) per request
+answered 200, written when the request arrives, so a request the gateway then timed out on, dropped
+or read half of is billed too. The fault matrix's replies are *metered* (``usage_report``): generated
+from the request (cut at the cap it sent, or ``uncapped_tokens`` long when it sent none), their
+usage the bill, reported exactly, not at all, as strings or as a huge lie; and they fail in whichever
+form the request asked, whole or streamed: a stall mid-body, a cut body, a dropped connection,
+garbage JSON, or content nested deeper than a JSON writer goes.
 """
 
 from __future__ import annotations
@@ -40,11 +48,23 @@ import threading
 import time
 from collections import defaultdict, deque
 from collections.abc import Iterator
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 import orjson
 from aiohttp import web
+
+from tests.support.provider_bills import (
+    GARBAGE_BODY,
+    GARBAGE_EVENTS,
+    NEST_MARK,
+    Bill,
+    capped_tokens,
+    nest,
+    nested_value,
+    new_bill,
+    reported_usage,
+)
 
 
 @dataclass
@@ -72,10 +92,18 @@ class Reply:
             provider's cap on ``top_logprobs``).
         refuse_logprobs: answer 400 to a request carrying ``logprobs`` or ``top_logprobs`` (an API
             that refuses the fields, as OpenAI's reasoning models do); a request without them is answered.
+        usage_report: set: a metered reply (tests/support/provider_bills.py): its text is cut at the
+            request's cap, its usage is its bill, reported as ``USAGE_REPORTS`` says.
+        uncapped_tokens: a metered reply's answer is this many tokens, or the cap the request sends.
+        cut_body: send the headers and half the body (a stream: its first two events), then close
+            (``cut_body_at``: that many bytes of a non-streamed answer).
+        garbage: answer 200 with a body (or one SSE event) that is not JSON.
+        nesting_depth: a metered reply's content (a stream: its first content delta) and its
+            ``finish_reason`` are a list nested this deep.
         cut_body_at: send the 200 headers (with the whole body's length) and only this many bytes
             of a non-streamed answer, then close the connection.
-        stall_body_s: send the 200 headers and half of a non-streamed answer, then wait this long
-            before the rest (a timeout mid-body).
+        stall_body_s: send the 200 headers and half of a non-streamed answer (a stream: its first two
+            events), then wait this long before the rest (a timeout mid-body).
         drop_connection: close the connection without answering (after reading the request).
         honour_cap: bill (and report) at most the completion cap the request sends per choice
             (``n_predict``, ``max_completion_tokens``, ``max_tokens``: the first one set), as a
@@ -100,9 +128,14 @@ class Reply:
     stream_events: list[dict[str, Any]] | None = None
     max_alternatives: int | None = None
     refuse_logprobs: bool = False
-    cut_body_at: int | None = None
+    usage_report: str | None = None
+    uncapped_tokens: int | None = None
     stall_body_s: float = 0.0
+    cut_body: bool = False
     drop_connection: bool = False
+    garbage: bool = False
+    nesting_depth: int | None = None
+    cut_body_at: int | None = None
     honour_cap: bool = False
     image_tokens: int = 0
     finish_reason: str | None = None
@@ -162,6 +195,7 @@ class ScriptedUpstream:
         self.cancelled: list[str | None] = []
         self.completed: list[str | None] = []
         self.produced: list[Produced] = []
+        self.bills: list[Bill] = []
         self.billed: list[Produced] = []
         self._scripts: dict[str, deque[Reply]] = defaultdict(deque)
         self._defaults: dict[str, Reply] = {}
@@ -196,6 +230,7 @@ class ScriptedUpstream:
             self.cancelled.clear()
             self.completed.clear()
             self.produced.clear()
+            self.bills.clear()
             self.billed.clear()
 
     def calls(self, model_id: str | None = None) -> list[RecordedRequest]:
@@ -268,6 +303,12 @@ class ScriptedUpstream:
         model = body.get("model")
         self.requests.append(RecordedRequest(request.path, model, body, request.headers.get("Authorization")))
         reply = self._next_reply(model)
+        if reply.usage_report is not None:
+            reply = _metered(reply, body, len(raw))
+        refused = reply.refuse_logprobs and ("logprobs" in body or "top_logprobs" in body)
+        if reply.status == 200 and not refused:  # billed on arrival, however the answer then goes
+            completion = (reply.usage or (10, 5))[1] * _billed_choices(body)
+            self.bills.append(new_bill(model, request.path, raw, completion))
         answered = reply.status == 200 and reply.raw is None and not reply.refuse_logprobs
         if answered and not (body.get("stream") and not reply.ignore_stream):
             # A provider bills an answer it was asked for, whether or not the client gets it.
@@ -310,10 +351,13 @@ class ScriptedUpstream:
             else:
                 answer = _completion(request.path, body, reply)
                 usage = answer.pop("_billed", None) or answer["usage"]
-                if reply.cut_body_at is not None or reply.stall_body_s:
-                    return await self._broken_body(request, orjson.dumps(answer), reply, model)
+                if reply.usage_report is not None:
+                    _report(answer, reply.usage_report, usage)
+                payload = GARBAGE_BODY if reply.garbage else nest(orjson.dumps(answer), reply.nesting_depth)
+                if reply.cut_body or reply.cut_body_at is not None or reply.stall_body_s:
+                    return await self._broken_body(request, payload, reply, model)
                 response = web.Response(
-                    body=orjson.dumps(answer),
+                    body=payload,
                     headers=reply.headers,
                     content_type="application/json",
                 )
@@ -327,13 +371,14 @@ class ScriptedUpstream:
     async def _broken_body(
         self, request: web.Request, payload: bytes, reply: Reply, model: str | None
     ) -> web.StreamResponse:
-        """A 200 whose body is cut (``cut_body_at``) or stalls half-way (``stall_body_s``)."""
+        """A 200 whose body is cut (``cut_body_at`` bytes, or half with ``cut_body``) or stalls
+        half-way (``stall_body_s``)."""
         response = web.StreamResponse(headers={"Content-Type": "application/json", **reply.headers})
         response.content_length = len(payload)
         await response.prepare(request)
         sent = reply.cut_body_at if reply.cut_body_at is not None else len(payload) // 2
         await response.write(payload[:sent])
-        if reply.cut_body_at is not None:
+        if reply.cut_body_at is not None or reply.cut_body:
             request.transport.close()  # type: ignore[union-attr]
             self.completed.append(model)
             return response
@@ -370,17 +415,23 @@ class ScriptedUpstream:
         if reply.stream_events is not None:
             chunks = [b"data: " + orjson.dumps(e) + b"\n\n" for e in reply.stream_events]
             first_token, tokens = 0, 0
+        elif reply.garbage:
+            chunks, first_token, tokens = list(GARBAGE_EVENTS), 0, 0
         else:
             chunks = _stream_chunks(request.path, body, reply)
             first_token = 1 if request.path.endswith("/chat/completions") else 0  # after the role chunk
             tokens = len(_tokens(reply.content))
+            chunks = [nest(chunk, reply.nesting_depth) for chunk in chunks]
+        break_after = 2 if reply.cut_body else reply.break_stream_after
         for index, chunk in enumerate(chunks):
-            if reply.break_stream_after is not None and index >= reply.break_stream_after:
+            if break_after is not None and index >= break_after:
                 request.transport.close()  # type: ignore[union-attr]
                 self.completed.append(model)
                 return response
             if reply.chunk_delay_s and index:
                 await asyncio.sleep(reply.chunk_delay_s)
+            if reply.stall_body_s and index == 2:
+                await asyncio.sleep(reply.stall_body_s)
             await response.write(chunk)
             if first_token <= index < first_token + tokens:
                 record.completion_tokens += 1  # one token per content chunk, as real servers stream
@@ -583,15 +634,31 @@ def _stream_chunks(path: str, body: dict[str, Any], reply: Reply) -> list[bytes]
     events.append({**base, "choices": [final]})
     if (body.get("stream_options") or {}).get("include_usage"):
         prompt, per_choice = _usage_of(body, reply)
-        events.append(
-            {
-                **base,
-                "choices": [],
-                "usage": {
-                    "prompt_tokens": prompt,
-                    "completion_tokens": per_choice * _billed_choices(body),
-                    "total_tokens": prompt + per_choice * _billed_choices(body),
-                },
-            }
-        )
+        completion = per_choice * _billed_choices(body)
+        usage = reported_usage(reply.usage_report or "exact", prompt, completion)
+        if usage is not None:
+            events.append({**base, "choices": [], "usage": usage})
     return [b"data: " + orjson.dumps(e) + b"\n\n" for e in events]
+
+
+def _metered(reply: Reply, body: dict[str, Any], prompt_bytes: int) -> Reply:
+    """A metered reply as generated for ``body``: its text cut at the cap the request sent (or
+    ``uncapped_tokens`` long when it sent none), its usage what is billed for one choice."""
+    if reply.nesting_depth is not None:
+        content: str | None = NEST_MARK
+        produced = capped_tokens(len(nested_value(reply.nesting_depth)), body)
+    else:
+        text = " ".join(["tok"] * reply.uncapped_tokens) if reply.uncapped_tokens else reply.content
+        words = _tokens(text)
+        produced = capped_tokens(len(words), body)
+        content = "".join(words[:produced]) if words else reply.content
+    return replace(reply, content=content, usage=(prompt_bytes, produced))
+
+
+def _report(answer: dict[str, Any], mode: str, usage: dict[str, Any]) -> None:
+    """Put the usage a metered reply reports (by ``mode``) in ``answer``, or no usage at all."""
+    reported = reported_usage(mode, usage["prompt_tokens"], usage["completion_tokens"])
+    if reported is None:
+        answer.pop("usage", None)
+    else:
+        answer["usage"] = reported
