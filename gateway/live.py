@@ -11,10 +11,12 @@ them. ``LiveRelay`` is the part of that iterator that relays one upstream stream
 * a failure after the start ends the stream with an SSE ``error`` event (never a silent cut);
 * every attempt of the stage is charged, however the stream ends, by the one charging rule
   (``policies.charges.attempt_charge``, through the engine's ``settle``): the accepted one (HTTP
-  200) by what the stream delivered (``StreamTally``), or as the whole answer it sent; one that
-  timed out or was cut before its answer began, or whose JSON answer could not be read, at its
-  worst case. This covers a client that disconnects, an upstream cut, the request deadline and a
-  shutdown alike: the charge is made in a ``finally`` that runs on cancellation.
+  200) by the usage its stream reported, else, when it ran to its end, by what it delivered
+  (``StreamTally``), or as the whole answer it sent; one that broke off without a usage (cut,
+  timed out, unreadable, left by its client), timed out or was cut before its answer began, or
+  whose JSON answer could not be read, at its worst case: the provider may have produced more
+  than the gateway read. This covers a client that disconnects, an upstream cut, the request
+  deadline and a shutdown alike: the charge is made in a ``finally`` that runs on cancellation.
 """
 
 from __future__ import annotations
@@ -155,7 +157,7 @@ class LiveRelay:
         tally = StreamTally()
         attempts: list[Attempt] = []  # the attempts that ended before the 200 (upstream.stream)
         whole: dict[str, Any] | None = None  # the answer, when the upstream ignored ``stream``
-        accepted = json_answer = started = done = False
+        accepted = json_answer = started = done = complete = False
         t0 = time.monotonic()
 
         def finish() -> None:
@@ -169,8 +171,10 @@ class LiveRelay:
                 attempts.append(Attempt(body, answer=whole))
             elif json_answer:  # a JSON answer that was cut or unreadable: its worst case
                 attempts.append(Attempt(body))
-            elif accepted:
+            elif complete or (accepted and tally.usage is not None):
                 attempts.append(tally.attempt(body))
+            elif accepted:  # a stream that broke off without usage: what it produced is unknown
+                attempts.append(Attempt(body))
             self._settle(facts, model, attempts)
 
         try:
@@ -205,6 +209,7 @@ class LiveRelay:
                         held = event
                     if held is None:
                         raise UpstreamFailure(model, "malformed", "stream carried no choices")
+                    complete = True
                     finish()
                     if self._watch is not None:
                         self._watch.close()
