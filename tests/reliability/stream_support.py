@@ -287,3 +287,15 @@ def prompt_bound_excess_usd(upstream: ScriptedUpstream, model: str, prompt_token
         for call in upstream.calls(UPSTREAM_IDS[model])
         if call.body.get("stream")
     )
+
+
+def unproduced_usd(upstream: ScriptedUpstream, model: str, cap: int) -> float:
+    """What charging ``model``'s broken-off streams their worst case adds to what they produced:
+    the completion tokens between each stream's ``cap`` and the tokens it wrote before it stopped
+    (a stream that broke off without a usage is charged its worst case, docs/contracts.md#charges)."""
+    model_id = UPSTREAM_IDS[model]
+    return sum(
+        price_usd(model, 0, cap - record.completion_tokens)
+        for record in upstream.streams
+        if record.model == model_id and not record.finished
+    )

@@ -31,6 +31,7 @@ from stream_support import (
     price_usd,
     prompt_bound_excess_usd,
     true_spend_usd,
+    unproduced_usd,
     write_config,
 )
 
@@ -120,6 +121,7 @@ def test_a_stream_past_the_grace_ends_with_an_sse_error_and_is_settled(tmp_path:
             counted = gateway.spend_usd()
         true = true_spend_usd(upstream, 1, SMALL_USAGE)
         excess = prompt_bound_excess_usd(upstream, "large", 12)
+        unproduced = unproduced_usd(upstream, "large", CAP)
         (record,) = upstream.streams
 
     # The client got the grace's worth of answer, then an OpenAI-shaped SSE error, no [DONE].
@@ -136,10 +138,10 @@ def test_a_stream_past_the_grace_ends_with_an_sse_error_and_is_settled(tmp_path:
     assert request["status"] == 503 and request["outcome"] == "error"
     assert {"shutdown_draining", "shutdown_grace_over"} <= {e["event"] for e in logs}
     assert all(line.startswith("cascade gateway on") for line in plain), plain  # a banner at most
-    # Settled for what was streamed: not the leaked reservation of 1,000 tokens.
+    # Broken off without a usage: charged its worst case (the cap sent), as the rule says.
     assert not record.finished and record.completion_tokens < 100
-    assert counted == pytest.approx(true + excess, abs=price_usd("large", 0, 2))
-    assert counted < worst / 3
+    assert counted == pytest.approx(true + excess + unproduced, abs=1e-8)
+    assert counted < worst  # settled, not the reservation left standing: the cheap stage by its usage
 
 
 def test_interrupted_requests_are_counted_in_the_metrics(

@@ -168,4 +168,6 @@ def test_without_max_tokens_none_is_sent(tmp_path, upstream, policy_file, start_
         app, ["replay", str(prompts), "-g", gateway.url, "-t", "direct", "-o", str(tmp_path / "r.json")]
     )
     assert result.exit_code == 0, result.output
-    assert [("max_tokens" in c.body, c.body["temperature"]) for c in upstream.calls()] == [(False, 0.0)] * 2
+    # No cap from replay: the gateway sends the model's own default cap (docs/contracts.md#charges).
+    default_cap = 4096
+    assert [(c.body["max_tokens"], c.body["temperature"]) for c in upstream.calls()] == [(default_cap, 0.0)] * 2
