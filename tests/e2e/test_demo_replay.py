@@ -13,18 +13,14 @@ request defaults, scorer, models and prices) and that the policy's promise holds
 from __future__ import annotations
 
 import json
-import os
-import signal
 import subprocess
 import sys
-import time
 from pathlib import Path
 
-import httpx
 import pytest
 
 from policies import load_policy
-from tests.support.ports import free_port
+from tests.support.demo_process import pool_env, running_demo
 
 pytestmark = pytest.mark.e2e
 
@@ -38,42 +34,11 @@ REPLAY_QUESTIONS = 30
 CONFIDENCE = 0.99
 
 
-def _pool_env(repo_root: Path) -> dict[str, str]:
-    home = os.environ.get("CASCADE_HOME") or str(repo_root / ".cascade")
-    return {**os.environ, "CASCADE_HOME": home}
-
-
-def _wait_ready(url: str, demo: subprocess.Popen[str], timeout_s: float) -> None:
-    deadline = time.monotonic() + timeout_s
-    while time.monotonic() < deadline:
-        if demo.poll() is not None:
-            pytest.fail(f"cascade demo exited early (code {demo.returncode}): {demo.stderr.read()}")
-        try:
-            if httpx.get(f"{url}/readyz", timeout=2).status_code == 200:
-                return
-        except httpx.HTTPError:
-            pass
-        time.sleep(1)
-    pytest.fail(f"the demo gateway was not ready at {url} within {timeout_s:.0f} s")
-
-
 def test_replayed_questions_match_the_policys_expectations(repo_root: Path, tmp_path: Path) -> None:
     policy_file = repo_root / "policies" / "local-demo.json"
     policy = load_policy(policy_file)
     prompts = repo_root / "collection" / "data" / "arithmetic-heldout.jsonl"
-    port = free_port()
-    url = f"http://127.0.0.1:{port}"
-    env = _pool_env(repo_root)
-    demo = subprocess.Popen(
-        [sys.executable, "-m", "cascade_cli.main", "demo", "--port", str(port), "--policy", str(policy_file)],
-        cwd=repo_root,
-        env=env,
-        stdout=subprocess.PIPE,
-        stderr=subprocess.PIPE,
-        text=True,
-    )
-    try:
-        _wait_ready(url, demo, timeout_s=600)
+    with running_demo(repo_root, policy_file) as url:
         report_file = tmp_path / "replay.json"
         result = subprocess.run(
             [
@@ -97,18 +62,11 @@ def test_replayed_questions_match_the_policys_expectations(repo_root: Path, tmp_
                 str(report_file),
             ],
             cwd=repo_root,
-            env=env,
+            env=pool_env(repo_root),
             capture_output=True,
             text=True,
             timeout=1500,
         )
-    finally:
-        demo.send_signal(signal.SIGTERM)
-        try:
-            demo.wait(timeout=60)
-        except subprocess.TimeoutExpired:
-            demo.kill()
-            demo.wait()
     output = result.stdout + result.stderr
     report = json.loads(report_file.read_text(encoding="utf-8"))
     assert report["policy"]["matches"] is True, output
