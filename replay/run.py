@@ -198,6 +198,8 @@ def result_row(
         "overhead_ms": _float_header(response, "x-cascade-overhead-ms"),
         "degraded": response.headers.get("x-cascade-degraded") == "true",
         "over_budget": response.headers.get("x-cascade-over-budget") == "true",
+        # A routed tier's decision (routed, hybrid_direct, hybrid_cascade, fallback); None on a cascade.
+        "mechanism": response.headers.get("x-cascade-mechanism"),
         "prompt_tokens": int(usage.get("prompt_tokens") or 0),
         "completion_tokens": int(usage.get("completion_tokens") or 0),
         "response": text,

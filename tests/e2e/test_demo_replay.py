@@ -1,6 +1,6 @@
 """The demo's promise, checked live: `cascade replay` through `cascade demo` in front of the real models.
 
-`cascade demo` serves the committed policy (policies/local-demo.json, calibrated on
+`cascade demo` serves the committed policy (policies/local-demo-served.json: local-demo.json, calibrated on
 collection/data/arithmetic.jsonl); `cascade replay --strict` sends questions the calibration never
 saw (collection/data/arithmetic-heldout.jsonl: the same generator, another seed) through every
 tier, grades the answers as `cascade collect` did, and flags any tier whose realized quality, cost
@@ -36,7 +36,7 @@ CONFIDENCE = 0.99
 # What the block reads besides the pool: the questions and the demo policy (with its held-out table).
 BLOCK_FILES = [
     "collection/data/arithmetic-heldout.jsonl",
-    "policies/local-demo.json",
+    "policies/local-demo-served.json",
     "policies/local-demo-heldout.json",
 ]
 
@@ -58,7 +58,7 @@ def test_replayed_questions_match_the_policys_expectations(repo_root: Path, tmp_
     assert f"--limit {REPLAY_QUESTIONS} --confidence {CONFIDENCE} --strict" in block
     assert re.search(r"^cascade demo --port 8080 ", block, re.MULTILINE) and "kill %1" in block
     block = block.replace("8080", str(free_port()))
-    policy = load_policy(repo_root / "policies" / "local-demo.json")
+    policy = load_policy(repo_root / "policies" / "local-demo-served.json")
     env = _pool_env(repo_root, scratch_checkout(repo_root, tmp_path, BLOCK_FILES))
 
     result = run_block(block, tmp_path, env, timeout_s=2400, stops_itself=True)

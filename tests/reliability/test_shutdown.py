@@ -28,7 +28,6 @@ from stream_support import (
     GatewayProcess,
     ReadStream,
     gateway_process,
-    price_usd,
     prompt_bound_excess_usd,
     true_spend_usd,
     unproduced_usd,

@@ -14,7 +14,6 @@ from stream_support import (
     MESSAGES,
     PRICES,
     gateway_process,
-    price_usd,
     prompt_bound_excess_usd,
     true_spend_usd,
     unproduced_usd,

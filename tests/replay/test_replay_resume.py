@@ -170,4 +170,5 @@ def test_without_max_tokens_none_is_sent(tmp_path, upstream, policy_file, start_
     assert result.exit_code == 0, result.output
     # No cap from replay: the gateway sends the model's own default cap (docs/contracts.md#charges).
     default_cap = 4096
-    assert [(c.body["max_tokens"], c.body["temperature"]) for c in upstream.calls()] == [(default_cap, 0.0)] * 2
+    sent = [(c.body["max_tokens"], c.body["temperature"]) for c in upstream.calls()]
+    assert sent == [(default_cap, 0.0)] * 2
