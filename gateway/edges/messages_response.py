@@ -80,13 +80,21 @@ def stop_reason(
 
 
 def usage(chat_usage: Any) -> dict[str, int]:
-    """Anthropic ``usage`` from chat ``usage`` (the gateway keeps no prompt cache: cache counts are 0)."""
+    """Anthropic ``usage`` from chat ``usage``.
+
+    The prompt tokens an upstream read from its own prompt cache (``prompt_tokens_details.
+    cached_tokens``, e.g. llama-server's reused prefix) are ``cache_read_input_tokens``, and
+    ``input_tokens`` the rest, as Anthropic counts them; the gateway itself writes no cache.
+    """
     chat_usage = chat_usage if isinstance(chat_usage, dict) else {}
+    prompt = positive_int(chat_usage.get("prompt_tokens"))
+    details = chat_usage.get("prompt_tokens_details")
+    cached = min(prompt, positive_int(details.get("cached_tokens"))) if isinstance(details, dict) else 0
     return {
-        "input_tokens": positive_int(chat_usage.get("prompt_tokens")),
+        "input_tokens": prompt - cached,
         "output_tokens": positive_int(chat_usage.get("completion_tokens")),
         "cache_creation_input_tokens": 0,
-        "cache_read_input_tokens": 0,
+        "cache_read_input_tokens": cached,
     }
 
 
