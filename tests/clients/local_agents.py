@@ -15,7 +15,8 @@ import re
 from localpool.demo_config import REQUEST_TIMEOUT_S
 
 SHORT_TASK = "What is 6*7? Answer with the number only."
-FOLLOW_UP = "Add 8 to that number. Answer with the number only."
+# The second turn asks about the first (a 1.5B model adding 8 to 42 once answered 49).
+FOLLOW_UP = "Write that same number again, and nothing else."
 # One CLI run: two requests' deadlines (a retried first request, or a tool round trip), and a margin.
 AGENT_TIMEOUT_S = 2 * REQUEST_TIMEOUT_S + 60
 
@@ -23,7 +24,9 @@ AGENT_TIMEOUT_S = 2 * REQUEST_TIMEOUT_S + 60
 # 300 s without a stream byte, and the gateway sends none while a scored stage reads the prompt).
 # Their retries stay on: a retry comes after the gateway's 504, when llama-server has cancelled the
 # call, and it continues from the prefix the server already read (its prompt cache).
-CLAUDE_ENV = {"API_TIMEOUT_MS": str(int((REQUEST_TIMEOUT_S + 30) * 1000))}
+# Claude Code also waits at most 360 s for the response headers of a stream, and retries that once.
+_CLIENT_WAIT_MS = str(int((REQUEST_TIMEOUT_S + 30) * 1000))
+CLAUDE_ENV = {"API_TIMEOUT_MS": _CLIENT_WAIT_MS, "CLAUDE_STREAM_FIRST_BYTE_TIMEOUT_MS": _CLIENT_WAIT_MS}
 CODEX_PROVIDER = {"stream_idle_timeout_ms": int((REQUEST_TIMEOUT_S + 30) * 1000)}
 
 

@@ -54,6 +54,6 @@ def test_a_short_task_and_its_second_turn_on_the_local_models(local_demo, tmp_pa
     answer, usage, second_s = _turn(codex, FOLLOW_UP, tmp_path / "work", "resume", "--last")
     record_property("second_turn_s", round(second_s, 1))
     print(f"codex on the local models: first turn {first_s:.1f} s, second turn {second_s:.1f} s")
-    assert has_number(answer, 50), answer
+    assert has_number(answer, 42), answer
     # The second turn's prompt starts with the first one's: llama-server re-read only the new part.
     assert usage["cached_input_tokens"] >= 0.9 * prompt, usage
