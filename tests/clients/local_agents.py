@@ -24,7 +24,8 @@ AGENT_TIMEOUT_S = 2 * REQUEST_TIMEOUT_S + 60
 # 300 s without a stream byte, and the gateway sends none while a scored stage reads the prompt).
 # Their retries stay on: a retry comes after the gateway's 504, when llama-server has cancelled the
 # call, and it continues from the prefix the server already read (its prompt cache).
-# Claude Code also waits at most 360 s for the response headers of a stream, and retries that once.
+# Claude Code also waits for a stream's response headers; with this set it still gave up after
+# 360 s and retried (measured, docs/local-models.md#agent-clis-on-the-local-pool).
 _CLIENT_WAIT_MS = str(int((REQUEST_TIMEOUT_S + 30) * 1000))
 CLAUDE_ENV = {"API_TIMEOUT_MS": _CLIENT_WAIT_MS, "CLAUDE_STREAM_FIRST_BYTE_TIMEOUT_MS": _CLIENT_WAIT_MS}
 CODEX_PROVIDER = {"stream_idle_timeout_ms": int((REQUEST_TIMEOUT_S + 30) * 1000)}

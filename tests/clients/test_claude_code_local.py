@@ -5,7 +5,8 @@ The client sends its own prompt as it does to Anthropic: its system prompt and a
 local_demo.py``). What each test checks: the answer the CLI printed, that the conversation's second
 turn re-read only what is new (llama-server's prompt cache, reported by the gateway as Anthropic
 ``cache_read_input_tokens``), and the wall time of each turn (recorded as test properties and
-printed; docs/local-models.md#agent-clis-on-the-local-pool has measured ones).
+printed; docs/local-models.md#agent-clis-on-the-local-pool has measured ones). Not a compat
+marker yet: its first turn has not been seen to complete within the time budget on this machine.
 """
 
 from __future__ import annotations
@@ -39,8 +40,6 @@ def _turn(url: str, prompt: str, home, *args: str) -> tuple[dict, float]:
     return json.loads(result.stdout), seconds
 
 
-@pytest.mark.compat(client="claude-code", feature="text")
-@pytest.mark.compat(client="claude-code", feature="stream")  # the CLI streams every request
 def test_a_short_task_and_its_second_turn_on_the_local_models(local_demo, tmp_path, record_property) -> None:
     first, first_s = _turn(local_demo.url, SHORT_TASK, tmp_path)
     record_property("first_turn_s", round(first_s, 1))
