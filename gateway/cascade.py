@@ -11,6 +11,9 @@ every call (gateway.blackbox_scoring). Faults:
 
 * a non-final stage fails (timeout, 5xx, refused, malformed JSON, 429 past the deadline):
   escalate to the next stage and count the escalation;
+* after a timeout, every later stage served by the same upstream (``ModelConfig.upstream``: two
+  pool members of one llama-server) is skipped: it would wait behind the abandoned call under the
+  same deadline. With no stage left: the last good answer (degraded) if allowed, else the 504;
 * the final stage fails after an escalation (including a malformed answer: not JSON, ``choices``
   empty or not objects): the last good answer is returned marked ``degraded`` if
   ``policy.allow_degraded``, else the final stage's error (502/504/429);
@@ -28,7 +31,7 @@ gateway.live (which charges it however the stream ends).
 
 The client's own fields go through unchanged, over the model's configured request defaults
 (``policies.request_defaults``); ``model`` is rewritten to the upstream's id, and
-``logprobs``/``top_logprobs`` are added on scored stages.
+``logprobs``/``top_logprobs`` are added on scored stages (gateway.stage_bodies).
 """
 
 from __future__ import annotations
@@ -39,8 +42,6 @@ from contextlib import aclosing
 from dataclasses import dataclass
 from typing import Any
 
-import orjson
-
 from gateway.answer_reading import READ_FAILURES, reading_answer, unreadable
 from gateway.answer_review import MISSING_SCORE_REASONS, AnswerReview
 from gateway.blackbox_scoring import SCORER_FAILED, StageScorer
@@ -49,14 +50,13 @@ from gateway.errors import UnreadableAnswerError
 from gateway.facts import AnswerKeeper, CascadeFacts
 from gateway.live import LiveRelay, StreamChunk, StreamEvent, StreamStart, WholeAnswer
 from gateway.metrics import GatewayMetrics
-from gateway.requests import ParsedRequest, positive_int
+from gateway.requests import ParsedRequest
 from gateway.routing import RoutePlan
+from gateway.stage_bodies import client_body, scored_stage_body, upstream_body
 from gateway.streaming import SSE_HEADERS, replay
 from gateway.upstream import UpstreamFailure, UpstreamPool, UpstreamReply
-from policies.capabilities import ModelCapabilities, logprob_fields
-from policies.charges import DEFAULT_COMPLETION_BOUND, Attempt, Charge, attempt_charge, with_output_cap
-from policies.request_defaults import RequestDefaults, merge_request_defaults
-from policies.schema import ScorerSpec
+from policies.charges import Attempt, Charge, attempt_charge
+from policies.schema import Policy
 
 
 @dataclass(slots=True)
@@ -218,13 +218,24 @@ class CascadeEngine:
         fallback: dict[str, Any] | None = None
         fallback_model: str | None = None
         last = len(models) - 1
-        for stage, model in enumerate(models[:last]):
+        timed_out: set[tuple[str, str]] = set()  # upstreams that timed out in this request
+        timeout: UpstreamFailure | None = None  # the last of those timeouts
+        stage = 0
+        while stage < last:
+            model = models[stage]
             body = scored_stage_body(request, self._models[model], policy.scorer)
             try:
                 called, charge = await self._call(model, request, body, deadline, facts)
             except UpstreamFailure as failure:
                 facts.failures.append(failure.kind)
-                self._escalate(plan.tier, model, models[stage + 1], facts, "upstream_error")
+                if failure.kind == "timeout":
+                    timed_out.add(self._models[model].upstream)
+                    timeout = failure
+                following = self._next_stage(models, stage, timed_out)
+                if following is None:  # every later stage waits on an upstream that timed out
+                    return self._no_stage_left(timeout, fallback, fallback_model, policy, facts)
+                self._escalate(plan.tier, model, models[following], facts, "upstream_error")
+                stage = following
                 continue
             reply = called.body
             try:  # scoring reads the answer: one it cannot read is the stage's failure
@@ -255,11 +266,43 @@ class CascadeEngine:
                 fallback, fallback_model = reply, model
             if scored.failed and reason in MISSING_SCORE_REASONS:  # the scorer's own call failed
                 reason = SCORER_FAILED
-            self._escalate(plan.tier, model, models[stage + 1], facts, reason)
+            following = self._next_stage(models, stage, timed_out)
+            if following is None:
+                return self._no_stage_left(timeout, fallback, fallback_model, policy, facts)
+            self._escalate(plan.tier, model, models[following], facts, reason)
+            stage = following
         facts.outcome = "direct" if last == 0 else "escalated"
         if not policy.allow_degraded:
             fallback = fallback_model = None
         return FinalStage(models[last], fallback, fallback_model)
+
+    def _next_stage(self, models: list[str], stage: int, timed_out: set[tuple[str, str]]) -> int | None:
+        """The stage after ``stage`` to call: the first whose upstream has not timed out in this request.
+
+        A stage served by an upstream that already timed out (two pool members of one llama-server)
+        would queue behind the abandoned call on the same server, under the same deadline: it is
+        skipped (docs/contracts.md#faults). None when no later stage is left.
+        """
+        for following in range(stage + 1, len(models)):
+            if self._models[models[following]].upstream not in timed_out:
+                return following
+        return None
+
+    @staticmethod
+    def _no_stage_left(
+        timeout: UpstreamFailure | None,
+        fallback: dict[str, Any] | None,
+        fallback_model: str | None,
+        policy: Policy,
+        facts: CascadeFacts,
+    ) -> dict[str, Any]:
+        """Every later stage was skipped: the last good answer marked degraded, if the policy allows
+        it; else the timeout that made them skippable (a 504)."""
+        assert timeout is not None  # a stage is only skipped after its upstream timed out
+        if fallback is not None and policy.allow_degraded:
+            facts.outcome, facts.answered_by, facts.degraded = "escalated", fallback_model, True
+            return fallback
+        raise timeout.to_gateway_error() from None
 
     @staticmethod
     def _fall_back(stage: FinalStage, failure: UpstreamFailure, facts: CascadeFacts) -> dict[str, Any]:
@@ -354,127 +397,3 @@ class CascadeEngine:
         facts.escalated = True
         self._metrics.child(self._metrics.escalations, tier, from_model, to_model).inc()
         self._review.escalated(tier, from_model, reason, facts)
-
-
-def scored_stage_body(request: ParsedRequest, config: ModelConfig, scorer: ScorerSpec) -> bytes:
-    """A scored stage's upstream body: logprobs asked for a logprob scorer, never for a black-box
-    one (its score comes from extra calls, and the scored model may give no logprobs)."""
-    top_k = None if scorer.is_blackbox else scorer.top_k
-    return upstream_body(
-        request,
-        config.model,
-        top_k=top_k,
-        stream=False,
-        defaults=config.request_defaults,
-        capabilities=config.capabilities,
-        default_cap=config.default_max_tokens,
-    )
-
-
-def upstream_body(
-    request: ParsedRequest,
-    upstream_model: str,
-    *,
-    top_k: int | None,
-    stream: bool,
-    defaults: RequestDefaults | None = None,
-    capabilities: ModelCapabilities | None = None,
-    default_cap: int = DEFAULT_COMPLETION_BOUND,
-) -> bytes:
-    """The upstream request: the client's fields over the model's defaults, ``model`` rewritten,
-    logprobs added when scored.
-
-    ``top_k`` set = a scored stage (non-streamed, asks for at least K alternatives).
-    ``stream`` = the stage is streamed to the client (usage requested so the cost is known).
-    ``capabilities`` (the model's declared ones; None = the defaults): logprobs are asked in the
-    model's form and within its cap, the client's own request for them too; a model without
-    logprobs is sent no logprobs field at all (some APIs refuse a request carrying them).
-    Every request carries an explicit completion cap (``policies.charges.with_output_cap``: the
-    client's, else the defaults', else ``default_cap``): the one its reservation assumed.
-    """
-    body = merge_request_defaults(request.body, defaults, chat=request.kind == "chat")
-    with_output_cap(body, default_cap)
-    body["model"] = upstream_model
-    chat = request.kind == "chat"
-    asked = positive_int(request.body.get("top_logprobs" if chat else "logprobs"))
-    if top_k is not None:
-        wanted: int | None = max(top_k, asked)
-    elif capabilities is not None and _needs_reshaping(request, capabilities, asked):
-        wanted = asked  # the client's own request, in the form and within the cap the model takes
-    else:
-        wanted = None
-    if wanted is not None:
-        body.pop("logprobs", None)
-        body.pop("top_logprobs", None)
-        body.update(logprob_fields(capabilities or _DEFAULT_CAPABILITIES, wanted, chat=chat))
-    elif capabilities is not None and not capabilities.logprobs:
-        body.pop("logprobs", None)
-        body.pop("top_logprobs", None)
-    if stream:
-        body["stream"] = True
-        body["stream_options"] = {"include_usage": True}
-    else:
-        body.pop("stream", None)
-        body.pop("stream_options", None)
-    return orjson.dumps(body)
-
-
-_DEFAULT_CAPABILITIES = ModelCapabilities()
-
-
-def _needs_reshaping(request: ParsedRequest, capabilities: ModelCapabilities, asked: int) -> bool:
-    """Whether the client's own request for logprobs must be rewritten for this model: it asks
-    more alternatives than the model's cap, or asks on chat a model taking the integer form."""
-    value = request.body.get("logprobs")
-    chat = request.kind == "chat"
-    if chat and value is not True:
-        return False
-    if not chat and (value is None or value is False):
-        return False
-    cap = capabilities.max_top_logprobs
-    return (cap is not None and asked > cap) or (chat and capabilities.logprobs_form == "integer")
-
-
-def client_body(body: dict[str, Any], model_name: str, request: ParsedRequest) -> dict[str, Any]:
-    """The client's view of an upstream answer: configured model name, logprobs only if asked (trimmed).
-
-    Without logprobs it returns a new top-level dict and leaves ``body`` intact: the caller still
-    holds ``body``, so the big logprob tree is freed after the response is sent, not before.
-    """
-    choices = body.get("choices")
-    if not isinstance(choices, list):
-        return {**body, "model": model_name}
-    if not request.wants_logprobs:
-        stripped = [
-            {**choice, "logprobs": None}
-            if isinstance(choice, dict) and choice.get("logprobs") is not None
-            else choice
-            for choice in choices
-        ]
-        return {**body, "model": model_name, "choices": stripped}
-    body["model"] = model_name
-    _trim_alternatives(choices, request)
-    return body
-
-
-def _trim_alternatives(choices: list[Any], request: ParsedRequest) -> None:
-    """Cut alternatives down to what the client asked for (a scored stage may have asked more)."""
-    wanted = positive_int(request.body.get("top_logprobs" if request.kind == "chat" else "logprobs"))
-    for choice in choices:
-        logprobs = choice.get("logprobs") if isinstance(choice, dict) else None
-        if not isinstance(logprobs, dict):
-            continue
-        for entry in logprobs.get("content") or ():
-            tops = entry.get("top_logprobs") if isinstance(entry, dict) else None
-            if isinstance(tops, list) and len(tops) > wanted:
-                entry["top_logprobs"] = tops[:wanted]
-        legacy = logprobs.get("top_logprobs")
-        if isinstance(legacy, list):
-            logprobs["top_logprobs"] = [_top_items(t, wanted) if isinstance(t, dict) else t for t in legacy]
-
-
-def _top_items(alternatives: dict[str, Any], wanted: int) -> dict[str, Any]:
-    def key(item: tuple[str, Any]) -> float:
-        return -item[1] if isinstance(item[1], int | float) else 0.0
-
-    return dict(sorted(alternatives.items(), key=key)[:wanted])

@@ -105,6 +105,12 @@ class ModelConfig(_Section):
             raise ValueError(f"base_url must start with http:// or https://, got {value!r}")
         return value.rstrip("/")
 
+    @property
+    def upstream(self) -> tuple[str, str]:
+        """What serves this model: its endpoint and model id. Two pool members of one llama-server
+        share it, and with it the server's queue and the request's deadline (gateway.cascade)."""
+        return (self.base_url, self.model)
+
     def api_key(self) -> str | None:
         """The upstream key, read from the environment at call-site (never stored in settings)."""
         return os.environ.get(self.api_key_env) if self.api_key_env else None

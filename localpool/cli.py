@@ -62,6 +62,10 @@ def up(
     names: Names = None,
     host: Annotated[str, typer.Option(help="interface the servers listen on")] = "127.0.0.1",
     timeout: Annotated[float, typer.Option(help="seconds to wait for each server's /health")] = 180.0,
+    context: Annotated[
+        int | None,
+        typer.Option(min=256, help="context tokens of every server (default: each model's, models.yaml)"),
+    ] = None,
     foreground: Annotated[
         bool,
         typer.Option("--foreground", help="stay attached; stop the servers on SIGTERM/Ctrl-C (containers)"),
@@ -77,7 +81,7 @@ def up(
     try:
         manifest = load_manifest()
         selected = list(manifest.select(names))
-        options = ServerOptions.from_env(host, servers=len(selected))
+        options = ServerOptions.from_env(host, servers=len(selected), context=context)
         if foreground:
             raise typer.Exit(
                 run_foreground(manifest, selected, options, PoolPaths.default(), timeout_s=timeout)

@@ -133,6 +133,10 @@ def demo(
         bool, typer.Option("--smoke", help="send one request, print the cascade headers, shut down")
     ] = False,
     timeout: Annotated[float, typer.Option(help="seconds to wait for each server")] = 180.0,
+    context: Annotated[
+        int | None,
+        typer.Option(min=256, help="context tokens of every server (default: each model's, models.yaml)"),
+    ] = None,
 ) -> None:
     """Start the local pool and the gateway (policies/local-demo-served.json); Ctrl-C stops everything.
 
@@ -160,7 +164,7 @@ def demo(
     signal.signal(signal.SIGTERM, _interrupt)
     try:
         _install_missing(manifest, paths, servers)
-        options = ServerOptions.from_env(servers=len(servers))
+        options = ServerOptions.from_env(servers=len(servers), context=context)
         pool_up(manifest, paths, servers, options, timeout_s=timeout, say=_say)
         config = write_gateway_config(
             paths.run / "demo-gateway.yaml",

@@ -10,10 +10,13 @@ import yaml
 from localpool.manifest import Manifest
 from localpool.pool import base_url
 
-# Seconds per upstream call and per whole request: a reasoning stage writes up to a few hundred
-# tokens, which takes tens of seconds on a shared 2-core CPU.
-UPSTREAM_TIMEOUT_S = 180
-REQUEST_TIMEOUT_S = 300
+# Seconds per upstream call and per whole request, sized for agent CLIs on 2 cores: a first turn
+# re-reads the client's whole prompt (Claude Code ~11.6k tokens; the 1.5B model read ~38 prompt
+# tokens/s on one core of an idle machine, about 300 s) before it writes; a reasoning stage writes a
+# few hundred tokens (tens of seconds). Later turns re-read only what is new (llama-server's prompt
+# cache). docs/local-models.md#agent-clis-on-the-local-pool has the measured times.
+UPSTREAM_TIMEOUT_S = 600
+REQUEST_TIMEOUT_S = 900
 # What llama-server gives a scorer (docs/serving.md#models-without-logprobs): logprobs on chat and
 # legacy completions, as many alternatives as asked (top_logprobs 100 gave 100 per position), in
 # either form (`logprobs: true, top_logprobs: K` or `logprobs: K`); the commands are in that section.

@@ -43,6 +43,12 @@ class ModelSpec(_Strict):
     port: int = Field(ge=1, le=65535)
     default: bool = True
     price: Price = Field(description="what a call is billed (local models state a price, see docs)")
+    context: int = Field(
+        4096,
+        ge=256,
+        description="tokens of context the server holds, one pool shared by its slots (--kv-unified): "
+        "one request may use all of it; at most the model's trained context",
+    )
     server_args: list[str] = Field(default_factory=list)
     tool_calls: Literal["native", "content"] = Field(
         "native",

@@ -26,33 +26,48 @@ from localpool.server_build import llama_server_binary
 # Sized for a small shared machine: the cores split between the servers (llama.cpp's threads spin
 # while waiting, so oversubscribing cores slows every server down: measured on 2 cores, three servers
 # answering 90 MMLU questions, 3 in flight: 2 threads each 75.7 s, 1 thread each 36.2 s), and
-# 2 request slots per server sharing a 4096-token context.
-DEFAULT_CONTEXT = 4096
+# 2 request slots per server. The context is each model's own (``context`` in the manifest), one
+# pool of KV cache both slots draw from (``--kv-unified``), so one request may use all of it: an
+# agent CLI's first request is 6-12k tokens. Prompts of idle slots are kept in RAM (``--cache-ram``,
+# llama-server's prompt cache) so that the next turn of a conversation re-reads only what is new;
+# llama.cpp's default (8 GiB per server) is bounded here for a machine running several servers.
 DEFAULT_PARALLEL = 2
+DEFAULT_CACHE_RAM_MIB = 2048
 
 
 @dataclass(frozen=True)
 class ServerOptions:
-    """How llama-server is run (threads and context are per server)."""
+    """How llama-server is run (threads, context and prompt cache are per server).
+
+    ``context`` None: each model's manifest ``context``; a number: that context for every server.
+    """
 
     host: str = "127.0.0.1"
     threads: int = 1
-    context: int = DEFAULT_CONTEXT
+    context: int | None = None
     parallel: int = DEFAULT_PARALLEL
+    cache_ram_mib: int = DEFAULT_CACHE_RAM_MIB
 
     @classmethod
-    def from_env(cls, host: str = "127.0.0.1", servers: int = 1) -> ServerOptions:
-        """Threads = cores / servers (at least 1).
+    def from_env(cls, host: str = "127.0.0.1", servers: int = 1, context: int | None = None) -> ServerOptions:
+        """Threads = cores / servers (at least 1); ``context`` (a CLI option) over the environment.
 
-        ``CASCADE_LLAMA_THREADS``, ``CASCADE_LLAMA_CONTEXT`` and ``CASCADE_LLAMA_PARALLEL`` override.
+        ``CASCADE_LLAMA_THREADS``, ``CASCADE_LLAMA_CONTEXT``, ``CASCADE_LLAMA_PARALLEL`` and
+        ``CASCADE_LLAMA_CACHE_RAM`` (MiB, 0 = no prompt cache in RAM) override.
         """
         threads = max(1, (os.cpu_count() or 1) // max(1, servers))
+        env_context = os.environ.get("CASCADE_LLAMA_CONTEXT")
         return cls(
             host=host,
             threads=int(os.environ.get("CASCADE_LLAMA_THREADS", threads)),
-            context=int(os.environ.get("CASCADE_LLAMA_CONTEXT", DEFAULT_CONTEXT)),
+            context=context if context is not None else (int(env_context) if env_context else None),
             parallel=int(os.environ.get("CASCADE_LLAMA_PARALLEL", DEFAULT_PARALLEL)),
+            cache_ram_mib=int(os.environ.get("CASCADE_LLAMA_CACHE_RAM", DEFAULT_CACHE_RAM_MIB)),
         )
+
+    def context_of(self, spec: ModelSpec) -> int:
+        """The context a model's server gets: the override, else the model's own."""
+        return self.context if self.context is not None else spec.context
 
 
 @dataclass(frozen=True)
@@ -92,9 +107,12 @@ def server_command(
         "--threads",
         str(options.threads),
         "--ctx-size",
-        str(options.context),
+        str(options.context_of(spec)),
+        "--kv-unified",
         "--parallel",
         str(options.parallel),
+        "--cache-ram",
+        str(options.cache_ram_mib),
         "--no-webui",
         *spec.server_args,
     ]

@@ -50,6 +50,7 @@ def run_claude(
     model: str = "cascade/balanced",
     env: dict[str, str] | None = None,
     args: tuple[str, ...] = (),
+    timeout_s: float = CLI_TIMEOUT_S,
 ) -> subprocess.CompletedProcess[str]:
     """Run ``claude -p`` against the gateway at ``url`` (offline: no telemetry, no update check)."""
     home.mkdir(parents=True, exist_ok=True)
@@ -75,7 +76,7 @@ def run_claude(
         stdin=subprocess.DEVNULL,
         capture_output=True,
         text=True,
-        timeout=CLI_TIMEOUT_S,
+        timeout=timeout_s,
         check=False,
     )
 
@@ -87,11 +88,13 @@ def codex_home(
     model: str = "cascade/balanced",
     headers: dict[str, str] | None = None,
     builtin_tools: bool = False,
+    provider: dict[str, int] | None = None,
 ) -> Path:
     """A CODEX_HOME under ``home`` whose provider ``cascade`` is the gateway at ``url``.
 
     Web search and the multi-agent tools are off unless ``builtin_tools``: they are not function
     tools (``web_search``, ``namespace``), which the gateway's chat-completions stages cannot run.
+    ``provider``: more settings of the provider (e.g. ``stream_idle_timeout_ms``).
     """
     codex = home / "codex"
     codex.mkdir(parents=True, exist_ok=True)
@@ -114,12 +117,16 @@ def codex_home(
     ]
     if headers:
         lines.append("http_headers = { " + ", ".join(f'"{k}" = "{v}"' for k, v in headers.items()) + " }")
+    lines += [f"{key} = {value}" for key, value in (provider or {}).items()]
     (codex / "config.toml").write_text("\n".join(lines) + "\n")
     return codex
 
 
-def run_codex(codex: Path, prompt: str, workdir: Path, *args: str) -> subprocess.CompletedProcess[str]:
-    """Run ``codex exec`` with ``CODEX_HOME=codex`` in ``workdir``."""
+def run_codex(
+    codex: Path, prompt: str, workdir: Path, *args: str, timeout_s: float = CLI_TIMEOUT_S
+) -> subprocess.CompletedProcess[str]:
+    """Run ``codex exec`` with ``CODEX_HOME=codex`` in ``workdir`` (``args`` before the prompt; a
+    first one ``resume`` continues the last session)."""
     workdir.mkdir(parents=True, exist_ok=True)
     environment = {**_base_env(codex.parent), "CODEX_HOME": str(codex), "CASCADE_CLIENT_KEY": CLIENT_KEY}
     return subprocess.run(
@@ -129,7 +136,7 @@ def run_codex(codex: Path, prompt: str, workdir: Path, *args: str) -> subprocess
         stdin=subprocess.DEVNULL,
         capture_output=True,
         text=True,
-        timeout=CLI_TIMEOUT_S,
+        timeout=timeout_s,
         check=False,
     )
 

@@ -4,9 +4,11 @@ A test that proves a client works with a feature is marked
 ``@pytest.mark.compat(client="<client>", feature="<feature>")``; a test that proves a clear refusal
 adds ``refused="<reason>"``. This script collects those markers with pytest (every test module
 under tests/ that uses the marker) and writes the matrix: client x feature = works (the tests that
-prove it), refused (with the reason and the test), or not tested. The suite runs every test, so a
-cell is only as true as its passing tests; tests/clients/test_compat_matrix.py fails when the file
-is out of date.
+prove it), refused (with the reason and the test), or not tested, each saying what the tests ran
+against: the real local models (a test also marked ``e2e``: llama-server behind the demo's
+gateway) or the scripted upstream (tests/support/scripted_upstream.py plays the models). The suite
+runs every test, so a cell is only as true as its passing tests; tests/clients/test_compat_matrix.py
+fails when the file is out of date.
 
     python tests/clients/compat_matrix.py --write   # regenerate docs/compatibility.md
     python tests/clients/compat_matrix.py --check   # exit 1 if it is out of date
@@ -41,6 +43,8 @@ CLIENTS: dict[str, tuple[str, tuple[str, str]]] = {
     "codex": ("Codex CLI, `codex exec`", ("npm", "@openai/codex")),
 }
 FEATURES = ["text", "stream", "tools", "structured-output", "tier-by-alias", "tier-by-header"]
+# What a test ran against: the real local models (marked ``e2e``) or the scripted upstream.
+LOCAL, SCRIPTED = "local models", "scripted"
 
 
 @dataclass(frozen=True, order=True)
@@ -51,6 +55,7 @@ class Proof:
     feature: str
     nodeid: str
     refused: str | None = None
+    against: str = SCRIPTED  # LOCAL for a test marked ``e2e``
 
 
 class _Recorder:
@@ -62,9 +67,10 @@ class _Recorder:
 
     def pytest_collection_modifyitems(self, items: list[Any]) -> None:
         for item in items:
+            against = LOCAL if item.get_closest_marker("e2e") is not None else SCRIPTED
             for marker in item.iter_markers("compat"):
                 try:
-                    self.proofs.append(_proof(item.nodeid, *marker.args, **marker.kwargs))
+                    self.proofs.append(_proof(item.nodeid, *marker.args, **marker.kwargs, against=against))
                 except (TypeError, ValueError) as exc:
                     self.errors.append(f"{item.nodeid}: {exc}")
 
@@ -73,14 +79,16 @@ class _Recorder:
             self.errors.append(f"collecting {report.nodeid} failed:\n{report.longreprtext}")
 
 
-def _proof(nodeid: str, client: str, feature: str, refused: str | None = None) -> Proof:
+def _proof(
+    nodeid: str, client: str, feature: str, refused: str | None = None, *, against: str = SCRIPTED
+) -> Proof:
     if client not in CLIENTS:
         raise ValueError(f"unknown compat client {client!r} (known: {', '.join(CLIENTS)})")
     if feature not in FEATURES:
         raise ValueError(f"unknown compat feature {feature!r} (known: {', '.join(FEATURES)})")
     if refused is not None and not refused.strip():
         raise ValueError("refused= needs the reason the gateway gives")
-    return Proof(client, feature, nodeid, refused)
+    return Proof(client, feature, nodeid, refused, against)
 
 
 def marked_test_files(root: Path = REPO_ROOT) -> list[str]:
@@ -141,6 +149,16 @@ def render(proofs: list[Proof], versions: dict[str, str]) -> str:
         "clear error (the reason is given below); **not tested** otherwise. The suite",
         "(`bash scripts/test.sh`) runs every test listed here.",
         "",
+        "Each cell says what its tests ran against:",
+        "",
+        f"* **{LOCAL}**: the real models of the local pool (llama-server) behind the demo's gateway",
+        "  (`policies/local-demo.json`, tests marked `e2e`): the client completed a task with the",
+        "  answers real small models gave (times:",
+        "  [local-models.md](local-models.md#agent-clis-on-the-local-pool)).",
+        f"* **{SCRIPTED}**: the scripted upstream (`tests/support/scripted_upstream.py`) plays the",
+        "  models with fixed answers: the gateway's side of the protocol (translation, streaming, tool",
+        "  calls, tiers) is checked exactly, but no model's answer is.",
+        "",
         "Features: **text** (a plain answer), **stream** (a streamed answer), **tools** (a function",
         "tool call and its result), **structured-output** (a JSON-schema result), **tier-by-alias**",
         "(`model: cascade/<tier>`), **tier-by-header** (`X-Cascade-Tier`).",
@@ -163,7 +181,7 @@ def render(proofs: list[Proof], versions: dict[str, str]) -> str:
         for feature in marked:
             for proof in cells[(client, feature)]:
                 how = f"refused ({proof.refused})" if proof.refused else "works"
-                lines.append(f"- {feature}: {how}: `{proof.nodeid}`")
+                lines.append(f"- {feature}: {how}, {proof.against}: `{proof.nodeid}`")
         lines.append("")
     return "\n".join(lines).rstrip() + "\n"
 
@@ -173,7 +191,8 @@ def _status(proofs: list[Proof]) -> str:
     refused = [p for p in proofs if p.refused is not None]
     parts = []
     if works:
-        parts.append(f"works ({len(works)} test{'s' if len(works) > 1 else ''})")
+        counts = [(where, sum(p.against == where for p in works)) for where in (LOCAL, SCRIPTED)]
+        parts.append("works (" + ", ".join(f"{where}: {n}" for where, n in counts if n) + ")")
     if refused:
         parts.append("refused: " + "; ".join(sorted({p.refused or "" for p in refused})))
     return ", ".join(parts) or "not tested"

@@ -1,4 +1,5 @@
-"""Real-client fixtures: the gateway app against the scripted upstream, as tests/gateway builds it.
+"""Real-client fixtures: the gateway app against the scripted upstream, as tests/gateway builds it,
+and the demo on the real local models.
 
 The helpers come from tests/support (``gateway_testkit``, ``scripted_upstream``, ``policy_files``);
 the client-side pieces (installed CLIs, environments, scripted tool calls) live in ``client_support``.
@@ -10,6 +11,8 @@ the client-side pieces (installed CLIs, environments, scripted tool calls) live 
 * ``gateway``: ``start_gateway()``.
 * ``keyed_gateway``: a gateway that serves only ``client_support.CLIENT_KEY`` (how the agent CLIs
   authenticate is part of what their tests prove).
+* ``local_demo`` (session): the demo on the real local models (``tests.support.local_demo``), for
+  the ``e2e`` tests of the agent CLIs (``local_agents``: tasks, time budget, client settings).
 """
 
 from __future__ import annotations
@@ -24,6 +27,7 @@ from client_support import CLIENT_KEY
 from gateway.app import create_app
 from gateway.config import Settings
 from tests.support.gateway_testkit import ADMIN_KEY, RunningGateway, model_configs, serve, stop
+from tests.support.local_demo import LocalDemo, running_demo
 from tests.support.policy_files import write_policy
 from tests.support.scripted_upstream import ScriptedUpstream
 
@@ -70,3 +74,11 @@ def keyed_gateway(
     """A gateway whose only client key is ``CLIENT_KEY``."""
     monkeypatch.setenv("TEST_CLIENT_KEYS", CLIENT_KEY)
     return start_gateway(auth={"api_keys_env": "TEST_CLIENT_KEYS", "admin_key_env": None})
+
+
+@pytest.fixture(scope="session")
+def local_demo(repo_root: Path, tmp_path_factory: pytest.TempPathFactory) -> Iterator[LocalDemo]:
+    """The demo on the real local models, on free ports (tests/support/local_demo.py), for the
+    session: the agent CLIs' e2e tests share it, and with it llama-server's prompt cache."""
+    with running_demo(repo_root, tmp_path_factory.mktemp("local-demo")) as demo:
+        yield demo

@@ -6,7 +6,7 @@ import subprocess
 import sys
 
 import pytest
-from compat_matrix import CLIENTS, FEATURES, Proof, _proof, render
+from compat_matrix import CLIENTS, FEATURES, LOCAL, SCRIPTED, Proof, _proof, collect, render
 
 SCRIPT = "tests/clients/compat_matrix.py"
 
@@ -32,9 +32,38 @@ def test_a_cell_shows_works_and_refusals_with_their_tests() -> None:
     ]
     text = render(proofs, {client: "x==1" for client in CLIENTS})
     row = next(line for line in text.splitlines() if line.startswith("| codex |"))
-    assert "works (1 test), refused: web_search tools are not served" in row
-    assert "- tools: refused (web_search tools are not served): `tests/a.py::test_web_search`" in text
-    assert "- tools: works: `tests/a.py::test_tool`" in text
+    assert "works (scripted: 1), refused: web_search tools are not served" in row
+    assert (
+        "- tools: refused (web_search tools are not served), scripted: `tests/a.py::test_web_search`" in text
+    )
+    assert "- tools: works, scripted: `tests/a.py::test_tool`" in text
+
+
+def test_a_cell_says_which_tests_ran_on_the_local_models() -> None:
+    proofs = [
+        Proof("claude-code", "text", "tests/a.py::test_scripted"),
+        Proof("claude-code", "text", "tests/a.py::test_other_scripted"),
+        Proof("claude-code", "text", "tests/b.py::test_real", against=LOCAL),
+    ]
+    text = render(proofs, {client: "x==1" for client in CLIENTS})
+    row = next(line for line in text.splitlines() if line.startswith("| claude-code |"))
+    assert row.split(" | ")[1] == "works (local models: 1, scripted: 2)"
+    assert "- text: works, local models: `tests/b.py::test_real`" in text
+
+
+def test_e2e_tests_are_collected_as_run_on_the_local_models(tmp_path) -> None:
+    tests = tmp_path / "tests"
+    tests.mkdir()
+    markers = '["e2e: real models", "compat(client, feature, refused=None): cell"]'
+    options = f'markers = {markers}\nasyncio_default_fixture_loop_scope = "function"\n'
+    (tmp_path / "pyproject.toml").write_text(f"[tool.pytest.ini_options]\n{options}")
+    cell = "@pytest.mark.compat(client='codex', feature='text')\n"
+    (tests / "test_x.py").write_text(
+        f"import pytest\n\n@pytest.mark.e2e\n{cell}def test_real():\n    pass\n\n"
+        f"{cell}def test_scripted():\n    pass\n"
+    )
+    against = {proof.nodeid.rsplit("::", 1)[1]: proof.against for proof in collect(tmp_path)}
+    assert against == {"test_real": LOCAL, "test_scripted": SCRIPTED}
 
 
 @pytest.mark.parametrize(

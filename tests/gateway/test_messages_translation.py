@@ -514,3 +514,19 @@ def test_the_key_comes_from_x_api_key_first_then_authorization(
     headers: dict[bytes, bytes], credential: str | None
 ) -> None:
     assert MessagesEdge().credential(headers) == credential
+
+
+def test_prompt_tokens_an_upstream_read_from_its_cache_are_cache_reads() -> None:
+    # llama-server reports the prefix it reused as prompt_tokens_details.cached_tokens.
+    answer = chat_answer({"role": "assistant", "content": "42"}, "stop")
+    answer["usage"]["prompt_tokens_details"] = {"cached_tokens": 29}
+    message = Message.model_validate(render_message(answer, "small", ()))
+    assert (message.usage.input_tokens, message.usage.cache_read_input_tokens) == (2, 29)
+    assert message.usage.cache_creation_input_tokens == 0
+    stream = MessagesStream()
+    out = stream.start("large", input_tokens=50)
+    out += stream.chunk(chunk({"content": "42"}, "stop"))
+    cached = {"prompt_tokens": 50, "completion_tokens": 1, "prompt_tokens_details": {"cached_tokens": 48}}
+    out += stream.chunk(chunk(usage=cached))
+    delta = next(e for e in parse_events(out + stream.finish()) if getattr(e, "type", "") == "message_delta")
+    assert (delta.usage.input_tokens, delta.usage.cache_read_input_tokens) == (2, 48)

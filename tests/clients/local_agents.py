@@ -1,0 +1,36 @@
+"""What the agent CLIs' tests on the real local models share: the tasks, the time budget, the
+client settings for a slow local upstream, and how an answer is read.
+
+Time budget: a first turn re-reads the CLI's whole prompt (Claude Code ~11.6k tokens, Codex ~6.1k)
+on 2 shared cores; a later turn of the same conversation re-reads only what is new (llama-server's
+prompt cache). ``AGENT_TIMEOUT_S`` bounds one CLI run; the clients' own timeouts are raised above
+the gateway's deadline (``localpool.demo_config.REQUEST_TIMEOUT_S``), so that the client never
+abandons a request the gateway is still serving.
+"""
+
+from __future__ import annotations
+
+import re
+
+from localpool.demo_config import REQUEST_TIMEOUT_S
+
+SHORT_TASK = "What is 6*7? Answer with the number only."
+# The second turn asks about the first (a 1.5B model adding 8 to 42 once answered 49).
+FOLLOW_UP = "Write that same number again, and nothing else."
+# One CLI run: two requests' deadlines (a retried first request, or a tool round trip), and a margin.
+AGENT_TIMEOUT_S = 2 * REQUEST_TIMEOUT_S + 60
+
+# Claude Code and Codex wait for the gateway (Claude Code gives up after 10 minutes, Codex after
+# 300 s without a stream byte, and the gateway sends none while a scored stage reads the prompt).
+# Their retries stay on: a retry comes after the gateway's 504, when llama-server has cancelled the
+# call, and it continues from the prefix the server already read (its prompt cache).
+# Claude Code also waits for a stream's response headers; with this set it still gave up after
+# 360 s and retried (measured, docs/local-models.md#agent-clis-on-the-local-pool).
+_CLIENT_WAIT_MS = str(int((REQUEST_TIMEOUT_S + 30) * 1000))
+CLAUDE_ENV = {"API_TIMEOUT_MS": _CLIENT_WAIT_MS, "CLAUDE_STREAM_FIRST_BYTE_TIMEOUT_MS": _CLIENT_WAIT_MS}
+CODEX_PROVIDER = {"stream_idle_timeout_ms": int((REQUEST_TIMEOUT_S + 30) * 1000)}
+
+
+def has_number(text: str, number: int) -> bool:
+    """Whether ``number`` appears in ``text`` as a whole number (``42``, ``**42**``, ``42.``)."""
+    return re.search(rf"(?<![\d.]){number}(?![\d])", text or "") is not None

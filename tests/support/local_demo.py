@@ -1,0 +1,116 @@
+"""``cascade demo`` as the e2e tests run it: the real pool and the gateway, on free ports.
+
+``running_demo(repo_root, work)`` starts what ``cascade demo`` starts for its committed policy (the
+servers of the pool models the policy names, with the pool's server command and options, and
+``cascade serve`` on the config ``localpool.demo_config`` writes), each server on a free port
+instead of the manifest's, so that a test never collides with a demo someone runs on the same
+machine. It yields a ``LocalDemo``; everything is stopped on exit. Needs scripts/setup.sh
+(llama-server and the models, in ``$CASCADE_HOME`` or the repository's ``.cascade``).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from collections.abc import Iterator
+from contextlib import ExitStack, contextmanager
+from dataclasses import dataclass
+from pathlib import Path
+
+import pytest
+
+from localpool.demo_cli import DEFAULT_POLICY
+from localpool.demo_config import pool_gateway_config, write_gateway_config
+from localpool.install import model_is_installed
+from localpool.manifest import Manifest, load_manifest
+from localpool.paths import PoolPaths
+from localpool.pool import ServerOptions, server_command
+from localpool.process import start_detached, stop, wait_healthy
+from localpool.server_build import llama_server_binary
+from tests.support.ports import free_port
+
+
+@dataclass(frozen=True)
+class LocalDemo:
+    """A running demo: the gateway's URL, its config and log, the pool as served (free ports)."""
+
+    url: str
+    config: Path
+    gateway_log: Path
+    manifest: Manifest
+    servers: dict[str, Path]  # server name -> its llama-server log
+
+
+def pool_paths(repo_root: Path) -> PoolPaths:
+    """Where scripts/setup.sh installed the pool: ``$CASCADE_HOME`` or the repository's ``.cascade``."""
+    home = os.environ.get("CASCADE_HOME")
+    return PoolPaths(Path(home) if home else repo_root / ".cascade")
+
+
+@contextmanager
+def running_demo(repo_root: Path, work: Path, policy: Path | None = None) -> Iterator[LocalDemo]:
+    """The demo's servers and gateway for ``policy`` (default: the committed demo policy)."""
+    policy = (policy or repo_root / DEFAULT_POLICY).resolve()
+    names = list(json.loads(policy.read_text(encoding="utf-8"))["models"])
+    paths = pool_paths(repo_root)
+    manifest = load_manifest()
+    servers = manifest.servers_for(names)
+    binary = llama_server_binary()
+    missing = [n for n in servers if not model_is_installed(manifest.models[n], paths)]
+    if binary is None or missing:
+        pytest.fail(
+            f"local pool not installed (llama-server: {binary}, missing: {missing}); run scripts/setup.sh"
+        )
+    models = {**manifest.models}
+    models.update({n: manifest.models[n].model_copy(update={"port": free_port()}) for n in servers})
+    served = manifest.model_copy(update={"models": models})
+    options = ServerOptions.from_env(servers=len(servers))
+    logs = {name: work / f"{name}.log" for name in servers}
+    with ExitStack() as stack:
+        for name in servers:
+            spec = served.models[name]
+            command = server_command(binary, paths.model_file(spec.file), name, spec, options)
+            record = start_detached(command, logs[name], work / f"{name}.pid", port=spec.port)
+            stack.callback(stop, record.pid, grace_s=10)
+            wait_healthy(
+                f"http://127.0.0.1:{spec.port}/health",
+                pid=record.pid,
+                log_path=logs[name],
+                timeout_s=180,
+                name=name,
+            )
+        config = write_gateway_config(work / "demo-gateway.yaml", pool_gateway_config(served, names, policy))
+        port = free_port()
+        gateway_log = work / "gateway.log"
+        with gateway_log.open("ab") as out:
+            gateway = subprocess.Popen(
+                [
+                    sys.executable,
+                    "-m",
+                    "cascade_cli.main",
+                    "serve",
+                    "--config",
+                    str(config),
+                    "--port",
+                    str(port),
+                ],
+                cwd=repo_root,
+                stdin=subprocess.DEVNULL,
+                stdout=out,
+                stderr=subprocess.STDOUT,
+            )
+        stack.callback(_terminate, gateway)
+        url = f"http://127.0.0.1:{port}"
+        wait_healthy(f"{url}/readyz", pid=gateway.pid, log_path=gateway_log, timeout_s=60, name="gateway")
+        yield LocalDemo(url, config, gateway_log, served, logs)
+
+
+def _terminate(process: subprocess.Popen[bytes]) -> None:
+    process.terminate()
+    try:
+        process.wait(timeout=15)
+    except subprocess.TimeoutExpired:
+        process.kill()
+        process.wait()
