@@ -80,5 +80,9 @@ def keyed_gateway(
 def local_demo(repo_root: Path, tmp_path_factory: pytest.TempPathFactory) -> Iterator[LocalDemo]:
     """The demo on the real local models, on free ports (tests/support/local_demo.py), for the
     session: the agent CLIs' e2e tests share it, and with it llama-server's prompt cache."""
-    with running_demo(repo_root, tmp_path_factory.mktemp("local-demo")) as demo:
+    # The arithmetic policy the agent CLIs were measured on (docs/local-models.md): their requests
+    # carry tools, served by its balanced tier (the default demo policy sends them to its tool-call
+    # members, which were chosen for single function calls, not for an agent's shell).
+    text_policy = repo_root / "policies" / "local-demo.json"
+    with running_demo(repo_root, tmp_path_factory.mktemp("local-demo"), text_policy) as demo:
         yield demo

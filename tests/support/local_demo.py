@@ -10,7 +10,6 @@ machine. It yields a ``LocalDemo``; everything is stopped on exit. Needs scripts
 
 from __future__ import annotations
 
-import json
 import os
 import subprocess
 import sys
@@ -21,7 +20,7 @@ from pathlib import Path
 
 import pytest
 
-from localpool.demo_cli import DEFAULT_POLICY
+from localpool.demo_cli import DEFAULT_POLICY, DEMO_COVERAGE, read_policy, served_models
 from localpool.demo_config import pool_gateway_config, write_gateway_config
 from localpool.install import model_is_installed
 from localpool.manifest import Manifest, load_manifest
@@ -51,9 +50,11 @@ def pool_paths(repo_root: Path) -> PoolPaths:
 
 @contextmanager
 def running_demo(repo_root: Path, work: Path, policy: Path | None = None) -> Iterator[LocalDemo]:
-    """The demo's servers and gateway for ``policy`` (default: the committed demo policy)."""
-    policy = (policy or repo_root / DEFAULT_POLICY).resolve()
-    names = list(json.loads(policy.read_text(encoding="utf-8"))["models"])
+    """The demo's servers and gateway for ``policy`` (default: the committed demo policy, with the
+    demo's coverage rule), as ``cascade demo`` names them (kind sections' models included)."""
+    coverage = DEMO_COVERAGE if policy is None else None
+    policy, names, _, _ = read_policy((policy or repo_root / DEFAULT_POLICY).resolve())
+    names = served_models(names, coverage)
     paths = pool_paths(repo_root)
     manifest = load_manifest()
     servers = manifest.servers_for(names)
@@ -81,7 +82,9 @@ def running_demo(repo_root: Path, work: Path, policy: Path | None = None) -> Ite
                 timeout_s=180,
                 name=name,
             )
-        config = write_gateway_config(work / "demo-gateway.yaml", pool_gateway_config(served, names, policy))
+        config = write_gateway_config(
+            work / "demo-gateway.yaml", pool_gateway_config(served, names, policy, coverage=coverage)
+        )
         port = free_port()
         gateway_log = work / "gateway.log"
         with gateway_log.open("ab") as out:
