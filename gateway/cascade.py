@@ -242,7 +242,11 @@ class CascadeEngine:
                 # A black-box scorer's extra calls are charged here; their cost is the stage's too.
                 scored = await self._scorer.score(policy.scorer, model, request, body, reply, deadline, facts)
             except READ_FAILURES as exc:
-                self._unreadable_stage(plan.tier, model, models[stage + 1], facts, exc)
+                following = self._next_stage(models, stage, timed_out)
+                if following is None:
+                    return self._no_stage_left(timeout, fallback, fallback_model, policy, facts)
+                self._unreadable_stage(plan.tier, model, models[following], facts, exc)
+                stage = following
                 continue
             score = scored.score
             if facts.keep_answer is not None:  # asked to: the traffic sampler drew this request
@@ -256,7 +260,11 @@ class CascadeEngine:
                     model, request, reply, facts, score, thresholds[stage], policy.on_missing_score
                 )
             except READ_FAILURES as exc:
-                self._unreadable_stage(plan.tier, model, models[stage + 1], facts, exc)
+                following = self._next_stage(models, stage, timed_out)
+                if following is None:
+                    return self._no_stage_left(timeout, fallback, fallback_model, policy, facts)
+                self._unreadable_stage(plan.tier, model, models[following], facts, exc)
+                stage = following
                 continue
             if reason is None:
                 facts.answered_by = model
