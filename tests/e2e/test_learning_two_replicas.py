@@ -75,7 +75,13 @@ MIN_QUERIES = 20
 DRIFT_MIN_SAMPLES = 10
 SAMPLES_TIMEOUT_S = 900
 SWITCH_TIMEOUT_S = 30
-_HEADERS = ("x-request-id", "x-cascade-policy", "x-cascade-models-called", "x-cascade-escalated")
+_HEADERS = (
+    "x-request-id",
+    "x-cascade-policy",
+    "x-cascade-models-called",
+    "x-cascade-escalated",
+    "x-cascade-escalation-reason",
+)
 
 
 # --- fixtures: the starting policy, the pool, Redis, PostgreSQL and the replicas -----------------
@@ -312,11 +318,17 @@ def test_replicas_sample_their_traffic_and_serve_the_recalibrated_policy(
     # Free-form questions without labels, spread over both replicas.
     shares = [prompts[0::2], prompts[1::2]]
     with ThreadPoolExecutor(max_workers=2) as executor:
-        answers = [a for per_replica in executor.map(_ask, replicas, shares) for a in per_replica]
+        by_replica = list(executor.map(_ask, replicas, shares))
+    answers = [a for per_replica in by_replica for a in per_replica]
+    reference = starting_policy.tiers[TIER].routes[0].models[-1]
     sent_at = time.monotonic()
     for answer in answers:
         assert answer["x-cascade-policy"] == starting_policy.policy_id, answer
-        assert answer["x-cascade-models-called"] == cheap and answer["x-cascade-escalated"] == "false", answer
+        # It never escalates on its score; an answer cut at the member's own cap escalates whatever
+        # the threshold (`truncated`: the stage did not finish), to the reference.
+        escalated = answer["x-cascade-escalated"] == "true"
+        assert not escalated or answer["x-cascade-escalation-reason"] == "truncated", answer
+        assert answer["x-cascade-models-called"] == (f"{cheap},{reference}" if escalated else cheap), answer
         assert answer["content"].strip(), answer
     request_ids = {a["x-request-id"] for a in answers}
     assert len(request_ids) == REQUESTS
