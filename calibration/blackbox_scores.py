@@ -18,16 +18,8 @@ from typing import Any
 import numpy as np
 import orjson
 
-from policies.blackbox import (
-    BLACKBOX_SCORERS,
-    EQUIVALENCES,
-    SELF_REPORT_PROMPT,
-    VERIFIER_PROMPT,
-    Equivalent,
-    consistency_score,
-    self_report_score,
-    verifier_score_from_position,
-)
+from policies.blackbox import EQUIVALENCES, Equivalent
+from policies.scorers import BLACKBOX_SCORERS, Calls, blackbox_calls
 
 CALLS_COLUMN = "scorer_calls"
 RESPONSE_COLUMN = "response"
@@ -107,24 +99,28 @@ def blackbox_scores(
     """Score every row from its recorded calls (see the module docstring).
 
     Args:
-        scorer: one of ``policies.blackbox.BLACKBOX_SCORERS``.
+        scorer: one of ``policies.scorers.BLACKBOX_SCORERS``.
         calls, calls_missing: the ``scorer_calls`` column and its missing mask, (r,).
-        responses: the ``response`` column (the answers consistency compares), (r,); needed for
-            ``consistency`` only.
+        responses: the ``response`` column (the answers a repeated scorer's samples are compared
+            with), (r,); needed for a repeated scorer (consistency) only.
         models: (r,) model name of each row.
-        options: consistency's equivalence and sample count.
+        options: a repeated scorer's equivalence and sample count.
     """
-    if scorer not in BLACKBOX_SCORERS:
+    definition = blackbox_calls(scorer)
+    if definition is None:
         raise BlackboxScoresError(f"{scorer!r} is not a black-box scorer ({', '.join(BLACKBOX_SCORERS)})")
-    if (options.equivalence is not None or options.samples is not None) and scorer != "consistency":
-        raise BlackboxScoresError("--equivalence and --samples apply to the consistency scorer only")
+    if (options.equivalence is not None or options.samples is not None) and not definition.repeated:
+        repeated = [name for name, c in _registered() if c.repeated]
+        raise BlackboxScoresError(
+            f"--equivalence and --samples apply to the {' and '.join(repeated)} scorer only"
+        )
     n = calls.shape[0]
     score = np.full(n, np.nan)
     cost = np.zeros(n)
     recorded = np.zeros(n, dtype=bool)
     settings = _Settings()
     top_k = 0
-    one = _row_scorer(scorer, options, responses, settings)
+    one = _row_scorer(scorer, definition, options, responses, settings)
     for position in np.flatnonzero(~calls_missing):
         entry = (_calls(calls[position], int(position)) or {}).get(scorer)
         if not isinstance(entry, Mapping):
@@ -143,73 +139,77 @@ def blackbox_scores(
     names = np.unique(models)
     unscored_models = [name for name in names if not recorded[models == name].any()]
     if len(unscored_models) == len(names):
+        flags = "/".join(c.collect_flag.split()[0] for _, c in _registered())
         raise BlackboxScoresError(
             f"no row has recorded '{scorer}' calls in column '{CALLS_COLUMN}' "
-            f"(cascade collect --verifier/--consistency/--self-report records them)"
+            f"(cascade collect {flags} records them)"
         )
-    if scorer == "consistency":
+    if definition.repeated:
         settings.values["equivalence"] = options.equivalence or DEFAULT_EQUIVALENCE
     return BlackboxScores(
         score=score,
         scoring_cost=cost,
         unscored_rows=np.isin(models, unscored_models),
-        settings=_spec(scorer, settings.values),
-        top_k=min(max(top_k, 2), 20) if scorer == "verifier" else 15,
+        settings=definition.policy_fields(settings.values),
+        top_k=min(max(top_k, 2), 20) if definition.alternatives is not None else 15,
     )
+
+
+def _registered() -> list[tuple[str, Calls]]:
+    """(name, calls) of every black-box scorer, in the registry's order."""
+    return [(name, calls) for name in BLACKBOX_SCORERS if (calls := blackbox_calls(name)) is not None]
 
 
 RowScorer = Callable[[Mapping[str, Any], int], tuple[float | None, float, int]]
 
 
 def _row_scorer(
-    scorer: str, options: BlackboxOptions, responses: np.ndarray | None, settings: _Settings
+    scorer: str,
+    definition: Calls,
+    options: BlackboxOptions,
+    responses: np.ndarray | None,
+    settings: _Settings,
 ) -> RowScorer:
-    """The function giving one row's ``(score, scoring cost, alternatives seen)`` from its calls."""
-    if scorer == "verifier":
+    """The function giving one row's ``(score, scoring cost, alternatives seen)`` from its calls.
 
-        def verifier(entry: Mapping[str, Any], position: int) -> tuple[float | None, float, int]:
-            settings.same("model", entry.get("model"), position)
-            settings.same("prompt", entry.get("prompt", VERIFIER_PROMPT), position)
-            first = entry.get("first_token")
-            alternatives = len(first.get("top_logprobs") or []) if isinstance(first, Mapping) else 0
-            value = None if "error" in entry else verifier_score_from_position(first)
-            return value, _cost(entry), alternatives
-
-        return verifier
-    if scorer == "self_report":
-
-        def self_report(entry: Mapping[str, Any], position: int) -> tuple[float | None, float, int]:
-            settings.same("prompt", entry.get("prompt", SELF_REPORT_PROMPT), position)
-            value = None if "error" in entry else self_report_score(entry.get("text"))
-            return value, _cost(entry), 0
-
-        return self_report
-    if responses is None:
-        raise BlackboxScoresError(
-            f"the consistency scorer compares samples with the '{RESPONSE_COLUMN}' column"
-        )
-    name = options.equivalence or DEFAULT_EQUIVALENCE
-    if name not in EQUIVALENCES:
-        raise BlackboxScoresError(f"unknown equivalence {name!r}; choose one of {', '.join(EQUIVALENCES)}")
-    equivalent = _equivalent(name)
-
-    def consistency(entry: Mapping[str, Any], position: int) -> tuple[float | None, float, int]:
-        settings.same("temperature", entry.get("temperature"), position)
-        samples = entry.get("samples")
-        if "error" in entry or not isinstance(samples, list):
-            return None, _cost(entry), 0
-        wanted = options.samples or len(samples)
-        if wanted > len(samples):
+    The rows must agree on the settings the calls were made with (``Calls.recorded_settings``); a
+    repeated scorer scores the first ``options.samples`` of its recorded samples against the row's
+    ``response`` by the equivalence, at k/n of the recorded cost (samples are drawn alike)."""
+    equivalent: Equivalent | None = None
+    if definition.repeated:
+        if responses is None:
             raise BlackboxScoresError(
-                f"--samples {wanted} but only {len(samples)} samples were recorded", position
+                f"the {scorer} scorer compares samples with the '{RESPONSE_COLUMN}' column"
+            )
+        name = options.equivalence or DEFAULT_EQUIVALENCE
+        if name not in EQUIVALENCES:
+            raise BlackboxScoresError(
+                f"unknown equivalence {name!r}; choose one of {', '.join(EQUIVALENCES)}"
+            )
+        equivalent = _equivalent(name)
+
+    def row(entry: Mapping[str, Any], position: int) -> tuple[float | None, float, int]:
+        for key, default in definition.recorded_settings.items():
+            settings.same(key, entry.get(key, default), position)
+        reading = entry.get(definition.recorded_as)
+        alternatives = 0 if definition.alternatives is None else definition.alternatives(reading)
+        row_cost = _cost(entry)
+        if not definition.repeated:
+            value = None if "error" in entry else definition.score("", [reading], None)
+            return value, row_cost, alternatives
+        if "error" in entry or not isinstance(reading, list):
+            return None, row_cost, alternatives
+        wanted = options.samples or len(reading)
+        if wanted > len(reading):
+            raise BlackboxScoresError(
+                f"--samples {wanted} but only {len(reading)} samples were recorded", position
             )
         settings.same("samples", wanted, position)
-        # Samples are drawn alike, so k of n recorded cost k/n of what the n cost.
-        row_cost = _cost(entry) * wanted / len(samples) if samples else 0.0
-        answer = str(responses[position] or "")
-        return consistency_score(answer, [str(s) for s in samples[:wanted]], equivalent), row_cost, 0
+        row_cost = row_cost * wanted / len(reading) if reading else 0.0
+        answer = str(responses[position] or "") if responses is not None else ""
+        return definition.score(answer, reading[:wanted], equivalent), row_cost, alternatives
 
-    return consistency
+    return row
 
 
 def _cost(entry: Mapping[str, Any]) -> float:
@@ -217,16 +217,3 @@ def _cost(entry: Mapping[str, Any]) -> float:
     if not isinstance(value, int | float) or value < 0 or value != value:
         raise BlackboxScoresError(f"cost_usd {value!r} is not a non-negative number")
     return float(value)
-
-
-def _spec(scorer: str, values: Mapping[str, Any]) -> dict[str, Any]:
-    """The policy's ``scorer`` fields for this scorer (policies.schema.ScorerSpec)."""
-    if scorer == "verifier":
-        return {"verifier": {"model": values.get("model"), "prompt": values.get("prompt", VERIFIER_PROMPT)}}
-    if scorer == "self_report":
-        return {"prompt": values.get("prompt", SELF_REPORT_PROMPT)}
-    return {
-        "samples": values.get("samples"),
-        "temperature": values.get("temperature"),
-        "equivalence": values.get("equivalence"),
-    }

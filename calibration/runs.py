@@ -32,8 +32,8 @@ from calibration.prices import PriceSheetError, load_price_sheet
 from calibration.run_kinds import KIND_COLUMN, RunKindError, rows_of_kind
 from calibration.table_io import Columns, TableReadError, read_columns
 from policies import Price, PriceError
-from policies.blackbox import BLACKBOX_SCORERS
 from policies.call_tokens import SCORE_TOKENS
+from policies.scorers import BLACKBOX_SCORERS
 
 REQUIRED_COLUMNS = ("query_id", "model", "correct")
 COST_COLUMNS = ("cost_usd", "prompt_tokens", "completion_tokens")

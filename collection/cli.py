@@ -179,24 +179,29 @@ def _scorer_calls_options(
     """The black-box scorer calls asked on the command line (the verifier is a model of the config)."""
     from collection.scorer_calls import ScorerCallsOptions
     from collection.targets import TargetError, targets_from_config, targets_from_pool
-    from policies.blackbox import VERIFIER_PROMPT
+    from policies.blackbox import SELF_REPORT_PROMPT, VERIFIER_PROMPT
+    from policies.scorers import CallSettings
 
     if verifier_prompt is not None and not (
         "{question}" in verifier_prompt and "{answer}" in verifier_prompt
     ):
         raise TargetError("--verifier-prompt must contain {question} and {answer}")
-    verifier_target = None
+    scorers: dict[str, CallSettings] = {}
+    own_models = {}
     if verifier is not None:
         (verifier_target,) = (
             targets_from_config(config, [verifier]) if config else targets_from_pool([verifier])
         )
+        own_models[verifier_target.name] = verifier_target
+        prompt = verifier_prompt or VERIFIER_PROMPT
+        scorers["verifier"] = CallSettings(
+            top_k=verifier_top_logprobs, model=verifier_target.name, prompt=prompt
+        )
+    if consistency > 0:
+        scorers["consistency"] = CallSettings(samples=consistency, temperature=consistency_temperature)
+    if self_report:
+        scorers["self_report"] = CallSettings(prompt=SELF_REPORT_PROMPT)
     chosen = _split(scorer_models)
     return ScorerCallsOptions(
-        verifier=verifier_target,
-        verifier_prompt=verifier_prompt or VERIFIER_PROMPT,
-        verifier_top_logprobs=verifier_top_logprobs,
-        consistency=consistency,
-        consistency_temperature=consistency_temperature,
-        self_report=self_report,
-        models=frozenset(chosen) if chosen else None,
+        scorers=scorers, targets=own_models, models=frozenset(chosen) if chosen else None
     )

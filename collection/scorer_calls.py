@@ -1,26 +1,21 @@
 """The extra calls of the black-box scorers, recorded per row in the runs table's ``scorer_calls``.
 
 ``cascade collect --verifier MODEL --consistency K --self-report`` makes, after each answer, the
-calls the gateway would make to score it (``policies.blackbox`` builds every request body, the same
-functions as live), and records what each score needs (docs/contracts.md#runs-table):
-
-* ``verifier``: the first generated token with its alternatives (``first_token``), enough for
-  ``verifier_score_from_position``;
-* ``consistency``: the k sample texts and the temperature;
-* ``self_report``: the reply text;
-
-each with the calls' cost (``policies.charges.call_charge`` at the called model's price, as every
-upstream call), token counts and latencies. A call that fails after its retries records ``error``
-instead, and the score is then missing, as it would be live. With ``--answers-from RUNS`` the
-answer scored is the one already recorded in RUNS for that (query, model), so the scores line up
-with the rows the runs were calibrated on.
+calls the gateway would make to score it (each scorer's ``policies.scorers.Calls`` builds every
+request body and reads every reply, the same functions as live), and records per scorer what its
+score needs (docs/contracts.md#runs-table), with the calls' cost (``policies.charges.call_charge``
+at the called model's price, as every upstream call), token counts and latencies. A call that fails
+after its retries records ``error`` instead, and the score is then missing, as it would be live.
+With ``--answers-from RUNS`` the answer scored is the one already recorded in RUNS for that (query,
+model), so the scores line up with the rows the runs were calibrated on.
 """
 
 from __future__ import annotations
 
 import gzip
 import json
-from dataclasses import dataclass
+from collections.abc import Mapping
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -29,37 +24,34 @@ import orjson
 
 from collection.targets import Target
 from collection.upstream_call import CallError, call_model
-from policies.blackbox import (
-    SELF_REPORT_PROMPT,
-    VERIFIER_PROMPT,
-    answer_text,
-    first_position,
-    sample_request,
-    self_report_request,
-    verifier_request,
-)
 from policies.charges import call_charge
-from policies.request_defaults import merge_request_defaults
+from policies.scorers import Calls, CallSettings, blackbox_calls
 
 
 @dataclass(frozen=True)
 class ScorerCallsOptions:
-    """Which black-box scorers' calls to make after each answer (none: no ``scorer_calls``)."""
+    """Which black-box scorers' calls to make after each answer (none: no ``scorer_calls``).
 
-    verifier: Target | None = None
-    verifier_prompt: str = VERIFIER_PROMPT
-    verifier_top_logprobs: int = 10
-    consistency: int = 0
-    consistency_temperature: float = 0.7
-    self_report: bool = False
-    self_report_prompt: str = SELF_REPORT_PROMPT
-    # Models whose answers get the calls (None: every collected model).
+    ``scorers``: the settings of each scorer's calls by scorer name (``policies.scorers.REGISTRY``),
+    made in this order; ``targets``: the configured models the scorers' own calls go to (the
+    verifier's), by name; ``models``: whose answers get the calls (None: every collected model).
+    """
+
+    scorers: Mapping[str, CallSettings] = field(default_factory=dict)
+    targets: Mapping[str, Target] = field(default_factory=dict)
     models: frozenset[str] | None = None
+
+    def __post_init__(self) -> None:
+        for name, settings in self.scorers.items():
+            calls = blackbox_calls(name)
+            if calls is None:
+                raise ValueError(f"{name!r} is not a black-box scorer")
+            if calls.own_model and settings.model not in self.targets:
+                raise ValueError(f"scorer {name} calls model {settings.model!r}, which is not a target")
 
     def wanted(self, model: str) -> bool:
         """Whether the answers of ``model`` are to be scored."""
-        active = self.verifier is not None or self.consistency > 0 or self.self_report
-        return active and (self.models is None or model in self.models)
+        return bool(self.scorers) and (self.models is None or model in self.models)
 
 
 class ScorerCallError(Exception):
@@ -78,100 +70,47 @@ async def post_chat(
     return reply, latency_ms, sent
 
 
-def _charge(target: Target, reply: dict[str, Any], sent: bytes) -> dict[str, Any]:
-    charge = call_charge(target.price, reply.get("usage"), sent, answer=reply)
-    return {
-        "cost_usd": charge.usd,
-        "prompt_tokens": charge.prompt_tokens,
-        "completion_tokens": charge.completion_tokens,
-    }
-
-
-async def verifier_call(
+async def record_calls(
     client: httpx.AsyncClient,
+    calls: Calls,
+    callee: Target,
+    settings: CallSettings,
     stage_body: dict[str, Any],
     answer: str,
-    options: ScorerCallsOptions,
     retries: int,
 ) -> dict[str, Any]:
-    """The verifier's call on one answer: its first token's alternatives, cost and latency."""
-    verifier = options.verifier
-    assert verifier is not None
-    body = verifier_request(
-        stage_body.get("messages", []),
-        answer,
-        model=verifier.model,
-        prompt=options.verifier_prompt,
-        top_logprobs=options.verifier_top_logprobs,
-    )
-    # Sent like any call to a configured model: the client's fields over its request defaults.
-    body = merge_request_defaults(body, verifier.request_defaults)
-    try:
-        reply, latency_ms, sent = await post_chat(client, verifier, body, retries)
-    except ScorerCallError as exc:
-        return {"model": verifier.name, "error": str(exc)}
-    return {
-        "model": verifier.name,
-        "prompt": options.verifier_prompt,
-        "first_token": first_position(reply),
-        **_charge(verifier, reply, sent),
-        "latency_ms": round(latency_ms, 1),
-    }
+    """One scorer's calls on one answer, one after the other, as its ``scorer_calls`` entry.
 
-
-async def consistency_calls(
-    client: httpx.AsyncClient,
-    target: Target,
-    stage_body: dict[str, Any],
-    options: ScorerCallsOptions,
-    retries: int,
-) -> dict[str, Any]:
-    """k samples of the stage at the temperature, one after the other; their texts, cost, latencies."""
-    body = sample_request(stage_body, options.consistency_temperature)
-    samples: list[str] = []
+    The entry holds the settings the calls were made with (``Calls.recorded_settings``), what the
+    replies give the score (``Calls.reading``, under ``Calls.recorded_as``: a list for a repeated
+    scorer), their charge by ``call_charge`` at the called model's price, token counts and latencies
+    (a list for a repeated scorer); or ``error`` when a call failed after its retries, with the cost
+    of the calls made before it.
+    """
+    body = calls.body(settings, stage_body, answer, callee.model, callee.request_defaults)
+    recorded = {key: getattr(settings, key) for key in calls.recorded_settings}
+    readings: list[Any] = []
     latencies: list[float] = []
     cost = 0.0
     prompt_tokens = completion_tokens = 0
-    for _ in range(options.consistency):
+    for _ in range(calls.calls(settings)):
         try:
-            reply, latency_ms, sent = await post_chat(client, target, body, retries)
+            reply, latency_ms, sent = await post_chat(client, callee, body, retries)
         except ScorerCallError as exc:
-            return {"temperature": options.consistency_temperature, "error": str(exc), "cost_usd": cost}
-        charged = _charge(target, reply, sent)
-        cost += charged["cost_usd"]
-        prompt_tokens += charged["prompt_tokens"]
-        completion_tokens += charged["completion_tokens"]
-        samples.append(answer_text(reply) or "")
+            return {**recorded, "error": str(exc), "cost_usd": cost}
+        charge = call_charge(callee.price, reply.get("usage"), sent, answer=reply)
+        cost += charge.usd
+        prompt_tokens += charge.prompt_tokens
+        completion_tokens += charge.completion_tokens
+        readings.append(calls.reading(reply))
         latencies.append(round(latency_ms, 1))
     return {
-        "temperature": options.consistency_temperature,
-        "samples": samples,
+        **recorded,
+        calls.recorded_as: readings if calls.repeated else readings[0],
         "cost_usd": cost,
         "prompt_tokens": prompt_tokens,
         "completion_tokens": completion_tokens,
-        "latency_ms": latencies,
-    }
-
-
-async def self_report_call(
-    client: httpx.AsyncClient,
-    target: Target,
-    stage_body: dict[str, Any],
-    answer: str,
-    options: ScorerCallsOptions,
-    retries: int,
-) -> dict[str, Any]:
-    """The follow-up call asking the stage model its confidence: the reply text, cost, latency."""
-    body = self_report_request(stage_body, answer, prompt=options.self_report_prompt)
-    try:
-        reply, latency_ms, sent = await post_chat(client, target, body, retries)
-    except ScorerCallError as exc:
-        return {"error": str(exc)}
-    return {
-        "prompt": options.self_report_prompt,
-        "text": answer_text(reply),
-        **_charge(target, reply, sent),
-        "latency_ms": round(latency_ms, 1),
+        "latency_ms": latencies if calls.repeated else latencies[0],
     }
 
 
@@ -184,14 +123,13 @@ async def scorer_calls(
     retries: int,
 ) -> dict[str, Any]:
     """Every requested scorer's calls on one answer (one call in flight at a time per answer)."""
-    calls: dict[str, Any] = {}
-    if options.verifier is not None:
-        calls["verifier"] = await verifier_call(client, stage_body, answer, options, retries)
-    if options.consistency > 0:
-        calls["consistency"] = await consistency_calls(client, target, stage_body, options, retries)
-    if options.self_report:
-        calls["self_report"] = await self_report_call(client, target, stage_body, answer, options, retries)
-    return calls
+    recorded: dict[str, Any] = {}
+    for name, settings in options.scorers.items():
+        calls = blackbox_calls(name)
+        assert calls is not None  # checked by ScorerCallsOptions
+        callee = options.targets[settings.model] if calls.own_model and settings.model else target
+        recorded[name] = await record_calls(client, calls, callee, settings, stage_body, answer, retries)
+    return recorded
 
 
 def recorded_rows(path: Path) -> dict[tuple[str, str], dict[str, Any]]:

@@ -22,7 +22,6 @@ import re
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
-BLACKBOX_SCORERS = ("verifier", "consistency", "self_report")
 EQUIVALENCES = ("exact", "numeric", "choice", "similarity")
 
 # The verifier's user message; {question} and {answer} are replaced (plain replacement, so braces

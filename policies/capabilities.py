@@ -10,8 +10,8 @@ position on a model that gives fewer. A stage that cannot be scored would otherw
 ``on_missing_score`` on every request: escalate everything (or accept everything), silently.
 
 Only the stages before the last are scored; the last stage's model needs nothing. Scorers that
-need no logprobs from the scored model (``verifier``, ``consistency``, ``self_report``) are
-accepted on any model; a verifier's own model must return logprobs (``scorer_needs``).
+need no logprobs from the scored model (the black-box ones) are accepted on any model; a scorer's
+own model (the verifier's) must return logprobs (``scorer_needs``).
 """
 
 from __future__ import annotations
@@ -22,9 +22,8 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
-from policies.blackbox import BLACKBOX_SCORERS
 from policies.schema import Policy, ScorerSpec
-from policies.scorers import ALTERNATIVE_SCORERS, SCORERS
+from policies.scorers import REGISTRY
 
 
 class ModelCapabilities(BaseModel):
@@ -83,38 +82,32 @@ class Need:
     model: str
     logprobs: bool = True
     alternatives: int = 0
-    role: str = "scored"  # "scored" (a stage's model) or the scorer's own model ("verifier")
+    role: str = "scored"  # "scored" (a stage's model) or the scorer whose own model it is
 
 
 def scorer_needs(scorer: ScorerSpec, scored: str) -> list[Need]:
     """What ``scorer`` (a ``ScorerSpec``) needs of the models it involves when it scores ``scored``.
 
-    A logprob scorer (``policies.scorers.SCORERS``) needs the scored model's logprobs, and its
-    ``top_k`` alternatives per position when its score is made of them
-    (``ALTERNATIVE_SCORERS``; the chosen-token scorers read no alternatives, so a cap does not
-    change their score). A black-box scorer needs nothing of the scored model; a verifier needs
-    its own model's logprobs with ``top_k`` alternatives (its score is the yes/no mass among
-    them). A scorer unknown here is taken to need logprobs (refusing a policy
-    is visible, escalating every request is not). ``external`` is refused elsewhere
-    (``policies.publish.check_servable``) and needs nothing here.
+    Read from its definition (``policies.scorers.REGISTRY``): a logprob scorer needs the scored
+    model's logprobs, and its ``top_k`` alternatives per position when its score is made of them
+    (``ScorerDefinition.alternatives``; the chosen-token scorers read no alternatives, so a cap
+    does not change their score). A black-box scorer needs nothing of the scored model; one that
+    calls its own model (``Calls.own_model``, the verifier) needs that model's logprobs with
+    ``top_k`` alternatives (its score is read among them). A scorer unknown here is taken to need
+    logprobs (refusing a policy is visible, escalating every request is not). ``external`` is
+    refused elsewhere (``policies.publish.check_servable``) and needs nothing here.
     """
     name = str(scorer.name)
     if name == "external":
         return []
-    if name in BLACKBOX_SCORERS:  # the scored model may give no logprobs
-        verifier = _verifier_model(scorer)
-        if verifier is None:
+    definition = REGISTRY.get(name)
+    if definition is not None and definition.calls is not None:  # the scored model may give no logprobs
+        if not definition.calls.own_model:
             return []
-        return [Need(verifier, alternatives=int(scorer.top_k), role="verifier")]
-    alternatives = int(scorer.top_k) if name in ALTERNATIVE_SCORERS or name not in SCORERS else 0
+        own = definition.calls.settings(scorer).model
+        return [] if own is None else [Need(own, alternatives=int(scorer.top_k), role=name)]
+    alternatives = int(scorer.top_k) if definition is None or definition.alternatives else 0
     return [Need(scored, alternatives=alternatives)]
-
-
-def _verifier_model(scorer: ScorerSpec) -> str | None:
-    """The model a ``verifier`` scorer asks (``scorer.verifier.model``; None for other scorers)."""
-    if scorer.name != "verifier":
-        return None
-    return scorer.verifier.model if scorer.verifier is not None else None
 
 
 def shortfall(scorer: ScorerSpec, need: Need, capabilities: ModelCapabilities) -> str | None:

@@ -7,7 +7,7 @@ Everything here is a contract. Field names and meanings must not change without 
 from __future__ import annotations
 
 import math
-from typing import Any, Literal
+from typing import TYPE_CHECKING, Any, Literal
 
 from pydantic import (
     BaseModel,
@@ -19,26 +19,21 @@ from pydantic import (
     model_validator,
 )
 
-from policies.blackbox import BLACKBOX_SCORERS, SELF_REPORT_PROMPT, VERIFIER_PROMPT
+from policies.blackbox import SELF_REPORT_PROMPT, VERIFIER_PROMPT
 from policies.call_tokens import ScoreTokens
 from policies.route_features import FEATURE_SETS, feature_dims
 from policies.score_distribution import ScoreDistribution
-from policies.scorers import SCORE_RANGES
+from policies.scorers import REGISTRY, SCORE_RANGES, SCORER_NAMES
 
 SCHEMA_VERSION: Literal[1] = 1
 
-ScorerName = Literal[
-    "mean_token_negentropy",
-    "min_token_negentropy",
-    "probability_margin",
-    "min_probability",
-    "sequence_probability",
-    "mean_logprob",
-    "verifier",
-    "consistency",
-    "self_report",
-    "external",
-]
+# The registered scorers (policies.scorers.REGISTRY), then ``external``: a score column computed
+# elsewhere, which calibration reads and the gateway cannot serve. Built from the registry, so the
+# JSON Schema (policies/policy.schema.json) lists the same names in the same order.
+if TYPE_CHECKING:
+    ScorerName = str
+else:
+    ScorerName = Literal[(*SCORER_NAMES, "external")]
 Equivalence = Literal["exact", "numeric", "choice", "similarity"]
 
 # Weights of a randomized mixture must sum to 1 up to float noise from JSON round trips.
@@ -83,14 +78,11 @@ class VerifierSpec(_Strict):
         return prompt
 
 
-# The ScorerSpec fields of each black-box scorer (required ones first); a field of another scorer
-# is an error, so a policy never carries settings that do nothing.
-_BLACKBOX_FIELDS: dict[str, tuple[tuple[str, ...], tuple[str, ...]]] = {
-    "verifier": (("verifier",), ()),
-    "consistency": (("samples", "temperature", "equivalence"), ()),
-    "self_report": ((), ("prompt",)),
-}
-_SCORER_OPTIONAL = ("verifier", "samples", "temperature", "equivalence", "prompt")
+# The ScorerSpec settings some scorer takes (its definition's required and optional fields); a
+# setting of another scorer is an error, so a policy never carries settings that do nothing.
+_SCORER_OPTIONAL = tuple(
+    dict.fromkeys(f for d in REGISTRY.values() for f in (*d.required_fields, *d.optional_fields))
+)
 
 
 class ScorerSpec(_Strict):
@@ -118,7 +110,9 @@ class ScorerSpec(_Strict):
 
     @model_validator(mode="after")
     def _fields_match_scorer(self) -> ScorerSpec:
-        required, allowed = _BLACKBOX_FIELDS.get(self.name, ((), ()))
+        definition = REGISTRY.get(self.name)
+        required = () if definition is None else definition.required_fields
+        allowed = () if definition is None else definition.optional_fields
         missing = [f for f in required if getattr(self, f) is None]
         if missing:
             raise ValueError(f"scorer {self.name} needs {', '.join(missing)}")
@@ -127,7 +121,7 @@ class ScorerSpec(_Strict):
         ]
         if extra:
             raise ValueError(f"not a setting of scorer {self.name}: {', '.join(extra)}")
-        if self.name in BLACKBOX_SCORERS and self.tokens != "all":
+        if self.is_blackbox and self.tokens != "all":
             raise ValueError(f"scorer {self.name} reads no logprobs: tokens must be all, got {self.tokens}")
         return self
 
@@ -137,8 +131,9 @@ class ScorerSpec(_Strict):
 
     @property
     def is_blackbox(self) -> bool:
-        """Whether the score comes from extra calls (``policies.blackbox``) rather than logprobs."""
-        return self.name in BLACKBOX_SCORERS
+        """Whether the score comes from extra calls (``policies.scorers.Calls``) rather than logprobs."""
+        definition = REGISTRY.get(self.name)
+        return definition is not None and definition.calls is not None
 
     @property
     def self_report_prompt(self) -> str:

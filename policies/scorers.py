@@ -1,285 +1,280 @@
-"""Confidence scorers over OpenAI ``logprobs.content`` (docs/contracts.md#scorers).
+"""The scorers, one definition each (docs/contracts.md#scorers): the registry every other part reads.
 
-Calibration applies these to recorded logprobs and the gateway to live ones: the same function on
-both sides, so a threshold chosen offline means the same thing online. Higher score = more
-confident. A response with no usable position has no score (``None``).
+A scorer is a ``ScorerDefinition``: its name, the range of its scores, what it needs from a model
+(the scored model's logprobs, with or without ``top_k`` alternatives per position, or extra calls),
+and how it scores. A logprob scorer scores the answer's own ``logprobs.content`` with a function of
+``policies.token_scores``; a black-box scorer (``Calls``) makes extra calls built by
+``policies.blackbox`` and scores their replies. Calibration applies these definitions to recorded
+logprobs and recorded calls and the gateway to live ones: the same function on both sides, so a
+threshold chosen offline means the same thing online. Higher score = more confident; ``None`` when
+the answer (or the extra call) gave nothing usable.
 
-Input quirks handled (see tests/fixtures/upstream and docs/scorers.md):
-
-* llama.cpp's native server appends an end-of-text entry (empty token, empty ``bytes``) to
-  non-streamed answers that stopped on EOS, *with* alternatives; its OpenAI-compatible mode and
-  its streams omit it. Trailing end-of-text entries are skipped, and so is any empty-token entry
-  without alternatives, so the same answer scores the same whichever way it was fetched. An empty
-  token that carries bytes (a partial UTF-8 character) is a real token and is kept.
-* A position is scored over its K most probable alternatives; one with fewer than K is scored
-  over those it has (entropy normalized by ln of its own count). A position with fewer than two
-  alternatives says nothing about uncertainty and is skipped by the alternative-based scorers.
-* Missing or null ``logprobs``/``top_logprobs``/``logprob`` values give ``None`` (or skip that
-  value) rather than an error. A logprob of ``-inf`` is a probability of 0: such an alternative
-  still counts towards the position's count, and such a chosen token drives ``min_probability``
-  and ``sequence_probability`` to 0.
+Who reads the registry: the policy schema (scorer names, their settings, threshold ranges), the
+capability check (``policies.capabilities``), the gateway's scoring and reservation
+(``gateway.blackbox_scoring``), collection's extra calls (``collection.scorer_calls``),
+calibration's scores (``calibration.runs``, ``calibration.blackbox_scores``) and the docs' scorer
+tables (checked by tests/test_contracts_doc.py). A new scorer is one entry of ``REGISTRY`` (plus
+its row in docs/contracts.md#scorers, which the test asks for).
 """
 
 from __future__ import annotations
 
 import math
 from collections.abc import Callable, Mapping, Sequence
-from typing import Any
+from dataclasses import dataclass
+from typing import Any, Literal
 
-import numpy as np
-
+from policies.blackbox import (
+    SELF_REPORT_PROMPT,
+    VERIFIER_PROMPT,
+    Equivalent,
+    answer_text,
+    consistency_score,
+    first_position,
+    sample_request,
+    self_report_request,
+    self_report_score,
+    verifier_request,
+    verifier_score_from_position,
+)
 from policies.call_tokens import select_tokens
 from policies.errors import UnknownScorerError
+from policies.request_defaults import RequestDefaults, merge_request_defaults
+from policies.token_scores import (
+    TokenEntry,
+    TokenLogprobs,
+    TokenScore,
+    mean_logprob,
+    mean_token_negentropy,
+    min_probability,
+    min_token_negentropy,
+    plain_mean,
+    plain_min,
+    plain_negentropies,
+    probability_margin,
+    sequence_probability,
+)
 
-TokenEntry = Mapping[str, Any]
+# What a scorer needs from the scored model: its chosen tokens' logprobs, those and ``top_k``
+# alternatives per position, or nothing (the score comes from extra calls).
+Needs = Literal["logprobs", "alternatives", "calls"]
 
-# Pads ragged rows of alternatives: probability exp(-inf) = 0 contributes nothing.
-_PAD = -np.inf
 
+@dataclass(frozen=True, slots=True)
+class CallSettings:
+    """What a black-box scorer's extra calls are made with: from a policy's ``ScorerSpec``
+    (``Calls.settings``) or from ``cascade collect``'s options.
 
-class TokenLogprobs:
-    """Usable positions of one answer as arrays.
-
-    Attributes:
-        chosen: (P,) natural-log probability of each generated token (NaN where missing).
-        alternatives: (P, K) top-K logprobs per position, sorted descending, padded with -inf.
-        counts: (P,) number of real alternatives per position (<= K).
+    ``model``: the scorer's own model (a configured model name) when it calls one; ``prompt``: the
+    question it asks; ``samples``: how many calls of a repeated scorer; ``temperature``: theirs.
     """
 
-    __slots__ = ("alternatives", "chosen", "counts")
-
-    def __init__(self, chosen: np.ndarray, alternatives: np.ndarray, counts: np.ndarray):
-        self.chosen = chosen
-        self.alternatives = alternatives
-        self.counts = counts
-
-    @classmethod
-    def from_content(
-        cls, content: Sequence[TokenEntry] | None, top_k: int, with_alternatives: bool = True
-    ) -> TokenLogprobs:
-        """Extract usable positions from ``logprobs.content``, keeping at most ``top_k`` alternatives.
-
-        ``with_alternatives=False`` skips parsing the alternatives (the chosen-token scorers do not
-        need them); ``alternatives`` is then (P, 0) and ``counts`` all zero.
-        """
-        entries = _usable_entries(content or [])
-        chosen = _floats([entry.get("logprob") for entry in entries])
-        if not with_alternatives:
-            return cls(chosen, np.empty((len(entries), 0)), np.zeros(len(entries), dtype=np.int64))
-        alternatives, counts = _alternatives_matrix(entries, max(top_k, 1))
-        return cls(chosen, alternatives, counts)
+    top_k: int = 15
+    model: str | None = None
+    prompt: str | None = None
+    samples: int = 1
+    temperature: float | None = None
 
 
-def _floats(values: list[Any]) -> np.ndarray:
-    """Values as float64, None and non-numbers as NaN (fast path: one numpy conversion)."""
-    try:
-        return np.array(values, dtype=np.float64).reshape(len(values))
-    except (TypeError, ValueError):
-        return np.array([_as_float(value) for value in values], dtype=np.float64)
+@dataclass(frozen=True, slots=True)
+class Calls:
+    """How a black-box scorer scores an answer with extra calls.
 
-
-def _as_float(value: Any) -> float:
-    try:
-        return float(value)
-    except (TypeError, ValueError):
-        return float("nan")
-
-
-def _alternatives_matrix(entries: list[TokenEntry], top_k: int) -> tuple[np.ndarray, np.ndarray]:
-    """(P, top_k) alternatives sorted descending and padded with -inf, and (P,) real counts."""
-    rows = [entry.get("top_logprobs") or () for entry in entries]
-    try:  # fast path: well-formed lists of dicts (ABC isinstance checks cost more than the math)
-        values = [alt["logprob"] for row in rows for alt in row]
-    except (TypeError, KeyError, IndexError):
-        rows = [row if isinstance(row, Sequence) and not isinstance(row, str) else () for row in rows]
-        values = [alt.get("logprob") if isinstance(alt, Mapping) else None for row in rows for alt in row]
-    lengths = np.fromiter((len(row) for row in rows), dtype=np.int64, count=len(rows))
-    flat = _floats(values)
-    width = int(lengths.max()) if lengths.size else 0
-    matrix = np.full((len(rows), max(width, top_k)), _PAD)
-    missing = np.isnan(flat)  # a missing logprob is no alternative at all
-    if flat.size and int(lengths.min()) == width and not missing.any():
-        matrix[:, :width] = flat.reshape(len(rows), width)  # the usual case: K per position
-        counts = lengths
-    elif flat.size:
-        row_index = np.repeat(np.arange(len(rows)), lengths)
-        column_index = np.arange(flat.size) - np.repeat(np.cumsum(lengths) - lengths, lengths)
-        present = ~missing
-        matrix[row_index[present], column_index[present]] = flat[present]
-        counts = np.bincount(row_index[present], minlength=len(rows))
-    else:
-        counts = np.zeros(len(rows), dtype=np.int64)
-    # Servers send alternatives sorted, but nothing guarantees it: sort, then keep the top K.
-    matrix = -np.sort(-matrix, axis=1)[:, :top_k]
-    return matrix, np.minimum(counts, top_k)
-
-
-def _is_end_of_text(entry: TokenEntry) -> bool:
-    return entry.get("token", None) == "" and not entry.get("bytes")
-
-
-def _usable_entries(content: Sequence[TokenEntry]) -> list[TokenEntry]:
-    entries = [e for e in content if isinstance(e, Mapping)]
-    # Drop the end-of-text entry(ies) at the tail, then any empty, alternative-less entry.
-    while entries and _is_end_of_text(entries[-1]):
-        entries.pop()
-    return [e for e in entries if e.get("token", None) != "" or e.get("top_logprobs")]
-
-
-def _informative(tokens: TokenLogprobs) -> np.ndarray:
-    """(P,) positions with at least two alternatives and some probability mass among them."""
-    return (tokens.counts >= 2) & np.isfinite(tokens.alternatives[:, 0])
-
-
-def _token_negentropy(tokens: TokenLogprobs) -> np.ndarray:
-    """(P',) TN_j = 1 - H_j / ln(n_j) over informative positions (n_j = alternatives at j)."""
-    informative = _informative(tokens)
-    alts = tokens.alternatives[informative]
-    if alts.shape[0] == 0:
-        return np.empty(0)
-    # Renormalize the top-K probabilities (softmax of the logprobs, stable under -inf padding).
-    weights = np.exp(alts - alts[:, :1])
-    probs = weights / weights.sum(axis=1, keepdims=True)
-    with np.errstate(divide="ignore", invalid="ignore"):
-        plogp = np.where(probs > 0, probs * np.log(probs), 0.0)
-    entropy = -plogp.sum(axis=1)
-    # 0 <= H <= ln n exactly; clip the last-ulp rounding of near-uniform and near-certain rows.
-    return np.clip(1.0 - entropy / np.log(tokens.counts[informative]), 0.0, 1.0)
-
-
-def _mean_token_negentropy(tokens: TokenLogprobs) -> float | None:
-    tn = _token_negentropy(tokens)
-    return float(tn.mean()) if tn.size else None
-
-
-def _min_token_negentropy(tokens: TokenLogprobs) -> float | None:
-    tn = _token_negentropy(tokens)
-    return float(tn.min()) if tn.size else None
-
-
-def _probability_margin(tokens: TokenLogprobs) -> float | None:
-    """Mean over informative positions of p_1 - p_2 (raw probabilities, not renormalized)."""
-    informative = _informative(tokens)
-    if not informative.any():
-        return None
-    top2 = np.exp(tokens.alternatives[informative, :2])
-    return float((top2[:, 0] - top2[:, 1]).mean())
-
-
-def _known_chosen(tokens: TokenLogprobs) -> np.ndarray:
-    return tokens.chosen[~np.isnan(tokens.chosen)]
-
-
-def _min_probability(tokens: TokenLogprobs) -> float | None:
-    chosen = _known_chosen(tokens)
-    return float(np.exp(chosen.min())) if chosen.size else None
-
-
-def _mean_logprob(tokens: TokenLogprobs) -> float | None:
-    chosen = _known_chosen(tokens)
-    return float(chosen.mean()) if chosen.size else None
-
-
-def _sequence_probability(tokens: TokenLogprobs) -> float | None:
-    mean = _mean_logprob(tokens)
-    return None if mean is None else float(np.exp(mean))
-
-
-SCORERS: dict[str, Callable[[TokenLogprobs], float | None]] = {
-    "mean_token_negentropy": _mean_token_negentropy,
-    "min_token_negentropy": _min_token_negentropy,
-    "probability_margin": _probability_margin,
-    "min_probability": _min_probability,
-    "sequence_probability": _sequence_probability,
-    "mean_logprob": _mean_logprob,
-}
-
-# The values each scorer can give (docs/scorers.md): a threshold outside them is meaningless (above
-# the top it escalates every answer, below the bottom none), so policies.schema refuses it.
-SCORE_RANGES: dict[str, tuple[float, float]] = {
-    "mean_token_negentropy": (0.0, 1.0),
-    "min_token_negentropy": (0.0, 1.0),
-    "probability_margin": (0.0, 1.0),
-    "min_probability": (0.0, 1.0),
-    "sequence_probability": (0.0, 1.0),
-    "mean_logprob": (-math.inf, 0.0),
-    # The black-box scorers of policies.blackbox: P(yes), a share of samples, a stated percentage.
-    "verifier": (0.0, 1.0),
-    "consistency": (0.0, 1.0),
-    "self_report": (0.0, 1.0),
-}
-
-# The scorers made of the K alternatives per position (the others read the chosen tokens only): a
-# model giving fewer than ``top_k`` alternatives changes their score (policies.capabilities).
-ALTERNATIVE_SCORERS = frozenset({"mean_token_negentropy", "min_token_negentropy", "probability_margin"})
-_USES_ALTERNATIVES = ALTERNATIVE_SCORERS
-
-# Up to this many alternatives in an answer, plain Python beats numpy's per-call overhead (a live
-# 8-token answer with top-5..15 alternatives scores in a few microseconds instead of tens).
-_PLAIN_MAX_VALUES = 256
-
-
-def _plain_negentropies(content: Sequence[Any], top_k: int) -> list[float] | None:
-    """TN_j of every informative position in plain Python, or None to use the numpy path.
-
-    The same formulas as ``_token_negentropy`` (docs/contracts.md#scorers), for the common case
-    only: small answers whose entries are dicts and whose alternatives are lists of dicts with a
-    float logprob. Anything else (missing values, other shapes, large answers) returns None.
-    Results agree with the numpy path to rounding (sums taken in another order; < 1e-12).
+    ``request(settings, stage_body, answer, model)``: one extra call's body, from the scored stage's
+    upstream body and its answer text (``model``: the called model's upstream name); ``reading``: what
+    one reply gives the score (what ``cascade collect`` records under ``recorded_as``); ``score(answer,
+    readings, equivalent)``: the score from the readings of all the calls (``equivalent`` is the
+    policy's equivalence for a ``repeated`` scorer, else None). ``recorded_settings``: the settings a
+    recorded entry carries, with their default when it lacks one (calibration checks that the rows
+    agree on them); ``policy_fields``: the ``ScorerSpec`` fields from those settings.
+    ``own_model``: the calls go to the scorer's own model (``settings.model``, which must give
+    logprobs with ``top_k`` alternatives), else to the scored stage's; ``quotes_answer``: the request
+    quotes the answer (its size is bounded by the reservation); ``repeated``: ``settings.samples``
+    calls, recorded as a list and compared by an equivalence. ``alternatives``: how many
+    alternatives a reading carries (the ``top_k`` calibration writes for an ``own_model`` scorer).
     """
-    if type(content) is not list or any(type(entry) is not dict for entry in content):
-        return None
-    rows: list[list[float]] = []
-    total = 0
-    for entry in _usable_entries(content):
-        alternatives = entry.get("top_logprobs")
-        if not alternatives:  # no alternatives (None, []): never an informative position
-            continue
-        if type(alternatives) is not list:
-            return None
-        total += len(alternatives)
-        if total > _PLAIN_MAX_VALUES:
-            return None
-        try:
-            row = [alternative["logprob"] for alternative in alternatives]
-        except (TypeError, KeyError, IndexError):
-            return None
-        for value in row:
-            if type(value) is not float or value != value:  # None, ints, NaN: the numpy path
-                return None
-        rows.append(row)
-    k = max(top_k, 1)
-    out = []
-    log, exp, isfinite = math.log, math.exp, math.isfinite
-    for row in rows:
-        top = sorted(row, reverse=True)[:k]
-        if len(top) < 2 or not isfinite(top[0]):
-            continue
-        first = top[0]
-        # H = -sum p log p with p = w / norm, log p = (v - first) - log norm; p = 0 terms add nothing.
-        weights = [exp(v - first) for v in top]
-        norm = sum(weights)
-        weighted = 0.0
-        for w, v in zip(weights, top, strict=True):
-            if w > 0:
-                weighted += w * (v - first)
-        entropy = log(norm) - weighted / norm
-        out.append(min(max(1.0 - entropy / log(len(top)), 0.0), 1.0))
-    return out
+
+    settings: Callable[[Any], CallSettings]
+    request: Callable[[CallSettings, Mapping[str, Any], str, str], dict[str, Any]]
+    reading: Callable[[Mapping[str, Any]], Any]
+    score: Callable[[str, Sequence[Any], Equivalent | None], float | None]
+    recorded_as: str
+    recorded_settings: Mapping[str, Any]
+    policy_fields: Callable[[Mapping[str, Any]], dict[str, Any]]
+    collect_flag: str
+    own_model: bool = False
+    quotes_answer: bool = False
+    repeated: bool = False
+    alternatives: Callable[[Any], int] | None = None
+
+    def calls(self, settings: CallSettings) -> int:
+        """How many extra calls score one answer."""
+        return settings.samples if self.repeated else 1
+
+    def body(
+        self,
+        settings: CallSettings,
+        stage_body: Mapping[str, Any],
+        answer: str,
+        model: str,
+        request_defaults: RequestDefaults | None,
+    ) -> dict[str, Any]:
+        """One extra call's request body as sent: a call to the scorer's own model is sent like any
+        call to a configured model (its ``request_defaults`` under the scorer's fields); a call to the
+        stage's model is built from the stage's upstream body, which already carries them."""
+        body = self.request(settings, stage_body, answer, model)
+        return merge_request_defaults(body, request_defaults) if self.own_model else body
 
 
-def _plain_mean(values: list[float]) -> float | None:
-    return sum(values) / len(values) if values else None
+@dataclass(frozen=True, slots=True)
+class ScorerDefinition:
+    """One scorer: ``tokens`` (a logprob scorer) or ``calls`` (a black-box scorer), exactly one.
+
+    ``score_range``: the values it can give; a threshold outside them is meaningless (above the top it
+    escalates every answer, below the bottom none), so the policy schema refuses it.
+    ``alternatives``: its score is made of the ``top_k`` alternatives per position (a model giving
+    fewer changes it: ``policies.capabilities``); else it reads the chosen tokens only.
+    ``from_negentropies``: the same score from ``token_scores.plain_negentropies`` (the fast path for
+    small answers). ``required_fields``/``optional_fields``: the ``ScorerSpec`` settings it takes
+    (any other setting is an error).
+    """
+
+    name: str
+    score_range: tuple[float, float]
+    tokens: TokenScore | None = None
+    alternatives: bool = False
+    from_negentropies: Callable[[list[float]], float | None] | None = None
+    calls: Calls | None = None
+    required_fields: tuple[str, ...] = ()
+    optional_fields: tuple[str, ...] = ()
+
+    def __post_init__(self) -> None:
+        if (self.tokens is None) == (self.calls is None):
+            raise ValueError(f"scorer {self.name}: exactly one of tokens or calls")
+
+    @property
+    def needs(self) -> Needs:
+        """What it needs from the scored model (the docs' scorer tables show it)."""
+        if self.calls is not None:
+            return "calls"
+        return "alternatives" if self.alternatives else "logprobs"
 
 
-def _plain_min(values: list[float]) -> float | None:
-    return min(values) if values else None
+def _verifier_settings(spec: Any) -> CallSettings:
+    return CallSettings(top_k=spec.top_k, model=spec.verifier.model, prompt=spec.verifier.prompt)
 
 
-_PLAIN_REDUCERS: dict[str, Callable[[list[float]], float | None]] = {
-    "mean_token_negentropy": _plain_mean,
-    "min_token_negentropy": _plain_min,
+def _verifier_request(
+    settings: CallSettings, stage: Mapping[str, Any], answer: str, model: str
+) -> dict[str, Any]:
+    messages = stage.get("messages") or []
+    prompt = settings.prompt or VERIFIER_PROMPT
+    return verifier_request(messages, answer, model=model, prompt=prompt, top_logprobs=settings.top_k)
+
+
+def _alternatives_of(position: Any) -> int:
+    return len(position.get("top_logprobs") or []) if isinstance(position, Mapping) else 0
+
+
+def _sample(settings: CallSettings, stage: Mapping[str, Any], answer: str, model: str) -> dict[str, Any]:
+    assert settings.temperature is not None
+    return sample_request(stage, settings.temperature)
+
+
+def _agreement(answer: str, samples: Sequence[Any], equivalent: Equivalent | None) -> float | None:
+    assert equivalent is not None
+    return consistency_score(answer, [str(sample) for sample in samples], equivalent)
+
+
+def _follow_up(settings: CallSettings, stage: Mapping[str, Any], answer: str, model: str) -> dict[str, Any]:
+    return self_report_request(stage, answer, prompt=settings.prompt or SELF_REPORT_PROMPT)
+
+
+_UNIT = (0.0, 1.0)
+
+REGISTRY: dict[str, ScorerDefinition] = {
+    definition.name: definition
+    for definition in (
+        ScorerDefinition(
+            "mean_token_negentropy", _UNIT, mean_token_negentropy, True, from_negentropies=plain_mean
+        ),
+        ScorerDefinition(
+            "min_token_negentropy", _UNIT, min_token_negentropy, True, from_negentropies=plain_min
+        ),
+        ScorerDefinition("probability_margin", _UNIT, probability_margin, True),
+        ScorerDefinition("min_probability", _UNIT, min_probability),
+        ScorerDefinition("sequence_probability", _UNIT, sequence_probability),
+        ScorerDefinition("mean_logprob", (-math.inf, 0.0), mean_logprob),
+        # P(yes) among the verifier's first-token alternatives.
+        ScorerDefinition(
+            "verifier",
+            _UNIT,
+            calls=Calls(
+                settings=_verifier_settings,
+                request=_verifier_request,
+                reading=first_position,
+                score=lambda answer, readings, equivalent: verifier_score_from_position(readings[0]),
+                recorded_as="first_token",
+                recorded_settings={"model": None, "prompt": VERIFIER_PROMPT},
+                policy_fields=lambda v: {"verifier": {"model": v.get("model"), "prompt": v.get("prompt")}},
+                collect_flag="--verifier MODEL",
+                own_model=True,
+                quotes_answer=True,
+                alternatives=_alternatives_of,
+            ),
+            required_fields=("verifier",),
+        ),
+        # The share of samples agreeing with the answer.
+        ScorerDefinition(
+            "consistency",
+            _UNIT,
+            calls=Calls(
+                settings=lambda spec: CallSettings(samples=spec.samples, temperature=spec.temperature),
+                request=_sample,
+                reading=lambda reply: answer_text(reply) or "",
+                score=_agreement,
+                recorded_as="samples",
+                recorded_settings={"temperature": None},
+                policy_fields=lambda v: {k: v.get(k) for k in ("samples", "temperature", "equivalence")},
+                collect_flag="--consistency K",
+                repeated=True,
+            ),
+            required_fields=("samples", "temperature", "equivalence"),
+        ),
+        # A stated percentage.
+        ScorerDefinition(
+            "self_report",
+            _UNIT,
+            calls=Calls(
+                settings=lambda spec: CallSettings(prompt=spec.prompt or SELF_REPORT_PROMPT),
+                request=_follow_up,
+                reading=answer_text,
+                score=lambda answer, readings, equivalent: self_report_score(readings[0]),
+                recorded_as="text",
+                recorded_settings={"prompt": SELF_REPORT_PROMPT},
+                policy_fields=lambda v: {"prompt": v.get("prompt")},
+                collect_flag="--self-report",
+                quotes_answer=True,
+            ),
+            optional_fields=("prompt",),
+        ),
+    )
 }
+
+# Views of the registry, by what the readers ask.
+SCORER_NAMES: tuple[str, ...] = tuple(REGISTRY)
+SCORERS: dict[str, TokenScore] = {
+    name: definition.tokens for name, definition in REGISTRY.items() if definition.tokens is not None
+}
+BLACKBOX_SCORERS: tuple[str, ...] = tuple(name for name, d in REGISTRY.items() if d.calls is not None)
+SCORE_RANGES: dict[str, tuple[float, float]] = {name: d.score_range for name, d in REGISTRY.items()}
+ALTERNATIVE_SCORERS = frozenset(name for name, d in REGISTRY.items() if d.alternatives)
+
+
+def blackbox_calls(name: str) -> Calls | None:
+    """The extra calls of scorer ``name`` (None: a logprob scorer, or not a registered scorer)."""
+    definition = REGISTRY.get(name)
+    return None if definition is None else definition.calls
 
 
 def score_logprobs(
@@ -298,20 +293,20 @@ def score_logprobs(
     Returns:
         The score (higher = more confident), or None when no position is usable.
     """
-    try:
-        function = SCORERS[scorer]
-    except KeyError:
+    definition = REGISTRY.get(scorer)
+    function = None if definition is None else definition.tokens
+    if definition is None or function is None:
         raise UnknownScorerError(
             f"scorer {scorer!r} cannot be computed from logprobs; choose one of {', '.join(SCORERS)}"
-        ) from None
+        )
     if tokens != "all":
         content = select_tokens(content, tokens)
-    reducer = _PLAIN_REDUCERS.get(scorer)
+    reducer = definition.from_negentropies
     if reducer is not None and content:
-        values = _plain_negentropies(content, top_k)
+        values = plain_negentropies(content, top_k)
         if values is not None:
             return reducer(values)
-    parsed = TokenLogprobs.from_content(content, top_k, with_alternatives=scorer in _USES_ALTERNATIVES)
+    parsed = TokenLogprobs.from_content(content, top_k, with_alternatives=definition.alternatives)
     return function(parsed)
 
 

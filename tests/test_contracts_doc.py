@@ -20,7 +20,6 @@ from gateway.redis_keys import RedisKeys
 from gateway.spend_store import MAX_NANO
 from gateway.tier_routing import TierRouter
 from policies import SCORERS, Policy, Price, Tier
-from policies.blackbox import BLACKBOX_SCORERS
 from policies.charges import (
     CHOICE_FIELDS,
     COMPLETION_CAP_FIELDS,
@@ -29,6 +28,7 @@ from policies.charges import (
     TEMPLATE_TOKENS,
 )
 from policies.schema import EnvelopePoint, Route
+from policies.scorers import REGISTRY
 from traffic.rows import COLUMNS as TRAFFIC_COLUMNS
 from traffic.rows import FILTER_COLUMNS as TRAFFIC_FILTER_COLUMNS
 
@@ -148,14 +148,23 @@ def test_redis_keys_are_documented(sections: dict[str, str]) -> None:
     assert names == set(table_rows(sections["Redis keys"]))
 
 
-def test_policy_fields_scorers_and_prices_are_documented(sections: dict[str, str]) -> None:
+def test_policy_fields_and_prices_are_documented(sections: dict[str, str]) -> None:
     policy = sections["Policy file"]
     assert set(Policy.model_fields) == set(table_rows(policy))
     for model in (Tier, Route, EnvelopePoint):
         for name in model.model_fields:
             assert re.search(rf"\b{name}\b", policy), name
-    assert set(SCORERS) | set(BLACKBOX_SCORERS) == set(table_rows(sections["Scorers"]))
     assert set(Price.model_fields) == set(table_rows(sections["Prices"]))
+
+
+def test_the_scorer_tables_are_the_registry(sections: dict[str, str]) -> None:
+    rows = table_rows(sections["Scorers"])
+    assert set(REGISTRY) == set(rows)
+    assert set(SCORERS) <= set(REGISTRY)
+    for name, definition in REGISTRY.items():
+        needs, score_range = (cell.strip() for cell in rows[name].split("|")[:2])
+        low, high = (f"{bound:g}" for bound in definition.score_range)
+        assert (needs, score_range) == (definition.needs, f"[{low}, {high}]"), name
 
 
 def test_every_traffic_row_column_is_documented(sections: dict[str, str]) -> None:

@@ -24,6 +24,7 @@ from policies.blackbox import (
     verifier_score_from_position,
 )
 from policies.request_defaults import RequestDefaults
+from policies.scorers import CallSettings
 from traffic.judges.equivalence import equivalence
 
 PROMPTS = [
@@ -107,7 +108,15 @@ def rows(path: Path) -> list[dict[str, Any]]:
     return [json.loads(line) for line in path.read_text().splitlines()]
 
 
-CALLS = ScorerCallsOptions(verifier=VERIFIER, consistency=4, consistency_temperature=0.7, self_report=True)
+VERIFIER_CALL = CallSettings(top_k=10, model="judge", prompt=VERIFIER_PROMPT)
+CALLS = ScorerCallsOptions(
+    scorers={
+        "verifier": VERIFIER_CALL,
+        "consistency": CallSettings(samples=4, temperature=0.7),
+        "self_report": CallSettings(prompt=SELF_REPORT_PROMPT),
+    },
+    targets={"judge": VERIFIER},
+)
 
 
 async def test_each_answer_records_what_every_scorer_needs_with_the_calls_cost(tmp_path: Path) -> None:
@@ -174,7 +183,9 @@ async def test_recorded_answers_are_scored_without_asking_the_stage_again(tmp_pa
 
 
 async def test_models_not_chosen_get_no_scorer_calls(tmp_path: Path) -> None:
-    calls = ScorerCallsOptions(self_report=True, models=frozenset({"other"}))
+    calls = ScorerCallsOptions(
+        scorers={"self_report": CallSettings(prompt=SELF_REPORT_PROMPT)}, models=frozenset({"other"})
+    )
     await run(tmp_path / "runs.jsonl", Upstream(), CollectOptions(concurrency=1, scorer_calls=calls))
     assert all("scorer_calls" not in row for row in rows(tmp_path / "runs.jsonl"))
 
@@ -188,7 +199,20 @@ async def test_a_failed_extra_call_is_recorded_as_an_error_and_the_row_kept(tmp_
         return upstream(request)
 
     with RunsWriter(tmp_path / "runs.jsonl") as writer:
-        options = CollectOptions(concurrency=1, scorer_calls=ScorerCallsOptions(verifier=VERIFIER))
+        options = CollectOptions(
+            concurrency=1,
+            scorer_calls=ScorerCallsOptions(scorers={"verifier": VERIFIER_CALL}, targets={"judge": VERIFIER}),
+        )
         await collect(PROMPTS, [STAGE], writer, set(), options, transport=httpx.MockTransport(handler))
     (row, *_) = rows(tmp_path / "runs.jsonl")
-    assert "HTTP 400" in row["scorer_calls"]["verifier"]["error"]
+    failed = row["scorer_calls"]["verifier"]
+    assert "HTTP 400" in failed["error"]
+    # The settings the call was made with and what was spent before it failed (nothing), as any entry.
+    assert failed["model"] == "judge" and failed["prompt"] == VERIFIER_PROMPT and failed["cost_usd"] == 0.0
+
+
+def test_options_refuse_a_logprob_scorer_and_an_unknown_own_model() -> None:
+    with pytest.raises(ValueError, match="not a black-box scorer"):
+        ScorerCallsOptions(scorers={"mean_token_negentropy": CallSettings()})
+    with pytest.raises(ValueError, match="not a target"):
+        ScorerCallsOptions(scorers={"verifier": VERIFIER_CALL})

@@ -12,8 +12,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from policies import UnknownScorerError
-from policies import scorers as scorers_module
+from policies import UnknownScorerError, token_scores
 from policies.scorers import SCORERS, TokenLogprobs, legacy_to_content, score_logprobs, score_response
 from tests.support.data_files import UPSTREAM_ANSWERS
 
@@ -455,7 +454,7 @@ def test_small_answers_score_the_same_in_plain_python_as_with_numpy(
     ]
     for name in ("mean_token_negentropy", "min_token_negentropy"):
         small = sum(map(len, alternatives)) <= 256
-        assert (scorers_module._plain_negentropies(content, top_k) is not None) == small  # the path taken
+        assert (token_scores.plain_negentropies(content, top_k) is not None) == small  # the path taken
         assert_same(score_logprobs(content, name, top_k), numpy_score(content, name, top_k))
 
 

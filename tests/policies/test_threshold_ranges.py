@@ -10,8 +10,7 @@ from typing import Any
 import pytest
 
 from policies import SCORERS, PolicyInvalidError, build_policy, parse_policy, score_logprobs
-from policies.blackbox import BLACKBOX_SCORERS
-from policies.scorers import SCORE_RANGES
+from policies.scorers import BLACKBOX_SCORERS, SCORE_RANGES
 
 # The settings each black-box scorer needs (policies.schema.ScorerSpec) to be a valid scorer.
 _SETTINGS: dict[str, dict[str, Any]] = {

@@ -1,0 +1,253 @@
+"""The math of the logprob scorers: an answer's ``logprobs.content`` as arrays, and each score over them.
+
+The scorers themselves (name, range, needs) are the definitions of ``policies.scorers``, which
+applies these functions to recorded logprobs (calibration) and live ones (the gateway) alike.
+Higher score = more confident. A response with no usable position has no score (``None``).
+
+Input quirks handled (see tests/fixtures/upstream and docs/scorers.md):
+
+* llama.cpp's native server appends an end-of-text entry (empty token, empty ``bytes``) to
+  non-streamed answers that stopped on EOS, *with* alternatives; its OpenAI-compatible mode and
+  its streams omit it. Trailing end-of-text entries are skipped, and so is any empty-token entry
+  without alternatives, so the same answer scores the same whichever way it was fetched. An empty
+  token that carries bytes (a partial UTF-8 character) is a real token and is kept.
+* A position is scored over its K most probable alternatives; one with fewer than K is scored
+  over those it has (entropy normalized by ln of its own count). A position with fewer than two
+  alternatives says nothing about uncertainty and is skipped by the alternative-based scorers.
+* Missing or null ``logprobs``/``top_logprobs``/``logprob`` values give ``None`` (or skip that
+  value) rather than an error. A logprob of ``-inf`` is a probability of 0: such an alternative
+  still counts towards the position's count, and such a chosen token drives ``min_probability``
+  and ``sequence_probability`` to 0.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable, Mapping, Sequence
+from typing import Any
+
+import numpy as np
+
+TokenEntry = Mapping[str, Any]
+TokenScore = Callable[["TokenLogprobs"], float | None]
+
+# Pads ragged rows of alternatives: probability exp(-inf) = 0 contributes nothing.
+_PAD = -np.inf
+
+
+class TokenLogprobs:
+    """Usable positions of one answer as arrays.
+
+    Attributes:
+        chosen: (P,) natural-log probability of each generated token (NaN where missing).
+        alternatives: (P, K) top-K logprobs per position, sorted descending, padded with -inf.
+        counts: (P,) number of real alternatives per position (<= K).
+    """
+
+    __slots__ = ("alternatives", "chosen", "counts")
+
+    def __init__(self, chosen: np.ndarray, alternatives: np.ndarray, counts: np.ndarray):
+        self.chosen = chosen
+        self.alternatives = alternatives
+        self.counts = counts
+
+    @classmethod
+    def from_content(
+        cls, content: Sequence[TokenEntry] | None, top_k: int, with_alternatives: bool = True
+    ) -> TokenLogprobs:
+        """Extract usable positions from ``logprobs.content``, keeping at most ``top_k`` alternatives.
+
+        ``with_alternatives=False`` skips parsing the alternatives (the chosen-token scorers do not
+        need them); ``alternatives`` is then (P, 0) and ``counts`` all zero.
+        """
+        entries = usable_entries(content or [])
+        chosen = _floats([entry.get("logprob") for entry in entries])
+        if not with_alternatives:
+            return cls(chosen, np.empty((len(entries), 0)), np.zeros(len(entries), dtype=np.int64))
+        alternatives, counts = _alternatives_matrix(entries, max(top_k, 1))
+        return cls(chosen, alternatives, counts)
+
+
+def _floats(values: list[Any]) -> np.ndarray:
+    """Values as float64, None and non-numbers as NaN (fast path: one numpy conversion)."""
+    try:
+        return np.array(values, dtype=np.float64).reshape(len(values))
+    except (TypeError, ValueError):
+        return np.array([_as_float(value) for value in values], dtype=np.float64)
+
+
+def _as_float(value: Any) -> float:
+    try:
+        return float(value)
+    except (TypeError, ValueError):
+        return float("nan")
+
+
+def _alternatives_matrix(entries: list[TokenEntry], top_k: int) -> tuple[np.ndarray, np.ndarray]:
+    """(P, top_k) alternatives sorted descending and padded with -inf, and (P,) real counts."""
+    rows = [entry.get("top_logprobs") or () for entry in entries]
+    try:  # fast path: well-formed lists of dicts (ABC isinstance checks cost more than the math)
+        values = [alt["logprob"] for row in rows for alt in row]
+    except (TypeError, KeyError, IndexError):
+        rows = [row if isinstance(row, Sequence) and not isinstance(row, str) else () for row in rows]
+        values = [alt.get("logprob") if isinstance(alt, Mapping) else None for row in rows for alt in row]
+    lengths = np.fromiter((len(row) for row in rows), dtype=np.int64, count=len(rows))
+    flat = _floats(values)
+    width = int(lengths.max()) if lengths.size else 0
+    matrix = np.full((len(rows), max(width, top_k)), _PAD)
+    missing = np.isnan(flat)  # a missing logprob is no alternative at all
+    if flat.size and int(lengths.min()) == width and not missing.any():
+        matrix[:, :width] = flat.reshape(len(rows), width)  # the usual case: K per position
+        counts = lengths
+    elif flat.size:
+        row_index = np.repeat(np.arange(len(rows)), lengths)
+        column_index = np.arange(flat.size) - np.repeat(np.cumsum(lengths) - lengths, lengths)
+        present = ~missing
+        matrix[row_index[present], column_index[present]] = flat[present]
+        counts = np.bincount(row_index[present], minlength=len(rows))
+    else:
+        counts = np.zeros(len(rows), dtype=np.int64)
+    # Servers send alternatives sorted, but nothing guarantees it: sort, then keep the top K.
+    matrix = -np.sort(-matrix, axis=1)[:, :top_k]
+    return matrix, np.minimum(counts, top_k)
+
+
+def _is_end_of_text(entry: TokenEntry) -> bool:
+    return entry.get("token", None) == "" and not entry.get("bytes")
+
+
+def usable_entries(content: Sequence[TokenEntry]) -> list[TokenEntry]:
+    """The entries that are tokens of the answer (end-of-text entries dropped; module docstring)."""
+    entries = [e for e in content if isinstance(e, Mapping)]
+    # Drop the end-of-text entry(ies) at the tail, then any empty, alternative-less entry.
+    while entries and _is_end_of_text(entries[-1]):
+        entries.pop()
+    return [e for e in entries if e.get("token", None) != "" or e.get("top_logprobs")]
+
+
+def _informative(tokens: TokenLogprobs) -> np.ndarray:
+    """(P,) positions with at least two alternatives and some probability mass among them."""
+    return (tokens.counts >= 2) & np.isfinite(tokens.alternatives[:, 0])
+
+
+def _token_negentropy(tokens: TokenLogprobs) -> np.ndarray:
+    """(P',) TN_j = 1 - H_j / ln(n_j) over informative positions (n_j = alternatives at j)."""
+    informative = _informative(tokens)
+    alts = tokens.alternatives[informative]
+    if alts.shape[0] == 0:
+        return np.empty(0)
+    # Renormalize the top-K probabilities (softmax of the logprobs, stable under -inf padding).
+    weights = np.exp(alts - alts[:, :1])
+    probs = weights / weights.sum(axis=1, keepdims=True)
+    with np.errstate(divide="ignore", invalid="ignore"):
+        plogp = np.where(probs > 0, probs * np.log(probs), 0.0)
+    entropy = -plogp.sum(axis=1)
+    # 0 <= H <= ln n exactly; clip the last-ulp rounding of near-uniform and near-certain rows.
+    return np.clip(1.0 - entropy / np.log(tokens.counts[informative]), 0.0, 1.0)
+
+
+def mean_token_negentropy(tokens: TokenLogprobs) -> float | None:
+    """Mean over informative positions of TN_j = 1 - H_j / ln n_j (None: no informative position)."""
+    tn = _token_negentropy(tokens)
+    return float(tn.mean()) if tn.size else None
+
+
+def min_token_negentropy(tokens: TokenLogprobs) -> float | None:
+    """Least TN_j over informative positions (None: no informative position)."""
+    tn = _token_negentropy(tokens)
+    return float(tn.min()) if tn.size else None
+
+
+def probability_margin(tokens: TokenLogprobs) -> float | None:
+    """Mean over informative positions of p_1 - p_2 (raw probabilities, not renormalized)."""
+    informative = _informative(tokens)
+    if not informative.any():
+        return None
+    top2 = np.exp(tokens.alternatives[informative, :2])
+    return float((top2[:, 0] - top2[:, 1]).mean())
+
+
+def _known_chosen(tokens: TokenLogprobs) -> np.ndarray:
+    return tokens.chosen[~np.isnan(tokens.chosen)]
+
+
+def min_probability(tokens: TokenLogprobs) -> float | None:
+    """Probability of the least probable chosen token (None: no known chosen logprob)."""
+    chosen = _known_chosen(tokens)
+    return float(np.exp(chosen.min())) if chosen.size else None
+
+
+def mean_logprob(tokens: TokenLogprobs) -> float | None:
+    """Mean chosen-token logprob (None: no known chosen logprob)."""
+    chosen = _known_chosen(tokens)
+    return float(chosen.mean()) if chosen.size else None
+
+
+def sequence_probability(tokens: TokenLogprobs) -> float | None:
+    """exp(mean chosen-token logprob): the geometric mean of the chosen tokens' probabilities."""
+    mean = mean_logprob(tokens)
+    return None if mean is None else float(np.exp(mean))
+
+
+# Up to this many alternatives in an answer, plain Python beats numpy's per-call overhead (a live
+# 8-token answer with top-5..15 alternatives scores in a few microseconds instead of tens).
+_PLAIN_MAX_VALUES = 256
+
+
+def plain_negentropies(content: Sequence[Any], top_k: int) -> list[float] | None:
+    """TN_j of every informative position in plain Python, or None to use the numpy path.
+
+    The same formulas as ``_token_negentropy`` (docs/contracts.md#scorers), for the common case
+    only: small answers whose entries are dicts and whose alternatives are lists of dicts with a
+    float logprob. Anything else (missing values, other shapes, large answers) returns None.
+    Results agree with the numpy path to rounding (sums taken in another order; < 1e-12).
+    """
+    if type(content) is not list or any(type(entry) is not dict for entry in content):
+        return None
+    rows: list[list[float]] = []
+    total = 0
+    for entry in usable_entries(content):
+        alternatives = entry.get("top_logprobs")
+        if not alternatives:  # no alternatives (None, []): never an informative position
+            continue
+        if type(alternatives) is not list:
+            return None
+        total += len(alternatives)
+        if total > _PLAIN_MAX_VALUES:
+            return None
+        try:
+            row = [alternative["logprob"] for alternative in alternatives]
+        except (TypeError, KeyError, IndexError):
+            return None
+        for value in row:
+            if type(value) is not float or value != value:  # None, ints, NaN: the numpy path
+                return None
+        rows.append(row)
+    k = max(top_k, 1)
+    out = []
+    log, exp, isfinite = math.log, math.exp, math.isfinite
+    for row in rows:
+        top = sorted(row, reverse=True)[:k]
+        if len(top) < 2 or not isfinite(top[0]):
+            continue
+        first = top[0]
+        # H = -sum p log p with p = w / norm, log p = (v - first) - log norm; p = 0 terms add nothing.
+        weights = [exp(v - first) for v in top]
+        norm = sum(weights)
+        weighted = 0.0
+        for w, v in zip(weights, top, strict=True):
+            if w > 0:
+                weighted += w * (v - first)
+        entropy = log(norm) - weighted / norm
+        out.append(min(max(1.0 - entropy / log(len(top)), 0.0), 1.0))
+    return out
+
+
+def plain_mean(values: list[float]) -> float | None:
+    """Mean of ``plain_negentropies`` (None when empty)."""
+    return sum(values) / len(values) if values else None
+
+
+def plain_min(values: list[float]) -> float | None:
+    """Least of ``plain_negentropies`` (None when empty)."""
+    return min(values) if values else None
