@@ -3,7 +3,7 @@
 The cascade engine (gateway.cascade) calls this module at few places (docs/tool-calls.md):
 
 * after a scored stage was scored: ``AnswerReview.review`` normalizes the calls of a model that
-  writes them as content (``ModelConfig.tool_calls: content``) and checks the answer
+  writes them as content (``capabilities.tool_calls: content``) and checks the answer
   (``policies.answer_checks.check_answer``); ``AnswerReview.scored`` then decides, the check
   first: an invalid answer escalates whatever its score;
 * after the final stage answered: ``AnswerReview.final`` does the same, but the answer is returned
@@ -79,8 +79,8 @@ class AnswerReview:
         """Whether ``model``'s answers to ``request`` need their calls moved out of the content:
         a chat request that may call a declared function, to a model that writes calls as content."""
         return (
-            request.kind == "chat"
-            and self._models[model].tool_calls == "content"
+            request.api == "chat"
+            and self._models[model].capabilities.tool_calls == "content"
             and request_kind(request.body) == "tool_call"
         )
 
@@ -118,7 +118,7 @@ class AnswerReview:
         """Normalize ``reply``'s choices (calls written as content, for such a model: each such
         choice is replaced by a normalized copy) and check every choice; an invalid answer is
         recorded in ``facts`` and counted. Its first problem, or None."""
-        if request.kind != "chat":
+        if request.api != "chat":
             return None  # /v1/completions: no messages, no tools, no response_format
         found = reply.get("choices")
         choices: list[Any] = found if isinstance(found, list) else []
@@ -147,7 +147,7 @@ class AnswerReview:
         """An assembler for a live final stage whose answer can fail a check (tools or a JSON
         ``response_format``), or None when there is nothing to check."""
         body = request.body
-        if request.kind != "chat" or not (body.get("tools") or request_kind(body) == "structured_output"):
+        if request.api != "chat" or not (body.get("tools") or request_kind(body) == "structured_output"):
             return None
         return StreamedAnswer(self, model, request, facts)
 

@@ -102,7 +102,7 @@ class StageScorer:
         calls = blackbox_calls(spec.name)
         if calls is None:
             return StageScore(score_response(reply, spec.name, spec.top_k, spec.tokens))
-        if request.kind != "chat":
+        if request.api != "chat":
             return StageScore(None, failed=True)
         answer = blackbox.answer_text(reply)
         if not answer:
@@ -206,6 +206,6 @@ def reserve_scoring_usd(
 ) -> float:
     """Worst-case USD of the scorer calls of a route's scored ``stages`` ((model, upstream body) of
     every stage but the last); 0 for a logprob scorer and for a legacy completion (not scored)."""
-    if not spec.is_blackbox or request.kind != "chat":
+    if not spec.is_blackbox or request.api != "chat":
         return 0.0
     return sum(stage_scoring_bound_usd(spec, models, model, sent) for model, sent in stages)

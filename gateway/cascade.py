@@ -363,7 +363,7 @@ class CascadeEngine:
         facts.models_called.append(model)
         attempts: list[Attempt] = []
         try:
-            reply = await self._pool[model].complete(request.kind, body, deadline, attempts)
+            reply = await self._pool[model].complete(request.api, body, deadline, attempts)
         finally:
             charge = self.settle(facts, model, attempts)
         facts.upstream_s += reply.seconds

@@ -368,7 +368,7 @@ class ApiEndpoint:
             fields["model"] = parsed.model[:100]
             fields["stream"] = parsed.stream
             if self.gateway.logs.log_prompts:
-                fields["prompt"] = parsed.body.get("messages" if parsed.kind == "chat" else "prompt")
+                fields["prompt"] = parsed.body.get("messages" if parsed.api == "chat" else "prompt")
         if facts is not None:
             fields.update(
                 route=facts.route,

@@ -72,19 +72,17 @@ class ModelConfig(_Section):
     base_url: str = Field(description="OpenAI-compatible base URL, e.g. http://127.0.0.1:9001/v1")
     model: str = Field(min_length=1, description="the upstream's model id")
     api_key_env: str | None = Field(None, description="name of the env var holding the upstream key")
-    price: Price = Price(per_query_usd=0.0)
+    price: Price = Field(
+        description="what a call costs (policies/prices.py); required, never free by omission"
+    )
     timeout_s: float = Field(30.0, gt=0, description="per upstream call, seconds")
     max_retries: int = Field(2, ge=0, le=10, description="retries for 429/5xx/connect errors")
     request_defaults: RequestDefaults | None = Field(
         None, description="fields merged under the client's own (policies/request_defaults.py)"
     )
-    tool_calls: Literal["native", "content"] = Field(
-        "native",
-        description="how the model writes function calls: native (message.tool_calls) or content "
-        "(JSON in message.content, normalized into tool_calls by the gateway; docs/tool-calls.md)",
-    )
     capabilities: ModelCapabilities = Field(
-        ModelCapabilities(), description="what it returns about logprobs (policies/capabilities.py)"
+        ModelCapabilities(),
+        description="what it returns about logprobs and how it writes calls (policies/capabilities.py)",
     )
     default_max_tokens: int = Field(
         DEFAULT_COMPLETION_BOUND,
@@ -97,6 +95,39 @@ class ModelConfig(_Section):
         description="prompt tokens one image, audio or file part may be billed; a request carrying a "
         "part of a kind left unset is refused (400) on a route through this model",
     )
+
+    @model_validator(mode="before")
+    @classmethod
+    def _priced(cls, data: Any) -> Any:
+        """A model without ``price`` is an error, as a price without a form is (``policies.prices``):
+        it would silently be free. A model that costs nothing says so: ``{per_query_usd: 0}``."""
+        if isinstance(data, dict) and data.get("price") is None:
+            raise ValueError(
+                "price is required (a model without one would be free); "
+                "a free model says price: {per_query_usd: 0}"
+            )
+        return data
+
+    @model_validator(mode="before")
+    @classmethod
+    def _tool_calls_is_a_capability(cls, data: Any) -> Any:
+        """``tool_calls`` beside ``capabilities`` (where configs written before it moved have it) is
+        read as ``capabilities.tool_calls``; both set is an error, even when they agree."""
+        if not isinstance(data, dict) or "tool_calls" not in data:
+            return data
+        data = dict(data)
+        form = data.pop("tool_calls")
+        capabilities = data.get("capabilities")
+        if isinstance(capabilities, ModelCapabilities):
+            capabilities = capabilities.model_dump(exclude_unset=True)
+        if capabilities is None:
+            capabilities = {}
+        if not isinstance(capabilities, dict):
+            return data  # the capabilities' own validation reports it
+        if "tool_calls" in capabilities:
+            raise ValueError("tool_calls is set twice: keep capabilities.tool_calls only")
+        data["capabilities"] = {**capabilities, "tool_calls": form}
+        return data
 
     @field_validator("base_url")
     @classmethod

@@ -178,7 +178,7 @@ class LiveRelay:
             self._settle(facts, model, attempts)
 
         try:
-            async with self._client.stream(request.kind, body, deadline, attempts) as response:
+            async with self._client.stream(request.api, body, deadline, attempts) as response:
                 accepted = True
                 if response.content_type == "application/json":
                     json_answer = True

@@ -15,7 +15,11 @@ import orjson
 from gateway.errors import BadRequestError
 from policies.client_schemas import schema_problem
 
-RequestKind = Literal["chat", "completions"]
+# Which OpenAI completion API a request is on, and so the upstream endpoint it is forwarded to:
+# ``chat`` (/v1/chat/completions; every other edge translates into it) or ``completions`` (the
+# legacy /v1/completions). Not the request *kind* of a policy (``policies.tool_calls.RequestKind``:
+# text, tool_call, structured_output), which is read from a chat body's content.
+CompletionApi = Literal["chat", "completions"]
 
 # Fields whose type the gateway checks because a wrong type would otherwise surface as an upstream
 # error far from its cause. Value: accepted Python types (bool is excluded from numbers below).
@@ -33,7 +37,7 @@ class ParsedRequest:
     """A validated client request.
 
     Attributes:
-        kind: ``chat`` (/v1/chat/completions) or ``completions`` (/v1/completions).
+        api: ``chat`` (/v1/chat/completions) or ``completions`` (/v1/completions).
         body: the client's JSON object, forwarded with only ``model`` (and logprob fields) changed.
         model: the ``model`` the client asked for (a cascade alias or a configured model name).
         stream: whether the client wants SSE.
@@ -42,7 +46,7 @@ class ParsedRequest:
         include_usage: ``stream_options.include_usage`` (streams only).
     """
 
-    kind: RequestKind
+    api: CompletionApi
     body: dict[str, Any]
     model: str
     stream: bool
@@ -51,7 +55,7 @@ class ParsedRequest:
     include_usage: bool
 
 
-def parse_request(raw: bytes, kind: RequestKind) -> ParsedRequest:
+def parse_request(raw: bytes, api: CompletionApi) -> ParsedRequest:
     """Parse and validate a request body; BadRequestError (400) on any problem."""
     if not raw:
         raise BadRequestError("request body is empty; expected a JSON object")
@@ -70,7 +74,7 @@ def parse_request(raw: bytes, kind: RequestKind) -> ParsedRequest:
     if not isinstance(model, str) or not model:
         raise BadRequestError("'model' is required and must be a non-empty string", param="model")
 
-    if kind == "chat":
+    if api == "chat":
         _check_messages(body.get("messages"))
         wants_logprobs = _optional_bool(body, "logprobs")
         top = body.get("top_logprobs")
@@ -103,7 +107,7 @@ def parse_request(raw: bytes, kind: RequestKind) -> ParsedRequest:
         if not isinstance(options, dict):
             raise BadRequestError("'stream_options' must be an object", param="stream_options")
         include_usage = _optional_bool(options, "include_usage")
-    return ParsedRequest(kind, body, model, stream, n, wants_logprobs, include_usage)
+    return ParsedRequest(api, body, model, stream, n, wants_logprobs, include_usage)
 
 
 def check_client_schemas(body: dict[str, Any]) -> None:

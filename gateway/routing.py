@@ -101,7 +101,7 @@ class Router:
 
         ``no_policy_reason`` explains a missing policy (e.g. the store's last load error).
         """
-        kind = request_kind(request.body) if request.kind == "chat" else TOP_LEVEL_KIND
+        kind = request_kind(request.body) if request.api == "chat" else TOP_LEVEL_KIND
         if max_cost_header is not None:
             budget = _parse_budget(max_cost_header)
             checked = self._check_policy(policy, request, no_policy_reason)

@@ -277,7 +277,7 @@ class Gateway:
                 prompt += added + (part_tokens_bound(body, limits) if parts else 0)
                 yield model, (prompt, (cap or limits.default_cap) * completions)
             else:
-                merged = merge_request_defaults(body, defaults, chat=request.kind == "chat")
+                merged = merge_request_defaults(body, defaults, chat=request.api == "chat")
                 sent_bytes = body_bytes + added + defaults.prompt_bytes()
                 yield model, sending_tokens_bound(merged, sent_bytes, limits)
 

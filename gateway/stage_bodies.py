@@ -57,10 +57,10 @@ def upstream_body(
     Every request carries an explicit completion cap (``policies.charges.with_output_cap``: the
     client's, else the defaults', else ``default_cap``): the one its reservation assumed.
     """
-    body = merge_request_defaults(request.body, defaults, chat=request.kind == "chat")
+    body = merge_request_defaults(request.body, defaults, chat=request.api == "chat")
     with_output_cap(body, default_cap)
     body["model"] = upstream_model
-    chat = request.kind == "chat"
+    chat = request.api == "chat"
     asked = positive_int(request.body.get("top_logprobs" if chat else "logprobs"))
     if top_k is not None:
         wanted: int | None = max(top_k, asked)
@@ -91,7 +91,7 @@ def _needs_reshaping(request: ParsedRequest, capabilities: ModelCapabilities, as
     """Whether the client's own request for logprobs must be rewritten for this model: it asks
     more alternatives than the model's cap, or asks on chat a model taking the integer form."""
     value = request.body.get("logprobs")
-    chat = request.kind == "chat"
+    chat = request.api == "chat"
     if chat and value is not True:
         return False
     if not chat and (value is None or value is False):
@@ -124,7 +124,7 @@ def client_body(body: dict[str, Any], model_name: str, request: ParsedRequest) -
 
 def _trim_alternatives(choices: list[Any], request: ParsedRequest) -> None:
     """Cut alternatives down to what the client asked for (a scored stage may have asked more)."""
-    wanted = positive_int(request.body.get("top_logprobs" if request.kind == "chat" else "logprobs"))
+    wanted = positive_int(request.body.get("top_logprobs" if request.api == "chat" else "logprobs"))
     for choice in choices:
         logprobs = choice.get("logprobs") if isinstance(choice, dict) else None
         if not isinstance(logprobs, dict):

@@ -42,7 +42,7 @@ def replay(body: dict[str, Any], request: ParsedRequest, cascade: dict[str, Any]
     """A complete (already client-shaped) answer as the SSE bytes of an equivalent stream."""
     base = {
         "id": body.get("id") or "cmpl-cascade",
-        "object": "chat.completion.chunk" if request.kind == "chat" else "text_completion",
+        "object": "chat.completion.chunk" if request.api == "chat" else "text_completion",
         "created": body.get("created") or 0,
         "model": body.get("model"),
     }
@@ -50,7 +50,7 @@ def replay(body: dict[str, Any], request: ParsedRequest, cascade: dict[str, Any]
         base["system_fingerprint"] = body["system_fingerprint"]
     choices = [c for c in body.get("choices") or () if isinstance(c, dict)]
     events: list[dict[str, Any]] = []
-    if request.kind == "chat":
+    if request.api == "chat":
         events.append({**base, "choices": [_chat_role(c) for c in choices]})
         events.append({**base, "choices": [_chat_content(c) for c in choices]})
         final_choices = [

@@ -176,7 +176,7 @@ class TierRouter:
         routing = policy.tiers[plan.tier].routing
         assert routing is not None
         spec = policy.router
-        body = request.body if request.kind == "chat" else {"messages": [_legacy_message(request.body)]}
+        body = request.body if request.api == "chat" else {"messages": [_legacy_message(request.body)]}
         text, n_tools, kind = request_parts(body, plan.kind)
         started = time.perf_counter()
         if spec.features == CHEAP:

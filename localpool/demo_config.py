@@ -35,7 +35,7 @@ def pool_gateway_config(
     A model's upstream id is its pool name; a member is its model's server with the member's
     ``request_defaults`` (the ones ``cascade collect`` sent when the policy was calibrated). Every
     model declares llama-server's capabilities (``LLAMA_SERVER_CAPABILITIES``) and, where the
-    manifest says so, that it writes function calls as content (``tool_calls: content``).
+    manifest says so, that it writes function calls as content (``capabilities.tool_calls: content``).
     No Redis, no client keys (docs/contracts.md#config): a local demo is open by choice
     (``auth.open``); it binds to loopback. Timeouts leave room for a reasoning stage on a busy CPU.
     ``coverage`` (the config section of ``gateway.coverage``, its ``otherwise`` one of ``names``):
@@ -54,7 +54,7 @@ def pool_gateway_config(
             "capabilities": dict(LLAMA_SERVER_CAPABILITIES),
         }
         if spec.tool_calls != "native":  # calls written as JSON in the content: returned as tool_calls
-            entry["tool_calls"] = spec.tool_calls
+            entry["capabilities"]["tool_calls"] = spec.tool_calls
         member = manifest.members.get(name)
         if member is not None:
             entry["request_defaults"] = member.request_defaults.model_dump(exclude_none=True)

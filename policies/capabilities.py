@@ -1,8 +1,9 @@
 """What a model can give a scorer, and whether a policy's scorer asks more of a model than it gives.
 
 A gateway config declares each model's ``capabilities`` (docs/contracts.md#config): whether it
-returns token logprobs at all, the largest ``top_logprobs`` it accepts, and the request form it
-wants them asked in. The gateway asks every model in that form and within that cap
+returns token logprobs at all, the largest ``top_logprobs`` it accepts, the request form it
+wants them asked in, and how it writes function calls (``tool_calls``, read by
+``gateway.answer_review``). The gateway asks every model in that form and within that cap
 (``logprob_fields``), and refuses (``cascade serve``, ``cascade policy push``, every hot reload) a
 policy whose scorer needs more than a scored model gives (``capability_problems``): a scorer that
 reads logprobs on a scored stage whose model has none, or one that reads K alternatives per
@@ -27,7 +28,7 @@ from policies.scorers import REGISTRY
 
 
 class ModelCapabilities(BaseModel):
-    """What one upstream model returns and accepts about token logprobs."""
+    """What one upstream model returns and accepts: token logprobs, and the form of its function calls."""
 
     # A typo in a hand-written config must be an error, not a silently ignored key.
     model_config = ConfigDict(extra="forbid", frozen=True)
@@ -45,6 +46,12 @@ class ModelCapabilities(BaseModel):
     logprobs_form: Literal["chat", "integer"] = Field(
         "chat",
         description="chat: `logprobs: true, top_logprobs: K` on chat completions; integer: `logprobs: K`",
+    )
+
+    tool_calls: Literal["native", "content"] = Field(
+        "native",
+        description="how the model writes function calls: native (message.tool_calls) or content "
+        "(JSON in message.content, normalized into tool_calls by the gateway; docs/tool-calls.md)",
     )
 
     @model_validator(mode="after")

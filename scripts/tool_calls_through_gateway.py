@@ -63,7 +63,14 @@ SCHEMA: Any = {
 
 def _model(upstream: str) -> dict[str, Any]:
     base_url, model = upstream.rsplit("=", 1)
-    return {"base_url": base_url, "model": model, "timeout_s": 300, "max_retries": 0, "tool_calls": "content"}
+    return {
+        "base_url": base_url,
+        "model": model,
+        "timeout_s": 300,
+        "max_retries": 0,
+        "price": {"per_query_usd": 0},
+        "capabilities": {"tool_calls": "content"},
+    }
 
 
 def _serve(settings: Settings) -> tuple[uvicorn.Server, threading.Thread, str]:

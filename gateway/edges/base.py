@@ -28,7 +28,7 @@ from typing import Any
 import orjson
 
 from gateway.errors import GatewayError
-from gateway.requests import ParsedRequest, RequestKind, parse_request
+from gateway.requests import CompletionApi, ParsedRequest, parse_request
 
 Headers = list[tuple[bytes, bytes]]
 
@@ -143,14 +143,14 @@ class ApiEdge(ABC):
 class OpenAIEdge(ApiEdge):
     """The identity edge of ``/v1/chat/completions`` (``chat``) and ``/v1/completions``."""
 
-    def __init__(self, kind: RequestKind):
-        self.kind = kind
-        self.name = kind
-        self.path = "/v1/chat/completions" if kind == "chat" else "/v1/completions"
+    def __init__(self, api: CompletionApi):
+        self.api = api
+        self.name = api
+        self.path = "/v1/chat/completions" if api == "chat" else "/v1/completions"
 
     def translate(self, raw: bytes, request_id: str) -> Translated:
         """The client's request as it is (validated by ``parse_request``)."""
-        return Translated(parse_request(raw, self.kind), len(raw))
+        return Translated(parse_request(raw, self.api), len(raw))
 
     def render(self, body: dict[str, Any], context: Any) -> bytes:
         """The client-shaped answer as it is."""

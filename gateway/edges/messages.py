@@ -57,7 +57,7 @@ class MessagesEdge(ApiEdge):
                 f"request body nests arrays/objects deeper than {MAX_JSON_DEPTH} levels"
             ) from None
         parsed = ParsedRequest(
-            kind="chat",
+            api="chat",
             body=chat,
             model=request.model,
             stream=request.stream,

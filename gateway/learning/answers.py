@@ -139,7 +139,7 @@ def question_text(request: ParsedRequest) -> str:
     """The request as text for a judge: the one message's text, else ``role: text`` per message;
     the prompt of a legacy completion (token-id prompts have no text)."""
     body = request.body
-    if request.kind == "chat":
+    if request.api == "chat":
         messages = [m for m in body.get("messages") or () if isinstance(m, dict)]
         if len(messages) == 1:
             return content_text(messages[0].get("content"))

@@ -167,7 +167,7 @@ class ShadowRunner:
         async with self.semaphore:
             attempts: list[Attempt] = []
             try:
-                reply = await self.pool[model].complete(sample.request.kind, call.body, deadline, attempts)
+                reply = await self.pool[model].complete(sample.request.api, call.body, deadline, attempts)
             except UpstreamFailure as failure:
                 outcome = "timeout" if failure.kind == "timeout" else "failed"
                 metrics.child(metrics.shadow_calls, model, outcome).inc()

@@ -84,6 +84,7 @@ def test_config_models_carry_their_request_defaults(tmp_path: Path) -> None:
                     "fast": {
                         "base_url": "http://127.0.0.1:9/v1",
                         "model": "m",
+                        "price": {"per_query_usd": 0},
                         "request_defaults": {"system": "S.", "max_tokens": 8},
                     }
                 },

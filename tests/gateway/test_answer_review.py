@@ -304,7 +304,12 @@ def test_normalizing_replaces_the_choice_and_keeps_the_raw_one_intact() -> None:
     from gateway.metrics import GatewayMetrics
     from gateway.requests import parse_request
 
-    config = ModelConfig(base_url="http://127.0.0.1:1/v1", model="m", tool_calls="content")
+    config = ModelConfig(
+        base_url="http://127.0.0.1:1/v1",
+        model="m",
+        price={"per_query_usd": 0},
+        capabilities={"tool_calls": "content"},
+    )
     review = AnswerReview({"m": config}, GatewayMetrics())
     body = {"model": "cascade", "messages": QUESTION, "tools": [WEATHER]}
     request = parse_request(json.dumps(body).encode(), "chat")

@@ -30,7 +30,11 @@ CASCADE = str(Path(sys.executable).with_name("cascade"))
     [
         ("models: {}\npolicy: p.json\n", "models"),
         ("models: {a: [\n", "not valid YAML"),
-        ("models:\n  a: {base_url: 'http://x', model: m}\npolicy: absent.json\n", "does not exist"),
+        (
+            "models:\n  a: {base_url: 'http://x', model: m, price: {per_query_usd: 0}}\n"
+            "policy: absent.json\n",
+            "does not exist",
+        ),
     ],
 )
 def test_bad_config_is_one_red_line_and_exit_2(tmp_path: Path, text: str, fragment: str) -> None:

@@ -88,6 +88,7 @@ def test_secret_values_are_every_key_and_url_password_the_config_refers_to(
                     "base_url": "http://u:url-pass@127.0.0.1:9001/v1",
                     "model": "s",
                     "api_key_env": "SMALL_KEY",
+                    "price": {"per_query_usd": 0},
                 }
             },
             "policy": "redis://:policy-pass@127.0.0.1:6379/0",
@@ -106,8 +107,18 @@ def test_config_prices_are_the_shared_price_model(config_file: Path) -> None:
     assert settings.models["large"].price.cost_usd(10**6, 10**6) == 0.001
 
 
-def test_a_model_without_price_is_free() -> None:
-    settings = Settings.from_mapping({"models": {"a": {"base_url": "http://x", "model": "m"}}, "policy": "p"})
+@pytest.mark.parametrize("price", [{}, {"price": None}])
+def test_a_model_without_price_is_a_config_error_not_free(price: dict) -> None:
+    # As a price without a form is (policies.prices): a forgotten price must not serve a model free.
+    model = {"base_url": "http://x", "model": "m", **price}
+    with pytest.raises(ConfigError, match=r"models\.a: .*price is required") as info:
+        Settings.from_mapping({"models": {"a": model}, "policy": "p"})
+    assert "\n" not in str(info.value)
+
+
+def test_a_free_model_says_so() -> None:
+    model = {"base_url": "http://x", "model": "m", "price": {"per_query_usd": 0}}
+    settings = Settings.from_mapping({"models": {"a": model}, "policy": "p"})
     assert settings.models["a"].price.cost_usd(10**6, 10**6) == 0.0
 
 
@@ -115,9 +126,15 @@ def test_a_model_without_price_is_free() -> None:
     ("text", "fragment"),
     [
         ("models: [1, 2]\npolicy: p.json\n", "models"),
-        ("models:\n  cascade: {base_url: 'http://x', model: m}\npolicy: p\n", "reserved"),
-        ("models:\n  a: {base_url: 'http://x', model: m, typo: 1}\npolicy: p\n", "typo"),
-        ("models:\n  a: {base_url: 'ftp://x', model: m}\npolicy: p\n", "base_url"),
+        (
+            "models:\n  cascade: {base_url: 'http://x', model: m, price: {per_query_usd: 0}}\npolicy: p\n",
+            "reserved",
+        ),
+        (
+            "models:\n  a: {base_url: 'http://x', model: m, price: {per_query_usd: 0}, typo: 1}\npolicy: p\n",
+            "typo",
+        ),
+        ("models:\n  a: {base_url: 'ftp://x', model: m, price: {per_query_usd: 0}}\npolicy: p\n", "base_url"),
         ("models:\n  a: {base_url: 'http://x', model: m, price: {}}\npolicy: p\n", "price needs"),
         ("models:\n  a: {base_url: 'http://x', model: m, price: {input_per_mtok: 1}}\npolicy: p\n", "pair"),
         ("models:\n  a: {base_url: 'http://x', model: m, price: {per_query_usd: -1}}\npolicy: p\n", "price"),
@@ -156,7 +173,7 @@ def test_a_price_with_both_forms_is_accepted_and_priced_by_tokens() -> None:
         assert price.cost_usd(None, None) == entry["per_query_usd"]
 
 
-_MODEL = "models:\n  a: {base_url: 'http://x', model: m}\npolicy: p\n"
+_MODEL = "models:\n  a: {base_url: 'http://x', model: m, price: {per_query_usd: 0}}\npolicy: p\n"
 
 
 @pytest.mark.parametrize(
@@ -186,6 +203,25 @@ def test_well_formed_redis_urls_load() -> None:
         "rediss://:pw@cache.internal:6380",
         "unix:///run/redis.sock?db=2",
     ]:
-        models = {"a": {"base_url": "http://x", "model": "m"}}
+        models = {"a": {"base_url": "http://x", "model": "m", "price": {"per_query_usd": 0}}}
         settings = Settings.from_mapping({"models": models, "policy": url, "redis_url": url})
         assert settings.redis_url == url and settings.policy_is_redis
+
+
+def test_tool_calls_is_a_capability_also_read_where_older_configs_have_it() -> None:
+    def model(**fields: object) -> dict[str, object]:
+        return {"base_url": "http://x", "model": "m", "price": {"per_query_usd": 0}, **fields}
+
+    declared = {
+        "now": model(capabilities={"tool_calls": "content", "max_top_logprobs": 5}),
+        "before": model(tool_calls="content", capabilities={"max_top_logprobs": 5}),
+        "bare": model(tool_calls="content"),
+        "native": model(),
+    }
+    settings = Settings.from_mapping({"models": declared, "policy": "p"})
+    forms = {name: config.capabilities.tool_calls for name, config in settings.models.items()}
+    assert forms == {"now": "content", "before": "content", "bare": "content", "native": "native"}
+    assert settings.models["before"].capabilities == settings.models["now"].capabilities
+    twice = model(tool_calls="content", capabilities={"tool_calls": "content"})
+    with pytest.raises(ConfigError, match="tool_calls is set twice"):
+        Settings.from_mapping({"models": {"a": twice}, "policy": "p"})

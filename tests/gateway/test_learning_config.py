@@ -112,7 +112,7 @@ LEAN_CHECK = textwrap.dedent(
     from gateway.app import create_app
     from gateway.config import Settings
 
-    models = {"small": {"base_url": "http://127.0.0.1:9/v1", "model": "s"}}
+    models = {"small": {"base_url": "http://127.0.0.1:9/v1", "model": "s", "price": {"per_query_usd": 0}}}
     create_app(Settings(models=models, policy="/nonexistent.json"))
     lazy = ("traffic.store", "traffic.backends", "traffic.file", "gateway.learning.s")
     loaded = sorted(m for m in sys.modules if m.startswith(lazy))

@@ -37,7 +37,7 @@ def test_parse_keeps_the_body_and_reads_the_fields_it_acts_on() -> None:
     assert parsed.stream and parsed.wants_logprobs and parsed.include_usage and parsed.n == 1
     assert parsed.body["x"] == 1
     legacy = parse_request(b'{"model": "small", "prompt": ["a", "b"], "logprobs": 2}', "completions")
-    assert legacy.wants_logprobs and legacy.kind == "completions"
+    assert legacy.wants_logprobs and legacy.api == "completions"
 
 
 def test_routes_by_header_alias_and_model_in_priority_order() -> None:

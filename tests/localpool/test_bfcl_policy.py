@@ -17,7 +17,7 @@ def test_tool_policy_models_are_served_by_the_bfcl_gateway_config_with_the_membe
     manifest = load_manifest()
     assert set(policy.models) <= set(settings.models)
     for name, model in settings.models.items():
-        assert model.tool_calls == "content", name
+        assert model.capabilities.tool_calls == "content", name
         if name in manifest.members:
             member = manifest.members[name]
             assert model.model == member.server

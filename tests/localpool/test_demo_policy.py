@@ -37,8 +37,8 @@ def test_generated_gateway_config_points_at_the_pool_ports_with_manifest_prices(
         assert model.capabilities.logprobs and model.capabilities.max_top_logprobs is None
     # The Qwen models write calls as JSON in their content (measured, docs/tool-calls.md): the
     # gateway returns them as tool_calls; the others are left native.
-    assert settings.models["qwen2.5-coder-0.5b"].tool_calls == "content"
-    assert settings.models["smollm2-135m"].tool_calls == "native"
+    assert settings.models["qwen2.5-coder-0.5b"].capabilities.tool_calls == "content"
+    assert settings.models["smollm2-135m"].capabilities.tool_calls == "native"
 
 
 def test_generated_config_gives_members_their_models_server_and_request_defaults(tmp_path: Path) -> None:
@@ -107,4 +107,4 @@ def test_the_demo_config_sends_what_the_policy_does_not_cover_to_the_chat_member
     chat = settings.models["qwen1.5b-chat"]
     assert chat.request_defaults is not None and chat.request_defaults.system is None
     assert chat.request_defaults.completion_cap() == 512
-    assert settings.models["qwen1.5b-tools"].tool_calls == "content"
+    assert settings.models["qwen1.5b-tools"].capabilities.tool_calls == "content"
