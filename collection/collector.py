@@ -19,6 +19,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 import httpx
+import orjson
 
 from collection.answers import answer_fields, grade_message
 from collection.prompts import Prompt
@@ -26,9 +27,9 @@ from collection.runs_writer import RunsWriter
 from collection.scorer_calls import ScorerCallsOptions, scorer_calls
 from collection.targets import Target
 from collection.upstream_call import CallError, call_model
+from policies.charges import call_charge
 from policies.request_defaults import merge_request_defaults
 from policies.truncation import cut_short
-from policies.usage import normalize_usage
 
 # Completion tokens asked for when neither the question, the run nor the target's defaults set a cap
 # (one token: the answer letter of a multiple-choice question).
@@ -104,15 +105,19 @@ def build_row(
     body: dict[str, Any],
     latency_ms: float,
     keep_prompt: bool,
-    request: dict[str, Any] | None = None,
+    request: dict[str, Any],
     client_cap: int | None = None,
 ) -> dict[str, Any]:
     """One runs-table row (docs/contracts.md#runs-table) from an upstream response body.
 
-    ``request`` is the body that was sent (its tools and formats are what the answer is checked
-    against); without it, the question's own fields. ``client_cap`` is the completion cap the
-    collector set as the client (``collector_cap``; None: the target's defaults capped it): an
-    answer cut at another cap is ``truncated`` (``policies.truncation``).
+    ``request`` is the body that was sent: its tools and formats are what the answer is checked
+    against, and it bounds what an answer without usable usage is charged. The row's cost and token
+    counts are the call's charge by the one charging rule (``policies.charges.call_charge``, as every
+    upstream call of the gateway and of the scorer calls): the usage when it reports both counts as
+    integers, else ``per_query_usd`` or the estimate that errs high (its token counts are the ones
+    that estimate priced). ``client_cap`` is the completion cap the collector set as the client
+    (``collector_cap``; None: the target's defaults capped it): an answer cut at another cap is
+    ``truncated`` (``policies.truncation``).
     """
     try:
         choice = body["choices"][0]
@@ -120,36 +125,29 @@ def build_row(
         text = message.get("content") or ""
     except (KeyError, IndexError, TypeError, AttributeError) as exc:
         raise CallError(f"malformed response from {target.name}: no choices[0].message") from exc
-    usage = body.get("usage") or {}
-    normal = normalize_usage(usage)
-    prompt_tokens = normal.prompt_tokens if normal is not None else int(usage.get("prompt_tokens") or 0)
-    completion_tokens = (
-        normal.completion_tokens if normal is not None else int(usage.get("completion_tokens") or 0)
-    )
+    charge = call_charge(target.price, body.get("usage"), orjson.dumps(request), answer=body)
     logprobs = (choice.get("logprobs") or {}).get("content")
     row: dict[str, Any] = {
         "query_id": prompt.query_id,
         "model": target.name,
         "correct": grade_message(prompt, message),
-        "cost_usd": target.price.usage_cost_usd(normal)
-        if normal is not None
-        else target.price.cost_usd(prompt_tokens, completion_tokens),
-        "prompt_tokens": prompt_tokens,
-        "completion_tokens": completion_tokens,
+        "cost_usd": charge.usd,
+        "prompt_tokens": charge.prompt_tokens,
+        "completion_tokens": charge.completion_tokens,
         "latency_ms": round(latency_ms, 1),
         "response": text,
         "answer": prompt.answer,
         "logprobs": logprobs,
         "truncated": cut_short({} if client_cap is None else {"max_tokens": client_cap}, body),
-        **answer_fields(request if request is not None else prompt.request_fields(), message),
+        **answer_fields(request, message),
     }
-    if normal is not None:  # the parts the usage reported (priced at the part rates by calibration)
-        parts = {
-            "cached_tokens": normal.cache_read_tokens,
-            "cache_write_tokens": normal.cache_write_tokens + normal.cache_write_1h_tokens,
-            "reasoning_tokens": normal.reasoning_tokens,
-        }
-        row.update((name, count) for name, count in parts.items() if count)
+    # The parts the usage reported (priced at the part rates by calibration); 0 when not reported.
+    parts = {
+        "cached_tokens": charge.cache_read_tokens,
+        "cache_write_tokens": charge.cache_write_tokens,
+        "reasoning_tokens": charge.reasoning_tokens,
+    }
+    row.update((name, count) for name, count in parts.items() if count)
     if prompt.dataset:
         row["dataset"] = prompt.dataset
     if prompt.subject:

@@ -54,10 +54,10 @@ from gateway.rate_limits import RATE_REFUSED, LocalRateCounter, RateState, RateW
 from gateway.redis_batch import RedisBatcher
 from gateway.redis_keys import RedisKeys
 from gateway.spend_store import EPOCH_CHANGED, MAX_NANO, RedisSpendStore, ReserveExtras, new_op_id
+from policies.charges import NANO_PER_USD
 
 log = logging.getLogger("cascade.spend")
 
-NANO_PER_USD = 1_000_000_000
 # Counters outlive their window a little so a late settle still finds them.
 _TTL_MARGIN_S = 300
 # After a failed Redis call the request path skips Redis for this long (the maintenance loop probes).

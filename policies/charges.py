@@ -58,6 +58,9 @@ import orjson
 from policies.prices import Price
 from policies.usage import normalize_usage
 
+# Money kept as an integer (spend counters, reservations, the shadow budget) is in nano-USD: no
+# float drift in running totals, and a cent is 10^7 units.
+NANO_PER_USD = 1_000_000_000
 # Completion tokens assumed per choice for a request that sets no cap.
 DEFAULT_COMPLETION_BOUND = 4096
 # Fields an OpenAI-compatible upstream may read as the completion-token cap (llama.cpp reads

@@ -200,7 +200,7 @@ def test_every_anthropic_error_type_of_messages_is_documented(sections: dict[str
 def test_every_column_cascade_collect_writes_for_a_tool_question_is_documented(
     sections: dict[str, str],
 ) -> None:
-    from collection.collector import build_row
+    from collection.collector import CollectOptions, build_row, request_body
     from collection.prompts import Prompt
     from collection.targets import Target
 
@@ -217,7 +217,7 @@ def test_every_column_cascade_collect_writes_for_a_tool_question_is_documented(
         name="m", base_url="http://m.test/v1", model="m", price=Price(input_per_mtok=1.0, output_per_mtok=1.0)
     )
     body = {"choices": [{"message": {"content": '{"name": "f", "arguments": {"n": 5}}'}}], "usage": {}}
-    row = build_row(prompt, target, body, 1.0, keep_prompt=True)
+    row = build_row(prompt, target, body, 1.0, True, request_body(prompt, target, CollectOptions()))
     runs = sections["Runs table"]
     documented = set(table_rows(runs)) | set(re.findall(r"`(\w+)`", runs))
     assert {"kind", "valid", "problem", "tool_calls"} <= set(row)

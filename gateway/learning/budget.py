@@ -14,7 +14,7 @@ import time
 from collections import deque
 from collections.abc import Callable
 
-NANO_PER_USD = 1_000_000_000
+from policies.charges import NANO_PER_USD
 
 
 class Hold:

@@ -6,13 +6,15 @@ import json
 from pathlib import Path
 
 import httpx
+import orjson
 import pytest
 
-from collection.collector import CollectOptions, collect
+from collection.collector import CollectOptions, build_row, collect, request_body
 from collection.prompts import Prompt
 from collection.runs_writer import RunsWriter, done_pairs
 from collection.targets import Target
 from policies import Price
+from policies.charges import call_charge
 
 PROMPTS = [
     Prompt(query_id=f"q{i}", prompt=f"question {i}", answer="B", grader="multiple_choice", dataset="unit")
@@ -192,8 +194,6 @@ async def test_an_answer_cut_at_a_cap_the_run_did_not_set_is_recorded_truncated(
 
 
 def test_a_row_carries_the_cached_and_reasoning_counts_and_is_priced_by_them() -> None:
-    from collection.collector import build_row
-
     target = Target(
         name="cached",
         base_url="http://cached.test/v1",
@@ -208,7 +208,51 @@ def test_a_row_carries_the_cached_and_reasoning_counts_and_is_priced_by_them() -
         "usage": {"input_tokens": 3, "cache_read_input_tokens": 100, "cache_creation_input_tokens": 12304,
                   "output_tokens": 550},
     }  # fmt: skip
-    row = build_row(PROMPTS[0], target, body, 1.0, keep_prompt=False)
+    row = build_row(PROMPTS[0], target, body, 1.0, False, request_body(PROMPTS[0], target, CollectOptions()))
     assert (row["prompt_tokens"], row["completion_tokens"]) == (12407, 550)
     assert (row["cached_tokens"], row["cache_write_tokens"]) == (100, 12304) and "reasoning_tokens" not in row
     assert row["cost_usd"] == pytest.approx((3 * 3 + 100 * 0.3 + 12304 * 3.75 + 550 * 15) / 1e6)
+
+
+TOKEN_PRICED = Target(
+    name="tok",
+    base_url="http://tok.test/v1",
+    model="up-tok",
+    price=Price(input_per_mtok=1.0, output_per_mtok=2.0),
+)
+
+
+@pytest.mark.parametrize(
+    "usage",
+    [
+        None,
+        {},
+        {"prompt_tokens": 12.0, "completion_tokens": 1.0},  # floats are no counts
+        {"prompt_tokens": True, "completion_tokens": True},  # nor are bools
+        {"prompt_tokens": 12},  # one count alone
+    ],
+    ids=["none", "empty", "floats", "bools", "one-count"],
+)
+def test_a_token_priced_answer_without_usable_usage_is_charged_as_every_call_never_free(usage) -> None:
+    sent = request_body(PROMPTS[0], TOKEN_PRICED, CollectOptions())
+    body = {"choices": [{"message": {"content": "B"}}], **({} if usage is None else {"usage": usage})}
+    row = build_row(PROMPTS[0], TOKEN_PRICED, body, 1.0, False, sent)
+    charged = call_charge(TOKEN_PRICED.price, usage, orjson.dumps(sent), answer=body)
+    assert row["cost_usd"] == charged.usd > 0
+    assert (row["prompt_tokens"], row["completion_tokens"]) == (
+        charged.prompt_tokens,
+        charged.completion_tokens,
+    )
+    # The estimate errs high: at least the request's bytes as prompt tokens.
+    assert row["prompt_tokens"] >= len(orjson.dumps(sent))
+
+
+def test_a_row_with_usage_is_charged_its_counts() -> None:
+    sent = request_body(PROMPTS[0], TOKEN_PRICED, CollectOptions())
+    body = {
+        "choices": [{"message": {"content": "B"}}],
+        "usage": {"prompt_tokens": 12, "completion_tokens": 1},
+    }
+    row = build_row(PROMPTS[0], TOKEN_PRICED, body, 1.0, False, sent)
+    assert (row["prompt_tokens"], row["completion_tokens"]) == (12, 1)
+    assert row["cost_usd"] == pytest.approx((12 * 1.0 + 1 * 2.0) / 1e6)
