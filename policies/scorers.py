@@ -92,6 +92,7 @@ class Calls:
     quotes the answer (its size is bounded by the reservation); ``repeated``: ``settings.samples``
     calls, recorded as a list and compared by an equivalence. ``alternatives``: how many
     alternatives a reading carries (the ``top_k`` calibration writes for an ``own_model`` scorer).
+    ``collect_flag``: the ``cascade collect`` option that records the calls (named where missing).
     """
 
     settings: Callable[[Any], CallSettings]

@@ -14,6 +14,7 @@ from localpool.paths import PoolPaths
 from localpool.pool import ServerOptions, server_command
 from localpool.process import start_detached, stop, wait_healthy
 from localpool.server_build import llama_server_binary
+from policies import Price
 from tests.support.ports import free_port
 from traffic.judges.llm import LLMJudge
 
@@ -60,7 +61,9 @@ def judge_url(repo_root: Path, tmp_path_factory: pytest.TempPathFactory) -> Iter
 
 
 async def test_real_judge_says_yes_to_agreeing_answers_and_no_to_contradictions(judge_url: str) -> None:
-    judge = LLMJudge(judge_url, JUDGE, timeout_s=120)
+    judge = LLMJudge(
+        judge_url, JUDGE, price=Price(per_query_usd=0), timeout_s=120
+    )  # what it costs is not tested here
     try:
         agree = [await judge.judge(*pair) for pair in AGREEING]
         disagree = [await judge.judge(*pair) for pair in DISAGREEING]

@@ -49,7 +49,12 @@ def test_store_urls_and_judges_are_kept_as_given() -> None:
     judged = settings(
         enabled=True,
         store="file:///var/lib/cascade/t.jsonl",
-        judge={"kind": "llm", "base_url": "http://127.0.0.1:9002/v1", "model": "qwen"},
+        judge={
+            "kind": "llm",
+            "base_url": "http://127.0.0.1:9002/v1",
+            "model": "qwen",
+            "price": {"per_query_usd": 0},
+        },
     )
     assert judged.learning.judge.kind == "llm"
 

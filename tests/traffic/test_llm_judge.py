@@ -40,6 +40,7 @@ def completion(alternatives: dict[str, float], usage: tuple[int, int] = (120, 1)
 
 
 def judge_with(handler, **kwargs) -> LLMJudge:  # type: ignore[no-untyped-def]
+    kwargs.setdefault("price", Price(per_query_usd=0))
     return LLMJudge("http://judge.test/v1", "judge-model", transport=httpx.MockTransport(handler), **kwargs)
 
 
@@ -94,7 +95,7 @@ async def test_a_failed_judge_call_is_a_judge_error_never_a_zero(response: httpx
 
 
 async def test_connection_refused_is_a_judge_error() -> None:
-    judge = LLMJudge("http://127.0.0.1:1/v1", "judge-model", timeout_s=2)
+    judge = LLMJudge("http://127.0.0.1:1/v1", "judge-model", price=Price(per_query_usd=0), timeout_s=2)
     with pytest.raises(JudgeError, match="ConnectError"):
         await judge.judge("q", "a", "b")
     await judge.aclose()
@@ -130,8 +131,11 @@ def test_judge_config_builds_each_judge_and_refuses_unknown_fields() -> None:
     }
     for kind, extra in kinds.items():
         assert make_judge(adapter.validate_python({"kind": kind, **extra})).name == kind
-    llm = make_judge(adapter.validate_python({"kind": "llm", "base_url": "http://h:8080/v1", "model": "m"}))
+    llm_config = {"kind": "llm", "base_url": "http://h:8080/v1", "model": "m"}
+    llm = make_judge(adapter.validate_python({**llm_config, "price": {"per_query_usd": 0}}))
     assert llm.name == "llm"
+    with pytest.raises(ValidationError, match="price"):  # a judge without a price is not free: an error
+        adapter.validate_python(llm_config)
     with pytest.raises(ValidationError):
         adapter.validate_python({"kind": "exact", "threshold": 0.5})
     with pytest.raises(ValidationError):

@@ -45,7 +45,7 @@ class LLMJudge:
         base_url: str,
         model: str,
         *,
-        price: Price | None = None,
+        price: Price,
         api_key_env: str | None = None,
         timeout_s: float = 30.0,
         top_logprobs: int = 10,
@@ -53,7 +53,7 @@ class LLMJudge:
     ):
         self.url = base_url.rstrip("/") + "/chat/completions"
         self.model = model
-        self.price = price or Price(per_query_usd=0.0)
+        self.price = price
         self.api_key_env = api_key_env
         self.timeout_s = timeout_s
         self.top_logprobs = top_logprobs
