@@ -283,13 +283,14 @@ class Gateway:
 
     def _scoring_bound_usd(self, plan: RoutePlan, request: ParsedRequest, parts: dict[str, int]) -> float:
         """Worst-case USD of a black-box scorer's extra calls on every scored stage of the route
-        (gateway.blackbox_scoring); 0 for a logprob scorer. The verifier's request quotes the
-        stage's messages: its model must bound their priced parts too."""
+        (gateway.blackbox_scoring); 0 for a logprob scorer. A scorer's own model (the verifier's)
+        is sent the stage's messages: it must bound their priced parts too."""
         if plan.route is None or plan.policy is None or not plan.policy.scorer.is_blackbox:
             return 0.0
         scorer = plan.policy.scorer
-        if parts and scorer.verifier is not None and scorer.verifier.model in self.models:
-            _check_parts(scorer.verifier.model, parts, self.models[scorer.verifier.model].limits)
+        own = scorer.own_model
+        if parts and own is not None and own in self.models:
+            _check_parts(own, parts, self.models[own].limits)
         stages = [
             (name, scored_stage_body(request, self.models[name], scorer))
             for name in plan.route.models[:-1]

@@ -109,9 +109,7 @@ def scorer_needs(scorer: ScorerSpec, scored: str) -> list[Need]:
         return []
     definition = REGISTRY.get(name)
     if definition is not None and definition.calls is not None:  # the scored model may give no logprobs
-        if not definition.calls.own_model:
-            return []
-        own = definition.calls.settings(scorer).model
+        own = scorer.own_model
         return [] if own is None else [Need(own, alternatives=int(scorer.top_k), role=name)]
     alternatives = int(scorer.top_k) if definition is None or definition.alternatives else 0
     return [Need(scored, alternatives=alternatives)]

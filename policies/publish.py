@@ -74,8 +74,8 @@ def check_servable(
         return
     routed = {m for v in views for tier in v.tiers.values() for route in tier.routes for m in route.models}
     routed |= {m for v in views for point in v.envelope for m in point.models}
-    # A verifier scorer calls a configured model too.
-    routed |= {v.scorer.verifier.model for v in views if v.scorer.verifier is not None}
+    # A scorer with a model of its own (the verifier) calls a configured model too.
+    routed |= {own for v in views if (own := v.scorer.own_model) is not None}
     missing = sorted(routed - set(known_models))
     if missing:
         raise PolicyInvalidError(

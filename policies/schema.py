@@ -136,6 +136,14 @@ class ScorerSpec(_Strict):
         return definition is not None and definition.calls is not None
 
     @property
+    def own_model(self) -> str | None:
+        """The configured model the scorer itself calls (the verifier's; ``Calls.own_model``), or None."""
+        definition = REGISTRY.get(self.name)
+        if definition is None or definition.calls is None or not definition.calls.own_model:
+            return None
+        return definition.calls.settings(self).model
+
+    @property
     def self_report_prompt(self) -> str:
         """The self-report follow-up question (the default when the policy names none)."""
         return self.prompt or SELF_REPORT_PROMPT
