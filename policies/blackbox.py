@@ -1,4 +1,6 @@
-"""Scorers that need no logprobs from the scored model (docs/contracts.md#scorers).
+"""The pieces of the scorers that need no logprobs from the scored model (docs/contracts.md#scorers):
+request builders and score functions. Each scorer's definition (``policies.scorers.REGISTRY``, a
+``Calls``) puts them together; nothing else reads this module's functions by scorer name.
 
 A black-box scorer judges a stage's answer with extra calls instead of the answer's own logprobs:
 
@@ -11,8 +13,9 @@ A black-box scorer judges a stage's answer with extra calls instead of the answe
   to 100; score = that number / 100.
 
 The gateway (live calls) and collection/calibration (recorded calls) build the extra requests and
-compute the scores with these very functions, so a threshold chosen offline means the same online.
-Every score is in [0, 1], higher = more confident; None when the call gave nothing usable.
+compute the scores with these very functions, through the definitions, so a threshold chosen offline
+means the same online. Every score is in [0, 1], higher = more confident; None when the call gave
+nothing usable.
 """
 
 from __future__ import annotations
