@@ -31,7 +31,8 @@ from calibration.routing.fit import DEFAULT_COMPONENTS, fit_linear_router
 from calibration.runs import RunsMatrix
 from calibration.splits import stratified_splits
 from calibration.tiers import TierObjective, TiersSpec
-from policies.router import LinearRouter
+from policies.router import LinearRouter, routed_choice
+from policies.score_distribution import bin_counts, decile_edges
 
 MECHANISMS = ("cascade", "routed", "hybrid")
 
@@ -180,6 +181,7 @@ def choose_mechanisms(
             routing = _hybrid_fields(full.hybrid, index, matrix.models)
             expected = tuple(_hybrid_on(matrix, full, index, everything))
         routing["compared"] = compared
+        routing["probability"] = probability_bins(full.router, matrix.features, routing, full.model_cost)
         choices[tier] = MechanismChoice(chosen, routing, expected, heldout, compared)
     return full.router, choices
 
@@ -207,6 +209,23 @@ def _hybrid_fields(candidates: HybridCandidates, index: int, models: Sequence[st
         "threshold": float(candidates.threshold[index]),
         "direct_below": float(candidates.tau[index]),
     }
+
+
+def probability_bins(
+    router: LinearRouter, features: np.ndarray, routing: Mapping[str, Any], model_cost: Sequence[float]
+) -> dict[str, list[float]]:
+    """A routed tier's ``routing.probability``: the bins (deciles) of the probability the gateway
+    reports for each of these rows (routed: the chosen model's, by ``policies.router.routed_choice``
+    as served; hybrid: the first model's) and their shares, which the drift metric compares with."""
+    p = router.probabilities(features)
+    if routing["mechanism"] == "routed":
+        chosen = [routed_choice(row, model_cost, routing["price_weight"]) for row in p]
+        values = p[np.arange(p.shape[0]), chosen]
+    else:
+        values = p[:, router.models.index(routing["models"][0])]
+    edges = decile_edges(values)
+    counts = bin_counts(edges, values)
+    return {"edges": edges, "proportions": [float(v) for v in counts / counts.sum()]}
 
 
 def router_document(
