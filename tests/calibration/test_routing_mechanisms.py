@@ -19,7 +19,8 @@ from calibration.runs import RunsMatrix
 from calibration.splits import stratified_splits
 from calibration.tiers import TierObjective, TiersSpec
 from policies.route_features import CHEAP, feature_dims
-from policies.router import routed_choice
+from policies.router import LinearRouter, routed_choice
+from policies.score_distribution import bin_counts, decile_edges
 
 
 def _oracle_matrix(n: int = 400, seed: int = 0) -> RunsMatrix:
@@ -132,6 +133,30 @@ def test_calibration_serves_a_router_where_it_wins_held_out_and_the_policy_carri
     assert compared[mid.routing.mechanism].quality > compared["cascade"].quality
     assert mid.expected.heldout is not None and mid.expected.heldout.splits == 6
     assert mid.routes[0].models  # the calibrated cascade stays, as the fallback
+
+
+def test_a_routed_tier_records_where_the_routers_probability_fell_for_the_drift_metric() -> None:
+    matrix = _oracle_matrix()
+    options = RoutingOptions(("cascade", "routed"), "cheap-v1", components=None)
+    policy = calibrate(matrix, SPEC, heldout=SETTINGS, routing=options).policy
+    mid = policy.tiers["mid"]
+    assert policy.router is not None and mid.routing is not None and mid.routing.mechanism == "routed"
+    bins = mid.routing.probability
+    assert bins is not None and abs(sum(bins.proportions) - 1) < 1e-9
+    # The probability the gateway reports for each calibration query (the chosen model's), binned.
+    router = LinearRouter(
+        policy.router.features,
+        tuple(policy.router.models),
+        np.asarray(policy.router.coef),
+        np.asarray(policy.router.intercept),
+    )
+    assert mid.routing.price_weight is not None
+    reported = [
+        p[routed_choice(p, policy.router.cost_usd, mid.routing.price_weight)]
+        for p in router.probabilities(matrix.features)
+    ]
+    assert bins.edges == decile_edges(np.array(reported))
+    np.testing.assert_allclose(bins.proportions, bin_counts(bins.edges, np.array(reported)) / len(reported))
 
 
 def test_a_calibration_that_keeps_every_tier_a_cascade_keeps_its_policy_id() -> None:
