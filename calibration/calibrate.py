@@ -17,7 +17,13 @@ import numpy as np
 from calibration.envelope import Envelope, compute_envelope
 from calibration.heldout_expected import HeldoutSettings, heldout_expectations
 from calibration.policy_writer import policy_document
-from calibration.routing.mechanisms import MechanismChoice, RoutingOptions, choose_mechanisms, router_document
+from calibration.routing.mechanisms import (
+    MechanismChoice,
+    MechanismCurves,
+    RoutingOptions,
+    choose_mechanisms,
+    router_document,
+)
 from calibration.runs import RunsMatrix
 from calibration.tiers import TierSolution, TiersSpec, solve_tiers
 from policies.schema import Policy
@@ -39,6 +45,7 @@ class Calibrated:
     document: dict[str, Any] = field(default_factory=dict)
     notes: tuple[str, ...] = ()
     mechanisms: Mapping[str, MechanismChoice] | None = None
+    curves: MechanismCurves | None = None
 
 
 def calibrate(
@@ -68,12 +75,14 @@ def calibrate(
         except ValueError as exc:  # too few queries to split: the policy is still valid without
             notes = (f"no held-out expectations: {exc}",)
     document = policy_document(data, envelope, solutions, spec.default_tier, expectations)
-    choices = None
+    choices = curves = None
     if routing is not None:
         if heldout is None or expectations is None:
             raise ValueError("choosing a routing mechanism needs held-out expectations (drop --no-heldout)")
-        choices = attach_routing(document, data, spec, expectations, routing, heldout)
-    return Calibrated(envelope, solutions, build_policy(document), expectations, document, notes, choices)
+        choices, curves = attach_routing(document, data, spec, expectations, routing, heldout)
+    return Calibrated(
+        envelope, solutions, build_policy(document), expectations, document, notes, choices, curves
+    )
 
 
 def attach_routing(
@@ -83,13 +92,14 @@ def attach_routing(
     expectations: Mapping[str, dict[str, Any]],
     routing: RoutingOptions,
     heldout: HeldoutSettings,
-) -> dict[str, MechanismChoice]:
+) -> tuple[dict[str, MechanismChoice], MechanismCurves]:
     """Choose each tier's mechanism and write the choice into the policy ``document`` (in place):
-    the ``router`` when any tier routes, and each such tier's ``routing`` and ``expected``."""
-    router, choices = choose_mechanisms(matrix, spec, expectations, routing, heldout)
+    the ``router`` when any tier routes, and each such tier's ``routing`` and ``expected``. Returns
+    the choices and the mechanisms' in-sample frontiers (for the report)."""
+    router, choices, curves = choose_mechanisms(matrix, spec, expectations, routing, heldout)
     routed = {name: choice for name, choice in choices.items() if choice.routing is not None}
     if not routed:
-        return choices
+        return choices, curves
     document["router"] = router_document(router, matrix.cost.mean(axis=0).tolist(), routing.components)
     for name, choice in routed.items():
         tier = document["tiers"][name]
@@ -102,4 +112,4 @@ def attach_routing(
             "escalation_rate": min(1.0, max(0.0, float(escalation))),
             "heldout": choice.heldout,
         }
-    return choices
+    return choices, curves

@@ -61,6 +61,26 @@ class MechanismChoice:
     compared: dict[str, dict[str, float]]
 
 
+@dataclass(frozen=True)
+class MechanismCurves:
+    """The router's and route-then-cascade's cost-quality frontiers on every calibration row (in
+    sample, as the cascade envelope is): the router over its price sweep, the hybrid over its
+    candidates; each sorted by cost, quality rising (``frontier``). For the envelope plot."""
+
+    routed_cost: np.ndarray
+    routed_quality: np.ndarray
+    hybrid_cost: np.ndarray
+    hybrid_quality: np.ndarray
+
+
+def frontier(cost: np.ndarray, quality: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """The candidates no cheaper one matches in quality, by cost (ties: the better first)."""
+    order = np.lexsort((-quality, cost))
+    best = np.maximum.accumulate(quality[order])
+    keep = np.r_[True, best[1:] > best[:-1]]
+    return cost[order][keep], best[keep]
+
+
 def pick_candidate(cost: np.ndarray, quality: np.ndarray, objective: TierObjective) -> int:
     """Index of the candidate a tier takes: best quality within the budget (the cheapest when none
     fits), or the cheapest reaching ``min_quality`` (the best when none does); ties: cheaper."""
@@ -127,8 +147,9 @@ def choose_mechanisms(
     cascade_heldout: Mapping[str, Mapping[str, Any]],
     options: RoutingOptions,
     settings: HeldoutSettings,
-) -> tuple[LinearRouter, dict[str, MechanismChoice]]:
-    """The router fitted on every row, and each tier's choice (module docstring)."""
+) -> tuple[LinearRouter, dict[str, MechanismChoice], MechanismCurves]:
+    """The router fitted on every row, each tier's choice (module docstring), and both mechanisms'
+    in-sample frontiers."""
     if matrix.features is None:
         raise ValueError("routing mechanisms need per-query features (--prompts and --features)")
     everything = np.arange(matrix.n_queries)
@@ -183,7 +204,10 @@ def choose_mechanisms(
         routing["compared"] = compared
         routing["probability"] = probability_bins(full.router, matrix.features, routing, full.model_cost)
         choices[tier] = MechanismChoice(chosen, routing, expected, heldout, compared)
-    return full.router, choices
+    curves = MechanismCurves(
+        *frontier(full.routed_cost, full.routed_quality), *frontier(full.hybrid.cost, full.hybrid.quality)
+    )
+    return full.router, choices, curves
 
 
 def _rule(means: Mapping[str, tuple[float, float]], allowed: Sequence[str], objective: TierObjective) -> str:

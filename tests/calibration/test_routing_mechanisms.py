@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from dataclasses import replace
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -173,3 +174,49 @@ def test_a_calibration_that_keeps_every_tier_a_cascade_keeps_its_policy_id() -> 
 def test_routing_needs_held_out_expectations() -> None:
     with pytest.raises(ValueError, match="held-out"):
         calibrate(_oracle_matrix(), SPEC, routing=RoutingOptions(("routed",), "cheap-v1"))
+
+
+def test_the_calibration_report_sets_the_mechanisms_side_by_side_and_plots_their_curves(
+    tmp_path: Path,
+) -> None:
+    from calibration.reporting.calibration_plots import envelope_figure
+    from calibration.reporting.calibration_report import write_calibration_report
+    from calibration.reporting.html import format_cell
+
+    matrix = _oracle_matrix()
+    options = RoutingOptions(("cascade", "routed", "hybrid"), "cheap-v1", components=None)
+    result = calibrate(matrix, SPEC, heldout=SETTINGS, routing=options)
+    assert result.mechanisms is not None and result.curves is not None
+    page = write_calibration_report(
+        tmp_path,
+        matrix,
+        result.envelope,
+        result.solutions,
+        SPEC.default_tier,
+        mechanisms=result.mechanisms,
+        curves=result.curves,
+    )
+    html = page.read_text()
+    assert "Mechanisms per tier (held out)" in html
+    for name in ("cascade", "routed", "hybrid"):
+        assert f"<th>{name} quality</th>" in html and f"<th>{name} cost (USD)</th>" in html
+    for tier, choice in result.mechanisms.items():
+        for outcome in choice.compared.values():
+            for value in (outcome["quality"], outcome["cost_usd"]):
+                assert f'<td class="num">{format_cell(value)}</td>' in html, tier
+
+    axes = envelope_figure(result.envelope, result.solutions, curves=result.curves).axes[0]
+    lines = {line.get_label(): line for line in axes.get_lines()}
+    router_line, hybrid_line = lines["router (price sweep)"], lines["route-then-cascade (hybrid)"]
+    np.testing.assert_allclose(router_line.get_xdata(), result.curves.routed_cost)
+    np.testing.assert_allclose(hybrid_line.get_ydata(), result.curves.hybrid_quality)
+    # The cheap model's confidence says nothing here, the features everything: at the middle
+    # budget both curves lie well above the cascade envelope.
+    budget = 6e-5
+    envelope_best = result.envelope.quality[result.envelope.cost <= budget].max()
+    assert result.curves.routed_quality[result.curves.routed_cost <= budget].max() > envelope_best + 0.1
+    assert result.curves.hybrid_quality[result.curves.hybrid_cost <= budget].max() > envelope_best + 0.1
+    # Frontiers: cost and quality both rise.
+    assert np.all(np.diff(result.curves.routed_cost) > 0) and np.all(
+        np.diff(result.curves.routed_quality) > 0
+    )
