@@ -127,7 +127,8 @@ def test_a_refitted_router_better_held_out_replaces_the_served_one(
     assert routed_to(new, "economy", routed_prompt(1, hard=True)) != "small"
     assert routed_to(new, "economy", routed_prompt(2, hard=False)) == "small"
     economy = json.loads(report.read_text())["tiers"]["economy"]
-    assert economy["ok"]
+    assert economy["ok"] and economy["new"]["mechanism"] == economy["current"]["mechanism"] == "routed"
+    assert "router, price weight" in result.output  # the routes table names the mechanism
     # Both scored as their routers serve them, on the same held-out queries.
     assert economy["difference"]["quality"]["low"] > 0.2
     assert economy["new"]["escalation_rate"]["mean"] == 0.0  # one call per routed request
