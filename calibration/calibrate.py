@@ -25,7 +25,9 @@ from calibration.routing.mechanisms import (
     router_document,
 )
 from calibration.runs import RunsMatrix
+from calibration.score_distribution import set_cascaded_bins
 from calibration.tiers import TierSolution, TiersSpec, solve_tiers
+from policies.router import LinearRouter
 from policies.schema import Policy
 from policies.store import build_policy
 
@@ -102,6 +104,7 @@ def attach_routing(
         return choices, curves
     document["router"] = router_document(router, matrix.cost.mean(axis=0).tolist(), routing.components)
     for name, choice in routed.items():
+        _hybrid_drift_bins(document, matrix, router, name, choice)
         tier = document["tiers"][name]
         assert choice.expected is not None
         cost, quality, escalation = choice.expected
@@ -113,3 +116,21 @@ def attach_routing(
             "heldout": choice.heldout,
         }
     return choices, curves
+
+
+def _hybrid_drift_bins(
+    document: dict[str, Any], matrix: RunsMatrix, router: LinearRouter, name: str, choice: MechanismChoice
+) -> None:
+    """A hybrid pair tier's cheap-model score bins for the drift metric, from the queries its
+    router sends to the cascade (``calibration.score_distribution.set_cascaded_bins``). Any other
+    routed tier keeps its fallback routes' bins: it scores only when it falls back to them."""
+    routing = choice.routing or {}
+    models = routing.get("models") or []
+    if routing.get("mechanism") != "hybrid" or len(models) != 2:
+        return
+    assert matrix.features is not None
+    p_cheap = router.probabilities(matrix.features)[:, router.models.index(models[0])]
+    cascaded = np.flatnonzero(~(p_cheap < routing["direct_below"]))  # policies.router.goes_direct
+    document["score_distribution"] = set_cascaded_bins(
+        document.get("score_distribution"), matrix, name, models[0], cascaded
+    )

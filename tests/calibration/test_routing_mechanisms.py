@@ -220,3 +220,25 @@ def test_the_calibration_report_sets_the_mechanisms_side_by_side_and_plots_their
     assert np.all(np.diff(result.curves.routed_cost) > 0) and np.all(
         np.diff(result.curves.routed_quality) > 0
     )
+
+
+def test_a_hybrid_tiers_score_bins_are_those_of_the_queries_its_router_cascades() -> None:
+    matrix = _oracle_matrix()
+    options = RoutingOptions(("cascade", "hybrid"), "cheap-v1", components=None)
+    policy = calibrate(matrix, SPEC, heldout=SETTINGS, routing=options).policy
+    mid = policy.tiers["mid"]
+    assert mid.routing is not None and mid.routing.mechanism == "hybrid"
+    assert mid.routing.models == ["cheap", "expensive"] and mid.routing.direct_below is not None
+    assert policy.router is not None and policy.score_distribution is not None
+    router = LinearRouter(
+        policy.router.features,
+        tuple(policy.router.models),
+        np.asarray(policy.router.coef),
+        np.asarray(policy.router.intercept),
+    )
+    cascaded = router.probabilities(matrix.features)[:, 0] >= mid.routing.direct_below
+    assert 0 < cascaded.sum() < matrix.n_queries  # the sure failures go straight to expensive
+    edges = policy.score_distribution.models["cheap"].edges
+    expected = bin_counts(edges, matrix.score[cascaded, 0])
+    np.testing.assert_allclose(policy.score_distribution.tiers["mid"]["cheap"], expected / expected.sum())
+    assert set(policy.score_distribution.tiers["mid"]) == {"cheap"}
