@@ -242,3 +242,21 @@ def test_a_hybrid_tiers_score_bins_are_those_of_the_queries_its_router_cascades(
     expected = bin_counts(edges, matrix.score[cascaded, 0])
     np.testing.assert_allclose(policy.score_distribution.tiers["mid"]["cheap"], expected / expected.sum())
     assert set(policy.score_distribution.tiers["mid"]) == {"cheap"}
+
+
+def test_recalibration_scores_a_routed_or_hybrid_tier_exactly_as_calibration_measured_it() -> None:
+    from calibration.recalibration.outcomes import PolicyOutcomeError, policy_outcomes
+
+    matrix = _oracle_matrix()
+    every = np.arange(matrix.n_queries)
+    for mechanisms in (("cascade", "routed"), ("cascade", "hybrid")):
+        options = RoutingOptions(mechanisms, "cheap-v1", components=None)
+        policy = calibrate(matrix, SPEC, heldout=SETTINGS, routing=options).policy
+        outcomes = policy_outcomes(policy, matrix, every)
+        mid = policy.tiers["mid"]
+        assert mid.routing is not None and mid.routing.mechanism == mechanisms[1]
+        assert outcomes["mid"].cost.mean() == pytest.approx(mid.expected.cost_usd)
+        assert outcomes["mid"].quality.mean() == pytest.approx(mid.expected.quality)
+        assert outcomes["mid"].escalated.mean() == pytest.approx(mid.expected.escalation_rate)
+        with pytest.raises(PolicyOutcomeError, match="carry no cheap-v1 features"):
+            policy_outcomes(policy, replace(matrix, features=None), every)
