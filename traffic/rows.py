@@ -43,8 +43,9 @@ COLUMNS = (
     "response",
 )
 # The keys of a row's ``route``: the feature set's name, its vector, how the request was routed
-# (``gateway.tier_routing``; None on a cascade tier) and the router's probability behind it.
-ROUTE_KEYS = ("features", "values", "mechanism", "router_probability")
+# (``gateway.tier_routing``; None on a cascade tier), the router's probability behind it and the
+# models of the route taken (None on a cascade tier).
+ROUTE_KEYS = ("features", "values", "mechanism", "router_probability", "models")
 # The text columns a `where` filter may name (equality, as with `cascade calibrate --where`).
 FILTER_COLUMNS = ("query_id", "model", "dataset", "kind", "tier", "policy_id", "replica", "judge")
 # The kind of a row that does not say (written before the column existed).
@@ -74,7 +75,7 @@ class TrafficRow:
         tier: the tier label of the request; policy_id: the serving policy; replica: the writer.
         judge: which judge produced ``correct`` (e.g. ``exact``, ``llm``, ``reference``).
         route: the request's router inputs and decision when the serving policy has a router
-            (``{"features", "values", "mechanism", "router_probability"}``, ``ROUTE_KEYS``): what
+            (``{"features", "values", "mechanism", "router_probability", "models"}``, ``ROUTE_KEYS``): what
             ``cascade recalibrate`` refits the router on. None otherwise.
         prompt, response: the texts, stored only when ``log_text`` is on.
     """

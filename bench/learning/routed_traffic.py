@@ -99,6 +99,7 @@ def main() -> None:
             "values": [float(v) for v in vector],
             "mechanism": None,
             "router_probability": None,
+            "models": None,
         }
         for q, vector in zip(new, vectors, strict=True)
     }

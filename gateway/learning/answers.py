@@ -113,11 +113,13 @@ class Sample:
 @dataclass(slots=True, frozen=True)
 class RoutedAs:
     """How a routed tier's router decided a drawn request (``RoutePlan``'s fields of the same
-    names): ``mechanism``, the probability behind it, the features it read (None: not computed)."""
+    names): ``mechanism``, the probability behind it, the features it read (None: not computed),
+    and the models of the route it chose (``models``)."""
 
     mechanism: str
     router_probability: float | None
     features: Any
+    models: tuple[str, ...] = ()
 
 
 @dataclass(slots=True)

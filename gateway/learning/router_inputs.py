@@ -4,8 +4,8 @@
 it needs each sampled query's router features, computed as the gateway computes them when it
 routes, beside every pool model's judged answer (the rows). So, when the serving policy has a
 router, every sample's rows get ``route`` (``traffic.rows.ROUTE_KEYS``): the feature set's name and
-vector, and, for a request of a routed tier, how it was routed (``mechanism``) and the router's
-probability behind it (``router_probability``).
+vector, and, for a request of a routed tier, how it was routed (``mechanism``), the models of the
+route taken (``models``) and the router's probability behind it (``router_probability``).
 
 A routed request's features are the ones its route was chosen from (no second computation). Any
 other sampled request of the policy (a cascade tier's, a fallback's) gets them here, in the
@@ -44,4 +44,5 @@ async def route_record(sample: Sample, featurize: Featurize | None) -> dict[str,
         "values": [float(v) for v in np.asarray(features, dtype=np.float64)],
         "mechanism": None if routed is None else routed.mechanism,
         "router_probability": None if routed is None else routed.router_probability,
+        "models": None if routed is None else list(routed.models),
     }

@@ -127,7 +127,9 @@ class TrafficSampler:
             return None
         routed = None
         if plan.mechanism is not None:  # a routed tier: its rows carry the router's decision
-            routed = RoutedAs(plan.mechanism, plan.router_probability, plan.router_features)
+            routed = RoutedAs(
+                plan.mechanism, plan.router_probability, plan.router_features, tuple(plan.route.models)
+            )
         return DrawnRequest(request, plan.policy, plan.kind, routed=routed)
 
     def offer(self, query_id: str, drawn: DrawnRequest, tier: str) -> None:

@@ -133,7 +133,13 @@ def routed_traffic(
     for q in range(n):
         hard = rng.random() < 0.4
         values = [float(v) for v in cheap_features(routed_prompt(q, hard), 0, "text")]
-        route = {"features": CHEAP, "values": values, "mechanism": None, "router_probability": None}
+        route = {
+            "features": CHEAP,
+            "values": values,
+            "mechanism": None,
+            "router_probability": None,
+            "models": None,
+        }
         for model in MODELS:
             agrees = not hard if model == "small" else rng.random() < ROUTED_AGREEMENT[model]
             rows.append(

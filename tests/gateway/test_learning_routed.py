@@ -62,6 +62,7 @@ def test_a_sampled_routed_request_stores_its_features_route_and_probability(
     for row in rows.values():
         assert row.route is not None
         assert row.route["features"] == "cheap-v1" and row.route["mechanism"] == "routed"
+        assert row.route["models"] == ["large"]  # the route taken
         assert row.route["router_probability"] == pytest.approx(
             float(reply.headers["x-cascade-router-probability"]), rel=1e-4
         )
@@ -82,7 +83,9 @@ def test_a_sampled_request_of_a_cascade_tier_gets_the_features_off_the_request_p
     rows = rows_when(store_url, 6)
     direct = rows[cascade.headers["x-request-id"], "small"].route
     assert direct is not None and direct["mechanism"] is None and direct["router_probability"] is None
+    assert direct["models"] is None
     assert direct["values"] == pytest.approx(features_of(EASY))
     chained = rows[hybrid.headers["x-request-id"], "medium"].route
     assert chained is not None and chained["mechanism"] == "hybrid_cascade"
+    assert chained["models"] == ["small", "large"]
     assert chained["router_probability"] == pytest.approx(0.8808, abs=1e-4)  # p_small = sigmoid(2)
