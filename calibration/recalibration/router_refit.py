@@ -73,13 +73,18 @@ def router_refit(
         found = _features_by_query(rows, feature_set)
         ids = [str(q) for q in one.new.query_ids]
         keep = np.array([i for i, q in enumerate(ids) if q in found], dtype=np.int64)
-        if keep.size == 0:
+        if keep.size < min(options.min_queries, len(ids)) or keep.size == 0:
+            # Too few to calibrate on (the kind's own --min-queries rule), or to score a router on.
             if routes_now:
                 raise RouterRefitError(
-                    f"the current policy routes {kind} requests with its "
-                    f"{feature_set} router, and no sampled {kind} query carries its features (route column)"
+                    f"the current policy routes {kind} requests with its {feature_set} router, and only "
+                    f"{keep.size} sampled {kind} queries carry its features (route column; "
+                    f"--min-queries {options.min_queries})"
                 )
-            notes.append(f"kind {kind}: no query carries {feature_set} router features: cascades only")
+            notes.append(
+                f"kind {kind}: only {keep.size} queries carry {feature_set} router features "
+                f"(--min-queries {options.min_queries}): cascades only"
+            )
             continue
         if keep.size < len(ids):
             notes.append(

@@ -184,5 +184,5 @@ def test_a_routed_policy_cannot_be_compared_on_traffic_without_its_features(
     result = recalibrate(postgres_url, tmp_path, keys)
 
     assert result.exit_code == 1
-    assert "carries its features" in result.output
+    assert "only 0 sampled text queries carry its features" in result.output
     assert served(client, keys) == (current.policy_id, "1")
