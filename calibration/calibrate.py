@@ -17,9 +17,17 @@ import numpy as np
 from calibration.envelope import Envelope, compute_envelope
 from calibration.heldout_expected import HeldoutSettings, heldout_expectations
 from calibration.policy_writer import policy_document
-from calibration.routing.mechanisms import MechanismChoice, RoutingOptions, choose_mechanisms, router_document
+from calibration.routing.mechanisms import (
+    MechanismChoice,
+    MechanismCurves,
+    RoutingOptions,
+    choose_mechanisms,
+    router_document,
+)
 from calibration.runs import RunsMatrix
+from calibration.score_distribution import set_cascaded_bins
 from calibration.tiers import TierSolution, TiersSpec, solve_tiers
+from policies.router import LinearRouter
 from policies.schema import Policy
 from policies.store import build_policy
 
@@ -39,6 +47,7 @@ class Calibrated:
     document: dict[str, Any] = field(default_factory=dict)
     notes: tuple[str, ...] = ()
     mechanisms: Mapping[str, MechanismChoice] | None = None
+    curves: MechanismCurves | None = None
 
 
 def calibrate(
@@ -68,12 +77,14 @@ def calibrate(
         except ValueError as exc:  # too few queries to split: the policy is still valid without
             notes = (f"no held-out expectations: {exc}",)
     document = policy_document(data, envelope, solutions, spec.default_tier, expectations)
-    choices = None
+    choices = curves = None
     if routing is not None:
         if heldout is None or expectations is None:
             raise ValueError("choosing a routing mechanism needs held-out expectations (drop --no-heldout)")
-        choices = attach_routing(document, data, spec, expectations, routing, heldout)
-    return Calibrated(envelope, solutions, build_policy(document), expectations, document, notes, choices)
+        choices, curves = attach_routing(document, data, spec, expectations, routing, heldout)
+    return Calibrated(
+        envelope, solutions, build_policy(document), expectations, document, notes, choices, curves
+    )
 
 
 def attach_routing(
@@ -83,15 +94,17 @@ def attach_routing(
     expectations: Mapping[str, dict[str, Any]],
     routing: RoutingOptions,
     heldout: HeldoutSettings,
-) -> dict[str, MechanismChoice]:
+) -> tuple[dict[str, MechanismChoice], MechanismCurves]:
     """Choose each tier's mechanism and write the choice into the policy ``document`` (in place):
-    the ``router`` when any tier routes, and each such tier's ``routing`` and ``expected``."""
-    router, choices = choose_mechanisms(matrix, spec, expectations, routing, heldout)
+    the ``router`` when any tier routes, and each such tier's ``routing`` and ``expected``. Returns
+    the choices and the mechanisms' in-sample frontiers (for the report)."""
+    router, choices, curves = choose_mechanisms(matrix, spec, expectations, routing, heldout)
     routed = {name: choice for name, choice in choices.items() if choice.routing is not None}
     if not routed:
-        return choices
+        return choices, curves
     document["router"] = router_document(router, matrix.cost.mean(axis=0).tolist(), routing.components)
     for name, choice in routed.items():
+        _hybrid_drift_bins(document, matrix, router, name, choice)
         tier = document["tiers"][name]
         assert choice.expected is not None
         cost, quality, escalation = choice.expected
@@ -102,4 +115,22 @@ def attach_routing(
             "escalation_rate": min(1.0, max(0.0, float(escalation))),
             "heldout": choice.heldout,
         }
-    return choices
+    return choices, curves
+
+
+def _hybrid_drift_bins(
+    document: dict[str, Any], matrix: RunsMatrix, router: LinearRouter, name: str, choice: MechanismChoice
+) -> None:
+    """A hybrid pair tier's cheap-model score bins for the drift metric, from the queries its
+    router sends to the cascade (``calibration.score_distribution.set_cascaded_bins``). Any other
+    routed tier keeps its fallback routes' bins: it scores only when it falls back to them."""
+    routing = choice.routing or {}
+    models = routing.get("models") or []
+    if routing.get("mechanism") != "hybrid" or len(models) != 2:
+        return
+    assert matrix.features is not None
+    p_cheap = router.probabilities(matrix.features)[:, router.models.index(models[0])]
+    cascaded = np.flatnonzero(~(p_cheap < routing["direct_below"]))  # policies.router.goes_direct
+    document["score_distribution"] = set_cascaded_bins(
+        document.get("score_distribution"), matrix, name, models[0], cascaded
+    )

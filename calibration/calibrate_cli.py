@@ -337,6 +337,8 @@ def _write_reports(
                 policy_id=calibrated.policy.policy_id,
                 filters=filters,
                 randomize=options.randomize,
+                mechanisms=one.mechanisms,
+                curves=one.curves,
             )
         console.print(f"Report: {page} (plots beside it)", highlight=False, soft_wrap=True)
 

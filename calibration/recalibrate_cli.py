@@ -92,11 +92,30 @@ def recalibrate(
     heldout_splits: Annotated[
         int, typer.Option("--heldout-splits", min=1, help="Splits for the held-out expectations.")
     ] = 50,
+    mechanisms: Annotated[
+        str | None,
+        typer.Option(
+            "--mechanisms",
+            help="Mechanisms a tier may serve, chosen held out: cascade, routed, hybrid (default: all "
+            "three where the current policy has a router, else cascade; docs/routing.md).",
+        ),
+    ] = None,
+    features: Annotated[
+        str | None,
+        typer.Option(
+            "--features", help="Feature set of a new router (default: the current's, else cheap-v1)."
+        ),
+    ] = None,
+    router_components: Annotated[
+        int | None,
+        typer.Option("--router-components", min=1, help="Principal components the router keeps."),
+    ] = None,
 ) -> None:
     """Calibrate on part of the traffic, compare with the current policy on the rest, push if not worse.
 
     Each request kind of the traffic (the rows' ``kind``) is calibrated and compared on its own
-    queries, as cascade calibrate does it: the top level from text, a section per other kind.
+    queries, as cascade calibrate does it: the top level from text, a section per other kind. A
+    policy with a router gets its router refitted on the features the gateway sampled.
 
     Exit code 0: the new policy passed (pushed with --push); 3: refused (the reason on one line); 1: error.
     """
@@ -127,6 +146,11 @@ def recalibrate(
             tolerances=Tolerances(quality=quality_tolerance, cost=cost_tolerance),
             min_queries=min_queries,
             heldout_splits=heldout_splits if heldout else 0,
+            mechanisms=None
+            if mechanisms is None
+            else tuple(m.strip() for m in mechanisms.split(",") if m.strip()),
+            features=features,
+            router_components=router_components,
         )
         try:
             run_recalibrate(options, output, report, Console(), Console(stderr=True))

@@ -57,3 +57,23 @@ def _edges(scores: np.ndarray, bin_count: int) -> list[float]:
 
 def _shares(counts: np.ndarray) -> list[float]:
     return [float(v) for v in counts / counts.sum()]
+
+
+def set_cascaded_bins(
+    document: dict[str, Any] | None, matrix: RunsMatrix, tier: str, model: str, rows: np.ndarray
+) -> dict[str, Any]:
+    """``document`` (a ``score_distribution`` field, None: a new one) with tier ``tier``'s expected
+    bins of ``model`` taken from ``rows`` only: a route-then-cascade tier's cheap model scores just
+    the queries its router sends to the cascade, so that is the population the gateway observes."""
+    models: dict[str, Any] = {} if document is None else dict(document["models"])
+    tiers: dict[str, Any] = {} if document is None else dict(document["tiers"])
+    column = matrix.score[:, matrix.model_index(model)]
+    if model not in models:
+        edges = _edges(column, DEFAULT_BIN_COUNT)
+        models[model] = {"edges": edges, "proportions": _shares(bin_counts(edges, column))}
+    counts = bin_counts(models[model]["edges"], column[rows])
+    if counts.sum() > 0:
+        tiers[tier] = {model: _shares(counts)}
+    else:
+        tiers.pop(tier, None)
+    return {"calibration_rows": matrix.n_queries, **(document or {}), "models": models, "tiers": tiers}

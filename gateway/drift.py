@@ -8,6 +8,10 @@ buckets. A scored answer costs one bisect over the bin edges (nine for deciles) 
 when Prometheus scrapes (``collect``). Memory is bounded by pairs x buckets x bins, and labels
 come only from the policy's tiers and models.
 
+A routed or route-then-cascade tier (``gateway.tier_routing``) is tracked the same way with the
+router's predicted probability in place of a score (``model`` label ``router``), against the bins
+calibration recorded in the tier's ``routing.probability``.
+
 Exported (docs/contracts.md#metrics): ``cascade_score_drift_psi{tier, model, kind}`` (NaN while
 the window holds fewer than ``min_samples`` scores) and ``cascade_score_drift_samples{tier, model,
 kind}``.
@@ -30,6 +34,9 @@ from policies import Policy
 from policies.kinds import TOP_LEVEL_KIND, kind_policy, served_kinds
 from policies.score_distribution import bin_index, population_stability_index
 
+# The ``model`` label of a routed tier's router-probability window: a routed or hybrid tier's
+# router decides before any score exists, so its predicted probability is what drift watches.
+ROUTER_DRIFT_MODEL = "router"
 PSI_METRIC = "cascade_score_drift_psi"
 SAMPLES_METRIC = "cascade_score_drift_samples"
 
@@ -76,17 +83,23 @@ class ScoreDriftMonitor(Collector):
         self._windows = {}
         if policy is None:
             return
-        n = self.config.buckets
         for kind in served_kinds(policy):
-            distribution = kind_policy(policy, kind).score_distribution
-            if distribution is None:
-                continue
-            for tier, per_model in distribution.tiers.items():
+            served = kind_policy(policy, kind)
+            distribution = served.score_distribution
+            for tier, per_model in (distribution.tiers if distribution is not None else {}).items():
                 for model, expected in per_model.items():
-                    edges = distribution.models[model].edges
-                    self._windows[(kind, tier, model)] = _Window(
-                        list(edges), list(expected), [[0] * (len(edges) + 1) for _ in range(n)], [-1] * n
-                    )
+                    assert distribution is not None
+                    self._track(kind, tier, model, distribution.models[model].edges, expected)
+            for tier, spec in served.tiers.items():
+                bins = spec.routing.probability if spec.routing is not None else None
+                if bins is not None:  # the router's predicted probability, in place of a score
+                    self._track(kind, tier, ROUTER_DRIFT_MODEL, bins.edges, bins.proportions)
+
+    def _track(self, kind: str, tier: str, model: str, edges: list[float], expected: list[float]) -> None:
+        n = self.config.buckets
+        self._windows[(kind, tier, model)] = _Window(
+            list(edges), list(expected), [[0] * (len(edges) + 1) for _ in range(n)], [-1] * n
+        )
 
     def observe(
         self, policy_id: str, tier: str, model: str, score: float, kind: str = TOP_LEVEL_KIND

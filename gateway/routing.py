@@ -21,6 +21,7 @@ import math
 import random
 from collections.abc import Collection
 from dataclasses import dataclass
+from typing import Any
 
 from gateway.coverage import UNCALIBRATED_TIER, CoverageConfig, covered
 from gateway.errors import (
@@ -62,6 +63,8 @@ class RoutePlan:
         mechanism: for a routed tier (``gateway.tier_routing``), how the route was chosen
             (``routed``, ``hybrid_direct``, ``hybrid_cascade`` or ``fallback``); None otherwise.
         router_probability: the router's predicted probability behind that choice, if any.
+        router_features: the request's router features, when they were computed (the learning
+            sampler stores them with a sampled request's rows, for ``cascade recalibrate``).
     """
 
     tier: str
@@ -72,6 +75,7 @@ class RoutePlan:
     kind: str = TOP_LEVEL_KIND
     mechanism: str | None = None
     router_probability: float | None = None
+    router_features: Any = None
 
 
 class Router:

@@ -114,6 +114,8 @@ class Gateway:
         self.router = Router(models, rng, coverage)
         self.engine = CascadeEngine(models, self.pool, self.metrics)
         self.tier_router = TierRouter(self.metrics)
+        if learning is not None:  # sampled requests of a policy with a router carry its features
+            learning.runner.featurize = self.tier_router.features
         self.health = UpstreamHealth(self.pool, self.metrics)
         self.shared = shared
         self.metrics.spend_unsynced.set_function(self.shared.spend.unsynced_usd)

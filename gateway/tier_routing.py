@@ -30,6 +30,7 @@ from typing import Any
 import numpy as np
 from prometheus_client import Counter, Histogram
 
+from gateway.drift import ROUTER_DRIFT_MODEL
 from gateway.metrics import GatewayMetrics
 from gateway.requests import ParsedRequest
 from gateway.routing import RoutePlan
@@ -115,6 +116,7 @@ class TierRouter:
     def __init__(self, metrics: GatewayMetrics, embeddings: EmbeddingPool | None = None):
         registry = metrics.registry
         self._child = metrics.child
+        self._drift = metrics.drift
         self.decisions = Counter(
             "cascade_router_decisions",
             "Requests of routed tiers by tier, mechanism taken (routed, hybrid_direct, hybrid_cascade, "
@@ -168,6 +170,24 @@ class TierRouter:
         self._routers[id(spec)] = (spec, router)
         return router
 
+    async def features(
+        self, feature_set: str, request: ParsedRequest, kind: str
+    ) -> tuple[np.ndarray | None, str]:
+        """The request's vector of ``feature_set`` and ``"ok"``, or ``(None, why)`` when the embedding
+        pool could not compute it (``EmbeddingPool.embed``); timed in ``cascade_router_feature_seconds``.
+        The learning sampler computes a sampled request's features with it too, off the request path."""
+        body = request.body if request.api == "chat" else {"messages": [_legacy_message(request.body)]}
+        text, n_tools, kind = request_parts(body, kind)
+        started = time.perf_counter()
+        if feature_set == CHEAP:
+            features: np.ndarray | None = cheap_features(text, n_tools, kind)
+            why = "ok"
+        else:
+            assert feature_set == MINILM
+            features, why = await self.embeddings.embed(text)
+        self._child(self.feature_seconds, feature_set).observe(time.perf_counter() - started)
+        return features, why
+
     async def apply(self, plan: RoutePlan, request: ParsedRequest) -> RoutePlan:
         """``plan`` with the route its tier's routing chooses (unchanged, marked fallback, when the
         features could not be computed)."""
@@ -176,16 +196,7 @@ class TierRouter:
         routing = policy.tiers[plan.tier].routing
         assert routing is not None
         spec = policy.router
-        body = request.body if request.api == "chat" else {"messages": [_legacy_message(request.body)]}
-        text, n_tools, kind = request_parts(body, plan.kind)
-        started = time.perf_counter()
-        if spec.features == CHEAP:
-            features: np.ndarray | None = cheap_features(text, n_tools, kind)
-            why = "ok"
-        else:
-            assert spec.features == MINILM
-            features, why = await self.embeddings.embed(text)
-        self._child(self.feature_seconds, spec.features).observe(time.perf_counter() - started)
+        features, why = await self.features(spec.features, request, plan.kind)
         if features is None:
             self._child(self.fallbacks, plan.tier, why).inc()
             self._child(
@@ -216,8 +227,10 @@ class TierRouter:
         plan.route = Route.model_construct(weight=1.0, models=models, thresholds=thresholds)
         plan.mechanism = mechanism
         plan.router_probability = probability
+        plan.router_features = features
         self._child(self.decisions, plan.tier, mechanism, models[0]).inc()
         self._child(self.probability, plan.tier).observe(probability)
+        self._drift.observe(policy.policy_id, plan.tier, ROUTER_DRIFT_MODEL, probability, plan.kind)
         return plan
 
     def close(self) -> None:

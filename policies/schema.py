@@ -22,7 +22,7 @@ from pydantic import (
 from policies.blackbox import SELF_REPORT_PROMPT, VERIFIER_PROMPT
 from policies.call_tokens import ScoreTokens
 from policies.route_features import FEATURE_SETS, feature_dims
-from policies.score_distribution import ScoreDistribution
+from policies.score_distribution import ModelScoreBins, ScoreDistribution
 from policies.scorers import REGISTRY, SCORE_RANGES, SCORER_NAMES
 
 SCHEMA_VERSION: Literal[1] = 1
@@ -279,6 +279,9 @@ class TierRouting(_Strict):
     threshold: float | None = None
     direct_below: float | None = Field(None, ge=0, le=1)
     compared: dict[Literal["cascade", "routed", "hybrid"], MechanismOutcome] = Field(default_factory=dict)
+    # The router's probability on the calibration rows (routed: the chosen model's; hybrid: the
+    # cheap model's), binned as a score distribution: the gateway's drift metric compares live ones.
+    probability: ModelScoreBins | None = None
 
     @model_validator(mode="after")
     def _fields_match_mechanism(self) -> TierRouting:
@@ -299,7 +302,9 @@ class TierRouting(_Strict):
 
     @model_serializer(mode="wrap")
     def _dump(self, handler: SerializerFunctionWrapHandler) -> dict[str, Any]:
-        return _without_absent(self, handler, ("price_weight", "models", "threshold", "direct_below"))
+        return _without_absent(
+            self, handler, ("price_weight", "models", "threshold", "direct_below", "probability")
+        )
 
 
 class RouterSpec(_Strict):

@@ -24,7 +24,7 @@ from traffic.rows import COLUMNS, TrafficRow
 if TYPE_CHECKING:
     from traffic.store import TrafficStore
 
-JSON_COLUMNS = ("logprobs",)
+JSON_COLUMNS = ("logprobs", "route")
 
 
 class ExportError(Exception):

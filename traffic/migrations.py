@@ -54,6 +54,14 @@ MIGRATIONS: tuple[tuple[int, str], ...] = (
             CHECK (kind IN ('text', 'tool_call', 'structured_output'));
         """,
     ),
+    (
+        3,
+        # A sampled request's router features and decision (``traffic.rows.TrafficRow.route``), for
+        # refitting the router; rows stored before it have none.
+        f"""
+        ALTER TABLE {{schema}}.{TABLE} ADD COLUMN route jsonb;
+        """,
+    ),
 )
 
 

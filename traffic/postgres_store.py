@@ -45,9 +45,12 @@ _ARRAY_TYPES = {
     "policy_id": "text[]",
     "replica": "text[]",
     "judge": "text[]",
+    "route": "text[]",
     "prompt": "text[]",
     "response": "text[]",
 }
+# Columns stored as jsonb (sent as text, cast in the INSERT).
+_JSON_COLUMNS = ("logprobs", "route")
 # In the table `timestamp` is called `recorded_at` (a reserved word otherwise).
 _SQL_NAME = {c: ("recorded_at" if c == "timestamp" else c) for c in COLUMNS}
 
@@ -89,14 +92,14 @@ class PostgresStore:
         arrays = []
         for column in COLUMNS:
             values = [r[column] for r in records]
-            if column == "logprobs":
+            if column in _JSON_COLUMNS:
                 values = [None if v is None else json_bytes(v).decode() for v in values]
             elif column == "timestamp":
                 values = [row.timestamp for row in batch]
             arrays.append(values)
         names = ", ".join(_SQL_NAME[c] for c in COLUMNS)
         unnest = ", ".join(f"${i}::{_ARRAY_TYPES[c]}" for i, c in enumerate(COLUMNS, start=1))
-        selected = ", ".join("t.logprobs::jsonb" if c == "logprobs" else f"t.{_SQL_NAME[c]}" for c in COLUMNS)
+        selected = ", ".join(f"t.{c}::jsonb" if c in _JSON_COLUMNS else f"t.{_SQL_NAME[c]}" for c in COLUMNS)
         sql = (
             f"INSERT INTO {self.table} ({names}) SELECT {selected} FROM unnest({unnest}) AS t({names}) "
             "ON CONFLICT (query_id, model) DO NOTHING"
@@ -125,8 +128,9 @@ class PostgresStore:
         rows = []
         for record in records:
             values = {c: record[_SQL_NAME[c]] for c in COLUMNS}
-            if values["logprobs"] is not None:
-                values["logprobs"] = json.loads(values["logprobs"])
+            for column in _JSON_COLUMNS:
+                if values[column] is not None:
+                    values[column] = json.loads(values[column])
             rows.append(TrafficRow(**values))
         return rows
 

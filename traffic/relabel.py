@@ -132,6 +132,7 @@ def _labelled_row(
         kind=str(record.get("kind") or DEFAULT_KIND),
         timestamp=now,
         judge=verdict.judge if isinstance(verdict, Verdict) else None,
+        route=record.get("route") if isinstance(record.get("route"), dict) else None,
         prompt=record.get("prompt") if log_text else None,
         response=record.get("response") if log_text else None,
     )

@@ -38,9 +38,14 @@ COLUMNS = (
     "policy_id",
     "replica",
     "judge",
+    "route",
     "prompt",
     "response",
 )
+# The keys of a row's ``route``: the feature set's name, its vector, how the request was routed
+# (``gateway.tier_routing``; None on a cascade tier), the router's probability behind it and the
+# models of the route taken (None on a cascade tier).
+ROUTE_KEYS = ("features", "values", "mechanism", "router_probability", "models")
 # The text columns a `where` filter may name (equality, as with `cascade calibrate --where`).
 FILTER_COLUMNS = ("query_id", "model", "dataset", "kind", "tier", "policy_id", "replica", "judge")
 # The kind of a row that does not say (written before the column existed).
@@ -69,6 +74,9 @@ class TrafficRow:
         timestamp: when the answer was recorded (timezone-aware, UTC).
         tier: the tier label of the request; policy_id: the serving policy; replica: the writer.
         judge: which judge produced ``correct`` (e.g. ``exact``, ``llm``, ``reference``).
+        route: the request's router inputs and decision when the serving policy has a router
+            (``{"features", "values", "mechanism", "router_probability", "models"}``, ``ROUTE_KEYS``): what
+            ``cascade recalibrate`` refits the router on. None otherwise.
         prompt, response: the texts, stored only when ``log_text`` is on.
     """
 
@@ -88,6 +96,7 @@ class TrafficRow:
     policy_id: str | None = None
     replica: str | None = None
     judge: str | None = None
+    route: dict[str, Any] | None = None
     prompt: str | None = None
     response: str | None = None
 
@@ -104,6 +113,14 @@ class TrafficRow:
             raise RowError(
                 f"kind {self.kind!r} is not a request kind ({', '.join(REQUEST_KINDS)}) "
                 f"({self.query_id}, {self.model})"
+            )
+        if self.route is not None and not (
+            isinstance(self.route, dict)
+            and isinstance(self.route.get("features"), str)
+            and isinstance(self.route.get("values"), list)
+        ):
+            raise RowError(
+                f"route must be an object with features and values ({self.query_id}, {self.model})"
             )
         if self.timestamp.tzinfo is None:
             raise RowError(f"timestamp without a timezone ({self.query_id}, {self.model})")

@@ -32,3 +32,7 @@ class RecalibrateOptions:
     tolerances: Tolerances = field(default_factory=Tolerances)
     min_queries: int = 100
     heldout_splits: int = 50  # 0: no held-out expectations in the new policy
+    # The router (calibration.recalibration.router_refit): None = the current policy's mechanisms.
+    mechanisms: tuple[str, ...] | None = None
+    features: str | None = None  # a new router's feature set (default cheap-v1)
+    router_components: int | None = None  # default: the current router's, else 16

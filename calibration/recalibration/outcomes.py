@@ -1,5 +1,6 @@
 """A policy's tiers scored query by query on the rows of a runs matrix.
 
+A tier with ``routing`` is scored as its router serves it (``recalibration.routed_outcomes``).
 A tier with several routes is a randomized mixture: each query's outcome is the weighted mean of
 its routes' outcomes (the expectation over the gateway's draw), which is what the tier's mean
 converges to and has less noise than simulating the draw.
@@ -12,6 +13,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from calibration.frontier import chain_per_query
+from calibration.recalibration.routed_outcomes import RoutedOutcomeError, routed_tier_outcomes
 from calibration.runs import RunsMatrix
 from policies.schema import Policy, Tier
 
@@ -52,12 +54,25 @@ def tier_outcomes(tier: Tier, matrix: RunsMatrix, rows: np.ndarray) -> TierOutco
 
 
 def policy_outcomes(policy: Policy, matrix: RunsMatrix, rows: np.ndarray) -> dict[str, TierOutcomes]:
-    """``tier_outcomes`` of every tier of ``policy``; PolicyOutcomeError if it routes to a missing model."""
-    routed = sorted({m for tier in policy.tiers.values() for route in tier.routes for m in route.models})
-    missing = [m for m in routed if m not in matrix.models]
+    """Every tier of ``policy`` as served: ``tier_outcomes``, or for a tier with ``routing`` its
+    router's (``calibration.recalibration.routed_outcomes``); PolicyOutcomeError if it routes to a
+    missing model or a routed tier cannot be scored."""
+    routed = {m for tier in policy.tiers.values() for route in tier.routes for m in route.models}
+    if policy.router is not None:
+        routed |= set(policy.router.models)
+    missing = [m for m in sorted(routed) if m not in matrix.models]
     if missing:
         raise PolicyOutcomeError(
             f"policy {policy.policy_id} routes to {', '.join(missing)}, which the traffic has no rows for "
             f"(its models: {', '.join(matrix.models)})"
         )
-    return {name: tier_outcomes(tier, matrix, rows) for name, tier in policy.tiers.items()}
+    outcomes = {}
+    for name, tier in policy.tiers.items():
+        if tier.routing is None:
+            outcomes[name] = tier_outcomes(tier, matrix, rows)
+            continue
+        try:
+            outcomes[name] = TierOutcomes(*routed_tier_outcomes(policy, name, tier, matrix, np.asarray(rows)))
+        except RoutedOutcomeError as exc:
+            raise PolicyOutcomeError(str(exc)) from None
+    return outcomes

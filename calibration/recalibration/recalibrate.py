@@ -14,6 +14,11 @@ Steps (each one the code of the command that does it alone):
 5. score both policies on each kind's held-out part, each as it serves that kind
    (``policies.kinds.kind_policy``), and apply the push rule (``calibration.recalibration.rule``).
 
+A policy with a router is recalibrated with its router: in step 4 each tier chooses again between
+its cascade, the router refitted on the calibration part and route-then-cascade, from the features
+the gateway stored with each sample (``calibration.recalibration.router_refit``); in step 5 a
+routed tier is scored as its router serves it.
+
 A kind with fewer than ``--min-queries`` complete, scored queries is not calibrated: its requests
 are served by the new policy's top level. That refuses the new policy when the current one serves
 the kind with routes of its own (a section, or the top level for text): the push would hand its
@@ -45,6 +50,7 @@ from calibration.recalibration.kind_results import (
 )
 from calibration.recalibration.options import RecalibrateOptions
 from calibration.recalibration.redis_io import read_served
+from calibration.recalibration.router_refit import RouterRefitError, router_refit
 from calibration.recalibration.traffic_runs import KindRuns, TrafficRuns, load_traffic_runs
 from calibration.splits import stratified_splits
 from calibration.tiers import TiersSpec, load_tiers
@@ -137,6 +143,12 @@ def _run(
     for kind, loaded in runs.loaded.items():
         notes += [about(kind, note, several) for note in loaded.new.notes]
     eligible = _eligible(runs, options, selection, notes)
+    try:
+        refit = router_refit(eligible, selection.rows, current.policy, options)
+    except RouterRefitError as exc:
+        raise RecalibrationError(str(exc)) from None
+    eligible = refit.runs
+    notes += refit.notes
     splits = {
         kind: stratified_splits(
             one.new.n_queries,
@@ -155,6 +167,7 @@ def _run(
             spec,
             randomize=options.randomize,
             heldout=heldout,
+            routing=refit.routing,
         )
     notes += list(calibrated.notes)
     kinds: dict[str, KindRecalibration] = {}

@@ -32,7 +32,26 @@ def _route_text(tier: Tier | None) -> str:
         if route.thresholds:
             text += " @ " + ", ".join(f"{t:.4g}" for t in route.thresholds)
         lines.append(text if len(tier.routes) == 1 else f"{route.weight:.2f} × {text}")
-    return "\n".join(lines)
+    routing = tier.routing
+    if routing is None:
+        return "\n".join(lines)
+    # A routed tier is served by its router; its routes are the fallback (docs/routing.md).
+    if routing.mechanism == "routed":
+        head = f"router, price weight {routing.price_weight:.4g}"
+    elif routing.models is not None and len(routing.models) == 2:
+        cheap, strong = routing.models
+        head = (
+            f"hybrid: {cheap} -> {strong} @ {routing.threshold:.4g}, "
+            f"straight to {strong} if p < {routing.direct_below:.3g}"
+        )
+    else:
+        head = f"hybrid: {', '.join(routing.models or [])}"
+    return "\n".join([head, "fallback: " + " + ".join(lines)])
+
+
+def mechanism(tier: Tier) -> str:
+    """How a tier is served: ``cascade``, ``routed`` or ``hybrid``."""
+    return "cascade" if tier.routing is None else tier.routing.mechanism
 
 
 def _quality(e: Estimate, signed: bool = False) -> str:
@@ -208,10 +227,18 @@ def _tiers(result: Recalibration, one: KindRecalibration) -> dict[str, Any]:
         new_tier = new.tiers[name]
         tiers[name] = {
             "objective": new_tier.objective.model_dump(exclude_none=True),
-            "new": {**tier.new.as_dict(), "expected": new_tier.expected.model_dump()},
+            "new": {
+                **tier.new.as_dict(),
+                "mechanism": mechanism(new_tier),
+                "expected": new_tier.expected.model_dump(),
+            },
             "current": None
             if tier.current is None or current is None
-            else {**tier.current.as_dict(), "expected": current.tiers[name].expected.model_dump()},
+            else {
+                **tier.current.as_dict(),
+                "mechanism": mechanism(current.tiers[name]),
+                "expected": current.tiers[name].expected.model_dump(),
+            },
             "difference": None if tier.difference is None else tier.difference.as_dict(),
             "checks": [{"name": c.name, "ok": c.ok, "detail": c.detail} for c in tier.checks],
             "ok": tier.ok,

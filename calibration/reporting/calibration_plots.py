@@ -10,7 +10,11 @@ import numpy as np
 
 from calibration.envelope import Envelope
 from calibration.reporting.labels import Label, place_labels
+from calibration.routing.mechanisms import MechanismCurves
 from calibration.tiers import TierSolution
+
+# The evaluation plots' colours of the same methods (calibration.reporting.evaluation_plots).
+ROUTER_COLOR, HYBRID_COLOR = "#9467bd", "#e377c2"
 
 
 def _pyplot() -> Any:
@@ -23,15 +27,22 @@ def _pyplot() -> Any:
 
 
 def envelope_figure(
-    envelope: Envelope, tiers: Mapping[str, TierSolution] | None = None, title: str = ""
+    envelope: Envelope,
+    tiers: Mapping[str, TierSolution] | None = None,
+    title: str = "",
+    curves: MechanismCurves | None = None,
 ) -> Any:
-    """Matplotlib figure: pair frontiers (light), envelope (bold), switching points, singles, hull, tiers.
+    """Matplotlib figure: pair frontiers (light), envelope (bold), switching points, singles, hull, tiers;
+    with ``curves`` (``cascade calibrate --mechanisms``), the router's and route-then-cascade's
+    frontiers on the same calibration rows.
 
     The cost axis (USD per query) is logarithmic.
     """
     plt = _pyplot()
     figure, axes = plt.subplots(figsize=(10, 6.5))
     _plot_curves(axes, envelope)
+    if curves is not None:
+        _plot_mechanisms(axes, curves)
     pool = set(envelope.pool)
     singles = list(zip(envelope.model_names, envelope.model_cost, envelope.model_quality, strict=True))
     for name, cost, quality in singles:
@@ -102,6 +113,18 @@ def _plot_curves(axes: Any, envelope: Envelope) -> None:
         )
 
 
+def _plot_mechanisms(axes: Any, curves: MechanismCurves) -> None:
+    """The router's frontier over its price sweep and the hybrid's over its candidates (steps)."""
+    for cost, quality, color, label in (
+        (curves.routed_cost, curves.routed_quality, ROUTER_COLOR, "router (price sweep)"),
+        (curves.hybrid_cost, curves.hybrid_quality, HYBRID_COLOR, "route-then-cascade (hybrid)"),
+    ):
+        positive = cost > 0  # a log axis cannot show a free route
+        axes.step(
+            cost[positive], quality[positive], where="post", color=color, linewidth=1.8, zorder=3, label=label
+        )
+
+
 def shadow_price_figure(envelope: Envelope) -> Any:
     """Matplotlib figure: the shadow price (hull slope, quality per USD) against cost, log-log."""
     plt = _pyplot()
@@ -126,14 +149,16 @@ def write_calibration_plots(
     envelope: Envelope,
     tiers: Mapping[str, TierSolution] | None = None,
     title: str = "",
+    curves: MechanismCurves | None = None,
 ) -> dict[str, Path]:
-    """Write envelope.png and shadow_price.png into ``directory``; returns name -> path."""
+    """Write envelope.png (with ``curves``: the router's and hybrid's frontiers too) and
+    shadow_price.png into ``directory``; returns name -> path."""
     plt = _pyplot()
     directory = Path(directory)
     directory.mkdir(parents=True, exist_ok=True)
     written = {}
     for name, figure in (
-        ("envelope", envelope_figure(envelope, tiers, title)),
+        ("envelope", envelope_figure(envelope, tiers, title, curves)),
         ("shadow_price", shadow_price_figure(envelope)),
     ):
         path = directory / f"{name}.png"

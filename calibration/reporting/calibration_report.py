@@ -9,6 +9,7 @@ from calibration.envelope import Envelope
 from calibration.reporting.calibration_plots import write_calibration_plots
 from calibration.reporting.html import Figure, Section, Table, write_html_report
 from calibration.reporting.terminal import routes_text
+from calibration.routing.mechanisms import MechanismChoice, MechanismCurves
 from calibration.runs import RunsMatrix
 from calibration.tiers import TierSolution
 
@@ -25,16 +26,47 @@ def calibration_sections(
     policy_id: str = "",
     filters: Mapping[str, str] | None = None,
     randomize: bool = False,
+    mechanisms: Mapping[str, MechanismChoice] | None = None,
 ) -> list[Section]:
-    """Sections of the calibration report (summary, models, tiers, plots, switching, hull)."""
+    """Sections of the calibration report (summary, models, tiers, with ``mechanisms`` each tier's
+    mechanisms held out, plots, switching, hull)."""
     return [
         _summary_section(matrix, envelope, tiers, policy_id=policy_id, filters=filters, randomize=randomize),
         _models_section(envelope),
         _tiers_section(tiers, default_tier),
-        _plots_section(plots),
+        *([mechanisms_section(mechanisms, default_tier)] if mechanisms else []),
+        _plots_section(plots, routed=bool(mechanisms)),
         _switching_section(envelope),
         _hull_section(envelope),
     ]
+
+
+def mechanisms_section(choices: Mapping[str, MechanismChoice], default_tier: str) -> Section:
+    """Per tier, the held-out mean quality and cost of the cascade, the router and the hybrid side
+    by side, and the mechanism the tier serves (``calibration.routing.mechanisms``)."""
+    names = ("cascade", "routed", "hybrid")
+    rows = []
+    for tier, choice in choices.items():
+        row: list[object] = [f"{tier} (default)" if tier == default_tier else tier]
+        for name in names:
+            outcome = choice.compared.get(name)
+            row += ["-", "-"] if outcome is None else [outcome["quality"], outcome["cost_usd"]]
+        rows.append([*row, choice.mechanism])
+    headers = ["tier"]
+    for name in names:
+        headers += [f"{name} quality", f"{name} cost (USD)"]
+    return Section(
+        "Mechanisms per tier (held out)",
+        [
+            Table(
+                [*headers, "serves"],
+                rows,
+                caption="Mean over the held-out splits of the policy's protocol (each mechanism fitted "
+                "and chosen on a split's calibration part, measured on its test part); the tier serves "
+                "the best quality within its budget (docs/routing.md). '-': not asked for.",
+            )
+        ],
+    )
 
 
 def _summary_section(
@@ -123,15 +155,21 @@ def _tiers_section(tiers: Mapping[str, TierSolution], default_tier: str) -> Sect
     )
 
 
-def _plots_section(plots: Mapping[str, Path]) -> Section:
+def _plots_section(plots: Mapping[str, Path], routed: bool = False) -> Section:
     """The envelope and shadow-price plots (``write_calibration_plots``'s files), embedded."""
+    mechanisms = (
+        " The router over its price sweep (purple) and route-then-cascade (pink), fitted on the same "
+        "queries (in sample, as the envelope)."
+        if routed
+        else ""
+    )
     return Section(
         "Plots",
         [
             Figure.from_file(
                 plots["envelope"],
                 "Pair frontiers (grey), envelope (bold), concave hull (dashed), switching points "
-                "(diamonds), single models (dots) and tiers (stars). Log cost axis.",
+                "(diamonds), single models (dots) and tiers (stars). Log cost axis." + mechanisms,
             ),
             Figure.from_file(plots["shadow_price"], "Shadow price along the concave hull."),
         ],
@@ -197,11 +235,15 @@ def write_calibration_report(
     policy_id: str = "",
     filters: Mapping[str, str] | None = None,
     randomize: bool = False,
+    mechanisms: Mapping[str, MechanismChoice] | None = None,
+    curves: MechanismCurves | None = None,
 ) -> Path:
-    """Write envelope.png, shadow_price.png and report.html into ``directory``; returns the page."""
+    """Write envelope.png, shadow_price.png and report.html into ``directory``; returns the page.
+    With ``cascade calibrate --mechanisms``: each tier's ``mechanisms`` held out, and the router's
+    and hybrid's ``curves`` on the envelope plot."""
     directory = Path(directory)
     title = f"Envelope of {Path(matrix.source).name}" + filters_suffix(filters)
-    plots = write_calibration_plots(directory, envelope, tiers, title=title)
+    plots = write_calibration_plots(directory, envelope, tiers, title=title, curves=curves)
     sections = calibration_sections(
         matrix,
         envelope,
@@ -211,5 +253,6 @@ def write_calibration_report(
         policy_id=policy_id,
         filters=filters,
         randomize=randomize,
+        mechanisms=mechanisms,
     )
     return write_html_report(directory / REPORT_PAGE, "Cascade calibration", sections, subtitle=matrix.source)

@@ -31,7 +31,8 @@ from calibration.routing.fit import DEFAULT_COMPONENTS, fit_linear_router
 from calibration.runs import RunsMatrix
 from calibration.splits import stratified_splits
 from calibration.tiers import TierObjective, TiersSpec
-from policies.router import LinearRouter
+from policies.router import LinearRouter, routed_choice
+from policies.score_distribution import bin_counts, decile_edges
 
 MECHANISMS = ("cascade", "routed", "hybrid")
 
@@ -58,6 +59,26 @@ class MechanismChoice:
     expected: tuple[float, float, float] | None
     heldout: dict[str, Any] | None
     compared: dict[str, dict[str, float]]
+
+
+@dataclass(frozen=True)
+class MechanismCurves:
+    """The router's and route-then-cascade's cost-quality frontiers on every calibration row (in
+    sample, as the cascade envelope is): the router over its price sweep, the hybrid over its
+    candidates; each sorted by cost, quality rising (``frontier``). For the envelope plot."""
+
+    routed_cost: np.ndarray
+    routed_quality: np.ndarray
+    hybrid_cost: np.ndarray
+    hybrid_quality: np.ndarray
+
+
+def frontier(cost: np.ndarray, quality: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """The candidates no cheaper one matches in quality, by cost (ties: the better first)."""
+    order = np.lexsort((-quality, cost))
+    best = np.maximum.accumulate(quality[order])
+    keep = np.r_[True, best[1:] > best[:-1]]
+    return cost[order][keep], best[keep]
 
 
 def pick_candidate(cost: np.ndarray, quality: np.ndarray, objective: TierObjective) -> int:
@@ -126,8 +147,9 @@ def choose_mechanisms(
     cascade_heldout: Mapping[str, Mapping[str, Any]],
     options: RoutingOptions,
     settings: HeldoutSettings,
-) -> tuple[LinearRouter, dict[str, MechanismChoice]]:
-    """The router fitted on every row, and each tier's choice (module docstring)."""
+) -> tuple[LinearRouter, dict[str, MechanismChoice], MechanismCurves]:
+    """The router fitted on every row, each tier's choice (module docstring), and both mechanisms'
+    in-sample frontiers."""
     if matrix.features is None:
         raise ValueError("routing mechanisms need per-query features (--prompts and --features)")
     everything = np.arange(matrix.n_queries)
@@ -180,8 +202,12 @@ def choose_mechanisms(
             routing = _hybrid_fields(full.hybrid, index, matrix.models)
             expected = tuple(_hybrid_on(matrix, full, index, everything))
         routing["compared"] = compared
+        routing["probability"] = probability_bins(full.router, matrix.features, routing, full.model_cost)
         choices[tier] = MechanismChoice(chosen, routing, expected, heldout, compared)
-    return full.router, choices
+    curves = MechanismCurves(
+        *frontier(full.routed_cost, full.routed_quality), *frontier(full.hybrid.cost, full.hybrid.quality)
+    )
+    return full.router, choices, curves
 
 
 def _rule(means: Mapping[str, tuple[float, float]], allowed: Sequence[str], objective: TierObjective) -> str:
@@ -207,6 +233,23 @@ def _hybrid_fields(candidates: HybridCandidates, index: int, models: Sequence[st
         "threshold": float(candidates.threshold[index]),
         "direct_below": float(candidates.tau[index]),
     }
+
+
+def probability_bins(
+    router: LinearRouter, features: np.ndarray, routing: Mapping[str, Any], model_cost: Sequence[float]
+) -> dict[str, list[float]]:
+    """A routed tier's ``routing.probability``: the bins (deciles) of the probability the gateway
+    reports for each of these rows (routed: the chosen model's, by ``policies.router.routed_choice``
+    as served; hybrid: the first model's) and their shares, which the drift metric compares with."""
+    p = router.probabilities(features)
+    if routing["mechanism"] == "routed":
+        chosen = [routed_choice(row, model_cost, routing["price_weight"]) for row in p]
+        values = p[np.arange(p.shape[0]), chosen]
+    else:
+        values = p[:, router.models.index(routing["models"][0])]
+    edges = decile_edges(values)
+    counts = bin_counts(edges, values)
+    return {"edges": edges, "proportions": [float(v) for v in counts / counts.sum()]}
 
 
 def router_document(

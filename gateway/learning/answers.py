@@ -96,6 +96,8 @@ class Sample:
         answers: the request's own scored answers by model (reused, never bought again).
         timestamp: when the request was answered (UTC).
         kind: the request's kind (``RoutePlan.kind``), recorded in every row of the sample.
+        routed: the router's decision on the request path (``RoutedAs``), None when its tier
+            has no routing or the router did not run.
     """
 
     query_id: str
@@ -105,6 +107,19 @@ class Sample:
     answers: dict[str, StageAnswer]
     timestamp: datetime
     kind: str = "text"
+    routed: RoutedAs | None = None
+
+
+@dataclass(slots=True, frozen=True)
+class RoutedAs:
+    """How a routed tier's router decided a drawn request (``RoutePlan``'s fields of the same
+    names): ``mechanism``, the probability behind it, the features it read (None: not computed),
+    and the models of the route it chose (``models``)."""
+
+    mechanism: str
+    router_probability: float | None
+    features: Any
+    models: tuple[str, ...] = ()
 
 
 @dataclass(slots=True)
@@ -116,12 +131,14 @@ class DrawnRequest:
         policy: the policy serving it (as it serves the request's kind: its section for that kind).
         kind: the request's kind, which picked that section.
         answers: the scored answers kept so far, by model.
+        routed: the router's decision, for a request of a routed tier (``RoutedAs``).
     """
 
     request: ParsedRequest
     policy: Policy
     kind: str = "text"
     answers: dict[str, StageAnswer] = field(default_factory=dict)
+    routed: RoutedAs | None = None
 
     def keep(
         self, model: str, body: dict[str, Any], seconds: float, score: float | None, cost_usd: float

@@ -26,7 +26,7 @@ from datetime import UTC, datetime
 from typing import TYPE_CHECKING, Any
 
 from gateway.config import ModelConfig
-from gateway.learning.answers import DrawnRequest, Sample
+from gateway.learning.answers import DrawnRequest, RoutedAs, Sample
 from gateway.learning.budget import ShadowBudget
 from gateway.learning.config import LearningConfig
 from gateway.learning.shadow import SampleDroppedError, ShadowRunner
@@ -125,7 +125,12 @@ class TrafficSampler:
         and the request's kind (``plan.kind``), which its rows record."""
         if plan.route is None or plan.policy is None or self._random() >= self.rate:
             return None
-        return DrawnRequest(request, plan.policy, plan.kind)
+        routed = None
+        if plan.mechanism is not None:  # a routed tier: its rows carry the router's decision
+            routed = RoutedAs(
+                plan.mechanism, plan.router_probability, plan.router_features, tuple(plan.route.models)
+            )
+        return DrawnRequest(request, plan.policy, plan.kind, routed=routed)
 
     def offer(self, query_id: str, drawn: DrawnRequest, tier: str) -> None:
         """Queue an answered, drawn request; a full queue (or a closing sampler) drops it, counted."""
@@ -135,7 +140,14 @@ class TrafficSampler:
             self._dropped("shutdown")
             return
         sample = Sample(
-            query_id, drawn.request, drawn.policy, tier, drawn.answers, datetime.now(UTC), drawn.kind
+            query_id,
+            drawn.request,
+            drawn.policy,
+            tier,
+            drawn.answers,
+            datetime.now(UTC),
+            drawn.kind,
+            drawn.routed,
         )
         try:
             self.queue.put_nowait(sample)

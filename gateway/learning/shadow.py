@@ -33,6 +33,7 @@ from gateway.config import ModelConfig
 from gateway.learning.answers import Sample, StageAnswer, question_text
 from gateway.learning.budget import ShadowBudget
 from gateway.learning.config import LearningConfig
+from gateway.learning.router_inputs import Featurize, route_record
 from gateway.logs import log_event
 from gateway.metrics import LearningMetrics
 from gateway.upstream import UpstreamFailure, UpstreamPool
@@ -96,6 +97,9 @@ class ShadowRunner:
         self.reference = config.reference_model
         self.log_text = config.log_text
         self.semaphore = asyncio.Semaphore(config.concurrency)
+        # Computes a sample's router features when its request was not routed
+        # (``gateway.learning.router_inputs``); the gateway sets it to its ``TierRouter.features``.
+        self.featurize: Featurize | None = None
 
     def pool_of(self, policy: Policy) -> tuple[list[str], str]:
         """The models that get a row (policy order) and the reference model.
@@ -156,7 +160,10 @@ class ShadowRunner:
                 self.metrics.child(self.metrics.shadow_calls, call.model, "failed").inc()
         question = question_text(sample.request)
         labels = await self._labels(question, reference, answers)
-        return [self._row(sample, m, answers[m], labels.get(m), question) for m in models if m in answers]
+        route = await route_record(sample, self.featurize)
+        return [
+            self._row(sample, m, answers[m], labels.get(m), question, route) for m in models if m in answers
+        ]
 
     async def _call(
         self, sample: Sample, call: ShadowCall, deadline: float, tally: _Tally
@@ -243,6 +250,7 @@ class ShadowRunner:
         answer: StageAnswer,
         verdict: Verdict | JudgeError | None,
         question: str,
+        route: dict[str, Any] | None = None,
     ) -> TrafficRow:
         return TrafficRow(
             query_id=sample.query_id,
@@ -260,6 +268,7 @@ class ShadowRunner:
             policy_id=sample.policy.policy_id,
             replica=self.replica,
             judge=verdict.judge if isinstance(verdict, Verdict) else None,
+            route=route,
             prompt=question if self.log_text else None,
             response=answer.text() if self.log_text else None,
         )

@@ -31,11 +31,11 @@ TIERS = {
 Labeller = Callable[[int, str, bool], float]
 
 
-def tiers_file(path: Path) -> Path:
-    """TIERS as a YAML file."""
+def tiers_file(path: Path, tiers: dict[str, Any] | None = None) -> Path:
+    """``tiers`` (default TIERS) as a YAML file."""
     import yaml
 
-    path.write_text(yaml.safe_dump(TIERS))
+    path.write_text(yaml.safe_dump(tiers or TIERS))
     return path
 
 
@@ -99,5 +99,86 @@ def policy_from(rows: list[TrafficRow], path: Path) -> Policy:
     runs = path.with_suffix(".runs.jsonl")
     write_runs(rows, runs)
     policy = calibrate(load_runs(runs), parse_tiers(TIERS)).policy
+    save_policy(policy, path)
+    return policy
+
+
+# Routed traffic: a hard question (40%) defeats the small model, whose confidence says nothing
+# about it; the prompt's words do, so a router can tell and a cascade cannot.
+ROUTED_AGREEMENT = {"medium": 0.9, "large": 1.0}
+# economy: what routing the easy questions to small and the hard ones to medium costs (0.00022);
+# the medium model alone (0.0004) does not fit.
+ROUTED_TIERS = {
+    "default_tier": "balanced",
+    "tiers": {"economy": {"max_cost_usd": 0.0003}, "balanced": {"max_cost_usd": 0.0012}},
+}
+EASY, HARD = "add the numbers", "prove the theorem about"
+
+
+def routed_prompt(q: int, hard: bool) -> str:
+    """The request text of query ``q`` (its words say whether it is hard)."""
+    return f"{HARD if hard else EASY} {q % 97} and {(q * 13) % 89}"
+
+
+def routed_traffic(
+    n: int, *, seed: int, label: Labeller | None = None, prefix: str = "req"
+) -> list[TrafficRow]:
+    """n queries whose rows carry their ``cheap-v1`` router features (``route``), as the gateway's
+    sampler stores them; small agrees with the reference exactly on the easy ones."""
+    from policies.route_features import CHEAP, cheap_features
+
+    rng = random.Random(seed)
+    now = datetime.now(UTC)
+    rows = []
+    for q in range(n):
+        hard = rng.random() < 0.4
+        values = [float(v) for v in cheap_features(routed_prompt(q, hard), 0, "text")]
+        route = {
+            "features": CHEAP,
+            "values": values,
+            "mechanism": None,
+            "router_probability": None,
+            "models": None,
+        }
+        for model in MODELS:
+            agrees = not hard if model == "small" else rng.random() < ROUTED_AGREEMENT[model]
+            rows.append(
+                TrafficRow(
+                    query_id=f"{prefix}-{q}",
+                    model=model,
+                    correct=label(q, model, agrees) if label else (1.0 if agrees else 0.0),
+                    prompt_tokens=20,
+                    completion_tokens=5,
+                    cost_usd=COST[model],
+                    logprobs=logprobs(round(rng.uniform(0.3, 0.99), 4)),
+                    timestamp=now - timedelta(seconds=n - q),
+                    judge="reference" if model == "large" else "choice",
+                    route=route,
+                )
+            )
+    return rows
+
+
+def routed_policy_from(rows: list[TrafficRow], path: Path, splits: int = 5) -> Policy:
+    """Calibrate with the router (``cascade calibrate --mechanisms cascade,routed,hybrid``) on
+    ``rows`` and their stored features, save it."""
+    from dataclasses import replace
+
+    import numpy as np
+
+    from calibration.heldout_expected import HeldoutSettings
+    from calibration.routing.mechanisms import MECHANISMS, RoutingOptions
+
+    runs = path.with_suffix(".runs.jsonl")
+    write_runs(rows, runs)
+    matrix = load_runs(runs)
+    by_query = {row.query_id: row.route["values"] for row in rows if row.route is not None}
+    matrix = replace(matrix, features=np.array([by_query[str(q)] for q in matrix.query_ids]))
+    policy = calibrate(
+        matrix,
+        parse_tiers(ROUTED_TIERS),
+        heldout=HeldoutSettings(splits=splits),
+        routing=RoutingOptions(MECHANISMS, "cheap-v1"),
+    ).policy
     save_policy(policy, path)
     return policy

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from dataclasses import replace
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -19,7 +20,8 @@ from calibration.runs import RunsMatrix
 from calibration.splits import stratified_splits
 from calibration.tiers import TierObjective, TiersSpec
 from policies.route_features import CHEAP, feature_dims
-from policies.router import routed_choice
+from policies.router import LinearRouter, routed_choice
+from policies.score_distribution import bin_counts, decile_edges
 
 
 def _oracle_matrix(n: int = 400, seed: int = 0) -> RunsMatrix:
@@ -134,6 +136,30 @@ def test_calibration_serves_a_router_where_it_wins_held_out_and_the_policy_carri
     assert mid.routes[0].models  # the calibrated cascade stays, as the fallback
 
 
+def test_a_routed_tier_records_where_the_routers_probability_fell_for_the_drift_metric() -> None:
+    matrix = _oracle_matrix()
+    options = RoutingOptions(("cascade", "routed"), "cheap-v1", components=None)
+    policy = calibrate(matrix, SPEC, heldout=SETTINGS, routing=options).policy
+    mid = policy.tiers["mid"]
+    assert policy.router is not None and mid.routing is not None and mid.routing.mechanism == "routed"
+    bins = mid.routing.probability
+    assert bins is not None and abs(sum(bins.proportions) - 1) < 1e-9
+    # The probability the gateway reports for each calibration query (the chosen model's), binned.
+    router = LinearRouter(
+        policy.router.features,
+        tuple(policy.router.models),
+        np.asarray(policy.router.coef),
+        np.asarray(policy.router.intercept),
+    )
+    assert mid.routing.price_weight is not None
+    reported = [
+        p[routed_choice(p, policy.router.cost_usd, mid.routing.price_weight)]
+        for p in router.probabilities(matrix.features)
+    ]
+    assert bins.edges == decile_edges(np.array(reported))
+    np.testing.assert_allclose(bins.proportions, bin_counts(bins.edges, np.array(reported)) / len(reported))
+
+
 def test_a_calibration_that_keeps_every_tier_a_cascade_keeps_its_policy_id() -> None:
     matrix = _oracle_matrix()
     plain = calibrate(matrix, SPEC, heldout=SETTINGS)
@@ -148,3 +174,89 @@ def test_a_calibration_that_keeps_every_tier_a_cascade_keeps_its_policy_id() -> 
 def test_routing_needs_held_out_expectations() -> None:
     with pytest.raises(ValueError, match="held-out"):
         calibrate(_oracle_matrix(), SPEC, routing=RoutingOptions(("routed",), "cheap-v1"))
+
+
+def test_the_calibration_report_sets_the_mechanisms_side_by_side_and_plots_their_curves(
+    tmp_path: Path,
+) -> None:
+    from calibration.reporting.calibration_plots import envelope_figure
+    from calibration.reporting.calibration_report import write_calibration_report
+    from calibration.reporting.html import format_cell
+
+    matrix = _oracle_matrix()
+    options = RoutingOptions(("cascade", "routed", "hybrid"), "cheap-v1", components=None)
+    result = calibrate(matrix, SPEC, heldout=SETTINGS, routing=options)
+    assert result.mechanisms is not None and result.curves is not None
+    page = write_calibration_report(
+        tmp_path,
+        matrix,
+        result.envelope,
+        result.solutions,
+        SPEC.default_tier,
+        mechanisms=result.mechanisms,
+        curves=result.curves,
+    )
+    html = page.read_text()
+    assert "Mechanisms per tier (held out)" in html
+    for name in ("cascade", "routed", "hybrid"):
+        assert f"<th>{name} quality</th>" in html and f"<th>{name} cost (USD)</th>" in html
+    for tier, choice in result.mechanisms.items():
+        for outcome in choice.compared.values():
+            for value in (outcome["quality"], outcome["cost_usd"]):
+                assert f'<td class="num">{format_cell(value)}</td>' in html, tier
+
+    axes = envelope_figure(result.envelope, result.solutions, curves=result.curves).axes[0]
+    lines = {line.get_label(): line for line in axes.get_lines()}
+    router_line, hybrid_line = lines["router (price sweep)"], lines["route-then-cascade (hybrid)"]
+    np.testing.assert_allclose(router_line.get_xdata(), result.curves.routed_cost)
+    np.testing.assert_allclose(hybrid_line.get_ydata(), result.curves.hybrid_quality)
+    # The cheap model's confidence says nothing here, the features everything: at the middle
+    # budget both curves lie well above the cascade envelope.
+    budget = 6e-5
+    envelope_best = result.envelope.quality[result.envelope.cost <= budget].max()
+    assert result.curves.routed_quality[result.curves.routed_cost <= budget].max() > envelope_best + 0.1
+    assert result.curves.hybrid_quality[result.curves.hybrid_cost <= budget].max() > envelope_best + 0.1
+    # Frontiers: cost and quality both rise.
+    assert np.all(np.diff(result.curves.routed_cost) > 0) and np.all(
+        np.diff(result.curves.routed_quality) > 0
+    )
+
+
+def test_a_hybrid_tiers_score_bins_are_those_of_the_queries_its_router_cascades() -> None:
+    matrix = _oracle_matrix()
+    options = RoutingOptions(("cascade", "hybrid"), "cheap-v1", components=None)
+    policy = calibrate(matrix, SPEC, heldout=SETTINGS, routing=options).policy
+    mid = policy.tiers["mid"]
+    assert mid.routing is not None and mid.routing.mechanism == "hybrid"
+    assert mid.routing.models == ["cheap", "expensive"] and mid.routing.direct_below is not None
+    assert policy.router is not None and policy.score_distribution is not None
+    router = LinearRouter(
+        policy.router.features,
+        tuple(policy.router.models),
+        np.asarray(policy.router.coef),
+        np.asarray(policy.router.intercept),
+    )
+    cascaded = router.probabilities(matrix.features)[:, 0] >= mid.routing.direct_below
+    assert 0 < cascaded.sum() < matrix.n_queries  # the sure failures go straight to expensive
+    edges = policy.score_distribution.models["cheap"].edges
+    expected = bin_counts(edges, matrix.score[cascaded, 0])
+    np.testing.assert_allclose(policy.score_distribution.tiers["mid"]["cheap"], expected / expected.sum())
+    assert set(policy.score_distribution.tiers["mid"]) == {"cheap"}
+
+
+def test_recalibration_scores_a_routed_or_hybrid_tier_exactly_as_calibration_measured_it() -> None:
+    from calibration.recalibration.outcomes import PolicyOutcomeError, policy_outcomes
+
+    matrix = _oracle_matrix()
+    every = np.arange(matrix.n_queries)
+    for mechanisms in (("cascade", "routed"), ("cascade", "hybrid")):
+        options = RoutingOptions(mechanisms, "cheap-v1", components=None)
+        policy = calibrate(matrix, SPEC, heldout=SETTINGS, routing=options).policy
+        outcomes = policy_outcomes(policy, matrix, every)
+        mid = policy.tiers["mid"]
+        assert mid.routing is not None and mid.routing.mechanism == mechanisms[1]
+        assert outcomes["mid"].cost.mean() == pytest.approx(mid.expected.cost_usd)
+        assert outcomes["mid"].quality.mean() == pytest.approx(mid.expected.quality)
+        assert outcomes["mid"].escalated.mean() == pytest.approx(mid.expected.escalation_rate)
+        with pytest.raises(PolicyOutcomeError, match="carry no cheap-v1 features"):
+            policy_outcomes(policy, replace(matrix, features=None), every)

@@ -8,17 +8,19 @@ confidences, send live traffic through the gateway with the official openai SDK,
 from __future__ import annotations
 
 import math
+from collections.abc import Callable
 from itertools import cycle, islice
 from typing import Any
 
 import numpy as np
 import pytest
 
-from gateway.drift import DriftConfig, ScoreDriftMonitor
+from gateway.drift import ROUTER_DRIFT_MODEL, DriftConfig, ScoreDriftMonitor
 from policies import build_policy
-from policies.score_distribution import bin_counts, decile_edges
+from policies.score_distribution import bin_counts, decile_edges, population_stability_index
 from policies.scorers import score_response
 from tests.support.gateway_testkit import POLICY_DOCUMENT
+from tests.support.routed_policy import EASY, ROUTED, router_section
 from tests.support.scripted_upstream import ok
 
 MESSAGES = [{"role": "user", "content": "What is the capital of France?"}]
@@ -271,3 +273,26 @@ def test_a_kind_sections_scores_have_windows_of_their_own() -> None:
         ("chain", "small", "text"),
         ("balanced", "small", "tool_call"),
     }
+
+
+def test_a_routed_tier_tracks_its_router_probability_in_place_of_a_score(
+    start_gateway: Callable, make_settings: Callable, write_policy: Callable, upstream: Any
+) -> None:
+    # Calibration saw the router's probability spread evenly across 0.5; live traffic is all easy
+    # prompts (p_small = 0.881), so the window holds the upper bin only.
+    bins = {"edges": [0.5], "proportions": [0.5, 0.5]}
+    policy = write_policy(
+        tier_changes={"balanced": {"routing": {**ROUTED, "probability": bins}}}, router=router_section()
+    )
+    running = start_gateway(make_settings(policy=policy, drift={"min_samples": 4}))
+    upstream.set_default("up-small", ok("4", confidence=0.99))
+    client = running.client()
+    for _ in range(3):
+        client.chat.completions.create(model="cascade/balanced", messages=EASY)
+    labels = {"tier": "balanced", "model": ROUTER_DRIFT_MODEL, "kind": "text"}
+    assert running.sample("cascade_score_drift_samples", **labels) == 3.0
+    assert math.isnan(running.sample("cascade_score_drift_psi", **labels))  # below min_samples
+    client.chat.completions.create(model="cascade/balanced", messages=EASY)
+    assert running.sample("cascade_score_drift_psi", **labels) == pytest.approx(
+        population_stability_index([0, 4], [0.5, 0.5])
+    )

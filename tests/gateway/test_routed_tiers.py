@@ -10,39 +10,15 @@ never called); a hybrid tier cascades the easy one and sends the hard one straig
 from __future__ import annotations
 
 import math
-import zlib
 from pathlib import Path
 from typing import Any
 
 import pytest
 
-from policies.route_features import HASH_DIMS, MINILM_DIMS, feature_dims
+from policies.route_features import MINILM_DIMS
 from tests.support.gateway_testkit import until
+from tests.support.routed_policy import EASY, HARD, HYBRID, ROUTED, router_section
 from tests.support.scripted_upstream import ok
-
-EASY = [{"role": "user", "content": "What is two plus two?"}]
-HARD = [{"role": "user", "content": "A hard question: integrate x squared"}]
-SMALL_INTERCEPT = 2.0  # p_small = sigmoid(2) = 0.881 on a prompt without "hard"
-LARGE_INTERCEPT = 1.0  # p_large = 0.731 everywhere
-
-
-def router_section(features: str = "cheap-v1") -> dict[str, Any]:
-    """A router over small/medium/large whose small model fails prompts containing "hard"."""
-    dims = feature_dims(features)
-    small = [0.0] * dims
-    if features == "cheap-v1":
-        small[zlib.crc32(b"hard") % HASH_DIMS] = -40.0
-    return {
-        "features": features,
-        "models": ["small", "medium", "large"],
-        "cost_usd": [0.00001, 0.0001, 0.001],
-        "coef": [small, [0.0] * dims, [0.0] * dims],
-        "intercept": [SMALL_INTERCEPT, -5.0, LARGE_INTERCEPT],
-    }
-
-
-ROUTED = {"mechanism": "routed", "price_weight": 100.0}
-HYBRID = {"mechanism": "hybrid", "models": ["small", "large"], "threshold": 0.5, "direct_below": 0.5}
 
 
 @pytest.fixture

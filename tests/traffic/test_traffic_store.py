@@ -18,7 +18,16 @@ from traffic.store import StoreError, StoreUnavailableError, TrafficStore, parse
 async def test_rows_round_trip_with_every_column(store_url: str) -> None:
     store = open_store(store_url)
     assert isinstance(store, TrafficStore)
-    rows = query_rows("q1", correct={"small": 0.25}, prompt="What is 2+2?", response="4", dataset="math")
+    route = {
+        "features": "cheap-v1",
+        "values": [0.0, 0.5, 1.25],
+        "mechanism": "routed",
+        "router_probability": 0.75,
+        "models": ["small"],
+    }
+    rows = query_rows(
+        "q1", correct={"small": 0.25}, prompt="What is 2+2?", response="4", dataset="math", route=route
+    )
     try:
         assert await store.write_rows(rows) == 2
         back = await store.export()
