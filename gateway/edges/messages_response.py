@@ -16,6 +16,7 @@ from typing import Any
 
 import orjson
 
+from gateway.edges.fields import first_choice
 from gateway.errors import GatewayError, UpstreamError
 from gateway.requests import positive_int
 from policies.usage import normalize_usage
@@ -144,10 +145,7 @@ def content_blocks(message: dict[str, Any]) -> list[dict[str, Any]]:
 
 def render_message(chat: dict[str, Any], model: str, stop_sequences: tuple[str, ...]) -> dict[str, Any]:
     """A complete chat answer (its first choice) as an Anthropic ``message`` answered by ``model``."""
-    choices = chat.get("choices")
-    choice = choices[0] if isinstance(choices, list) and choices and isinstance(choices[0], dict) else {}
-    message = choice.get("message")
-    message = message if isinstance(message, dict) else {}
+    choice, message = first_choice(chat)
     blocks = content_blocks(message)
     reason, sequence = stop_reason(
         choice.get("finish_reason"),

@@ -1,16 +1,31 @@
 """The shapes of a Responses API answer, built from a chat answer.
 
-The chat message becomes output items (a ``message`` with ``output_text`` and ``refusal`` parts,
-then one ``function_call`` item per tool call), ``finish_reason: length`` an ``incomplete``
-response (``max_output_tokens``), chat usage the Responses usage; the Response object echoes the
-request's settings (gateway.edges.responses_request) and is never stored (``store: false``).
+``render_response``: the chat message becomes output items (a ``message`` with ``output_text`` and
+``refusal`` parts, then one ``function_call`` item per tool call), ``finish_reason: length`` an
+``incomplete`` response (``max_output_tokens``), chat usage the Responses usage; the Response
+object echoes the request's settings (gateway.edges.responses_request) and is never stored (``store: false``).
 """
 
 from __future__ import annotations
 
 from typing import Any
 
+from gateway.edges.fields import JSONObject, first_choice
 from gateway.edges.responses_request import ResponsesRequest
+
+
+def render_response(chat: JSONObject, context: ResponsesRequest) -> JSONObject:
+    """A complete chat answer (its first choice) as a Response object."""
+    choice, message = first_choice(chat)
+    status, incomplete = completion_status(choice.get("finish_reason"))
+    return response_object(
+        context,
+        status=status,
+        model=chat.get("model") or context.model,
+        output=output_items(message, choice.get("logprobs"), context, status),
+        usage=response_usage(chat.get("usage")),
+        incomplete_details=incomplete,
+    )
 
 
 def completion_status(finish_reason: Any) -> tuple[str, dict[str, str] | None]:
