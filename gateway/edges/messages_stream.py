@@ -35,7 +35,7 @@ def event(data: dict[str, Any]) -> bytes:
 
 def error_event(error: GatewayError, request_id: str | None = None) -> bytes:
     """The ``error`` event that ends a failed stream."""
-    return event(error_body(error, request_id))
+    return event(dict(error_body(error, request_id)))
 
 
 def _start(message: dict[str, Any]) -> bytes:
