@@ -30,8 +30,9 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from processes import GatewayProcess, RedisServer, write_gateway_config
+from processes import RedisServer, write_gateway_config
 
+from tests.support.gateway_process import GatewayProcess
 from tests.support.policy_files import write_policy
 from tests.support.scripted_upstream import ScriptedUpstream
 

@@ -18,8 +18,9 @@ from collections.abc import Callable, Sequence
 from typing import Any
 
 import openai
-from processes import NANO_PER_USD, GatewayProcess, RedisServer, spend_counter_nano, true_cost_usd
+from processes import NANO_PER_USD, RedisServer, spend_counter_nano, true_cost_usd
 
+from tests.support.gateway_process import GatewayProcess
 from tests.support.scripted_upstream import ScriptedUpstream
 
 MESSAGES = [{"role": "user", "content": "What is the capital of France?"}]

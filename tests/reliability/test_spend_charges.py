@@ -15,9 +15,10 @@ from typing import Any
 
 import orjson
 import pytest
-from processes import NANO_PER_USD, PRICES, GatewayProcess, RedisServer
+from processes import NANO_PER_USD, PRICES, RedisServer
 from spend_support import MESSAGES, Money, burst, send, settled, wait_until
 
+from tests.support.gateway_process import GatewayProcess
 from tests.support.scripted_upstream import Reply, ScriptedUpstream, ok
 
 KEY = "sk-reliability-charges"
