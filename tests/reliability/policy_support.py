@@ -20,6 +20,7 @@ import yaml
 from gateway.redis_keys import RedisKeys
 from policies import Policy, build_policy
 from tests.support.gateway_process import GatewayProcess
+from tests.support.policy_files import two_model_document
 from tests.support.shared_redis import REDIS_URL
 
 REPO = Path(__file__).resolve().parents[2]
@@ -40,26 +41,15 @@ def wait_for(condition: Callable[[], bool], timeout_s: float, what: str) -> floa
 
 def make_policy(threshold: float) -> Policy:
     """A valid policy over ``small`` -> ``large`` whose id depends on ``threshold``."""
-    return build_policy(
-        {
-            "scorer": {"name": "mean_token_negentropy", "top_k": 5},
-            "models": {
-                "small": {"mean_cost_usd": 0.00001, "quality": 0.5},
-                "large": {"mean_cost_usd": 0.001, "quality": 0.8},
-            },
-            "default_tier": "balanced",
-            "tiers": {
-                "balanced": {
-                    "objective": {"max_cost_usd": 0.0005},
-                    "routes": [{"weight": 1.0, "models": ["small", "large"], "thresholds": [threshold]}],
-                    "expected": {"cost_usd": 0.0004, "quality": 0.7, "escalation_rate": 0.4},
-                }
-            },
-            "envelope": [
-                {"cost_usd": 0.0004, "quality": 0.7, "models": ["small", "large"], "thresholds": [threshold]},
-            ],
-        }
+    document = two_model_document(
+        threshold,
+        small_cost_usd=0.00001,
+        max_cost_usd=0.0005,
+        expected_cost_usd=0.0004,
+        scorer={"name": "mean_token_negentropy", "top_k": 5},
+        envelope=True,
     )
+    return build_policy(document)
 
 
 class Replica(GatewayProcess):
