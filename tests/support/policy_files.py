@@ -65,3 +65,20 @@ def two_model_document(
         point = {"cost_usd": 0.0004, "quality": 0.7, "models": ["small", "large"], "thresholds": [threshold]}
         document["envelope"] = [point]
     return document
+
+
+def heldout_expectation(
+    cost_usd: tuple[float, float, float],
+    quality: tuple[float, float, float],
+    escalation_rate: tuple[float, float, float],
+) -> dict[str, Any]:
+    """A tier's ``expected.heldout`` block (50 splits of halves, seed 0): each measure as (mean,
+    low, high)."""
+    block: dict[str, Any] = {"splits": 50, "test_fraction": 0.5, "seed": 0}
+    for name, (mean, low, high) in (
+        ("cost_usd", cost_usd),
+        ("quality", quality),
+        ("escalation_rate", escalation_rate),
+    ):
+        block[name] = {"mean": mean, "low": low, "high": high}
+    return block
