@@ -2,54 +2,23 @@
 
 from __future__ import annotations
 
-import asyncio
-import math
 import random
 from collections.abc import Callable
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
-from typing import Any
 
 from calibration.calibrate import calibrate
 from calibration.runs import load_runs
 from calibration.tiers import parse_tiers
 from policies import save_policy
 from policies.schema import Policy
-from traffic.backends import open_store
+from tests.support.traffic_kinds import COST, MODELS, TEXT_AGREEMENT, TIERS, logprobs
 from traffic.export import write_runs
 from traffic.rows import TrafficRow
 
-MODELS = ("small", "medium", "large")  # large is the reference: the judge's labels agree with it
-COST = {"small": 0.0001, "medium": 0.0004, "large": 0.002}
-AGREEMENT = {"small": 0.55, "medium": 0.75, "large": 1.0}
-TIERS = {
-    "default_tier": "balanced",
-    "tiers": {"economy": {"max_cost_usd": 0.0006}, "balanced": {"max_cost_usd": 0.0012}},
-}
-
+AGREEMENT = TEXT_AGREEMENT  # large is the reference: the judge's labels agree with it
 # (query index, model, agrees with the reference) -> the stored label
 Labeller = Callable[[int, str, bool], float]
-
-
-def tiers_file(path: Path) -> Path:
-    """TIERS as a YAML file."""
-    import yaml
-
-    path.write_text(yaml.safe_dump(TIERS))
-    return path
-
-
-def logprobs(confidence: float) -> list[dict[str, Any]]:
-    """A one-token ``logprobs.content`` whose chosen token has probability ``confidence``."""
-    rest = (1 - confidence) / 3
-    alternatives = [{"token": t, "logprob": math.log(rest)} for t in "BCD"]
-    return [
-        {
-            "token": "A",
-            "logprob": math.log(confidence),
-            "top_logprobs": [{"token": "A", "logprob": math.log(confidence)}, *alternatives],
-        }
-    ]
 
 
 def traffic(n: int, *, seed: int, label: Labeller | None = None, prefix: str = "req") -> list[TrafficRow]:
@@ -78,20 +47,6 @@ def traffic(n: int, *, seed: int, label: Labeller | None = None, prefix: str = "
                 )
             )
     return rows
-
-
-def store_rows(url: str, rows: list[TrafficRow]) -> None:
-    """Write rows to a traffic store (one batch per 1,000 rows)."""
-
-    async def write() -> None:
-        store = open_store(url)
-        try:
-            for start in range(0, len(rows), 1000):
-                await store.write_rows(rows[start : start + 1000])
-        finally:
-            await store.close()
-
-    asyncio.run(write())
 
 
 def policy_from(rows: list[TrafficRow], path: Path) -> Policy:
