@@ -45,6 +45,20 @@ async def send_async(
     return status, time.monotonic() - started
 
 
+def limited_replicas(
+    start_replicas: Callable[..., list[GatewayProcess]], redis: Any, key: str, limit_usd: float
+) -> list[GatewayProcess]:
+    """Two replicas sharing ``redis``, serving only ``key``, limited to ``limit_usd``.
+
+    Redis calls get 1 s instead of the default 0.1 s: these tests are about what is reserved while
+    Redis answers, and on a saturated test machine a 0.1 s call can time out, which sends the
+    replica to its outage rule (tested in test_spend_redis_faults.py).
+    """
+    return start_replicas(
+        2, redis=redis, env={"CASCADE_API_KEYS": key}, budgets={"limit_usd": limit_usd}, redis_timeout_s=1.0
+    )
+
+
 def send(replica: GatewayProcess, api_key: str, *, endpoint: str = "chat", **body: Any) -> tuple[int, float]:
     """``send_async`` from sync code."""
     return asyncio.run(send_async(replica, api_key, endpoint=endpoint, **body))
