@@ -88,13 +88,18 @@ def tool_use_id(upstream_id: object) -> str:
 def stop_reason(
     finish_reason: object, has_tool_calls: bool, matched: object, stop_sequences: tuple[str, ...]
 ) -> tuple[str, str | None]:
-    """(``stop_reason``, ``stop_sequence``) of a chat choice; ``matched`` is vLLM's ``stop_reason``."""
+    """(``stop_reason``, ``stop_sequence``) of a chat choice; ``matched`` is vLLM's ``stop_reason``.
+
+    Raises TypeError (an unreadable answer) when ``finish_reason`` is neither null nor a string.
+    """
     if has_tool_calls and finish_reason in (None, "stop", "tool_calls", "function_call"):
         return "tool_use", None
     if finish_reason == "stop" and isinstance(matched, str) and matched in stop_sequences:
         return "stop_sequence", matched
-    finish = finish_reason if isinstance(finish_reason, str) and finish_reason else "stop"
-    return _FINISH_TO_STOP.get(finish, "end_turn"), None
+    if finish_reason is not None and not isinstance(finish_reason, str):
+        # An answer the gateway cannot read (gateway.answer_reading): a 502, or a stream's error event.
+        raise TypeError("finish_reason is not a string")
+    return _FINISH_TO_STOP.get(finish_reason or "stop", "end_turn"), None
 
 
 def usage(chat_usage: object) -> dict[str, int]:
