@@ -33,6 +33,7 @@ from gateway.config import ModelConfig
 from gateway.facts import CascadeFacts
 from gateway.metrics import GatewayMetrics
 from gateway.requests import ParsedRequest
+from gateway.tool_call_fragments import ToolCallFragments
 from policies import should_escalate
 from policies.answer_checks import AnswerProblem, check_answer
 from policies.tool_calls import normalize_message, request_kind
@@ -167,8 +168,7 @@ class StreamedAnswer:
     """The messages of a live chat stream, assembled from its chunks and checked when it ends.
 
     The client has the answer already: this only counts and reports it (``AnswerReview.final``).
-    Tool-call fragments are joined per call index as OpenAI clients do (id and name from the first
-    fragment that has them, arguments concatenated).
+    Tool-call fragments are joined per call index as OpenAI clients do (gateway.tool_call_fragments).
     """
 
     def __init__(self, review: AnswerReview, model: str, request: ParsedRequest, facts: CascadeFacts):
@@ -177,6 +177,7 @@ class StreamedAnswer:
         self._request = request
         self._facts = facts
         self._messages: dict[int, dict[str, Any]] = {}
+        self._calls: dict[int, ToolCallFragments] = {}
 
     def observe(self, event: Mapping[str, Any]) -> None:
         """Add one upstream chunk."""
@@ -185,35 +186,20 @@ class StreamedAnswer:
             if not isinstance(delta, Mapping):
                 continue
             index = choice.get("index", 0)
-            message = self._messages.setdefault(index if isinstance(index, int) else 0, {"content": None})
+            index = index if isinstance(index, int) else 0
+            message = self._messages.setdefault(index, {"content": None})
             if isinstance(delta.get("content"), str):
                 message["content"] = (message["content"] or "") + delta["content"]
             for fragment in delta.get("tool_calls") or ():
                 if isinstance(fragment, Mapping):
-                    _add_fragment(message.setdefault("tool_calls", {}), fragment)
+                    self._calls.setdefault(index, ToolCallFragments()).add(fragment)
 
     def close(self) -> None:
         """The stream ended: check the assembled answer (counted and reported like a final stage's)."""
         choices = []
         for index, message in sorted(self._messages.items()):
-            calls = message.pop("tool_calls", None)
+            calls = self._calls.get(index)
             if calls:
-                message["tool_calls"] = [calls[i] for i in sorted(calls)]
+                message["tool_calls"] = calls.as_chat()
             choices.append({"index": index, "message": message})
         self._review.final(self._model, self._request, {"choices": choices}, self._facts)
-
-
-def _add_fragment(calls: dict[int, dict[str, Any]], fragment: Mapping[str, Any]) -> None:
-    index = fragment.get("index", 0)
-    call = calls.setdefault(
-        index if isinstance(index, int) else 0,
-        {"id": None, "type": "function", "function": {"name": "", "arguments": ""}},
-    )
-    function = fragment.get("function")
-    function = function if isinstance(function, Mapping) else {}
-    if call["id"] is None and isinstance(fragment.get("id"), str):
-        call["id"] = fragment["id"]
-    if not call["function"]["name"] and isinstance(function.get("name"), str):
-        call["function"]["name"] = function["name"]
-    if isinstance(function.get("arguments"), str):
-        call["function"]["arguments"] += function["arguments"]

@@ -106,7 +106,7 @@ def build_gateway(settings: Settings, rng: random.Random | None = None) -> Gatew
     )
 
 
-def api_edges() -> list[ApiEdge]:
+def api_edges() -> list[ApiEdge[Any]]:
     """Every API the gateway serves through the cascade, one edge each (gateway.edges)."""
     return [
         OpenAIEdge("chat"),

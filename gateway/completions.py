@@ -118,7 +118,7 @@ class _Request:
 class ApiEndpoint:
     """ASGI app for ``POST <edge.path>``: one API edge served through the cascade."""
 
-    def __init__(self, gateway: Gateway, edge: ApiEdge):
+    def __init__(self, gateway: Gateway, edge: ApiEdge[Any]):
         self.gateway = gateway
         self.edge = edge
         self.path = edge.path
@@ -178,7 +178,7 @@ class ApiEndpoint:
             await self._respond(request, translated, plan, facts, deadline)
         request.outcome = facts.outcome
 
-    async def _admit(self, request: _Request, scope: Scope, receive: Receive) -> Translated:
+    async def _admit(self, request: _Request, scope: Scope, receive: Receive) -> Translated[Any]:
         """Read, authenticate, translate and route the request, and reserve its worst case."""
         gw, edge = self.gateway, self.edge
         headers = {k: v for k, v in scope["headers"] if k in self.wanted_headers}
@@ -222,7 +222,7 @@ class ApiEndpoint:
     async def _respond(
         self,
         request: _Request,
-        translated: Translated,
+        translated: Translated[Any],
         plan: RoutePlan,
         facts: CascadeFacts,
         deadline: float,

@@ -8,7 +8,7 @@ remains the judge of those. Every problem is a ``BadRequestError`` (400) naming 
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any, Literal
+from typing import Any, Literal, TypeGuard
 
 import orjson
 
@@ -30,6 +30,7 @@ _INT_FIELDS = ("max_tokens", "max_completion_tokens", "seed")
 # body would parse and then fail when it is forwarded. No real request nests anywhere near it
 # (tool schemas and multimodal content stay below 20).
 MAX_JSON_DEPTH = 254
+TOO_DEEP = f"request body nests arrays/objects deeper than {MAX_JSON_DEPTH} levels"
 
 
 @dataclass(slots=True)
@@ -57,6 +58,50 @@ class ParsedRequest:
 
 def parse_request(raw: bytes, api: CompletionApi) -> ParsedRequest:
     """Parse and validate a request body; BadRequestError (400) on any problem."""
+    body = load_json_object(raw)
+    model = body.get("model")
+    if not isinstance(model, str) or not model:
+        raise BadRequestError("'model' is required and must be a non-empty string", param="model")
+
+    if api == "chat":
+        _check_messages(body.get("messages"))
+        wants_logprobs = _optional_bool(body, "logprobs")
+        top = body.get("top_logprobs")
+        if top is not None and (not is_int(top) or not 0 <= top <= 20):
+            raise BadRequestError("'top_logprobs' must be an integer in 0..20", param="top_logprobs")
+    else:
+        _check_prompt(body.get("prompt"))
+        logprobs = body.get("logprobs")
+        if logprobs is not None and (not is_int(logprobs) or not 0 <= logprobs <= 20):
+            raise BadRequestError("'logprobs' must be an integer in 0..20 or null", param="logprobs")
+        wants_logprobs = logprobs is not None
+
+    stream = _optional_bool(body, "stream")
+    n = body.get("n")
+    n = 1 if n is None else positive_int(n)
+    if not n:
+        raise BadRequestError("'n' must be a positive integer", param="n")
+    for name in _NUMBER_FIELDS:
+        value = body.get(name)
+        if value is not None and not is_number(value):
+            raise BadRequestError(f"'{name}' must be a number", param=name)
+    for name in _INT_FIELDS:
+        value = body.get(name)
+        if value is not None and not is_int(value):
+            raise BadRequestError(f"'{name}' must be an integer", param=name)
+
+    include_usage = False
+    options = body.get("stream_options")
+    if options is not None:
+        if not isinstance(options, dict):
+            raise BadRequestError("'stream_options' must be an object", param="stream_options")
+        include_usage = _optional_bool(options, "include_usage")
+    return ParsedRequest(api, body, model, stream, n, wants_logprobs, include_usage)
+
+
+def load_json_object(raw: bytes) -> dict[str, Any]:
+    """A client body as a JSON object: every API's one loader (BadRequestError, 400, when it is
+    empty, not JSON, not an object, or nested deeper than it could be forwarded)."""
     if not raw:
         raise BadRequestError("request body is empty; expected a JSON object")
     try:
@@ -68,46 +113,17 @@ def parse_request(raw: bytes, api: CompletionApi) -> ParsedRequest:
     # A body cannot nest deeper than it has brackets, so almost every body skips the check
     # (bytes.count runs at memory speed); the others are re-encoded once, in C, to find out.
     if raw.count(b"[") + raw.count(b"{") > MAX_JSON_DEPTH and not _encodable(body):
-        raise BadRequestError(f"request body nests arrays/objects deeper than {MAX_JSON_DEPTH} levels")
+        raise BadRequestError(TOO_DEEP)
+    return body
 
-    model = body.get("model")
-    if not isinstance(model, str) or not model:
-        raise BadRequestError("'model' is required and must be a non-empty string", param="model")
 
-    if api == "chat":
-        _check_messages(body.get("messages"))
-        wants_logprobs = _optional_bool(body, "logprobs")
-        top = body.get("top_logprobs")
-        if top is not None and (not _is_int(top) or not 0 <= top <= 20):
-            raise BadRequestError("'top_logprobs' must be an integer in 0..20", param="top_logprobs")
-    else:
-        _check_prompt(body.get("prompt"))
-        logprobs = body.get("logprobs")
-        if logprobs is not None and (not _is_int(logprobs) or not 0 <= logprobs <= 20):
-            raise BadRequestError("'logprobs' must be an integer in 0..20 or null", param="logprobs")
-        wants_logprobs = logprobs is not None
-
-    stream = _optional_bool(body, "stream")
-    n = body.get("n")
-    n = 1 if n is None else positive_int(n)
-    if not n:
-        raise BadRequestError("'n' must be a positive integer", param="n")
-    for name in _NUMBER_FIELDS:
-        value = body.get(name)
-        if value is not None and not _is_number(value):
-            raise BadRequestError(f"'{name}' must be a number", param=name)
-    for name in _INT_FIELDS:
-        value = body.get(name)
-        if value is not None and not _is_int(value):
-            raise BadRequestError(f"'{name}' must be an integer", param=name)
-
-    include_usage = False
-    options = body.get("stream_options")
-    if options is not None:
-        if not isinstance(options, dict):
-            raise BadRequestError("'stream_options' must be an object", param="stream_options")
-        include_usage = _optional_bool(options, "include_usage")
-    return ParsedRequest(api, body, model, stream, n, wants_logprobs, include_usage)
+def encoded_size(body: dict[str, Any]) -> int:
+    """Bytes of ``body`` as JSON (what is forwarded); BadRequestError (400) when a translation nested
+    it deeper than it can be written."""
+    try:
+        return len(orjson.dumps(body))
+    except orjson.JSONEncodeError:
+        raise BadRequestError(TOO_DEEP) from None
 
 
 def check_client_schemas(body: dict[str, Any]) -> None:
@@ -154,11 +170,13 @@ def positive_int(value: Any) -> int:
     return value if isinstance(value, int) and not isinstance(value, bool) and value > 0 else 0
 
 
-def _is_int(value: Any) -> bool:
+def is_int(value: object) -> TypeGuard[int]:
+    """Whether a JSON value is an integer (a JSON bool is not one)."""
     return isinstance(value, int) and not isinstance(value, bool)
 
 
-def _is_number(value: Any) -> bool:
+def is_number(value: object) -> TypeGuard[int | float]:
+    """Whether a JSON value is a number (a JSON bool is not one)."""
     return isinstance(value, int | float) and not isinstance(value, bool)
 
 

@@ -1,9 +1,14 @@
-"""The README stays a short read that points at every docs page; no page points outside the repository."""
+"""The README stays a short read that points at every docs page and lists every command; no page points
+outside the repository."""
 
 from __future__ import annotations
 
 import re
 from pathlib import Path
+
+import typer
+
+from cascade_cli.main import app
 
 README_MAX_LINES = 350
 
@@ -24,3 +29,11 @@ def test_no_page_points_at_a_design_document_outside_the_repository(repo_root: P
     for page in [repo_root / "README.md", *(repo_root / "docs").glob("*.md")]:
         where = page.relative_to(repo_root)
         assert "DESIGN" not in page.read_text(), f"{where} refers to a design document not in the repo"
+
+
+def test_the_command_table_lists_every_command(repo_root: Path) -> None:
+    readme = (repo_root / "README.md").read_text()
+    table = [line for line in readme.splitlines() if line.startswith("| `cascade ")]
+    listed = {line.split("`cascade ", 1)[1].split()[0].rstrip("`") for line in table}
+    commands = set(typer.main.get_command(app).commands) - {"version"}  # `cascade version` needs no row
+    assert commands - listed == set()

@@ -23,12 +23,12 @@ from __future__ import annotations
 from abc import ABC, abstractmethod
 from collections.abc import Iterator, Mapping
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Generic, TypeVar
 
 import orjson
 
 from gateway.errors import GatewayError
-from gateway.requests import CompletionApi, ParsedRequest, parse_request
+from gateway.requests import CompletionApi, ParsedRequest, encoded_size, parse_request
 
 Headers = list[tuple[bytes, bytes]]
 
@@ -45,19 +45,53 @@ def openai_error_parts(error: GatewayError, request_id: str | None = None) -> tu
     return error.status, headers, orjson.dumps(error.body())
 
 
+# What an edge keeps of a request to shape its answer (None for the identity edge).
+Context = TypeVar("Context")
+# The context of a translating edge.
+Request = TypeVar("Request", bound="ChatTranslation")
+
+
 @dataclass(slots=True)
-class Translated:
+class Translated(Generic[Context]):
     """A client request as the engine runs it.
 
     Attributes:
         request: the validated chat/completions request the cascade's stages are called with.
         sent_bytes: bytes of that request's JSON (the prompt bound of the spend reservation).
-        context: whatever the edge needs to shape the answer (None for the identity edge).
+        context: what the edge needs to shape the answer (None for the identity edge).
     """
 
     request: ParsedRequest
     sent_bytes: int
-    context: Any = None
+    context: Context
+
+
+@dataclass(slots=True)
+class ChatTranslation:
+    """A translated API request: the chat body the engine runs, and (in subclasses) what the answer
+    needs. Each translating edge's request module builds one (gateway.edges.*_request).
+
+    Attributes:
+        chat: the chat-completions body the cascade runs (``model`` is still the client's).
+        model: the ``model`` the client asked for.
+        stream: whether the client wants its API's events.
+        wants_logprobs: whether the chat body asks for logprobs the answer reports.
+    """
+
+    chat: dict[str, Any]
+    model: str
+    stream: bool
+    wants_logprobs: bool
+
+
+def translated(request: Request) -> Translated[Request]:
+    """The engine's request for a translated one: the one place a translating edge's chat body
+    becomes a ``ParsedRequest`` (one choice; streams report usage at their end) and is measured."""
+    chat = request.chat
+    stream = request.stream
+    wants_logprobs = request.wants_logprobs
+    parsed = ParsedRequest("chat", chat, request.model, stream, 1, wants_logprobs, include_usage=stream)
+    return Translated(parsed, encoded_size(chat), request)
 
 
 class StreamTranslator(ABC):
@@ -109,7 +143,7 @@ def chat_chunks(data: bytes) -> Iterator[dict[str, Any] | None]:
                     yield chunk
 
 
-class ApiEdge(ABC):
+class ApiEdge(ABC, Generic[Context]):
     """One HTTP API served through the cascade (see the module docstring)."""
 
     name: str
@@ -124,14 +158,14 @@ class ApiEdge(ABC):
         return value.decode("latin-1") if value is not None else None
 
     @abstractmethod
-    def translate(self, raw: bytes, request_id: str) -> Translated:
+    def translate(self, raw: bytes, request_id: str) -> Translated[Context]:
         """The request the engine runs; BadRequestError (400) naming any field it cannot honour."""
 
     @abstractmethod
-    def render(self, body: dict[str, Any], context: Any) -> bytes:
+    def render(self, body: dict[str, Any], context: Context) -> bytes:
         """The non-streamed answer in the API's shape, from the client-shaped chat ``body``."""
 
-    def stream_translator(self, context: Any) -> StreamTranslator | None:
+    def stream_translator(self, context: Context) -> StreamTranslator | None:
         """A translator of the engine's stream for one request, or None when none is needed."""
         return None
 
@@ -140,7 +174,7 @@ class ApiEdge(ABC):
         return openai_error_parts(error, request_id)
 
 
-class OpenAIEdge(ApiEdge):
+class OpenAIEdge(ApiEdge[None]):
     """The identity edge of ``/v1/chat/completions`` (``chat``) and ``/v1/completions``."""
 
     def __init__(self, api: CompletionApi):
@@ -148,10 +182,10 @@ class OpenAIEdge(ApiEdge):
         self.name = api
         self.path = "/v1/chat/completions" if api == "chat" else "/v1/completions"
 
-    def translate(self, raw: bytes, request_id: str) -> Translated:
+    def translate(self, raw: bytes, request_id: str) -> Translated[None]:
         """The client's request as it is (validated by ``parse_request``)."""
-        return Translated(parse_request(raw, self.api), len(raw))
+        return Translated(parse_request(raw, self.api), len(raw), None)
 
-    def render(self, body: dict[str, Any], context: Any) -> bytes:
+    def render(self, body: dict[str, Any], context: None) -> bytes:
         """The client-shaped answer as it is."""
         return orjson.dumps(body)

@@ -1,10 +1,11 @@
 """The Anthropic Messages edge: ``POST /v1/messages`` through the cascade (docs/apis.md#v1messages).
 
-The request is translated to a chat body (gateway.edges.messages_request), the cascade runs it
-like any chat request (same tiers, keys, spend reservation of the bytes it sends, headers, metrics
-labelled ``endpoint="messages"``, logs and learning samples), and the answer comes back as an
-Anthropic ``message`` (gateway.edges.messages_response) or Anthropic's SSE events
-(gateway.edges.messages_stream). The key is read from ``x-api-key`` (what the anthropic SDK and
+The request is translated to a chat body (gateway.edges.messages_request, its content blocks
+gateway.edges.messages_content), the cascade runs it like any chat request (same tiers, keys, spend
+reservation of the bytes it sends, headers, metrics labelled ``endpoint="messages"``, logs and
+learning samples), and the answer comes back as an Anthropic ``message``
+(gateway.edges.messages_response) or Anthropic's SSE events (gateway.edges.messages_stream): the
+same rooms as the Responses edge's. The key is read from ``x-api-key`` (what the anthropic SDK and
 Claude Code send) or ``Authorization: Bearer``; ``anthropic-version`` and ``anthropic-beta`` are
 accepted whatever their value (the translated surface is the same for every version).
 """
@@ -16,12 +17,11 @@ from typing import Any
 
 import orjson
 
-from gateway.edges.base import JSON_HEADER, ApiEdge, ChatStreamTranslator, Headers, Translated
+from gateway.edges.base import JSON_HEADER, ApiEdge, Headers, Translated, translated
 from gateway.edges.messages_request import MessagesRequest, translate_request
 from gateway.edges.messages_response import error_body, render_message
-from gateway.edges.messages_stream import MessagesStream, error_event
-from gateway.errors import AuthenticationError, BadRequestError, BudgetExceededError, GatewayError
-from gateway.requests import MAX_JSON_DEPTH, ParsedRequest
+from gateway.edges.messages_stream import MessagesStreamTranslator
+from gateway.errors import AuthenticationError, BudgetExceededError, GatewayError
 
 COUNT_TOKENS_PATH = "/v1/messages/count_tokens"
 COUNT_TOKENS_REFUSAL = (
@@ -30,7 +30,7 @@ COUNT_TOKENS_REFUSAL = (
 )
 
 
-class MessagesEdge(ApiEdge):
+class MessagesEdge(ApiEdge[MessagesRequest]):
     """``POST /v1/messages``: Anthropic Messages in, Anthropic Messages out."""
 
     name = "messages"
@@ -44,37 +44,16 @@ class MessagesEdge(ApiEdge):
             return "Bearer " + key.decode("latin-1").strip()
         return super().credential(headers)
 
-    def translate(self, raw: bytes, request_id: str) -> Translated:
+    def translate(self, raw: bytes, request_id: str) -> Translated[MessagesRequest]:
         """The chat request the cascade runs; ``sent_bytes`` is its JSON's size."""
-        request = translate_request(raw)
-        chat = request.chat
-        if request.stream:
-            chat["stream_options"] = {"include_usage": True}  # the closing event reports usage
-        try:
-            sent = len(orjson.dumps(chat))
-        except orjson.JSONEncodeError:
-            raise BadRequestError(
-                f"request body nests arrays/objects deeper than {MAX_JSON_DEPTH} levels"
-            ) from None
-        parsed = ParsedRequest(
-            api="chat",
-            body=chat,
-            model=request.model,
-            stream=request.stream,
-            n=1,
-            wants_logprobs=False,
-            include_usage=request.stream,
-        )
-        return Translated(parsed, sent, request)
+        return translated(translate_request(raw))
 
-    def render(self, body: dict[str, Any], context: Any) -> bytes:
+    def render(self, body: dict[str, Any], context: MessagesRequest) -> bytes:
         """The answer as an Anthropic ``message`` (``model`` is the configured model that answered)."""
-        assert isinstance(context, MessagesRequest)
         return orjson.dumps(render_message(body, str(body.get("model") or ""), context.stop_sequences))
 
-    def stream_translator(self, context: Any) -> MessagesStreamTranslator:
+    def stream_translator(self, context: MessagesRequest) -> MessagesStreamTranslator:
         """Anthropic's SSE events for one streamed request."""
-        assert isinstance(context, MessagesRequest)
         return MessagesStreamTranslator(context.stop_sequences)
 
     def error_parts(self, error: GatewayError, request_id: str | None = None) -> tuple[int, Headers, bytes]:
@@ -95,33 +74,3 @@ class MessagesEdge(ApiEdge):
             headers.append((b"request-id", request_id.encode()))
             headers.append((b"x-request-id", request_id.encode()))
         return error.status, headers, orjson.dumps(error_body(error, request_id))
-
-
-class MessagesStreamTranslator(ChatStreamTranslator):
-    """The engine's chat stream as Anthropic events: ``message_start`` at the first chunk (its
-    ``model`` is the configured model answering), the ``cascade`` facts of the last chunk on
-    ``message_delta``, the closing events at ``[DONE]``."""
-
-    def __init__(self, stop_sequences: tuple[str, ...]):
-        self._stream = MessagesStream(stop_sequences)
-        self._started = False
-        self._cascade: dict[str, Any] | None = None
-
-    def feed(self, chunk: dict[str, Any]) -> bytes:
-        """The events of one chat chunk (``message_start`` and ``ping`` before the first)."""
-        head = b""
-        if not self._started:
-            self._started = True
-            head = self._stream.start(str(chunk.get("model") or ""))
-        cascade = chunk.get("cascade")
-        if isinstance(cascade, dict):
-            self._cascade = cascade
-        return head + self._stream.chunk(chunk)
-
-    def finish(self) -> bytes:
-        """``content_block_stop``, ``message_delta`` (stop reason, usage, facts) and ``message_stop``."""
-        return self._stream.finish(self._cascade)
-
-    def fail(self, error: GatewayError) -> bytes:
-        """The ``error`` event that ends the stream."""
-        return error_event(error)

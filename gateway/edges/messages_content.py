@@ -9,16 +9,16 @@ Any other block type is a 400 naming where it is.
 
 from __future__ import annotations
 
-from typing import Any
-
 import orjson
 
+from gateway.edges.fields import ChatMessage, JSONObject, chat_tool_call
 from gateway.errors import BadRequestError
+from gateway.tool_call_fragments import ChatToolCall
 
 _BLOCK_EXTRAS = frozenset({"type", "cache_control", "citations"})  # keys every block may carry
 
 
-def system_messages(system: Any) -> list[dict[str, Any]]:
+def system_messages(system: object) -> list[ChatMessage]:
     """``system`` (a string or text blocks) as a leading system message (none when empty)."""
     if system is None:
         return []
@@ -30,11 +30,11 @@ def system_messages(system: Any) -> list[dict[str, Any]]:
     return [{"role": "system", "content": _joined(texts)}] if texts else []
 
 
-def chat_messages(messages: Any) -> list[dict[str, Any]]:
+def chat_messages(messages: object) -> list[ChatMessage]:
     """``messages`` as chat messages; BadRequestError naming the first block that cannot be sent."""
     if not isinstance(messages, list) or not messages:
         raise BadRequestError("'messages' is required and must be a non-empty array", param="messages")
-    out: list[dict[str, Any]] = []
+    out: list[ChatMessage] = []
     for index, message in enumerate(messages):
         where = f"messages[{index}]"
         if not isinstance(message, dict):
@@ -59,12 +59,12 @@ def chat_messages(messages: Any) -> list[dict[str, Any]]:
     return out
 
 
-def _assistant(blocks: list[Any], where: str) -> dict[str, Any]:
+def _assistant(blocks: list[object], where: str) -> ChatMessage:
     texts: list[str] = []
-    calls: list[dict[str, Any]] = []
-    for i, block in enumerate(blocks):
+    calls: list[ChatToolCall] = []
+    for i, item in enumerate(blocks):
         at = f"{where}.content[{i}]"
-        kind = _block_type(block, at)
+        kind, block = _block(item, at)
         if kind == "text":
             texts.append(_text_block(block, at))
         elif kind == "tool_use":
@@ -73,7 +73,7 @@ def _assistant(blocks: list[Any], where: str) -> dict[str, Any]:
             continue  # earlier turns' thinking is not part of the context (module docstring)
         else:
             raise _unsupported_block(kind, at)
-    message: dict[str, Any] = {"role": "assistant", "content": _joined(texts) if texts else None}
+    message: ChatMessage = {"role": "assistant", "content": _joined(texts) if texts else None}
     if calls:
         message["tool_calls"] = calls
     elif message["content"] is None:
@@ -81,13 +81,13 @@ def _assistant(blocks: list[Any], where: str) -> dict[str, Any]:
     return message
 
 
-def _user(blocks: list[Any], where: str) -> list[dict[str, Any]]:
+def _user(blocks: list[object], where: str) -> list[ChatMessage]:
     """Tool results become ``tool`` messages, in order; the other blocks form ``user`` messages."""
-    out: list[dict[str, Any]] = []
-    parts: list[dict[str, Any]] = []
-    for i, block in enumerate(blocks):
+    out: list[ChatMessage] = []
+    parts: list[JSONObject] = []
+    for i, item in enumerate(blocks):
         at = f"{where}.content[{i}]"
-        kind = _block_type(block, at)
+        kind, block = _block(item, at)
         if kind == "text":
             parts.append({"type": "text", "text": _text_block(block, at)})
         elif kind == "image":
@@ -104,17 +104,17 @@ def _user(blocks: list[Any], where: str) -> list[dict[str, Any]]:
     return out
 
 
-def _user_message(parts: list[dict[str, Any]]) -> dict[str, Any]:
+def _user_message(parts: list[JSONObject]) -> ChatMessage:
     if all(p["type"] == "text" for p in parts):
         return {"role": "user", "content": _joined([p["text"] for p in parts])}
     return {"role": "user", "content": parts}
 
 
-def _block_type(block: Any, at: str) -> str:
+def _block(block: object, at: str) -> tuple[str, JSONObject]:
+    """(its type, the block) of a content block (400 unless an object with a string ``type``)."""
     if not isinstance(block, dict) or not isinstance(block.get("type"), str):
         raise BadRequestError(f"'{at}' must be a content block object with a string 'type'", param=at)
-    kind: str = block["type"]
-    return kind
+    return block["type"], block
 
 
 def _unsupported_block(kind: str, at: str) -> BadRequestError:
@@ -125,7 +125,7 @@ def _unsupported_block(kind: str, at: str) -> BadRequestError:
     )
 
 
-def _text_block(block: Any, at: str) -> str:
+def _text_block(block: object, at: str) -> str:
     if not isinstance(block, dict) or block.get("type") != "text" or not isinstance(block.get("text"), str):
         raise BadRequestError(f"'{at}' must be a text block with a string 'text'", param=at)
     no_extra_keys(block, {"text"} | _BLOCK_EXTRAS, at)
@@ -133,7 +133,7 @@ def _text_block(block: Any, at: str) -> str:
     return text
 
 
-def _image(block: dict[str, Any], at: str) -> dict[str, Any]:
+def _image(block: JSONObject, at: str) -> JSONObject:
     source = block.get("source")
     kind = source.get("type") if isinstance(source, dict) else None
     if kind == "base64" and isinstance(source, dict):
@@ -149,18 +149,17 @@ def _image(block: dict[str, Any], at: str) -> dict[str, Any]:
     )
 
 
-def _tool_call(block: dict[str, Any], at: str) -> dict[str, Any]:
+def _tool_call(block: JSONObject, at: str) -> ChatToolCall:
     call_id, name, arguments = block.get("id"), block.get("name"), block.get("input")
     if not isinstance(call_id, str) or not isinstance(name, str) or not isinstance(arguments, dict):
         raise BadRequestError(
             f"'{at}' must be a tool_use block with string 'id' and 'name' and an object 'input'", param=at
         )
     no_extra_keys(block, {"id", "name", "input", "caller"} | _BLOCK_EXTRAS, at)
-    encoded = orjson.dumps(arguments).decode()
-    return {"id": call_id, "type": "function", "function": {"name": name, "arguments": encoded}}
+    return chat_tool_call(call_id, name, orjson.dumps(arguments).decode())
 
 
-def _tool_result(block: dict[str, Any], at: str) -> dict[str, Any]:
+def _tool_result(block: JSONObject, at: str) -> ChatMessage:
     call_id = block.get("tool_use_id")
     if not isinstance(call_id, str):
         raise BadRequestError(f"'{at}.tool_use_id' must be a string", param=f"{at}.tool_use_id")
@@ -174,7 +173,7 @@ def _tool_result(block: dict[str, Any], at: str) -> dict[str, Any]:
         texts = []
         for i, part in enumerate(content):
             inner = f"{at}.content[{i}]"
-            if _block_type(part, inner) != "text":
+            if _block(part, inner)[0] != "text":
                 raise BadRequestError(
                     f"'{inner}': a tool_result may carry only text here (chat tool messages are text)",
                     param=inner,
@@ -193,7 +192,7 @@ def _tool_result(block: dict[str, Any], at: str) -> dict[str, Any]:
     return {"role": "tool", "tool_call_id": call_id, "content": text}
 
 
-def no_extra_keys(block: dict[str, Any], allowed: frozenset[str] | set[str], at: str) -> None:
+def no_extra_keys(block: JSONObject, allowed: frozenset[str] | set[str], at: str) -> None:
     """BadRequestError naming the first key of ``block`` (at ``at``) that is not ``allowed``."""
     for key in block:
         if key not in allowed:

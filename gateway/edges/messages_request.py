@@ -20,12 +20,19 @@ for a documented reason (``IGNORED_FIELDS``), or refused with a 400 naming it. N
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any
 
-import orjson
-
+from gateway.edges.base import ChatTranslation
+from gateway.edges.fields import (
+    ChatTool,
+    JSONObject,
+    chat_tool,
+    chat_tool_choice_function,
+    required_model,
+    sampling_fields,
+)
 from gateway.edges.messages_content import chat_messages, no_extra_keys, system_messages
 from gateway.errors import BadRequestError
+from gateway.requests import is_int, load_json_object
 
 # Accepted and not forwarded, each for the reason given (docs/apis.md#v1messages).
 IGNORED_FIELDS: dict[str, str] = {
@@ -67,37 +74,29 @@ _TRANSLATED_FIELDS = frozenset(
 _TOOL_EXTRAS = frozenset({"type", "cache_control", "eager_input_streaming", "defer_loading"})
 
 
-@dataclass(slots=True, frozen=True)
-class MessagesRequest:
-    """A translated Messages request.
+@dataclass(slots=True)
+class MessagesRequest(ChatTranslation):
+    """A translated Messages request: its chat body and what the answer needs (the edge's context).
 
     Attributes:
-        chat: the chat-completions body the cascade runs (``model`` is still the client's).
-        model: the ``model`` the client asked for.
-        stream: whether the client wants Anthropic's SSE events.
         stop_sequences: the client's stop sequences (an answer stopped by one reports it).
     """
 
-    chat: dict[str, Any]
-    model: str
-    stream: bool
     stop_sequences: tuple[str, ...]
 
 
 def translate_request(raw: bytes) -> MessagesRequest:
     """Parse a ``/v1/messages`` body and build its chat body; BadRequestError (400) naming the field."""
-    body = _load(raw)
+    body = load_json_object(raw)
     for name in body:
         if name not in _TRANSLATED_FIELDS and name not in IGNORED_FIELDS:
             raise BadRequestError(
                 f"'{name}' is not supported by this gateway's /v1/messages (docs/apis.md#v1messages)",
                 param=name,
             )
-    model = body.get("model")
-    if not isinstance(model, str) or not model:
-        raise BadRequestError("'model' is required and must be a non-empty string", param="model")
+    model = required_model(body)
     max_tokens = body.get("max_tokens")
-    if not isinstance(max_tokens, int) or isinstance(max_tokens, bool) or max_tokens < 1:
+    if not is_int(max_tokens) or max_tokens < 1:
         raise BadRequestError(
             "'max_tokens' is required and must be a positive integer (0, a prompt-cache warm-up, is "
             "not served: the gateway has no prompt cache)",
@@ -110,16 +109,11 @@ def translate_request(raw: bytes) -> MessagesRequest:
 
     messages = system_messages(body.get("system"))
     messages.extend(chat_messages(body.get("messages")))
-    chat: dict[str, Any] = {"model": model, "messages": messages, "max_tokens": max_tokens}
-    for name in ("temperature", "top_p"):
-        value = body.get(name)
-        if value is not None:
-            if not _is_number(value):
-                raise BadRequestError(f"'{name}' must be a number", param=name)
-            chat[name] = value
+    chat: JSONObject = {"model": model, "messages": messages, "max_tokens": max_tokens}
+    sampling_fields(body, chat)
     top_k = body.get("top_k")
     if top_k is not None:
-        if not _is_int(top_k) or top_k < 0:
+        if not is_int(top_k) or top_k < 0:
             raise BadRequestError("'top_k' must be a non-negative integer", param="top_k")
         chat["top_k"] = top_k
     stops = _stop_sequences(body.get("stop_sequences"))
@@ -136,24 +130,11 @@ def translate_request(raw: bytes) -> MessagesRequest:
         _output_config(body["output_config"], chat)
     if stream:
         chat["stream"] = True
-    return MessagesRequest(chat, model, stream, stops)
+        chat["stream_options"] = {"include_usage": True}  # the closing event reports usage
+    return MessagesRequest(chat, model, stream, False, stops)
 
 
-def _load(raw: bytes) -> dict[str, Any]:
-    if not raw:
-        raise BadRequestError("request body is empty; expected a JSON object")
-    try:
-        body = orjson.loads(raw)
-    except orjson.JSONDecodeError as exc:
-        raise BadRequestError(f"request body is not valid JSON ({exc})") from None
-    if not isinstance(body, dict):
-        raise BadRequestError("request body must be a JSON object")
-    # Nesting orjson can parse but not write again is refused when the translated body is encoded
-    # (gateway.edges.messages): that body is what is forwarded, and encoding it is needed anyway.
-    return body
-
-
-def _check_ignored(body: dict[str, Any]) -> None:
+def _check_ignored(body: JSONObject) -> None:
     """The ignored fields still have to be well formed (a typo is not silently accepted)."""
     metadata = body.get("metadata")
     if metadata is not None and not isinstance(metadata, dict):
@@ -167,7 +148,7 @@ def _check_ignored(body: dict[str, Any]) -> None:
         )
 
 
-def _tools(tools: Any) -> list[dict[str, Any]]:
+def _tools(tools: object) -> list[ChatTool]:
     if not isinstance(tools, list):
         raise BadRequestError("'tools' must be an array", param="tools")
     out = []
@@ -190,19 +171,11 @@ def _tools(tools: Any) -> list[dict[str, Any]]:
                 f"'{at}.input_schema' must be a JSON schema object", param=f"{at}.input_schema"
             )
         no_extra_keys(tool, {"name", "description", "input_schema", "strict"} | _TOOL_EXTRAS, at)
-        function: dict[str, Any] = {"name": name, "parameters": schema}
-        description = tool.get("description")
-        if description is not None:
-            if not isinstance(description, str):
-                raise BadRequestError(f"'{at}.description' must be a string", param=f"{at}.description")
-            function["description"] = description
-        if tool.get("strict") is not None:
-            function["strict"] = bool(tool["strict"])
-        out.append({"type": "function", "function": function})
+        out.append(chat_tool(at, name, schema, tool))
     return out
 
 
-def _tool_choice(choice: Any, chat: dict[str, Any]) -> None:
+def _tool_choice(choice: object, chat: JSONObject) -> None:
     kind = choice.get("type") if isinstance(choice, dict) else None
     if kind == "auto":
         chat["tool_choice"] = "auto"
@@ -211,7 +184,7 @@ def _tool_choice(choice: Any, chat: dict[str, Any]) -> None:
     elif kind == "none":
         chat["tool_choice"] = "none"
     elif kind == "tool" and isinstance(choice, dict) and isinstance(choice.get("name"), str):
-        chat["tool_choice"] = {"type": "function", "function": {"name": choice["name"]}}
+        chat["tool_choice"] = chat_tool_choice_function(choice["name"])
     else:
         raise BadRequestError(
             "'tool_choice' must be {type: auto|any|none} or {type: tool, name: <tool>}", param="tool_choice"
@@ -227,7 +200,7 @@ def _tool_choice(choice: Any, chat: dict[str, Any]) -> None:
         chat["parallel_tool_calls"] = False
 
 
-def _output_config(config: Any, chat: dict[str, Any]) -> None:
+def _output_config(config: object, chat: JSONObject) -> None:
     if not isinstance(config, dict):
         raise BadRequestError("'output_config' must be an object", param="output_config")
     for key in config:
@@ -257,7 +230,7 @@ def _output_config(config: Any, chat: dict[str, Any]) -> None:
     }
 
 
-def _stop_sequences(stops: Any) -> tuple[str, ...]:
+def _stop_sequences(stops: object) -> tuple[str, ...]:
     if stops is None:
         return ()
     if not isinstance(stops, list) or not all(isinstance(s, str) and s for s in stops):
@@ -265,11 +238,3 @@ def _stop_sequences(stops: Any) -> tuple[str, ...]:
             "'stop_sequences' must be an array of non-empty strings", param="stop_sequences"
         )
     return tuple(stops)
-
-
-def _is_int(value: Any) -> bool:
-    return isinstance(value, int) and not isinstance(value, bool)
-
-
-def _is_number(value: Any) -> bool:
-    return isinstance(value, int | float) and not isinstance(value, bool)

@@ -12,10 +12,11 @@
 from __future__ import annotations
 
 import os
-from typing import Any
+from typing import NotRequired, TypedDict
 
 import orjson
 
+from gateway.edges.fields import JSONObject, first_choice
 from gateway.errors import GatewayError, UpstreamError
 from gateway.requests import positive_int
 from policies.usage import normalize_usage
@@ -45,15 +46,30 @@ _FINISH_TO_STOP = {
 }
 
 
+class ErrorDetail(TypedDict):
+    """An Anthropic error's ``error`` object."""
+
+    type: str
+    message: str
+
+
+class ErrorBody(TypedDict):
+    """An Anthropic error body (``request_id`` when the request has one)."""
+
+    type: str
+    error: ErrorDetail
+    request_id: NotRequired[str]
+
+
 def error_type(status: int) -> str:
     """Anthropic's error ``type`` for an HTTP status (other 4xx: invalid_request_error; 5xx: api_error)."""
     return ERROR_TYPES.get(status) or ("invalid_request_error" if status < 500 else "api_error")
 
 
-def error_body(error: GatewayError, request_id: str | None = None) -> dict[str, Any]:
+def error_body(error: GatewayError, request_id: str | None = None) -> ErrorBody:
     """The Anthropic error body of ``error`` (its message; never a traceback or upstream text)."""
-    detail = {"type": error_type(error.status), "message": error.message}
-    body: dict[str, Any] = {"type": "error", "error": detail}
+    detail: ErrorDetail = {"type": error_type(error.status), "message": error.message}
+    body: ErrorBody = {"type": "error", "error": detail}
     if request_id:
         body["request_id"] = request_id
     return body
@@ -64,23 +80,29 @@ def message_id() -> str:
     return "msg_" + os.urandom(12).hex()
 
 
-def tool_use_id(upstream_id: Any) -> str:
+def tool_use_id(upstream_id: object) -> str:
     """The upstream's tool-call id (clients only echo it back), or a new ``toolu_`` id when it has none."""
     return upstream_id if isinstance(upstream_id, str) and upstream_id else "toolu_" + os.urandom(12).hex()
 
 
 def stop_reason(
-    finish_reason: Any, has_tool_calls: bool, matched: Any, stop_sequences: tuple[str, ...]
+    finish_reason: object, has_tool_calls: bool, matched: object, stop_sequences: tuple[str, ...]
 ) -> tuple[str, str | None]:
-    """(``stop_reason``, ``stop_sequence``) of a chat choice; ``matched`` is vLLM's ``stop_reason``."""
+    """(``stop_reason``, ``stop_sequence``) of a chat choice; ``matched`` is vLLM's ``stop_reason``.
+
+    Raises TypeError (an unreadable answer) when ``finish_reason`` is neither null nor a string.
+    """
     if has_tool_calls and finish_reason in (None, "stop", "tool_calls", "function_call"):
         return "tool_use", None
     if finish_reason == "stop" and isinstance(matched, str) and matched in stop_sequences:
         return "stop_sequence", matched
+    if finish_reason is not None and not isinstance(finish_reason, str):
+        # An answer the gateway cannot read (gateway.answer_reading): a 502, or a stream's error event.
+        raise TypeError("finish_reason is not a string")
     return _FINISH_TO_STOP.get(finish_reason or "stop", "end_turn"), None
 
 
-def usage(chat_usage: Any) -> dict[str, int]:
+def usage(chat_usage: object) -> dict[str, int]:
     """Anthropic ``usage`` (additive form) from chat ``usage`` (subset form, ``policies.usage``): the
     upstream's cache reads and writes move out of ``input_tokens`` into their own counts, as
     Anthropic reports them (0 when the upstream reported none)."""
@@ -101,7 +123,7 @@ def usage(chat_usage: Any) -> dict[str, int]:
     }
 
 
-def tool_input(arguments: Any) -> dict[str, Any]:
+def tool_input(arguments: object) -> JSONObject:
     """A tool call's ``arguments`` (JSON text) as the ``input`` object Anthropic clients expect.
 
     Raises UpstreamError (502) when they are not a JSON object: a ``tool_use`` block without a
@@ -120,9 +142,9 @@ def tool_input(arguments: Any) -> dict[str, Any]:
     return parsed
 
 
-def content_blocks(message: dict[str, Any]) -> list[dict[str, Any]]:
+def content_blocks(message: JSONObject) -> list[JSONObject]:
     """A chat ``message`` as Anthropic content blocks: its text, then its tool calls."""
-    blocks: list[dict[str, Any]] = []
+    blocks: list[JSONObject] = []
     text = _text(message.get("content"))
     if text:
         blocks.append({"type": "text", "text": text})
@@ -142,12 +164,9 @@ def content_blocks(message: dict[str, Any]) -> list[dict[str, Any]]:
     return blocks
 
 
-def render_message(chat: dict[str, Any], model: str, stop_sequences: tuple[str, ...]) -> dict[str, Any]:
+def render_message(chat: JSONObject, model: str, stop_sequences: tuple[str, ...]) -> JSONObject:
     """A complete chat answer (its first choice) as an Anthropic ``message`` answered by ``model``."""
-    choices = chat.get("choices")
-    choice = choices[0] if isinstance(choices, list) and choices and isinstance(choices[0], dict) else {}
-    message = choice.get("message")
-    message = message if isinstance(message, dict) else {}
+    choice, message = first_choice(chat)
     blocks = content_blocks(message)
     reason, sequence = stop_reason(
         choice.get("finish_reason"),
@@ -167,7 +186,7 @@ def render_message(chat: dict[str, Any], model: str, stop_sequences: tuple[str, 
     }
 
 
-def _text(content: Any) -> str:
+def _text(content: object) -> str:
     if isinstance(content, str):
         return content
     if isinstance(content, list):  # content parts

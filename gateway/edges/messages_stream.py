@@ -20,8 +20,10 @@ from typing import Any
 
 import orjson
 
+from gateway.edges.base import ChatStreamTranslator
 from gateway.edges.messages_response import error_body, message_id, stop_reason, tool_use_id, usage
 from gateway.errors import GatewayError, UpstreamError
+from gateway.tool_call_fragments import ToolCallFragments
 
 PING = b'event: ping\ndata: {"type":"ping"}\n\n'
 
@@ -33,7 +35,7 @@ def event(data: dict[str, Any]) -> bytes:
 
 def error_event(error: GatewayError, request_id: str | None = None) -> bytes:
     """The ``error`` event that ends a failed stream."""
-    return event(error_body(error, request_id))
+    return event(dict(error_body(error, request_id)))
 
 
 def _start(message: dict[str, Any]) -> bytes:
@@ -53,18 +55,6 @@ def _end(
     return event(delta) + event({"type": "message_stop"})
 
 
-class _ToolCall:
-    """One streamed tool call: its block index once opened, fragments received before its name."""
-
-    __slots__ = ("block", "call_id", "name", "pending")
-
-    def __init__(self) -> None:
-        self.block: int | None = None
-        self.call_id: str | None = None
-        self.name: str | None = None
-        self.pending: list[str] = []
-
-
 class MessagesStream:
     """Translates one live chat stream (its chunk objects) into Anthropic events, in order."""
 
@@ -73,7 +63,8 @@ class MessagesStream:
         self._blocks = 0  # content blocks opened so far
         self._open: int | None = None  # the block receiving deltas
         self._text_open = False
-        self._calls: dict[int, _ToolCall] = {}
+        self._calls = ToolCallFragments()
+        self._call_blocks: dict[int, int] = {}  # tool-call index -> its block, once opened
         self._finish: Any = None
         self._matched: Any = None
         self._usage: dict[str, Any] | None = None
@@ -127,8 +118,8 @@ class MessagesStream:
 
     def finish(self, cascade: dict[str, Any] | None = None) -> bytes:
         """Close the open block; ``message_delta`` (stop reason, usage) and ``message_stop``."""
-        for call in self._calls.values():
-            if call.block is None:
+        for call in self._calls:
+            if call.index not in self._call_blocks:
                 raise UpstreamError("the upstream streamed a tool call without a name")
         out = [self._close()]
         reason, sequence = stop_reason(self._finish, bool(self._calls), self._matched, self._stop_sequences)
@@ -141,31 +132,18 @@ class MessagesStream:
         return b"".join(out)
 
     def _tool_fragment(self, fragment: dict[str, Any]) -> list[bytes]:
-        index = fragment.get("index", 0)
-        index = index if isinstance(index, int) else 0
-        call = self._calls.get(index)
-        if call is None:
-            call = self._calls[index] = _ToolCall()
-        function = fragment.get("function")
-        function = function if isinstance(function, dict) else {}
-        if call.call_id is None and isinstance(fragment.get("id"), str) and fragment["id"]:
-            call.call_id = fragment["id"]
-        if call.name is None and isinstance(function.get("name"), str) and function["name"]:
-            call.name = function["name"]
-        arguments = function.get("arguments")
-        piece = arguments if isinstance(arguments, str) else ""
+        call, piece = self._calls.add(fragment)
+        block = self._call_blocks.get(call.index)
         out: list[bytes] = []
-        if call.block is None:
-            if piece:
-                call.pending.append(piece)
-            if call.name is None:
+        if block is None:
+            if not call.name:
                 return out  # its block opens once the name is known
-            block = {"type": "tool_use", "id": tool_use_id(call.call_id), "name": call.name, "input": {}}
-            out.append(self._open_block(block))
-            call.block = self._open
-            piece = "".join(call.pending)
-            call.pending.clear()
-        elif call.block != self._open:
+            opened = {"type": "tool_use", "id": tool_use_id(call.call_id), "name": call.name, "input": {}}
+            out.append(self._open_block(opened))
+            assert self._open is not None
+            self._call_blocks[call.index] = self._open
+            piece = call.arguments  # what came before the name, and this fragment's
+        elif block != self._open:
             raise UpstreamError("the upstream interleaved the fragments of two tool calls")
         if piece:
             out.append(self._delta({"type": "input_json_delta", "partial_json": piece}))
@@ -185,3 +163,33 @@ class MessagesStream:
 
     def _delta(self, delta: dict[str, Any]) -> bytes:
         return event({"type": "content_block_delta", "index": self._open, "delta": delta})
+
+
+class MessagesStreamTranslator(ChatStreamTranslator):
+    """The engine's chat stream as Anthropic events: ``message_start`` at the first chunk (its
+    ``model`` is the configured model answering), the ``cascade`` facts of the last chunk on
+    ``message_delta``, the closing events at ``[DONE]``."""
+
+    def __init__(self, stop_sequences: tuple[str, ...]):
+        self._stream = MessagesStream(stop_sequences)
+        self._started = False
+        self._cascade: dict[str, Any] | None = None
+
+    def feed(self, chunk: dict[str, Any]) -> bytes:
+        """The events of one chat chunk (``message_start`` and ``ping`` before the first)."""
+        head = b""
+        if not self._started:
+            self._started = True
+            head = self._stream.start(str(chunk.get("model") or ""))
+        cascade = chunk.get("cascade")
+        if isinstance(cascade, dict):
+            self._cascade = cascade
+        return head + self._stream.chunk(chunk)
+
+    def finish(self) -> bytes:
+        """``content_block_stop``, ``message_delta`` (stop reason, usage, facts) and ``message_stop``."""
+        return self._stream.finish(self._cascade)
+
+    def fail(self, error: GatewayError) -> bytes:
+        """The ``error`` event that ends the stream."""
+        return error_event(error)

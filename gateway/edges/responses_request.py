@@ -15,14 +15,24 @@ is a 400 ``unsupported_parameter`` naming it: never silently dropped.
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Any
 
-import orjson
-
+from gateway.edges.base import ChatTranslation
+from gateway.edges.fields import (
+    ChatMessage,
+    ChatTool,
+    JSONObject,
+    chat_tool,
+    chat_tool_choice_function,
+    optional_bool,
+    optional_int,
+    optional_str,
+    required_model,
+    required_str,
+    sampling_fields,
+)
+from gateway.edges.responses_content import UNSUPPORTED, input_messages
 from gateway.errors import BadRequestError
-from gateway.requests import MAX_JSON_DEPTH, ParsedRequest
-
-UNSUPPORTED = "unsupported_parameter"
+from gateway.requests import load_json_object
 
 # Accepted and not forwarded: they steer OpenAI's own caching, abuse monitoring, billing tier or
 # stream padding, or are a client's own bookkeeping; none can change an answer.
@@ -69,6 +79,8 @@ _STATEFUL = {
     "context_management": "server-side context compaction is not available",
     "moderation": "moderation is not available on this gateway",
 }
+# Accepted hints the Response object reports back as they were sent.
+_ECHOED = ("prompt_cache_key", "safety_identifier", "user", "max_tool_calls")
 _INCLUDABLE_LOGPROBS = "message.output_text.logprobs"
 # Includables that add nothing here: they name outputs the gateway never produces (reasoning
 # items, built-in tool calls) or echo input images the client already holds.
@@ -83,75 +95,65 @@ _INCLUDABLE_NOOP = frozenset(
         "code_interpreter_call.outputs",
     }
 )
-_ROLES = {"user": "user", "assistant": "assistant", "system": "system", "developer": "system"}
-_TEXT_PARTS = ("input_text", "output_text", "text")
 _EFFORTS = frozenset({"none", "minimal", "low", "medium", "high", "xhigh"})
 _VERBOSITY = frozenset({"low", "medium", "high"})
 
 
 @dataclass(slots=True)
-class ResponsesRequest:
-    """What the answer echoes and how it is shaped (the edge's context)."""
+class ResponsesRequest(ChatTranslation):
+    """A translated Responses request: its chat body and what the answer echoes (the edge's context)."""
 
     response_id: str
     created_at: int
-    model: str
     instructions: str | None
-    tools: list[Any]
-    tool_choice: Any
+    tools: list[JSONObject]
+    tool_choice: object
     parallel_tool_calls: bool
     temperature: float | None
     top_p: float | None
     max_output_tokens: int | None
     top_logprobs: int | None
-    text: dict[str, Any]
-    reasoning: dict[str, Any]
+    text: JSONObject
+    reasoning: JSONObject
     metadata: dict[str, str]
-    wants_logprobs: bool
-    echo: dict[str, Any] = field(default_factory=dict)  # accepted hints, as the response reports them
+    echo: JSONObject = field(default_factory=dict)  # accepted hints, as the response reports them
 
 
-def translate_responses(raw: bytes, request_id: str, now: int) -> tuple[ParsedRequest, ResponsesRequest, int]:
-    """(the chat request, the context, the chat body's size in bytes); BadRequestError on any problem."""
-    body = _load(raw)
+def translate_request(raw: bytes, request_id: str, now: int) -> ResponsesRequest:
+    """Parse a ``/v1/responses`` body and build its chat body; BadRequestError (400) naming the field."""
+    body = load_json_object(raw)
     _refuse_unsupported_fields(body)
-    model = body.get("model")
-    if not isinstance(model, str) or not model:
-        raise BadRequestError("'model' is required and must be a non-empty string", param="model")
+    model = required_model(body)
     _refuse_storage_and_truncation(body)
-    stream = _bool(body, "stream")
-    instructions = _optional_str(body, "instructions")
-    messages: list[dict[str, Any]] = [{"role": "system", "content": instructions}] if instructions else []
+    stream = optional_bool(body, "stream")
+    instructions = optional_str(body, "instructions")
+    messages: list[ChatMessage] = [{"role": "system", "content": instructions}] if instructions else []
     messages.extend(input_messages(body.get("input")))
-    chat: dict[str, Any] = {"model": model, "messages": messages}
+    chat: JSONObject = {"model": model, "messages": messages}
     tools, tool_choice, parallel = _tool_fields(body, chat)
-    for name in ("temperature", "top_p"):
-        value = body.get(name)
-        if value is not None:
-            if not _is_number(value):
-                raise BadRequestError(f"'{name}' must be a number", param=name)
-            chat[name] = value
-    cap = _optional_int(body, "max_output_tokens", minimum=1)
+    sampling_fields(body, chat)
+    cap = optional_int(body, "max_output_tokens", minimum=1)
     if cap is not None:
         chat["max_tokens"] = cap
     text = _text_config(body.get("text"), chat)
     reasoning = _reasoning(body.get("reasoning"), chat)
     wants_logprobs = _include(body.get("include"))
-    top_logprobs = _optional_int(body, "top_logprobs", minimum=0, maximum=20)
+    top_logprobs = optional_int(body, "top_logprobs", minimum=0, maximum=20)
     if wants_logprobs:
         chat["logprobs"] = True
         chat["top_logprobs"] = top_logprobs or 0
     if stream:
-        chat["stream"] = True
-    metadata = _metadata(body.get("metadata"))
-    echo = {name: body.get(name) for name in ("prompt_cache_key", "safety_identifier", "user")}
-    echo["max_tool_calls"] = body.get("max_tool_calls")
-    context = ResponsesRequest(
+        chat["stream"] = True  # the closing event reports usage: the engine asks every stream for it
+    echo = {name: body.get(name) for name in _ECHOED}
+    return ResponsesRequest(
+        chat=chat,
+        model=model,
+        stream=stream,
+        wants_logprobs=wants_logprobs,
         response_id=f"resp_{request_id}",
         created_at=now,
-        model=model,
         instructions=instructions,
-        tools=tools or [],
+        tools=tools,
         tool_choice=tool_choice if tool_choice is not None else "auto",
         parallel_tool_calls=parallel if parallel is not None else True,
         temperature=body.get("temperature"),
@@ -160,17 +162,12 @@ def translate_responses(raw: bytes, request_id: str, now: int) -> tuple[ParsedRe
         top_logprobs=top_logprobs,
         text=text,
         reasoning=reasoning,
-        metadata=metadata,
-        wants_logprobs=wants_logprobs,
+        metadata=_metadata(body.get("metadata")),
         echo=echo,
     )
-    sent = orjson.dumps(chat)
-    # Streams ask for usage: the closing event reports it (the upstream is asked for it anyway).
-    parsed = ParsedRequest("chat", chat, model, stream, 1, wants_logprobs, include_usage=stream)
-    return parsed, context, len(sent)
 
 
-def _refuse_unsupported_fields(body: dict[str, Any]) -> None:
+def _refuse_unsupported_fields(body: JSONObject) -> None:
     """A stateful field set to something, or a field the gateway neither maps nor ignores: 400."""
     for name, value in body.items():
         if name in _STATEFUL:
@@ -186,7 +183,7 @@ def _refuse_unsupported_fields(body: dict[str, Any]) -> None:
             )
 
 
-def _refuse_storage_and_truncation(body: dict[str, Any]) -> None:
+def _refuse_storage_and_truncation(body: JSONObject) -> None:
     """``store: true`` (the gateway keeps no responses) or a truncation other than disabled: 400."""
     store = body.get("store")
     if store is not None and not isinstance(store, bool):
@@ -206,15 +203,16 @@ def _refuse_storage_and_truncation(body: dict[str, Any]) -> None:
         )
 
 
-def _tool_fields(body: dict[str, Any], chat: dict[str, Any]) -> tuple[Any, Any, Any]:
+def _tool_fields(body: JSONObject, chat: JSONObject) -> tuple[list[JSONObject], object, bool | None]:
     """``tools``, ``tool_choice`` and ``parallel_tool_calls`` as given (checked), set in ``chat``
     translated (parallel_tool_calls only alongside tools)."""
     tools = body.get("tools")
-    if tools is not None:
-        if not isinstance(tools, list):
-            raise BadRequestError("'tools' must be an array", param="tools")
-        if tools:
-            chat["tools"] = [_chat_tool(tool, i) for i, tool in enumerate(tools)]
+    if tools is None:
+        tools = []
+    elif not isinstance(tools, list):
+        raise BadRequestError("'tools' must be an array", param="tools")
+    elif tools:
+        chat["tools"] = [_chat_tool(tool, i) for i, tool in enumerate(tools)]
     tool_choice = body.get("tool_choice")
     if tool_choice is not None:
         chat["tool_choice"] = _chat_tool_choice(tool_choice)
@@ -227,150 +225,7 @@ def _tool_fields(body: dict[str, Any], chat: dict[str, Any]) -> tuple[Any, Any, 
     return tools, tool_choice, parallel
 
 
-def _load(raw: bytes) -> dict[str, Any]:
-    if not raw:
-        raise BadRequestError("request body is empty; expected a JSON object")
-    try:
-        body = orjson.loads(raw)
-    except orjson.JSONDecodeError as exc:
-        raise BadRequestError(f"request body is not valid JSON ({exc})") from None
-    if not isinstance(body, dict):
-        raise BadRequestError("request body must be a JSON object")
-    if raw.count(b"[") + raw.count(b"{") > MAX_JSON_DEPTH:
-        try:
-            orjson.dumps(body)
-        except orjson.JSONEncodeError:
-            raise BadRequestError(
-                f"request body nests arrays/objects deeper than {MAX_JSON_DEPTH} levels"
-            ) from None
-    return body
-
-
-def input_messages(items: Any) -> list[dict[str, Any]]:
-    """Chat messages of a Responses ``input``: a string (one user message) or a list of items."""
-    if isinstance(items, str):
-        return [{"role": "user", "content": items}]
-    if not isinstance(items, list) or not items:
-        raise BadRequestError("'input' is required: a string or a non-empty array of items", param="input")
-    messages: list[dict[str, Any]] = []
-    for index, item in enumerate(items):
-        where = f"input[{index}]"
-        if not isinstance(item, dict):
-            raise BadRequestError(f"'{where}' must be an object", param=where)
-        kind = item.get("type", "message")
-        if kind == "message":
-            messages.append(_message(item, where))
-        elif kind == "function_call":
-            call = {
-                "id": _required_str(item, "call_id", where),
-                "type": "function",
-                "function": {
-                    "name": _required_str(item, "name", where),
-                    "arguments": _required_str(item, "arguments", where),
-                },
-            }
-            last = messages[-1] if messages else None
-            # Consecutive calls (and the text before them) are one assistant turn in chat.
-            if last is not None and last["role"] == "assistant" and not last.get("_closed"):
-                last.setdefault("tool_calls", []).append(call)
-            else:
-                messages.append({"role": "assistant", "content": None, "tool_calls": [call]})
-        elif kind == "function_call_output":
-            output = item.get("output")
-            messages.append(
-                {
-                    "role": "tool",
-                    "tool_call_id": _required_str(item, "call_id", where),
-                    "content": output if isinstance(output, str) else _tool_output(output, where),
-                }
-            )
-        elif kind == "item_reference":
-            raise BadRequestError(
-                f"'{where}': item references need stored responses, which the gateway does not keep",
-                param=where,
-                code=UNSUPPORTED,
-            )
-        elif kind == "reasoning":
-            raise BadRequestError(
-                f"'{where}': reasoning items are not supported (this gateway returns none)",
-                param=where,
-                code=UNSUPPORTED,
-            )
-        else:
-            raise BadRequestError(
-                f"'{where}': input items of type '{kind}' are not supported (messages, function_call "
-                "and function_call_output are)",
-                param=where,
-                code=UNSUPPORTED,
-            )
-    for message in messages:
-        message.pop("_closed", None)
-    return messages
-
-
-def _message(item: dict[str, Any], where: str) -> dict[str, Any]:
-    role = _ROLES.get(item["role"]) if isinstance(item.get("role"), str) else None
-    if role is None:
-        raise BadRequestError(
-            f"'{where}.role' must be one of user, assistant, system, developer", param=f"{where}.role"
-        )
-    content = item.get("content")
-    if isinstance(content, str):
-        return {"role": role, "content": content, "_closed": role != "assistant"}
-    if not isinstance(content, list) or (not content and role != "assistant"):
-        raise BadRequestError(
-            f"'{where}.content' must be a string or a non-empty array", param=f"{where}.content"
-        )
-    parts: list[dict[str, Any]] = []
-    refusals: list[str] = []
-    for number, part in enumerate(content):
-        at = f"{where}.content[{number}]"
-        kind = part.get("type") if isinstance(part, dict) else None
-        if kind in _TEXT_PARTS:
-            parts.append({"type": "text", "text": _required_str(part, "text", at)})
-        elif kind == "refusal" and role == "assistant":
-            refusals.append(_required_str(part, "refusal", at))
-        elif kind == "input_image" and role == "user":
-            url = part.get("image_url")
-            if not isinstance(url, str) or part.get("file_id"):
-                raise BadRequestError(
-                    f"'{at}': images are accepted as 'image_url' only (file ids need the Files API)",
-                    param=at,
-                    code=UNSUPPORTED,
-                )
-            image: dict[str, Any] = {"url": url}
-            if part.get("detail") is not None:
-                image["detail"] = part["detail"]
-            parts.append({"type": "image_url", "image_url": image})
-        else:
-            raise BadRequestError(
-                f"'{at}': content parts of type '{kind}' are not supported in a {item.get('role')} message",
-                param=at,
-                code=UNSUPPORTED,
-            )
-    message: dict[str, Any] = {"role": role, "_closed": role != "assistant"}
-    if role == "assistant" or all(p["type"] == "text" for p in parts):
-        # Chat assistant (and most system) turns take text; parts of one turn are one text.
-        message["content"] = "".join(p["text"] for p in parts if p["type"] == "text") if parts else None
-    else:
-        message["content"] = parts
-    if refusals:
-        message["refusal"] = "".join(refusals)
-    return message
-
-
-def _tool_output(output: Any, where: str) -> str:
-    """A function call's output given as content parts: its text (chat tool results are text)."""
-    if isinstance(output, list) and all(isinstance(p, dict) and p.get("type") in _TEXT_PARTS for p in output):
-        return "".join(_required_str(p, "text", f"{where}.output") for p in output)
-    raise BadRequestError(
-        f"'{where}.output' must be a string or an array of input_text parts (a chat tool result is text)",
-        param=f"{where}.output",
-        code=UNSUPPORTED,
-    )
-
-
-def _chat_tool(tool: Any, index: int) -> dict[str, Any]:
+def _chat_tool(tool: object, index: int) -> ChatTool:
     where = f"tools[{index}]"
     if not isinstance(tool, dict):
         raise BadRequestError(f"'{where}' must be an object", param=where)
@@ -382,26 +237,17 @@ def _chat_tool(tool: Any, index: int) -> dict[str, Any]:
             param=where,
             code=UNSUPPORTED,
         )
-    function: dict[str, Any] = {"name": _required_str(tool, "name", where)}
-    description = tool.get("description")
-    if description is not None:
-        function["description"] = description
     parameters = tool.get("parameters")
-    if parameters is not None:
-        if not isinstance(parameters, dict):
-            raise BadRequestError(f"'{where}.parameters' must be an object", param=f"{where}.parameters")
-        function["parameters"] = parameters
-    strict = tool.get("strict")
-    if strict is not None:
-        function["strict"] = strict
-    return {"type": "function", "function": function}
+    if parameters is not None and not isinstance(parameters, dict):
+        raise BadRequestError(f"'{where}.parameters' must be an object", param=f"{where}.parameters")
+    return chat_tool(where, required_str(tool, "name", where), parameters, tool)
 
 
-def _chat_tool_choice(choice: Any) -> Any:
+def _chat_tool_choice(choice: object) -> object:
     if choice in ("none", "auto", "required"):
         return choice
     if isinstance(choice, dict) and choice.get("type") == "function" and isinstance(choice.get("name"), str):
-        return {"type": "function", "function": {"name": choice["name"]}}
+        return chat_tool_choice_function(choice["name"])
     kind = choice.get("type") if isinstance(choice, dict) else choice
     raise BadRequestError(
         f"'tool_choice' {kind!r} is not supported: use none, auto, required or a function by name",
@@ -410,7 +256,7 @@ def _chat_tool_choice(choice: Any) -> Any:
     )
 
 
-def _text_config(text: Any, chat: dict[str, Any]) -> dict[str, Any]:
+def _text_config(text: object, chat: JSONObject) -> JSONObject:
     """Map ``text`` (format, verbosity) onto ``chat``; the config the response echoes."""
     if text is None:
         return {"format": {"type": "text"}}
@@ -425,7 +271,7 @@ def _text_config(text: Any, chat: dict[str, Any]) -> dict[str, Any]:
         schema = fmt.get("schema")
         if not isinstance(schema, dict):
             raise BadRequestError("'text.format.schema' must be an object", param="text.format.schema")
-        spec: dict[str, Any] = {"name": _required_str(fmt, "name", "text.format"), "schema": schema}
+        spec: JSONObject = {"name": required_str(fmt, "name", "text.format"), "schema": schema}
         for name in ("description", "strict"):
             if fmt.get(name) is not None:
                 spec[name] = fmt[name]
@@ -446,7 +292,7 @@ def _text_config(text: Any, chat: dict[str, Any]) -> dict[str, Any]:
     return {"format": fmt, **({"verbosity": verbosity} if verbosity else {})}
 
 
-def _reasoning(reasoning: Any, chat: dict[str, Any]) -> dict[str, Any]:
+def _reasoning(reasoning: object, chat: JSONObject) -> JSONObject:
     """Map ``reasoning.effort``; ``summary`` asks for summaries of reasoning items, of which the
     gateway returns none (chat answers carry no summaries), so it changes nothing."""
     if reasoning is None:
@@ -468,7 +314,7 @@ def _reasoning(reasoning: Any, chat: dict[str, Any]) -> dict[str, Any]:
     return {"effort": effort, "summary": None}
 
 
-def _include(include: Any) -> bool:
+def _include(include: object) -> bool:
     """Whether output-text logprobs are asked for; unknown includables are refused."""
     if include is None:
         return False
@@ -482,7 +328,7 @@ def _include(include: Any) -> bool:
     return _INCLUDABLE_LOGPROBS in include
 
 
-def _metadata(metadata: Any) -> dict[str, str]:
+def _metadata(metadata: object) -> dict[str, str]:
     if metadata is None:
         return {}
     if (
@@ -497,45 +343,3 @@ def _metadata(metadata: Any) -> dict[str, str]:
             param="metadata",
         )
     return metadata
-
-
-def _required_str(item: dict[str, Any], name: str, where: str) -> str:
-    value = item.get(name)
-    if not isinstance(value, str):
-        raise BadRequestError(f"'{where}.{name}' is required and must be a string", param=f"{where}.{name}")
-    return value
-
-
-def _optional_str(body: dict[str, Any], name: str) -> str | None:
-    value = body.get(name)
-    if value is not None and not isinstance(value, str):
-        raise BadRequestError(f"'{name}' must be a string", param=name)
-    return value
-
-
-def _optional_int(body: dict[str, Any], name: str, minimum: int, maximum: int | None = None) -> int | None:
-    value = body.get(name)
-    if value is None:
-        return None
-    if (
-        not isinstance(value, int)
-        or isinstance(value, bool)
-        or value < minimum
-        or (maximum and value > maximum)
-    ):
-        bounds = f">= {minimum}" if maximum is None else f"in {minimum}..{maximum}"
-        raise BadRequestError(f"'{name}' must be an integer {bounds}", param=name)
-    return value
-
-
-def _bool(body: dict[str, Any], name: str) -> bool:
-    value = body.get(name)
-    if value is None:
-        return False
-    if not isinstance(value, bool):
-        raise BadRequestError(f"'{name}' must be a boolean", param=name)
-    return value
-
-
-def _is_number(value: Any) -> bool:
-    return isinstance(value, int | float) and not isinstance(value, bool)

@@ -21,7 +21,7 @@ import orjson
 
 from gateway.edges.base import ChatStreamTranslator
 from gateway.edges.responses_request import ResponsesRequest
-from gateway.edges.responses_shape import (
+from gateway.edges.responses_response import (
     completion_status,
     function_call_item,
     message_id,
@@ -31,6 +31,7 @@ from gateway.edges.responses_shape import (
     text_logprobs,
 )
 from gateway.errors import GatewayError
+from gateway.tool_call_fragments import ToolCallFragments
 
 
 class ResponsesStream(ChatStreamTranslator):
@@ -45,6 +46,7 @@ class ResponsesStream(ChatStreamTranslator):
         self.message: int | None = None  # position of the open message item
         self.part: dict[str, Any] | None = None  # its open content part
         self.calls: dict[int, int] = {}  # chat tool-call index -> position of its item
+        self.fragments = ToolCallFragments()
         self.finish_reason: Any = None
         self.usage: Any = None
         self.cascade: Any = None
@@ -154,37 +156,27 @@ class ResponsesStream(ChatStreamTranslator):
         self.message = None
         return out
 
-    def _tool_call(self, call: dict[str, Any]) -> list[bytes]:
-        index = call.get("index", 0)
-        found = call.get("function")
-        function: dict[str, Any] = found if isinstance(found, dict) else {}
+    def _tool_call(self, fragment: dict[str, Any]) -> list[bytes]:
+        call, piece = self.fragments.add(fragment)
         out: list[bytes] = []
-        position = self.calls.get(index)
+        position = self.calls.get(call.index)
         if position is None:
             out += self._close_message("completed")  # the text came before the calls
-            position = self.calls[index] = len(self.items)
-            item = function_call_item(
-                self.context,
-                len(self.calls) - 1,
-                call.get("id"),
-                function.get("name") or "",
-                "",
-                "in_progress",
-            )
+            position = self.calls[call.index] = len(self.items)
+            number = len(self.calls) - 1
+            item = function_call_item(self.context, number, call.call_id, call.name, "", "in_progress")
             self.items.append(item)
             out.append(self._event("response.output_item.added", output_index=position, item=item))
         item = self.items[position]
-        if not item["name"] and isinstance(function.get("name"), str):
-            item["name"] = function["name"]
-        arguments = function.get("arguments")
-        if isinstance(arguments, str) and arguments:
-            item["arguments"] += arguments
+        item["name"] = call.name
+        if piece:
+            item["arguments"] = call.arguments
             out.append(
                 self._event(
                     "response.function_call_arguments.delta",
                     item_id=item["id"],
                     output_index=position,
-                    delta=arguments,
+                    delta=piece,
                 )
             )
         return out

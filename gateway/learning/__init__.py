@@ -8,5 +8,8 @@ writes one traffic row per model to the store, in batches. Nothing here runs on 
 Modules: ``config`` (the ``learning:`` section), ``answers`` (what a sample carries), ``budget``
 (the shadow spend cap), ``writer`` (batched store writes), ``shadow`` (the shadow calls and rows of
 one sample), ``sampler`` (``TrafficSampler``: the draw, the queue, the workers and their
-lifecycle). This package imports the ``traffic`` stores and judges only when learning is enabled.
+lifecycle). The ``traffic`` stores and the sampler's judge are imported only when learning is
+enabled (``sampler``, which the app imports then); the judges' settings schema
+(``traffic.judges.config``) is part of every config, and the text and equivalence judges are loaded
+with ``import gateway.app`` anyway: the ``consistency`` scorer (gateway.blackbox_scoring) uses them.
 """

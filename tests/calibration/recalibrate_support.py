@@ -2,96 +2,30 @@
 
 from __future__ import annotations
 
-import asyncio
-import math
 import random
-from collections.abc import Callable
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
-from typing import Any
 
 from calibration.calibrate import calibrate
 from calibration.runs import load_runs
 from calibration.tiers import parse_tiers
 from policies import save_policy
 from policies.schema import Policy
-from traffic.backends import open_store
+from tests.support.traffic_kinds import COST, MODELS, TEXT_AGREEMENT, TIERS, Labeller, kind_traffic, logprobs
 from traffic.export import write_runs
 from traffic.rows import TrafficRow
 
-MODELS = ("small", "medium", "large")  # large is the reference: the judge's labels agree with it
-COST = {"small": 0.0001, "medium": 0.0004, "large": 0.002}
-AGREEMENT = {"small": 0.55, "medium": 0.75, "large": 1.0}
-TIERS = {
-    "default_tier": "balanced",
-    "tiers": {"economy": {"max_cost_usd": 0.0006}, "balanced": {"max_cost_usd": 0.0012}},
-}
-
-# (query index, model, agrees with the reference) -> the stored label
-Labeller = Callable[[int, str, bool], float]
-
-
-def tiers_file(path: Path, tiers: dict[str, Any] | None = None) -> Path:
-    """``tiers`` (default TIERS) as a YAML file."""
-    import yaml
-
-    path.write_text(yaml.safe_dump(tiers or TIERS))
-    return path
-
-
-def logprobs(confidence: float) -> list[dict[str, Any]]:
-    """A one-token ``logprobs.content`` whose chosen token has probability ``confidence``."""
-    rest = (1 - confidence) / 3
-    alternatives = [{"token": t, "logprob": math.log(rest)} for t in "BCD"]
-    return [
-        {
-            "token": "A",
-            "logprob": math.log(confidence),
-            "top_logprobs": [{"token": "A", "logprob": math.log(confidence)}, *alternatives],
-        }
-    ]
+AGREEMENT = TEXT_AGREEMENT  # large is the reference: the judge's labels agree with it
 
 
 def traffic(n: int, *, seed: int, label: Labeller | None = None, prefix: str = "req") -> list[TrafficRow]:
-    """n queries answered by every model; a confident answer agrees with the reference more often.
+    """n text queries answered by every model; a confident answer agrees with the reference more often.
 
     ``label`` turns (query index, model, agrees) into the stored label (default: the agreement).
     """
-    rng = random.Random(seed)
-    now = datetime.now(UTC)
-    rows = []
-    for q in range(n):
-        for model in MODELS:
-            agrees = rng.random() < AGREEMENT[model]
-            confidence = rng.uniform(0.6, 0.99) if agrees else rng.uniform(0.3, 0.75)
-            rows.append(
-                TrafficRow(
-                    query_id=f"{prefix}-{q}",
-                    model=model,
-                    correct=label(q, model, agrees) if label else (1.0 if agrees else 0.0),
-                    prompt_tokens=20,
-                    completion_tokens=5,
-                    cost_usd=COST[model],
-                    logprobs=logprobs(round(confidence, 4)),
-                    timestamp=now - timedelta(seconds=n - q),
-                    judge="reference" if model == "large" else "choice",
-                )
-            )
-    return rows
-
-
-def store_rows(url: str, rows: list[TrafficRow]) -> None:
-    """Write rows to a traffic store (one batch per 1,000 rows)."""
-
-    async def write() -> None:
-        store = open_store(url)
-        try:
-            for start in range(0, len(rows), 1000):
-                await store.write_rows(rows[start : start + 1000])
-        finally:
-            await store.close()
-
-    asyncio.run(write())
+    return kind_traffic(
+        n, kind="text", agreement=AGREEMENT, seed=seed, prefix=prefix, label=label, judge="choice"
+    )
 
 
 def policy_from(rows: list[TrafficRow], path: Path) -> Policy:

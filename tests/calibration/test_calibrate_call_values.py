@@ -16,15 +16,9 @@ from calibration.runs import RunsError, load_runs
 from policies.call_tokens import call_value_positions
 from policies.scorers import score_logprobs
 from policies.store import load_policy
+from tests.support.recorded_replies import CALL_AS_CONTENT
 
-REPLY = json.loads(
-    (
-        Path(__file__).parents[1]
-        / "support"
-        / "replies"
-        / "llama_server_qwen2.5_coder_0.5b_call_as_content.json"
-    ).read_text()
-)["reply"]
+REPLY = CALL_AS_CONTENT["reply"]
 CONTENT: list[dict[str, Any]] = REPLY["choices"][0]["logprobs"]["content"]
 
 

@@ -30,6 +30,8 @@ PREMIUM_MARGIN_OVER_SINGLES = 0.04
 ACCURATE_MAX_COST_SHARE = 0.85
 
 TRUTHFULQA = ["--where", "dataset=truthfulqa", "--where", "prompt_variant=first"]
+# The Plaut runs of TruthfulQA (first prompt) at their prices, scored by maximum softmax probability.
+TRUTHFULQA_MSP = [PLAUT_RUNS, "--prices", PLAUT_PRICES, "--score-column", "score_msp", *TRUTHFULQA]
 
 TIERS = """\
 default_tier: balanced
@@ -163,12 +165,7 @@ def test_unreachable_min_quality_exits_non_zero_with_one_line(tmp_path: Path) ->
     tiers.write_text("default_tier: perfect\ntiers:\n  perfect: {min_quality: 0.99}\n")
     policy_path = tmp_path / "policy.json"
     result = invoke(
-        PLAUT_RUNS,
-        "--prices",
-        PLAUT_PRICES,
-        "--score-column",
-        "score_msp",
-        *TRUTHFULQA,
+        *TRUTHFULQA_MSP,
         "--tiers",
         tiers,
         "-o",
@@ -183,12 +180,7 @@ def test_budget_below_the_cheapest_route_warns_and_still_writes(tmp_path: Path) 
     tiers = tmp_path / "tiers.yaml"
     tiers.write_text("default_tier: free\ntiers:\n  free: {max_cost_usd: 0}\n")
     result = invoke(
-        PLAUT_RUNS,
-        "--prices",
-        PLAUT_PRICES,
-        "--score-column",
-        "score_msp",
-        *TRUTHFULQA,
+        *TRUTHFULQA_MSP,
         "--tiers",
         tiers,
         "-o",
@@ -273,12 +265,7 @@ def test_budget_warnings_are_printed_even_when_another_tier_is_an_error(tmp_path
         "  flawless: {min_quality: 1.0}\n"
     )
     result = invoke(
-        PLAUT_RUNS,
-        "--prices",
-        PLAUT_PRICES,
-        "--score-column",
-        "score_msp",
-        *TRUTHFULQA,
+        *TRUTHFULQA_MSP,
         "--tiers",
         tiers,
         "-o",
@@ -298,12 +285,7 @@ def test_objective_not_met_footer_only_when_a_tier_is_marked(
     tiers = tmp_path / "tiers.yaml"
     tiers.write_text(f"default_tier: only\ntiers:\n  only: {{max_cost_usd: {budget}}}\n")
     result = invoke(
-        PLAUT_RUNS,
-        "--prices",
-        PLAUT_PRICES,
-        "--score-column",
-        "score_msp",
-        *TRUTHFULQA,
+        *TRUTHFULQA_MSP,
         "--tiers",
         tiers,
         "-o",

@@ -3,14 +3,13 @@
 from __future__ import annotations
 
 import json
-import uuid
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 import pytest
 import redis
-from recalibrate_support import policy_from, store_rows, tiers_file, traffic
+from recalibrate_support import policy_from, traffic
 from typer.testing import CliRunner
 
 from calibration.recalibrate_cli import REFUSED_EXIT_CODE
@@ -18,27 +17,11 @@ from calibration.splits import stratified_splits
 from cascade_cli.main import app
 from policies import load_policy, parse_policy
 from policies.publish import PolicyKeys, push_policy
-from tests.support.postgres import POSTGRES_URL, drop_schema
 from tests.support.shared_redis import REDIS_URL, delete_prefix, fresh_prefix
+from tests.support.traffic_kinds import store_rows, tiers_file
 
+# store_url (postgres and file): the shared plugin tests/support/traffic_stores.py.
 runner = CliRunner()
-
-
-@pytest.fixture
-def postgres_url() -> Iterator[str]:
-    schema = f"recal_test_{uuid.uuid4().hex[:12]}"
-    yield f"{POSTGRES_URL}?schema={schema}"
-    drop_schema(schema)
-
-
-@pytest.fixture
-def file_url(tmp_path: Path) -> str:
-    return f"file://{tmp_path / 'traffic.jsonl'}"
-
-
-@pytest.fixture(params=["postgres", "file"])
-def store_url(request: pytest.FixtureRequest) -> str:
-    return request.getfixturevalue(f"{request.param}_url")
 
 
 @pytest.fixture

@@ -11,23 +11,11 @@ import redis
 from calibration.recalibration.redis_io import RedisPolicyError, push_if_unchanged, read_served
 from policies import build_policy, dump_policy
 from policies.publish import PolicyKeys
+from tests.support.policy_files import two_model_document
 from tests.support.shared_redis import REDIS_URL, delete_prefix, fresh_prefix
 from traffic.redis_connect import connect_sync
 
-DOCUMENT: dict[str, Any] = {
-    "models": {
-        "small": {"mean_cost_usd": 0.0001, "quality": 0.5},
-        "large": {"mean_cost_usd": 0.001, "quality": 0.8},
-    },
-    "default_tier": "balanced",
-    "tiers": {
-        "balanced": {
-            "objective": {"max_cost_usd": 0.0006},
-            "routes": [{"weight": 1.0, "models": ["small", "large"], "thresholds": [0.4]}],
-            "expected": {"cost_usd": 0.0005, "quality": 0.7, "escalation_rate": 0.4},
-        }
-    },
-}
+DOCUMENT: dict[str, Any] = two_model_document()
 
 
 @pytest.fixture

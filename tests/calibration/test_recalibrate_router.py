@@ -17,8 +17,6 @@ from recalibrate_support import (
     routed_policy_from,
     routed_prompt,
     routed_traffic,
-    store_rows,
-    tiers_file,
 )
 from typer.testing import CliRunner
 
@@ -32,6 +30,7 @@ from policies.router import LinearRouter, routed_choice
 from policies.schema import Policy
 from tests.support.postgres import POSTGRES_URL, drop_schema
 from tests.support.shared_redis import REDIS_URL, delete_prefix, fresh_prefix
+from tests.support.traffic_kinds import store_rows, tiers_file
 
 runner = CliRunner()
 SPLITS = "5"  # held-out splits of the mechanism choice: enough to tell these mechanisms apart

@@ -141,6 +141,21 @@ def run_codex(
     )
 
 
+def content_text(content: Any) -> str:
+    """The text of a chat message's content (a string or a list of text parts)."""
+    if isinstance(content, list):
+        return "".join(part.get("text", "") for part in content if isinstance(part, dict))
+    return content or ""
+
+
+def printed(result: subprocess.CompletedProcess[str], name: str, stderr_tail: int = 2000) -> str:
+    """What the CLI ``name`` printed, asserting it exited 0 (else its output's tails)."""
+    assert result.returncode == 0, (
+        f"{name} failed ({result.returncode}): {result.stdout[-1000:]} {result.stderr[-stderr_tail:]}"
+    )
+    return result.stdout.strip()
+
+
 def tool_call(name: str, arguments: dict[str, Any], call_id: str = "call_1") -> dict[str, Any]:
     """One OpenAI ``message.tool_calls`` entry."""
     return {"id": call_id, "type": "function", "function": {"name": name, "arguments": json.dumps(arguments)}}

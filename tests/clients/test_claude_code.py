@@ -11,35 +11,29 @@ from __future__ import annotations
 import json
 
 import pytest
-from client_support import CLIENT_KEY, run_claude, served, streamed_tool_call, tool_call
+from client_support import (
+    CLIENT_KEY,
+    content_text,
+    printed,
+    run_claude,
+    served,
+    streamed_tool_call,
+    tool_call,
+)
 
 from tests.support.scripted_upstream import Reply, ok
 
 QUESTION = "What is the capital of France? One word."
 
 
-def _text(content) -> str:
-    """The text of a chat message's content (a string or a list of text parts)."""
-    if isinstance(content, list):
-        return "".join(part.get("text", "") for part in content if isinstance(part, dict))
-    return content or ""
-
-
-def _succeeded(result) -> str:
-    assert result.returncode == 0, (
-        f"claude failed ({result.returncode}): {result.stdout[-1000:]} {result.stderr[-2000:]}"
-    )
-    return result.stdout.strip()
-
-
 @pytest.mark.compat(client="claude-code", feature="text")
 def test_prints_the_accepted_cheap_answer(keyed_gateway, upstream, tmp_path) -> None:
     upstream.script("up-small", ok("Paris.", confidence=0.99))
-    assert _succeeded(run_claude(keyed_gateway.url, QUESTION, tmp_path)) == "Paris."
+    assert printed(run_claude(keyed_gateway.url, QUESTION, tmp_path), "claude") == "Paris."
     sent = upstream.calls("up-small")[0].body
     assert sent["messages"][0]["role"] == "system"  # Claude Code's system blocks, as one chat system message
-    assert "Claude" in _text(sent["messages"][0]["content"])
-    assert any(QUESTION in _text(m["content"]) for m in sent["messages"] if m["role"] == "user")
+    assert "Claude" in content_text(sent["messages"][0]["content"])
+    assert any(QUESTION in content_text(m["content"]) for m in sent["messages"] if m["role"] == "user")
     assert {t["function"]["name"] for t in sent["tools"]} >= {"Bash", "Read", "Write"}
     assert served(keyed_gateway, "balanced", "accepted", endpoint="messages") == 1
 
@@ -48,7 +42,7 @@ def test_prints_the_accepted_cheap_answer(keyed_gateway, upstream, tmp_path) -> 
 def test_prints_the_escalated_answer_streamed_live(keyed_gateway, upstream, tmp_path) -> None:
     upstream.script("up-small", ok("Lyon?", confidence=0.3))
     upstream.script("up-large", ok("Paris, for sure.", confidence=0.99))
-    assert _succeeded(run_claude(keyed_gateway.url, QUESTION, tmp_path)) == "Paris, for sure."
+    assert printed(run_claude(keyed_gateway.url, QUESTION, tmp_path), "claude") == "Paris, for sure."
     assert upstream.calls("up-large")[0].body["stream"] is True  # Claude Code streams: relayed live
     assert served(keyed_gateway, "balanced", "escalated", endpoint="messages") == 1
 
@@ -65,10 +59,10 @@ def test_runs_a_bash_tool_call_and_answers_from_its_output(keyed_gateway, upstre
     result = run_claude(
         keyed_gateway.url, "Run echo claude-tool-ran", tmp_path, args=("--allowedTools", "Bash(echo:*)")
     )
-    assert _succeeded(result) == "The command printed claude-tool-ran."
+    assert printed(result, "claude") == "The command printed claude-tool-ran."
     after = upstream.calls("up-small")[-1].body["messages"]
     tool_results = [m for m in after if m["role"] == "tool"]
-    assert len(tool_results) == 1 and "claude-tool-ran" in _text(tool_results[0]["content"])
+    assert len(tool_results) == 1 and "claude-tool-ran" in content_text(tool_results[0]["content"])
     assistant = [m for m in after if m["role"] == "assistant"]
     assert assistant[-1]["tool_calls"][0]["function"]["name"] == "Bash"
     assert tool_results[0]["tool_call_id"] == assistant[-1]["tool_calls"][0]["id"]
@@ -79,7 +73,7 @@ def test_runs_a_bash_tool_call_and_answers_from_its_output(keyed_gateway, upstre
 @pytest.mark.compat(client="claude-code", feature="tier-by-alias")
 def test_model_alias_picks_the_tier(keyed_gateway, upstream, tmp_path) -> None:
     result = run_claude(keyed_gateway.url, QUESTION, tmp_path, model="cascade/direct")
-    assert _succeeded(result) == "answer from up-large"
+    assert printed(result, "claude") == "answer from up-large"
     assert upstream.calls("up-small") == []
     assert served(keyed_gateway, "direct", "direct", endpoint="messages") == 1
 
@@ -89,7 +83,7 @@ def test_tier_header_picks_the_tier(keyed_gateway, upstream, tmp_path) -> None:
     # ANTHROPIC_CUSTOM_HEADERS: Claude Code's way to add headers to every API request.
     headers = {"ANTHROPIC_CUSTOM_HEADERS": "X-Cascade-Tier: direct"}
     result = run_claude(keyed_gateway.url, QUESTION, tmp_path, model="cascade", env=headers)
-    assert _succeeded(result) == "answer from up-large"
+    assert printed(result, "claude") == "answer from up-large"
     assert upstream.calls("up-small") == []
     assert served(keyed_gateway, "direct", "direct", endpoint="messages") == 1
 
@@ -99,7 +93,7 @@ def test_bearer_token_auth_is_accepted(keyed_gateway, upstream, tmp_path) -> Non
     # ANTHROPIC_AUTH_TOKEN sends ``Authorization: Bearer`` instead of ``x-api-key``.
     env = {"ANTHROPIC_API_KEY": "", "ANTHROPIC_AUTH_TOKEN": CLIENT_KEY}
     upstream.script("up-small", ok("Paris.", confidence=0.99))
-    assert _succeeded(run_claude(keyed_gateway.url, QUESTION, tmp_path, env=env)) == "Paris."
+    assert printed(run_claude(keyed_gateway.url, QUESTION, tmp_path, env=env), "claude") == "Paris."
 
 
 @pytest.mark.compat(client="claude-code", feature="structured-output")
@@ -110,7 +104,7 @@ def test_json_schema_result_comes_from_its_structured_output_tool(keyed_gateway,
     upstream.script("up-small", Reply(content=None, tool_calls=[call]), ok("Done.", confidence=0.99))
     upstream.script("up-large", streamed_tool_call(call))
     args = ("--output-format", "json", "--json-schema", json.dumps(schema))
-    result = json.loads(_succeeded(run_claude(keyed_gateway.url, QUESTION, tmp_path, args=args)))
+    result = json.loads(printed(run_claude(keyed_gateway.url, QUESTION, tmp_path, args=args), "claude"))
     assert result["structured_output"] == {"capital": "Paris"}
     first = upstream.calls("up-small")[0].body
     offered = {t["function"]["name"]: t["function"]["parameters"] for t in first["tools"]}

@@ -11,36 +11,22 @@ from __future__ import annotations
 import json
 
 import pytest
-from client_support import codex_home, run_codex, served, streamed_tool_call, tool_call
+from client_support import codex_home, content_text, printed, run_codex, served, streamed_tool_call, tool_call
 
 from tests.support.scripted_upstream import Reply, ok
 
 QUESTION = "What is the capital of France? One word."
 
 
-def _text(content) -> str:
-    """The text of a chat message's content (a string or a list of text parts)."""
-    if isinstance(content, list):
-        return "".join(part.get("text", "") for part in content if isinstance(part, dict))
-    return content or ""
-
-
-def _succeeded(result) -> str:
-    assert result.returncode == 0, (
-        f"codex failed ({result.returncode}): {result.stdout[-1000:]} {result.stderr[-3000:]}"
-    )
-    return result.stdout.strip()
-
-
 @pytest.mark.compat(client="codex", feature="text")
 def test_prints_the_accepted_cheap_answer(keyed_gateway, upstream, tmp_path) -> None:
     upstream.script("up-small", ok("Paris.", confidence=0.99))
     result = run_codex(codex_home(tmp_path, keyed_gateway.url), QUESTION, tmp_path / "work")
-    assert _succeeded(result) == "Paris."
+    assert printed(result, "codex", 3000) == "Paris."
     sent = upstream.calls("up-small")[0].body
     assert sent["messages"][0]["role"] == "system"  # Codex's developer prompt
-    assert "Codex" in _text(sent["messages"][0]["content"])
-    assert any(QUESTION in _text(m["content"]) for m in sent["messages"] if m["role"] == "user")
+    assert "Codex" in content_text(sent["messages"][0]["content"])
+    assert any(QUESTION in content_text(m["content"]) for m in sent["messages"] if m["role"] == "user")
     assert "exec_command" in {t["function"]["name"] for t in sent["tools"]}
     assert served(keyed_gateway, "balanced", "accepted", endpoint="responses") == 1
 
@@ -50,7 +36,7 @@ def test_prints_the_escalated_answer_streamed_live(keyed_gateway, upstream, tmp_
     upstream.script("up-small", ok("Lyon?", confidence=0.3))
     upstream.script("up-large", ok("Paris, for sure.", confidence=0.99))
     result = run_codex(codex_home(tmp_path, keyed_gateway.url), QUESTION, tmp_path / "work")
-    assert _succeeded(result) == "Paris, for sure."
+    assert printed(result, "codex", 3000) == "Paris, for sure."
     assert upstream.calls("up-large")[0].body["stream"] is True  # Codex streams: relayed live
     assert served(keyed_gateway, "balanced", "escalated", endpoint="responses") == 1
 
@@ -63,10 +49,10 @@ def test_runs_a_shell_tool_call_and_answers_from_its_output(keyed_gateway, upstr
     )
     upstream.script("up-large", streamed_tool_call(call))
     result = run_codex(codex_home(tmp_path, keyed_gateway.url), "Run echo codex-tool-ran", tmp_path / "work")
-    assert _succeeded(result) == "The command printed codex-tool-ran."
+    assert printed(result, "codex", 3000) == "The command printed codex-tool-ran."
     after = upstream.calls("up-small")[-1].body["messages"]
     tool_results = [m for m in after if m["role"] == "tool"]
-    assert len(tool_results) == 1 and "codex-tool-ran" in _text(tool_results[0]["content"])
+    assert len(tool_results) == 1 and "codex-tool-ran" in content_text(tool_results[0]["content"])
     assistant = [m for m in after if m["role"] == "assistant"]
     called = assistant[-1]["tool_calls"][0]
     assert called["function"]["name"] == "exec_command"
@@ -79,7 +65,7 @@ def test_runs_a_shell_tool_call_and_answers_from_its_output(keyed_gateway, upstr
 @pytest.mark.compat(client="codex", feature="tier-by-alias")
 def test_model_alias_picks_the_tier(keyed_gateway, upstream, tmp_path) -> None:
     codex = codex_home(tmp_path, keyed_gateway.url, model="cascade/direct")
-    assert _succeeded(run_codex(codex, QUESTION, tmp_path / "work")) == "answer from up-large"
+    assert printed(run_codex(codex, QUESTION, tmp_path / "work"), "codex", 3000) == "answer from up-large"
     assert upstream.calls("up-small") == []
     assert served(keyed_gateway, "direct", "direct", endpoint="responses") == 1
 
@@ -88,7 +74,7 @@ def test_model_alias_picks_the_tier(keyed_gateway, upstream, tmp_path) -> None:
 def test_tier_header_picks_the_tier(keyed_gateway, upstream, tmp_path) -> None:
     # ``http_headers`` of a model provider: added to every request Codex sends it.
     codex = codex_home(tmp_path, keyed_gateway.url, model="cascade", headers={"X-Cascade-Tier": "direct"})
-    assert _succeeded(run_codex(codex, QUESTION, tmp_path / "work")) == "answer from up-large"
+    assert printed(run_codex(codex, QUESTION, tmp_path / "work"), "codex", 3000) == "answer from up-large"
     assert upstream.calls("up-small") == []
     assert served(keyed_gateway, "direct", "direct", endpoint="responses") == 1
 
@@ -105,7 +91,7 @@ def test_output_schema_answer_is_printed(keyed_gateway, upstream, tmp_path) -> N
     upstream.script("up-small", ok('{"capital": "Paris"}', confidence=0.99))
     codex = codex_home(tmp_path, keyed_gateway.url)
     result = run_codex(codex, QUESTION, tmp_path / "work", "--output-schema", str(tmp_path / "schema.json"))
-    assert json.loads(_succeeded(result)) == {"capital": "Paris"}
+    assert json.loads(printed(result, "codex", 3000)) == {"capital": "Paris"}
     response_format = upstream.calls("up-small")[0].body["response_format"]
     assert response_format["type"] == "json_schema"
     assert response_format["json_schema"]["schema"] == schema

@@ -18,8 +18,7 @@ import httpx
 from learning_e2e_support import parse_metrics
 from openai import OpenAI
 
-from localpool.process import wait_healthy
-from tests.support.ports import free_port
+from tests.support.gateway_process import GatewayProcess
 
 Samples = list[tuple[str, dict[str, str], float]]
 
@@ -37,31 +36,26 @@ def cli(
     )
 
 
-class Replica:
-    """One `cascade serve` process on a free port."""
+class Replica(GatewayProcess):
+    """One `cascade serve` process on a free port (tests/support/gateway_process.py), whose output
+    goes to ``log``, with the environment ``env`` and the learning test's readers."""
 
     def __init__(self, config: Path, env: dict[str, str], log: Path, client_timeout_s: float = 300) -> None:
-        """Start it (returns at once; see ``wait_ready``); its output goes to ``log``."""
-        self.port = free_port()
-        self.url = f"http://127.0.0.1:{self.port}"
+        """Start it (returns at once; see ``wait_ready``)."""
+        super().__init__(config, env=env, log_path=log)
         self.log = log
         self.client_timeout_s = client_timeout_s
-        command = [sys.executable, "-m", "cascade_cli.main", "serve", "--config", str(config)]
-        with log.open("wb") as out:
-            self.process = subprocess.Popen(
-                [*command, "--port", str(self.port)], stdout=out, stderr=subprocess.STDOUT, env=env
-            )
+        log.unlink(missing_ok=True)  # the replica's own output only
+        self.start()
 
-    def wait_ready(self, timeout_s: float = 90) -> None:
+    def wait_ready(self, timeout_s: float = 90, path: str = "/readyz") -> Replica:
         """Until /readyz answers 200 (the policy is loaded); fails with the log if it exits first."""
-        health = f"{self.url}/readyz"
-        wait_healthy(health, pid=self.process.pid, log_path=self.log, timeout_s=timeout_s, name=self.url)
+        super().wait_ready(timeout_s, path)
+        return self
 
     def client(self) -> OpenAI:
         """The openai SDK against this replica (no retries: every request sent is one counted)."""
-        return OpenAI(
-            base_url=f"{self.url}/v1", api_key="unused", max_retries=0, timeout=self.client_timeout_s
-        )
+        return super().client("unused", timeout_s=self.client_timeout_s)
 
     def metrics(self) -> Samples:
         """A scrape of /metrics, parsed by prometheus_client."""
@@ -77,13 +71,8 @@ class Replica:
 
     def log_tail(self, chars: int = 5000) -> str:
         """The end of the process's output."""
-        return self.log.read_text(errors="replace")[-chars:]
+        return self.log_text()[-chars:]
 
-    def stop(self, timeout_s: float = 60) -> None:
+    def stop(self, grace_s: float = 60) -> None:
         """SIGTERM (the shutdown grace ends the sampler), SIGKILL if it has not exited in time."""
-        self.process.terminate()
-        try:
-            self.process.wait(timeout=timeout_s)
-        except subprocess.TimeoutExpired:
-            self.process.kill()
-            self.process.wait()
+        super().stop(grace_s)

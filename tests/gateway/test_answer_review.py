@@ -6,13 +6,13 @@ every escalation says why (header, /metrics)."""
 from __future__ import annotations
 
 import json
-import time
 from typing import Any
 
 import pytest
 from openai.types.chat import ChatCompletion, ChatCompletionMessageToolCall
 
 from gateway.answer_review import missing_score_reason
+from tests.support.gateway_logs import captured_request_lines
 from tests.support.gateway_testkit import RunningGateway
 from tests.support.scripted_upstream import Reply, error, ok
 
@@ -264,17 +264,6 @@ def test_missing_score_reason(choice, reason) -> None:
     assert missing_score_reason({"choices": []}) == "empty_answer"
 
 
-def request_lines(capfd, count: int, timeout_s: float = 5.0) -> list[dict[str, Any]]:
-    """The ``request`` log lines written so far, waiting until there are ``count`` of them."""
-    lines: list[dict[str, Any]] = []
-    end = time.monotonic() + timeout_s
-    while len(lines) < count and time.monotonic() < end:
-        err = capfd.readouterr().err
-        lines += [json.loads(x) for x in err.splitlines() if x.startswith("{") and '"event":"request"' in x]
-        time.sleep(0.02)
-    return lines
-
-
 @pytest.mark.parametrize("log_prompts", [False, True])
 def test_the_log_line_says_why_and_quotes_the_answer_only_with_prompts(
     start_gateway, make_settings, write_policy, upstream, capfd, log_prompts
@@ -288,7 +277,7 @@ def test_the_log_line_says_why_and_quotes_the_answer_only_with_prompts(
     )
     upstream.script("up-large", ok(None, tool_calls=[call("get_weather", GOOD_ARGUMENTS)]))
     gateway.client().chat.completions.create(model="cascade", messages=QUESTION, tools=[WEATHER])
-    (line,) = request_lines(capfd, 1)
+    (line,) = captured_request_lines(capfd, 1)
     assert line["escalation_reasons"] == ["invalid_tool_call"]
     assert line["answer_problem"] is None  # the returned answer is valid
     (invalid,) = line["invalid_answers"]

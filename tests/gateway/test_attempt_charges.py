@@ -9,7 +9,6 @@ charge is exact: a fault's charge is the worst case of the request as sent, neve
 from __future__ import annotations
 
 import json
-import time
 from collections.abc import Callable
 from typing import Any
 
@@ -20,6 +19,7 @@ from learning_support import learning_block, registry_value
 
 from policies import Price
 from policies.charges import DEFAULT_COMPLETION_BOUND, sent_bound
+from tests.support.gateway_logs import captured_request_line
 from tests.support.gateway_testkit import RunningGateway, model_configs, until
 from tests.support.money import priced_usd
 from tests.support.policy_files import write_policy
@@ -79,18 +79,6 @@ def post(gateway: RunningGateway, body: dict[str, Any], path: str = "/v1/chat/co
     return httpx.post(gateway.url + path, content=orjson.dumps(body), timeout=20)
 
 
-def request_line(capfd: pytest.CaptureFixture[str], timeout_s: float = 5.0) -> dict[str, Any]:
-    """The next ``request`` log line."""
-    end = time.monotonic() + timeout_s
-    lines: list[dict[str, Any]] = []
-    while not lines and time.monotonic() < end:
-        err = capfd.readouterr().err
-        lines = [json.loads(x) for x in err.splitlines() if x.startswith("{") and '"event":"request"' in x]
-        time.sleep(0.02)
-    (line,) = lines
-    return line
-
-
 def worst_case(upstream: ScriptedUpstream, model_id: str) -> float:
     """Sum of the worst cases of every request ``model_id`` was sent (policies.charges.sent_bound)."""
     return sum(sent_bound(price(model_id), orjson.dumps(c.body)).usd for c in upstream.calls(model_id))
@@ -112,7 +100,7 @@ def test_an_attempt_broken_after_it_was_sent_is_charged_its_worst_case_once(
     response = post(gateway, {"model": "large", "messages": MESSAGES, "max_tokens": 64})
 
     assert response.status_code in (502, 504)
-    line = request_line(capfd)
+    line = captured_request_line(capfd)
     assert len(upstream.calls("up-large")) == 1  # never retried: a retry would be a second bill
     assert billed(upstream) > 0
     assert line["cost_usd"] == pytest.approx(worst_case(upstream, "up-large"), rel=1e-9)
@@ -129,7 +117,7 @@ def test_a_streamed_stage_broken_before_its_answer_began_is_charged_its_worst_ca
     response = post(gateway, {"model": "large", "messages": MESSAGES, "max_tokens": 64, "stream": True})
 
     assert response.status_code in (502, 504)
-    line = request_line(capfd)
+    line = captured_request_line(capfd)
     assert len(upstream.calls("up-large")) == 1
     assert line["cost_usd"] == pytest.approx(worst_case(upstream, "up-large"), rel=1e-9)
     assert line["cost_usd"] >= billed(upstream)
@@ -144,7 +132,7 @@ def test_a_streamed_stage_whose_client_leaves_before_its_answer_began_is_charged
     with pytest.raises(httpx.TimeoutException):  # the client gives up while the upstream thinks
         httpx.post(gateway.url + "/v1/chat/completions", content=orjson.dumps(body), timeout=0.5)
 
-    line = request_line(capfd)
+    line = captured_request_line(capfd)
     assert line["status"] == 499
     assert line["cost_usd"] == pytest.approx(worst_case(upstream, "up-large"), rel=1e-9)
     assert line["cost_usd"] >= billed(upstream)
@@ -160,7 +148,7 @@ def test_a_cheap_stage_that_times_out_is_charged_and_so_is_its_escalation(
 
     assert response.status_code == 200
     assert response.headers["x-cascade-models-called"] == "small,large"
-    line = request_line(capfd)
+    line = captured_request_line(capfd)
     charged = float(response.headers["x-cascade-cost-usd"])
     assert charged == pytest.approx(worst_case(upstream, "up-small") + (20 * 10.0 + 2 * 30.0) / 1e6, rel=1e-9)
     assert charged >= billed(upstream) and line["cost_usd"] == pytest.approx(charged)
@@ -185,7 +173,7 @@ def test_a_connection_refused_before_sending_is_retried_and_costs_nothing(
     response = post(gateway, {"model": "large", "messages": MESSAGES, "max_tokens": 64})
 
     assert response.status_code == 502
-    assert request_line(capfd)["cost_usd"] == 0.0
+    assert captured_request_line(capfd)["cost_usd"] == 0.0
     attempts = gateway.metrics()["cascade_upstream_requests"].samples
     errors = [s.value for s in attempts if s.labels.get("model") == "large" and s.labels["status"] == "error"]
     assert errors == [2.0]  # the attempt and its one retry (max_retries: 1)
@@ -225,7 +213,7 @@ def test_a_black_box_scorer_call_that_times_out_is_charged_and_listed(
 
     assert response.status_code == 200
     assert response.headers["x-cascade-models-called"] == called
-    line = request_line(capfd)
+    line = captured_request_line(capfd)
     assert line["models_called"] == called.split(",")
     assert line["escalation_reasons"] == ["scorer_failed"]
     scorer_calls = upstream.calls(scorer_id)[1:] if scorer_id == "up-small" else upstream.calls(scorer_id)
@@ -286,7 +274,7 @@ def test_a_request_without_a_cap_is_sent_the_models_default_cap_it_reserved(
     assert response.status_code == 200
     (call,) = upstream.calls("up-large")
     assert call.body["max_tokens"] == 300 and "n_predict" not in call.body
-    line = request_line(capfd)
+    line = captured_request_line(capfd)
     # The answer billed what the cap allowed: 300 tokens, not 20,000.
     assert line["cost_usd"] == pytest.approx((20 * 10.0 + 300 * 30.0) / 1e6)
     assert line["worst_case_usd"] >= line["cost_usd"]
@@ -353,7 +341,7 @@ def test_an_image_is_reserved_at_the_models_declared_bound(
     path, body = IMAGE_REQUESTS[api]
     assert post(gateway, body, path).status_code == 200
 
-    line = request_line(capfd)
+    line = captured_request_line(capfd)
     assert line["cost_usd"] == pytest.approx(((20 + 2 * 1600) * 10.0 + 3 * 30.0) / 1e6)
     assert line["worst_case_usd"] >= line["cost_usd"] >= billed(upstream)
     assert line["worst_case_usd"] >= 2 * 1600 * 10.0 / 1e6

@@ -8,8 +8,6 @@ model is priced per token here, so every charge is token-exact: what the headers
 
 from __future__ import annotations
 
-import json
-import time
 from collections.abc import Callable, Iterable
 from typing import Any
 
@@ -24,6 +22,7 @@ from policies.blackbox import VERIFIER_PROMPT, verifier_request
 from policies.charges import sent_bound
 from policies.errors import PolicyInvalidError
 from policies.publish import check_servable
+from tests.support.gateway_logs import captured_request_lines
 from tests.support.gateway_testkit import RunningGateway, model_configs, until
 from tests.support.policy_files import policy_document, write_policy
 from tests.support.scripted_upstream import Produced, RecordedRequest, ScriptedUpstream, error, ok
@@ -67,19 +66,6 @@ def metric_cost(gateway: RunningGateway, model: str | None = None) -> float:
     return sum(
         s.value for s in family.samples if s.name.endswith("_total") and model in (None, s.labels["model"])
     )
-
-
-def request_lines(
-    capfd: pytest.CaptureFixture[str], count: int, timeout_s: float = 5.0
-) -> list[dict[str, Any]]:
-    """The ``request`` log lines written so far, waiting until there are ``count`` of them."""
-    lines: list[dict[str, Any]] = []
-    end = time.monotonic() + timeout_s
-    while len(lines) < count and time.monotonic() < end:
-        err = capfd.readouterr().err
-        lines += [json.loads(x) for x in err.splitlines() if x.startswith("{") and '"event":"request"' in x]
-        time.sleep(0.02)
-    return lines
 
 
 @pytest.fixture
@@ -139,7 +125,7 @@ def test_a_verifier_route_is_charged_the_stage_the_verifier_and_the_escalation(
     assert float(raw.headers["x-cascade-cost-usd"]) == pytest.approx(billed, rel=1e-9)
     assert metric_cost(gateway) == pytest.approx(billed, rel=1e-9)
     assert metric_cost(gateway, "medium") == pytest.approx((61 * 2.0 + 1 * 4.0) / 1e6)
-    (line,) = request_lines(capfd, 1)
+    (line,) = captured_request_lines(capfd, 1)
     assert line["cost_usd"] == pytest.approx(billed, rel=1e-9)
     assert line["worst_case_usd"] >= line["cost_usd"]
     assert "escalation_reasons" not in line or line["escalation_reasons"] != ["scorer_failed"]
@@ -201,7 +187,7 @@ def test_a_streamed_request_through_a_verifier_route_is_charged_every_call(
     )
     text = "".join(c.choices[0].delta.content or "" for c in stream if c.choices)
     assert text == "6 * 7 = 42"
-    (line,) = request_lines(capfd, 1)
+    (line,) = captured_request_lines(capfd, 1)
     billed = billed_usd(upstream.produced)
     assert [p.model for p in upstream.produced] == ["up-small", "up-medium", "up-large"]
     assert line["cost_usd"] == pytest.approx(billed, rel=1e-9)
@@ -227,7 +213,7 @@ def test_a_failing_verifier_call_escalates_with_reason_scorer_failed(
     assert upstream.calls("up-medium")
     billed = billed_usd(upstream.produced)
     assert float(raw.headers["x-cascade-cost-usd"]) == pytest.approx(billed, rel=1e-9)
-    (line,) = request_lines(capfd, 1)
+    (line,) = captured_request_lines(capfd, 1)
     assert line["escalation_reasons"] == ["scorer_failed"]
     assert metric_cost(gateway) == pytest.approx(billed, rel=1e-9)
 
@@ -247,7 +233,7 @@ def test_an_answer_longer_than_the_reservation_allows_is_not_sent_to_the_verifie
 
     assert raw.headers["x-cascade-models-called"] == "small,large"
     assert upstream.calls("up-medium") == []
-    (line,) = request_lines(capfd, 1)
+    (line,) = captured_request_lines(capfd, 1)
     assert line["escalation_reasons"] == ["scorer_failed"]
 
 
@@ -268,7 +254,7 @@ def test_the_reservation_covers_every_extra_call_a_scored_stage_may_make(
     stage, *extra, final = upstream.calls()
     assert (stage.model, final.model) == ("up-small", "up-large")
     assert len(extra) == {"verifier": 1, "consistency": 3, "self_report": 1}[name]
-    (line,) = request_lines(capfd, 1)
+    (line,) = captured_request_lines(capfd, 1)
 
     # The same request under a logprob scorer reserves the route alone; the difference must cover
     # the worst case of every extra call as it was sent (what a cancelled call is charged, and a
@@ -277,7 +263,7 @@ def test_the_reservation_covers_every_extra_call_a_scored_stage_may_make(
     serve_scorer("logprobs").client().chat.completions.create(
         model="cascade", messages=MESSAGES, max_tokens=cap
     )
-    (route_only,) = request_lines(capfd, 1)
+    (route_only,) = captured_request_lines(capfd, 1)
     extra_bound = sum(sent_bound(price(c.model or ""), sent(c)).usd for c in extra)
     assert line["worst_case_usd"] - route_only["worst_case_usd"] >= extra_bound - 1e-15 > 0  # float noise
     assert line["worst_case_usd"] >= line["cost_usd"]
@@ -343,7 +329,7 @@ def test_the_verifier_is_sent_its_request_defaults_under_the_policys_request(
     assert verifier.body["messages"][0] == {"role": "system", "content": "You grade answers."}
     assert verifier.body["max_tokens"] == 1  # the policy's one token, not the default cap
     assert float(raw.headers["x-cascade-cost-usd"]) == pytest.approx(billed_usd(upstream.produced), rel=1e-9)
-    (line,) = request_lines(capfd, 1)
+    (line,) = captured_request_lines(capfd, 1)
     assert line["worst_case_usd"] >= line["cost_usd"]
 
 
@@ -360,7 +346,7 @@ def test_a_legacy_completion_is_not_black_box_scored_and_makes_no_extra_call(
     assert raw.headers["x-cascade-models-called"] == "small,large"  # on_missing_score: escalate
     assert upstream.calls("up-medium") == []
     assert float(raw.headers["x-cascade-cost-usd"]) == pytest.approx(billed_usd(upstream.produced), rel=1e-9)
-    (line,) = request_lines(capfd, 1)
+    (line,) = captured_request_lines(capfd, 1)
     assert line["escalation_reasons"] == ["scorer_failed"]
 
 

@@ -6,7 +6,6 @@ escalates it."""
 from __future__ import annotations
 
 import json
-from pathlib import Path
 from typing import Any
 
 import pytest
@@ -14,16 +13,10 @@ import pytest
 from policies import score_response
 from policies.call_tokens import call_value_positions
 from tests.support.gateway_testkit import RunningGateway, model_configs
+from tests.support.recorded_replies import CALL_AS_CONTENT
 from tests.support.scripted_upstream import Reply
 
-RECORDED = json.loads(
-    (
-        Path(__file__).parents[1]
-        / "support"
-        / "replies"
-        / "llama_server_qwen2.5_coder_0.5b_call_as_content.json"
-    ).read_text()
-)
+RECORDED = CALL_AS_CONTENT
 REQUEST: dict[str, Any] = RECORDED["request"]
 SCORER = "min_token_negentropy"  # the least certain position: formatting in the whole answer
 TOP_K = 5

@@ -15,34 +15,16 @@ from typing import Any
 import pytest
 
 from tests.support.gateway_testkit import POLICY_DOCUMENT
+from tests.support.policy_files import heldout_expectation
 from tests.support.scripted_upstream import ok
+from tests.support.weather_tool import CALL_AS_CONTENT, MESSAGES, TOOLS
 
-MESSAGES = [{"role": "user", "content": "What is the weather in Paris?"}]
-TOOLS = [
-    {
-        "type": "function",
-        "function": {
-            "name": "get_weather",
-            "parameters": {
-                "type": "object",
-                "properties": {"city": {"type": "string"}},
-                "required": ["city"],
-            },
-        },
-    }
-]
-CALL_AS_CONTENT = '{"name": "get_weather", "arguments": {"city": "Paris"}}'
 # The section's own scorer: top_k 3 (the top level asks for 5), so each upstream call shows which
 # scorer the gateway applied.
 SECTION_TOP_K = 3
-HELDOUT = {
-    "splits": 50,
-    "test_fraction": 0.5,
-    "seed": 0,
-    "cost_usd": {"mean": 0.00012, "low": 0.0001, "high": 0.00015},
-    "quality": {"mean": 0.81, "low": 0.75, "high": 0.86},
-    "escalation_rate": {"mean": 0.22, "low": 0.15, "high": 0.3},
-}
+HELDOUT = heldout_expectation(
+    cost_usd=(0.00012, 0.0001, 0.00015), quality=(0.81, 0.75, 0.86), escalation_rate=(0.22, 0.15, 0.3)
+)
 
 
 def tool_section() -> dict[str, Any]:

@@ -119,7 +119,7 @@ LEAN_CHECK = textwrap.dedent(
 
     models = {"small": {"base_url": "http://127.0.0.1:9/v1", "model": "s", "price": {"per_query_usd": 0}}}
     create_app(Settings(models=models, policy="/nonexistent.json"))
-    lazy = ("traffic.store", "traffic.backends", "traffic.file", "gateway.learning.s")
+    lazy = ("traffic.store", "traffic.backends", "traffic.file", "traffic.judges.llm", "gateway.learning.s")
     loaded = sorted(m for m in sys.modules if m.startswith(lazy))
     print("off", loaded)
     learning = {"enabled": True, "store": sys.argv[1], "judge": {"kind": "numeric"}}

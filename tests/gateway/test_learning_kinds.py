@@ -20,23 +20,9 @@ from policies import score_logprobs
 from tests.support.gateway_testkit import POLICY_DOCUMENT, until
 from tests.support.scripted_upstream import ok
 from tests.support.traffic_rows import stored_rows
+from tests.support.weather_tool import CALL_AS_CONTENT, MESSAGES, TOOLS
 from traffic.rows import TrafficRow
 
-MESSAGES = [{"role": "user", "content": "What is the weather in Paris?"}]
-TOOLS = [
-    {
-        "type": "function",
-        "function": {
-            "name": "get_weather",
-            "parameters": {
-                "type": "object",
-                "properties": {"city": {"type": "string"}},
-                "required": ["city"],
-            },
-        },
-    }
-]
-CALL_AS_CONTENT = '{"name": "get_weather", "arguments": {"city": "Paris"}}'
 SECTION_SCORER = {"name": "min_probability", "top_k": 3}
 
 

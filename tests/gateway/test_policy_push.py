@@ -13,6 +13,7 @@ from typer.testing import CliRunner
 from cascade_cli.main import app
 from gateway.auth import hash_key
 from policies import build_policy, save_policy
+from tests.support.policy_files import two_model_document
 from tests.support.shared_redis import REDIS_URL
 
 runner = CliRunner()
@@ -27,20 +28,7 @@ def policy_file(tmp_path: Path, policy_document: dict[str, Any]) -> Path:
 
 @pytest.fixture
 def policy_document() -> dict[str, Any]:
-    return {
-        "models": {
-            "small": {"mean_cost_usd": 0.0001, "quality": 0.5},
-            "large": {"mean_cost_usd": 0.001, "quality": 0.8},
-        },
-        "default_tier": "balanced",
-        "tiers": {
-            "balanced": {
-                "objective": {"max_cost_usd": 0.0006},
-                "routes": [{"weight": 1.0, "models": ["small", "large"], "thresholds": [0.4]}],
-                "expected": {"cost_usd": 0.0005, "quality": 0.7, "escalation_rate": 0.4},
-            }
-        },
-    }
+    return two_model_document()
 
 
 def next_message(pubsub: Any, timeout_s: float = 2.0) -> str | None:

@@ -17,6 +17,7 @@ from gateway.policy_store import FilePolicyStore, RedisPolicyStore
 from gateway.redis_keys import RedisKeys
 from policies import Policy, build_policy, load_policy, save_policy
 from policies.publish import push_policy
+from tests.support.policy_files import two_model_document
 from tests.support.shared_redis import REDIS_URL, RedisLink
 
 MODELS = ["small", "large"]
@@ -24,23 +25,7 @@ MODELS = ["small", "large"]
 
 def make_policy(threshold: float = 0.4, scorer: str = "mean_token_negentropy") -> Policy:
     """A valid two-model policy whose id depends on ``threshold``."""
-    return build_policy(
-        {
-            "scorer": {"name": scorer, "top_k": 5},
-            "models": {
-                "small": {"mean_cost_usd": 0.0001, "quality": 0.5},
-                "large": {"mean_cost_usd": 0.001, "quality": 0.8},
-            },
-            "default_tier": "balanced",
-            "tiers": {
-                "balanced": {
-                    "objective": {"max_cost_usd": 0.0006},
-                    "routes": [{"weight": 1.0, "models": ["small", "large"], "thresholds": [threshold]}],
-                    "expected": {"cost_usd": 0.0005, "quality": 0.7, "escalation_rate": 0.4},
-                }
-            },
-        }
-    )
+    return build_policy(two_model_document(threshold, scorer={"name": scorer, "top_k": 5}))
 
 
 async def wait_until(condition: Callable[[], bool], timeout_s: float = 3.0) -> float:

@@ -4,7 +4,6 @@ sends, metrics and the request log line labelled ``endpoint="responses"``, learn
 from __future__ import annotations
 
 import json
-import time
 from typing import Any
 
 import httpx
@@ -12,23 +11,13 @@ import orjson
 import pytest
 from learning_support import learning_block
 
+from tests.support.gateway_logs import captured_request_lines
 from tests.support.gateway_testkit import model_configs, until
 from tests.support.scripted_upstream import ok
 from tests.support.traffic_rows import stored_rows
 
 QUESTION = "What is the capital of France?"
 PROMPT = ("messages", "tools", "tool_choice", "response_format")
-
-
-def _request_lines(capfd, count: int, timeout_s: float = 5.0) -> list[dict[str, Any]]:
-    """The ``request`` log lines written so far, waiting until there are ``count`` of them."""
-    lines: list[dict[str, Any]] = []
-    end = time.monotonic() + timeout_s
-    while len(lines) < count and time.monotonic() < end:
-        err = capfd.readouterr().err
-        lines += [json.loads(x) for x in err.splitlines() if x.startswith("{") and '"event":"request"' in x]
-        time.sleep(0.02)
-    return lines
 
 
 def _big_tools(count: int) -> list[dict[str, Any]]:
@@ -92,14 +81,14 @@ def test_no_request_costs_more_than_its_reservation(
 
     # Then the same request, escalated, billed that worst case at both stages.
     upstream.reset()
-    assert len(_request_lines(capfd, 1)) == 1  # the first request's line, written after its response
+    assert len(captured_request_lines(capfd, 1)) == 1  # the first request's line, written after its response
     upstream.script("up-small", ok("Lyon?", confidence=0.3, usage=(sent[0], cap)))
     upstream.script("up-large", ok("Paris.", usage=(sent[1], cap)))
     response = httpx.post(gateway.url + "/v1/responses", **post)
     assert response.status_code == 200
     assert response.headers["x-cascade-escalated"] == "true"
     true_cost = (sent[0] * 0.1 + cap * 0.2) / 1e6 + (sent[1] * 3.0 + cap * 15.0) / 1e6
-    (line,) = _request_lines(capfd, 1)
+    (line,) = captured_request_lines(capfd, 1)
     assert line["endpoint"] == "responses"
     assert line["cost_usd"] == pytest.approx(true_cost)
     if stream:  # the headers left before the live stage was charged; the closing event knows it all
@@ -130,7 +119,7 @@ def test_metrics_and_log_lines_are_labelled_by_endpoint(
     assert sample("cascade_requests_total", tier="balanced", outcome="accepted", endpoint="chat") == 1
     assert sample("cascade_overhead_seconds_count", endpoint="responses") == 3
     assert sample("cascade_request_duration_seconds_count", tier="balanced", endpoint="responses") == 2
-    lines = _request_lines(capfd, 4)
+    lines = captured_request_lines(capfd, 4)
     assert [(x["endpoint"], x["path"], x["status"]) for x in lines] == [
         ("responses", "/v1/responses", 200),
         ("responses", "/v1/responses", 200),

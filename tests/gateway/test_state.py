@@ -14,26 +14,16 @@ from gateway.policy_store import FilePolicyStore, RedisPolicyStore
 from gateway.state import SharedState, build_shared_state
 from policies import build_policy, load_policy, save_policy
 from policies.publish import push_policy
+from tests.support.policy_files import two_model_document
 from tests.support.shared_redis import REDIS_URL
 
 MODELS = {
     "small": {"base_url": "http://127.0.0.1:9/v1", "model": "s", "price": {"per_query_usd": 0.001}},
     "large": {"base_url": "http://127.0.0.1:9/v1", "model": "l", "price": {"per_query_usd": 0.01}},
 }
-POLICY = {
-    "models": {
-        "small": {"mean_cost_usd": 0.001, "quality": 0.5},
-        "large": {"mean_cost_usd": 0.01, "quality": 0.8},
-    },
-    "default_tier": "balanced",
-    "tiers": {
-        "balanced": {
-            "objective": {"max_cost_usd": 0.006},
-            "routes": [{"weight": 1.0, "models": ["small", "large"], "thresholds": [0.4]}],
-            "expected": {"cost_usd": 0.005, "quality": 0.7, "escalation_rate": 0.4},
-        }
-    },
-}
+POLICY = two_model_document(
+    small_cost_usd=0.001, large_cost_usd=0.01, max_cost_usd=0.006, expected_cost_usd=0.005
+)
 
 
 @pytest.fixture(autouse=True)

@@ -5,7 +5,6 @@ as a proper tool call, non-streamed and streamed, on the chat, Responses and Mes
 from __future__ import annotations
 
 import json
-from pathlib import Path
 from typing import Any
 
 import anthropic
@@ -14,16 +13,10 @@ from openai.types.chat import ChatCompletionMessageToolCall
 
 from policies import score_response
 from tests.support.gateway_testkit import RunningGateway, model_configs
+from tests.support.recorded_replies import CALL_AS_CONTENT
 from tests.support.scripted_upstream import Reply
 
-RECORDED = json.loads(
-    (
-        Path(__file__).parents[1]
-        / "support"
-        / "replies"
-        / "llama_server_qwen2.5_coder_0.5b_call_as_content.json"
-    ).read_text()
-)
+RECORDED = CALL_AS_CONTENT
 REQUEST: dict[str, Any] = RECORDED["request"]
 QUESTION = REQUEST["messages"]
 TOOLS = REQUEST["tools"]

@@ -6,12 +6,11 @@ answer is returned as it is."""
 
 from __future__ import annotations
 
-import json
-import time
 from typing import Any
 
 import anthropic
 
+from tests.support.gateway_logs import captured_request_line
 from tests.support.gateway_testkit import RunningGateway
 from tests.support.scripted_upstream import error, ok
 
@@ -136,13 +135,7 @@ def test_the_log_line_lists_the_truncated_escalation(start_gateway, make_setting
     upstream.script("up-small", cut())
     upstream.script("up-large", ok(FULL))
     gateway.client().chat.completions.create(model="cascade", messages=QUESTION)
-    lines: list[dict[str, Any]] = []
-    end = time.monotonic() + 5
-    while not lines and time.monotonic() < end:
-        err = capfd.readouterr().err
-        lines = [json.loads(x) for x in err.splitlines() if x.startswith("{") and '"event":"request"' in x]
-        time.sleep(0.02)
-    (line,) = lines
+    line = captured_request_line(capfd)
     assert line["escalation_reasons"] == ["truncated"] and line["models_called"] == ["small", "large"]
 
 

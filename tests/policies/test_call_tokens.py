@@ -4,9 +4,7 @@ token lists aligned to the JSON they spell, the name and argument values selecte
 
 from __future__ import annotations
 
-import json
 import math
-from pathlib import Path
 from typing import Any
 
 import pytest
@@ -14,15 +12,9 @@ import pytest
 from policies import UnknownScorerError, build_policy, dump_policy, parse_policy
 from policies.call_tokens import call_value_positions, call_value_spans, select_tokens
 from policies.scorers import SCORERS, score_logprobs, score_response
+from tests.support.recorded_replies import CALL_AS_CONTENT
 
-REPLY = json.loads(
-    (
-        Path(__file__).parents[1]
-        / "support"
-        / "replies"
-        / "llama_server_qwen2.5_coder_0.5b_call_as_content.json"
-    ).read_text()
-)["reply"]
+REPLY = CALL_AS_CONTENT["reply"]
 
 
 def entries(*tokens: str, probability: float = 0.9) -> list[dict[str, Any]]:

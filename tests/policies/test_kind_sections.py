@@ -12,15 +12,11 @@ import pytest
 from policies import PolicyInvalidError, build_policy, check_content_hash, choose_for_budget, choose_for_tier
 from policies.kinds import kind_policy, kind_tiers, served_kinds
 from policies.store import dump_policy, load_policy, parse_policy
+from tests.support.policy_files import heldout_expectation
 
-HELDOUT = {
-    "splits": 50,
-    "test_fraction": 0.5,
-    "seed": 0,
-    "cost_usd": {"mean": 0.0005, "low": 0.0004, "high": 0.0006},
-    "quality": {"mean": 0.66, "low": 0.6, "high": 0.72},
-    "escalation_rate": {"mean": 0.41, "low": 0.35, "high": 0.47},
-}
+HELDOUT = heldout_expectation(
+    cost_usd=(0.0005, 0.0004, 0.0006), quality=(0.66, 0.6, 0.72), escalation_rate=(0.41, 0.35, 0.47)
+)
 
 
 def tool_section(document: dict[str, Any]) -> dict[str, Any]:

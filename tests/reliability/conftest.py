@@ -9,6 +9,9 @@ start and always stop them:
 * ``redis_server``: a private ``redis-server`` on its own free port (no persistence), started for
   the test and stopped after it; ``kill()``, ``restart()`` (empty), ``freeze()``/``thaw()``.
 * ``policy_path``: the test policy written to the test's tmp directory.
+* ``upstream_url`` (module): the deployment tests' upstream (tests/support/deploy_upstream.py);
+  ``keys``: a private prefix of the shared Redis, deleted after the test (Redis lost this
+  deployment's data); ``client``: a sync client of the shared Redis (str replies).
 * ``start_replicas(n=2, *, redis=..., env=..., **config_changes)``: writes one config (against
   ``upstream``, the policy file and ``redis.url`` when given; ``config_changes`` replace top-level
   config sections, e.g. ``budgets={...}``), starts ``n`` ``cascade serve`` processes with ``env``
@@ -30,10 +33,35 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from processes import GatewayProcess, RedisServer, write_gateway_config
+import redis
+from processes import RedisServer, write_gateway_config
 
+from gateway.redis_keys import RedisKeys
+from tests.support.deploy_upstream import running_deploy_upstream
+from tests.support.gateway_process import GatewayProcess
 from tests.support.policy_files import write_policy
 from tests.support.scripted_upstream import ScriptedUpstream
+from tests.support.shared_redis import REDIS_URL, delete_prefix, fresh_keys
+
+
+@pytest.fixture(scope="module")
+def upstream_url() -> Iterator[str]:
+    with running_deploy_upstream() as url:
+        yield url
+
+
+@pytest.fixture
+def keys() -> Iterator[RedisKeys]:
+    keys = fresh_keys()
+    yield keys
+    delete_prefix(keys)  # Redis lost this deployment's data
+
+
+@pytest.fixture
+def client() -> Iterator[redis.Redis]:
+    client = redis.Redis.from_url(REDIS_URL, decode_responses=True)
+    yield client
+    client.close()
 
 
 @pytest.fixture

@@ -8,9 +8,6 @@
 
 from __future__ import annotations
 
-import os
-import signal
-import subprocess
 import sys
 import time
 from collections.abc import Callable
@@ -22,7 +19,8 @@ import yaml
 
 from gateway.redis_keys import RedisKeys
 from policies import Policy, build_policy
-from tests.support.ports import free_port
+from tests.support.gateway_process import GatewayProcess
+from tests.support.policy_files import two_model_document
 from tests.support.shared_redis import REDIS_URL
 
 REPO = Path(__file__).resolve().parents[2]
@@ -43,35 +41,21 @@ def wait_for(condition: Callable[[], bool], timeout_s: float, what: str) -> floa
 
 def make_policy(threshold: float) -> Policy:
     """A valid policy over ``small`` -> ``large`` whose id depends on ``threshold``."""
-    return build_policy(
-        {
-            "scorer": {"name": "mean_token_negentropy", "top_k": 5},
-            "models": {
-                "small": {"mean_cost_usd": 0.00001, "quality": 0.5},
-                "large": {"mean_cost_usd": 0.001, "quality": 0.8},
-            },
-            "default_tier": "balanced",
-            "tiers": {
-                "balanced": {
-                    "objective": {"max_cost_usd": 0.0005},
-                    "routes": [{"weight": 1.0, "models": ["small", "large"], "thresholds": [threshold]}],
-                    "expected": {"cost_usd": 0.0004, "quality": 0.7, "escalation_rate": 0.4},
-                }
-            },
-            "envelope": [
-                {"cost_usd": 0.0004, "quality": 0.7, "models": ["small", "large"], "thresholds": [threshold]},
-            ],
-        }
+    document = two_model_document(
+        threshold,
+        small_cost_usd=0.00001,
+        max_cost_usd=0.0005,
+        expected_cost_usd=0.0004,
+        scorer={"name": "mean_token_negentropy", "top_k": 5},
+        envelope=True,
     )
+    return build_policy(document)
 
 
-class Replica:
-    """One `cascade serve` process serving the policy in Redis under ``keys.prefix``."""
+class Replica(GatewayProcess):
+    """One `cascade serve` process serving the policy in Redis under ``keys.prefix``, listening."""
 
     def __init__(self, work: Path, upstream_url: str, keys: RedisKeys, name: str, **config: Any):
-        self.port = free_port()
-        self.url = f"http://127.0.0.1:{self.port}"
-        self.log_path = work / f"{name}.log"
         model = {"base_url": upstream_url, "timeout_s": 5, "max_retries": 0}
         document = {
             "models": {
@@ -85,24 +69,19 @@ class Replica:
         }
         config_path = work / f"{name}.yaml"
         config_path.write_text(yaml.safe_dump(document))
-        env = {k: v for k, v in os.environ.items() if not k.startswith("CASCADE_")}
-        env.update(CASCADE_REDIS_PREFIX=keys.prefix, CASCADE_ADMIN_KEY=ADMIN_KEY)
-        with self.log_path.open("wb") as log:
-            self.process = subprocess.Popen(
-                [CASCADE, "serve", "--config", str(config_path), "--port", str(self.port)],
-                env=env,
-                stdout=log,
-                stderr=subprocess.STDOUT,
-            )
+        env = {"CASCADE_REDIS_PREFIX": keys.prefix, "CASCADE_ADMIN_KEY": ADMIN_KEY}
+        super().__init__(config_path, env=env, log_path=work / f"{name}.log")
+        self.start()
         try:
+            # Listening is enough: a replica may start without a loadable policy (not ready).
             wait_for(self._alive_and_listening, 30, f"replica {name} listening")
         except AssertionError:
             self.stop()
             raise
 
     def _alive_and_listening(self) -> bool:
-        if self.process.poll() is not None:
-            raise AssertionError(f"cascade serve exited {self.process.returncode}: {self.log()}")
+        if self.returncode is not None:
+            raise AssertionError(f"cascade serve exited {self.returncode}: {self.log()}")
         return _answers(self.url + "/healthz")
 
     def ready(self) -> httpx.Response:
@@ -129,10 +108,7 @@ class Replica:
 
     def metric(self, name: str) -> float:
         """The value of an unlabelled sample in ``/metrics`` (0.0 when absent)."""
-        from prometheus_client.parser import text_string_to_metric_families
-
-        text = httpx.get(self.url + "/metrics", timeout=5).text
-        for family in text_string_to_metric_families(text):
+        for family in self.metrics().values():
             for sample in family.samples:
                 if sample.name == name and not sample.labels:
                     return float(sample.value)
@@ -140,21 +116,11 @@ class Replica:
 
     def log(self) -> str:
         """Everything the process wrote so far."""
-        return self.log_path.read_text(errors="replace")
+        return self.log_text()
 
     def alive(self) -> bool:
         """The process is still running."""
-        return self.process.poll() is None
-
-    def stop(self) -> None:
-        """SIGINT, then kill if it does not exit within 15 s."""
-        if self.process.poll() is None:
-            self.process.send_signal(signal.SIGINT)
-            try:
-                self.process.wait(15)
-            except subprocess.TimeoutExpired:
-                self.process.kill()
-                self.process.wait(5)
+        return self.returncode is None
 
 
 def admin_headers() -> dict[str, str]:

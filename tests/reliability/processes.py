@@ -11,11 +11,8 @@ scripted upstream (tests/support/scripted_upstream.py, the fault-injecting seam 
 * ``write_gateway_config(directory, upstream_base_url=..., policy=..., redis_url=..., **changes)``:
   a gateway YAML (models ``small``/``medium``/``large`` -> ``up-small``/... with the per-token
   prices ``PRICES``) and returns its path; ``changes`` replace top-level config sections.
-* ``GatewayProcess(config_path, env=..., log_path=...)``: ``start()`` then ``wait_ready()``;
-  ``url``, ``client(api_key)`` (official OpenAI SDK, no retries), ``get(path)``, ``metrics()``
-  (parsed with prometheus_client's parser), ``sample(name, **labels)``, ``terminate()``
-  (SIGTERM, as an orchestrator does), ``kill()``, ``wait(timeout)``, ``returncode``, ``log_text()``,
-  ``rss_bytes()`` and ``open_fds()`` (from /proc, for soaks).
+* ``GatewayProcess`` (tests/support/gateway_process.py, the one `cascade serve` subprocess of the
+  tests): ``start()`` then ``wait_ready()``.
 * ``true_cost_usd(produced)``: what the scripted upstream's answers cost at ``PRICES``; the
   reference every spend counter is checked against.
 * ``spend_counter_nano(client, api_key)``: a key's spend counter(s) in Redis, in nano-USD.
@@ -28,25 +25,18 @@ from __future__ import annotations
 
 import contextlib
 import hashlib
-import os
 import signal
 import subprocess
-import sys
 import time
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterable
 from pathlib import Path
 from typing import Any
 
-import httpx
 import redis
 import yaml
-from openai import AsyncOpenAI, OpenAI
-from prometheus_client.parser import text_string_to_metric_families
 
 from tests.support.ports import free_port
 from tests.support.scripted_upstream import Produced
-
-REPO_ROOT = Path(__file__).resolve().parents[2]
 
 # USD per million tokens of the test models (per-token everywhere, so every cost is token-exact).
 PRICES: dict[str, tuple[float, float]] = {
@@ -187,144 +177,3 @@ def write_gateway_config(
     path = directory / name
     path.write_text(yaml.safe_dump(document, sort_keys=False))
     return path
-
-
-class GatewayProcess:
-    """One ``cascade serve`` replica in a subprocess; see the module docstring."""
-
-    def __init__(
-        self,
-        config_path: Path,
-        *,
-        env: Mapping[str, str] | None = None,
-        port: int | None = None,
-        log_path: Path | None = None,
-    ):
-        self.config_path = config_path
-        self.port = port or free_port()
-        self.env = dict(env or {})
-        self.log_path = log_path or config_path.with_name(f"gateway-{self.port}.log")
-        self.proc: subprocess.Popen[bytes] | None = None
-
-    @property
-    def url(self) -> str:
-        """``http://127.0.0.1:<port>``."""
-        return f"http://127.0.0.1:{self.port}"
-
-    @property
-    def pid(self) -> int:
-        """The process id."""
-        assert self.proc is not None
-        return self.proc.pid
-
-    @property
-    def returncode(self) -> int | None:
-        """Exit status once it has exited, else None."""
-        return None if self.proc is None else self.proc.poll()
-
-    def start(self) -> GatewayProcess:
-        """Spawn ``cascade serve --config ... --port ...`` (returns at once; see ``wait_ready``)."""
-        env = {k: v for k, v in os.environ.items() if not k.startswith("CASCADE_")}
-        if "CASCADE_HOME" in os.environ:
-            env["CASCADE_HOME"] = os.environ["CASCADE_HOME"]
-        env.update(self.env)
-        log = self.log_path.open("ab")
-        self.proc = subprocess.Popen(
-            [
-                sys.executable,
-                "-m",
-                "cascade_cli.main",
-                "serve",
-                "--config",
-                str(self.config_path),
-                "--port",
-                str(self.port),
-            ],
-            cwd=REPO_ROOT,
-            env=env,
-            stdout=log,
-            stderr=subprocess.STDOUT,
-        )
-        log.close()
-        return self
-
-    def wait_ready(self, timeout_s: float = 90.0, path: str = "/healthz") -> GatewayProcess:
-        """Wait until ``path`` answers 200 (fails with the log if the process exits first)."""
-        deadline = time.monotonic() + timeout_s
-        while time.monotonic() < deadline:
-            if self.returncode is not None:
-                raise RuntimeError(f"gateway exited with {self.returncode}:\n{self.log_text()[-4000:]}")
-            with contextlib.suppress(httpx.HTTPError):
-                if httpx.get(self.url + path, timeout=1).status_code == 200:
-                    return self
-            time.sleep(0.05)
-        raise RuntimeError(f"gateway not ready on {self.url}{path}:\n{self.log_text()[-4000:]}")
-
-    def client(self, api_key: str = "none", timeout_s: float = 30.0, **kw: Any) -> OpenAI:
-        """Official sync SDK client (no retries)."""
-        return OpenAI(base_url=self.url + "/v1", api_key=api_key, max_retries=0, timeout=timeout_s, **kw)
-
-    def async_client(self, api_key: str = "none", timeout_s: float = 30.0, **kw: Any) -> AsyncOpenAI:
-        """Official async SDK client (no retries)."""
-        return AsyncOpenAI(base_url=self.url + "/v1", api_key=api_key, max_retries=0, timeout=timeout_s, **kw)
-
-    def get(self, path: str, **kw: Any) -> httpx.Response:
-        """GET ``path`` on this replica."""
-        return httpx.get(self.url + path, timeout=kw.pop("timeout", 5), **kw)
-
-    def metrics(self) -> dict[str, Any]:
-        """``/metrics`` parsed with prometheus_client.parser: family name -> family."""
-        text = self.get("/metrics").text
-        return {family.name: family for family in text_string_to_metric_families(text)}
-
-    def sample(self, name: str, **labels: str) -> float:
-        """Value of one sample (0.0 when absent); ``name`` is the full sample name."""
-        for family in self.metrics().values():
-            for sample in family.samples:
-                if sample.name == name and all(sample.labels.get(k) == v for k, v in labels.items()):
-                    return float(sample.value)
-        return 0.0
-
-    def terminate(self) -> None:
-        """SIGTERM (graceful shutdown), without waiting."""
-        if self.proc is not None and self.proc.poll() is None:
-            self.proc.send_signal(signal.SIGTERM)
-
-    def kill(self) -> None:
-        """SIGKILL and reap."""
-        if self.proc is not None and self.proc.poll() is None:
-            self.proc.kill()
-            self.proc.wait(10)
-
-    def wait(self, timeout_s: float = 30.0) -> int:
-        """Wait for exit; the exit status."""
-        assert self.proc is not None
-        return self.proc.wait(timeout_s)
-
-    def stop(self, grace_s: float = 15.0) -> None:
-        """SIGTERM, then SIGKILL after ``grace_s`` (teardown)."""
-        if self.proc is None or self.proc.poll() is not None:
-            return
-        self.terminate()
-        try:
-            self.proc.wait(grace_s)
-        except subprocess.TimeoutExpired:
-            self.kill()
-
-    def log_text(self) -> str:
-        """Everything the process wrote to stdout/stderr so far."""
-        try:
-            return self.log_path.read_text(errors="replace")
-        except OSError:
-            return ""
-
-    def rss_bytes(self) -> int:
-        """Resident set size, from /proc/<pid>/status."""
-        for line in Path(f"/proc/{self.pid}/status").read_text().splitlines():
-            if line.startswith("VmRSS:"):
-                return int(line.split()[1]) * 1024
-        return 0
-
-    def open_fds(self) -> int:
-        """Number of open file descriptors, from /proc/<pid>/fd."""
-        return len(os.listdir(f"/proc/{self.pid}/fd"))

@@ -18,8 +18,9 @@ from collections.abc import Callable, Sequence
 from typing import Any
 
 import openai
-from processes import NANO_PER_USD, GatewayProcess, RedisServer, spend_counter_nano, true_cost_usd
+from processes import NANO_PER_USD, RedisServer, spend_counter_nano, true_cost_usd
 
+from tests.support.gateway_process import GatewayProcess
 from tests.support.scripted_upstream import ScriptedUpstream
 
 MESSAGES = [{"role": "user", "content": "What is the capital of France?"}]
@@ -42,6 +43,20 @@ async def send_async(
         except openai.APIStatusError as exc:
             status = exc.status_code
     return status, time.monotonic() - started
+
+
+def limited_replicas(
+    start_replicas: Callable[..., list[GatewayProcess]], redis: Any, key: str, limit_usd: float
+) -> list[GatewayProcess]:
+    """Two replicas sharing ``redis``, serving only ``key``, limited to ``limit_usd``.
+
+    Redis calls get 1 s instead of the default 0.1 s: these tests are about what is reserved while
+    Redis answers, and on a saturated test machine a 0.1 s call can time out, which sends the
+    replica to its outage rule (tested in test_spend_redis_faults.py).
+    """
+    return start_replicas(
+        2, redis=redis, env={"CASCADE_API_KEYS": key}, budgets={"limit_usd": limit_usd}, redis_timeout_s=1.0
+    )
 
 
 def send(replica: GatewayProcess, api_key: str, *, endpoint: str = "chat", **body: Any) -> tuple[int, float]:

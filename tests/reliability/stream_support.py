@@ -1,6 +1,6 @@
 """Real processes for the streaming, shutdown, deadline and malformed-answer reliability tests.
 
-* ``GatewayProcess``: ``cascade serve`` as a subprocess (its own uvicorn, signals, exit status),
+* ``StreamGateway``: ``cascade serve`` as a subprocess (its own uvicorn, signals, exit status),
   with a config written by ``write_config`` (per-token prices for every model, so a stream's cost
   depends on its tokens), client key ``KEY``, a spend limit, and the real Redis at 127.0.0.1:6379
   under a private key prefix. Its stderr (JSON lines) is kept in a file and parsed by ``logs()``.
@@ -11,10 +11,6 @@
 from __future__ import annotations
 
 import contextlib
-import os
-import signal
-import subprocess
-import sys
 import time
 import uuid
 from collections.abc import Iterator
@@ -28,13 +24,12 @@ import redis
 import yaml
 from prometheus_client.parser import text_string_to_metric_families
 
+from tests.support.gateway_process import GatewayProcess
 from tests.support.policy_files import write_policy
-from tests.support.ports import free_port
 from tests.support.scripted_upstream import ScriptedUpstream
 from tests.support.shared_redis import REDIS_URL, delete_prefix
 
 KEY = "sk-reliability-stream"
-CASCADE = str(Path(sys.executable).with_name("cascade"))
 NANO_PER_USD = 1_000_000_000
 MESSAGES = [{"role": "user", "content": "Tell me a long story about the capital of France."}]
 
@@ -108,41 +103,15 @@ class ReadStream:
         return "".join(out)
 
 
-class GatewayProcess:
-    """``cascade serve`` as a real subprocess, against the real Redis under a private prefix."""
+class StreamGateway(GatewayProcess):
+    """``cascade serve`` (tests/support/gateway_process.py) with the client key ``KEY`` and the real
+    Redis under a private prefix, started and ready; streams read as a client reads them."""
 
     def __init__(self, config: Path, *, prefix: str | None = None):
-        self.config = config
         self.prefix = prefix or f"cascade-rel-{uuid.uuid4().hex[:12]}"
-        self.port = free_port()
-        self.url = f"http://127.0.0.1:{self.port}"
-        self.log_path = config.with_suffix(".log")
-        env = {k: v for k, v in os.environ.items() if not k.startswith("CASCADE_")}
-        env.update(CASCADE_API_KEYS=KEY, CASCADE_REDIS_PREFIX=self.prefix)
-        self._log = self.log_path.open("wb")
-        self.process = subprocess.Popen(
-            [CASCADE, "serve", "--config", str(config), "--port", str(self.port)],
-            env=env,
-            stdout=subprocess.DEVNULL,
-            stderr=self._log,
-        )
-        self._wait_healthy()
-
-    def _wait_healthy(self) -> None:
-        end = time.monotonic() + 30
-        while True:
-            try:
-                if httpx.get(self.url + "/healthz", timeout=1).status_code == 200:
-                    return
-            except httpx.TransportError:
-                pass
-            if self.process.poll() is not None:
-                raise RuntimeError(f"cascade serve exited: {self.log_path.read_text()[-2000:]}")
-            if time.monotonic() > end:
-                raise RuntimeError("cascade serve did not come up")
-            time.sleep(0.05)
-
-    # -- clients -----------------------------------------------------------------------------------
+        env = {"CASCADE_API_KEYS": KEY, "CASCADE_REDIS_PREFIX": self.prefix}
+        super().__init__(config, env=env, log_path=config.with_suffix(".log"))
+        self.start().wait_ready(timeout_s=30)
 
     def headers(self) -> dict[str, str]:
         """The client key's authorization header."""
@@ -181,8 +150,6 @@ class GatewayProcess:
                         break  # leaving the block closes the connection mid-stream
             return ReadStream(response.status_code, dict(response.headers), events, errors, done)
 
-    # -- observations ------------------------------------------------------------------------------
-
     def samples(self) -> dict[tuple[str, tuple[tuple[str, str], ...]], float]:
         """Every sample of ``/metrics`` (parsed with prometheus_client's parser)."""
         text = httpx.get(self.url + "/metrics", timeout=5).text
@@ -196,22 +163,6 @@ class GatewayProcess:
         """One sample's value (0.0 when absent)."""
         wanted = tuple(sorted(labels.items()))
         return self.samples().get((name, wanted), 0.0)
-
-    def logs(self) -> list[dict[str, Any]]:
-        """The JSON log lines of stderr, parsed."""
-        return [orjson.loads(line) for line in self._lines() if line.startswith(b"{")]
-
-    def plain_lines(self) -> list[str]:
-        """The stderr lines that are not JSON (the CLI's start banner, anything else is a defect)."""
-        return [line.decode() for line in self._lines() if line.strip() and not line.startswith(b"{")]
-
-    def _lines(self) -> list[bytes]:
-        self._log.flush()
-        return self.log_path.read_bytes().splitlines()
-
-    def request_logs(self) -> list[dict[str, Any]]:
-        """The per-request log lines."""
-        return [line for line in self.logs() if line.get("event") == "request"]
 
     def wait_for_requests(self, count: int, timeout_s: float = 10.0) -> list[dict[str, Any]]:
         """Wait until ``count`` requests have been logged (their spend is settled before the line)."""
@@ -235,33 +186,16 @@ class GatewayProcess:
         finally:
             client.close()
 
-    # -- lifecycle ---------------------------------------------------------------------------------
-
-    def terminate(self) -> None:
-        """SIGTERM, as an orchestrator stopping the replica."""
-        self.process.send_signal(signal.SIGTERM)
-
-    def wait(self, timeout_s: float) -> int:
-        """The exit status, waiting up to ``timeout_s``."""
-        return self.process.wait(timeout_s)
-
     def close(self) -> None:
-        """Stop the process (if still running), close the log, delete the Redis keys."""
-        if self.process.poll() is None:
-            self.process.send_signal(signal.SIGINT)
-            try:
-                self.process.wait(15)
-            except subprocess.TimeoutExpired:
-                self.process.kill()
-                self.process.wait(5)
-        self._log.close()
+        """Stop the process (if still running) and delete its Redis keys."""
+        self.stop()
         delete_prefix(self.prefix)
 
 
 @contextlib.contextmanager
-def gateway_process(config: Path) -> Iterator[GatewayProcess]:
+def gateway_process(config: Path) -> Iterator[StreamGateway]:
     """A running ``cascade serve`` for ``config``, stopped and cleaned up afterwards."""
-    process = GatewayProcess(config)
+    process = StreamGateway(config)
     try:
         yield process
     finally:

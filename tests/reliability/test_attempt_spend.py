@@ -13,9 +13,10 @@ from typing import Any
 
 import httpx
 import pytest
-from processes import PRICES, UPSTREAM_IDS, GatewayProcess, RedisServer, model_configs
+from processes import PRICES, UPSTREAM_IDS, RedisServer, model_configs
 from spend_support import MESSAGES, Money, wait_until
 
+from tests.support.gateway_process import GatewayProcess
 from tests.support.money import priced_usd
 from tests.support.scripted_upstream import ScriptedUpstream, ok
 

@@ -11,9 +11,10 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from processes import GatewayProcess, RedisServer
+from processes import RedisServer
 from spend_support import MESSAGES, Money, wait_until
 
+from tests.support.gateway_process import GatewayProcess
 from tests.support.policy_files import write_policy
 from tests.support.scripted_upstream import ScriptedUpstream, error, ok
 

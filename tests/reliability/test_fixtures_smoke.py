@@ -5,8 +5,9 @@ from __future__ import annotations
 
 import pytest
 import redis
-from processes import GatewayProcess, RedisServer, spend_counter_nano, true_cost_usd
+from processes import RedisServer, spend_counter_nano, true_cost_usd
 
+from tests.support.gateway_process import GatewayProcess
 from tests.support.scripted_upstream import ScriptedUpstream, ok
 
 MESSAGES = [{"role": "user", "content": "What is the capital of France?"}]

@@ -14,7 +14,8 @@ import time
 from collections.abc import Callable
 
 import pytest
-from processes import GatewayProcess
+
+from tests.support.gateway_process import GatewayProcess
 
 KEYS = {"CASCADE_API_KEYS": "sk-test"}
 # How long a test waits for an answer it expects (a server that holds the connection fails the test).

@@ -14,8 +14,9 @@ from typing import Any
 
 import httpx
 import pytest
-from processes import GatewayProcess, write_gateway_config
+from processes import write_gateway_config
 
+from tests.support.gateway_process import GatewayProcess
 from tests.support.scripted_upstream import ScriptedUpstream
 
 API_KEY = "sk-reliability-a"

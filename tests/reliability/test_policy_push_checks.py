@@ -11,7 +11,6 @@ from __future__ import annotations
 import json
 import os
 import subprocess
-import uuid
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -22,28 +21,7 @@ from policy_support import CASCADE, Replica, make_policy, wait_for
 from gateway.redis_keys import RedisKeys
 from policies import Policy, build_policy, save_policy
 from policies.store import compute_policy_id
-from tests.support.deploy_upstream import running_deploy_upstream
-from tests.support.shared_redis import REDIS_URL, delete_prefix
-
-
-@pytest.fixture(scope="module")
-def upstream_url() -> Iterator[str]:
-    with running_deploy_upstream() as url:
-        yield url
-
-
-@pytest.fixture
-def keys() -> Iterator[RedisKeys]:
-    keys = RedisKeys(f"cascade-push-checks-{uuid.uuid4().hex[:10]}")
-    yield keys
-    delete_prefix(keys)  # Redis lost this deployment's data
-
-
-@pytest.fixture
-def client() -> Iterator[redis.Redis]:
-    client = redis.Redis.from_url(REDIS_URL, decode_responses=True)
-    yield client
-    client.close()
+from tests.support.shared_redis import REDIS_URL
 
 
 @pytest.fixture

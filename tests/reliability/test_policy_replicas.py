@@ -9,7 +9,6 @@ risk "an empty key store after data loss opens the gateway".
 from __future__ import annotations
 
 import json
-import uuid
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -22,28 +21,7 @@ from gateway.keys_cli import add_key
 from gateway.redis_keys import RedisKeys
 from policies import Policy, load_policy, save_policy
 from policies.publish import push_policy
-from tests.support.deploy_upstream import running_deploy_upstream
-from tests.support.shared_redis import REDIS_URL, delete_prefix
-
-
-@pytest.fixture(scope="module")
-def upstream_url() -> Iterator[str]:
-    with running_deploy_upstream() as url:
-        yield url
-
-
-@pytest.fixture
-def keys() -> Iterator[RedisKeys]:
-    keys = RedisKeys(f"cascade-reliability-{uuid.uuid4().hex[:10]}")
-    yield keys
-    delete_prefix(keys)  # Redis lost this deployment's data
-
-
-@pytest.fixture
-def client() -> Iterator[redis.Redis]:
-    client = redis.Redis.from_url(REDIS_URL, decode_responses=True)
-    yield client
-    client.close()
+from tests.support.shared_redis import delete_prefix
 
 
 @pytest.fixture

@@ -12,7 +12,6 @@ import asyncio
 import signal
 import threading
 import time
-from collections.abc import Iterator
 from concurrent.futures import Future
 from pathlib import Path
 from typing import Any
@@ -41,7 +40,6 @@ from gateway.server import DrainingServer
 from tests.support.money import worst_case_usd
 from tests.support.ports import free_port
 from tests.support.scripted_upstream import ScriptedUpstream, ok, running_upstream
-from tests.support.shared_redis import delete_prefix, fresh_keys
 
 SMALL_USAGE = (10, 5)
 CAP = 1000
@@ -185,14 +183,6 @@ def test_interrupted_requests_are_counted_in_the_metrics(
     }
     (sample,) = families["cascade_shutdown_interrupted_requests"].samples[:1]
     assert sample.name == "cascade_shutdown_interrupted_requests_total" and sample.value == 2
-
-
-@pytest.fixture
-def keys() -> Iterator[RedisKeys]:
-    """A private Redis key prefix, deleted afterwards."""
-    keys = fresh_keys()
-    yield keys
-    delete_prefix(keys)
 
 
 def _wait_until(predicate: Any, timeout_s: float = 15) -> bool:

@@ -15,9 +15,10 @@ from typing import Any
 
 import orjson
 import pytest
-from processes import NANO_PER_USD, PRICES, GatewayProcess, RedisServer
-from spend_support import MESSAGES, Money, burst, send, settled, wait_until
+from processes import NANO_PER_USD, PRICES, RedisServer
+from spend_support import MESSAGES, Money, burst, limited_replicas, send, settled, wait_until
 
+from tests.support.gateway_process import GatewayProcess
 from tests.support.scripted_upstream import Reply, ScriptedUpstream, ok
 
 KEY = "sk-reliability-charges"
@@ -28,15 +29,8 @@ REDIS_MAX_NANO = 2**63 - 1
 
 @pytest.fixture
 def replicas(start_replicas, redis_server: RedisServer) -> list[GatewayProcess]:
-    """Two replicas, one Redis, the key ``KEY`` limited to ``LIMIT_USD`` (1 s Redis calls, as in
-    test_spend_reservations.py: a loaded machine must not send a replica to its outage rule)."""
-    return start_replicas(
-        2,
-        redis=redis_server,
-        env={"CASCADE_API_KEYS": KEY},
-        budgets={"limit_usd": LIMIT_USD},
-        redis_timeout_s=1.0,
-    )
+    """Two replicas, one Redis, the key ``KEY`` limited to ``LIMIT_USD`` (spend_support.limited_replicas)."""
+    return limited_replicas(start_replicas, redis_server, KEY, LIMIT_USD)
 
 
 @pytest.fixture

@@ -20,9 +20,10 @@ from __future__ import annotations
 import time
 
 import pytest
-from processes import PRICES, GatewayProcess, RedisServer
+from processes import PRICES, RedisServer
 from spend_support import MESSAGES, Money, send, settled, wait_until
 
+from tests.support.gateway_process import GatewayProcess
 from tests.support.money import worst_case_usd
 from tests.support.scripted_upstream import ScriptedUpstream, ok
 

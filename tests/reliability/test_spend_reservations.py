@@ -11,8 +11,9 @@ from __future__ import annotations
 
 import pytest
 from processes import PRICES, RedisServer
-from spend_support import MESSAGES, Money, burst, send, wait_until
+from spend_support import MESSAGES, Money, burst, limited_replicas, send, wait_until
 
+from tests.support.gateway_process import GatewayProcess
 from tests.support.money import worst_case_usd
 from tests.support.scripted_upstream import ScriptedUpstream, ok
 
@@ -21,20 +22,10 @@ LIMIT_USD = 1.0
 
 
 @pytest.fixture
-def replicas(start_replicas, redis_server: RedisServer) -> list:
-    """Two replicas, one Redis, the key ``KEY`` with a limit of ``LIMIT_USD`` per day.
-
-    Redis calls get 1 s instead of the default 0.1 s: these tests are about what is reserved while
-    Redis answers, and on a saturated test machine a 0.1 s call can time out, which sends the
-    replica to its outage rule (tested in test_spend_redis_faults.py).
-    """
-    return start_replicas(
-        2,
-        redis=redis_server,
-        env={"CASCADE_API_KEYS": KEY},
-        budgets={"limit_usd": LIMIT_USD},
-        redis_timeout_s=1.0,
-    )
+def replicas(start_replicas, redis_server: RedisServer) -> list[GatewayProcess]:
+    """Two replicas, one Redis, the key ``KEY`` with a limit of ``LIMIT_USD`` per day
+    (spend_support.limited_replicas)."""
+    return limited_replicas(start_replicas, redis_server, KEY, LIMIT_USD)
 
 
 @pytest.fixture

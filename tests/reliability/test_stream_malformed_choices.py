@@ -11,7 +11,7 @@ from collections.abc import Iterator
 from typing import Any
 
 import pytest
-from stream_support import MESSAGES, GatewayProcess, gateway_process, write_config
+from stream_support import MESSAGES, StreamGateway, gateway_process, write_config
 
 from tests.support.scripted_upstream import Reply, ScriptedUpstream, ok, running_upstream
 
@@ -64,7 +64,7 @@ def _body(model: str, stream: bool) -> dict[str, Any]:
 def test_malformed_final_answer_falls_back_to_the_degraded_cheap_answer(
     servers: dict[str, Any], upstream: ScriptedUpstream, case: str, stream: bool
 ) -> None:
-    gateway: GatewayProcess = servers["degraded"]
+    gateway: StreamGateway = servers["degraded"]
     upstream.script("up-small", ok("cheap guess", confidence=0.3))
     upstream.script("up-large", MALFORMED[case])
     if stream:
@@ -86,7 +86,7 @@ def test_malformed_final_answer_falls_back_to_the_degraded_cheap_answer(
 def test_malformed_final_answer_is_a_502_when_nothing_else_can_answer(
     servers: dict[str, Any], upstream: ScriptedUpstream, case: str, stream: bool, model: str
 ) -> None:
-    gateway: GatewayProcess = servers["strict"]
+    gateway: StreamGateway = servers["strict"]
     upstream.script("up-small", ok("cheap guess", confidence=0.3))
     upstream.script("up-large", MALFORMED[case])
     logged = len(gateway.request_logs())

@@ -11,7 +11,9 @@ import os
 from pathlib import Path
 
 import pytest
-from processes import GatewayProcess, write_gateway_config
+from processes import write_gateway_config
+
+from tests.support.gateway_process import GatewayProcess
 
 EXIT_WAIT_S = 60.0
 

@@ -12,15 +12,11 @@ from policies import build_policy
 from replay.report import build_report, expectation_for
 from replay.run import Arm
 from tests.support.gateway_testkit import POLICY_DOCUMENT
+from tests.support.policy_files import heldout_expectation
 
-HELDOUT = {
-    "splits": 50,
-    "test_fraction": 0.5,
-    "seed": 0,
-    "cost_usd": {"mean": 0.00041, "low": 0.00035, "high": 0.00048},
-    "quality": {"mean": 0.64, "low": 0.58, "high": 0.7},
-    "escalation_rate": {"mean": 0.42, "low": 0.36, "high": 0.49},
-}
+HELDOUT = heldout_expectation(
+    cost_usd=(0.00041, 0.00035, 0.00048), quality=(0.64, 0.58, 0.7), escalation_rate=(0.42, 0.36, 0.49)
+)
 
 
 def policy_with(heldout: bool = True, tool_section: bool = False) -> Any:

@@ -8,6 +8,7 @@ from pathlib import Path
 from typing import Any
 
 import orjson
+import pytest
 
 
 def request_lines(
@@ -31,3 +32,24 @@ def request_lines(
         if set(wanted) <= set(lines) or time.monotonic() > deadline:
             return lines
         time.sleep(0.05)
+
+
+def captured_request_lines(
+    capfd: pytest.CaptureFixture[str], count: int = 1, timeout_s: float = 5.0
+) -> list[dict[str, Any]]:
+    """The ``request`` log lines an in-process gateway wrote to stderr since the last read, once
+    there are ``count`` of them (waiting up to ``timeout_s``; what is there at the deadline
+    otherwise, for the caller's assertion to show)."""
+    lines: list[dict[str, Any]] = []
+    end = time.monotonic() + timeout_s
+    while len(lines) < count and time.monotonic() < end:
+        err = capfd.readouterr().err
+        lines += [orjson.loads(x) for x in err.splitlines() if x.startswith("{") and '"event":"request"' in x]
+        time.sleep(0.02)
+    return lines
+
+
+def captured_request_line(capfd: pytest.CaptureFixture[str], timeout_s: float = 5.0) -> dict[str, Any]:
+    """The one ``request`` log line written since the last read (fails if there are more)."""
+    (line,) = captured_request_lines(capfd, 1, timeout_s)
+    return line

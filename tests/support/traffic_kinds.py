@@ -11,7 +11,7 @@ from __future__ import annotations
 import asyncio
 import math
 import random
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
@@ -29,11 +29,11 @@ TIERS = {
 }
 
 
-def tiers_file(path: Path) -> Path:
-    """``TIERS`` as a YAML file at ``path``."""
+def tiers_file(path: Path, tiers: dict[str, Any] | None = None) -> Path:
+    """``tiers`` (default ``TIERS``) as a YAML file at ``path``."""
     import yaml
 
-    path.write_text(yaml.safe_dump(TIERS))
+    path.write_text(yaml.safe_dump(tiers or TIERS))
     return path
 
 
@@ -45,10 +45,23 @@ def logprobs(confidence: float) -> list[dict[str, Any]]:
     return [{**chosen, "top_logprobs": [chosen, *alternatives]}]
 
 
+# (query index, model, agrees with the reference) -> the stored label
+Labeller = Callable[[int, str, bool], float]
+
+
 def kind_traffic(
-    n: int, *, kind: str, agreement: Mapping[str, float], seed: int, prefix: str | None = None
+    n: int,
+    *,
+    kind: str,
+    agreement: Mapping[str, float],
+    seed: int,
+    prefix: str | None = None,
+    label: Labeller | None = None,
+    judge: str = "exact",
 ) -> list[TrafficRow]:
-    """n queries of ``kind`` (ids ``<prefix>-<i>``, prefix default the kind), one row per model."""
+    """n queries of ``kind`` (ids ``<prefix>-<i>``, prefix default the kind), one row per model;
+    ``label`` turns (query index, model, agrees) into the stored label (default: the agreement),
+    ``judge`` names the judge of every model's row but the reference's."""
     rng = random.Random(seed)
     now = datetime.now(UTC)
     rows = []
@@ -60,14 +73,14 @@ def kind_traffic(
                 TrafficRow(
                     query_id=f"{prefix or kind}-{q}",
                     model=model,
-                    correct=1.0 if agrees else 0.0,
+                    correct=label(q, model, agrees) if label else (1.0 if agrees else 0.0),
                     prompt_tokens=20,
                     completion_tokens=5,
                     cost_usd=COST[model],
                     logprobs=logprobs(round(confidence, 4)),
                     kind=kind,
                     timestamp=now - timedelta(seconds=n - q),
-                    judge="reference" if model == "large" else "exact",
+                    judge="reference" if model == "large" else judge,
                 )
             )
     return rows

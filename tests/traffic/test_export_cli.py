@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import asyncio
 import json
 import random
 import subprocess
@@ -14,7 +13,7 @@ import pytest
 from rows_factory import logprobs
 
 from policies.store import load_policy
-from traffic.backends import open_store
+from tests.support.traffic_kinds import store_rows
 from traffic.export import select_complete
 from traffic.rows import TrafficRow
 
@@ -69,17 +68,6 @@ def sampled_traffic(n: int, seed: int = 7) -> list[TrafficRow]:
                 )
             )
     return rows
-
-
-def store_rows(url: str, rows: list[TrafficRow]) -> None:
-    async def write() -> None:
-        store = open_store(url)
-        try:
-            await store.write_rows(rows)
-        finally:
-            await store.close()
-
-    asyncio.run(write())
 
 
 def test_exported_traffic_calibrates_and_evaluates_with_the_real_cli(store_url: str, tmp_path: Path) -> None:

@@ -1,19 +1,44 @@
 """The shapes of a Responses API answer, built from a chat answer.
 
-The chat message becomes output items (a ``message`` with ``output_text`` and ``refusal`` parts,
-then one ``function_call`` item per tool call), ``finish_reason: length`` an ``incomplete``
-response (``max_output_tokens``), chat usage the Responses usage; the Response object echoes the
-request's settings (gateway.edges.responses_request) and is never stored (``store: false``).
+``render_response``: the chat message becomes output items (a ``message`` with ``output_text`` and
+``refusal`` parts, then one ``function_call`` item per tool call), ``finish_reason: length`` an
+``incomplete`` response (``max_output_tokens``), chat usage the Responses usage; the Response
+object echoes the request's settings (gateway.edges.responses_request) and is never stored (``store: false``).
 """
 
 from __future__ import annotations
 
-from typing import Any
+from typing import TypedDict
 
+from gateway.edges.fields import JSONObject, first_choice
 from gateway.edges.responses_request import ResponsesRequest
 
 
-def completion_status(finish_reason: Any) -> tuple[str, dict[str, str] | None]:
+class ResponseUsage(TypedDict):
+    """A Response's ``usage``."""
+
+    input_tokens: int
+    input_tokens_details: dict[str, int]
+    output_tokens: int
+    output_tokens_details: dict[str, int]
+    total_tokens: int
+
+
+def render_response(chat: JSONObject, context: ResponsesRequest) -> JSONObject:
+    """A complete chat answer (its first choice) as a Response object."""
+    choice, message = first_choice(chat)
+    status, incomplete = completion_status(choice.get("finish_reason"))
+    return response_object(
+        context,
+        status=status,
+        model=chat.get("model") or context.model,
+        output=output_items(message, choice.get("logprobs"), context, status),
+        usage=response_usage(chat.get("usage")),
+        incomplete_details=incomplete,
+    )
+
+
+def completion_status(finish_reason: object) -> tuple[str, dict[str, str] | None]:
     """The response status (and ``incomplete_details``) of a chat ``finish_reason``."""
     if finish_reason == "length":
         return "incomplete", {"reason": "max_output_tokens"}
@@ -23,11 +48,11 @@ def completion_status(finish_reason: Any) -> tuple[str, dict[str, str] | None]:
 
 
 def output_items(
-    message: dict[str, Any], logprobs: Any, context: ResponsesRequest, status: str
-) -> list[dict[str, Any]]:
+    message: JSONObject, logprobs: object, context: ResponsesRequest, status: str
+) -> list[JSONObject]:
     """The output items of a chat answer's ``message``: its text (and refusal), then its tool calls."""
-    items: list[dict[str, Any]] = []
-    content: list[dict[str, Any]] = []
+    items: list[JSONObject] = []
+    content: list[JSONObject] = []
     text = message.get("content")
     if isinstance(text, str) and text:
         content.append(output_text(text, text_logprobs(logprobs) if context.wants_logprobs else []))
@@ -62,7 +87,7 @@ def output_items(
     return items
 
 
-def output_text(text: str, logprobs: list[dict[str, Any]]) -> dict[str, Any]:
+def output_text(text: str, logprobs: list[JSONObject]) -> JSONObject:
     """An ``output_text`` content part."""
     return {"type": "output_text", "text": text, "annotations": [], "logprobs": logprobs}
 
@@ -73,8 +98,8 @@ def message_id(context: ResponsesRequest) -> str:
 
 
 def function_call_item(
-    context: ResponsesRequest, index: int, call_id: Any, name: str, arguments: str, status: str
-) -> dict[str, Any]:
+    context: ResponsesRequest, index: int, call_id: object, name: str, arguments: str, status: str
+) -> JSONObject:
     """A ``function_call`` output item (the upstream's call id, or one made up if it sent none)."""
     suffix = f"{context.response_id[5:]}_{index}"
     return {
@@ -87,7 +112,7 @@ def function_call_item(
     }
 
 
-def text_logprobs(logprobs: Any) -> list[dict[str, Any]]:
+def text_logprobs(logprobs: object) -> list[JSONObject]:
     """Chat ``logprobs.content`` entries as Responses logprobs."""
     entries = logprobs.get("content") if isinstance(logprobs, dict) else None
     out = []
@@ -114,7 +139,7 @@ def text_logprobs(logprobs: Any) -> list[dict[str, Any]]:
     return out
 
 
-def response_usage(usage: Any) -> dict[str, Any] | None:
+def response_usage(usage: object) -> ResponseUsage | None:
     """Chat usage in the Responses form (None when the upstream reported none)."""
     if not isinstance(usage, dict):
         return None
@@ -135,7 +160,7 @@ def response_usage(usage: Any) -> dict[str, Any] | None:
     }
 
 
-def _count(value: Any) -> int:
+def _count(value: object) -> int:
     return value if isinstance(value, int) and not isinstance(value, bool) and value > 0 else 0
 
 
@@ -144,11 +169,11 @@ def response_object(
     *,
     status: str,
     model: str,
-    output: list[dict[str, Any]],
-    usage: dict[str, Any] | None = None,
+    output: list[JSONObject],
+    usage: ResponseUsage | None = None,
     incomplete_details: dict[str, str] | None = None,
-    error: dict[str, Any] | None = None,
-) -> dict[str, Any]:
+    error: dict[str, str] | None = None,
+) -> JSONObject:
     """A Response object: the request's echoed settings around ``output`` and ``usage``."""
     return {
         "id": context.response_id,
