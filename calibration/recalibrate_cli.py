@@ -163,8 +163,8 @@ def run_recalibrate(
     from calibration.recalibration.recalibrate import recalibrate as run
     from calibration.recalibration.redis_io import push_if_unchanged
     from calibration.recalibration.report import comparison_table, report_document, routes_table, write_report
-    from policies.publish import PolicyKeys
-    from policies.redaction import redact_url
+    from publishing import PolicyKeys
+    from redaction import redact_url
 
     result = run(options, progress=lambda text: errors.status(text))
     try:

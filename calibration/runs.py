@@ -31,13 +31,13 @@ from calibration.blackbox_scores import (
 from calibration.prices import PriceSheetError, load_price_sheet
 from calibration.run_kinds import KIND_COLUMN, RunKindError, rows_of_kind
 from calibration.table_io import Columns, TableReadError, read_columns
-from policies import Price, PriceError
+from money import Price, PriceError
 from policies.blackbox import BLACKBOX_SCORERS
 from policies.call_tokens import SCORE_TOKENS
 
 REQUIRED_COLUMNS = ("query_id", "model", "correct")
 COST_COLUMNS = ("cost_usd", "prompt_tokens", "completion_tokens")
-# Parts of the token counts (policies.usage): priced at the price's part rates when present.
+# Parts of the token counts (money.usage): priced at the price's part rates when present.
 PART_COLUMNS = ("cached_tokens", "cache_write_tokens", "reasoning_tokens")
 LOGPROBS_COLUMN = "logprobs"
 STRATA_COLUMN = "dataset"

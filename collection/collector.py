@@ -26,9 +26,9 @@ from collection.runs_writer import RunsWriter
 from collection.scorer_calls import ScorerCallsOptions, scorer_calls
 from collection.targets import Target
 from collection.upstream_call import CallError, call_model
+from money.usage import normalize_usage
 from policies.request_defaults import merge_request_defaults
 from policies.truncation import cut_short
-from policies.usage import normalize_usage
 
 # Completion tokens asked for when neither the question, the run nor the target's defaults set a cap
 # (one token: the answer letter of a multiple-choice question).

@@ -9,7 +9,7 @@ functions as live), and records what each score needs (docs/contracts.md#runs-ta
 * ``consistency``: the k sample texts and the temperature;
 * ``self_report``: the reply text;
 
-each with the calls' cost (``policies.charges.call_charge`` at the called model's price, as every
+each with the calls' cost (``money.charges.call_charge`` at the called model's price, as every
 upstream call), token counts and latencies. A call that fails after its retries records ``error``
 instead, and the score is then missing, as it would be live. With ``--answers-from RUNS`` the
 answer scored is the one already recorded in RUNS for that (query, model), so the scores line up
@@ -29,6 +29,7 @@ import orjson
 
 from collection.targets import Target
 from collection.upstream_call import CallError, call_model
+from money.charges import call_charge
 from policies.blackbox import (
     SELF_REPORT_PROMPT,
     VERIFIER_PROMPT,
@@ -38,7 +39,6 @@ from policies.blackbox import (
     self_report_request,
     verifier_request,
 )
-from policies.charges import call_charge
 from policies.request_defaults import merge_request_defaults
 
 

@@ -27,11 +27,11 @@ from gateway.drift import DriftConfig
 from gateway.key_settings import BudgetPeriod, RateLimit
 from gateway.learning.config import LearningConfig
 from gateway.redis_keys import is_redis_url
-from policies import Price
+from money import Price
+from money.charges import DEFAULT_COMPLETION_BOUND, CallLimits
 from policies.capabilities import ModelCapabilities
-from policies.charges import DEFAULT_COMPLETION_BOUND, CallLimits
-from policies.redaction import url_secrets
 from policies.request_defaults import RequestDefaults
+from redaction import url_secrets
 
 # Model names clients may not use for a configured model: they are the cascade aliases.
 RESERVED_MODEL_PREFIX = "cascade"
@@ -58,7 +58,7 @@ class PartTokens(_Section):
     file: int | None = Field(None, ge=0, description="tokens per file part (file)")
 
     def declared(self) -> dict[str, int]:
-        """The declared bounds by part kind (``policies.charges.PART_KINDS``)."""
+        """The declared bounds by part kind (``money.charges.PART_KINDS``)."""
         return {
             k: v
             for k, v in (("image", self.image), ("audio", self.audio), ("file", self.file))
@@ -117,7 +117,7 @@ class ModelConfig(_Section):
 
     @cached_property
     def limits(self) -> CallLimits:
-        """What bounds this model's calls beyond the request bytes (``policies.charges``)."""
+        """What bounds this model's calls beyond the request bytes (``money.charges``)."""
         return CallLimits(self.default_max_tokens, self.part_tokens.declared())
 
 
@@ -271,7 +271,7 @@ class Settings(BaseSettings):
 
     def secret_values(self) -> list[str]:
         """Every secret this config refers to, read now: upstream keys, client and admin keys, the
-        judge's key, and the passwords in every configured URL (``policies.redaction.Redactor``)."""
+        judge's key, and the passwords in every configured URL (``redaction.Redactor``)."""
         values: list[str] = []
         for model in self.models.values():
             values.append(model.api_key() or "")

@@ -42,7 +42,7 @@ from gateway.redis_keys import RedisKeys, is_redis_url
 from gateway.spend import Reservation, SpendLimiter
 from policies import Policy
 from policies.capabilities import ModelCapabilities
-from policies.redaction import redact_url
+from redaction import redact_url
 
 log = logging.getLogger("cascade.state")
 

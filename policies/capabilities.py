@@ -96,7 +96,7 @@ def scorer_needs(scorer: ScorerSpec, scored: str) -> list[Need]:
     its own model's logprobs with ``top_k`` alternatives (its score is the yes/no mass among
     them). A scorer unknown here is taken to need logprobs (refusing a policy
     is visible, escalating every request is not). ``external`` is refused elsewhere
-    (``policies.publish.check_servable``) and needs nothing here.
+    (``publishing.check_servable``) and needs nothing here.
     """
     name = str(scorer.name)
     if name == "external":

@@ -50,9 +50,9 @@ from calibration.splits import stratified_splits
 from calibration.tiers import TiersSpec, load_tiers
 from policies import PolicyError, load_policy
 from policies.kinds import TOP_LEVEL_KIND, kind_policy, kind_tiers, served_kinds
-from policies.publish import PolicyKeys, check_servable
-from policies.redaction import redact_url
 from policies.schema import Policy
+from publishing import PolicyKeys, check_servable
+from redaction import redact_url
 from traffic.export import Selection, export_store
 from traffic.redis_connect import connect_sync
 

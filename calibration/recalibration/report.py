@@ -16,8 +16,8 @@ from calibration.recalibration.kind_results import KindRecalibration
 from calibration.recalibration.recalibrate import Recalibration
 from calibration.recalibration.rule import Estimate, TierMetrics
 from policies.kinds import kind_policy
-from policies.redaction import redact_url
 from policies.schema import Policy, Tier
+from redaction import redact_url
 
 REPORT_NAME = "cascade-recalibrate"
 REPORT_VERSION = 1

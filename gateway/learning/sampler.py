@@ -34,7 +34,7 @@ from gateway.learning.writer import RowWriter
 from gateway.logs import log_event, log_exception
 from gateway.metrics import LearningMetrics
 from gateway.upstream import UpstreamPool
-from policies.redaction import Redactor
+from redaction import Redactor
 from traffic.backends import open_store
 from traffic.judges import make_judge
 from traffic.store import TrafficStore

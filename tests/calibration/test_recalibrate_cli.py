@@ -17,7 +17,7 @@ from calibration.recalibrate_cli import REFUSED_EXIT_CODE
 from calibration.splits import stratified_splits
 from cascade_cli.main import app
 from policies import load_policy, parse_policy
-from policies.publish import PolicyKeys, push_policy
+from publishing import PolicyKeys, push_policy
 from tests.support.postgres import POSTGRES_URL, drop_schema
 from tests.support.shared_redis import REDIS_URL, delete_prefix, fresh_prefix
 

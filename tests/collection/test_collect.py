@@ -12,7 +12,7 @@ from collection.collector import CollectOptions, collect
 from collection.prompts import Prompt
 from collection.runs_writer import RunsWriter, done_pairs
 from collection.targets import Target
-from policies import Price
+from money import Price
 
 PROMPTS = [
     Prompt(query_id=f"q{i}", prompt=f"question {i}", answer="B", grader="multiple_choice", dataset="unit")

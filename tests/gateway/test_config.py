@@ -7,7 +7,7 @@ from pathlib import Path
 import pytest
 
 from gateway.config import ConfigError, Settings
-from policies import Price
+from money import Price
 from tests.support.data_files import PLAUT_PRICES
 
 CONFIG = """

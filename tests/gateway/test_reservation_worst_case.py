@@ -12,6 +12,7 @@ import orjson
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
+from tests.policies.charge_support import honest_usage, honoured_caps, request_bodies
 
 from gateway.app import build_gateway
 from gateway.cascade import upstream_body
@@ -23,16 +24,15 @@ from gateway.learning.shadow import ShadowRunner
 from gateway.metrics import GatewayMetrics
 from gateway.requests import parse_request
 from gateway.routing import RoutePlan
-from policies import build_policy
-from policies.charges import (
+from money.charges import (
     DEFAULT_COMPLETION_BOUND,
     SENT_FIELDS_BYTES,
     completion_bound,
     generated_choices,
     sent_bound,
 )
+from policies import build_policy
 from policies.schema import Route
-from tests.policies.charge_support import honest_usage, honoured_caps, request_bodies
 from tests.support.gateway_testkit import POLICY_DOCUMENT, model_configs
 from traffic.judges.text import ExactJudge
 

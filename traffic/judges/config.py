@@ -7,7 +7,7 @@ from typing import Annotated, Any, Literal, cast
 
 from pydantic import BaseModel, ConfigDict, Field, HttpUrl, TypeAdapter
 
-from policies import Price
+from money import Price
 from traffic.judges.base import Judge
 
 
