@@ -34,7 +34,7 @@ from calibration.runs_columns import (
     RunsColumns,
     RunsError,
 )
-from calibration.runs_scores import row_scores
+from calibration.runs_scores import RowScores, row_scores
 from calibration.table_io import Columns, TableReadError, read_columns
 from money import Price
 from policies.blackbox import BLACKBOX_SCORERS
@@ -254,28 +254,16 @@ class _Builder(RunsColumns):
         cost = self.cost(model, price_sheet, prices_path)
         scores = row_scores(self, score_column, scorer, top_k, self.score_tokens, self.blackbox_options)
         self.blackbox = scores.blackbox
-        score, score_missing = scores.score, scores.missing
         # Certainly wrong (a failed check) or unfinished (cut at a cap the request did not set):
         # never accepted, whatever the scorer says, as the gateway escalates both.
         invalid = self.flagged(VALID_COLUMN, flag=False) | self.flagged(TRUNCATED_COLUMN, flag=True)
-        score[invalid] = -np.inf
-        score_missing = score_missing & ~invalid
+        scores.score[invalid] = -np.inf
+        scores = replace(scores, missing=scores.missing & ~invalid)
         features = []
         for column in feature_columns:
             self.require_column(column, "feature column")
             features.append(self.numeric(column)[0])
-        return self.pivot(
-            query,
-            model,
-            quality,
-            cost,
-            score,
-            score_missing,
-            features,
-            scores.scorer,
-            scores.top_k,
-            score_column,
-        )
+        return self.pivot(query, model, quality, cost, scores, features, score_column)
 
     def pivot(
         self,
@@ -283,21 +271,21 @@ class _Builder(RunsColumns):
         model: np.ndarray,
         quality: np.ndarray,
         cost: np.ndarray,
-        score: np.ndarray,
-        score_missing: np.ndarray,
+        scores: RowScores,
         features: list[np.ndarray],
-        scorer: str,
-        top_k: int | None,
         score_column: str | None,
     ) -> RunsMatrix:
+        """The kept queries' (n, k) matrices, models ordered by mean cost (ties: by name)."""
         import pandas as pd
+
+        scorer = scores.scorer
 
         query_codes, query_names = pd.factorize(query)
         model_codes, model_names = pd.factorize(model)
         n_models = len(model_names)
         self.check_no_duplicate(query, model, query_codes.astype(np.int64) * n_models + model_codes)
         keep_rows, kept_queries = self.kept_queries(
-            query_codes, query_names, model_codes, model_names, score_missing, scorer, score_column
+            query_codes, query_names, model_codes, model_names, scores.missing, scorer, score_column
         )
         # Renumber the kept queries 0..n-1 in first-seen order and fill (n, k) matrices.
         new_index = np.cumsum(kept_queries) - 1
@@ -310,15 +298,11 @@ class _Builder(RunsColumns):
             out[rows_q, rows_m] = values[keep_rows]
             return out
 
-        quality_m, cost_m, score_m = matrix(quality), matrix(cost), matrix(score)
+        quality_m, cost_m, score_m = matrix(quality), matrix(cost), matrix(scores.score)
         scoring_m = None if self.blackbox is None else matrix(self.blackbox.scoring_cost)
         unscored = self.unscored_models(model, keep_rows, scorer)
         mean_cost = cost_m.mean(axis=0)
         column_order = sorted(range(n_models), key=lambda j: (mean_cost[j], str(model_names[j])))
-        strata = None
-        if STRATA_COLUMN in self.columns.values:
-            strata = np.empty(n, dtype=object)
-            strata[rows_q] = np.asarray(self.columns.values[STRATA_COLUMN], dtype=object)[keep_rows]
         feature_matrix = None
         if features:
             feature_matrix = np.column_stack([matrix(f).mean(axis=1) for f in features])
@@ -328,11 +312,11 @@ class _Builder(RunsColumns):
             quality=quality_m[:, column_order],
             cost=cost_m[:, column_order],
             score=score_m[:, column_order],
-            strata=None if strata is None else strata.astype(str),
+            strata=self.strata(n, rows_q, keep_rows),
             features=feature_matrix,
             source=str(self.path),
             scorer=scorer,
-            top_k=top_k,
+            top_k=scores.top_k,
             score_column=score_column,
             score_tokens=self.score_tokens if score_column is None else "all",
             notes=tuple(self.notes),
@@ -340,6 +324,14 @@ class _Builder(RunsColumns):
             unscored=unscored,
             scorer_settings=None if self.blackbox is None else self.blackbox.settings,
         )
+
+    def strata(self, n: int, rows_q: np.ndarray, keep_rows: np.ndarray) -> np.ndarray | None:
+        """(n,) the kept queries' ``dataset`` labels (``rows_q``: each kept row's query), or None."""
+        if STRATA_COLUMN not in self.columns.values:
+            return None
+        labels = np.empty(n, dtype=object)
+        labels[rows_q] = np.asarray(self.columns.values[STRATA_COLUMN], dtype=object)[keep_rows]
+        return labels.astype(str)
 
     def unscored_models(self, model: np.ndarray, keep_rows: np.ndarray, scorer: str) -> tuple[str, ...]:
         """The kept models without recorded calls of the black-box scorer (noted), sorted."""
