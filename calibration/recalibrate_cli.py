@@ -11,6 +11,7 @@ from typing import TYPE_CHECKING, Annotated
 
 import typer
 
+from calibration.calibrate_cli import parse_where
 from calibration.cli_errors import run_or_exit
 from calibration.cli_options import (
     HeldoutOption,
@@ -111,14 +112,11 @@ def recalibrate(
 
     Exit code 0: the new policy passed (pushed with --push); 3: refused (the reason on one line); 1: error.
     """
-    from rich.console import Console
-
-    from calibration.calibrate_cli import parse_where
     from calibration.recalibration.recalibrate import RecalibrateOptions
     from calibration.recalibration.rule import Tolerances
 
-    def body() -> None:
-        options = RecalibrateOptions(
+    def options() -> RecalibrateOptions:  # called inside run_or_exit: a bad --where is one line too
+        return RecalibrateOptions(
             store=store,
             tiers=tiers,
             since=since,
@@ -139,12 +137,18 @@ def recalibrate(
             min_queries=min_queries,
             heldout_splits=heldout_splits if heldout else 0,
         )
-        try:
-            run_recalibrate(options, output, report, Console(), Console(stderr=True))
-        except _known_errors() as exc:  # their messages are already one line for the user
-            fail(str(exc))
 
-    run_or_exit(body)
+    run_or_exit(lambda: _run_or_fail(options(), output, report))
+
+
+def _run_or_fail(options: RecalibrateOptions, output: Path | None, report: Path | None) -> None:
+    """``run_recalibrate``, its known errors as one line (exit 1)."""
+    from rich.console import Console
+
+    try:
+        run_recalibrate(options, output, report, Console(), Console(stderr=True))
+    except _known_errors() as exc:  # their messages are already one line for the user
+        fail(str(exc))
 
 
 def _known_errors() -> tuple[type[Exception], ...]:
