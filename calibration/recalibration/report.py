@@ -167,15 +167,7 @@ def report_document(
         "tiers": _tiers(result, top),
         "dropped_tiers": comparison.dropped_tiers,
         "kinds": {
-            kind: {
-                "section": one.section,
-                "scorer": kind_policy(result.policy, kind).scorer.model_dump(),
-                "data": {"models": list(one.models), **_kind_data(one)},
-                "tiers": _tiers(result, one),
-                "dropped_tiers": one.comparison.dropped_tiers,
-            }
-            for kind, one in result.kinds.items()
-            if one is not top
+            kind: _kind_section(result, kind, one) for kind, one in result.kinds.items() if one is not top
         },
         "decision": {
             "accepted": result.accepted,
@@ -185,6 +177,17 @@ def report_document(
             "target": None if options.push is None else redact_url(options.push),
         },
         "notes": result.notes,
+    }
+
+
+def _kind_section(result: Recalibration, kind: str, one: KindRecalibration) -> dict[str, Any]:
+    """The report of one kind's section (``kinds.KIND``)."""
+    return {
+        "section": one.section,
+        "scorer": kind_policy(result.policy, kind).scorer.model_dump(),
+        "data": {"models": list(one.models), **_kind_data(one)},
+        "tiers": _tiers(result, one),
+        "dropped_tiers": one.comparison.dropped_tiers,
     }
 
 
