@@ -219,7 +219,7 @@ def _hybrid_fields(candidates: HybridCandidates, index: int, models: Sequence[st
 def router_document(
     router: LinearRouter, model_cost: Sequence[float], components: int | None
 ) -> dict[str, Any]:
-    """The policy's ``router`` section (``policies.schema.RouterSpec``)."""
+    """The policy's ``router`` section (``policies.routing_schema.RouterSpec``)."""
     return {
         "features": router.features,
         "components": components,
