@@ -1,7 +1,7 @@
 """The reserved worst case of a request: every completion cap the upstream may honour, times the
 choices it generates for every prompt, over every stage of the route, prompt bounded by the body
 size; and the same bound for the sampler's shadow calls and a cancelled call. Properties over
-generated request bodies (tests/policies/charge_support.py) check it against an honest upstream."""
+generated request bodies (tests/money/charge_support.py) check it against an honest upstream."""
 
 from __future__ import annotations
 
@@ -12,7 +12,7 @@ import orjson
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
-from tests.policies.charge_support import honest_usage, honoured_caps, request_bodies
+from tests.money.charge_support import honest_usage, honoured_caps, request_bodies
 
 from gateway.app import build_gateway
 from gateway.cascade import upstream_body
