@@ -12,7 +12,6 @@ import orjson
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
-from tests.money.charge_support import honest_usage, honoured_caps, request_bodies
 
 from gateway.app import build_gateway
 from gateway.cascade import upstream_body
@@ -33,6 +32,7 @@ from money.charges import (
 )
 from policies import build_policy
 from policies.schema import Route
+from tests.money.charge_support import honest_usage, honoured_caps, request_bodies
 from tests.support.gateway_testkit import POLICY_DOCUMENT, model_configs
 from traffic.judges.text import ExactJudge
 
