@@ -31,7 +31,11 @@ RUN python -c "import tomllib; p = tomllib.load(open('pyproject.toml', 'rb'))['p
 print('\n'.join(p['dependencies'] + p['optional-dependencies']['gateway']))" > /tmp/requirements.txt \
     && pip install -r /tmp/requirements.txt
 # (README.md is left out: it only fills the package's long description, which the image never shows.)
+COPY money/ money/
+COPY stats/ stats/
+COPY redaction/ redaction/
 COPY policies/ policies/
+COPY publishing/ publishing/
 COPY graders/ graders/
 COPY cli_failure/ cli_failure/
 COPY gateway/ gateway/

@@ -14,6 +14,22 @@ from typing import TYPE_CHECKING, Annotated
 import typer
 
 from calibration.cli_errors import run_or_exit
+from calibration.cli_options import (
+    EquivalenceOption,
+    HeldoutOption,
+    HeldoutSplitsOption,
+    PricesOption,
+    PromptsOption,
+    RandomizeOption,
+    RunsArgument,
+    SamplesOption,
+    ScoreColumnOption,
+    ScorerOption,
+    ScoreTokensOption,
+    TiersOption,
+    TopKOption,
+    WhereOption,
+)
 
 if TYPE_CHECKING:
     from collections.abc import Mapping
@@ -33,6 +49,25 @@ EXTERNAL_SCORER_NOTE = (
 )
 
 
+# The options only this command has (the shared ones: calibration.cli_options).
+_ReportOption = Annotated[
+    Path | None, typer.Option("--report", help="Directory for PNG plots and report.html.")
+]
+_MechanismsOption = Annotated[
+    str,
+    typer.Option(
+        "--mechanisms",
+        help="Mechanisms a tier may serve, chosen held out: cascade, routed, hybrid (docs/routing.md).",
+    ),
+]
+_FeaturesOption = Annotated[
+    str, typer.Option("--features", help="Router feature set: cheap-v1 or minilm-v1.")
+]
+_ComponentsOption = Annotated[
+    int, typer.Option("--router-components", min=1, help="Principal components the router keeps.")
+]
+
+
 def register(app: typer.Typer) -> None:
     """Add ``calibrate`` to the root app."""
     app.command("calibrate", no_args_is_help=True)(calibrate)
@@ -50,78 +85,25 @@ def parse_where(items: list[str] | None) -> dict[str, str]:
 
 
 def calibrate(
-    runs: Annotated[
-        Path, typer.Argument(help="Runs table, one row per (query, model): .csv(.gz), .parquet or .jsonl.")
-    ],
-    tiers: Annotated[Path, typer.Option("--tiers", help="TIERS.yaml: default_tier and tier objectives.")],
+    runs: RunsArgument,
+    tiers: TiersOption,
     output: Annotated[Path, typer.Option("-o", "--output", help="Policy file to write (JSON).")],
-    prices: Annotated[
-        Path | None, typer.Option("--prices", help="Price sheet YAML (token prices or per_query_usd).")
-    ] = None,
-    score_column: Annotated[
-        str | None, typer.Option("--score-column", help="Precomputed confidence column (scorer 'external').")
-    ] = None,
-    scorer: Annotated[
-        str | None,
-        typer.Option("--scorer", help="Scorer for the 'logprobs' column (default mean_token_negentropy)."),
-    ] = None,
-    top_k: Annotated[int | None, typer.Option("--top-k", help="Top-K alternatives for the scorer.")] = None,
-    equivalence: Annotated[
-        str | None,
-        typer.Option(
-            "--equivalence", help="consistency scorer: exact, numeric, choice or similarity (default exact)."
-        ),
-    ] = None,
-    samples: Annotated[
-        int | None,
-        typer.Option(
-            "--samples", min=1, max=20, help="consistency scorer: use the first K recorded samples."
-        ),
-    ] = None,
-    score_tokens: Annotated[
-        str,
-        typer.Option(
-            "--score-tokens",
-            help="Tokens the scorer reads: all, or call_values (a call's function name and argument values).",
-        ),
-    ] = "all",
-    where: Annotated[
-        list[str] | None,
-        typer.Option("--where", metavar="COLUMN=VALUE", help="Keep matching rows (repeatable)."),
-    ] = None,
-    report: Annotated[
-        Path | None, typer.Option("--report", help="Directory for PNG plots and report.html.")
-    ] = None,
-    randomize: Annotated[
-        bool, typer.Option("--randomize", help="Tiers as concave-hull mixtures hitting the budget exactly.")
-    ] = False,
-    heldout: Annotated[
-        bool,
-        typer.Option(
-            "--heldout/--no-heldout",
-            help="Cross-fit each tier's held-out expectations over random halves (expected.heldout).",
-        ),
-    ] = True,
-    heldout_splits: Annotated[
-        int, typer.Option("--heldout-splits", min=1, help="Splits for the held-out expectations.")
-    ] = 50,
-    mechanisms: Annotated[
-        str,
-        typer.Option(
-            "--mechanisms",
-            help="Mechanisms a tier may serve, chosen held out: cascade, routed, hybrid (docs/routing.md).",
-        ),
-    ] = "cascade",
-    prompts: Annotated[
-        list[Path] | None,
-        typer.Option("--prompts", help="Prompt set(s) of the runs (JSONL): the router's features per query."),
-    ] = None,
-    features: Annotated[
-        str, typer.Option("--features", help="Router feature set: cheap-v1 or minilm-v1.")
-    ] = "cheap-v1",
-    router_components: Annotated[
-        int, typer.Option("--router-components", min=1, help="Principal components the router keeps.")
-    ] = 16,
+    prices: PricesOption = None,
+    score_column: ScoreColumnOption = None,
+    scorer: ScorerOption = None,
+    top_k: TopKOption = None,
+    equivalence: EquivalenceOption = None,
+    samples: SamplesOption = None,
+    score_tokens: ScoreTokensOption = "all",
+    where: WhereOption = None,
+    report: _ReportOption = None,
+    randomize: RandomizeOption = False,
+    heldout: HeldoutOption = True,
+    heldout_splits: HeldoutSplitsOption = 50,
+    mechanisms: _MechanismsOption = "cascade",
+    prompts: PromptsOption = None,
+    features: _FeaturesOption = "cheap-v1",
+    router_components: _ComponentsOption = 16,
 ) -> None:
     """Compute the pairwise envelope of a model pool and write a policy with one route per tier.
 
@@ -216,6 +198,16 @@ def routing_options(
     return with_features, {kind: routing for kind in matrices}
 
 
+def _check_score_options(options: CalibrateOptions) -> None:
+    if options.score_column is not None and (
+        options.scorer is not None or options.top_k is not None or options.score_tokens != "all"
+    ):
+        raise ValueError(
+            "--score-column is a precomputed score; it cannot be combined with --scorer, --top-k or "
+            "--score-tokens"
+        )
+
+
 def run_calibrate(options: CalibrateOptions, console: Console, errors: Console) -> None:
     """Load, compute, solve, write; print the summary to ``console`` and warnings to ``errors``."""
     from calibration.blackbox_scores import BlackboxOptions
@@ -227,13 +219,7 @@ def run_calibrate(options: CalibrateOptions, console: Console, errors: Console) 
     runs, output, randomize = options.runs, options.output, options.randomize
     score_column, scorer, top_k = options.score_column, options.scorer, options.top_k
     filters = parse_where(options.where)
-    if score_column is not None and (
-        scorer is not None or top_k is not None or options.score_tokens != "all"
-    ):
-        raise ValueError(
-            "--score-column is a precomputed score; it cannot be combined with --scorer, --top-k or "
-            "--score-tokens"
-        )
+    _check_score_options(options)
     spec = load_tiers(options.tiers)
     with errors.status(f"Loading {runs} ..."):
         started = time.perf_counter()

@@ -11,7 +11,7 @@ from cli_failure import fail
 
 def one_line_message(exc: BaseException) -> str:
     """The first line of an error, with the file for OS errors and the type for unexpected ones."""
-    from calibration.runs import RunsError
+    from calibration.runs_columns import RunsError
     from calibration.tiers import TiersError
     from policies.errors import PolicyError
 

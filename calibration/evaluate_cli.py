@@ -13,6 +13,19 @@ from typing import TYPE_CHECKING, Annotated
 import typer
 
 from calibration.cli_errors import run_or_exit
+from calibration.cli_options import (
+    EquivalenceOption,
+    PricesOption,
+    PromptsOption,
+    RunsArgument,
+    SamplesOption,
+    ScoreColumnOption,
+    ScorerOption,
+    ScoreTokensOption,
+    SeedOption,
+    TopKOption,
+    WhereOption,
+)
 
 if TYPE_CHECKING:
     from rich.console import Console
@@ -69,81 +82,60 @@ class EvaluateOptions:
     command: str | None = None
 
 
+# The options only this command has (the shared ones: calibration.cli_options).
+_ReportOption = Annotated[
+    Path, typer.Option("--report", help="Directory for summary.json, curves.npz, PNG plots, report.html.")
+]
+_SplitsOption = Annotated[int, typer.Option("--splits", min=1, help="Random calibration/test splits.")]
+_TestFractionOption = Annotated[
+    float, typer.Option("--test-fraction", min=0.0, max=0.95, help="Share of queries held out per split.")
+]
+_TrialsOption = Annotated[
+    int, typer.Option("--trials", min=1, help="Search trials per split for NSGA-II / random search.")
+]
+_MethodsOption = Annotated[
+    list[str] | None,
+    typer.Option(
+        "--methods",
+        help=f"Methods (repeat or comma-separate): {', '.join((*ALL_METHODS, *OPT_IN_METHODS))}.",
+    ),
+]
+_FeatureColumnsOption = Annotated[
+    list[str] | None,
+    typer.Option("--feature-columns", help="Numeric per-query columns for the router (repeat or comma)."),
+]
+_FeaturesOption = Annotated[
+    str | None,
+    typer.Option(
+        "--features", help="Feature set computed from --prompts: cheap-v1 or minilm-v1 (docs/routing.md)."
+    ),
+]
+_ComponentsOption = Annotated[
+    int | None,
+    typer.Option("--router-components", min=1, help="Principal components the router keeps (per split)."),
+]
+
+
 def evaluate(
-    runs: Annotated[
-        Path,
-        typer.Argument(help="Runs table: .csv, .csv.gz, .parquet or .jsonl (docs/contracts.md#runs-table)."),
-    ],
-    report: Annotated[
-        Path, typer.Option("--report", help="Directory for summary.json, curves.npz, PNG plots, report.html.")
-    ],
-    prices: Annotated[
-        Path | None, typer.Option("--prices", help="Price sheet YAML (token prices or per_query_usd).")
-    ] = None,
-    score_column: Annotated[
-        str | None, typer.Option("--score-column", help="Precomputed confidence column.")
-    ] = None,
-    scorer: Annotated[
-        str | None,
-        typer.Option("--scorer", help="Scorer applied to the 'logprobs' column (docs/contracts.md#scorers)."),
-    ] = None,
-    top_k: Annotated[int | None, typer.Option("--top-k", help="Top-K alternatives for the scorer.")] = None,
-    equivalence: Annotated[
-        str | None,
-        typer.Option(
-            "--equivalence", help="consistency scorer: exact, numeric, choice or similarity (default exact)."
-        ),
-    ] = None,
-    samples: Annotated[
-        int | None,
-        typer.Option(
-            "--samples", min=1, max=20, help="consistency scorer: use the first K recorded samples."
-        ),
-    ] = None,
-    score_tokens: Annotated[
-        str,
-        typer.Option(
-            "--score-tokens", help="Tokens the scorer reads: all, or call_values (a call's decisions)."
-        ),
-    ] = "all",
-    where: Annotated[
-        list[str] | None, typer.Option("--where", help="Keep rows with COLUMN=VALUE (repeatable).")
-    ] = None,
-    splits: Annotated[int, typer.Option("--splits", min=1, help="Random calibration/test splits.")] = 50,
-    test_fraction: Annotated[
-        float, typer.Option("--test-fraction", min=0.0, max=0.95, help="Share of queries held out per split.")
-    ] = 0.5,
-    seed: Annotated[int, typer.Option("--seed", help="Seed of the splits and searches.")] = 0,
-    trials: Annotated[
-        int, typer.Option("--trials", min=1, help="Search trials per split for NSGA-II / random search.")
-    ] = 200,
-    methods: Annotated[
-        list[str] | None,
-        typer.Option(
-            "--methods",
-            help=f"Methods (repeat or comma-separate): {', '.join((*ALL_METHODS, *OPT_IN_METHODS))}.",
-        ),
-    ] = None,
-    feature_columns: Annotated[
-        list[str] | None,
-        typer.Option("--feature-columns", help="Numeric per-query columns for the router (repeat or comma)."),
-    ] = None,
-    prompts: Annotated[
-        list[Path] | None,
-        typer.Option(
-            "--prompts", help="Prompt set(s) of the runs (JSONL): router features from each query's request."
-        ),
-    ] = None,
-    features: Annotated[
-        str | None,
-        typer.Option(
-            "--features", help="Feature set computed from --prompts: cheap-v1 or minilm-v1 (docs/routing.md)."
-        ),
-    ] = None,
-    router_components: Annotated[
-        int | None,
-        typer.Option("--router-components", min=1, help="Principal components the router keeps (per split)."),
-    ] = None,
+    runs: RunsArgument,
+    report: _ReportOption,
+    prices: PricesOption = None,
+    score_column: ScoreColumnOption = None,
+    scorer: ScorerOption = None,
+    top_k: TopKOption = None,
+    equivalence: EquivalenceOption = None,
+    samples: SamplesOption = None,
+    score_tokens: ScoreTokensOption = "all",
+    where: WhereOption = None,
+    splits: _SplitsOption = 50,
+    test_fraction: _TestFractionOption = 0.5,
+    seed: SeedOption = 0,
+    trials: _TrialsOption = 200,
+    methods: _MethodsOption = None,
+    feature_columns: _FeatureColumnsOption = None,
+    prompts: PromptsOption = None,
+    features: _FeaturesOption = None,
+    router_components: _ComponentsOption = None,
 ) -> None:
     """Choose routes on calibration halves, score them on held-out halves, compare with baselines."""
     import shlex

@@ -22,7 +22,8 @@ from calibration.heldout_expected import HeldoutSettings
 from calibration.policy_writer import section_document
 from calibration.routing.mechanisms import RoutingOptions
 from calibration.run_kinds import DEFAULT_KIND, RunKindError, kinds_in
-from calibration.runs import RunsError, RunsMatrix, load_runs
+from calibration.runs import RunsMatrix, load_runs
+from calibration.runs_columns import RunsError
 from calibration.table_io import TableReadError
 from calibration.tiers import TiersSpec, UnreachableTierError
 from policies.schema import Policy

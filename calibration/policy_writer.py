@@ -56,22 +56,7 @@ def policy_document(
         for j, name in enumerate(matrix.models):
             if name not in matrix.unscored and name in models:
                 models[name]["scoring_cost_usd"] = float(matrix.scoring_cost[:, j].mean())
-    tier_documents = {
-        name: {
-            "objective": solution.objective.as_dict(),
-            "routes": [
-                {"weight": share.weight, "models": list(share.models), "thresholds": list(share.thresholds)}
-                for share in solution.routes
-            ],
-            "expected": {
-                "cost_usd": solution.cost,
-                "quality": _unit(solution.quality),
-                "escalation_rate": _unit(solution.escalation_rate),
-            },
-            "shadow_price": solution.shadow_price,
-        }
-        for name, solution in tiers.items()
-    }
+    tier_documents = {name: _tier_document(solution) for name, solution in tiers.items()}
     attach_heldout(tier_documents, heldout)
     points = [
         {
@@ -95,6 +80,23 @@ def policy_document(
     if distribution is not None:
         document["score_distribution"] = distribution
     return document
+
+
+def _tier_document(solution: TierSolution) -> dict[str, Any]:
+    """One tier of the policy: its objective, routes, in-sample expectations and shadow price."""
+    return {
+        "objective": solution.objective.as_dict(),
+        "routes": [
+            {"weight": share.weight, "models": list(share.models), "thresholds": list(share.thresholds)}
+            for share in solution.routes
+        ],
+        "expected": {
+            "cost_usd": solution.cost,
+            "quality": _unit(solution.quality),
+            "escalation_rate": _unit(solution.escalation_rate),
+        },
+        "shadow_price": solution.shadow_price,
+    }
 
 
 def section_document(top: Mapping[str, Any], document: Mapping[str, Any]) -> dict[str, Any]:

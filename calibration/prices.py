@@ -6,7 +6,7 @@ YAML shape::
       NAME: {input_per_mtok: 0.2, output_per_mtok: 0.6}   # USD per 1M prompt / completion tokens
       OTHER: {per_query_usd: 0.00003}                     # a flat cost per query
 
-Each entry is a ``policies.Price`` (the gateway config prices models the same way). A model may
+Each entry is a ``money.Price`` (the gateway config prices models the same way). A model may
 carry both forms; the runs loader uses token prices when the runs have token counts, else
 ``per_query_usd`` (``Price.cost_usd``).
 """
@@ -17,7 +17,7 @@ from pathlib import Path
 
 import yaml
 
-from policies import Price, PriceError, parse_price
+from money import Price, PriceError, parse_price
 
 
 class PriceSheetError(Exception):

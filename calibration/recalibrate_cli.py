@@ -11,7 +11,18 @@ from typing import TYPE_CHECKING, Annotated
 
 import typer
 
+from calibration.calibrate_cli import parse_where
 from calibration.cli_errors import run_or_exit
+from calibration.cli_options import (
+    HeldoutOption,
+    HeldoutSplitsOption,
+    PricesOption,
+    RandomizeOption,
+    SeedOption,
+    TiersOption,
+    TopKOption,
+    WhereOption,
+)
 from cli_failure import fail
 
 if TYPE_CHECKING:
@@ -27,71 +38,72 @@ def register(app: typer.Typer) -> None:
     app.command("recalibrate", no_args_is_help=True)(recalibrate)
 
 
+# The options only this command has (the shared ones: calibration.cli_options).
+_StoreOption = Annotated[
+    str, typer.Option("--store", help="Traffic store: postgresql://... or file:///path.jsonl")
+]
+_SinceOption = Annotated[
+    str | None, typer.Option("--since", help="Only traffic this recent: 7d, 12h, 30m, or an ISO date.")
+]
+_ModelsOption = Annotated[
+    str | None, typer.Option("--models", help="The pool, comma-separated (default: every model seen).")
+]
+_CurrentOption = Annotated[
+    Path | None,
+    typer.Option("--current", help="The policy to compare with (default: the one served at --push)."),
+]
+_PushOption = Annotated[
+    str | None,
+    typer.Option("--push", help="Redis to push to if the new policy passes, e.g. redis://127.0.0.1:6379/0."),
+]
+_PrefixOption = Annotated[
+    str, typer.Option("--prefix", envvar="CASCADE_REDIS_PREFIX", hidden=True, help="Redis key prefix.")
+]
+_HoldoutOption = Annotated[float, typer.Option("--holdout", help="Share of the queries held out.")]
+_OutputOption = Annotated[
+    Path | None, typer.Option("-o", "--output", help="Write the new policy here (pushed or not).")
+]
+_JsonOption = Annotated[Path | None, typer.Option("--json", help="Write the JSON report here.")]
+_ScorerOption = Annotated[
+    str | None, typer.Option("--scorer", help="Scorer of the new policy (default: the current's).")
+]
+_ResamplesOption = Annotated[int, typer.Option("--resamples", help="Bootstrap resamples.")]
+_ConfidenceOption = Annotated[float, typer.Option("--confidence", help="Interval level.")]
+_QualityToleranceOption = Annotated[
+    float, typer.Option("--quality-tolerance", help="Quality loss ignored (absolute).")
+]
+_CostToleranceOption = Annotated[
+    float, typer.Option("--cost-tolerance", help="Cost excess ignored (relative).")
+]
+_MinQueriesOption = Annotated[
+    int, typer.Option("--min-queries", help="Fewest complete queries to recalibrate on (per request kind).")
+]
+
+
 def recalibrate(
-    store: Annotated[
-        str, typer.Option("--store", help="Traffic store: postgresql://... or file:///path.jsonl")
-    ],
-    tiers: Annotated[Path, typer.Option("--tiers", help="TIERS.yaml: default_tier and tier objectives.")],
-    since: Annotated[
-        str | None, typer.Option("--since", help="Only traffic this recent: 7d, 12h, 30m, or an ISO date.")
-    ] = None,
-    where: Annotated[
-        list[str] | None,
-        typer.Option("--where", metavar="COLUMN=VALUE", help="Keep matching traffic rows (repeatable)."),
-    ] = None,
-    models: Annotated[
-        str | None, typer.Option("--models", help="The pool, comma-separated (default: every model seen).")
-    ] = None,
-    current: Annotated[
-        Path | None,
-        typer.Option("--current", help="The policy to compare with (default: the one served at --push)."),
-    ] = None,
-    push: Annotated[
-        str | None,
-        typer.Option(
-            "--push", help="Redis to push to if the new policy passes, e.g. redis://127.0.0.1:6379/0."
-        ),
-    ] = None,
-    prefix: Annotated[
-        str, typer.Option("--prefix", envvar="CASCADE_REDIS_PREFIX", hidden=True, help="Redis key prefix.")
-    ] = "cascade",
-    seed: Annotated[int, typer.Option("--seed", help="Seed of the query split and the bootstrap.")] = 0,
-    holdout: Annotated[float, typer.Option("--holdout", help="Share of the queries held out.")] = 0.5,
-    output: Annotated[
-        Path | None, typer.Option("-o", "--output", help="Write the new policy here (pushed or not).")
-    ] = None,
-    report: Annotated[Path | None, typer.Option("--json", help="Write the JSON report here.")] = None,
-    prices: Annotated[Path | None, typer.Option("--prices", help="Price sheet YAML (else cost_usd).")] = None,
-    scorer: Annotated[
-        str | None, typer.Option("--scorer", help="Scorer of the new policy (default: the current's).")
-    ] = None,
-    top_k: Annotated[int | None, typer.Option("--top-k", help="Top-K of the scorer.")] = None,
-    randomize: Annotated[
-        bool, typer.Option("--randomize", help="Tiers as concave-hull mixtures hitting the budget exactly.")
-    ] = False,
-    resamples: Annotated[int, typer.Option("--resamples", help="Bootstrap resamples.")] = 2000,
-    confidence: Annotated[float, typer.Option("--confidence", help="Interval level.")] = 0.95,
-    quality_tolerance: Annotated[
-        float, typer.Option("--quality-tolerance", help="Quality loss ignored (absolute).")
-    ] = 0.01,
-    cost_tolerance: Annotated[
-        float, typer.Option("--cost-tolerance", help="Cost excess ignored (relative).")
-    ] = 0.05,
-    min_queries: Annotated[
-        int,
-        typer.Option("--min-queries", help="Fewest complete queries to recalibrate on (per request kind)."),
-    ] = 100,
-    heldout: Annotated[
-        bool,
-        typer.Option(
-            "--heldout/--no-heldout",
-            help="Cross-fit each tier's held-out expectations over random halves of the calibration "
-            "queries (expected.heldout), as cascade calibrate does.",
-        ),
-    ] = True,
-    heldout_splits: Annotated[
-        int, typer.Option("--heldout-splits", min=1, help="Splits for the held-out expectations.")
-    ] = 50,
+    store: _StoreOption,
+    tiers: TiersOption,
+    since: _SinceOption = None,
+    where: WhereOption = None,
+    models: _ModelsOption = None,
+    current: _CurrentOption = None,
+    push: _PushOption = None,
+    prefix: _PrefixOption = "cascade",
+    seed: SeedOption = 0,
+    holdout: _HoldoutOption = 0.5,
+    output: _OutputOption = None,
+    report: _JsonOption = None,
+    prices: PricesOption = None,
+    scorer: _ScorerOption = None,
+    top_k: TopKOption = None,
+    randomize: RandomizeOption = False,
+    resamples: _ResamplesOption = 2000,
+    confidence: _ConfidenceOption = 0.95,
+    quality_tolerance: _QualityToleranceOption = 0.01,
+    cost_tolerance: _CostToleranceOption = 0.05,
+    min_queries: _MinQueriesOption = 100,
+    heldout: HeldoutOption = True,
+    heldout_splits: HeldoutSplitsOption = 50,
     mechanisms: Annotated[
         str | None,
         typer.Option(
@@ -119,14 +131,11 @@ def recalibrate(
 
     Exit code 0: the new policy passed (pushed with --push); 3: refused (the reason on one line); 1: error.
     """
-    from rich.console import Console
-
-    from calibration.calibrate_cli import parse_where
     from calibration.recalibration.recalibrate import RecalibrateOptions
     from calibration.recalibration.rule import Tolerances
 
-    def body() -> None:
-        options = RecalibrateOptions(
+    def options() -> RecalibrateOptions:  # called inside run_or_exit: a bad --where is one line too
+        return RecalibrateOptions(
             store=store,
             tiers=tiers,
             since=since,
@@ -152,12 +161,18 @@ def recalibrate(
             features=features,
             router_components=router_components,
         )
-        try:
-            run_recalibrate(options, output, report, Console(), Console(stderr=True))
-        except _known_errors() as exc:  # their messages are already one line for the user
-            fail(str(exc))
 
-    run_or_exit(body)
+    run_or_exit(lambda: _run_or_fail(options(), output, report))
+
+
+def _run_or_fail(options: RecalibrateOptions, output: Path | None, report: Path | None) -> None:
+    """``run_recalibrate``, its known errors as one line (exit 1)."""
+    from rich.console import Console
+
+    try:
+        run_recalibrate(options, output, report, Console(), Console(stderr=True))
+    except _known_errors() as exc:  # their messages are already one line for the user
+        fail(str(exc))
 
 
 def _known_errors() -> tuple[type[Exception], ...]:
@@ -187,8 +202,8 @@ def run_recalibrate(
     from calibration.recalibration.recalibrate import recalibrate as run
     from calibration.recalibration.redis_io import push_if_unchanged
     from calibration.recalibration.report import comparison_table, report_document, routes_table, write_report
-    from policies.publish import PolicyKeys
-    from policies.redaction import redact_url
+    from publishing import PolicyKeys
+    from redaction import redact_url
 
     result = run(options, progress=lambda text: errors.status(text))
     try:

@@ -7,12 +7,12 @@ answer was cut at a completion cap the request did not set (``truncated`` true,
 ``policies.truncation``): the gateway escalates such an answer whatever its score, so no threshold
 may accept it (``calibration.frontier`` only ever chooses finite thresholds). Every input
 problem becomes a ``RunsError`` whose one-line message names the file, the row (1-based record
-number; in a CSV that is line row + 1) and the column.
+number; in a CSV that is line row + 1) and the column (``calibration.runs_columns``: the columns and
+costs; ``calibration.runs_scores``: the scores).
 """
 
 from __future__ import annotations
 
-import math
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from pathlib import Path
@@ -20,39 +20,25 @@ from typing import Any
 
 import numpy as np
 
-from calibration.blackbox_scores import (
-    CALLS_COLUMN,
-    RESPONSE_COLUMN,
-    BlackboxOptions,
-    BlackboxScores,
-    BlackboxScoresError,
-    blackbox_scores,
-)
+from calibration.blackbox_scores import CALLS_COLUMN, RESPONSE_COLUMN, BlackboxOptions, BlackboxScores
 from calibration.prices import PriceSheetError, load_price_sheet
 from calibration.run_kinds import KIND_COLUMN, RunKindError, rows_of_kind
+from calibration.runs_columns import (
+    COST_COLUMNS,
+    LOGPROBS_COLUMN,
+    PART_COLUMNS,
+    REQUIRED_COLUMNS,
+    STRATA_COLUMN,
+    TRUNCATED_COLUMN,
+    VALID_COLUMN,
+    RunsColumns,
+    RunsError,
+)
+from calibration.runs_scores import RowScores, row_scores
 from calibration.table_io import Columns, TableReadError, read_columns
-from policies import Price, PriceError
+from money import Price
 from policies.call_tokens import SCORE_TOKENS
 from policies.scorers import BLACKBOX_SCORERS
-
-REQUIRED_COLUMNS = ("query_id", "model", "correct")
-COST_COLUMNS = ("cost_usd", "prompt_tokens", "completion_tokens")
-# Parts of the token counts (policies.usage): priced at the price's part rates when present.
-PART_COLUMNS = ("cached_tokens", "cache_write_tokens", "reasoning_tokens")
-LOGPROBS_COLUMN = "logprobs"
-STRATA_COLUMN = "dataset"
-VALID_COLUMN = "valid"
-TRUNCATED_COLUMN = "truncated"
-_FALSE_TEXT = {"false", "0"}
-_TRUE_TEXT = {"true", "1"}
-DEFAULT_SCORER = "mean_token_negentropy"
-DEFAULT_TOP_K = 15
-
-_NAN_TEXT = {"nan", "+nan", "-nan"}
-
-
-class RunsError(Exception):
-    """Bad runs input; the message is one line naming the file, row and column."""
 
 
 @dataclass(frozen=True)
@@ -171,29 +157,9 @@ def load_runs(
     """
     path = Path(path)
     where = dict(where or {})
-    if score_column is not None and (scorer is not None or score_tokens != "all"):
-        raise RunsError("give either a score column or a scorer (and its score tokens), not both")
-    if score_tokens not in SCORE_TOKENS:
-        raise RunsError(f"unknown score tokens {score_tokens!r}; choose one of {', '.join(SCORE_TOKENS)}")
-    if scorer in BLACKBOX_SCORERS and score_tokens != "all":
-        raise RunsError(
-            f"scorer {scorer} reads no logprobs: its score tokens must be all, got {score_tokens}"
-        )
+    _check_score_options(score_column, scorer, score_tokens)
     price_sheet = _load_prices(prices) if prices is not None else None
-    wanted = {
-        *REQUIRED_COLUMNS,
-        *COST_COLUMNS,
-        *PART_COLUMNS,
-        STRATA_COLUMN,
-        VALID_COLUMN,
-        TRUNCATED_COLUMN,
-        *(feature_columns or []),
-    }
-    wanted.add(score_column if score_column is not None else LOGPROBS_COLUMN)
-    if kind is not None:
-        wanted.add(KIND_COLUMN)
-    if scorer in BLACKBOX_SCORERS:
-        wanted |= {CALLS_COLUMN, RESPONSE_COLUMN}
+    wanted = _wanted_columns(score_column, scorer, feature_columns or [], kind)
     try:
         columns = read_columns(path, wanted, where)
         if kind is not None:
@@ -212,7 +178,39 @@ def _load_prices(path: Path) -> dict[str, Price]:
         raise RunsError(str(exc)) from None
 
 
-class _Builder:
+def _check_score_options(score_column: str | None, scorer: str | None, score_tokens: str) -> None:
+    if score_column is not None and (scorer is not None or score_tokens != "all"):
+        raise RunsError("give either a score column or a scorer (and its score tokens), not both")
+    if score_tokens not in SCORE_TOKENS:
+        raise RunsError(f"unknown score tokens {score_tokens!r}; choose one of {', '.join(SCORE_TOKENS)}")
+    if scorer in BLACKBOX_SCORERS and score_tokens != "all":
+        raise RunsError(
+            f"scorer {scorer} reads no logprobs: its score tokens must be all, got {score_tokens}"
+        )
+
+
+def _wanted_columns(
+    score_column: str | None, scorer: str | None, feature_columns: list[str], kind: str | None
+) -> set[str]:
+    """The columns a load reads (the others of the file are never parsed)."""
+    wanted = {
+        *REQUIRED_COLUMNS,
+        *COST_COLUMNS,
+        *PART_COLUMNS,
+        STRATA_COLUMN,
+        VALID_COLUMN,
+        TRUNCATED_COLUMN,
+        *feature_columns,
+    }
+    wanted.add(score_column if score_column is not None else LOGPROBS_COLUMN)
+    if kind is not None:
+        wanted.add(KIND_COLUMN)
+    if scorer in BLACKBOX_SCORERS:
+        wanted |= {CALLS_COLUMN, RESPONSE_COLUMN}
+    return wanted
+
+
+class _Builder(RunsColumns):
     """Validation and pivoting of one file's columns (one instance per load)."""
 
     def __init__(
@@ -223,52 +221,10 @@ class _Builder:
         blackbox: BlackboxOptions,
         score_tokens: str = "all",
     ):
-        self.path = path
-        self.columns = columns
-        self.where = where
+        super().__init__(path, columns, where)
         self.score_tokens = score_tokens
-        self.notes: list[str] = []
         self.blackbox_options = blackbox
         self.blackbox: BlackboxScores | None = None
-
-    # --- helpers -------------------------------------------------------------------------------
-
-    def fail(self, message: str, position: int | None = None, column: str | None = None) -> RunsError:
-        where = f"{self.path}"
-        if position is not None:
-            where += f": row {int(self.columns.rows[position])}"
-        if column is not None:
-            where += f": column '{column}'"
-        return RunsError(f"{where}: {message}")
-
-    def require_column(self, name: str, why: str = "required column") -> None:
-        if name not in self.columns.values:
-            raise RunsError(f"{self.path}: missing {why} '{name}' (columns: {', '.join(self.columns.names)})")
-
-    def numeric(self, name: str, *, allow_missing: bool = False) -> tuple[np.ndarray, np.ndarray]:
-        """(values float64, missing bool) of a column; errors on non-numeric / NaN / missing."""
-        raw = self.columns.values[name]
-        missing = self.columns.missing[name]
-        if raw.dtype.kind in "fiub":
-            values = raw.astype(np.float64)
-        else:
-            import pandas as pd
-
-            values = pd.to_numeric(pd.Series(raw, dtype=object), errors="coerce").to_numpy(np.float64)
-        bad = np.flatnonzero(~np.isfinite(values) & ~missing)
-        if bad.size:
-            first = int(bad[0])
-            value = raw[first]
-            if _is_nan_literal(value):
-                raise self.fail("NaN value (leave the cell empty for a missing score)", first, name)
-            if (isinstance(value, float | np.floating) and math.isinf(value)) or _is_inf_text(value):
-                raise self.fail(f"infinite value {value!r}", first, name)
-            raise self.fail(f"non-numeric value {value!r}", first, name)
-        if not allow_missing and missing.any():
-            raise self.fail("missing value", int(np.flatnonzero(missing)[0]), name)
-        return values, missing
-
-    # --- steps ---------------------------------------------------------------------------------
 
     def build(
         self,
@@ -296,182 +252,18 @@ class _Builder:
             first = int(out_of_range[0])
             raise self.fail(f"quality {quality[first]:g} outside [0, 1]", first, "correct")
         cost = self.cost(model, price_sheet, prices_path)
-        score, score_missing, scorer_name, used_top_k = self.score(score_column, scorer, top_k)
+        scores = row_scores(self, score_column, scorer, top_k, self.score_tokens, self.blackbox_options)
+        self.blackbox = scores.blackbox
         # Certainly wrong (a failed check) or unfinished (cut at a cap the request did not set):
         # never accepted, whatever the scorer says, as the gateway escalates both.
         invalid = self.flagged(VALID_COLUMN, flag=False) | self.flagged(TRUNCATED_COLUMN, flag=True)
-        score[invalid] = -np.inf
-        score_missing = score_missing & ~invalid
+        scores.score[invalid] = -np.inf
+        scores = replace(scores, missing=scores.missing & ~invalid)
         features = []
         for column in feature_columns:
             self.require_column(column, "feature column")
             features.append(self.numeric(column)[0])
-        return self.pivot(
-            query,
-            model,
-            quality,
-            cost,
-            score,
-            score_missing,
-            features,
-            scorer_name,
-            used_top_k,
-            score_column,
-        )
-
-    def cost(self, model: np.ndarray, sheet: dict[str, Price] | None, sheet_path: Path | None) -> np.ndarray:
-        """(r,) USD per row: from the price sheet when one is given, else the cost_usd column."""
-        if sheet is None:
-            if "cost_usd" not in self.columns.values:
-                raise RunsError(
-                    f"{self.path}: no cost: the runs have no 'cost_usd' column; pass --prices "
-                    "PRICES.yaml (token prices with prompt_tokens/completion_tokens, or per_query_usd)"
-                )
-            values, _ = self.numeric("cost_usd")
-            negative = np.flatnonzero(values < 0)
-            if negative.size:
-                raise self.fail("negative cost", int(negative[0]), "cost_usd")
-            return values
-        if "cost_usd" in self.columns.values:
-            self.notes.append(f"cost from the price sheet {sheet_path}; the 'cost_usd' column is ignored")
-        names, codes = np.unique(model, return_inverse=True)
-        unpriced = [n for n in names if n not in sheet]
-        if unpriced:
-            raise RunsError(
-                f"{self.path}: model '{unpriced[0]}' is not in the price sheet {sheet_path} "
-                f"(it has {', '.join(sheet)})"
-            )
-        prompt: np.ndarray | None = None
-        completion: np.ndarray | None = None
-        if all(c in self.columns.values for c in ("prompt_tokens", "completion_tokens")):
-            prompt, _ = self.numeric("prompt_tokens")
-            completion, _ = self.numeric("completion_tokens")
-        parts = self._part_counts() if prompt is not None else None
-        cost = np.empty(model.shape[0], dtype=np.float64)
-        for index, name in enumerate(names):  # a loop over models, not rows
-            rows = codes == index
-            try:  # Price.cost_usd: token prices where counts are known, else per_query_usd
-                cost[rows] = sheet[name].cost_usd(
-                    None if prompt is None else prompt[rows],
-                    None if completion is None else completion[rows],
-                )
-                if parts is not None and sheet[name].has_token_prices:
-                    cost[rows] += sheet[name].parts_adjustment_usd(*(part[rows] for part in parts))
-            except PriceError:
-                raise RunsError(
-                    f"{self.path}: model '{name}' has only token prices in {sheet_path} but the "
-                    "runs have no 'prompt_tokens'/'completion_tokens' columns"
-                ) from None
-        return cost
-
-    def _part_counts(self) -> tuple[np.ndarray, np.ndarray, np.ndarray] | None:
-        """The ``PART_COLUMNS`` (an absent column or empty cell: 0), or None when none is present."""
-        present = [c for c in PART_COLUMNS if c in self.columns.values]
-        if not present:
-            return None
-        counts = []
-        for name in PART_COLUMNS:
-            if name not in present:
-                counts.append(np.zeros(self.columns.rows.shape[0]))
-                continue
-            values, missing = self.numeric(name, allow_missing=True)
-            if (values[~missing] < 0).any():
-                raise self.fail("negative token count", int(np.flatnonzero((values < 0) & ~missing)[0]), name)
-            counts.append(np.where(missing, 0.0, values))
-        return counts[0], counts[1], counts[2]
-
-    def flagged(self, column: str, *, flag: bool) -> np.ndarray:
-        """(r,) bool: rows whose boolean ``column`` is ``flag`` (a missing column or cell is not):
-        ``valid`` false (a failed check), ``truncated`` true (a cut answer)."""
-        if column not in self.columns.values:
-            return np.zeros(self.columns.rows.shape[0], dtype=bool)
-        raw = self.columns.values[column]
-        missing = self.columns.missing[column]
-        found = np.zeros(raw.shape[0], dtype=bool)
-        for position in np.flatnonzero(~missing):
-            value = raw[position]
-            if isinstance(value, bool | np.bool_):
-                value = bool(value)
-            text = str(value).strip().lower()
-            if text not in _FALSE_TEXT | _TRUE_TEXT:
-                raise self.fail(f"expected true or false, got {value!r}", int(position), column)
-            found[position] = (text in _TRUE_TEXT) is flag
-        return found
-
-    def score(
-        self, score_column: str | None, scorer: str | None, top_k: int | None
-    ) -> tuple[np.ndarray, np.ndarray, str, int | None]:
-        """(score, missing, scorer name, top_k) per row."""
-        if score_column is not None:
-            self.require_column(score_column, "score column")
-            values, missing = self.numeric(score_column, allow_missing=True)
-            return values, missing, "external", None
-        if scorer in BLACKBOX_SCORERS:
-            return self.scores_from_calls(scorer, top_k)
-        if LOGPROBS_COLUMN not in self.columns.values:
-            candidates = [c for c in self.columns.names if c.startswith("score")]
-            hint = f" (maybe one of: {', '.join(candidates)})" if candidates else ""
-            raise RunsError(
-                f"{self.path}: no score: pass --score-column NAME{hint}, or provide a "
-                f"'{LOGPROBS_COLUMN}' column to compute a scorer from"
-            )
-        name = scorer or DEFAULT_SCORER
-        k = DEFAULT_TOP_K if top_k is None else top_k
-        return (*self.scores_from_logprobs(name, k), name, k)
-
-    def scores_from_calls(
-        self, scorer: str, top_k: int | None
-    ) -> tuple[np.ndarray, np.ndarray, str, int | None]:
-        """A black-box scorer's scores from the recorded calls (``calibration.blackbox_scores``)."""
-        if top_k is not None:
-            raise RunsError(f"--top-k does not apply to scorer {scorer} (the recorded calls fix it)")
-        self.require_column(CALLS_COLUMN, f"column of recorded calls for scorer {scorer}")
-        responses = self.columns.values.get(RESPONSE_COLUMN)
-        try:
-            found = blackbox_scores(
-                scorer,
-                self.columns.values[CALLS_COLUMN],
-                self.columns.missing[CALLS_COLUMN],
-                responses,
-                np.asarray(self.columns.values["model"]).astype(str),
-                self.blackbox_options,
-            )
-        except BlackboxScoresError as exc:
-            raise self.fail(str(exc), exc.position, CALLS_COLUMN) from None
-        self.blackbox = found
-        missing = ~np.isfinite(found.score) & ~found.unscored_rows
-        return found.score, missing, scorer, found.top_k
-
-    def scores_from_logprobs(self, scorer: str, top_k: int) -> tuple[np.ndarray, np.ndarray]:
-        import orjson
-
-        from policies.errors import UnknownScorerError
-        from policies.scorers import score_logprobs
-
-        raw = self.columns.values[LOGPROBS_COLUMN]
-        absent = self.columns.missing[LOGPROBS_COLUMN]
-        scores = np.full(raw.shape[0], np.nan)
-        for position in np.flatnonzero(~absent):
-            content = raw[position]
-            if isinstance(content, str | bytes):
-                try:
-                    content = orjson.loads(content)
-                except orjson.JSONDecodeError:
-                    raise self.fail("not valid JSON", int(position), LOGPROBS_COLUMN) from None
-            if isinstance(content, Mapping):  # a whole `logprobs` object rather than its `content`
-                content = content.get("content")
-            if content is not None and not isinstance(content, list):
-                raise self.fail(
-                    "expected the logprobs.content list (JSON array)", int(position), LOGPROBS_COLUMN
-                )
-            try:
-                value = score_logprobs(content, scorer, top_k, self.score_tokens)
-            except UnknownScorerError as exc:
-                raise RunsError(str(exc)) from None
-            if value is not None:
-                scores[position] = value
-        missing = ~np.isfinite(scores)
-        return scores, missing
+        return self.pivot(query, model, quality, cost, scores, features, score_column)
 
     def pivot(
         self,
@@ -479,21 +271,21 @@ class _Builder:
         model: np.ndarray,
         quality: np.ndarray,
         cost: np.ndarray,
-        score: np.ndarray,
-        score_missing: np.ndarray,
+        scores: RowScores,
         features: list[np.ndarray],
-        scorer: str,
-        top_k: int | None,
         score_column: str | None,
     ) -> RunsMatrix:
+        """The kept queries' (n, k) matrices, models ordered by mean cost (ties: by name)."""
         import pandas as pd
+
+        scorer = scores.scorer
 
         query_codes, query_names = pd.factorize(query)
         model_codes, model_names = pd.factorize(model)
         n_models = len(model_names)
         self.check_no_duplicate(query, model, query_codes.astype(np.int64) * n_models + model_codes)
         keep_rows, kept_queries = self.kept_queries(
-            query_codes, query_names, model_codes, model_names, score_missing, scorer, score_column
+            query_codes, query_names, model_codes, model_names, scores.missing, scorer, score_column
         )
         # Renumber the kept queries 0..n-1 in first-seen order and fill (n, k) matrices.
         new_index = np.cumsum(kept_queries) - 1
@@ -506,25 +298,11 @@ class _Builder:
             out[rows_q, rows_m] = values[keep_rows]
             return out
 
-        quality_m, cost_m, score_m = matrix(quality), matrix(cost), matrix(score)
+        quality_m, cost_m, score_m = matrix(quality), matrix(cost), matrix(scores.score)
         scoring_m = None if self.blackbox is None else matrix(self.blackbox.scoring_cost)
-        unscored: tuple[str, ...] = ()
-        if self.blackbox is not None:
-            unscored = tuple(
-                sorted({str(m) for m in np.asarray(model)[keep_rows & self.blackbox.unscored_rows]})
-            )
-            if unscored:
-                self.notes.append(
-                    f"no recorded {scorer} calls for {', '.join(unscored)}: "
-                    "used alone or as a last stage only"
-                )
+        unscored = self.unscored_models(model, keep_rows, scorer)
         mean_cost = cost_m.mean(axis=0)
         column_order = sorted(range(n_models), key=lambda j: (mean_cost[j], str(model_names[j])))
-        strata = None
-        if STRATA_COLUMN in self.columns.values:
-            labels = np.empty(n, dtype=object)
-            labels[rows_q] = np.asarray(self.columns.values[STRATA_COLUMN], dtype=object)[keep_rows]
-            strata = labels.astype(str)
         feature_matrix = None
         if features:
             feature_matrix = np.column_stack([matrix(f).mean(axis=1) for f in features])
@@ -534,11 +312,11 @@ class _Builder:
             quality=quality_m[:, column_order],
             cost=cost_m[:, column_order],
             score=score_m[:, column_order],
-            strata=strata,
+            strata=self.strata(n, rows_q, keep_rows),
             features=feature_matrix,
             source=str(self.path),
             scorer=scorer,
-            top_k=top_k,
+            top_k=scores.top_k,
             score_column=score_column,
             score_tokens=self.score_tokens if score_column is None else "all",
             notes=tuple(self.notes),
@@ -546,6 +324,25 @@ class _Builder:
             unscored=unscored,
             scorer_settings=None if self.blackbox is None else self.blackbox.settings,
         )
+
+    def strata(self, n: int, rows_q: np.ndarray, keep_rows: np.ndarray) -> np.ndarray | None:
+        """(n,) the kept queries' ``dataset`` labels (``rows_q``: each kept row's query), or None."""
+        if STRATA_COLUMN not in self.columns.values:
+            return None
+        labels = np.empty(n, dtype=object)
+        labels[rows_q] = np.asarray(self.columns.values[STRATA_COLUMN], dtype=object)[keep_rows]
+        return labels.astype(str)
+
+    def unscored_models(self, model: np.ndarray, keep_rows: np.ndarray, scorer: str) -> tuple[str, ...]:
+        """The kept models without recorded calls of the black-box scorer (noted), sorted."""
+        if self.blackbox is None:
+            return ()
+        unscored = tuple(sorted({str(m) for m in np.asarray(model)[keep_rows & self.blackbox.unscored_rows]}))
+        if unscored:
+            self.notes.append(
+                f"no recorded {scorer} calls for {', '.join(unscored)}: used alone or as a last stage only"
+            )
+        return unscored
 
     def check_no_duplicate(self, query: np.ndarray, model: np.ndarray, key: np.ndarray) -> None:
         """Fail on the first row repeating an earlier row's (query_id, model); ``key`` codes the pair."""
@@ -622,13 +419,3 @@ class _Builder:
             f"for {', '.join(parts)}; every model needs a score on every query "
             f"(record logprobs for every model, or give a score column they all fill)"
         )
-
-
-def _is_nan_literal(value: object) -> bool:
-    if isinstance(value, float | np.floating):
-        return math.isnan(value)
-    return isinstance(value, str) and value.strip().lower() in _NAN_TEXT
-
-
-def _is_inf_text(value: object) -> bool:
-    return isinstance(value, str) and value.strip().lower().lstrip("+-") in {"inf", "infinity"}

@@ -10,7 +10,10 @@ import typer
 from cli_failure import fail
 
 if TYPE_CHECKING:
+    from collection.collector import CollectOptions
+    from collection.prompts import Prompt
     from collection.scorer_calls import ScorerCallsOptions
+    from collection.targets import Target
 
 
 def register(app: typer.Typer) -> None:
@@ -23,62 +26,80 @@ def _split(values: list[str] | None) -> list[str] | None:
     return names or None
 
 
+# The command's options, one alias each (its signature stays one line per option).
+_PromptsArgument = Annotated[
+    Path, typer.Argument(help="labelled prompt set (JSONL: query_id, prompt, answer, grader)")
+]
+_OutputOption = Annotated[Path, typer.Option("--output", "-o", help="runs table to write/append (.jsonl)")]
+_ModelsOption = Annotated[
+    list[str] | None, typer.Option("--models", "-m", help="model names (repeat or comma-separate)")
+]
+_ConfigOption = Annotated[
+    Path | None,
+    typer.Option("--config", "-c", help="gateway.yaml whose models to call (default: the local pool)"),
+]
+_TopLogprobsOption = Annotated[
+    int, typer.Option("--top-logprobs", "-k", min=1, max=20, help="alternatives per token")
+]
+_MaxTokensOption = Annotated[
+    int | None,
+    typer.Option(
+        min=1,
+        help="completion tokens per answer (default: the model's request defaults, else 1)",
+    ),
+]
+_ConcurrencyOption = Annotated[int, typer.Option(min=1, max=64, help="calls in flight at once")]
+_LimitOption = Annotated[int | None, typer.Option(min=1, help="only the first N questions")]
+_KeepPromptOption = Annotated[bool, typer.Option("--keep-prompt", help="also store the prompt text")]
+_VerifierOption = Annotated[
+    str | None,
+    typer.Option(help="record the 'verifier' scorer's call: this model (of the config) judges each answer"),
+]
+_VerifierPromptOption = Annotated[
+    str | None,
+    typer.Option(help="the verifier's prompt, with {question} and {answer} (default: the built-in one)"),
+]
+_VerifierTopLogprobsOption = Annotated[
+    int, typer.Option(min=2, max=20, help="alternatives of the verifier's first token")
+]
+_ConsistencyOption = Annotated[
+    int, typer.Option(min=0, max=20, help="record K extra samples per answer (scorer 'consistency')")
+]
+_ConsistencyTemperatureOption = Annotated[
+    float, typer.Option(min=0.0, max=2.0, help="temperature of the consistency samples")
+]
+_SelfReportOption = Annotated[
+    bool,
+    typer.Option("--self-report", help="record the model's stated confidence (scorer 'self_report')"),
+]
+_ScorerModelsOption = Annotated[
+    list[str] | None,
+    typer.Option(help="models whose answers get the scorer calls (default: every model collected)"),
+]
+_AnswersFromOption = Annotated[
+    Path | None,
+    typer.Option(help="runs table (.jsonl/.jsonl.gz) whose recorded answers to reuse instead of asking"),
+]
+
+
 def collect(
-    prompts: Annotated[
-        Path, typer.Argument(help="labelled prompt set (JSONL: query_id, prompt, answer, grader)")
-    ],
-    output: Annotated[Path, typer.Option("--output", "-o", help="runs table to write/append (.jsonl)")],
-    models: Annotated[
-        list[str] | None, typer.Option("--models", "-m", help="model names (repeat or comma-separate)")
-    ] = None,
-    config: Annotated[
-        Path | None,
-        typer.Option("--config", "-c", help="gateway.yaml whose models to call (default: the local pool)"),
-    ] = None,
-    top_logprobs: Annotated[
-        int, typer.Option("--top-logprobs", "-k", min=1, max=20, help="alternatives per token")
-    ] = 15,
-    max_tokens: Annotated[
-        int | None,
-        typer.Option(
-            min=1,
-            help="completion tokens per answer (default: the model's request defaults, else 1)",
-        ),
-    ] = None,
-    concurrency: Annotated[int, typer.Option(min=1, max=64, help="calls in flight at once")] = 2,
-    limit: Annotated[int | None, typer.Option(min=1, help="only the first N questions")] = None,
-    keep_prompt: Annotated[bool, typer.Option("--keep-prompt", help="also store the prompt text")] = False,
-    verifier: Annotated[
-        str | None,
-        typer.Option(
-            help="record the 'verifier' scorer's call: this model (of the config) judges each answer"
-        ),
-    ] = None,
-    verifier_prompt: Annotated[
-        str | None,
-        typer.Option(help="the verifier's prompt, with {question} and {answer} (default: the built-in one)"),
-    ] = None,
-    verifier_top_logprobs: Annotated[
-        int, typer.Option(min=2, max=20, help="alternatives of the verifier's first token")
-    ] = 10,
-    consistency: Annotated[
-        int, typer.Option(min=0, max=20, help="record K extra samples per answer (scorer 'consistency')")
-    ] = 0,
-    consistency_temperature: Annotated[
-        float, typer.Option(min=0.0, max=2.0, help="temperature of the consistency samples")
-    ] = 0.7,
-    self_report: Annotated[
-        bool,
-        typer.Option("--self-report", help="record the model's stated confidence (scorer 'self_report')"),
-    ] = False,
-    scorer_models: Annotated[
-        list[str] | None,
-        typer.Option(help="models whose answers get the scorer calls (default: every model collected)"),
-    ] = None,
-    answers_from: Annotated[
-        Path | None,
-        typer.Option(help="runs table (.jsonl/.jsonl.gz) whose recorded answers to reuse instead of asking"),
-    ] = None,
+    prompts: _PromptsArgument,
+    output: _OutputOption,
+    models: _ModelsOption = None,
+    config: _ConfigOption = None,
+    top_logprobs: _TopLogprobsOption = 15,
+    max_tokens: _MaxTokensOption = None,
+    concurrency: _ConcurrencyOption = 2,
+    limit: _LimitOption = None,
+    keep_prompt: _KeepPromptOption = False,
+    verifier: _VerifierOption = None,
+    verifier_prompt: _VerifierPromptOption = None,
+    verifier_top_logprobs: _VerifierTopLogprobsOption = 10,
+    consistency: _ConsistencyOption = 0,
+    consistency_temperature: _ConsistencyTemperatureOption = 0.7,
+    self_report: _SelfReportOption = False,
+    scorer_models: _ScorerModelsOption = None,
+    answers_from: _AnswersFromOption = None,
 ) -> None:
     """Send each question to each model (logprobs on), grade the answers, append the runs table.
 
@@ -87,21 +108,15 @@ def collect(
     answers recorded there are scored instead of new ones (rows copied, scorer calls added).
     Resumable: (query_id, model) pairs already in the output are skipped.
     """
-    import asyncio
-
-    from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeRemainingColumn
-
     from collection.collector import CollectOptions
-    from collection.collector import collect as run_collect
     from collection.prompts import PromptSetError, load_prompts
-    from collection.runs_writer import RunsFileError, RunsWriter, done_pairs
+    from collection.runs_writer import RunsFileError, done_pairs
     from collection.scorer_calls import recorded_rows
     from collection.targets import TargetError, targets_from_config, targets_from_pool
 
-    names = _split(models)
     try:
         questions = load_prompts(prompts, limit)
-        targets = targets_from_config(config, names) if config else targets_from_pool(names)
+        targets = targets_from_config(config, _split(models)) if config else targets_from_pool(_split(models))
         done = done_pairs(output)
         calls = _scorer_calls_options(
             config,
@@ -126,6 +141,25 @@ def collect(
         scorer_calls=calls,
         answers_from=recorded,
     )
+    _collect_with_progress(questions, targets, output, done, options)
+
+
+def _collect_with_progress(
+    questions: list[Prompt],
+    targets: list[Target],
+    output: Path,
+    done: set[tuple[str, str]],
+    options: CollectOptions,
+) -> None:
+    """Run the collection into ``output`` with a progress bar per model and a summary (on stderr);
+    exit 1 if calls failed."""
+    import asyncio
+
+    from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeRemainingColumn
+
+    from collection.collector import collect as run_collect
+    from collection.runs_writer import RunsWriter
+
     wanted = {(q.query_id, t.name) for q in questions for t in targets}
     typer.echo(
         f"{len(questions)} questions x {len(targets)} models ({', '.join(t.name for t in targets)}); "

@@ -27,7 +27,7 @@ from collection.runs_writer import RunsWriter
 from collection.scorer_calls import ScorerCallsOptions, scorer_calls
 from collection.targets import Target
 from collection.upstream_call import CallError, call_model
-from policies.charges import call_charge
+from money.charges import call_charge
 from policies.request_defaults import merge_request_defaults
 from policies.truncation import cut_short
 
@@ -112,7 +112,7 @@ def build_row(
 
     ``request`` is the body that was sent: its tools and formats are what the answer is checked
     against, and it bounds what an answer without usable usage is charged. The row's cost and token
-    counts are the call's charge by the one charging rule (``policies.charges.call_charge``, as every
+    counts are the call's charge by the one charging rule (``money.charges.call_charge``, as every
     upstream call of the gateway and of the scorer calls): the usage when it reports both counts as
     integers, else ``per_query_usd`` or the estimate that errs high (its token counts are the ones
     that estimate priced). ``client_cap`` is the completion cap the collector set as the client

@@ -3,7 +3,7 @@
 ``cascade collect --verifier MODEL --consistency K --self-report`` makes, after each answer, the
 calls the gateway would make to score it (each scorer's ``policies.scorers.Calls`` builds every
 request body and reads every reply, the same functions as live), and records per scorer what its
-score needs (docs/contracts.md#runs-table), with the calls' cost (``policies.charges.call_charge``
+score needs (docs/contracts.md#runs-table), with the calls' cost (``money.charges.call_charge``
 at the called model's price, as every upstream call), token counts and latencies. A call that fails
 after its retries records ``error`` instead, and the score is then missing, as it would be live.
 With ``--answers-from RUNS`` the answer scored is the one already recorded in RUNS for that (query,
@@ -24,7 +24,7 @@ import orjson
 
 from collection.targets import Target
 from collection.upstream_call import CallError, call_model
-from policies.charges import call_charge
+from money.charges import call_charge
 from policies.scorers import Calls, CallSettings, blackbox_calls
 
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from pathlib import Path
 
-from policies import Price
+from money import Price
 from policies.request_defaults import RequestDefaults
 
 

@@ -39,7 +39,7 @@ from gateway.routing import CASCADE_MODEL
 from gateway.runtime import Gateway, StateEvents, build_traffic_sampler
 from gateway.state import build_shared_state
 from gateway.usage_endpoint import usage_router
-from policies.redaction import Redactor
+from redaction import Redactor
 
 __all__ = ["Gateway", "GatewayApp", "build_gateway", "create_app", "error_parts"]
 

@@ -14,7 +14,7 @@ above its slot count (400 "Value must be between 1 <= value <= 2") and, with ``n
 usage would undercount what was generated.
 
 Money: every extra call goes through the engine's ``_call``, so every attempt of it is charged with
-``policies.charges`` into the request's facts and the cost metric under the model it called (a call
+``money.charges`` into the request's facts and the cost metric under the model it called (a call
 that timed out, was cut or was cancelled mid-flight: its worst case), and it is listed in the
 request's ``models_called`` (``x-cascade-models-called``, the log line) like a stage. The request's
 reservation includes the extra calls' worst case (``reserve_scoring_usd``, added by
@@ -46,8 +46,8 @@ from gateway.facts import CascadeFacts
 from gateway.logs import log_event
 from gateway.requests import ParsedRequest
 from gateway.upstream import UpstreamFailure, UpstreamReply
+from money.charges import Charge, call_bound, completion_tokens_bound, sent_bound
 from policies import blackbox, score_response
-from policies.charges import Charge, call_bound, completion_tokens_bound, sent_bound
 from policies.schema import ScorerSpec
 from policies.scorers import Calls, CallSettings, blackbox_calls
 from traffic.judges.base import JudgeError

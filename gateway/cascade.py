@@ -55,7 +55,7 @@ from gateway.routing import RoutePlan
 from gateway.stage_bodies import client_body, scored_stage_body, upstream_body
 from gateway.streaming import SSE_HEADERS, replay
 from gateway.upstream import UpstreamFailure, UpstreamPool, UpstreamReply
-from policies.charges import Attempt, Charge, attempt_charge
+from money.charges import Attempt, Charge, attempt_charge
 from policies.schema import Policy
 
 
@@ -370,7 +370,7 @@ class CascadeEngine:
         return reply, charge
 
     def settle(self, facts: CascadeFacts, model: str, attempts: list[Attempt]) -> Charge:
-        """Charge every attempt of one call to ``model`` (``policies.charges.attempt_charge``: its
+        """Charge every attempt of one call to ``model`` (``money.charges.attempt_charge``: its
         usage, else its worst case; nothing for one that provably was not served) into the facts
         and the metrics: the one settlement of every upstream call of a request. Returns the sum."""
         config = self._models[model]

@@ -10,7 +10,7 @@ import typer
 from cli_failure import fail
 from gateway.keys_cli import register as register_keys
 from gateway.policy_cli import register as register_policy
-from policies.redaction import redact_url
+from redaction import redact_url
 
 if TYPE_CHECKING:
     from gateway.config import Settings
@@ -81,7 +81,7 @@ def unscorable_policy(settings: Settings) -> str | None:
     if settings.policy_is_redis:
         return None
     from policies import PolicyError, load_policy
-    from policies.publish import check_capabilities
+    from publishing import check_capabilities
 
     try:
         policy = load_policy(settings.policy)

@@ -47,7 +47,7 @@ from gateway.requests import ParsedRequest, check_client_schemas
 from gateway.routing import RoutePlan
 from gateway.runtime import Gateway
 from gateway.serving import BODY_TIMED_OUT
-from gateway.spend import NANO_PER_USD, Reservation
+from gateway.spend_ledger import NANO_PER_USD, Reservation
 from gateway.streaming import sse_error
 
 if TYPE_CHECKING:

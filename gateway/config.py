@@ -27,11 +27,11 @@ from gateway.drift import DriftConfig
 from gateway.key_settings import BudgetPeriod, RateLimit
 from gateway.learning.config import LearningConfig
 from gateway.redis_keys import is_redis_url
-from policies import Price
+from money import Price
+from money.charges import DEFAULT_COMPLETION_BOUND, CallLimits
 from policies.capabilities import ModelCapabilities
-from policies.charges import DEFAULT_COMPLETION_BOUND, CallLimits
-from policies.redaction import url_secrets
 from policies.request_defaults import RequestDefaults
+from redaction import url_secrets
 
 # Model names clients may not use for a configured model: they are the cascade aliases.
 RESERVED_MODEL_PREFIX = "cascade"
@@ -58,7 +58,7 @@ class PartTokens(_Section):
     file: int | None = Field(None, ge=0, description="tokens per file part (file)")
 
     def declared(self) -> dict[str, int]:
-        """The declared bounds by part kind (``policies.charges.PART_KINDS``)."""
+        """The declared bounds by part kind (``money.charges.PART_KINDS``)."""
         return {
             k: v
             for k, v in (("image", self.image), ("audio", self.audio), ("file", self.file))
@@ -72,9 +72,7 @@ class ModelConfig(_Section):
     base_url: str = Field(description="OpenAI-compatible base URL, e.g. http://127.0.0.1:9001/v1")
     model: str = Field(min_length=1, description="the upstream's model id")
     api_key_env: str | None = Field(None, description="name of the env var holding the upstream key")
-    price: Price = Field(
-        description="what a call costs (policies/prices.py); required, never free by omission"
-    )
+    price: Price = Field(description="what a call costs (money/prices.py); required, never free by omission")
     timeout_s: float = Field(30.0, gt=0, description="per upstream call, seconds")
     max_retries: int = Field(2, ge=0, le=10, description="retries for 429/5xx/connect errors")
     request_defaults: RequestDefaults | None = Field(
@@ -99,7 +97,7 @@ class ModelConfig(_Section):
     @model_validator(mode="before")
     @classmethod
     def _priced(cls, data: Any) -> Any:
-        """A model without ``price`` is an error, as a price without a form is (``policies.prices``):
+        """A model without ``price`` is an error, as a price without a form is (``money.prices``):
         it would silently be free. A model that costs nothing says so: ``{per_query_usd: 0}``."""
         if isinstance(data, dict) and data.get("price") is None:
             raise ValueError(
@@ -148,7 +146,7 @@ class ModelConfig(_Section):
 
     @cached_property
     def limits(self) -> CallLimits:
-        """What bounds this model's calls beyond the request bytes (``policies.charges``)."""
+        """What bounds this model's calls beyond the request bytes (``money.charges``)."""
         return CallLimits(self.default_max_tokens, self.part_tokens.declared())
 
 
@@ -302,7 +300,7 @@ class Settings(BaseSettings):
 
     def secret_values(self) -> list[str]:
         """Every secret this config refers to, read now: upstream keys, client and admin keys, the
-        judge's key, and the passwords in every configured URL (``policies.redaction.Redactor``)."""
+        judge's key, and the passwords in every configured URL (``redaction.Redactor``)."""
         values: list[str] = []
         for model in self.models.values():
             values.append(model.api_key() or "")

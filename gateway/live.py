@@ -10,7 +10,7 @@ them. ``LiveRelay`` is the part of that iterator that relays one upstream stream
   the cheap answer (or a 502/504);
 * a failure after the start ends the stream with an SSE ``error`` event (never a silent cut);
 * every attempt of the stage is charged, however the stream ends, by the one charging rule
-  (``policies.charges.attempt_charge``, through the engine's ``settle``): the accepted one (HTTP
+  (``money.charges.attempt_charge``, through the engine's ``settle``): the accepted one (HTTP
   200) by the usage its stream reported, else, when it ran to its end, by what it delivered
   (``StreamTally``), or as the whole answer it sent; one that broke off without a usage (cut,
   timed out, unreadable, left by its client), timed out or was cut before its answer began, or
@@ -33,8 +33,8 @@ from gateway.facts import CascadeFacts
 from gateway.requests import ParsedRequest
 from gateway.streaming import DONE, SSE_HEADERS, client_chunk, sse, sse_error, upstream_events
 from gateway.upstream import UpstreamClient, UpstreamFailure, read_completion
-from policies import Price
-from policies.charges import Attempt, Charge, attempt_charge
+from money import Price
+from money.charges import Attempt, Charge, attempt_charge
 
 # The engine's settlement of one call's attempts: (facts, model, attempts) -> their charge.
 Settle = Callable[[CascadeFacts, str, list[Attempt]], Charge]
@@ -108,7 +108,7 @@ class StreamTally:
         return Attempt(sent, usage=self.usage, streamed_tokens=self.completion_tokens)
 
     def charge(self, price: Price, sent: bytes) -> Charge:
-        """The accepted attempt's charge (``policies.charges.attempt_charge`` of ``attempt``)."""
+        """The accepted attempt's charge (``money.charges.attempt_charge`` of ``attempt``)."""
         return attempt_charge(price, self.attempt(sent))
 
 

@@ -7,7 +7,7 @@ One small chat request per model asks for logprobs in the model's declared form,
 400/422 is asked again without the logprobs fields: the model is reachable and refuses them (as
 OpenAI's reasoning models do). The report says, per model: reachable or not (and why), whether it
 returned logprobs, how many alternatives per position it gave of the ones asked, whether it refused
-the fields, the latency, what the calls cost (``policies.charges``), and every way the declaration
+the fields, the latency, what the calls cost (``money.charges``), and every way the declaration
 disagrees with what was seen. The same check runs at ``cascade serve`` start when the config sets
 ``probe_capabilities``.
 """
@@ -24,11 +24,11 @@ import aiohttp
 import orjson
 
 from gateway.config import ModelConfig, Settings
+from money.charges import call_charge, sent_bound
 from policies.capabilities import ModelCapabilities, logprob_fields
-from policies.charges import call_charge, sent_bound
-from policies.redaction import Redactor, redact_url
 from policies.request_defaults import merge_request_defaults
 from policies.scorers import legacy_to_content
+from redaction import Redactor, redact_url
 
 # Alternatives asked of a model that declares no cap: the most any scorer may read (ScorerSpec.top_k).
 DEFAULT_TOP_K = 20

@@ -1,7 +1,7 @@
 """``cascade policy push|show``: the policy a Redis-backed fleet serves.
 
 A pushed policy reaches every replica within about a second (pub/sub, with a version check as a
-safety net). The push is ``policies.publish.push_policy``, the one ``cascade recalibrate`` uses.
+safety net). The push is ``publishing.push_policy``, the one ``cascade recalibrate`` uses.
 """
 
 from __future__ import annotations
@@ -16,7 +16,7 @@ from gateway.redis_cli import CliError, PrefixOption, RedisOption, connect, run_
 from gateway.redis_keys import DEFAULT_PREFIX, RedisKeys
 from policies import load_policy
 from policies.capabilities import ModelCapabilities
-from policies.publish import push_policy
+from publishing import push_policy
 
 # ---- operations (plain functions over a sync Redis client; the commands below wrap them) ----
 

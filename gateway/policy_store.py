@@ -27,7 +27,7 @@ from gateway.redis_keys import RedisKeys
 from policies import Policy, PolicyError, PolicyInvalidError, parse_policy
 from policies.capabilities import ModelCapabilities
 from policies.errors import quoted
-from policies.publish import check_servable
+from publishing import check_servable
 
 log = logging.getLogger("cascade.policy")
 

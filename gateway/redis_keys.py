@@ -12,12 +12,12 @@ from __future__ import annotations
 import os
 from dataclasses import dataclass
 
-from policies.publish import DEFAULT_PREFIX, PREFIX_ENV, PolicyKeys
+from publishing import DEFAULT_PREFIX, PREFIX_ENV, PolicyKeys
 
 
 @dataclass(frozen=True, slots=True)
 class RedisKeys(PolicyKeys):
-    """Key and channel names under ``prefix`` (the policy's from ``policies.publish.PolicyKeys``)."""
+    """Key and channel names under ``prefix`` (the policy's from ``publishing.PolicyKeys``)."""
 
     @classmethod
     def from_env(cls) -> RedisKeys:

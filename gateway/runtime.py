@@ -29,8 +29,7 @@ from gateway.routing import RoutePlan, Router
 from gateway.state import SharedState
 from gateway.tier_routing import TierRouter
 from gateway.upstream import UpstreamPool
-from policies import Policy
-from policies.charges import (
+from money.charges import (
     SENT_FIELDS_BYTES,
     CallLimits,
     bound_usd,
@@ -42,8 +41,9 @@ from policies.charges import (
     prompt_tokens_bound,
     sending_tokens_bound,
 )
-from policies.redaction import Redactor
+from policies import Policy
 from policies.request_defaults import merge_request_defaults
+from redaction import Redactor
 
 if TYPE_CHECKING:
     from gateway.learning.sampler import TrafficSampler
@@ -223,12 +223,12 @@ class Gateway:
 
         ``request`` is a parsed chat or legacy completions request and ``body_bytes`` the size of
         the client's body. Every model of the route may be called (a chain can escalate to its
-        end), each as ``policies.charges.call_bound`` prices a call: the client's fields over the
+        end), each as ``money.charges.call_bound`` prices a call: the client's fields over the
         model's request defaults (which may set the cap the client left out), at most
         ``body_bytes`` prompt tokens plus what the defaults add to the prompt and what the gateway
         adds to the request it sends (``SENT_FIELDS_BYTES`` and the upstream model id) plus the model's
         declared bound of each image, audio or file part, and the completion cap the call is sent
-        with (``policies.charges.with_output_cap``: the largest the client or the defaults set,
+        with (``money.charges.with_output_cap``: the largest the client or the defaults set,
         else the model's ``default_max_tokens``) for every generated choice of every prompt; with
         a black-box scorer, the extra calls of every scored stage too
         (``gateway.blackbox_scoring``). BadRequestError (400) when a model of the route declares

@@ -8,8 +8,8 @@ it is back under). Amounts are integer nano-USD so counters never drift.
 
 With Redis every replica shares one counter per key and window (``gateway.spend_store``: atomic,
 idempotent scripts, each bounded by ``redis_timeout_s``). When Redis cannot be used (an error, a
-timeout, or it failed less than ``_RETRY_S`` ago so it is not even tried) the outage policy
-applies:
+timeout, or it failed less than a second ago so it is not even tried: ``gateway.spend_sync``) the
+outage policy applies:
 
 * ``on_redis_down: local`` (default): the replica admits on its own, against what it last saw in
   Redis for the key plus what it counted since, up to ``outage_share`` of the key's remaining
@@ -25,7 +25,9 @@ replica then writes back every charge it had made in the current windows, so the
 rebuilt. Reservations whose outcome is unknown (a timed-out call may still execute when a frozen
 Redis resumes) are cancelled by id once Redis answers, so none is left behind.
 
-Without Redis the same admission rule runs in process (one replica).
+Without Redis the same admission rule runs in process (one replica). The amounts, reservations and
+ledgers are ``gateway.spend_ledger``, the 429s ``gateway.spend_refusals``, and the reconciliation
+with Redis (epoch, write-backs, repeated operations) the base class ``gateway.spend_sync.SpendSync``.
 
 The reservation also admits the key's request and token rate limits (gateway.rate_limits) in the
 same Redis script and round trip, and the settlement settles their tokens; the window a key's spend
@@ -34,107 +36,48 @@ counts in is its budget period's (gateway.budget_periods) or the fixed ``window_
 
 from __future__ import annotations
 
-import asyncio
 import logging
 import math
 import time
 from collections.abc import Callable
-from dataclasses import dataclass, field, replace
-from datetime import UTC, datetime
+from dataclasses import replace
 from typing import Literal
 
 from redis.asyncio import Redis
-from redis.exceptions import RedisError, ResponseError
+from redis.exceptions import RedisError
 
 from gateway.auth import ClientIdentity
 from gateway.budget_periods import PeriodClock, SpendWindow, fixed_window
-from gateway.errors import BudgetExceededError, RateLimitExceededError, SpendUnavailableError
+from gateway.errors import RateLimitExceededError, SpendUnavailableError
 from gateway.logs import log_event
 from gateway.rate_limits import RATE_REFUSED, LocalRateCounter, RateState, RateWindows
 from gateway.redis_batch import RedisBatcher
 from gateway.redis_keys import RedisKeys
+from gateway.spend_ledger import (
+    NANO_PER_USD,
+    KeyUsage,
+    Ledger,
+    Reservation,
+    Retry,
+    ledger_total,
+    nano_limit,
+    to_nano,
+)
+from gateway.spend_refusals import budget_exceeded, rate_exceeded
 from gateway.spend_store import EPOCH_CHANGED, MAX_NANO, RedisSpendStore, ReserveExtras, new_op_id
-from policies.charges import NANO_PER_USD
+from gateway.spend_sync import FallbackReason, SpendSync
 
 log = logging.getLogger("cascade.spend")
 
 # Counters outlive their window a little so a late settle still finds them.
 _TTL_MARGIN_S = 300
-# After a failed Redis call the request path skips Redis for this long (the maintenance loop probes).
-_RETRY_S = 1.0
 # At most one fallback warning per this many seconds (with the count since the last one).
 _LOG_EVERY_S = 10.0
 
 OutagePolicy = Literal["local", "refuse"]
-FallbackReason = Literal["timeout", "error", "down", "epoch", "refused"]
 
 
-def to_nano(amount_usd: float) -> int:
-    """USD -> integer nano-USD, rounded up (a reservation never under-counts), at most ``MAX_NANO``
-    (what a counter holds; an amount that is not a finite number counts as that maximum too)."""
-    nano = amount_usd * NANO_PER_USD
-    if nano <= 0:
-        return 0
-    if not nano < MAX_NANO:  # past the largest count, or NaN
-        return MAX_NANO
-    return min(MAX_NANO, math.ceil(round(nano, 3)))
-
-
-@dataclass(slots=True)
-class Reservation:
-    """A reserved amount for one request; settle it exactly once."""
-
-    key_id: str
-    window_start: int
-    amount_nano: int
-    backend: str  # "redis" or "memory"
-    settled: bool = field(default=False)
-    op_id: str = ""
-    epoch: str | None = None  # Redis epoch it was recorded in (backend "redis")
-    tokens: int = 0  # worst-case tokens counted in the key's rate-limit windows
-    rate_keys: tuple[str, ...] = ()  # those windows (Redis hashes, or the in-process counter's keys)
-    rate: RateState | None = None  # the windows' counts after admission (the x-ratelimit-* headers)
-    ttl_s: int | None = None  # the spend counter's lifetime (a budget period's; None: the fixed window's)
-
-
-@dataclass(frozen=True, slots=True)
-class KeyUsage:
-    """A key's usage view (``SpendLimiter.usage``): its spend window, limit (nano-USD, with any
-    rollover; None: no USD limit), spent + reserved nano-USD, rate-limit counts, where they were
-    read (``redis``; ``memory``: no Redis; ``replica``: Redis down, this replica's counts) and when."""
-
-    window: SpendWindow
-    limit_nano: int | None
-    spent_nano: int
-    rate: RateState | None
-    source: str
-    now: float
-
-
-@dataclass(slots=True)
-class _Ledger:
-    """What this replica knows about one key in one window (nano-USD)."""
-
-    seen: int = 0  # the Redis counter as last reported
-    held: int = 0  # reservations admitted in process, not settled yet
-    local: int = 0  # settled in process, not in Redis yet (written back when it answers)
-    sending: dict[str, int] = field(default_factory=dict)  # write-backs in flight: op_id -> amount
-    synced: int = 0  # this replica's settled charges that Redis holds in the current epoch
-    expires: float = math.inf  # when Redis forgets the counter (unix seconds)
-    ttl_s: int | None = None  # the counter's TTL (write-backs create it with this one)
-
-
-@dataclass(slots=True)
-class _Retry:
-    """A Redis operation to repeat once Redis answers (finish or cancel of a reservation)."""
-
-    reservation: Reservation
-    actual: int
-    cancel: bool
-    tokens_delta: int = 0  # what the rate-limit windows' tokens change by when it lands
-
-
-class SpendLimiter:
+class SpendLimiter(SpendSync):
     """Reserve/settle spend against per-key limits in fixed windows of ``window_s`` seconds."""
 
     def __init__(
@@ -160,29 +103,19 @@ class SpendLimiter:
         self.window_s = window_s
         ttl = window_s + _TTL_MARGIN_S
         keys = keys or RedisKeys()
-        self._store: RedisSpendStore | None = None
+        store = background = None
         if redis is not None:
-            self._store = RedisSpendStore(redis, keys, timeout_s=timeout_s, counter_ttl_s=ttl)
-        self._background_store = self._store
-        if redis is not None and maintenance_redis is not None:
-            self._background_store = RedisSpendStore(
-                maintenance_redis, keys, timeout_s=maintenance_timeout_s, counter_ttl_s=ttl
-            )
-        self._clock = clock
-        self._on_redis_status = on_redis_status
+            store = background = RedisSpendStore(redis, keys, timeout_s=timeout_s, counter_ttl_s=ttl)
+            if maintenance_redis is not None:
+                background = RedisSpendStore(
+                    maintenance_redis, keys, timeout_s=maintenance_timeout_s, counter_ttl_s=ttl
+                )
+        super().__init__(store, background, clock=clock, default_ttl_s=ttl, on_redis_status=on_redis_status)
         self._on_fallback = on_fallback
         self._on_rate_limited = on_rate_limited
         self._policy = on_redis_down
         self._share = outage_share
-        self._ledgers: dict[tuple[str, int], _Ledger] = {}
-        self._retries: list[_Retry] = []
-        self._epoch: str | None = None
-        self._down_until = 0.0
-        self._dirty = False  # there is something to write back or repeat
-        self._last_failure: FallbackReason = "error"
-        self._maintaining = asyncio.Lock()
         self._last_log = float("-inf")
-        self._last_failure_log = float("-inf")
         self._unlogged = 0
         self._keys = keys
         self._rates = LocalRateCounter()
@@ -220,7 +153,7 @@ class SpendLimiter:
             return None
         key_id = identity.key_id
         amount = to_nano(amount_usd)
-        limit = MAX_NANO if identity.limit_usd is None else _nano_limit(identity.limit_usd)
+        limit = MAX_NANO if identity.limit_usd is None else nano_limit(identity.limit_usd)
         now = self._clock()
         win = self.window(identity, now)
         window = win.start
@@ -237,34 +170,10 @@ class SpendLimiter:
             return self._reserve_locally(identity, base, ledger, win, limit, limit, rates, now)
         reason = await self._usable_epoch()
         if reason is None:
-            epoch = self._epoch
-            assert epoch is not None
-            base.epoch = epoch
-            extras = None  # a key without rate limits or a period: the store's fixed-window defaults
-            if rates is not None or identity.period is not None:
-                extras = ReserveExtras(rates, tokens, now, win.ttl_s, *self._rollover(identity, win))
-            try:
-                reply = await self._store.reserve(key_id, window, op_id, amount, limit, epoch, extras=extras)
-            except (RedisError, OSError, TimeoutError) as exc:
-                reason = self._failed(exc, "reserve")
-                # It may still land when Redis resumes: cancel it by id then (tokens and request too).
-                self._retries.append(_Retry(replace(base), 0, cancel=True, tokens_delta=-tokens))
-                self._dirty = True
-            else:
-                self._report_redis(True)
-                if reply.status == EPOCH_CHANGED:
-                    self._lost_epoch(epoch)  # the next reconcile adopts the new one and writes back
-                    reason = "epoch"
-                else:
-                    state = RateState.from_reply(rates, reply.rate_counts) if rates is not None else None
-                    if reply.status == RATE_REFUSED:
-                        assert state is not None
-                        raise self._rate_exceeded(state, tokens, now)
-                    ledger.seen = reply.spent_nano
-                    if reply.status != 1:
-                        raise self._exceeded(identity, reply.spent_nano, amount, win, state, now)
-                    base.rate = state
-                    return base
+            admitted = await self._reserve_in_redis(identity, base, ledger, win, limit, rates, now)
+            if isinstance(admitted, Reservation):
+                return admitted
+            reason = admitted
         if self._policy == "refuse":
             self._fallback("refused", key_id)
             raise SpendUnavailableError(
@@ -276,6 +185,47 @@ class SpendLimiter:
         allowance = ledger.seen + math.floor(self._share * max(0, limit - ledger.seen))
         base.epoch = None
         return self._reserve_locally(identity, base, ledger, win, limit, allowance, rates, now)
+
+    async def _reserve_in_redis(
+        self,
+        identity: ClientIdentity,
+        base: Reservation,
+        ledger: Ledger,
+        win: SpendWindow,
+        limit: int,
+        rates: RateWindows | None,
+        now: float,
+    ) -> Reservation | FallbackReason:
+        """The reservation admitted by the Redis script, else why Redis could not decide (raises
+        the 429s as ``reserve``)."""
+        assert self._store is not None and self._epoch is not None
+        key_id, amount, tokens, epoch = base.key_id, base.amount_nano, base.tokens, self._epoch
+        base.epoch = epoch
+        extras = None  # a key without rate limits or a period: the store's plain script
+        if rates is not None or identity.period is not None:
+            extras = ReserveExtras(rates, tokens, now, win.ttl_s, *self._rollover(identity, win))
+        try:
+            reply = await self._store.reserve(
+                key_id, win.start, base.op_id, amount, limit, epoch, extras=extras
+            )
+        except (RedisError, OSError, TimeoutError) as exc:
+            # It may still land when Redis resumes: cancel it by id then (tokens and request too).
+            self._retries.append(Retry(replace(base), 0, cancel=True, tokens_delta=-tokens))
+            self._dirty = True
+            return self._failed(exc, "reserve")
+        self._report_redis(True)
+        if reply.status == EPOCH_CHANGED:
+            self._lost_epoch(epoch)  # the next reconcile adopts the new one and writes back
+            return "epoch"
+        state = RateState.from_reply(rates, reply.rate_counts) if rates is not None else None
+        if reply.status == RATE_REFUSED:
+            assert state is not None
+            raise self._rate_exceeded(state, tokens, now)
+        ledger.seen = reply.spent_nano
+        if reply.status != 1:
+            raise budget_exceeded(identity, reply.spent_nano, amount, win, self.window_s, state, now)
+        base.rate = state
+        return base
 
     async def settle(
         self, reservation: Reservation | None, actual_usd: float, tokens: int | None = None
@@ -312,7 +262,7 @@ class SpendLimiter:
             self._dirty = True
             return
         if time.monotonic() < self._down_until:
-            self._retries.append(_Retry(reservation, actual, cancel=False, tokens_delta=tokens_delta))
+            self._retries.append(Retry(reservation, actual, cancel=False, tokens_delta=tokens_delta))
             self._dirty = True
             return
         try:
@@ -328,101 +278,11 @@ class SpendLimiter:
         except (RedisError, OSError, TimeoutError) as exc:
             self._failed(exc, "settle")
             # Idempotent: retried later.
-            self._retries.append(_Retry(reservation, actual, cancel=False, tokens_delta=tokens_delta))
+            self._retries.append(Retry(reservation, actual, cancel=False, tokens_delta=tokens_delta))
             self._dirty = True
             return
         self._report_redis(True)
         self._finished(reservation, actual, result)
-
-    # -- recovery ------------------------------------------------------------------------------
-
-    async def maintain(self) -> None:
-        """Reconcile with Redis (call about once a second): adopt a new epoch after data loss,
-        repeat unfinished operations, write back what was counted in process. Never raises."""
-        if self._background_store is not None and not self._maintaining.locked():
-            await self._maintain(probe=True)
-
-    async def _maintain(self, *, probe: bool, wait_s: float | None = None) -> bool:
-        """One reconcile round under the lock; False if the lock was not free within ``wait_s``."""
-        try:
-            await asyncio.wait_for(self._maintaining.acquire(), wait_s)
-        except TimeoutError:
-            return False
-        try:
-            settled = not self._dirty and self._epoch is not None
-            if not probe and (time.monotonic() < self._down_until or settled):
-                return True  # another request just did it, or found Redis down
-            try:
-                await self._reconcile(self._background_store if probe else self._store)
-            except (RedisError, OSError, TimeoutError) as exc:
-                self._failed(exc, "reconcile")
-            else:
-                self._down_until = 0.0
-                self._dirty = bool(self._retries) or any(
-                    led.local or led.sending for led in self._ledgers.values()
-                )
-            return True
-        finally:
-            self._maintaining.release()
-
-    async def _reconcile(self, store: RedisSpendStore | None) -> None:
-        assert store is not None
-        epoch = await store.establish_epoch()
-        self._report_redis(True)
-        if epoch != self._epoch:
-            if self._epoch is not None or any(ledger.synced for ledger in self._ledgers.values()):
-                log.warning("spend store lost its data (new epoch): writing back this replica's spend")
-            self._adopt_epoch(epoch)
-        for retry in list(self._retries):
-            reservation = retry.reservation
-            if reservation.epoch != epoch:
-                self._retries.remove(retry)
-                if not retry.cancel:
-                    self._ledger_of(reservation).local += retry.actual
-                continue
-            result = await store.finish(
-                reservation.key_id,
-                reservation.window_start,
-                reservation.op_id,
-                retry.actual,
-                epoch,
-                cancel=retry.cancel,
-                rate_keys=reservation.rate_keys,
-                tokens_delta=retry.tokens_delta,
-                requests_delta=-1 if retry.cancel and reservation.rate_keys else 0,
-            )
-            self._retries.remove(retry)
-            if not retry.cancel:
-                self._finished(reservation, retry.actual, result)
-        now = self._clock()
-        for (key_id, window), ledger in list(self._ledgers.items()):
-            if ledger.expires <= now:
-                continue  # its counter has expired in Redis too
-            if ledger.local and not ledger.sending:
-                ledger.sending[new_op_id()] = ledger.local
-                ledger.local = 0
-            for op_id, amount in list(ledger.sending.items()):
-                result = await store.apply_once(key_id, window, op_id, amount, epoch, ledger.ttl_s)
-                if result == EPOCH_CHANGED:
-                    self._lost_epoch(epoch)
-                    return  # next round adopts the new epoch first
-                del ledger.sending[op_id]
-                ledger.synced += amount
-                ledger.seen += amount
-        self._drop_old_windows()
-
-    def _adopt_epoch(self, epoch: str) -> None:
-        """Redis is new or lost its data: everything this replica charged must be written again."""
-        for ledger in self._ledgers.values():
-            ledger.local += ledger.synced + sum(ledger.sending.values())
-            ledger.synced = 0
-            ledger.sending.clear()
-            ledger.seen = 0
-        for retry in self._retries:
-            if not retry.cancel and retry.reservation.epoch != epoch:
-                self._ledger_of(retry.reservation).local += retry.actual
-        self._retries = [r for r in self._retries if r.reservation.epoch == epoch]
-        self._epoch = epoch
 
     # -- views ------------------------------------------------------------------------------------
 
@@ -436,7 +296,7 @@ class SpendLimiter:
         rates = (
             RateWindows.at(identity.rate_limits, now, key_id, self._keys) if identity.rate_limits else None
         )
-        limit = None if identity.limit_usd is None else _nano_limit(identity.limit_usd)
+        limit = None if identity.limit_usd is None else nano_limit(identity.limit_usd)
         previous, cap = self._rollover(identity, win)
         if self._store is not None:
             counters = [self._keys.spend(key_id, win.start), *([previous] if previous else [])]
@@ -454,21 +314,13 @@ class SpendLimiter:
             limit = self._local_limit(identity, win, limit, known=self._store is None)
         state = self._rates.counts_of(rates, now) if rates is not None else None
         source = "memory" if self._store is None else "replica"
-        return KeyUsage(win, limit, _total(ledger) if ledger else 0, state, source, now)
+        return KeyUsage(win, limit, ledger_total(ledger) if ledger else 0, state, source, now)
 
     def rate_headers(self, reservation: Reservation | None) -> list[tuple[bytes, bytes]]:
         """The ``x-ratelimit-*`` headers of a rate-limited key's admitted request (else none)."""
         if reservation is None or reservation.rate is None:
             return []
         return reservation.rate.headers(self._clock())
-
-    def unsynced_usd(self) -> float:
-        """Spend counted in process that Redis does not hold yet (0 without Redis)."""
-        if self._store is None:
-            return 0.0
-        pending = sum(led.local + sum(led.sending.values()) for led in self._ledgers.values())
-        pending += sum(r.actual for r in self._retries if not r.cancel)
-        return pending / NANO_PER_USD
 
     async def spent_usd(self, key_id: str) -> float:
         """Spent + reserved USD of a key in the current window (Redis if it answers)."""
@@ -478,33 +330,16 @@ class SpendLimiter:
                 return await self._store.counter(key_id, window) / NANO_PER_USD
             except (RedisError, OSError, TimeoutError):
                 pass
-        ledger = self._ledgers.get((key_id, window)) or _Ledger()
+        ledger = self._ledgers.get((key_id, window)) or Ledger()
         return (ledger.seen + ledger.held + ledger.local + sum(ledger.sending.values())) / NANO_PER_USD
 
     # -- internals ----------------------------------------------------------------------------
-
-    async def _usable_epoch(self) -> FallbackReason | None:
-        """None when Redis may be tried now, else why not."""
-        if time.monotonic() < self._down_until:
-            return "down"
-        if self._epoch is None or self._dirty:
-            # First use, after data loss, or after an outage: learn the epoch and write back first,
-            # so the shared counter includes this replica's outage spend before it admits more. The
-            # background round may hold the lock for seconds: wait for it no longer than one call.
-            assert self._store is not None
-            if not await self._maintain(probe=False, wait_s=self._store.timeout_s):
-                return "down" if self._epoch is None else None
-            if time.monotonic() < self._down_until:
-                return self._last_failure
-            if self._epoch is None:
-                return "epoch"
-        return None
 
     def _reserve_locally(
         self,
         identity: ClientIdentity,
         reservation: Reservation,
-        ledger: _Ledger,
+        ledger: Ledger,
         win: SpendWindow,
         limit: int,
         allowance: int,
@@ -513,7 +348,7 @@ class SpendLimiter:
     ) -> Reservation:
         # No await between the checks and the adds: atomic within the event loop.
         amount = reservation.amount_nano
-        spent = _total(ledger)
+        spent = ledger_total(ledger)
         state = None
         if rates is not None:
             share = 1.0 if self._store is None else self._share
@@ -523,7 +358,7 @@ class SpendLimiter:
         if spent >= limit or spent + amount > allowance:
             if rates is not None:
                 self._rates.undo(rates, reservation.tokens)
-            raise self._exceeded(identity, spent, amount, win, state, now)
+            raise budget_exceeded(identity, spent, amount, win, self.window_s, state, now)
         ledger.held += amount
         reservation.backend, reservation.rate = "memory", state
         return reservation
@@ -534,7 +369,7 @@ class SpendLimiter:
         if win.previous_start is None or period is None or not period.rollover_cap_usd:
             return None, 0
         assert identity.key_id is not None
-        return self._keys.spend(identity.key_id, win.previous_start), _nano_limit(period.rollover_cap_usd)
+        return self._keys.spend(identity.key_id, win.previous_start), nano_limit(period.rollover_cap_usd)
 
     def _local_limit(self, identity: ClientIdentity, win: SpendWindow, limit: int, *, known: bool) -> int:
         """The limit with its rollover, from what this replica counted of the previous period
@@ -545,68 +380,8 @@ class SpendLimiter:
         previous = self._ledgers.get((identity.key_id, win.previous_start))
         if previous is None and not known:
             return limit
-        unused = max(0, limit - (_total(previous) if previous is not None else 0))
+        unused = max(0, limit - (ledger_total(previous) if previous is not None else 0))
         return min(MAX_NANO, limit + min(cap, unused))
-
-    def _finished(self, reservation: Reservation, actual: int, result: int) -> None:
-        ledger = self._ledger_of(reservation)
-        if result == EPOCH_CHANGED:
-            if reservation.epoch is not None:
-                self._lost_epoch(reservation.epoch)
-            ledger.local += actual
-            self._dirty = True
-        elif result == 1:
-            ledger.synced += actual
-            ledger.seen += actual - reservation.amount_nano
-        # 0: nothing pending any more (an earlier attempt went through, or the window expired).
-
-    def _lost_epoch(self, epoch: str) -> None:
-        """Redis no longer holds ``epoch``: forget it, unless a newer one was adopted meanwhile (a
-        reply can arrive after the reconcile loop moved on; forgetting the new epoch would write
-        this replica's spend back a second time)."""
-        if self._epoch == epoch:
-            self._epoch = None
-
-    def _ledger(self, key_id: str, win: SpendWindow) -> _Ledger:
-        ledger = self._ledgers.get((key_id, win.start))
-        if ledger is None:
-            self._drop_old_windows()
-            ledger = _Ledger(expires=win.start + win.ttl_s, ttl_s=win.ttl_s)
-            self._ledgers[(key_id, win.start)] = ledger
-        return ledger
-
-    def _ledger_of(self, reservation: Reservation) -> _Ledger:
-        """The ledger of the window a reservation was made in."""
-        ledger = self._ledgers.get((reservation.key_id, reservation.window_start))
-        if ledger is not None:
-            return ledger
-        ttl = reservation.ttl_s or self.window_s + _TTL_MARGIN_S
-        return self._ledger(reservation.key_id, SpendWindow(reservation.window_start, 0, ttl))
-
-    def _drop_old_windows(self) -> None:
-        now = self._clock()
-        for slot in [s for s, led in self._ledgers.items() if led.expires <= now and not led.sending]:
-            del self._ledgers[slot]
-
-    def _failed(self, exc: BaseException, operation: str) -> FallbackReason:
-        """Redis failed ``operation``: skip it for ``_RETRY_S`` and log why. An error reply (Redis
-        answered and refused the command) is logged every time: it is no outage and retrying will
-        not cure it; an outage's timeouts and connection errors at most once per ``_LOG_EVERY_S``."""
-        self._report_redis(False)
-        self._down_until = time.monotonic() + _RETRY_S
-        timed_out = isinstance(exc, TimeoutError) or "Timeout" in type(exc).__name__
-        self._last_failure = "timeout" if timed_out else "error"
-        refused = isinstance(exc, ResponseError)
-        now = time.monotonic()
-        if refused or now - self._last_failure_log >= _LOG_EVERY_S:
-            self._last_failure_log = now
-            log_event(
-                "spend_store_failed",
-                level=logging.ERROR if refused else logging.WARNING,
-                operation=operation,
-                error=f"{type(exc).__name__}: {exc}",
-            )
-        return self._last_failure
 
     def _fallback(self, reason: str, key_id: str) -> None:
         """Count the fallback; log at most one line per ``_LOG_EVERY_S`` seconds."""
@@ -626,70 +401,8 @@ class SpendLimiter:
             self._last_log = now
             self._unlogged = 0
 
-    def _exceeded(
-        self,
-        identity: ClientIdentity,
-        spent: int,
-        amount: int,
-        win: SpendWindow,
-        rate: RateState | None = None,
-        now: float | None = None,
-    ) -> BudgetExceededError:
-        now = self._clock() if now is None else now
-        headers = {"Retry-After": str(max(1, math.ceil(win.end - now)))}
-        if rate is not None:
-            headers.update((k.decode(), v.decode()) for k, v in rate.headers(now))
-        if identity.period is None:
-            per = f"per {self.window_s}s window"
-            resets = f" The window resets at {_iso(win.end)}."
-        elif identity.period.kind == "none":
-            per, resets = "(no reset period)", " It does not reset."
-            headers["Retry-After"] = str(24 * 3600)
-        else:
-            per = f"per {identity.period.describe()} period"
-            resets = f" The period resets at {_iso(win.end)}."
-        limit = "none" if identity.limit_usd is None else f"${identity.limit_usd:g}"
-        return BudgetExceededError(
-            f"Spend limit of {limit} {per} reached for this API key "
-            f"(spent or reserved ${spent / NANO_PER_USD:.6f}; this request may cost up to "
-            f"${amount / NANO_PER_USD:.6f}).{resets}",
-            headers=headers,
-        )
-
     def _rate_exceeded(self, state: RateState, tokens: int, now: float) -> RateLimitExceededError:
-        refused = state.refused_by(tokens) or ("requests", 0)
-        kind, index = refused
-        limit = state.windows.limits[index]
-        cap = limit.requests if kind == "requests" else limit.tokens
-        used = state.requests[index] if kind == "requests" else state.tokens[index]
-        retry_after = state.retry_after_s(index, now)
-        headers = {"Retry-After": str(retry_after)}
-        headers.update((k.decode(), v.decode()) for k, v in state.headers(now))
+        error = rate_exceeded(state, tokens, now)
         if self._on_rate_limited is not None:
-            self._on_rate_limited(kind)
-        return RateLimitExceededError(
-            f"Rate limit reached for this API key on {kind} per {limit.window_s}s: limit {cap}, "
-            f"used {used}"
-            + (f", this request may use up to {tokens}" if kind == "tokens" else "")
-            + f". Retry after {retry_after}s.",
-            limit_kind=kind,
-            headers=headers,
-        )
-
-    def _report_redis(self, up: bool) -> None:
-        if self._on_redis_status is not None:
-            self._on_redis_status(up)
-
-
-def _nano_limit(usd: float) -> int:
-    """A USD limit in nano-USD, rounded down (a limit is never exceeded by rounding)."""
-    return min(MAX_NANO, math.floor(round(usd * NANO_PER_USD, 3)))
-
-
-def _total(ledger: _Ledger) -> int:
-    """Everything a ledger knows of its window: Redis's count and what this replica counted since."""
-    return ledger.seen + ledger.held + ledger.local + sum(ledger.sending.values())
-
-
-def _iso(moment: float) -> str:
-    return datetime.fromtimestamp(moment, UTC).isoformat(timespec="seconds")
+            self._on_rate_limited(error.type)
+        return error

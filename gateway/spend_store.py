@@ -14,7 +14,9 @@ counting twice:
 
 The reservation also checks and counts the key's rate limits, and ``finish`` settles their tokens,
 in the same scripts (gateway.rate_limits: their keys and arguments follow the spend ones), so a
-keyed request still costs one round trip to admit and one to settle.
+keyed request still costs one round trip to admit and one to settle. A key without rate limits or a
+budget period runs the spend part alone (``extras=None``, no ``rate_keys``): it sends none of their
+arguments.
 
 Amounts are integers of at most ``MAX_NANO`` (the largest Redis integer); the scripts pass them to
 Redis as decimal strings, never as Lua numbers, so any amount is counted exactly, and a counter
@@ -90,6 +92,10 @@ _RESERVE_LUA = LuaScript.of(
     + rate_limits.RESERVE_MAIN
 )
 
+# A key without rate limits or a budget period (most keys): the spend part alone, without the
+# rate-limit arguments and rollover key the script above always takes.
+_RESERVE_PLAIN_LUA = LuaScript.of(_SATURATING_ADD + _RESERVE_BODY)
+
 _FINISH_BODY = """
 if redis.call('GET', KEYS[4]) ~= ARGV[3] then return -2 end
 local amount = redis.call('HGET', KEYS[2], ARGV[1])
@@ -108,6 +114,9 @@ return 1
 _FINISH_LUA = LuaScript.of(
     _SATURATING_ADD + "local function spend_finish()" + _FINISH_BODY + "end" + rate_limits.FINISH_MAIN
 )
+
+# A reservation without rate-limit windows: the spend part alone.
+_FINISH_PLAIN_LUA = LuaScript.of(_SATURATING_ADD + _FINISH_BODY)
 
 _APPLY_ONCE_LUA = LuaScript.of(
     _SATURATING_ADD
@@ -144,9 +153,6 @@ class ReserveExtras:
     ttl_s: int | None = None
     rollover_from: str | None = None
     rollover_cap_nano: int = 0
-
-
-_NO_EXTRAS = ReserveExtras()
 
 
 def new_op_id() -> str:
@@ -196,9 +202,13 @@ class RedisSpendStore:
     ) -> ReserveReply:
         """Admit ``amount`` nano-USD if it fits under ``limit`` (and the key's rate limits admit the
         request, ``extras``); see the module docstring."""
-        extras = extras or _NO_EXTRAS
-        windows = extras.rate
         keys = self._spend_keys(key_id, window, op_id)
+        if extras is None:
+            reply = await self._batch.run_script(
+                _RESERVE_PLAIN_LUA, keys, [amount, limit, self._counter_ttl_s, op_id, epoch]
+            )
+            return ReserveReply(int(reply[0]), int(reply[1]))
+        windows = extras.rate
         keys.append(extras.rollover_from or keys[0])
         args: list[Arg] = [amount, limit, extras.ttl_s or self._counter_ttl_s, op_id, epoch]
         args += [extras.rollover_cap_nano if extras.rollover_from else -1, extras.tokens]
@@ -228,6 +238,8 @@ class RedisSpendStore:
         more in the windows ``rate_keys``): 1 done, 0 nothing pending, -2 epoch changed."""
         keys = [*self._spend_keys(key_id, window, op_id), *rate_keys]
         args: list[Arg] = [op_id, actual, epoch, _MARKER_TTL_S, 1 if cancel else 0]
+        if not rate_keys:
+            return int(await self._batch.run_script(_FINISH_PLAIN_LUA, keys, args))
         result = await self._batch.run_script(
             _FINISH_LUA, keys, [*args, tokens_delta, requests_delta, len(rate_keys)]
         )

@@ -15,8 +15,8 @@ import orjson
 
 from gateway.config import ModelConfig
 from gateway.requests import ParsedRequest, positive_int
+from money.charges import DEFAULT_COMPLETION_BOUND, with_output_cap
 from policies.capabilities import ModelCapabilities, logprob_fields
-from policies.charges import DEFAULT_COMPLETION_BOUND, with_output_cap
 from policies.request_defaults import RequestDefaults, merge_request_defaults
 from policies.schema import ScorerSpec
 
@@ -54,7 +54,7 @@ def upstream_body(
     ``capabilities`` (the model's declared ones; None = the defaults): logprobs are asked in the
     model's form and within its cap, the client's own request for them too; a model without
     logprobs is sent no logprobs field at all (some APIs refuse a request carrying them).
-    Every request carries an explicit completion cap (``policies.charges.with_output_cap``: the
+    Every request carries an explicit completion cap (``money.charges.with_output_cap``: the
     client's, else the defaults', else ``default_cap``): the one its reservation assumed.
     """
     body = merge_request_defaults(request.body, defaults, chat=request.api == "chat")

@@ -39,10 +39,11 @@ from gateway.config import AuthConfig, BudgetConfig
 from gateway.policy_store import FilePolicyStore, PolicyStore, RedisPolicyStore
 from gateway.redis_batch import RedisBatcher
 from gateway.redis_keys import RedisKeys, is_redis_url
-from gateway.spend import Reservation, SpendLimiter
+from gateway.spend import SpendLimiter
+from gateway.spend_ledger import Reservation
 from policies import Policy
 from policies.capabilities import ModelCapabilities
-from policies.redaction import redact_url
+from redaction import redact_url
 
 log = logging.getLogger("cascade.state")
 

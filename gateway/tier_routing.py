@@ -1,6 +1,6 @@
 """Routed and route-then-cascade tiers: the route a request takes when its tier has ``routing``.
 
-``cascade calibrate --mechanisms`` may give a tier ``routing`` (``policies.schema.TierRouting``) and
+``cascade calibrate --mechanisms`` may give a tier ``routing`` (``policies.routing_schema.TierRouting``) and
 the policy a ``router`` (per-model linear correctness models on a feature set,
 ``policies.route_features``). For such a tier, after ``Router.plan`` chose the tier, this module
 computes the request's features, the router's probabilities, and replaces the plan's route:
@@ -36,7 +36,8 @@ from gateway.requests import ParsedRequest
 from gateway.routing import RoutePlan
 from policies.route_features import CHEAP, MINILM, cheap_features, request_parts
 from policies.router import LinearRouter, goes_direct, routed_choice
-from policies.schema import Route, RouterSpec
+from policies.routing_schema import RouterSpec
+from policies.schema import Route
 
 _FEATURE_BUCKETS = (0.00001, 0.00003, 0.0001, 0.0003, 0.001, 0.003, 0.01, 0.03, 0.1, 0.3, 1)
 _PROBABILITY_BUCKETS = (0.05, 0.1, 0.2, 0.3, 0.4, 0.5, 0.6, 0.7, 0.8, 0.9, 0.95)

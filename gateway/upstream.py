@@ -3,7 +3,7 @@
 aiohttp + orjson because the request path is measured (docs/benchmarks.md): httpx was ~10x slower
 as a proxy client on this machine. Every call is bounded by the model's ``timeout_s`` and by the
 request deadline. Money (docs/contracts.md#charges): every attempt is reported to the caller
-(``policies.charges.Attempt``), which charges each one that may have been billed. Retries, with
+(``money.charges.Attempt``), which charges each one that may have been billed. Retries, with
 exponential backoff (an upstream ``Retry-After`` honoured) while the deadline allows, follow only
 attempts that provably were not served: a 429 or 5xx answer (an error status carries no completion
 and no usage; providers bill none) and a connection that failed before the request was sent. A
@@ -36,8 +36,8 @@ from gateway.errors import (
     UpstreamTimeoutError,
 )
 from gateway.metrics import GatewayMetrics
-from policies.charges import Attempt
-from policies.redaction import Redactor, url_secrets
+from money.charges import Attempt
+from redaction import Redactor, url_secrets
 
 _RETRYABLE_STATUS = frozenset({429, 500, 502, 503, 504})
 # Client-side faults an upstream reports about the request itself: retried never, escalated as a
@@ -147,9 +147,9 @@ class UpstreamClient:
     ) -> UpstreamReply:
         """POST a non-streamed request; retries within ``deadline`` (a ``time.monotonic()`` instant).
 
-        Every attempt made is appended to ``attempts`` (``policies.charges.Attempt``) as it ends,
+        Every attempt made is appended to ``attempts`` (``money.charges.Attempt``) as it ends,
         whether by an answer, a failure or a cancellation, for the caller to charge them all
-        (``policies.charges.attempt_charge``). Retries follow only attempts that provably were not
+        (``money.charges.attempt_charge``). Retries follow only attempts that provably were not
         served (see the module docstring), so a call costs at most one attempt's worst case.
         """
         started = time.monotonic()

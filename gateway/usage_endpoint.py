@@ -18,7 +18,8 @@ from fastapi.responses import Response
 from gateway.auth import ClientIdentity, client_address
 from gateway.budget_periods import NEVER
 from gateway.rate_limits import duration
-from gateway.spend import NANO_PER_USD, KeyUsage, SpendLimiter
+from gateway.spend import SpendLimiter
+from gateway.spend_ledger import NANO_PER_USD, KeyUsage
 from gateway.state import SharedState
 
 USAGE_PATH = "/v1/me/usage"

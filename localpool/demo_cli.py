@@ -125,18 +125,27 @@ Metrics: {url}/metrics    Pool: {cascade_command()} models status    Stop: Ctrl-
 """
 
 
+# The command's options, one alias each (its signature stays one line per option).
+_HostOption = Annotated[str, typer.Option(help="interface the gateway listens on")]
+_PortOption = Annotated[int, typer.Option(help="gateway port")]
+_PolicyOption = Annotated[Path, typer.Option(help="policy file (models must be in the pool)")]
+_SmokeOption = Annotated[
+    bool, typer.Option("--smoke", help="send one request, print the cascade headers, shut down")
+]
+_TimeoutOption = Annotated[float, typer.Option(help="seconds to wait for each server")]
+_ContextOption = Annotated[
+    int | None,
+    typer.Option(min=256, help="context tokens of every server (default: each model's, models.yaml)"),
+]
+
+
 def demo(
-    host: Annotated[str, typer.Option(help="interface the gateway listens on")] = "127.0.0.1",
-    port: Annotated[int, typer.Option(help="gateway port")] = 8080,
-    policy: Annotated[Path, typer.Option(help="policy file (models must be in the pool)")] = DEFAULT_POLICY,
-    smoke: Annotated[
-        bool, typer.Option("--smoke", help="send one request, print the cascade headers, shut down")
-    ] = False,
-    timeout: Annotated[float, typer.Option(help="seconds to wait for each server")] = 180.0,
-    context: Annotated[
-        int | None,
-        typer.Option(min=256, help="context tokens of every server (default: each model's, models.yaml)"),
-    ] = None,
+    host: _HostOption = "127.0.0.1",
+    port: _PortOption = 8080,
+    policy: _PolicyOption = DEFAULT_POLICY,
+    smoke: _SmokeOption = False,
+    timeout: _TimeoutOption = 180.0,
+    context: _ContextOption = None,
 ) -> None:
     """Start the local pool and the gateway (policies/local-demo-served.json); Ctrl-C stops everything.
 
@@ -145,12 +154,10 @@ def demo(
     ``--policy`` serves every request as it is. Prints the policy's held-out table
     (``<policy>-heldout.json`` beside it, when present).
     """
+    from localpool import pool
     from localpool.demo_config import pool_gateway_config, write_gateway_config
     from localpool.errors import InstallError
     from localpool.paths import PoolPaths
-    from localpool.pool import ServerOptions
-    from localpool.pool import down as pool_down
-    from localpool.pool import up as pool_up
     from localpool.process import ProcessError, read_record
 
     coverage = DEMO_COVERAGE if policy == DEFAULT_POLICY else None
@@ -164,8 +171,8 @@ def demo(
     signal.signal(signal.SIGTERM, _interrupt)
     try:
         _install_missing(manifest, paths, servers)
-        options = ServerOptions.from_env(servers=len(servers), context=context)
-        pool_up(manifest, paths, servers, options, timeout_s=timeout, say=_say)
+        options = pool.ServerOptions.from_env(servers=len(servers), context=context)
+        pool.up(manifest, paths, servers, options, timeout_s=timeout, say=_say)
         config = write_gateway_config(
             paths.run / "demo-gateway.yaml",
             pool_gateway_config(manifest, names, policy.resolve(), coverage=coverage),
@@ -178,10 +185,9 @@ def demo(
             _smoke(url)
         else:
             shown = f"http://{host}:{port}" if host != "0.0.0.0" else url
-            typer.echo(usage_text(shown, tiers, heldout, covered=coverage is not None))
-            while gateway.poll() is None:
-                time.sleep(0.5)
-            fail(f"the gateway exited (code {gateway.returncode}); see {log_path}")
+            _serve_until_exit(
+                gateway, log_path, usage_text(shown, tiers, heldout, covered=coverage is not None)
+            )
     except KeyboardInterrupt:
         interrupted = True
     except (ProcessError, InstallError) as exc:
@@ -190,9 +196,17 @@ def demo(
         if gateway is not None:
             _stop_gateway(gateway)
         started = [n for n in servers if n not in already_running]
-        pool_down(manifest, paths, started, say=_say)
+        pool.down(manifest, paths, started, say=_say)
     if interrupted:
         _say("demo stopped")
+
+
+def _serve_until_exit(gateway: subprocess.Popen[bytes], log_path: Path, usage: str) -> None:
+    """Print the usage text and wait for the gateway; its exit (not a Ctrl-C) is a failure."""
+    typer.echo(usage)
+    while gateway.poll() is None:
+        time.sleep(0.5)
+    fail(f"the gateway exited (code {gateway.returncode}); see {log_path}")
 
 
 def _say(message: str) -> None:

@@ -9,7 +9,7 @@ from typing import Literal
 import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
 
-from policies import Price
+from money import Price
 from policies.request_defaults import RequestDefaults
 
 DEFAULT_MANIFEST = Path(str(files("localpool").joinpath("models.yaml")))

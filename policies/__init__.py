@@ -1,4 +1,8 @@
-"""The contract shared by calibration and the gateway: policy schema, scorers, decision rule, prices.
+"""The contract shared by calibration and the gateway: policy schema, scorers, decision rule.
+
+Beside them, what both sides must measure the same way: request kinds and tool calls, a pool
+member's request defaults, the answer checks and cut answers that escalate before any score. Money
+(prices, usage, charges) is ``money``; a policy's push to Redis is ``publishing``.
 
 Imports neither FastAPI nor pandas; the contracts are written out in docs/contracts.md.
 """
@@ -14,11 +18,9 @@ from policies.decision import (
 from policies.errors import (
     PolicyError,
     PolicyInvalidError,
-    PriceError,
     UnknownScorerError,
     UnknownTierError,
 )
-from policies.prices import Price, parse_price
 from policies.schema import (
     SCHEMA_VERSION,
     EnvelopePoint,
@@ -52,8 +54,6 @@ __all__ = [
     "Policy",
     "PolicyError",
     "PolicyInvalidError",
-    "Price",
-    "PriceError",
     "Route",
     "RouteChoice",
     "ScorerSpec",
@@ -69,7 +69,6 @@ __all__ = [
     "dump_policy",
     "load_policy",
     "parse_policy",
-    "parse_price",
     "policy_json_schema",
     "save_policy",
     "score_logprobs",

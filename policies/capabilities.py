@@ -102,7 +102,7 @@ def scorer_needs(scorer: ScorerSpec, scored: str) -> list[Need]:
     calls its own model (``Calls.own_model``, the verifier) needs that model's logprobs with
     ``top_k`` alternatives (its score is read among them). A scorer unknown here is taken to need
     logprobs (refusing a policy is visible, escalating every request is not). ``external`` is
-    refused elsewhere (``policies.publish.check_servable``) and needs nothing here.
+    refused elsewhere (``publishing.check_servable``) and needs nothing here.
     """
     name = str(scorer.name)
     if name == "external":

@@ -31,10 +31,3 @@ class UnknownTierError(PolicyError):
 
 class UnknownScorerError(PolicyError):
     """A scorer name outside docs/contracts.md#scorers, or ``external`` where it cannot be computed."""
-
-
-class PriceError(PolicyError, ValueError):
-    """A model price is invalid, or cannot price a call (per-token prices, unknown token counts).
-
-    A ValueError too, so pydantic reports it as a validation error of the model holding the price.
-    """

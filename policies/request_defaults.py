@@ -30,7 +30,7 @@ from typing import Any
 import orjson
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
-from policies.charges import TEMPLATE_FIELDS
+from money.charges import TEMPLATE_FIELDS
 
 # Fields the gateway or the client's request shape owns; a default for one would be ignored or wrong.
 RESERVED_FIELDS = frozenset(

@@ -10,8 +10,6 @@ import math
 from typing import TYPE_CHECKING, Any, Literal
 
 from pydantic import (
-    BaseModel,
-    ConfigDict,
     Field,
     SerializerFunctionWrapHandler,
     field_validator,
@@ -21,8 +19,9 @@ from pydantic import (
 
 from policies.blackbox import SELF_REPORT_PROMPT, VERIFIER_PROMPT
 from policies.call_tokens import ScoreTokens
-from policies.route_features import FEATURE_SETS, feature_dims
-from policies.score_distribution import ModelScoreBins, ScoreDistribution
+from policies.routing_schema import RouterSpec, TierRouting
+from policies.schema_base import StrictModel, without_absent
+from policies.score_distribution import ScoreDistribution
 from policies.scorers import REGISTRY, SCORE_RANGES, SCORER_NAMES
 
 SCHEMA_VERSION: Literal[1] = 1
@@ -40,29 +39,7 @@ Equivalence = Literal["exact", "numeric", "choice", "similarity"]
 _WEIGHT_TOLERANCE = 1e-6
 
 
-class _Strict(BaseModel):
-    # Unknown keys are errors: a typo in a hand-edited policy must not be silently ignored.
-    # NaN and infinity are errors too (Python's json reads the literals NaN/Infinity): a NaN
-    # threshold or cost compares false with everything and would break routing and budgets.
-    model_config = ConfigDict(extra="forbid", frozen=True, allow_inf_nan=False)
-
-
-def _without_absent(
-    model: BaseModel, handler: SerializerFunctionWrapHandler, optional: tuple[str, ...]
-) -> dict[str, Any]:
-    """The model's dump without the ``optional`` fields that are None.
-
-    Fields added to schema version 1 after it was published are left out of the file and of the
-    content hash when absent, so a policy written before them keeps its bytes and ``policy_id``.
-    """
-    document: dict[str, Any] = handler(model)
-    for name in optional:
-        if document.get(name) is None:
-            document.pop(name, None)
-    return document
-
-
-class VerifierSpec(_Strict):
+class VerifierSpec(StrictModel):
     """The ``verifier`` scorer's second model: a configured model name that returns logprobs, and
     the prompt it is asked (``{question}`` and ``{answer}`` are replaced)."""
 
@@ -85,7 +62,7 @@ _SCORER_OPTIONAL = tuple(
 )
 
 
-class ScorerSpec(_Strict):
+class ScorerSpec(StrictModel):
     """Which confidence score the cheap model's answer is judged by (docs/contracts.md#scorers).
 
     Logprob scorers read the answer's own logprobs (``top_k`` alternatives asked of the scored
@@ -127,7 +104,7 @@ class ScorerSpec(_Strict):
 
     @model_serializer(mode="wrap")
     def _dump(self, handler: SerializerFunctionWrapHandler) -> dict[str, Any]:
-        return _without_absent(self, handler, _SCORER_OPTIONAL)
+        return without_absent(self, handler, _SCORER_OPTIONAL)
 
     @property
     def is_blackbox(self) -> bool:
@@ -149,7 +126,7 @@ class ScorerSpec(_Strict):
         return self.prompt or SELF_REPORT_PROMPT
 
 
-class ModelStats(_Strict):
+class ModelStats(StrictModel):
     """Calibration-data summary of one model: mean cost per query (USD) and mean quality.
 
     ``scoring_cost_usd``: with a black-box scorer, the mean cost of the extra calls that score this
@@ -163,10 +140,10 @@ class ModelStats(_Strict):
 
     @model_serializer(mode="wrap")
     def _dump(self, handler: SerializerFunctionWrapHandler) -> dict[str, Any]:
-        return _without_absent(self, handler, ("scoring_cost_usd",))
+        return without_absent(self, handler, ("scoring_cost_usd",))
 
 
-class Objective(_Strict):
+class Objective(StrictModel):
     """A tier's objective: best quality within a budget (P2) or cheapest route reaching a quality (P1)."""
 
     max_cost_usd: float | None = Field(None, ge=0)
@@ -179,7 +156,7 @@ class Objective(_Strict):
         return self
 
 
-class Route(_Strict):
+class Route(StrictModel):
     """A chain of models; stage i escalates to stage i+1 iff its score < thresholds[i]."""
 
     weight: float = Field(1.0, gt=0, le=1)
@@ -200,7 +177,7 @@ class Route(_Strict):
         return self
 
 
-class Spread(_Strict):
+class Spread(StrictModel):
     """A mean over held-out splits and its 2.5th and 97.5th percentiles over those splits."""
 
     mean: float = Field(ge=0)
@@ -214,7 +191,7 @@ class Spread(_Strict):
         return self
 
 
-class HeldOut(_Strict):
+class HeldOut(StrictModel):
     """Out-of-sample expectations, cross-fitted: on each of ``splits`` random splits the tier's
     route is chosen on the calibration part and measured on the other ``test_fraction`` of the
     queries (``calibration.heldout_expected``)."""
@@ -235,7 +212,7 @@ class HeldOut(_Strict):
         return self
 
 
-class Expected(_Strict):
+class Expected(StrictModel):
     """Expected per-request cost (USD), quality and escalation rate on the calibration data, and
     optionally the same measured out of sample (``heldout``)."""
 
@@ -254,93 +231,7 @@ class Expected(_Strict):
         return self.cost_usd, self.quality, self.escalation_rate
 
 
-class MechanismOutcome(_Strict):
-    """A mechanism's held-out mean cost (USD per request) and quality for a tier."""
-
-    cost_usd: float = Field(ge=0)
-    quality: float = Field(ge=0, le=1)
-
-
-class TierRouting(_Strict):
-    """How a tier serves when calibration chose a router over its cascade (docs/routing.md).
-
-    ``routed``: one call, to ``argmax_m p_m(x) - price_weight * cost_m`` of the policy's ``router``.
-    ``hybrid``: ``models`` is ``[cheap, strong]``: a request with ``p_cheap(x) < direct_below`` goes
-    straight to the strong model, any other runs cheap -> strong escalating iff score < ``threshold``
-    (a single model in ``models``: every request goes to it). The tier's ``routes`` stay its
-    calibrated cascade: the gateway serves them when the router's features cannot be computed in
-    time. ``compared``: each mechanism's held-out mean cost and quality for this tier. The tier's
-    ``expected`` describes the mechanism served.
-    """
-
-    mechanism: Literal["routed", "hybrid"]
-    price_weight: float | None = Field(None, ge=0)
-    models: list[str] | None = Field(None, min_length=1, max_length=2)
-    threshold: float | None = None
-    direct_below: float | None = Field(None, ge=0, le=1)
-    compared: dict[Literal["cascade", "routed", "hybrid"], MechanismOutcome] = Field(default_factory=dict)
-    # The router's probability on the calibration rows (routed: the chosen model's; hybrid: the
-    # cheap model's), binned as a score distribution: the gateway's drift metric compares live ones.
-    probability: ModelScoreBins | None = None
-
-    @model_validator(mode="after")
-    def _fields_match_mechanism(self) -> TierRouting:
-        if self.mechanism == "routed":
-            if self.price_weight is None or self.models is not None or self.threshold is not None:
-                raise ValueError("a routed tier has a price_weight and no models or threshold")
-            return self
-        if self.models is None or self.price_weight is not None:
-            raise ValueError("a hybrid tier has models and no price_weight")
-        pair = len(self.models) == 2
-        if pair != (self.threshold is not None) or pair != (self.direct_below is not None):
-            raise ValueError(
-                "a hybrid tier of two models has a threshold and direct_below (one model: neither)"
-            )
-        if self.threshold is not None and not math.isfinite(self.threshold):
-            raise ValueError("thresholds must be finite numbers")
-        return self
-
-    @model_serializer(mode="wrap")
-    def _dump(self, handler: SerializerFunctionWrapHandler) -> dict[str, Any]:
-        return _without_absent(
-            self, handler, ("price_weight", "models", "threshold", "direct_below", "probability")
-        )
-
-
-class RouterSpec(_Strict):
-    """A pre-generation router (``policies.router.LinearRouter``): per model, P(correct) =
-    sigmoid(coef . features + intercept) on feature set ``features`` (``policies.route_features``);
-    ``cost_usd`` is each model's mean calibration cost (what a routed tier's price weight multiplies);
-    ``components``: the principal components calibration kept (folded into ``coef``; informative)."""
-
-    features: Literal["cheap-v1", "minilm-v1"]
-    components: int | None = Field(None, ge=1)
-    models: list[str] = Field(min_length=1)
-    cost_usd: list[float]
-    coef: list[list[float]]
-    intercept: list[float]
-
-    @model_validator(mode="after")
-    def _shapes(self) -> RouterSpec:
-        k = len(self.models)
-        if len(self.cost_usd) != k or len(self.coef) != k or len(self.intercept) != k:
-            raise ValueError("router: cost_usd, coef and intercept need one entry per model")
-        dims = feature_dims(self.features)
-        if any(len(row) != dims for row in self.coef):
-            raise ValueError(f"router: feature set {self.features} has {dims} features per coef row")
-        if any(not math.isfinite(v) for row in self.coef for v in row) or any(c < 0 for c in self.cost_usd):
-            raise ValueError("router: coefficients must be finite and costs non-negative")
-        return self
-
-    @model_serializer(mode="wrap")
-    def _dump(self, handler: SerializerFunctionWrapHandler) -> dict[str, Any]:
-        return _without_absent(self, handler, ("components",))
-
-
-assert set(FEATURE_SETS) == {"cheap-v1", "minilm-v1"}  # RouterSpec.features names every set
-
-
-class Tier(_Strict):
+class Tier(StrictModel):
     """One budget tier: its objective, the route(s) that solve it and what they are expected to do."""
 
     objective: Objective
@@ -353,7 +244,7 @@ class Tier(_Strict):
 
     @model_serializer(mode="wrap")
     def _dump(self, handler: SerializerFunctionWrapHandler) -> dict[str, Any]:
-        return _without_absent(self, handler, ("routing",))
+        return without_absent(self, handler, ("routing",))
 
     @field_validator("routes")
     @classmethod
@@ -364,7 +255,7 @@ class Tier(_Strict):
         return routes
 
 
-class EnvelopePoint(_Strict):
+class EnvelopePoint(StrictModel):
     """One point of the pairwise envelope: a deterministic route and its calibration cost/quality."""
 
     cost_usd: float = Field(ge=0)
@@ -391,7 +282,7 @@ class EnvelopePoint(_Strict):
 SectionKind = Literal["tool_call", "structured_output"]
 
 
-class KindSection(_Strict):
+class KindSection(StrictModel):
     """Routes for one request kind (``Policy.kinds``): calibrated from that kind's runs rows.
 
     Same meaning as the top-level fields of the same names. ``tiers`` has exactly the top level's
@@ -409,10 +300,10 @@ class KindSection(_Strict):
 
     @model_serializer(mode="wrap")
     def _dump(self, handler: SerializerFunctionWrapHandler) -> dict[str, Any]:
-        return _without_absent(self, handler, ("router",))
+        return without_absent(self, handler, ("router",))
 
 
-class Policy(_Strict):
+class Policy(StrictModel):
     """A complete, servable cascade policy (docs/contracts.md#policy-file)."""
 
     schema_version: Literal[1] = SCHEMA_VERSION
@@ -436,7 +327,7 @@ class Policy(_Strict):
 
     @model_serializer(mode="wrap")
     def _dump(self, handler: SerializerFunctionWrapHandler) -> dict[str, Any]:
-        return _without_absent(self, handler, ("router",))
+        return without_absent(self, handler, ("router",))
 
     @model_validator(mode="after")
     def _references_resolve(self) -> Policy:

@@ -233,6 +233,19 @@ def _policy_flags(
     return flags
 
 
+def _summary(
+    arm: Arm,
+    rows: list[dict[str, Any]],
+    questions: int,
+    policy: Policy | None,
+    kinds: Counter[str],
+    confidence: float,
+) -> dict[str, Any]:
+    """``summarize_arm`` of one arm against its expectation from the policy (None without one)."""
+    expected = expectation_for(policy, arm, kinds) if policy is not None else None
+    return summarize_arm(arm, rows, questions, expected, confidence)
+
+
 def build_report(
     *,
     gateway: str,
@@ -264,16 +277,7 @@ def build_report(
     wanted = set(questions)
     kinds = Counter((question_kinds or {}).get(q, TOP_LEVEL_KIND) for q in wanted)
     by_arm = _rows_by_arm(rows, arms, wanted)
-    summaries = [
-        summarize_arm(
-            arm,
-            by_arm[arm.key],
-            len(wanted),
-            expectation_for(policy, arm, kinds) if policy is not None else None,
-            confidence,
-        )
-        for arm in arms
-    ]
+    summaries = [_summary(arm, by_arm[arm.key], len(wanted), policy, kinds, confidence) for arm in arms]
     served = sorted({str(r.get("policy_id")) for arm_rows in by_arm.values() for r in arm_rows})
     matches = None if policy is None or not served else served == [policy.policy_id]
     flags = _policy_flags(policy, policy_file, arms, served, matches) + _flags(summaries, confidence)

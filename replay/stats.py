@@ -21,7 +21,7 @@ from typing import Any
 
 import numpy as np
 
-from policies.bootstrap import bootstrap_means
+from stats.bootstrap import bootstrap_means
 
 BOOTSTRAP_RESAMPLES = 4000
 BOOTSTRAP_SEED = 20260101
@@ -79,7 +79,7 @@ def bootstrap_mean_interval(
     resamples: int = BOOTSTRAP_RESAMPLES,
     seed: int = BOOTSTRAP_SEED,
 ) -> tuple[float, float]:
-    """Percentile bootstrap interval of the mean of ``values`` (``policies.bootstrap``, as recalibrate)."""
+    """Percentile bootstrap interval of the mean of ``values`` (``stats.bootstrap``, as recalibrate)."""
     data = np.asarray(values, dtype=float)
     if data.size == 0:
         raise ValueError("a mean needs at least one observation")

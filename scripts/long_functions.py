@@ -1,19 +1,25 @@
 """List the functions and methods longer than a threshold (60 lines by default) in the packages.
 
 Usage: ``python scripts/long_functions.py [--max-lines N] [--root DIR] [DIRECTORY ...]`` (default:
-the seven packages; add ``bench scripts tests`` for the whole repository). A function's length runs
-from its first decorator (or its ``def``) to its last line, docstring included; nested functions are
-counted on their own as well as inside their parent. Prints one line per long function, longest
-first, then the total.
+every package pyproject.toml installs; add ``bench scripts tests`` for the whole repository). A
+function's length runs from its first decorator (or its ``def``) to its last line, docstring
+included; nested functions are counted on their own as well as inside their parent. Prints one line
+per long function, longest first, then the total.
 """
 
 from __future__ import annotations
 
 import argparse
 import ast
+import tomllib
 from pathlib import Path
 
-PACKAGES = ("policies", "gateway", "calibration", "collection", "traffic", "localpool", "cascade_cli")
+
+def project_packages(root: Path) -> tuple[str, ...]:
+    """The top-level packages pyproject.toml installs (``[tool.setuptools.packages.find]``)."""
+    document = tomllib.loads((root / "pyproject.toml").read_text())
+    patterns = document["tool"]["setuptools"]["packages"]["find"]["include"]
+    return tuple(sorted({pattern.rstrip("*").split(".")[0] for pattern in patterns}))
 
 
 def long_functions(root: Path, packages: tuple[str, ...], max_lines: int) -> list[tuple[int, str]]:
@@ -35,11 +41,11 @@ def long_functions(root: Path, packages: tuple[str, ...], max_lines: int) -> lis
 def main() -> None:
     """Print the long functions and their count."""
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("packages", nargs="*", default=list(PACKAGES))
+    parser.add_argument("packages", nargs="*")
     parser.add_argument("--max-lines", type=int, default=60)
     parser.add_argument("--root", type=Path, default=Path(__file__).resolve().parent.parent)
     args = parser.parse_args()
-    found = long_functions(args.root, tuple(args.packages), args.max_lines)
+    found = long_functions(args.root, tuple(args.packages) or project_packages(args.root), args.max_lines)
     for length, where in found:
         print(f"{length:5d}  {where}")
     print(f"{len(found)} functions over {args.max_lines} lines")

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -16,3 +17,39 @@ pytest_plugins = ["tests.support.fixtures", "tests.support.traffic_stores"]
 def repo_root() -> Path:
     """The repository root."""
     return REPO_ROOT
+
+
+@pytest.fixture
+def policy_document() -> dict[str, Any]:
+    """A small valid policy document without policy_id/created_at (tests/policies, tests/publishing)."""
+    return {
+        "schema_version": 1,
+        "scorer": {"name": "mean_token_negentropy", "top_k": 5},
+        "models": {
+            "small": {"mean_cost_usd": 0.0001, "quality": 0.5},
+            "large": {"mean_cost_usd": 0.001, "quality": 0.8},
+        },
+        "default_tier": "balanced",
+        "tiers": {
+            "balanced": {
+                "objective": {"max_cost_usd": 0.0006},
+                "routes": [{"weight": 1.0, "models": ["small", "large"], "thresholds": [0.4]}],
+                "expected": {"cost_usd": 0.0005, "quality": 0.7, "escalation_rate": 0.4},
+                "shadow_price": 250.0,
+            },
+            "economy": {
+                "objective": {"min_quality": 0.55},
+                "routes": [
+                    {"weight": 0.25, "models": ["small"], "thresholds": []},
+                    {"weight": 0.75, "models": ["small", "large"], "thresholds": [0.2]},
+                ],
+                "expected": {"cost_usd": 0.0002, "quality": 0.55, "escalation_rate": 0.1},
+                "shadow_price": None,
+            },
+        },
+        "envelope": [
+            {"cost_usd": 0.0001, "quality": 0.5, "models": ["small"], "thresholds": []},
+            {"cost_usd": 0.0005, "quality": 0.7, "models": ["small", "large"], "thresholds": [0.4]},
+            {"cost_usd": 0.001, "quality": 0.8, "models": ["large"], "thresholds": []},
+        ],
+    }

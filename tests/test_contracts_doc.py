@@ -19,14 +19,15 @@ from gateway.metrics import GatewayMetrics
 from gateway.redis_keys import RedisKeys
 from gateway.spend_store import MAX_NANO
 from gateway.tier_routing import TierRouter
-from policies import SCORERS, Policy, Price, Tier
-from policies.charges import (
+from money import Price
+from money.charges import (
     CHOICE_FIELDS,
     COMPLETION_CAP_FIELDS,
     DEFAULT_COMPLETION_BOUND,
     TEMPLATE_FIELDS,
     TEMPLATE_TOKENS,
 )
+from policies import SCORERS, Policy, Tier
 from policies.schema import EnvelopePoint, Route
 from policies.scorers import REGISTRY
 from traffic.rows import COLUMNS as TRAFFIC_COLUMNS
@@ -181,7 +182,7 @@ def test_every_traffic_row_column_is_documented(sections: dict[str, str]) -> Non
 
 def test_the_charging_rule_is_documented_with_the_codes_constants(sections: dict[str, str]) -> None:
     charges = sections["Charges"]
-    assert "`policies/charges.py`" in charges
+    assert "`money/charges.py`" in charges
     for name in ("call_bound", "call_charge", "TEMPLATE_TOKENS", "DEFAULT_COMPLETION_BOUND"):
         assert f"`{name}`" in charges, name
     assert f"{TEMPLATE_TOKENS:,} tokens (`TEMPLATE_TOKENS`)" in charges

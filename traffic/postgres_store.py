@@ -20,7 +20,7 @@ from datetime import datetime
 from typing import Any
 from urllib.parse import parse_qsl, urlencode, urlsplit, urlunsplit
 
-from policies.redaction import redact_url
+from redaction import redact_url
 from traffic.migrations import TABLE, check_identifier, migrate
 from traffic.rows import COLUMNS, TrafficRow, json_bytes
 from traffic.store import StoreError, StoreUnavailableError, check_where

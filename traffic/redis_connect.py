@@ -11,7 +11,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from policies.redaction import redact_url
+from redaction import redact_url
 
 # Seconds: an unreachable host fails the command promptly instead of hanging an operator's shell.
 _CONNECT_TIMEOUT_S = 3

@@ -7,6 +7,12 @@ under a private prefix and are deleted afterwards. It measures the ``gateway`` p
 (``PYTHONPATH=<checkout>`` picks one). Run it pinned to one CPU, e.g.:
 
     taskset -c 1 .venv/bin/python bench/gateway/spend_bench.py --concurrency 1 64 --rounds 20000
+
+Its instructions per round, which a loaded machine does not change: run it under callgrind at two
+round counts and divide the difference (startup cancels out), with ``--timeout 5``:
+
+    valgrind --tool=callgrind --callgrind-out-file=N.out .venv/bin/python \
+        bench/gateway/spend_bench.py --concurrency 1 --rounds N --timeout 5
 """
 
 from __future__ import annotations
@@ -24,10 +30,10 @@ from gateway.spend import SpendLimiter
 from gateway.state import connect_redis
 
 
-async def measure(url: str, concurrency: int, rounds: int) -> tuple[float, float]:
+async def measure(url: str, concurrency: int, rounds: int, timeout_s: float = 0.1) -> tuple[float, float]:
     """(CPU us, wall us) per round, after one discarded warm-up pass."""
     keys = RedisKeys(f"cascade-spend-bench-{uuid.uuid4().hex[:8]}")
-    request_redis = connect_redis(url, 0.1)
+    request_redis = connect_redis(url, timeout_s)
     maintenance = connect_redis(url)
     limiter = SpendLimiter(window_s=3600, redis=request_redis, keys=keys, maintenance_redis=maintenance)
     await limiter.maintain()  # learn the spend epoch, as the gateway does at start
@@ -65,9 +71,16 @@ def main() -> None:
     parser.add_argument("--redis", default="redis://127.0.0.1:6379/0")
     parser.add_argument("--concurrency", type=int, nargs="+", default=[1, 64])
     parser.add_argument("--rounds", type=int, default=20000, help="reserve + settle rounds per measurement")
+    parser.add_argument(
+        "--timeout",
+        type=float,
+        default=0.1,
+        help="request-path Redis timeout, seconds (the gateway's default; raise it under callgrind, "
+        "where a call takes longer and would fall back to counting in process)",
+    )
     args = parser.parse_args()
     for concurrency in args.concurrency:
-        cpu, wall = uvloop.run(measure(args.redis, concurrency, args.rounds))
+        cpu, wall = uvloop.run(measure(args.redis, concurrency, args.rounds, args.timeout))
         print(f"concurrency {concurrency:>3}: {cpu:7.1f} us CPU, {wall:7.1f} us wall per reserve + settle")
 
 

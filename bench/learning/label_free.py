@@ -74,7 +74,8 @@ def main() -> None:
     from rich.console import Console
 
     from calibration.recalibration.label_free import StudyError, judge_labels, run_study, study_document
-    from calibration.runs import RunsError, load_runs
+    from calibration.runs import load_runs
+    from calibration.runs_columns import RunsError
     from calibration.tiers import TiersError, load_tiers
 
     console = Console(width=180)  # wide tables: the results are pasted into docs

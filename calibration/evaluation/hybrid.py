@@ -67,32 +67,10 @@ def hybrid_candidates(matrix: RunsMatrix, rows: np.ndarray, p_correct: np.ndarra
     """Every (pair, tau, threshold) and single model, measured on ``rows``; ``p_correct`` (len(rows), k)."""
     parts: dict[str, list[np.ndarray]] = {key: [] for key in HybridCandidates.__dataclass_fields__}
 
-    def add(
-        low: int,
-        high: int,
-        tau: float,
-        thresholds: np.ndarray,
-        cost: np.ndarray,
-        quality: np.ndarray,
-        direct: float,
-        escalated: np.ndarray,
-    ) -> None:
-        m = thresholds.size
-        for key, value in (
-            ("low", np.full(m, low)),
-            ("high", np.full(m, high)),
-            ("tau", np.full(m, tau)),
-            ("threshold", thresholds),
-            ("cost", cost),
-            ("quality", quality),
-            ("direct", np.full(m, direct)),
-            ("escalated", escalated),
-        ):
-            parts[key].append(np.asarray(value))
-
     n = rows.size
     for j in range(len(matrix.models)):
-        add(
+        _add_candidates(
+            parts,
             j,
             j,
             0.0,
@@ -120,7 +98,8 @@ def hybrid_candidates(matrix: RunsMatrix, rows: np.ndarray, p_correct: np.ndarra
                 quality_h[routed],
             )
             share = routed.sum() / n
-            add(
+            _add_candidates(
+                parts,
                 low,
                 high,
                 float(tau),
@@ -131,6 +110,32 @@ def hybrid_candidates(matrix: RunsMatrix, rows: np.ndarray, p_correct: np.ndarra
                 share * curve.escalation_rate,
             )
     return HybridCandidates(**{key: np.concatenate(values) for key, values in parts.items()})
+
+
+def _add_candidates(
+    parts: dict[str, list[np.ndarray]],
+    low: int,
+    high: int,
+    tau: float,
+    thresholds: np.ndarray,
+    cost: np.ndarray,
+    quality: np.ndarray,
+    direct: float,
+    escalated: np.ndarray,
+) -> None:
+    """Append ``thresholds.size`` candidates of one (low, high, tau) to ``parts``."""
+    m = thresholds.size
+    for key, value in (
+        ("low", np.full(m, low)),
+        ("high", np.full(m, high)),
+        ("tau", np.full(m, tau)),
+        ("threshold", thresholds),
+        ("cost", cost),
+        ("quality", quality),
+        ("direct", np.full(m, direct)),
+        ("escalated", escalated),
+    ):
+        parts[key].append(np.asarray(value))
 
 
 def hybrid_outcomes(

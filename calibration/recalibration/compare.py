@@ -9,8 +9,8 @@ import numpy as np
 from calibration.recalibration.outcomes import TierOutcomes, policy_outcomes
 from calibration.recalibration.rule import Check, Estimate, TierMetrics, Tolerances, check_tier
 from calibration.runs import RunsMatrix
-from policies.bootstrap import bootstrap_means
 from policies.schema import Objective, Policy
+from stats.bootstrap import bootstrap_means
 
 _METRICS = ("quality", "cost_usd", "escalation_rate")
 

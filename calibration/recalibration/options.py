@@ -6,7 +6,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from calibration.recalibration.rule import Tolerances
-from policies.publish import DEFAULT_PREFIX
+from publishing import DEFAULT_PREFIX
 
 
 @dataclass(frozen=True)

@@ -52,13 +52,13 @@ from calibration.recalibration.options import RecalibrateOptions
 from calibration.recalibration.redis_io import read_served
 from calibration.recalibration.router_refit import RouterRefitError, router_refit
 from calibration.recalibration.traffic_runs import KindRuns, TrafficRuns, load_traffic_runs
-from calibration.splits import stratified_splits
+from calibration.splits import Split, stratified_splits
 from calibration.tiers import TiersSpec, load_tiers
 from policies import PolicyError, load_policy
 from policies.kinds import TOP_LEVEL_KIND, kind_policy, kind_tiers, served_kinds
-from policies.publish import PolicyKeys, check_servable
-from policies.redaction import redact_url
 from policies.schema import Policy
+from publishing import PolicyKeys, check_servable
+from redaction import redact_url
 from traffic.export import Selection, export_store
 from traffic.redis_connect import connect_sync
 
@@ -149,16 +149,7 @@ def _run(
         raise RecalibrationError(str(exc)) from None
     eligible = refit.runs
     notes += refit.notes
-    splits = {
-        kind: stratified_splits(
-            one.new.n_queries,
-            n_splits=1,
-            test_fraction=options.holdout,
-            seed=options.seed,
-            strata=one.new.strata,
-        )[0]
-        for kind, one in eligible.items()
-    }
+    splits = {kind: _holdout_split(one, options) for kind, one in eligible.items()}
     size = ", ".join(f"{split.calibration.size:,} {kind}" for kind, split in splits.items())
     with progress(f"Calibrating on {size} queries ..."):
         heldout = HeldoutSettings(splits=options.heldout_splits) if options.heldout_splits else None
@@ -196,6 +187,14 @@ def _run(
         refusal=refusal,
         notes=notes,
     )
+
+
+def _holdout_split(one: KindRuns, options: RecalibrateOptions) -> Split:
+    """The one calibration / held-out split of a kind's queries (child 0 of the seed draws it)."""
+    new = one.new
+    return stratified_splits(
+        new.n_queries, n_splits=1, test_fraction=options.holdout, seed=options.seed, strata=new.strata
+    )[0]
 
 
 def _eligible(

@@ -1,6 +1,6 @@
 """The served policy in Redis, for ``cascade recalibrate``: read it, and replace it only if unchanged.
 
-The client is ``traffic.redis_connect.connect_sync`` and the push is ``policies.publish.push_policy``
+The client is ``traffic.redis_connect.connect_sync`` and the push is ``publishing.push_policy``
 (the mechanism and validation of ``cascade policy push``), made conditional on the policy read at the
 start still being the one stored: a policy pushed by someone else while the recalibration ran is never
 overwritten by a policy that was compared with another one.
@@ -11,8 +11,8 @@ from __future__ import annotations
 from typing import Any
 
 from policies import PolicyError, parse_policy
-from policies.publish import PolicyChangedError, PolicyKeys, push_policy, read_current
 from policies.schema import Policy
+from publishing import PolicyChangedError, PolicyKeys, push_policy, read_current
 
 
 class RedisPolicyError(Exception):

@@ -16,8 +16,8 @@ from calibration.recalibration.kind_results import KindRecalibration
 from calibration.recalibration.recalibrate import Recalibration
 from calibration.recalibration.rule import Estimate, TierMetrics
 from policies.kinds import kind_policy
-from policies.redaction import redact_url
 from policies.schema import Policy, Tier
+from redaction import redact_url
 
 REPORT_NAME = "cascade-recalibrate"
 REPORT_VERSION = 1
@@ -186,15 +186,7 @@ def report_document(
         "tiers": _tiers(result, top),
         "dropped_tiers": comparison.dropped_tiers,
         "kinds": {
-            kind: {
-                "section": one.section,
-                "scorer": kind_policy(result.policy, kind).scorer.model_dump(),
-                "data": {"models": list(one.models), **_kind_data(one)},
-                "tiers": _tiers(result, one),
-                "dropped_tiers": one.comparison.dropped_tiers,
-            }
-            for kind, one in result.kinds.items()
-            if one is not top
+            kind: _kind_section(result, kind, one) for kind, one in result.kinds.items() if one is not top
         },
         "decision": {
             "accepted": result.accepted,
@@ -204,6 +196,17 @@ def report_document(
             "target": None if options.push is None else redact_url(options.push),
         },
         "notes": result.notes,
+    }
+
+
+def _kind_section(result: Recalibration, kind: str, one: KindRecalibration) -> dict[str, Any]:
+    """The report of one kind's section (``kinds.KIND``)."""
+    return {
+        "section": one.section,
+        "scorer": kind_policy(result.policy, kind).scorer.model_dump(),
+        "data": {"models": list(one.models), **_kind_data(one)},
+        "tiers": _tiers(result, one),
+        "dropped_tiers": one.comparison.dropped_tiers,
     }
 
 

@@ -21,7 +21,9 @@ import numpy as np
 
 from calibration.kinds import load_kind_runs, runs_kinds
 from calibration.recalibration.options import RecalibrateOptions
-from calibration.runs import DEFAULT_SCORER, DEFAULT_TOP_K, RunsError, RunsMatrix
+from calibration.runs import RunsMatrix
+from calibration.runs_columns import RunsError
+from calibration.runs_scores import DEFAULT_SCORER, DEFAULT_TOP_K
 from policies.kinds import kind_policy
 from policies.schema import Policy
 from traffic.export import Selection, write_runs

@@ -192,22 +192,29 @@ def choose_mechanisms(
             "quality": spread(values[:, 1], 1.0),
             "escalation_rate": spread(values[:, 2], 1.0),
         }
-        if chosen == "routed":
-            index = pick_candidate(full.routed_cost, full.routed_quality, objective)
-            lam = float(full.lambdas[index])
-            routing: dict[str, Any] = {"mechanism": "routed", "price_weight": lam}
-            expected = tuple(_routed_on(matrix, full, lam, everything))
-        else:
-            index = pick_candidate(full.hybrid.cost, full.hybrid.quality, objective)
-            routing = _hybrid_fields(full.hybrid, index, matrix.models)
-            expected = tuple(_hybrid_on(matrix, full, index, everything))
+        routing, expected = _chosen_on_everything(chosen, matrix, full, objective)
         routing["compared"] = compared
         routing["probability"] = probability_bins(full.router, matrix.features, routing, full.model_cost)
-        choices[tier] = MechanismChoice(chosen, routing, expected, heldout, compared)
+        choices[tier] = MechanismChoice(chosen, routing, tuple(expected), heldout, compared)
     curves = MechanismCurves(
         *frontier(full.routed_cost, full.routed_quality), *frontier(full.hybrid.cost, full.hybrid.quality)
     )
     return full.router, choices, curves
+
+
+def _chosen_on_everything(
+    chosen: str, matrix: RunsMatrix, full: _Fitted, objective: TierObjective
+) -> tuple[dict[str, Any], np.ndarray]:
+    """The policy's routing fields of the ``chosen`` mechanism (``routed`` or ``hybrid``), fitted on
+    every query, and its (cost, quality, escalation rate) on them."""
+    everything = np.arange(matrix.n_queries)
+    if chosen == "routed":
+        index = pick_candidate(full.routed_cost, full.routed_quality, objective)
+        lam = float(full.lambdas[index])
+        return {"mechanism": "routed", "price_weight": lam}, _routed_on(matrix, full, lam, everything)
+    index = pick_candidate(full.hybrid.cost, full.hybrid.quality, objective)
+    routing = _hybrid_fields(full.hybrid, index, matrix.models)
+    return routing, _hybrid_on(matrix, full, index, everything)
 
 
 def _rule(means: Mapping[str, tuple[float, float]], allowed: Sequence[str], objective: TierObjective) -> str:
@@ -255,7 +262,7 @@ def probability_bins(
 def router_document(
     router: LinearRouter, model_cost: Sequence[float], components: int | None
 ) -> dict[str, Any]:
-    """The policy's ``router`` section (``policies.schema.RouterSpec``)."""
+    """The policy's ``router`` section (``policies.routing_schema.RouterSpec``)."""
     return {
         "features": router.features,
         "components": components,

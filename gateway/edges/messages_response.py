@@ -19,7 +19,7 @@ import orjson
 from gateway.edges.fields import JSONObject, first_choice
 from gateway.errors import GatewayError, UpstreamError
 from gateway.requests import positive_int
-from policies.usage import normalize_usage
+from money.usage import normalize_usage
 
 # Anthropic's error type per HTTP status (https://docs.claude.com/en/api/errors; the table in
 # docs/contracts.md#http-surface is checked against this).
@@ -103,7 +103,7 @@ def stop_reason(
 
 
 def usage(chat_usage: object) -> dict[str, int]:
-    """Anthropic ``usage`` (additive form) from chat ``usage`` (subset form, ``policies.usage``): the
+    """Anthropic ``usage`` (additive form) from chat ``usage`` (subset form, ``money.usage``): the
     upstream's cache reads and writes move out of ``input_tokens`` into their own counts, as
     Anthropic reports them (0 when the upstream reported none)."""
     chat_usage = chat_usage if isinstance(chat_usage, dict) else {}

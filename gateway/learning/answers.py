@@ -46,7 +46,7 @@ class StageAnswer:
         a body that is also the client's answer to a request for logprobs (``cascade.client_body``
         trims its alternatives in place). Otherwise the choice is shared, not copied: copying a
         25 KB logprob tree costs as much as parsing it. ``cost_usd``: what the call was charged
-        (``policies.charges.call_charge``)."""
+        (``money.charges.call_charge``)."""
         choices = body.get("choices")
         first = choices[0] if isinstance(choices, list) and choices and isinstance(choices[0], dict) else {}
         usage = body.get("usage")

@@ -14,7 +14,7 @@ import time
 from collections import deque
 from collections.abc import Callable
 
-from policies.charges import NANO_PER_USD
+from money.charges import NANO_PER_USD
 
 
 class Hold:

@@ -34,7 +34,7 @@ from gateway.learning.writer import RowWriter
 from gateway.logs import log_event, log_exception
 from gateway.metrics import LearningMetrics
 from gateway.upstream import UpstreamPool
-from policies.redaction import Redactor
+from redaction import Redactor
 from traffic.backends import open_store
 from traffic.judges import make_judge
 from traffic.store import TrafficStore
@@ -83,9 +83,7 @@ class TrafficSampler:
         self.store = store or open_store(config.store)
         self.judge = judge or make_judge(config.judge)
         self.budget = ShadowBudget(config.max_shadow_usd_per_hour, clock=clock)
-        self.pool = UpstreamPool(
-            models, metrics, redact
-        )  # sessions of its own: never the clients' connections
+        self.pool = UpstreamPool(models, metrics, redact)  # own sessions: never the clients' connections
         self.runner = ShadowRunner(
             config,
             models,
@@ -108,14 +106,20 @@ class TrafficSampler:
             clock=clock,
         )
         self.queue: asyncio.Queue[Sample] = asyncio.Queue(maxsize=config.queue_size)
+        self._export_metrics()
+        self._accepting = True
+        self._workers: list[asyncio.Task[None]] = []
+
+    def _export_metrics(self) -> None:
+        """The sampler's gauges read its queue and budget; every drop series exists from the start."""
         self.metrics.queue_depth.set_function(self.queue.qsize)
         self.metrics.shadow_spend_window.set_function(self.budget.spent_usd)
-        self.metrics.shadow_spend_cap.set(config.max_shadow_usd_per_hour)  # alerts read the window against it
+        self.metrics.shadow_spend_cap.set(
+            self.config.max_shadow_usd_per_hour
+        )  # alerts read the window against it
         self.metrics.store_up.set(1)  # no write has failed yet
         for reason in DROP_REASONS:  # every series from the start, so rate() sees the first drop
             self.metrics.child(self.metrics.dropped, reason)
-        self._accepting = True
-        self._workers: list[asyncio.Task[None]] = []
 
     # --- request path -----------------------------------------------------------------------------
 

@@ -7,11 +7,11 @@ request defaults, ``logprobs``/``top_logprobs`` of the policy's scorer, not stre
 (``cascade.upstream_body``). The request's final stage is among those called again: it was sent
 without logprobs, and a row without a score is dropped by calibration.
 
-Money: the calls' worst case (``policies.charges.sent_bound``, the bound a spend reservation uses,
+Money: the calls' worst case (``money.charges.sent_bound``, the bound a spend reservation uses,
 of each upstream request: every prompt, every choice, the completion cap it sends) is reserved in
 the shadow budget before any call; a sample that does not fit is dropped
 (``SampleDroppedError("spend_cap")``). Every attempt of each call is charged by the one rule
-(``policies.charges.attempt_charge``: its usage, else its worst case: a timeout, a cut answer, a
+(``money.charges.attempt_charge``: its usage, else its worst case: a timeout, a cut answer, a
 call cancelled mid-flight) and counted in ``cascade_shadow_cost_usd_total``, never in a
 client's spend. An ``llm`` judge's calls are bounded and charged by the same rule. A failed call
 leaves its model without a row (a missing answer, never a wrong one).
@@ -37,8 +37,8 @@ from gateway.learning.router_inputs import Featurize, route_record
 from gateway.logs import log_event
 from gateway.metrics import LearningMetrics
 from gateway.upstream import UpstreamFailure, UpstreamPool
+from money.charges import Attempt, attempt_charge, call_bound, sent_bound, undeclared_part
 from policies import Policy, score_response
-from policies.charges import Attempt, attempt_charge, call_bound, sent_bound, undeclared_part
 from traffic.judges.base import Judge, JudgeError, Verdict, label_answers
 from traffic.rows import TrafficRow
 
@@ -132,7 +132,7 @@ class ShadowRunner:
         """Call, label and build the sample's rows; SampleDroppedError when the budget refuses it."""
         models, reference = self.pool_of(sample.policy)
         # A model that declares no bound for a priced part the request carries is not called: its
-        # cost could not be bounded (policies.charges.undeclared_part); it gets no row.
+        # cost could not be bounded (money.charges.undeclared_part); it gets no row.
         calls = [
             self.plan_call(sample, m)
             for m in models

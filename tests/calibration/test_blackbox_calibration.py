@@ -14,7 +14,8 @@ from calibration.blackbox_scores import BlackboxOptions
 from calibration.calibrate import calibrate
 from calibration.evaluation.routes import route_outcomes
 from calibration.frontier import chain_metrics
-from calibration.runs import RunsError, load_runs
+from calibration.runs import load_runs
+from calibration.runs_columns import RunsError
 from calibration.tiers import parse_tiers
 from policies import Policy
 from policies.blackbox import SELF_REPORT_PROMPT, VERIFIER_PROMPT, verifier_score_from_position

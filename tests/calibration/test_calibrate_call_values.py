@@ -12,7 +12,8 @@ import typer
 from typer.testing import CliRunner
 
 from calibration.calibrate_cli import register
-from calibration.runs import RunsError, load_runs
+from calibration.runs import load_runs
+from calibration.runs_columns import RunsError
 from policies.call_tokens import call_value_positions
 from policies.scorers import score_logprobs
 from policies.store import load_policy

@@ -20,7 +20,8 @@ from calibration.calibrate_cli import register as register_calibrate
 from calibration.evaluate_cli import register as register_evaluate
 from calibration.heldout_expected import HeldoutSettings
 from calibration.kinds import calibrate_kinds, load_runs_by_kind
-from calibration.runs import RunsError, load_runs
+from calibration.runs import load_runs
+from calibration.runs_columns import RunsError
 from calibration.tiers import parse_tiers
 from policies.kinds import kind_policy
 from policies.store import load_policy

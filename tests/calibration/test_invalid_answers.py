@@ -12,7 +12,8 @@ import pytest
 from calibration.envelope import compute_envelope
 from calibration.evaluation.search import ChainScorer, ChainSpace
 from calibration.frontier import frontier_thresholds, pair_frontier
-from calibration.runs import RunsError, load_runs
+from calibration.runs import load_runs
+from calibration.runs_columns import RunsError
 
 # The cheap model is confident on q1 and q3, but its q1 answer failed the checks (a call to an
 # undeclared function): scored by its logprobs alone, q1 would be the first answer accepted.

@@ -16,7 +16,7 @@ from calibration.recalibrate_cli import REFUSED_EXIT_CODE
 from calibration.splits import stratified_splits
 from cascade_cli.main import app
 from policies import load_policy, parse_policy
-from policies.publish import PolicyKeys, push_policy
+from publishing import PolicyKeys, push_policy
 from tests.support.shared_redis import REDIS_URL, delete_prefix, fresh_prefix
 from tests.support.traffic_kinds import store_rows, tiers_file
 

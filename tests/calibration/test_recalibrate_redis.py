@@ -10,7 +10,7 @@ import redis
 
 from calibration.recalibration.redis_io import RedisPolicyError, push_if_unchanged, read_served
 from policies import build_policy, dump_policy
-from policies.publish import PolicyKeys
+from publishing import PolicyKeys
 from tests.support.policy_files import two_model_document
 from tests.support.shared_redis import REDIS_URL, delete_prefix, fresh_prefix
 from traffic.redis_connect import connect_sync

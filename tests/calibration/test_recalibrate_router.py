@@ -24,10 +24,10 @@ from calibration.recalibrate_cli import REFUSED_EXIT_CODE
 from calibration.splits import stratified_splits
 from cascade_cli.main import app
 from policies import load_policy, parse_policy
-from policies.publish import PolicyKeys, push_policy
 from policies.route_features import cheap_features
 from policies.router import LinearRouter, routed_choice
 from policies.schema import Policy
+from publishing import PolicyKeys, push_policy
 from tests.support.postgres import POSTGRES_URL, drop_schema
 from tests.support.shared_redis import REDIS_URL, delete_prefix, fresh_prefix
 from tests.support.traffic_kinds import store_rows, tiers_file

@@ -10,7 +10,8 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from calibration.runs import RunsError, load_runs
+from calibration.runs import load_runs
+from calibration.runs_columns import RunsError
 from policies.scorers import score_logprobs
 from tests.support.data_files import PLAUT_PRICES, UPSTREAM_ANSWERS
 

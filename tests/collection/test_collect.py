@@ -13,8 +13,8 @@ from collection.collector import CollectOptions, build_row, collect, request_bod
 from collection.prompts import Prompt
 from collection.runs_writer import RunsWriter, done_pairs
 from collection.targets import Target
-from policies import Price
-from policies.charges import call_charge
+from money import Price
+from money.charges import call_charge
 
 PROMPTS = [
     Prompt(query_id=f"q{i}", prompt=f"question {i}", answer="B", grader="multiple_choice", dataset="unit")

@@ -13,7 +13,7 @@ from collection.collector import CollectOptions, collect
 from collection.prompts import Prompt, load_prompts
 from collection.runs_writer import RunsWriter
 from collection.targets import Target
-from policies import Price
+from money import Price
 
 TOOLS = (
     {

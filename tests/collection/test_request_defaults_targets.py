@@ -13,7 +13,7 @@ from collection.targets import Target, targets_from_config, targets_from_pool
 from gateway.cascade import upstream_body
 from gateway.requests import parse_request
 from localpool.manifest import load_manifest
-from policies import Price
+from money import Price
 from policies.request_defaults import RequestDefaults
 
 QUESTION = Prompt(query_id="q1", prompt="What is 6 * 7?", answer="42", grader="final_numeric")

@@ -15,7 +15,7 @@ from collection.prompts import Prompt
 from collection.runs_writer import RunsWriter
 from collection.scorer_calls import ScorerCallsOptions, recorded_rows
 from collection.targets import Target
-from policies import Price
+from money import Price
 from policies.blackbox import (
     SELF_REPORT_PROMPT,
     VERIFIER_PROMPT,

@@ -35,8 +35,8 @@ from learning_e2e_support import (
 from calibration.tiers import parse_tiers
 from localpool.manifest import Manifest, load_manifest
 from policies import Policy, build_policy, load_policy, save_policy, should_escalate
-from policies.publish import check_servable
 from policies.scorers import SCORE_RANGES
+from publishing import check_servable
 
 CHEAP, MIDDLE, STRONG = "qwen0.5b-fast", "qwen1.5b-fast", "qwen1.5b-think"
 BINS = {"edges": [0.2, 0.5, 0.8], "proportions": [0.1, 0.2, 0.3, 0.4]}

@@ -14,7 +14,7 @@ from localpool.paths import PoolPaths
 from localpool.pool import ServerOptions, server_command
 from localpool.process import start_detached, stop, wait_healthy
 from localpool.server_build import llama_server_binary
-from policies import Price
+from money import Price
 from tests.support.ports import free_port
 from traffic.judges.llm import LLMJudge
 

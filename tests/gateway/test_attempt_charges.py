@@ -1,4 +1,4 @@
-"""Every upstream attempt that may have been billed is charged (policies/charges.py, attempt_charge),
+"""Every upstream attempt that may have been billed is charged (money/charges.py, attempt_charge),
 the cap a call is sent is the cap it reserved, and image parts are bounded or refused.
 
 Through the app under uvicorn in front of the scripted upstream, which keeps what a provider bills
@@ -17,8 +17,8 @@ import orjson
 import pytest
 from learning_support import learning_block, registry_value
 
-from policies import Price
-from policies.charges import DEFAULT_COMPLETION_BOUND, sent_bound
+from money import Price
+from money.charges import DEFAULT_COMPLETION_BOUND, sent_bound
 from tests.support.gateway_logs import captured_request_line
 from tests.support.gateway_testkit import RunningGateway, model_configs, until
 from tests.support.money import priced_usd
@@ -80,7 +80,7 @@ def post(gateway: RunningGateway, body: dict[str, Any], path: str = "/v1/chat/co
 
 
 def worst_case(upstream: ScriptedUpstream, model_id: str) -> float:
-    """Sum of the worst cases of every request ``model_id`` was sent (policies.charges.sent_bound)."""
+    """Sum of the worst cases of every request ``model_id`` was sent (money.charges.sent_bound)."""
     return sum(sent_bound(price(model_id), orjson.dumps(c.body)).usd for c in upstream.calls(model_id))
 
 

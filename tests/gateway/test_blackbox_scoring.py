@@ -17,11 +17,12 @@ import pytest
 from learning_support import learning_block
 
 from gateway.blackbox_scoring import ANSWER_BYTES_PER_TOKEN
-from policies import Price, build_policy
+from money import Price
+from money.charges import sent_bound
+from policies import build_policy
 from policies.blackbox import VERIFIER_PROMPT, verifier_request
-from policies.charges import sent_bound
 from policies.errors import PolicyInvalidError
-from policies.publish import check_servable
+from publishing import check_servable
 from tests.support.gateway_logs import captured_request_lines
 from tests.support.gateway_testkit import RunningGateway, model_configs, until
 from tests.support.policy_files import policy_document, write_policy

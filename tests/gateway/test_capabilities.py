@@ -22,10 +22,10 @@ from cascade_cli.main import app
 from gateway.cascade import upstream_body
 from gateway.config import ConfigError, Settings
 from gateway.requests import parse_request
+from money.charges import DEFAULT_COMPLETION_BOUND
 from policies import load_policy
 from policies.capabilities import ModelCapabilities
-from policies.charges import DEFAULT_COMPLETION_BOUND
-from policies.publish import push_policy
+from publishing import push_policy
 from tests.support.gateway_testkit import RunningGateway, model_configs
 from tests.support.policy_files import write_policy as write_policy_file
 from tests.support.ports import free_port

@@ -1,4 +1,4 @@
-"""What a served call is charged when its answer reports no usage (the rule: policies/charges.py).
+"""What a served call is charged when its answer reports no usage (the rule: money/charges.py).
 
 Through the app with the official SDK: a per-token-priced model whose upstream omits usage is
 charged an estimate at or above what the upstream bills, never $0.

@@ -7,7 +7,7 @@ from pathlib import Path
 import pytest
 
 from gateway.config import ConfigError, Settings
-from policies import Price
+from money import Price
 from tests.support.data_files import PLAUT_PRICES
 
 CONFIG = """
@@ -109,7 +109,7 @@ def test_config_prices_are_the_shared_price_model(config_file: Path) -> None:
 
 @pytest.mark.parametrize("price", [{}, {"price": None}])
 def test_a_model_without_price_is_a_config_error_not_free(price: dict) -> None:
-    # As a price without a form is (policies.prices): a forgotten price must not serve a model free.
+    # As a price without a form is (money.prices): a forgotten price must not serve a model free.
     model = {"base_url": "http://x", "model": "m", **price}
     with pytest.raises(ConfigError, match=r"models\.a: .*price is required") as info:
         Settings.from_mapping({"models": {"a": model}, "policy": "p"})

@@ -1,5 +1,5 @@
 """What a live stage is charged when its stream ends early: StreamTally's count, chunk by chunk, under
-the one charging rule (policies.charges.call_charge)."""
+the one charging rule (money.charges.call_charge)."""
 
 from __future__ import annotations
 
@@ -9,7 +9,7 @@ import orjson
 import pytest
 
 from gateway.live import StreamTally
-from policies import Price
+from money import Price
 
 PER_TOKEN = Price(input_per_mtok=1.0, output_per_mtok=2.0)
 SENT = orjson.dumps({"model": "m", "messages": [{"role": "user", "content": "Tell me"}], "stream": True})

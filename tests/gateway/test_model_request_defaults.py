@@ -82,7 +82,7 @@ def test_spend_reservation_covers_what_defaults_add(make_settings, upstream) -> 
     from gateway.app import build_gateway
     from gateway.requests import parse_request
     from gateway.routing import RoutePlan
-    from policies.charges import SENT_FIELDS_BYTES
+    from money.charges import SENT_FIELDS_BYTES
 
     raw = b'{"model": "small", "messages": [{"role": "user", "content": "What is 17 * 3?"}]}'
     parsed = parse_request(raw, "chat")

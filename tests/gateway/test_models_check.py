@@ -196,7 +196,7 @@ def test_logprobs_in_the_legacy_shape_on_chat_are_read(tmp_path: Path, upstream:
 
 def test_an_upstream_error_that_splits_the_key_is_redacted_in_the_report() -> None:
     from gateway.models_check import _error_text
-    from policies.redaction import Redactor
+    from redaction import Redactor
 
     key = "sk-probe-0123456789abcdef"
     for split in (key[:9] + "\n" + key[9:], key[:4] + "\\n" + key[4:], key[:6] + "\r\n\t" + key[6:]):

@@ -16,7 +16,7 @@ from gateway import policy_store
 from gateway.policy_store import FilePolicyStore, RedisPolicyStore
 from gateway.redis_keys import RedisKeys
 from policies import Policy, build_policy, load_policy, save_policy
-from policies.publish import push_policy
+from publishing import push_policy
 from tests.support.policy_files import two_model_document
 from tests.support.shared_redis import REDIS_URL, RedisLink
 

@@ -1,7 +1,7 @@
 """The reserved worst case of a request: every completion cap the upstream may honour, times the
 choices it generates for every prompt, over every stage of the route, prompt bounded by the body
 size; and the same bound for the sampler's shadow calls and a cancelled call. Properties over
-generated request bodies (tests/policies/charge_support.py) check it against an honest upstream."""
+generated request bodies (tests/money/charge_support.py) check it against an honest upstream."""
 
 from __future__ import annotations
 
@@ -23,16 +23,16 @@ from gateway.learning.shadow import ShadowRunner
 from gateway.metrics import GatewayMetrics
 from gateway.requests import parse_request
 from gateway.routing import RoutePlan
-from policies import build_policy
-from policies.charges import (
+from money.charges import (
     DEFAULT_COMPLETION_BOUND,
     SENT_FIELDS_BYTES,
     completion_bound,
     generated_choices,
     sent_bound,
 )
+from policies import build_policy
 from policies.schema import Route
-from tests.policies.charge_support import honest_usage, honoured_caps, request_bodies
+from tests.money.charge_support import honest_usage, honoured_caps, request_bodies
 from tests.support.gateway_testkit import POLICY_DOCUMENT, model_configs
 from traffic.judges.text import ExactJudge
 

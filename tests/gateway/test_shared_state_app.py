@@ -16,7 +16,7 @@ import pytest
 
 from gateway.keys_cli import add_key
 from policies import build_policy, load_policy, save_policy
-from policies.publish import push_policy
+from publishing import push_policy
 from tests.support.gateway_testkit import POLICY_DOCUMENT, until
 from tests.support.scripted_upstream import ok
 from tests.support.shared_redis import REDIS_URL, ThreadedRedisLink

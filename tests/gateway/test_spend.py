@@ -10,7 +10,8 @@ import redis.asyncio as aioredis
 
 from gateway.auth import ClientIdentity
 from gateway.errors import BudgetExceededError, SpendUnavailableError
-from gateway.spend import NANO_PER_USD, SpendLimiter, to_nano
+from gateway.spend import SpendLimiter
+from gateway.spend_ledger import NANO_PER_USD, to_nano
 from gateway.spend_store import MAX_NANO
 from tests.support.shared_redis import REDIS_URL, RedisLink, delete_prefix
 

@@ -13,7 +13,7 @@ from gateway.config import Settings
 from gateway.policy_store import FilePolicyStore, RedisPolicyStore
 from gateway.state import SharedState, build_shared_state
 from policies import build_policy, load_policy, save_policy
-from policies.publish import push_policy
+from publishing import push_policy
 from tests.support.policy_files import two_model_document
 from tests.support.shared_redis import REDIS_URL
 

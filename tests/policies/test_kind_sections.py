@@ -150,7 +150,7 @@ def test_only_tool_call_and_structured_output_may_have_a_section(policy_document
 def test_a_section_routing_to_an_unconfigured_model_or_scored_externally_cannot_be_served(
     policy_document: dict[str, Any],
 ) -> None:
-    from policies.publish import check_servable
+    from publishing import check_servable
 
     policy_document["kinds"] = {"tool_call": tool_section(policy_document)}
     policy = build_policy(policy_document)

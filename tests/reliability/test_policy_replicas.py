@@ -20,7 +20,7 @@ from policy_support import DEEP_JSON, Replica, admin_headers, make_policy, wait_
 from gateway.keys_cli import add_key
 from gateway.redis_keys import RedisKeys
 from policies import Policy, load_policy, save_policy
-from policies.publish import push_policy
+from publishing import push_policy
 from tests.support.shared_redis import delete_prefix
 
 

@@ -9,7 +9,7 @@ import httpx
 import pytest
 from pydantic import TypeAdapter, ValidationError
 
-from policies import Price
+from money import Price
 from policies.blackbox import yes_no_mass
 from traffic.judges import JudgeConfig, JudgeError, make_judge
 from traffic.judges.llm import LLMJudge

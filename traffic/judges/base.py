@@ -13,7 +13,7 @@ REFERENCE_JUDGE = "reference"
 class JudgeError(Exception):
     """A judge could not label (its model call failed, a missing extra); the label is then missing.
 
-    ``cost_usd``: what the failed call is charged all the same (``policies.charges``: a call that
+    ``cost_usd``: what the failed call is charged all the same (``money.charges``: a call that
     may have been served, e.g. one that timed out, is charged its worst case): shadow cost.
     """
 

@@ -7,7 +7,7 @@ from typing import Annotated, Any, Literal, cast
 
 from pydantic import BaseModel, ConfigDict, Field, HttpUrl, TypeAdapter
 
-from policies import Price
+from money import Price
 from traffic.judges.base import Judge
 
 
@@ -49,7 +49,7 @@ class LLMJudgeConfig(_Strict):
     base_url: HttpUrl
     model: str = Field(min_length=1)
     api_key_env: str | None = None
-    price: Price = Field(description="what a call costs; required, never free by omission (policies.prices)")
+    price: Price = Field(description="what a call costs; required, never free by omission (money.prices)")
     timeout_s: float = Field(30.0, gt=0, allow_inf_nan=False)
     top_logprobs: int = Field(10, ge=2, le=20)
 

@@ -5,7 +5,7 @@ One chat completion on an OpenAI-compatible endpoint, ``max_tokens: 1``, ``tempe
 probabilities of the alternatives of the first token that read "yes" / "no" (case and spaces
 ignored): renormalizing over the two words makes the label independent of how much mass the model
 puts elsewhere (punctuation, "Yes" vs " yes" tokens). If neither word is among the alternatives
-the label is missing. The call's cost (``policies.charges.attempt_charge``: its usage at the configured
+the label is missing. The call's cost (``money.charges.attempt_charge``: its usage at the configured
 price, or the flat price or an estimate that errs high when the answer reports none; its worst
 case when it timed out or broke after it was sent) is in the verdict, or in the ``JudgeError`` of a
 call that failed: the sampler counts it as shadow cost.
@@ -19,10 +19,10 @@ from typing import Any
 import httpx
 import orjson
 
-from policies import Price
+from money import Price
+from money.charges import Attempt, attempt_charge
 from policies.blackbox import yes_no_mass
-from policies.charges import Attempt, attempt_charge
-from policies.redaction import Redactor, url_secrets
+from redaction import Redactor, url_secrets
 from traffic.judges.base import JudgeError, Verdict
 
 SYSTEM_PROMPT = (

@@ -6,7 +6,7 @@ import numpy as np
 import pytest
 from pydantic import ValidationError
 
-from policies import Price, PriceError, parse_price
+from money import Price, PriceError, parse_price
 
 
 def test_per_token_price_costs_tokens_times_prices() -> None:

@@ -6,7 +6,7 @@
   every completion cap (``max_tokens``, ``max_completion_tokens``, ``n_predict``: absent, positive,
   zero or negative, fractional), ``tools`` and ``response_format``.
 * ``honest_usage(sent, honoured)``: the most an honest upstream bills for the request ``sent``
-  (as the gateway sends it), written out here independently of policies/charges.py: at most one
+  (as the gateway sends it), written out here independently of money/charges.py: at most one
   prompt token per byte of the prompt's JSON (the messages or prompts, and the tools or schema a
   template renders, plus a template preamble of at most ``TEMPLATE_TOKENS``), and per prompt and
   per generated choice (``max(n, best_of)``) at most the cap it honours: the value of the cap field
@@ -25,7 +25,7 @@ from typing import Any
 import orjson
 from hypothesis import strategies as st
 
-from policies.charges import DEFAULT_COMPLETION_BOUND, TEMPLATE_TOKENS
+from money.charges import DEFAULT_COMPLETION_BOUND, TEMPLATE_TOKENS
 
 CAP_FIELDS = ("max_completion_tokens", "max_tokens", "n_predict")
 

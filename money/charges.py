@@ -21,7 +21,7 @@ traffic sampler's shadow calls and their budget (gateway.learning.shadow) and th
 **The charge of one call** (``call_charge``), once it was accepted:
 
 * the upstream's ``usage`` when it reports both counts as non-negative integers (a JSON bool,
-  float or string is no count), in either provider form, normalised by ``policies.usage`` and
+  float or string is no count), in either provider form, normalised by ``money.usage`` and
   priced part by part (cache reads, cache writes, reasoning: ``Price.usage_cost_usd``); a live
   stream's completion is never charged below the output chunks the gateway read;
 * otherwise the flat ``per_query_usd`` when the price has one (when it also has per-token prices,
@@ -55,8 +55,8 @@ from typing import Any
 
 import orjson
 
-from policies.prices import Price
-from policies.usage import normalize_usage
+from money.prices import Price
+from money.usage import normalize_usage
 
 # Money kept as an integer (spend counters, reservations, the shadow budget) is in nano-USD: no
 # float drift in running totals, and a cent is 10^7 units.
@@ -127,7 +127,7 @@ class Charge:
     usd: float
     prompt_tokens: int
     completion_tokens: int
-    # Parts of the counts above that the upstream reported (policies.usage): 0 when not reported.
+    # Parts of the counts above that the upstream reported (money.usage): 0 when not reported.
     cache_read_tokens: int = 0
     cache_write_tokens: int = 0
     reasoning_tokens: int = 0
@@ -297,7 +297,7 @@ def sent_bound(price: Price, sent: bytes, limits: CallLimits = DEFAULT_LIMITS) -
 
 def reported_counts(usage: Any) -> tuple[int, int] | None:
     """(prompt_tokens, completion_tokens) when ``usage`` reports both as non-negative integers (in
-    either provider form, ``policies.usage``; the prompt total includes cached input), else None (a
+    either provider form, ``money.usage``; the prompt total includes cached input), else None (a
     missing count, a bool, a float or a string is no count)."""
     counts = normalize_usage(usage)
     return (counts.prompt_tokens, counts.completion_tokens) if counts is not None else None

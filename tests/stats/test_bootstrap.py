@@ -6,7 +6,7 @@ import numpy as np
 import pytest
 
 from policies import bootstrap
-from policies.bootstrap import bootstrap_means
+from stats.bootstrap import bootstrap_means
 
 
 def test_intervals_cover_the_true_mean_at_about_their_level() -> None:

@@ -15,8 +15,8 @@ Providers report prompt caching and reasoning in two incompatible forms:
 
 Reading one form as the other is the classic gateway cost bug: cache writes counted twice (once
 as input, once as writes), or cache reads billed at the full input rate. ``normalize_usage`` turns
-either into one ``Usage`` of disjoint parts, which ``policies.prices.Price.usage_cost_usd`` prices
-and ``policies.charges.call_charge`` charges.
+either into one ``Usage`` of disjoint parts, which ``money.prices.Price.usage_cost_usd`` prices
+and ``money.charges.call_charge`` charges.
 
 Counts must be non-negative integers (a JSON bool, float or string is no count); a detail that is
 not one is read as 0, and a subset larger than its total is cut to the total, so a malformed

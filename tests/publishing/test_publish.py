@@ -10,7 +10,7 @@ import pytest
 import redis
 
 from policies import PolicyInvalidError, build_policy, dump_policy
-from policies.publish import PolicyChangedError, PolicyKeys, push_policy, read_current
+from publishing import PolicyChangedError, PolicyKeys, push_policy, read_current
 from tests.support.shared_redis import REDIS_URL
 
 

@@ -1,10 +1,10 @@
-"""The one redaction of secrets from URLs and relayed text (policies.redaction)."""
+"""The one redaction of secrets from URLs and relayed text (redaction)."""
 
 from __future__ import annotations
 
 import pytest
 
-from policies.redaction import Redactor, redact_url, url_secrets
+from redaction import Redactor, redact_url, url_secrets
 
 
 @pytest.mark.parametrize(

@@ -8,7 +8,7 @@ appears. Two forms, either or both:
   (they come as a pair: a lone one would silently make the other side free);
 * per call: ``per_query_usd``, a flat USD per call.
 
-Optional rates refine the per-token form for prompt caching and reasoning (``policies.usage``
+Optional rates refine the per-token form for prompt caching and reasoning (``money.usage``
 normalises each provider's usage into these parts): ``cache_read_per_mtok`` (cached input read,
 e.g. 0.1x input at Anthropic, 0.1-0.5x at OpenAI), ``cache_write_per_mtok`` (input written to the
 cache, 5-minute lifetime: 1.25x at Anthropic), ``cache_write_1h_per_mtok`` (1-hour writes: 2x) and
@@ -32,8 +32,15 @@ import numpy as np
 from numpy.typing import NDArray
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
-from policies.errors import PriceError
-from policies.usage import Usage
+from money.usage import Usage
+
+
+class PriceError(ValueError):
+    """A model price is invalid, or cannot price a call (per-token prices, unknown token counts).
+
+    A ValueError, so pydantic reports it as a validation error of the model holding the price.
+    """
+
 
 PRICE_FIELDS = ("input_per_mtok", "output_per_mtok", "per_query_usd")
 # Rates for parts of the per-token form (need it); see the module docstring.
@@ -86,7 +93,7 @@ class Price(BaseModel):
         raise PriceError("the price has only per-token prices and the call's token counts are unknown")
 
     def usage_cost_usd(self, usage: Usage) -> float:
-        """USD of one call's normalised usage (``policies.usage``): each part at its rate. Without
+        """USD of one call's normalised usage (``money.usage``): each part at its rate. Without
         per-token prices, ``per_query_usd``."""
         if self.input_per_mtok is None or self.output_per_mtok is None or not usage.has_parts:
             return float(self.cost_usd(usage.prompt_tokens, usage.completion_tokens))

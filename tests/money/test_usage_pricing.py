@@ -11,9 +11,9 @@ from __future__ import annotations
 import pytest
 from pydantic import ValidationError
 
-from policies import Price, PriceError, parse_price
-from policies.charges import call_charge, reported_counts
-from policies.usage import Usage, normalize_usage
+from money import Price, PriceError, parse_price
+from money.charges import call_charge, reported_counts
+from money.usage import Usage, normalize_usage
 
 SENT = b'{"model":"m","messages":[{"role":"user","content":"hi"}]}'
 

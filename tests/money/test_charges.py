@@ -1,4 +1,4 @@
-"""The one charging rule (policies/charges.py): what a call is charged, what a request may cost.
+"""The one charging rule (money/charges.py): what a call is charged, what a request may cost.
 
 Unit rules first, then properties over generated request bodies (charge_support.py): against an
 honest upstream, a call's charge never exceeds its bound, and an answer without usage is never
@@ -15,8 +15,8 @@ from charge_support import honest_usage, honoured_caps, request_bodies
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from policies import Price
-from policies.charges import (
+from money import Price
+from money.charges import (
     DEFAULT_COMPLETION_BOUND,
     TEMPLATE_TOKENS,
     bound_usd,
@@ -183,7 +183,7 @@ def test_the_completion_bound_covers_whichever_set_cap_the_upstream_honours(
         assert honest_usage(body, honoured)[1] <= completion_tokens_bound(body)
 
 
-# Prices with rates for the parts of a call's tokens (policies.usage): cheaper cache reads, dearer
+# Prices with rates for the parts of a call's tokens (money.usage): cheaper cache reads, dearer
 # cache writes, a separate reasoning rate.
 PART_PRICES = [
     Price(input_per_mtok=3.0, output_per_mtok=15.0, cache_read_per_mtok=0.3, cache_write_per_mtok=3.75),

@@ -1,0 +1,168 @@
+"""One runs file's columns, validated cell by cell: values, flags, token counts and row costs.
+
+Every problem becomes a ``RunsError`` whose one-line message names the file, the row (1-based
+record number; in a CSV that is line row + 1) and the column. ``calibration.runs.load_runs`` reads
+the columns, scores the rows (``calibration.runs_scores``) and pivots them into a ``RunsMatrix``.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Mapping
+from pathlib import Path
+
+import numpy as np
+
+from calibration.table_io import Columns
+from money import Price, PriceError
+
+REQUIRED_COLUMNS = ("query_id", "model", "correct")
+COST_COLUMNS = ("cost_usd", "prompt_tokens", "completion_tokens")
+# Parts of the token counts (money.usage): priced at the price's part rates when present.
+PART_COLUMNS = ("cached_tokens", "cache_write_tokens", "reasoning_tokens")
+LOGPROBS_COLUMN = "logprobs"
+STRATA_COLUMN = "dataset"
+VALID_COLUMN = "valid"
+TRUNCATED_COLUMN = "truncated"
+_FALSE_TEXT = {"false", "0"}
+_TRUE_TEXT = {"true", "1"}
+_NAN_TEXT = {"nan", "+nan", "-nan"}
+
+
+class RunsError(Exception):
+    """Bad runs input; the message is one line naming the file, row and column."""
+
+
+class RunsColumns:
+    """The columns read from one runs file (``Columns``), with errors that name file, row and column."""
+
+    def __init__(self, path: Path, columns: Columns, where: Mapping[str, str]):
+        """``where``: the row filters the columns were read with (named when no row is left)."""
+        self.path = path
+        self.columns = columns
+        self.where = where
+        self.notes: list[str] = []
+
+    def fail(self, message: str, position: int | None = None, column: str | None = None) -> RunsError:
+        where = f"{self.path}"
+        if position is not None:
+            where += f": row {int(self.columns.rows[position])}"
+        if column is not None:
+            where += f": column '{column}'"
+        return RunsError(f"{where}: {message}")
+
+    def require_column(self, name: str, why: str = "required column") -> None:
+        if name not in self.columns.values:
+            raise RunsError(f"{self.path}: missing {why} '{name}' (columns: {', '.join(self.columns.names)})")
+
+    def numeric(self, name: str, *, allow_missing: bool = False) -> tuple[np.ndarray, np.ndarray]:
+        """(values float64, missing bool) of a column; errors on non-numeric / NaN / missing."""
+        raw = self.columns.values[name]
+        missing = self.columns.missing[name]
+        if raw.dtype.kind in "fiub":
+            values = raw.astype(np.float64)
+        else:
+            import pandas as pd
+
+            values = pd.to_numeric(pd.Series(raw, dtype=object), errors="coerce").to_numpy(np.float64)
+        bad = np.flatnonzero(~np.isfinite(values) & ~missing)
+        if bad.size:
+            first = int(bad[0])
+            value = raw[first]
+            if _is_nan_literal(value):
+                raise self.fail("NaN value (leave the cell empty for a missing score)", first, name)
+            if (isinstance(value, float | np.floating) and math.isinf(value)) or _is_inf_text(value):
+                raise self.fail(f"infinite value {value!r}", first, name)
+            raise self.fail(f"non-numeric value {value!r}", first, name)
+        if not allow_missing and missing.any():
+            raise self.fail("missing value", int(np.flatnonzero(missing)[0]), name)
+        return values, missing
+
+    def cost(self, model: np.ndarray, sheet: dict[str, Price] | None, sheet_path: Path | None) -> np.ndarray:
+        """(r,) USD per row: from the price sheet when one is given, else the cost_usd column."""
+        if sheet is None:
+            if "cost_usd" not in self.columns.values:
+                raise RunsError(
+                    f"{self.path}: no cost: the runs have no 'cost_usd' column; pass --prices "
+                    "PRICES.yaml (token prices with prompt_tokens/completion_tokens, or per_query_usd)"
+                )
+            values, _ = self.numeric("cost_usd")
+            negative = np.flatnonzero(values < 0)
+            if negative.size:
+                raise self.fail("negative cost", int(negative[0]), "cost_usd")
+            return values
+        if "cost_usd" in self.columns.values:
+            self.notes.append(f"cost from the price sheet {sheet_path}; the 'cost_usd' column is ignored")
+        names, codes = np.unique(model, return_inverse=True)
+        unpriced = [n for n in names if n not in sheet]
+        if unpriced:
+            raise RunsError(
+                f"{self.path}: model '{unpriced[0]}' is not in the price sheet {sheet_path} "
+                f"(it has {', '.join(sheet)})"
+            )
+        prompt: np.ndarray | None = None
+        completion: np.ndarray | None = None
+        if all(c in self.columns.values for c in ("prompt_tokens", "completion_tokens")):
+            prompt, _ = self.numeric("prompt_tokens")
+            completion, _ = self.numeric("completion_tokens")
+        parts = self._part_counts() if prompt is not None else None
+        cost = np.empty(model.shape[0], dtype=np.float64)
+        for index, name in enumerate(names):  # a loop over models, not rows
+            rows = codes == index
+            try:  # Price.cost_usd: token prices where counts are known, else per_query_usd
+                cost[rows] = sheet[name].cost_usd(
+                    None if prompt is None else prompt[rows],
+                    None if completion is None else completion[rows],
+                )
+                if parts is not None and sheet[name].has_token_prices:
+                    cost[rows] += sheet[name].parts_adjustment_usd(*(part[rows] for part in parts))
+            except PriceError:
+                raise RunsError(
+                    f"{self.path}: model '{name}' has only token prices in {sheet_path} but the "
+                    "runs have no 'prompt_tokens'/'completion_tokens' columns"
+                ) from None
+        return cost
+
+    def _part_counts(self) -> tuple[np.ndarray, np.ndarray, np.ndarray] | None:
+        """The ``PART_COLUMNS`` (an absent column or empty cell: 0), or None when none is present."""
+        present = [c for c in PART_COLUMNS if c in self.columns.values]
+        if not present:
+            return None
+        counts = []
+        for name in PART_COLUMNS:
+            if name not in present:
+                counts.append(np.zeros(self.columns.rows.shape[0]))
+                continue
+            values, missing = self.numeric(name, allow_missing=True)
+            if (values[~missing] < 0).any():
+                raise self.fail("negative token count", int(np.flatnonzero((values < 0) & ~missing)[0]), name)
+            counts.append(np.where(missing, 0.0, values))
+        return counts[0], counts[1], counts[2]
+
+    def flagged(self, column: str, *, flag: bool) -> np.ndarray:
+        """(r,) bool: rows whose boolean ``column`` is ``flag`` (a missing column or cell is not):
+        ``valid`` false (a failed check), ``truncated`` true (a cut answer)."""
+        if column not in self.columns.values:
+            return np.zeros(self.columns.rows.shape[0], dtype=bool)
+        raw = self.columns.values[column]
+        missing = self.columns.missing[column]
+        found = np.zeros(raw.shape[0], dtype=bool)
+        for position in np.flatnonzero(~missing):
+            value = raw[position]
+            if isinstance(value, bool | np.bool_):
+                value = bool(value)
+            text = str(value).strip().lower()
+            if text not in _FALSE_TEXT | _TRUE_TEXT:
+                raise self.fail(f"expected true or false, got {value!r}", int(position), column)
+            found[position] = (text in _TRUE_TEXT) is flag
+        return found
+
+
+def _is_nan_literal(value: object) -> bool:
+    if isinstance(value, float | np.floating):
+        return math.isnan(value)
+    return isinstance(value, str) and value.strip().lower() in _NAN_TEXT
+
+
+def _is_inf_text(value: object) -> bool:
+    return isinstance(value, str) and value.strip().lower().lstrip("+-") in {"inf", "infinity"}
