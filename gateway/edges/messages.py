@@ -19,7 +19,7 @@ import orjson
 from gateway.edges.base import JSON_HEADER, ApiEdge, ChatStreamTranslator, Headers, Translated
 from gateway.edges.messages_request import MessagesRequest, translate_request
 from gateway.edges.messages_response import error_body, render_message
-from gateway.edges.messages_stream import MessagesStream, error_event
+from gateway.edges.messages_stream import PING, MessagesStream, error_event
 from gateway.errors import AuthenticationError, BadRequestError, BudgetExceededError, GatewayError
 from gateway.requests import MAX_JSON_DEPTH, ParsedRequest
 
@@ -36,6 +36,7 @@ class MessagesEdge(ApiEdge):
     name = "messages"
     path = "/v1/messages"
     extra_headers = frozenset({b"x-api-key"})
+    keepalive = PING  # Anthropic's own keep-alive event, which its SDKs skip
 
     def credential(self, headers: Mapping[bytes, bytes]) -> str | None:
         """``x-api-key: <key>`` (as ``Bearer <key>``), else the ``Authorization`` header."""
