@@ -32,6 +32,16 @@ CLAUDE_ENV = {"API_TIMEOUT_MS": _CLIENT_WAIT_MS, "CLAUDE_STREAM_FIRST_BYTE_TIMEO
 # (a dozen tools, 48.8 KB, ~11.7k tokens) takes the 1.5B model about ten minutes to read here; with
 # its shell alone it is 13 KB.
 CLAUDE_TOOLS = "Bash"
+# Claude Code's cap on each answer (its CLAUDE_CODE_MAX_OUTPUT_TOKENS; default 32,000): a stage that
+# writes on costs minutes at the 1.5B model's 2.4-3.3 tokens/s on a busy machine.
+CLAUDE_MAX_OUTPUT_TOKENS = 256
+# Claude Code's system prompt in its local test (its ``--system-prompt`` flag): its own (7 KB) once
+# got the 1.5B model to copy its environment section back as the answer (measured), and it doubles
+# the prompt to read.
+CLAUDE_SYSTEM_PROMPT = (
+    "You are a command-line assistant. Answer the user's question directly and briefly. "
+    "Use the Bash tool only when a command is needed."
+)
 CODEX_PROVIDER = {"stream_idle_timeout_ms": int((REQUEST_TIMEOUT_S + 30) * 1000)}
 
 
