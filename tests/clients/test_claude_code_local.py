@@ -13,10 +13,10 @@ demo policy (``tests/support/local_demo.py``), while a scored stage reads that p
 starts the stream early and keeps it alive (``limits.stream_start_after_s``), so the client, which
 gives up on response headers after 360 s whatever its settings, waits for the answer.
 
-What the test checks: the answer the CLI printed, that the request carried Claude Code's context,
-and the turn's wall time (recorded as a test property and printed;
-docs/local-models.md#agent-clis-on-the-local-pool has measured ones). A second turn is not run here
-(the suite's time budget); Codex's local test checks the prompt cache across turns.
+What the test checks: the answer the CLI printed, that the session's second turn (``claude -p
+--continue``) re-read only what is new (llama-server's prompt cache, reported by the gateway as
+Messages ``cache_read_input_tokens``), and the wall time of each turn (recorded as test properties
+and printed; docs/local-models.md#agent-clis-on-the-local-pool has measured ones).
 """
 
 from __future__ import annotations
@@ -34,6 +34,7 @@ from local_agents import (
     CLAUDE_MAX_OUTPUT_TOKENS,
     CLAUDE_SYSTEM_PROMPT,
     CLAUDE_TOOLS,
+    FOLLOW_UP,
     SHORT_TASK,
     has_number,
 )
@@ -41,7 +42,7 @@ from local_agents import (
 pytestmark = pytest.mark.e2e
 
 
-def _turn(url: str, prompt: str, home: Path) -> tuple[str, dict[str, Any], float]:
+def _turn(url: str, prompt: str, home: Path, *more: str) -> tuple[str, dict[str, Any], float]:
     """One ``claude -p --output-format json`` turn: the answer, the turn's usage, its wall time."""
     started = time.monotonic()
     result = run_claude(
@@ -52,7 +53,7 @@ def _turn(url: str, prompt: str, home: Path) -> tuple[str, dict[str, Any], float
         env={**CLAUDE_ENV, "CLAUDE_CODE_MAX_OUTPUT_TOKENS": str(CLAUDE_MAX_OUTPUT_TOKENS)},
         args=(
             *("--tools", CLAUDE_TOOLS, "--system-prompt", CLAUDE_SYSTEM_PROMPT),
-            *("--allowedTools", *ARITHMETIC_COMMANDS, "--output-format", "json"),
+            *("--allowedTools", *ARITHMETIC_COMMANDS, "--output-format", "json", *more),
         ),
         timeout_s=AGENT_TIMEOUT_S,
     )
@@ -76,10 +77,17 @@ ARITHMETIC_COMMANDS = ("Bash(echo:*)", "Bash(bc:*)", "Bash(expr:*)")
 
 @pytest.mark.compat(client="claude-code", feature="text", settings=ONE_TOOL)
 @pytest.mark.compat(client="claude-code", feature="stream", settings=ONE_TOOL)  # it streams every request
-def test_a_short_task_on_the_local_models(local_demo, tmp_path, record_property) -> None:
-    answer, usage, seconds = _turn(local_demo.url, SHORT_TASK, tmp_path)
-    record_property("first_turn_s", round(seconds, 1))
-    print(f"claude code on the local models: first turn {seconds:.1f} s, answer {answer!r}, usage {usage}")
+def test_a_short_task_and_its_second_turn_on_the_local_models(local_demo, tmp_path, record_property) -> None:
+    answer, usage, first_s = _turn(local_demo.url, SHORT_TASK, tmp_path)
+    record_property("first_turn_s", round(first_s, 1))
+    print(f"claude code on the local models: first turn {first_s:.1f} s, answer {answer!r}, usage {usage}")
     assert has_number(answer, 42), answer
-    read = usage.get("input_tokens", 0) + usage.get("cache_read_input_tokens", 0)
-    assert read > 1000, usage  # Claude Code's Bash tool and its context, as a user's first request
+    prompt = usage.get("input_tokens", 0) + usage.get("cache_read_input_tokens", 0)
+    assert prompt > 1000, usage  # Claude Code's Bash tool and its context, as a user's first request
+
+    answer, usage, second_s = _turn(local_demo.url, FOLLOW_UP, tmp_path, "--continue")
+    record_property("second_turn_s", round(second_s, 1))
+    print(f"claude code on the local models: second turn {second_s:.1f} s, answer {answer!r}, usage {usage}")
+    assert has_number(answer, 42), answer
+    # The second turn's prompt starts with the first one's: llama-server re-read only the new part.
+    assert usage.get("cache_read_input_tokens", 0) >= 0.9 * prompt, usage
