@@ -48,7 +48,8 @@ from gateway.routing import RoutePlan
 from gateway.runtime import Gateway
 from gateway.serving import BODY_TIMED_OUT
 from gateway.spend_ledger import NANO_PER_USD, Reservation
-from gateway.streaming import sse_error
+from gateway.stream_start import EarlyStart, decision_comment
+from gateway.streaming import SSE_HEADERS, sse_error
 
 if TYPE_CHECKING:
     from gateway.learning.answers import DrawnRequest
@@ -296,14 +297,53 @@ class ApiEndpoint:
         self, request: _Request, plan: RoutePlan, parsed: ParsedRequest, facts: CascadeFacts, deadline: float
     ) -> int:
         """Write the engine's stream events (through the request's translator, if any); the status
-        to log (an error's, if the stream failed)."""
+        to log (an error's, if the stream failed). A stream whose first event is late starts
+        early (gateway.stream_start)."""
+        exchange, request_id = request.exchange, request.request_id
+        rate = self.gateway.shared.spend.rate_headers(request.reservation)
+        early = self._early_start(exchange, request_id, rate)
+        try:
+            return await self._write_stream(request, plan, parsed, facts, deadline, rate, early)
+        finally:
+            if early is not None:
+                early.close()
+
+    def _early_start(self, exchange: _Exchange, request_id: str, rate: Headers) -> EarlyStart | None:
+        """The timer that starts a stream whose first event is late (gateway.stream_start)."""
+        limits = self.gateway.limits
+        if limits.stream_start_after_s is None:
+            return None
+        known = [*SSE_HEADERS, (b"x-request-id", request_id.encode()), *rate]
+        return EarlyStart(
+            exchange.start,
+            exchange.body,
+            lambda: known,
+            self.edge.keepalive,
+            limits.stream_start_after_s,
+            limits.stream_keepalive_s,
+        )
+
+    async def _write_stream(
+        self,
+        request: _Request,
+        plan: RoutePlan,
+        parsed: ParsedRequest,
+        facts: CascadeFacts,
+        deadline: float,
+        rate: Headers,
+        early: EarlyStart | None,
+    ) -> int:
         exchange, request_id, translator = request.exchange, request.request_id, request.translator
         events = self.gateway.engine.stream(plan, parsed, deadline, facts, request.started)
         async with aclosing(events):  # an abandoned stream is charged when its iterator closes
             async for event in events:
                 if isinstance(event, StreamStart):
-                    rate = self.gateway.shared.spend.rate_headers(request.reservation)
-                    await exchange.start(200, [*event.headers, (b"x-request-id", request_id.encode()), *rate])
+                    if early is not None and await early.stop():  # started: the decision in the body
+                        await exchange.body(decision_comment(event.headers))
+                    else:
+                        await exchange.start(
+                            200, [*event.headers, (b"x-request-id", request_id.encode()), *rate]
+                        )
                 elif isinstance(event, StreamFailed):
                     data = translator.fail(event.error) if translator is not None else event.data
                     await exchange.body(data, more=False)

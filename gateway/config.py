@@ -220,6 +220,16 @@ class LimitsConfig(_Section):
         65_536, ge=1024, description="largest request head (request line and headers), bytes; over it: 431"
     )
     max_headers: int = Field(100, ge=8, description="most header fields in one request; over it: 431")
+    stream_start_after_s: float | None = Field(
+        20.0,
+        gt=0,
+        description="a streamed response not started within this many seconds starts anyway (200, "
+        "the headers known so far) and is kept alive until its first event (gateway.stream_start); "
+        "null: a stream starts only with its first event",
+    )
+    stream_keepalive_s: float = Field(
+        5.0, gt=0, description="interval of the keep-alive of a stream started early, seconds"
+    )
 
 
 class LoggingConfig(_Section):

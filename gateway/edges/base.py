@@ -11,7 +11,9 @@ An edge has a ``name`` (the ``endpoint`` label of metrics and logs) and a ``path
 * ``render(body, context)``: the non-streamed answer (a client-shaped chat body) as its API's JSON;
 * ``stream_translator(context)``: ``None`` when the engine's chat SSE bytes are already its API's
   stream, else a ``StreamTranslator`` turning them into its API's events;
-* ``error_parts(error, request_id)``: an error as (status, headers, body) in its API's error shape.
+* ``error_parts(error, request_id)``: an error as (status, headers, body) in its API's error shape;
+* ``keepalive``: the bytes that keep a stream started early alive (gateway.stream_start): an SSE
+  comment unless the API has its own keep-alive event.
 
 ``OpenAIEdge`` is the identity edge of ``/v1/chat/completions`` and ``/v1/completions``: the client's
 body is the engine's request and the engine's answer is the client's, with no extra parse or
@@ -151,6 +153,8 @@ class ApiEdge(ABC, Generic[Context]):
     # Request headers the edge reads beyond the ones every endpoint reads (authorization,
     # content-length, the X-Cascade-* headers), lower-case.
     extra_headers: frozenset[bytes] = frozenset()
+    # What keeps a stream started before its first event alive: a comment every SSE client skips.
+    keepalive: bytes = b": keep-alive\n\n"
 
     def credential(self, headers: Mapping[bytes, bytes]) -> str | None:
         """The client's key as an ``Authorization`` header value (``Bearer <key>``), or None."""

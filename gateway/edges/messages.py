@@ -20,7 +20,7 @@ import orjson
 from gateway.edges.base import JSON_HEADER, ApiEdge, Headers, Translated, translated
 from gateway.edges.messages_request import MessagesRequest, translate_request
 from gateway.edges.messages_response import error_body, render_message
-from gateway.edges.messages_stream import MessagesStreamTranslator
+from gateway.edges.messages_stream import PING, MessagesStreamTranslator
 from gateway.errors import AuthenticationError, BudgetExceededError, GatewayError
 
 COUNT_TOKENS_PATH = "/v1/messages/count_tokens"
@@ -36,6 +36,7 @@ class MessagesEdge(ApiEdge[MessagesRequest]):
     name = "messages"
     path = "/v1/messages"
     extra_headers = frozenset({b"x-api-key"})
+    keepalive = PING  # Anthropic's own keep-alive event, which its SDKs skip
 
     def credential(self, headers: Mapping[bytes, bytes]) -> str | None:
         """``x-api-key: <key>`` (as ``Bearer <key>``), else the ``Authorization`` header."""

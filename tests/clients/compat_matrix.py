@@ -6,7 +6,9 @@ adds ``refused="<reason>"``. This script collects those markers with pytest (eve
 under tests/ that uses the marker) and writes the matrix: client x feature = works (the tests that
 prove it), refused (with the reason and the test), or not tested, each saying what the tests ran
 against: the real local models (a test also marked ``e2e``: llama-server behind the demo's
-gateway) or the scripted upstream (tests/support/scripted_upstream.py plays the models). The suite
+gateway) or the scripted upstream (tests/support/scripted_upstream.py plays the models). A test
+that runs its client other than as installed says how with ``settings="<how>"`` (shown in the cell
+and beside the test). The suite
 runs every test, so a cell is only as true as its passing tests; tests/clients/test_compat_matrix.py
 fails when the file is out of date.
 
@@ -56,6 +58,7 @@ class Proof:
     nodeid: str
     refused: str | None = None
     against: str = SCRIPTED  # LOCAL for a test marked ``e2e``
+    settings: str | None = None  # how the client was run, when not as installed
 
 
 class _Recorder:
@@ -80,7 +83,13 @@ class _Recorder:
 
 
 def _proof(
-    nodeid: str, client: str, feature: str, refused: str | None = None, *, against: str = SCRIPTED
+    nodeid: str,
+    client: str,
+    feature: str,
+    refused: str | None = None,
+    *,
+    against: str = SCRIPTED,
+    settings: str | None = None,
 ) -> Proof:
     if client not in CLIENTS:
         raise ValueError(f"unknown compat client {client!r} (known: {', '.join(CLIENTS)})")
@@ -88,7 +97,9 @@ def _proof(
         raise ValueError(f"unknown compat feature {feature!r} (known: {', '.join(FEATURES)})")
     if refused is not None and not refused.strip():
         raise ValueError("refused= needs the reason the gateway gives")
-    return Proof(client, feature, nodeid, refused, against)
+    if settings is not None and not settings.strip():
+        raise ValueError("settings= needs how the client was run")
+    return Proof(client, feature, nodeid, refused, against, settings)
 
 
 def marked_test_files(root: Path = REPO_ROOT) -> list[str]:
@@ -181,7 +192,8 @@ def render(proofs: list[Proof], versions: dict[str, str]) -> str:
         for feature in marked:
             for proof in cells[(client, feature)]:
                 how = f"refused ({proof.refused})" if proof.refused else "works"
-                lines.append(f"- {feature}: {how}, {proof.against}: `{proof.nodeid}`")
+                run = f" ({proof.settings})" if proof.settings else ""
+                lines.append(f"- {feature}: {how}, {proof.against}{run}: `{proof.nodeid}`")
         lines.append("")
     return "\n".join(lines).rstrip() + "\n"
 
@@ -193,6 +205,7 @@ def _status(proofs: list[Proof]) -> str:
     if works:
         counts = [(where, sum(p.against == where for p in works)) for where in (LOCAL, SCRIPTED)]
         parts.append("works (" + ", ".join(f"{where}: {n}" for where, n in counts if n) + ")")
+        parts += sorted({f"{p.against}: {p.settings}" for p in works if p.settings})
     if refused:
         parts.append("refused: " + "; ".join(sorted({p.refused or "" for p in refused})))
     return ", ".join(parts) or "not tested"

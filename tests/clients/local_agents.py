@@ -21,13 +21,27 @@ FOLLOW_UP = "Write that same number again, and nothing else."
 AGENT_TIMEOUT_S = 2 * REQUEST_TIMEOUT_S + 60
 
 # Claude Code and Codex wait for the gateway (Claude Code gives up after 10 minutes, Codex after
-# 300 s without a stream byte, and the gateway sends none while a scored stage reads the prompt).
-# Their retries stay on: a retry comes after the gateway's 504, when llama-server has cancelled the
-# call, and it continues from the prefix the server already read (its prompt cache).
-# Claude Code also waits for a stream's response headers; with this set it still gave up after
-# 360 s and retried (measured, docs/local-models.md#agent-clis-on-the-local-pool).
+# 300 s without a stream byte). Their retries stay on: a retry comes after the gateway's 504, when
+# llama-server has cancelled the call, and it continues from the prefix the server already read (its
+# prompt cache). Claude Code also gives up on a stream's response headers after 360 s whatever these
+# say (measured, docs/local-models.md#agent-clis-on-the-local-pool): the gateway starts a stream
+# whose decision is late after ``limits.stream_start_after_s`` and keeps it alive with pings.
 _CLIENT_WAIT_MS = str(int((REQUEST_TIMEOUT_S + 30) * 1000))
 CLAUDE_ENV = {"API_TIMEOUT_MS": _CLIENT_WAIT_MS, "CLAUDE_STREAM_FIRST_BYTE_TIMEOUT_MS": _CLIENT_WAIT_MS}
+# Claude Code's built-in tools in its local test (its ``--tools`` flag): its default first request
+# (a dozen tools, 48.8 KB, ~11.7k tokens) takes the 1.5B model about ten minutes to read here; with
+# its shell alone it is 13 KB.
+CLAUDE_TOOLS = "Bash"
+# Claude Code's cap on each answer (its CLAUDE_CODE_MAX_OUTPUT_TOKENS; default 32,000): a stage that
+# writes on costs minutes at the 1.5B model's 2.4-3.3 tokens/s on a busy machine.
+CLAUDE_MAX_OUTPUT_TOKENS = 256
+# Claude Code's system prompt in its local test (its ``--system-prompt`` flag): its own (7 KB) once
+# got the 1.5B model to copy its environment section back as the answer (measured), and it doubles
+# the prompt to read.
+CLAUDE_SYSTEM_PROMPT = (
+    "You are a command-line assistant. Answer the user's question directly and briefly. "
+    "Use the Bash tool only when a command is needed."
+)
 CODEX_PROVIDER = {"stream_idle_timeout_ms": int((REQUEST_TIMEOUT_S + 30) * 1000)}
 
 

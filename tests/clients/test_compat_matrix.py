@@ -51,6 +51,17 @@ def test_a_cell_says_which_tests_ran_on_the_local_models() -> None:
     assert "- text: works, local models: `tests/b.py::test_real`" in text
 
 
+def test_a_client_run_other_than_as_installed_says_how_in_its_cell() -> None:
+    proofs = [
+        Proof("claude-code", "text", "tests/a.py::test_scripted"),
+        Proof("claude-code", "text", "tests/b.py::test_real", against=LOCAL, settings="with `--tools Bash`"),
+    ]
+    text = render(proofs, {client: "x==1" for client in CLIENTS})
+    row = next(line for line in text.splitlines() if line.startswith("| claude-code |"))
+    assert row.split(" | ")[1] == "works (local models: 1, scripted: 1), local models: with `--tools Bash`"
+    assert "- text: works, local models (with `--tools Bash`): `tests/b.py::test_real`" in text
+
+
 def test_e2e_tests_are_collected_as_run_on_the_local_models(tmp_path) -> None:
     tests = tmp_path / "tests"
     tests.mkdir()

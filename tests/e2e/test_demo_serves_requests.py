@@ -21,10 +21,8 @@ from typing import Any
 import pytest
 from openai import OpenAI
 
-from localpool.demo_cli import DEFAULT_POLICY, DEMO_COVERAGE, read_policy, served_models
-from localpool.demo_config import pool_gateway_config, write_gateway_config
-from localpool.manifest import load_manifest
-from tests.support.local_pool import running_pool, serving
+from localpool.demo_cli import DEMO_COVERAGE
+from tests.support.local_demo import running_demo
 
 pytestmark = pytest.mark.e2e
 
@@ -44,15 +42,9 @@ WEATHER: Any = {
 
 @pytest.fixture(scope="module")
 def demo_url(repo_root: Path, tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
-    """`cascade serve` with the demo's config for its default policy, in front of the real pool."""
-    policy, names, _, _ = read_policy(repo_root / DEFAULT_POLICY)
-    names = served_models(names, DEMO_COVERAGE)
-    servers = load_manifest().servers_for(names)
-    work = tmp_path_factory.mktemp("demo")
-    with running_pool(repo_root, servers, work) as pool:
-        config = pool_gateway_config(pool, names, policy, coverage=DEMO_COVERAGE)
-        with serving(write_gateway_config(work / "gateway.yaml", config), work / "gateway.log") as url:
-            yield url
+    """The demo's config for its default policy, in front of the real pool (free ports)."""
+    with running_demo(repo_root, tmp_path_factory.mktemp("demo")) as demo:
+        yield demo.url
 
 
 @pytest.fixture(scope="module")

@@ -1,4 +1,4 @@
-"""A routed tier's promise, checked live: `cascade replay` through `cascade demo` serving a routing policy.
+"""A routed tier's promise, checked live: `cascade replay` through the demo serving a routing policy.
 
 policies/local-demo-routed.json is the demo's arithmetic policy calibrated with
 `--mechanisms cascade,routed,hybrid --features cheap-v1` (docs/routing.md): some of its tiers serve
@@ -18,7 +18,7 @@ from pathlib import Path
 import pytest
 
 from policies import load_policy
-from tests.support.demo_process import pool_env, running_demo
+from tests.support.local_demo import pool_env, running_demo
 
 pytestmark = pytest.mark.e2e
 
@@ -36,7 +36,7 @@ def test_routed_tiers_replay_within_their_heldout_expectations(repo_root: Path, 
     assert routed, "the routing policy has no routed or hybrid tier"
     prompts = repo_root / "collection" / "data" / "arithmetic-heldout.jsonl"
     report_file = tmp_path / "replay.json"
-    with running_demo(repo_root, policy_file) as url:
+    with running_demo(repo_root, tmp_path / "demo", policy_file) as demo:
         result = subprocess.run(
             [
                 sys.executable,
@@ -45,7 +45,7 @@ def test_routed_tiers_replay_within_their_heldout_expectations(repo_root: Path, 
                 "replay",
                 str(prompts),
                 "--gateway",
-                url,
+                demo.url,
                 "--policy",
                 str(policy_file),
                 "--tier",

@@ -1,11 +1,15 @@
 """``cascade demo`` as the e2e tests run it: the real pool and the gateway, on free ports.
 
-``running_demo(repo_root, work)`` starts what ``cascade demo`` starts for its committed policy (the
-servers of the pool models the policy names, with the pool's server command and options, and
-``cascade serve`` on the config ``localpool.demo_config`` writes), each server on a free port
-instead of the manifest's, so that a test never collides with a demo someone runs on the same
-machine. It yields a ``LocalDemo``; everything is stopped on exit. Needs scripts/setup.sh
-(llama-server and the models, in ``$CASCADE_HOME`` or the repository's ``.cascade``).
+The one way the e2e tests start the local demo. ``running_demo(repo_root, work, policy=None)``
+starts what ``cascade demo --policy policy`` starts (the servers of the pool models the policy
+names, with the pool's server command and options, and ``cascade serve`` on the config
+``localpool.demo_config`` writes; without ``policy`` the committed demo policy with the demo's
+``coverage``), each server on a free port instead of the manifest's, so that a test never collides
+with a demo someone runs on the same machine. A model not installed yet (the optional 1.5B one) is
+installed first, as ``cascade demo`` does. It yields a ``LocalDemo``; everything is stopped on
+exit. ``pool_env`` is the environment of a CLI run beside it (``cascade replay``). Needs
+scripts/setup.sh (llama-server and the models, in ``$CASCADE_HOME`` or the repository's
+``.cascade``).
 """
 
 from __future__ import annotations
@@ -22,8 +26,8 @@ import pytest
 
 from localpool.demo_cli import DEFAULT_POLICY, DEMO_COVERAGE, read_policy, served_models
 from localpool.demo_config import pool_gateway_config, write_gateway_config
-from localpool.install import model_is_installed
-from localpool.manifest import Manifest, load_manifest
+from localpool.install import install_model, model_is_installed
+from localpool.manifest import DEFAULT_MANIFEST, Manifest, load_manifest
 from localpool.paths import PoolPaths
 from localpool.pool import ServerOptions, server_command
 from localpool.process import start_detached, stop, wait_healthy
@@ -48,6 +52,11 @@ def pool_paths(repo_root: Path) -> PoolPaths:
     return PoolPaths(Path(home) if home else repo_root / ".cascade")
 
 
+def pool_env(repo_root: Path) -> dict[str, str]:
+    """The environment of a CLI run beside the demo (``cascade replay``): the pool's home set."""
+    return {**os.environ, "CASCADE_HOME": str(pool_paths(repo_root).home)}
+
+
 @contextmanager
 def running_demo(repo_root: Path, work: Path, policy: Path | None = None) -> Iterator[LocalDemo]:
     """The demo's servers and gateway for ``policy`` (default: the committed demo policy, with the
@@ -59,15 +68,16 @@ def running_demo(repo_root: Path, work: Path, policy: Path | None = None) -> Ite
     manifest = load_manifest()
     servers = manifest.servers_for(names)
     binary = llama_server_binary()
-    missing = [n for n in servers if not model_is_installed(manifest.models[n], paths)]
-    if binary is None or missing:
-        pytest.fail(
-            f"local pool not installed (llama-server: {binary}, missing: {missing}); run scripts/setup.sh"
-        )
+    if binary is None:
+        pytest.fail("llama-server is not installed; run scripts/setup.sh")
+    for name in servers:
+        if not model_is_installed(manifest.models[name], paths):
+            install_model(name, manifest.models[name], paths, print, manifest_path=DEFAULT_MANIFEST)
     models = {**manifest.models}
     models.update({n: manifest.models[n].model_copy(update={"port": free_port()}) for n in servers})
     served = manifest.model_copy(update={"models": models})
     options = ServerOptions.from_env(servers=len(servers))
+    work.mkdir(parents=True, exist_ok=True)
     logs = {name: work / f"{name}.log" for name in servers}
     with ExitStack() as stack:
         for name in servers:
