@@ -135,15 +135,7 @@ def blackbox_scores(
         top_k = max(top_k, alternatives)
         if value is not None:
             score[position] = value
-    # A model without any recorded call for this scorer is unscored: it may only answer last.
-    names = np.unique(models)
-    unscored_models = [name for name in names if not recorded[models == name].any()]
-    if len(unscored_models) == len(names):
-        flags = "/".join(c.collect_flag.split()[0] for _, c in _registered())
-        raise BlackboxScoresError(
-            f"no row has recorded '{scorer}' calls in column '{CALLS_COLUMN}' "
-            f"(cascade collect {flags} records them)"
-        )
+    unscored_models = _unscored_models(scorer, models, recorded)
     if definition.repeated:
         settings.values["equivalence"] = options.equivalence or DEFAULT_EQUIVALENCE
     return BlackboxScores(
@@ -153,6 +145,20 @@ def blackbox_scores(
         settings=definition.policy_fields(settings.values),
         top_k=min(max(top_k, 2), 20) if definition.alternatives is not None else 15,
     )
+
+
+def _unscored_models(scorer: str, models: np.ndarray, recorded: np.ndarray) -> list[str]:
+    """The models without any recorded call for ``scorer``: unscored, they may only answer last
+    (BlackboxScoresError when no model has one)."""
+    names = np.unique(models)
+    unscored = [str(name) for name in names if not recorded[models == name].any()]
+    if len(unscored) == len(names):
+        flags = "/".join(c.collect_flag.split()[0] for _, c in _registered())
+        raise BlackboxScoresError(
+            f"no row has recorded '{scorer}' calls in column '{CALLS_COLUMN}' "
+            f"(cascade collect {flags} records them)"
+        )
+    return unscored
 
 
 def _registered() -> list[tuple[str, Calls]]:

@@ -80,6 +80,23 @@ _MinQueriesOption = Annotated[
 ]
 
 
+_MechanismsOption = Annotated[
+    str | None,
+    typer.Option(
+        "--mechanisms",
+        help="Mechanisms a tier may serve, chosen held out: cascade, routed, hybrid (default: all "
+        "three where the current policy has a router, else cascade; docs/routing.md).",
+    ),
+]
+_FeaturesOption = Annotated[
+    str | None,
+    typer.Option("--features", help="Feature set of a new router (default: the current's, else cheap-v1)."),
+]
+_RouterComponentsOption = Annotated[
+    int | None, typer.Option("--router-components", min=1, help="Principal components the router keeps.")
+]
+
+
 def recalibrate(
     store: _StoreOption,
     tiers: TiersOption,
@@ -104,31 +121,14 @@ def recalibrate(
     min_queries: _MinQueriesOption = 100,
     heldout: HeldoutOption = True,
     heldout_splits: HeldoutSplitsOption = 50,
-    mechanisms: Annotated[
-        str | None,
-        typer.Option(
-            "--mechanisms",
-            help="Mechanisms a tier may serve, chosen held out: cascade, routed, hybrid (default: all "
-            "three where the current policy has a router, else cascade; docs/routing.md).",
-        ),
-    ] = None,
-    features: Annotated[
-        str | None,
-        typer.Option(
-            "--features", help="Feature set of a new router (default: the current's, else cheap-v1)."
-        ),
-    ] = None,
-    router_components: Annotated[
-        int | None,
-        typer.Option("--router-components", min=1, help="Principal components the router keeps."),
-    ] = None,
+    mechanisms: _MechanismsOption = None,
+    features: _FeaturesOption = None,
+    router_components: _RouterComponentsOption = None,
 ) -> None:
     """Calibrate on part of the traffic, compare with the current policy on the rest, push if not worse.
 
     Each request kind of the traffic (the rows' ``kind``) is calibrated and compared on its own
-    queries, as cascade calibrate does it: the top level from text, a section per other kind. A
-    policy with a router gets its router refitted on the features the gateway sampled.
-
+    queries, as cascade calibrate does it; a policy's router is refitted on the sampled features.
     Exit code 0: the new policy passed (pushed with --push); 3: refused (the reason on one line); 1: error.
     """
     from calibration.recalibration.recalibrate import RecalibrateOptions
@@ -140,7 +140,7 @@ def recalibrate(
             tiers=tiers,
             since=since,
             where=parse_where(where),
-            models=[m.strip() for m in (models or "").split(",") if m.strip()] or None,
+            models=list(_names(models)) or None,
             current=current,
             push=push,
             prefix=prefix,
@@ -155,14 +155,17 @@ def recalibrate(
             tolerances=Tolerances(quality=quality_tolerance, cost=cost_tolerance),
             min_queries=min_queries,
             heldout_splits=heldout_splits if heldout else 0,
-            mechanisms=None
-            if mechanisms is None
-            else tuple(m.strip() for m in mechanisms.split(",") if m.strip()),
+            mechanisms=None if mechanisms is None else _names(mechanisms),
             features=features,
             router_components=router_components,
         )
 
     run_or_exit(lambda: _run_or_fail(options(), output, report))
+
+
+def _names(listed: str | None) -> tuple[str, ...]:
+    """The names of a comma-separated option, blanks dropped."""
+    return tuple(name.strip() for name in (listed or "").split(",") if name.strip())
 
 
 def _run_or_fail(options: RecalibrateOptions, output: Path | None, report: Path | None) -> None:

@@ -50,7 +50,7 @@ from calibration.recalibration.kind_results import (
 )
 from calibration.recalibration.options import RecalibrateOptions
 from calibration.recalibration.redis_io import read_served
-from calibration.recalibration.router_refit import RouterRefitError, router_refit
+from calibration.recalibration.router_refit import RouterRefit, RouterRefitError, router_refit
 from calibration.recalibration.traffic_runs import KindRuns, TrafficRuns, load_traffic_runs
 from calibration.splits import Split, stratified_splits
 from calibration.tiers import TiersSpec, load_tiers
@@ -142,11 +142,7 @@ def _run(
     several = len(runs.kinds) > 1
     for kind, loaded in runs.loaded.items():
         notes += [about(kind, note, several) for note in loaded.new.notes]
-    eligible = _eligible(runs, options, selection, notes)
-    try:
-        refit = router_refit(eligible, selection.rows, current.policy, options)
-    except RouterRefitError as exc:
-        raise RecalibrationError(str(exc)) from None
+    refit = _refit(_eligible(runs, options, selection, notes), selection, current, options)
     eligible = refit.runs
     notes += refit.notes
     splits = {kind: _holdout_split(one, options) for kind, one in eligible.items()}
@@ -187,6 +183,17 @@ def _run(
         refusal=refusal,
         notes=notes,
     )
+
+
+def _refit(
+    eligible: dict[str, KindRuns], selection: Selection, current: CurrentPolicy, options: RecalibrateOptions
+) -> RouterRefit:
+    """The current policy's router refitted on the sampled features (``router_refit``), its
+    failure as a RecalibrationError."""
+    try:
+        return router_refit(eligible, selection.rows, current.policy, options)
+    except RouterRefitError as exc:
+        raise RecalibrationError(str(exc)) from None
 
 
 def _holdout_split(one: KindRuns, options: RecalibrateOptions) -> Split:
