@@ -5,7 +5,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from policies import bootstrap
+from stats import bootstrap
 from stats.bootstrap import bootstrap_means
 
 
