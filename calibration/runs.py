@@ -34,6 +34,7 @@ from calibration.table_io import Columns, TableReadError, read_columns
 from policies import Price, PriceError
 from policies.blackbox import BLACKBOX_SCORERS
 from policies.call_tokens import SCORE_TOKENS
+from policies.commit import CommitRule, prefix_length
 
 REQUIRED_COLUMNS = ("query_id", "model", "correct")
 COST_COLUMNS = ("cost_usd", "prompt_tokens", "completion_tokens")
@@ -43,6 +44,7 @@ LOGPROBS_COLUMN = "logprobs"
 STRATA_COLUMN = "dataset"
 VALID_COLUMN = "valid"
 TRUNCATED_COLUMN = "truncated"
+REQUEST_BYTES_COLUMN = "request_bytes"
 _FALSE_TEXT = {"false", "0"}
 _TRUE_TEXT = {"true", "1"}
 DEFAULT_SCORER = "mean_token_negentropy"
@@ -77,6 +79,11 @@ class RunsMatrix:
             recorded extra calls), paid where the model is a scored stage; None for logprob scores.
         unscored: models without recorded calls for the black-box scorer: never a scored stage.
         scorer_settings: the black-box scorer's policy fields (``policies.schema.ScorerSpec``).
+        escalation_saving: (n, k) USD of each model's call not charged when that model, as a
+            cascade stage, escalates (a ``prefix`` commit rule cancels it after its prefix,
+            ``calibration.prefix_cost``); negative when the cancelled call is charged more than
+            its whole answer cost. None: a stage that escalates pays its whole call.
+        commit: the commit rule the scores were computed under (``policies.commit``); None: buffer.
     """
 
     models: tuple[str, ...]
@@ -95,6 +102,8 @@ class RunsMatrix:
     scoring_cost: np.ndarray | None = None
     unscored: tuple[str, ...] = ()
     scorer_settings: Mapping[str, Any] | None = None
+    escalation_saving: np.ndarray | None = None
+    commit: CommitRule | None = None
 
     @property
     def n_queries(self) -> int:
@@ -120,6 +129,7 @@ class RunsMatrix:
             strata=None if self.strata is None else self.strata[rows],
             features=None if self.features is None else self.features[rows],
             scoring_cost=None if self.scoring_cost is None else self.scoring_cost[rows],
+            escalation_saving=None if self.escalation_saving is None else self.escalation_saving[rows],
         )
 
     def stage_cost(self, rows: Any, columns: Sequence[int]) -> np.ndarray:
@@ -128,6 +138,10 @@ class RunsMatrix:
         if self.scoring_cost is None:
             return cost
         return cost + self.scoring_cost[rows][:, list(columns)]
+
+    def saving(self, rows: Any, columns: Sequence[int]) -> np.ndarray | None:
+        """(len(rows), len(columns)) cost not charged when each model escalates (None: nothing saved)."""
+        return None if self.escalation_saving is None else self.escalation_saving[rows][:, list(columns)]
 
     def scoring(self, rows: Any, columns: Sequence[int]) -> np.ndarray | None:
         """(len(rows), len(columns)) scoring cost of the models (None without a black-box scorer)."""
@@ -146,6 +160,7 @@ def load_runs(
     kind: str | None = None,
     blackbox: BlackboxOptions | None = None,
     score_tokens: str = "all",
+    commit: CommitRule | None = None,
 ) -> RunsMatrix:
     """Load, validate and pivot a runs table.
 
@@ -165,6 +180,10 @@ def load_runs(
             ``calibration.run_kinds``); None keeps every row whatever its kind.
         blackbox: with a black-box scorer (``verifier``, ``consistency``, ``self_report``), how to
             score the ``scorer_calls`` column (``calibration.blackbox_scores``).
+        commit: a ``prefix`` commit rule (``policies.commit``): each answer is scored on its prefix,
+            and a stage that escalates is charged as the gateway charges its cancelled call
+            (``calibration.prefix_cost``; needs token prices: ``prices``). None or ``buffer``:
+            whole answers.
 
     Raises:
         RunsError: one-line message naming file / row / column.
@@ -179,6 +198,11 @@ def load_runs(
         raise RunsError(
             f"scorer {scorer} reads no logprobs: its score tokens must be all, got {score_tokens}"
         )
+    prefix = commit if commit is not None and commit.rule == "prefix" else None
+    if prefix is not None and (score_column is not None or scorer in BLACKBOX_SCORERS):
+        raise RunsError("a prefix commit rule scores the logprobs of a prefix: give a logprob scorer")
+    if prefix is not None and prices is None:
+        raise RunsError("a prefix commit rule's cost needs token prices: pass --prices PRICES.yaml")
     price_sheet = _load_prices(prices) if prices is not None else None
     wanted = {
         *REQUIRED_COLUMNS,
@@ -194,13 +218,15 @@ def load_runs(
         wanted.add(KIND_COLUMN)
     if scorer in BLACKBOX_SCORERS:
         wanted |= {CALLS_COLUMN, RESPONSE_COLUMN}
+    if prefix is not None:
+        wanted.add(REQUEST_BYTES_COLUMN)
     try:
         columns = read_columns(path, wanted, where)
         if kind is not None:
             columns = rows_of_kind(columns, kind, path)
     except (TableReadError, RunKindError) as exc:
         raise RunsError(str(exc)) from None
-    return _Builder(path, columns, where, blackbox or BlackboxOptions(), score_tokens).build(
+    return _Builder(path, columns, where, blackbox or BlackboxOptions(), score_tokens, prefix).build(
         price_sheet, prices, score_column, scorer, top_k, feature_columns or []
     )
 
@@ -222,8 +248,14 @@ class _Builder:
         where: Mapping[str, str],
         blackbox: BlackboxOptions,
         score_tokens: str = "all",
+        prefix: CommitRule | None = None,
     ):
         self.path = path
+        self.prefix = prefix
+        # Per row under a prefix rule: the prefix's tokens, and whether the answer goes on past it.
+        self.prefix_read: np.ndarray | None = None
+        self.prefix_continues: np.ndarray | None = None
+        self.saving: np.ndarray | None = None
         self.columns = columns
         self.where = where
         self.score_tokens = score_tokens
@@ -297,6 +329,8 @@ class _Builder:
             raise self.fail(f"quality {quality[first]:g} outside [0, 1]", first, "correct")
         cost = self.cost(model, price_sheet, prices_path)
         score, score_missing, scorer_name, used_top_k = self.score(score_column, scorer, top_k)
+        if self.prefix is not None and price_sheet is not None:
+            self.saving = self.prefix_saving(model, cost, price_sheet)
         # Certainly wrong (a failed check) or unfinished (cut at a cap the request did not set):
         # never accepted, whatever the scorer says, as the gateway escalates both.
         invalid = self.flagged(VALID_COLUMN, flag=False) | self.flagged(TRUNCATED_COLUMN, flag=True)
@@ -451,6 +485,8 @@ class _Builder:
         raw = self.columns.values[LOGPROBS_COLUMN]
         absent = self.columns.missing[LOGPROBS_COLUMN]
         scores = np.full(raw.shape[0], np.nan)
+        read = np.zeros(raw.shape[0], dtype=np.int64)
+        continues = np.zeros(raw.shape[0], dtype=bool)
         for position in np.flatnonzero(~absent):
             content = raw[position]
             if isinstance(content, str | bytes):
@@ -464,6 +500,12 @@ class _Builder:
                 raise self.fail(
                     "expected the logprobs.content list (JSON array)", int(position), LOGPROBS_COLUMN
                 )
+            if self.prefix is not None and content is not None:
+                assert self.prefix.tokens is not None  # a prefix rule has tokens (CommitRule)
+                length = prefix_length(content, self.prefix.tokens, self.prefix.boundary)
+                read[position] = length
+                continues[position] = length < len(_streamed_entries(content))
+                content = content[:length]
             try:
                 value = score_logprobs(content, scorer, top_k, self.score_tokens)
             except UnknownScorerError as exc:
@@ -471,7 +513,29 @@ class _Builder:
             if value is not None:
                 scores[position] = value
         missing = ~np.isfinite(scores)
+        self.prefix_read, self.prefix_continues = read, continues
         return scores, missing
+
+    def prefix_saving(self, model: np.ndarray, cost: np.ndarray, sheet: dict[str, Price]) -> np.ndarray:
+        """(r,) USD not charged when each row's stage escalates under the prefix rule."""
+        from calibration.prefix_cost import escalation_saving, sent_request_bytes
+
+        assert self.prefix_read is not None and self.prefix_continues is not None
+        request_bytes = None
+        if REQUEST_BYTES_COLUMN in self.columns.values:
+            request_bytes, _ = self.numeric(REQUEST_BYTES_COLUMN)
+        else:
+            self.notes.append(
+                f"no '{REQUEST_BYTES_COLUMN}' column: a cancelled cheap stage's request is estimated "
+                "from its prompt tokens (calibration.prefix_cost)"
+            )
+        prompt = self.numeric("prompt_tokens")[0] if "prompt_tokens" in self.columns.values else None
+        try:
+            sent = sent_request_bytes(request_bytes, prompt, model.shape[0])
+        except ValueError as exc:
+            raise RunsError(f"{self.path}: {exc}") from None
+        prices = [sheet[str(name)] for name in model]
+        return escalation_saving(cost, prices, sent, self.prefix_read, self.prefix_continues)
 
     def pivot(
         self,
@@ -508,6 +572,7 @@ class _Builder:
 
         quality_m, cost_m, score_m = matrix(quality), matrix(cost), matrix(score)
         scoring_m = None if self.blackbox is None else matrix(self.blackbox.scoring_cost)
+        saving_m = None if self.saving is None else matrix(self.saving)
         unscored: tuple[str, ...] = ()
         if self.blackbox is not None:
             unscored = tuple(
@@ -545,6 +610,8 @@ class _Builder:
             scoring_cost=None if scoring_m is None else scoring_m[:, column_order],
             unscored=unscored,
             scorer_settings=None if self.blackbox is None else self.blackbox.settings,
+            escalation_saving=None if saving_m is None else saving_m[:, column_order],
+            commit=self.prefix,
         )
 
     def check_no_duplicate(self, query: np.ndarray, model: np.ndarray, key: np.ndarray) -> None:
@@ -622,6 +689,20 @@ class _Builder:
             f"for {', '.join(parts)}; every model needs a score on every query "
             f"(record logprobs for every model, or give a score column they all fill)"
         )
+
+
+def _streamed_entries(content: list[Any]) -> list[Any]:
+    """The entries a stream delivers: without the trailing end-of-text entries a non-streamed
+    llama.cpp answer may carry (``policies.scorers``)."""
+    entries = list(content)
+    while (
+        entries
+        and isinstance(entries[-1], Mapping)
+        and entries[-1].get("token") == ""
+        and not entries[-1].get("bytes")
+    ):
+        entries.pop()
+    return entries
 
 
 def _is_nan_literal(value: object) -> bool:

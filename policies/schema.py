@@ -21,6 +21,7 @@ from pydantic import (
 
 from policies.blackbox import BLACKBOX_SCORERS, SELF_REPORT_PROMPT, VERIFIER_PROMPT
 from policies.call_tokens import ScoreTokens
+from policies.commit import CommitRule
 from policies.route_features import FEATURE_SETS, feature_dims
 from policies.score_distribution import ScoreDistribution
 from policies.scorers import SCORE_RANGES
@@ -30,6 +31,7 @@ SCHEMA_VERSION: Literal[1] = 1
 ScorerName = Literal[
     "mean_token_negentropy",
     "min_token_negentropy",
+    "q10_token_negentropy",
     "probability_margin",
     "min_probability",
     "sequence_probability",
@@ -342,10 +344,15 @@ class Tier(_Strict):
     shadow_price: float | None = None
     # Optional: a router mechanism chosen over the cascade for this tier (then ``routes`` is the fallback).
     routing: TierRouting | None = None
+    # Optional: when a streamed request decides (policies.commit); absent = buffer, today's rule.
+    commit: CommitRule | None = None
 
     @model_serializer(mode="wrap")
     def _dump(self, handler: SerializerFunctionWrapHandler) -> dict[str, Any]:
-        return _without_absent(self, handler, ("routing",))
+        document = _without_absent(self, handler, ("routing", "commit"))
+        if self.commit is not None:  # only the rule's own fields, as written
+            document["commit"] = self.commit.document()
+        return document
 
     @field_validator("routes")
     @classmethod

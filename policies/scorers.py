@@ -157,6 +157,17 @@ def _min_token_negentropy(tokens: TokenLogprobs) -> float | None:
     return float(tn.min()) if tn.size else None
 
 
+# The low quantile of per-position negentropy that ``q10_token_negentropy`` reports: a few uncertain
+# positions (a wrong step) drag it down where the mean hides them, without the minimum's dependence
+# on a single position (Gupta et al., ICLR 2024, on quantiles of per-token uncertainty).
+NEGENTROPY_QUANTILE = 0.10
+
+
+def _quantile_token_negentropy(tokens: TokenLogprobs) -> float | None:
+    tn = _token_negentropy(tokens)
+    return float(np.quantile(tn, NEGENTROPY_QUANTILE)) if tn.size else None
+
+
 def _probability_margin(tokens: TokenLogprobs) -> float | None:
     """Mean over informative positions of p_1 - p_2 (raw probabilities, not renormalized)."""
     informative = _informative(tokens)
@@ -188,6 +199,7 @@ def _sequence_probability(tokens: TokenLogprobs) -> float | None:
 SCORERS: dict[str, Callable[[TokenLogprobs], float | None]] = {
     "mean_token_negentropy": _mean_token_negentropy,
     "min_token_negentropy": _min_token_negentropy,
+    "q10_token_negentropy": _quantile_token_negentropy,
     "probability_margin": _probability_margin,
     "min_probability": _min_probability,
     "sequence_probability": _sequence_probability,
@@ -199,6 +211,7 @@ SCORERS: dict[str, Callable[[TokenLogprobs], float | None]] = {
 SCORE_RANGES: dict[str, tuple[float, float]] = {
     "mean_token_negentropy": (0.0, 1.0),
     "min_token_negentropy": (0.0, 1.0),
+    "q10_token_negentropy": (0.0, 1.0),
     "probability_margin": (0.0, 1.0),
     "min_probability": (0.0, 1.0),
     "sequence_probability": (0.0, 1.0),
@@ -211,7 +224,9 @@ SCORE_RANGES: dict[str, tuple[float, float]] = {
 
 # The scorers made of the K alternatives per position (the others read the chosen tokens only): a
 # model giving fewer than ``top_k`` alternatives changes their score (policies.capabilities).
-ALTERNATIVE_SCORERS = frozenset({"mean_token_negentropy", "min_token_negentropy", "probability_margin"})
+ALTERNATIVE_SCORERS = frozenset(
+    {"mean_token_negentropy", "min_token_negentropy", "q10_token_negentropy", "probability_margin"}
+)
 _USES_ALTERNATIVES = ALTERNATIVE_SCORERS
 
 # Up to this many alternatives in an answer, plain Python beats numpy's per-call overhead (a live
