@@ -28,6 +28,8 @@ HEADERS = (
     "chosen",
 )
 
+TERMINAL_HEADERS = ("tier", "rule", "quality", "cost", "gain", "share", "TTFT acc", "TTFT esc", "at tok", "")
+
 
 def _seconds(pair: tuple[float, float] | None) -> str:
     return "-" if pair is None else f"{pair[0]:.2f} / {pair[1]:.2f} s"
@@ -65,10 +67,24 @@ def commit_table(study: CommitStudy) -> Table:
             f"splits (prefix where it keeps >= {study.min_share:.0%} of the buffered gain)"
         )
     )
-    for header in HEADERS:
+    # The terminal keeps the means and medians (commit.md has the intervals and the 95th percentiles).
+    for header in TERMINAL_HEADERS:
         table.add_column(header)
-    for row in rows(study):
-        table.add_row(*row)
+    for tier in study.chosen:
+        for result in study.results:
+            held, timing, share = result.heldout(tier), result.first_token[tier], study.share(tier, result)
+            table.add_row(
+                tier,
+                result.label,
+                f"{held['quality']['mean']:.3f}",
+                f"${held['cost_usd']['mean']:.3g}",
+                f"{result.gain[tier]:.3f}",
+                "-" if share is None else f"{share:.0%}",
+                "-" if timing.accepted is None else f"{timing.accepted[0]:.2f} s",
+                "-" if timing.escalated is None else f"{timing.escalated[0]:.2f} s",
+                f"{timing.decided_tokens:.0f}",
+                "chosen" if study.chosen[tier] is result else "",
+            )
     return table
 
 
