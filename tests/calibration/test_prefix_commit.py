@@ -209,3 +209,54 @@ def test_a_committed_stage_starts_at_its_prefix_an_escalated_one_after_it_and_th
     assert buffered == pytest.approx([0.2 + 0.8, 0.2 + 0.8 + 0.55])
     early, _ = route_first_token(score, (0.5,), prefix, timings)
     assert early == pytest.approx([0.2 + 0.16, 0.2 + 0.16 + 0.55])
+
+
+def test_calibrate_writes_the_chosen_commit_into_the_tier_and_the_study_beside_the_report(
+    tmp_path: Path, prices: Path
+) -> None:
+    import typer
+    from typer.testing import CliRunner
+
+    from calibration.calibrate_cli import register
+    from policies.store import load_policy
+
+    runs = tmp_path / "early.jsonl.gz"
+    _write_runs(runs, early_signal=True)
+    tiers = tmp_path / "tiers.yaml"
+    tiers.write_text(
+        "default_tier: mid\ntiers:\n  mid: {max_cost_usd: 0.000032}\n  low: {max_cost_usd: 0.000008}\n"
+    )
+    app = typer.Typer()
+    register(app)
+    app.command("noop")(lambda: None)  # two commands: typer then dispatches by name
+    out = tmp_path / "policy.json"
+    result = CliRunner().invoke(
+        app,
+        [
+            "calibrate",
+            str(runs),
+            "--tiers",
+            str(tiers),
+            "-o",
+            str(out),
+            "--prices",
+            str(prices),
+            "--scorer",
+            "min_probability",
+            "--top-k",
+            "3",
+            "--heldout-splits",
+            "6",
+            "--commit-grid",
+            "8,line",
+            "--report",
+            str(tmp_path / "report"),
+        ],
+    )
+    assert result.exit_code == 0, result.output
+    policy = load_policy(out)
+    assert policy.tiers["mid"].commit is not None
+    assert policy.tiers["mid"].commit.document() == {"rule": "prefix", "tokens": 64, "boundary": "line"}
+    assert policy.tiers["low"].commit is None  # the cheap model alone: nothing to decide
+    table = (tmp_path / "report" / "commit.md").read_text()
+    assert "| mid | prefix-line-64 |" in table and "| mid | buffer |" in table
