@@ -79,6 +79,10 @@ def collect(
         Path | None,
         typer.Option(help="runs table (.jsonl/.jsonl.gz) whose recorded answers to reuse instead of asking"),
     ] = None,
+    timeout: Annotated[
+        float | None,
+        typer.Option(min=1.0, help="seconds per call (default: the config's, else 120)"),
+    ] = None,
 ) -> None:
     """Send each question to each model (logprobs on), grade the answers, append the runs table.
 
@@ -88,6 +92,7 @@ def collect(
     Resumable: (query_id, model) pairs already in the output are skipped.
     """
     import asyncio
+    from dataclasses import replace
 
     from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeRemainingColumn
 
@@ -102,6 +107,8 @@ def collect(
     try:
         questions = load_prompts(prompts, limit)
         targets = targets_from_config(config, names) if config else targets_from_pool(names)
+        if timeout is not None:
+            targets = [replace(target, timeout_s=timeout) for target in targets]
         done = done_pairs(output)
         calls = _scorer_calls_options(
             config,
