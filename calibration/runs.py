@@ -334,6 +334,11 @@ class _Builder:
         # Certainly wrong (a failed check) or unfinished (cut at a cap the request did not set):
         # never accepted, whatever the scorer says, as the gateway escalates both.
         invalid = self.flagged(VALID_COLUMN, flag=False) | self.flagged(TRUNCATED_COLUMN, flag=True)
+        if self.prefix is not None and self.prefix_continues is not None:
+            # A prefix rule decides before the answer ends: a cut or malformed answer is known only
+            # when it was read whole; a longer one is committed or escalated on its prefix's score
+            # (a committed one is delivered as it is, its graded quality counting).
+            invalid &= ~self.prefix_continues
         score[invalid] = -np.inf
         score_missing = score_missing & ~invalid
         features = []

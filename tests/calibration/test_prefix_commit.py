@@ -260,3 +260,22 @@ def test_calibrate_writes_the_chosen_commit_into_the_tier_and_the_study_beside_t
     assert policy.tiers["low"].commit is None  # the cheap model alone: nothing to decide
     table = (tmp_path / "report" / "commit.md").read_text()
     assert "| mid | prefix-line-64 |" in table and "| mid | buffer |" in table
+
+
+def test_a_prefix_rule_cannot_know_an_answer_will_be_cut_and_is_scored_on_its_prefix(
+    tmp_path: Path, prices: Path
+) -> None:
+    runs = tmp_path / "cut.jsonl.gz"
+    _write_runs(runs, early_signal=True, n=4)
+    with gzip.open(runs, "rt") as lines:
+        rows = [json.loads(line) for line in lines]
+    rows[0]["truncated"] = True  # q0's cheap answer (sure, right) was cut at the cap
+    with gzip.open(runs, "wt") as out:
+        out.writelines(json.dumps(row) + "\n" for row in rows)
+    buffered = load_runs(runs, prices=prices, scorer="min_probability", top_k=3)
+    prefix = load_runs(
+        runs, prices=prices, scorer="min_probability", top_k=3, commit=CommitRule(rule="prefix", tokens=8)
+    )
+    cheap = buffered.model_index("cheap")
+    assert buffered.score[0, cheap] == -np.inf  # read whole: the gateway sees the cut and escalates
+    assert prefix.score[0, cheap] == pytest.approx(0.95)  # decided on 8 tokens, before the cut
