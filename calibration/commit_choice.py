@@ -31,6 +31,7 @@ from typing import Any
 import numpy as np
 
 from calibration.calibrate import Calibrated, calibrate
+from calibration.diagnostics import model_auroc
 from calibration.heldout_expected import HeldoutSettings
 from calibration.runs import RunsMatrix
 from calibration.tiers import TiersSpec
@@ -86,6 +87,8 @@ class RuleResult:
     calibrated: Calibrated
     gain: dict[str, float]
     first_token: dict[str, FirstToken]
+    # Per model: how its score separates right from wrong answers under this rule.
+    auroc: dict[str, float] = field(default_factory=dict)
 
     @property
     def label(self) -> str:
@@ -157,7 +160,7 @@ def study_commit_rules(
             for tier, doc in calibrated.heldout.items()
         }
         first = {tier: _first_token(matrix, calibrated, tier, rule, lengths) for tier in spec.tiers}
-        results.append(RuleResult(rule, calibrated, gain, first))
+        results.append(RuleResult(rule, calibrated, gain, first, model_auroc(matrix)))
     study = CommitStudy(results, {}, min_share, (low, best))
     for tier in spec.tiers:
         study.chosen[tier] = _choose(study, tier)

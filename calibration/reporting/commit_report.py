@@ -92,6 +92,13 @@ def markdown(study: CommitStudy) -> str:
     """The study as a Markdown table."""
     lines = ["| " + " | ".join(HEADERS) + " |", "|" + "---|" * len(HEADERS)]
     lines += ["| " + " | ".join(row) + " |" for row in rows(study)]
+    models = list(study.results[0].auroc)
+    lines += ["", "| rule | " + " | ".join(f"AUROC {m}" for m in models) + " |"]
+    lines += ["|---|" + "---|" * len(models)]
+    lines += [
+        f"| {result.label} | " + " | ".join(f"{result.auroc[m]:.3f}" for m in models) + " |"
+        for result in study.results
+    ]
     return "\n".join(lines) + "\n"
 
 
@@ -116,6 +123,7 @@ def document(study: CommitStudy) -> dict[str, Any]:
                 "commit": result.rule.document() if result.rule is not None else {"rule": "buffer"},
                 "heldout": result.heldout(tier),
                 "gain": result.gain[tier],
+                "auroc": result.auroc,
                 "share_of_buffer_gain": study.share(tier, result),
                 "first_token_s": {
                     "accepted_p50_p95": result.first_token[tier].accepted,
