@@ -279,3 +279,24 @@ def test_a_prefix_rule_cannot_know_an_answer_will_be_cut_and_is_scored_on_its_pr
     cheap = buffered.model_index("cheap")
     assert buffered.score[0, cheap] == -np.inf  # read whole: the gateway sees the cut and escalates
     assert prefix.score[0, cheap] == pytest.approx(0.95)  # decided on 8 tokens, before the cut
+
+
+def test_runs_without_request_bytes_bound_the_prompt_from_its_tokens_and_say_so(
+    tmp_path: Path, prices: Path
+) -> None:
+    runs = tmp_path / "old.jsonl.gz"
+    _write_runs(runs, early_signal=True, n=4)
+    with gzip.open(runs, "rt") as lines:
+        rows = [json.loads(line) for line in lines]
+    for row in rows:
+        del row["request_bytes"]
+    with gzip.open(runs, "wt") as out:
+        out.writelines(json.dumps(row) + "\n" for row in rows)
+    matrix = load_runs(
+        runs, prices=prices, scorer="min_probability", top_k=3, commit=CommitRule(rule="prefix", tokens=8)
+    )
+    cheap = matrix.model_index("cheap")
+    charged = cancelled_charge(Price(**PRICE), 50 * 4 + SENT_FIELDS_BYTES, 8)
+    assert matrix.escalation_saving is not None
+    assert matrix.escalation_saving[:, cheap] == pytest.approx(matrix.cost[:, cheap] - charged)
+    assert any("request_bytes" in note for note in matrix.notes)

@@ -54,3 +54,12 @@ def test_the_pool_price_sheet_prices_each_member_at_its_server() -> None:
     sheet = load_price_sheet(ROOT / "data" / "local" / "pool-prices.yaml")
     for name, price in sheet.items():
         assert price == manifest.models[manifest.members[name].server].price, name
+
+
+def test_the_word_problem_policy_loads_and_serves_the_two_members() -> None:
+    from policies.store import load_policy
+
+    policy = load_policy(ROOT / "policies" / "local-steps.json")
+    assert set(policy.models) == set(MEMBERS)
+    # docs/streaming.md: no tier keeps enough of a (negative) whole-answer gain to commit on a prefix.
+    assert all(tier.commit is None for tier in policy.tiers.values())
