@@ -19,6 +19,7 @@ from pydantic import (
 
 from policies.blackbox import SELF_REPORT_PROMPT, VERIFIER_PROMPT
 from policies.call_tokens import ScoreTokens
+from policies.commit import CommitRule
 from policies.routing_schema import RouterSpec, TierRouting
 from policies.schema_base import StrictModel, without_absent
 from policies.score_distribution import ScoreDistribution
@@ -241,10 +242,15 @@ class Tier(StrictModel):
     shadow_price: float | None = None
     # Optional: a router mechanism chosen over the cascade for this tier (then ``routes`` is the fallback).
     routing: TierRouting | None = None
+    # Optional: when a streamed request decides (policies.commit); absent = buffer, today's rule.
+    commit: CommitRule | None = None
 
     @model_serializer(mode="wrap")
     def _dump(self, handler: SerializerFunctionWrapHandler) -> dict[str, Any]:
-        return without_absent(self, handler, ("routing",))
+        document = without_absent(self, handler, ("routing", "commit"))
+        if self.commit is not None:  # only the rule's own fields, as written
+            document["commit"] = self.commit.document()
+        return document
 
     @field_validator("routes")
     @classmethod
