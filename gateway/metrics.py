@@ -26,7 +26,7 @@ _OVERHEAD_BUCKETS = (0.0001, 0.00025, 0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025,
 # Time to the first byte of a streamed answer: a live cheap model's first token (~0.3 s on the local
 # pool) to a buffered answer of a few hundred tokens (~10 s).
 _FIRST_TOKEN_BUCKETS = (0.05, 0.1, 0.2, 0.3, 0.5, 0.75, 1, 1.5, 2, 3, 5, 7.5, 10, 15, 30, 60)
-# Content tokens held before a prefix decision (policies.schema.CommitRule.tokens).
+# Content tokens held before a prefix decision (policies.commit.CommitRule.tokens).
 _POSITION_BUCKETS = (1, 2, 4, 8, 16, 24, 32, 48, 64, 96, 128, 256)
 _SCORE_BUCKETS = (-5, -2, -1, -0.5, -0.25, 0, 0.1, 0.2, 0.3, 0.4, 0.5, 0.6, 0.7, 0.8, 0.9, 0.95, 1)
 

@@ -1,6 +1,6 @@
 """The ``prefix`` commit rule: decide a streamed cheap stage on its first tokens.
 
-A tier's ``commit`` (``policies.schema.CommitRule``) says when a streamed request's cheap stage is
+A tier's ``commit`` (``policies.commit.CommitRule``) says when a streamed request's cheap stage is
 decided. ``buffer`` (no ``commit``) reads the cheap stage's whole answer, scores it and only then
 relays or escalates. ``prefix`` streams the cheap stage and holds its first ``tokens`` content
 tokens (with ``boundary: line``, up to the end of its first line if that comes first); the tier's
@@ -16,7 +16,8 @@ truncated list: the function calibration applies to the recorded prefix), then:
   reported one, else its worst case) and the final stage streams live.
 
 A cheap answer that ends before the decision point is decided as under ``buffer``, on the whole
-answer (its ``truncated`` rule included).
+answer (its ``truncated`` rule included). "The prefix" is ``policies.commit.prefix_entries``: the
+definition calibration scores recorded answers with.
 
 The rule applies only where it can: a streamed text request (``RoutePlan.kind``; tool calls and
 structured output keep ``buffer``) on a named tier whose route has two stages, with a logprob
@@ -32,7 +33,8 @@ from typing import Any
 
 from gateway.routing import RoutePlan
 from policies import score_logprobs
-from policies.schema import CommitRule, ScorerSpec
+from policies.commit import CommitRule, prefix_entries
+from policies.schema import ScorerSpec
 from policies.scorers import legacy_to_content
 
 
@@ -42,7 +44,7 @@ def prefix_rule(plan: RoutePlan) -> CommitRule | None:
     if policy is None or route is None or len(route.models) != 2 or plan.kind != "text":
         return None
     tier = policy.tiers.get(plan.tier)
-    if tier is None or tier.commit is None or not tier.commit.is_prefix or tier.routing is not None:
+    if tier is None or tier.commit is None or tier.commit.rule != "prefix" or tier.routing is not None:
         return None
     if policy.scorer.is_blackbox:
         return None
@@ -52,25 +54,25 @@ def prefix_rule(plan: RoutePlan) -> CommitRule | None:
 class PrefixGate:
     """Holds a cheap stage's first stream chunks until the decision point (see the module docstring).
 
-    ``hold(event)`` keeps one upstream chunk and says whether the decision point is reached: ``tokens``
-    content tokens (one per logprob entry of a chunk, else one per chunk carrying text: servers
-    stream one token per chunk), or the end of the first non-blank line with ``boundary: line``.
-    ``events`` are the held chunks, as received; ``tokens`` how many content tokens they carry.
+    ``hold(event)`` keeps one upstream chunk and says whether the decision point is reached: the
+    prefix of ``policies.commit.prefix_entries`` (``tokens`` logprob entries, or with ``boundary:
+    line`` up to the first later entry whose token ends a line) is complete. Tokens are counted as
+    their logprob entries, the positions calibration reads from the recorded answers, so the prefix
+    scored live is the prefix scored offline. ``events`` are the held chunks, as received.
     """
 
-    __slots__ = ("_finish", "_legacy", "_limit", "_line", "_text", "entries", "events", "reached", "tokens")
+    __slots__ = ("_boundary", "_finish", "_legacy", "_limit", "_text", "entries", "events", "reached")
 
     def __init__(self, rule: CommitRule, legacy: bool = False):
         """``legacy``: the stream is a ``/v1/completions`` one (``text`` and parallel logprob lists)."""
         assert rule.tokens is not None
         self._limit = rule.tokens
-        self._line = rule.boundary == "line"
+        self._boundary = rule.boundary
         self._legacy = legacy
         self._text: list[str] = []
         self._finish: Any = None
         self.entries: list[Mapping[str, Any]] = []
         self.events: list[dict[str, Any]] = []
-        self.tokens = 0
         self.reached = False
 
     def hold(self, event: dict[str, Any]) -> bool:
@@ -79,17 +81,28 @@ class PrefixGate:
         for choice in event.get("choices") or ():
             if choice.get("index", 0) != 0:
                 continue  # one answer per cascade request (n > 1 is refused)
-            text = self._choice_text(choice)
+            self._text.append(self._choice_text(choice))
             entries = self._choice_entries(choice)
-            self.entries.extend(entries)
-            if text or entries:
-                self.tokens += max(1, len(entries))
-                self._text.append(text)
+            if entries and not self.reached:
+                start = len(self.entries)
+                self.entries.extend(entries)
+                self.reached = len(self.entries) >= self._limit or (
+                    self._boundary == "line"
+                    and any(_ends_line(e) for e in self.entries[max(start, 1) : self._limit])
+                )
             if choice.get("finish_reason"):
                 self._finish = choice["finish_reason"]
-            if self.tokens >= self._limit or (self._line and "\n" in text and "".join(self._text).strip()):
-                self.reached = True
         return self.reached
+
+    @property
+    def prefix(self) -> list[Mapping[str, Any]]:
+        """The entries the rule scores (``policies.commit.prefix_entries`` of those held)."""
+        return prefix_entries(self.entries, self._limit, self._boundary)
+
+    @property
+    def tokens(self) -> int:
+        """How many content tokens the decision reads (the commit position)."""
+        return len(self.prefix)
 
     def _choice_text(self, choice: Mapping[str, Any]) -> str:
         if self._legacy:
@@ -109,8 +122,8 @@ class PrefixGate:
         return [e for e in content if isinstance(e, Mapping)] if isinstance(content, list) else []
 
     def score(self, spec: ScorerSpec) -> float | None:
-        """The tier's scorer on the held tokens' logprobs (None: no usable position)."""
-        return score_logprobs(self.entries, spec.name, spec.top_k, spec.tokens)
+        """The tier's scorer on the prefix's logprobs (None: no usable position)."""
+        return score_logprobs(self.prefix, spec.name, spec.top_k, spec.tokens)
 
     def answer(self, usage: Any) -> dict[str, Any] | None:
         """The whole answer of a stream that ended before the decision point, as a non-streamed
@@ -138,6 +151,11 @@ class PrefixGate:
         if usage is not None:
             body["usage"] = usage
         return body
+
+
+def _ends_line(entry: Mapping[str, Any]) -> bool:
+    token = entry.get("token")
+    return isinstance(token, str) and "\n" in token
 
 
 def _legacy_logprobs(entries: list[Mapping[str, Any]]) -> dict[str, Any]:

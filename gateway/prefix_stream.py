@@ -28,7 +28,7 @@ from gateway.routing import RoutePlan
 from gateway.stage_bodies import upstream_body
 from gateway.upstream import UpstreamFailure, UpstreamPool
 from policies import score_response, should_escalate
-from policies.schema import CommitRule
+from policies.commit import CommitRule
 
 
 @dataclass(slots=True)

@@ -21,6 +21,7 @@ from pydantic import (
 
 from policies.blackbox import BLACKBOX_SCORERS, SELF_REPORT_PROMPT, VERIFIER_PROMPT
 from policies.call_tokens import ScoreTokens
+from policies.commit import CommitRule
 from policies.route_features import FEATURE_SETS, feature_dims
 from policies.score_distribution import ScoreDistribution
 from policies.scorers import SCORE_RANGES
@@ -332,39 +333,6 @@ class RouterSpec(_Strict):
 assert set(FEATURE_SETS) == {"cheap-v1", "minilm-v1"}  # RouterSpec.features names every set
 
 
-class CommitRule(_Strict):
-    """When a streamed request's cheap stage is decided (docs/contracts.md#policy-file).
-
-    ``buffer`` (a tier without ``commit``): the whole cheap answer is read and scored before the
-    client's first byte. ``prefix``: the cheap stage is streamed and scored on its first ``tokens``
-    content tokens (with ``boundary: line``, at the end of its first line if that comes sooner);
-    an accepted prefix is relayed and the rest of the answer streams live, a rejected one cancels
-    the cheap call and the final stage streams. Only streamed text requests through a two-stage
-    route use ``prefix`` (gateway.prefix_commit); every other request keeps ``buffer``.
-    """
-
-    rule: Literal["buffer", "prefix"]
-    tokens: int | None = Field(None, ge=1, description="prefix: content tokens scored before deciding")
-    boundary: Literal["line"] | None = Field(None, description="prefix: also decide at the first line's end")
-
-    @model_validator(mode="after")
-    def _fields_match_rule(self) -> CommitRule:
-        if self.rule == "prefix" and self.tokens is None:
-            raise ValueError("a prefix commit rule needs tokens (a positive number of content tokens)")
-        if self.rule == "buffer" and (self.tokens is not None or self.boundary is not None):
-            raise ValueError("a buffer commit rule has no tokens or boundary")
-        return self
-
-    @model_serializer(mode="wrap")
-    def _dump(self, handler: SerializerFunctionWrapHandler) -> dict[str, Any]:
-        return _without_absent(self, handler, ("tokens", "boundary"))
-
-    @property
-    def is_prefix(self) -> bool:
-        """Whether streamed requests are decided on a prefix of the cheap answer."""
-        return self.rule == "prefix"
-
-
 class Tier(_Strict):
     """One budget tier: its objective, the route(s) that solve it and what they are expected to do."""
 
@@ -375,18 +343,21 @@ class Tier(_Strict):
     shadow_price: float | None = None
     # Optional: a router mechanism chosen over the cascade for this tier (then ``routes`` is the fallback).
     routing: TierRouting | None = None
-    # Optional: when a streamed request's cheap stage is decided (absent: ``buffer``, the whole answer).
+    # Optional: when a streamed request decides (policies.commit); absent = buffer, today's rule.
     commit: CommitRule | None = None
 
     @model_serializer(mode="wrap")
     def _dump(self, handler: SerializerFunctionWrapHandler) -> dict[str, Any]:
-        return _without_absent(self, handler, ("routing", "commit"))
+        document = _without_absent(self, handler, ("routing", "commit"))
+        if self.commit is not None:  # only the rule's own fields, as written
+            document["commit"] = self.commit.document()
+        return document
 
     @model_validator(mode="after")
     def _routed_tiers_stream_natively(self) -> Tier:
         # A tier that routes before generation streams its one model live from its first token:
         # there is no cheap answer to decide on, so a prefix rule would silently do nothing.
-        if self.routing is not None and self.commit is not None and self.commit.is_prefix:
+        if self.routing is not None and self.commit is not None and self.commit.rule == "prefix":
             raise ValueError(
                 f"a tier with routing ({self.routing.mechanism}) streams natively: "
                 "it takes no prefix commit rule"
@@ -525,7 +496,7 @@ def _check_routes(
             raise ValueError(f"{where}envelope point routes to unknown model(s) {unknown}")
     _check_threshold_ranges(where, scorer, tiers, envelope)
     for tier_name, tier in tiers.items():
-        if tier.commit is not None and tier.commit.is_prefix and scorer.is_blackbox:
+        if tier.commit is not None and tier.commit.rule == "prefix" and scorer.is_blackbox:
             raise ValueError(
                 f"{where}tier {tier_name!r}: a prefix commit rule scores token logprobs; scorer "
                 f"{scorer.name} reads none"

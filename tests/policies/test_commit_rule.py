@@ -18,7 +18,7 @@ def test_commit_rule_is_additive_and_consistent_with_routing() -> None:
     assert plain.policy_id != prefixed.policy_id
     assert prefixed.tiers["balanced"].commit is not None
     assert Policy.model_validate_json(prefixed.model_dump_json()) == prefixed
-    with pytest.raises(PolicyInvalidError, match="needs tokens"):
+    with pytest.raises(PolicyInvalidError, match="a prefix commit rule has tokens"):
         build_policy(policy_document({"balanced": {"commit": {"rule": "prefix"}}}))
     with pytest.raises(PolicyInvalidError, match="greater than or equal to 1"):
         build_policy(policy_document({"balanced": {"commit": {"rule": "prefix", "tokens": 0}}}))
@@ -35,4 +35,5 @@ def test_commit_rule_is_additive_and_consistent_with_routing() -> None:
             policy_document({"balanced": {"commit": {"rule": "prefix", "tokens": 4}, "routing": routing}})
         )
     buffered = build_policy(policy_document({"balanced": {"commit": {"rule": "buffer"}}}))
-    assert buffered.tiers["balanced"].commit is not None and not buffered.tiers["balanced"].commit.is_prefix
+    assert buffered.tiers["balanced"].commit is not None
+    assert buffered.tiers["balanced"].commit.document() == {"rule": "buffer"}
