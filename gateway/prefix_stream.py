@@ -108,14 +108,15 @@ class PrefixStages:
         events = relay.events(body, deadline)
         async with aclosing(events):
             try:
+                # The relay ends right after a rejected prefix or a whole answer: read it to its end,
+                # so that its upstream call ends as answered (2xx), not as abandoned.
                 async for live in events:
                     if isinstance(live, PrefixRejected):
                         decided.append(FinalStage(final))
-                        return
-                    if isinstance(live, WholeAnswer | ShortAnswer):
+                    elif isinstance(live, WholeAnswer | ShortAnswer):
                         decided.append(self._decide_whole(plan, request, live.body, facts))
-                        return
-                    yield live
+                    else:
+                        yield live
             except (UpstreamFailure, UnreadableAnswerError) as failure:  # before the first byte
                 if isinstance(failure, UpstreamFailure):
                     facts.failures.append(failure.kind)

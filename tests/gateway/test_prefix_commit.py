@@ -93,6 +93,9 @@ def test_rejected_prefix_cancels_the_cheap_stream_and_streams_the_final_model(
     assert facts["models_called"] == ["small", "large"]
     assert facts["cost_usd"] == pytest.approx(worst + 0.001)
     assert gateway.sample("cascade_cancelled_tokens_total", tier="balanced", model="small") == 3
+    # The cancelled call answered: it is no upstream error.
+    assert gateway.sample("cascade_upstream_requests_total", model="small", status="2xx") == 1
+    assert gateway.sample("cascade_upstream_requests_total", model="small", status="error") == 0
     assert gateway.sample("cascade_commit_position_tokens_count", tier="balanced") == 1
     assert (
         gateway.sample("cascade_time_to_first_token_seconds_count", tier="balanced", outcome="escalated") == 1
