@@ -149,26 +149,35 @@ def test_openai_chat_stream_escalated_on_its_prefix_comes_from_the_final_model(o
     assert facts["models_called"] == [CHEAP, FINAL]
 
 
-def test_openai_responses_streams_through_a_prefix_tier(openai_client: OpenAI) -> None:
-    timed = Timed()
-    with openai_client.responses.stream(model="cascade/accept", input=QUESTION, temperature=0) as events:
+def responses_stream(client: OpenAI, tier: str, timed: Timed) -> Any:
+    """Stream one Responses request: its last response object (``response.completed``, or
+    ``response.incomplete`` for an answer that reached the member's cap)."""
+    final = None
+    with client.responses.stream(model=f"cascade/{tier}", input=QUESTION, temperature=0) as events:
         for event in events:
             if event.type == "response.output_text.delta":
                 timed.add(event.delta)
-        accepted = events.get_final_response()
+            elif event.type in ("response.completed", "response.incomplete"):
+                final = event.response
+    assert final is not None
+    return final
+
+
+def test_openai_responses_streams_through_a_prefix_tier(openai_client: OpenAI) -> None:
+    timed = Timed()
+    accepted = responses_stream(openai_client, "accept", timed)
     assert accepted.model == CHEAP and accepted.model_extra["cascade"]["escalated"] is False
     timed.started_live()
-    with openai_client.responses.stream(model="cascade/escalate", input=QUESTION, temperature=0) as events:
-        text = "".join(e.delta for e in events if e.type == "response.output_text.delta")
-        escalated = events.get_final_response()
+    escalated_text = Timed()
+    escalated = responses_stream(openai_client, "escalate", escalated_text)
     assert escalated.model == FINAL and escalated.model_extra["cascade"]["models_called"] == [CHEAP, FINAL]
-    assert text == escalated.output_text
+    assert "".join(escalated_text.pieces) == escalated.output_text
 
 
 def test_anthropic_messages_stream_through_a_prefix_tier(anthropic_client: anthropic.Anthropic) -> None:
     timed = Timed()
     with anthropic_client.messages.stream(
-        model="cascade/accept", max_tokens=192, messages=MESSAGES, temperature=0
+        model="cascade/accept", max_tokens=192, messages=MESSAGES
     ) as stream:
         assert stream.response.headers["x-cascade-commit"] == "prefix"
         for piece in stream.text_stream:
@@ -177,7 +186,7 @@ def test_anthropic_messages_stream_through_a_prefix_tier(anthropic_client: anthr
     assert accepted.model == CHEAP
     timed.started_live()
     with anthropic_client.messages.stream(
-        model="cascade/escalate", max_tokens=192, messages=MESSAGES, temperature=0
+        model="cascade/escalate", max_tokens=192, messages=MESSAGES
     ) as stream:
         headers = stream.response.headers
         text = "".join(stream.text_stream)
