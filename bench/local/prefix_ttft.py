@@ -226,6 +226,29 @@ def summarize(rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
     return out
 
 
+def print_summary(summary: list[dict[str, Any]]) -> None:
+    """The summary as a markdown table, with the prefix tier's accepted first token against the others'."""
+    print("\n| arm | outcome | n | first token p50 | p95 | whole answer p50 | p95 | chunks p50 |")
+    print("|---|---|---:|---:|---:|---:|---:|---:|")
+    for s in summary:
+        print(
+            f"| {s['arm']} | {s['outcome']} | {s['n']} | {s['ttft_p50_s']:.2f} s | {s['ttft_p95_s']:.2f} s | "
+            f"{s['whole_p50_s']:.2f} s | {s['whole_p95_s']:.2f} s | {s['chunks_p50']:.0f} |"
+        )
+    by = {(s["arm"], s["outcome"]): s for s in summary}
+    prefix, buffer, cheap = (
+        by.get(("prefix", "accepted")),
+        by.get(("buffer", "accepted")),
+        by.get(("cheap", "-")),
+    )
+    if prefix and buffer and cheap:
+        print(
+            "accepted, first token p50: buffer / prefix = "
+            f"{buffer['ttft_p50_s'] / prefix['ttft_p50_s']:.1f}x, prefix / cheap model alone = "
+            f"{prefix['ttft_p50_s'] / cheap['ttft_p50_s']:.1f}x"
+        )
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--policy", type=Path, default=TEST_POLICY)
@@ -233,8 +256,12 @@ def main() -> None:
     parser.add_argument("--prefix-tier", default="prefix")
     parser.add_argument("--prompts", type=Path, default=QUESTIONS, help="JSONL with a prompt field")
     parser.add_argument("--requests", type=int, default=16, help="questions (each to every arm)")
+    parser.add_argument("--skip", type=int, default=0, help="start after this many questions")
     parser.add_argument("--out", type=Path)
     parser.add_argument("--write-test-policy", action="store_true")
+    parser.add_argument(
+        "--combine", type=Path, nargs="+", help="summarize the rows of these result files together (no run)"
+    )
     # The medians of the cheap member's scores on this bench's questions (a pilot at top_k 10):
     # whole answers 0.918, their first 16 tokens 0.859; so that both outcomes occur on each tier.
     parser.add_argument("--buffer-threshold", type=float, default=0.918, help="--write-test-policy")
@@ -250,9 +277,17 @@ def main() -> None:
         save_policy(build_policy(document), TEST_POLICY)
         print(f"wrote {TEST_POLICY}")
         return
+    if args.combine:
+        combined = [row for path in args.combine for row in json.loads(path.read_text())["rows"]]
+        print_summary(summarize(combined))
+        if args.out is not None:
+            document = {"command": " ".join(sys.argv), "summary": summarize(combined), "rows": combined}
+            args.out.write_text(json.dumps(document, indent=2) + "\n")
+        return
     policy = load_policy(args.policy)
     lines = args.prompts.read_text(encoding="utf-8").splitlines()
-    questions = [json.loads(line)["prompt"] for line in lines if line.strip()][: args.requests]
+    questions = [json.loads(line)["prompt"] for line in lines if line.strip()]
+    questions = questions[args.skip : args.skip + args.requests]
     rows: list[dict[str, Any]] = []
     with (
         tempfile.TemporaryDirectory(prefix="prefix-ttft-") as tmp,
@@ -286,18 +321,12 @@ def main() -> None:
                 for arm in order:
                     url, body = bodies[arm]
                     measured = stream_once(client, url, body)
-                    rows.append({"question": number, "arm": arm, **measured})
+                    rows.append({"question": args.skip + number, "arm": arm, **measured})
                     outcome = measured["outcome"][0] if measured["outcome"] else "-"
                     line.append(f"{arm} {measured['ttft_s']:.2f}/{measured['whole_s']:.2f}s {outcome}")
-                print(f"  q{number}: " + ", ".join(line))
+                print(f"  q{args.skip + number}: " + ", ".join(line))
     summary = summarize(rows)
-    print("\n| arm | outcome | n | first token p50 | p95 | whole answer p50 | p95 | chunks p50 |")
-    print("|---|---|---:|---:|---:|---:|---:|---:|")
-    for s in summary:
-        print(
-            f"| {s['arm']} | {s['outcome']} | {s['n']} | {s['ttft_p50_s']:.2f} s | {s['ttft_p95_s']:.2f} s | "
-            f"{s['whole_p50_s']:.2f} s | {s['whole_p95_s']:.2f} s | {s['chunks_p50']:.0f} |"
-        )
+    print_summary(summary)
     print(f"load average at the end {os.getloadavg()[0]:.1f}")
     if args.out is not None:
         args.out.parent.mkdir(parents=True, exist_ok=True)
