@@ -32,6 +32,7 @@ from gateway.errors import GatewayError, UnreadableAnswerError
 from gateway.facts import CascadeFacts
 from gateway.prefix_commit import PrefixGate
 from gateway.requests import ParsedRequest
+from gateway.stage_bodies import trim_alternatives
 from gateway.streaming import DONE, SSE_HEADERS, client_chunk, sse, sse_error, upstream_events
 from gateway.upstream import UpstreamClient, UpstreamFailure, read_completion
 from policies import Price
@@ -212,6 +213,8 @@ class LiveRelay:
                     return
                 held: dict[str, Any] | None = None
                 gate = self._gate
+                # A prefix stage asked for the scorer's alternatives: the client gets what it asked.
+                trim = gate is not None and request.wants_logprobs
                 # Reading the answer (its chunks, the watched answer): a failure is one error.
                 with reading_answer(model):
                     async for event in upstream_events(response, model):
@@ -234,6 +237,8 @@ class LiveRelay:
                                 if not kept.get("choices") and not request.include_usage:
                                     continue
                                 client_chunk(kept, model, request)
+                                if trim:
+                                    trim_alternatives(kept["choices"], request)
                                 if held is not None:
                                     yield StreamChunk(sse(held))
                                 held = kept
@@ -248,6 +253,8 @@ class LiveRelay:
                         elif not event.get("choices") and not request.include_usage:
                             continue
                         client_chunk(event, model, request)
+                        if trim:
+                            trim_alternatives(event["choices"], request)
                         if held is not None:
                             yield StreamChunk(sse(held))
                         held = event

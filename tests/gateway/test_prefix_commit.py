@@ -175,3 +175,21 @@ def test_anthropic_and_responses_streams_through_a_prefix_tier(
         final = events.get_final_response()
     assert "".join(deltas) == "Seven apples are left."
     assert final.model_extra["cascade"]["escalated"] is True
+
+
+def test_a_committed_stream_gives_the_client_the_alternatives_it_asked_for(
+    start_gateway, make_settings, upstream: ScriptedUpstream, tmp_path: Path
+) -> None:
+    gateway = prefix_gateway(start_gateway, make_settings, tmp_path)
+    upstream.script("up-small", ok(LONG, confidence=0.99))
+    response, chunks = stream_chat(gateway, logprobs=True, top_logprobs=2)
+    assert response.headers["x-cascade-commit-tokens"] == "3"
+    entries = [
+        e
+        for c in chunks
+        if c["choices"] and c["choices"][0].get("logprobs")
+        for e in c["choices"][0]["logprobs"]["content"]
+    ]
+    assert len(entries) == 12  # every token of the answer, the held prefix included
+    assert {len(e["top_logprobs"]) for e in entries} == {2}  # the scorer asked 5
+    assert upstream.calls("up-small")[0].body["top_logprobs"] == 5
