@@ -252,6 +252,17 @@ class Tier(StrictModel):
             document["commit"] = self.commit.document()
         return document
 
+    @model_validator(mode="after")
+    def _routed_tiers_stream_natively(self) -> Tier:
+        # A tier that routes before generation streams its one model live from its first token:
+        # there is no cheap answer to decide on, so a prefix rule would silently do nothing.
+        if self.routing is not None and self.commit is not None and self.commit.rule == "prefix":
+            raise ValueError(
+                f"a tier with routing ({self.routing.mechanism}) streams natively: "
+                "it takes no prefix commit rule"
+            )
+        return self
+
     @field_validator("routes")
     @classmethod
     def _weights_sum_to_one(cls, routes: list[Route]) -> list[Route]:
@@ -383,6 +394,12 @@ def _check_routes(
         if unknown:
             raise ValueError(f"{where}envelope point routes to unknown model(s) {unknown}")
     _check_threshold_ranges(where, scorer, tiers, envelope)
+    for tier_name, tier in tiers.items():
+        if tier.commit is not None and tier.commit.rule == "prefix" and scorer.is_blackbox:
+            raise ValueError(
+                f"{where}tier {tier_name!r}: a prefix commit rule scores token logprobs; scorer "
+                f"{scorer.name} reads none"
+            )
     costs = [p.cost_usd for p in envelope]
     if costs != sorted(costs):
         raise ValueError(f"{where}envelope points must be sorted by cost_usd")
