@@ -37,6 +37,8 @@ if TYPE_CHECKING:
     from rich.console import Console
 
     from calibration.calibrate import Calibrated
+    from calibration.commit_choice import CommitStudy
+    from calibration.heldout_expected import HeldoutSettings
     from calibration.kinds import CalibratedKinds
     from calibration.routing.mechanisms import RoutingOptions
     from calibration.runs import RunsMatrix
@@ -65,6 +67,19 @@ _FeaturesOption = Annotated[
 ]
 _ComponentsOption = Annotated[
     int, typer.Option("--router-components", min=1, help="Principal components the router keeps.")
+]
+_CommitGridOption = Annotated[
+    str | None,
+    typer.Option(
+        "--commit-grid",
+        help="Prefix rules to try per tier, e.g. 8,16,32,64,line (docs/streaming.md); needs --prices.",
+    ),
+]
+_MinGainShareOption = Annotated[
+    float,
+    typer.Option(
+        "--min-gain-share", min=0.0, max=1.0, help="Share of the buffered gain a prefix rule must keep."
+    ),
 ]
 
 
@@ -104,6 +119,8 @@ def calibrate(
     prompts: PromptsOption = None,
     features: _FeaturesOption = "cheap-v1",
     router_components: _ComponentsOption = 16,
+    commit_grid: _CommitGridOption = None,
+    min_gain_share: _MinGainShareOption = 0.8,
 ) -> None:
     """Compute the pairwise envelope of a model pool and write a policy with one route per tier.
 
@@ -133,6 +150,8 @@ def calibrate(
         prompts=list(prompts or []),
         features=features,
         router_components=router_components,
+        commit_grid=commit_grid,
+        min_gain_share=min_gain_share,
     )
     run_or_exit(lambda: run_calibrate(options, console, errors))
 
@@ -159,6 +178,8 @@ class CalibrateOptions:
     prompts: list[Path] = field(default_factory=list)
     features: str = "cheap-v1"
     router_components: int = 16
+    commit_grid: str | None = None  # prefix rules to study per tier (calibration.commit_choice)
+    min_gain_share: float = 0.8
 
 
 def routing_options(
@@ -211,10 +232,12 @@ def _check_score_options(options: CalibrateOptions) -> None:
 def run_calibrate(options: CalibrateOptions, console: Console, errors: Console) -> None:
     """Load, compute, solve, write; print the summary to ``console`` and warnings to ``errors``."""
     from calibration.blackbox_scores import BlackboxOptions
+    from calibration.commit_choice import apply_choice
     from calibration.heldout_expected import HeldoutSettings
     from calibration.kinds import calibrate_kinds, load_runs_by_kind
     from calibration.policy_writer import write_policy
     from calibration.tiers import UnreachableTierError, load_tiers
+    from policies.store import build_policy, policy_as_document
 
     runs, output, randomize = options.runs, options.output, options.randomize
     score_column, scorer, top_k = options.score_column, options.scorer, options.top_k
@@ -249,6 +272,11 @@ def run_calibrate(options: CalibrateOptions, console: Console, errors: Console) 
             raise
         computed = time.perf_counter()
     policy = calibrated.policy
+    study = None
+    if options.commit_grid is not None:
+        with errors.status("Calibrating the commit rules held out ..."):
+            study = _study_commits(options, spec, matrices, heldout, filters)
+            policy = build_policy(apply_choice(policy_as_document(policy), study))
     write_policy(policy, output)
 
     for kind, matrix in matrices.items():
@@ -260,11 +288,64 @@ def run_calibrate(options: CalibrateOptions, console: Console, errors: Console) 
         f"Loaded {runs} in {loaded - started:.2f} s; computed in {computed - loaded:.2f} s "
         f"({'randomized' if randomize else 'deterministic'} tiers{held})."
     )
+    if study is not None:
+        from calibration.reporting.commit_report import commit_table, write_commit_report
+
+        console.print(commit_table(study))
+        if options.report is not None:
+            page = write_commit_report(options.report, study)
+            console.print(f"Commit rules: {page}", highlight=False, soft_wrap=True)
     console.print(
         f"[green]Wrote policy {policy.policy_id}[/green] to {output}", highlight=False, soft_wrap=True
     )
     if options.report is not None:
         _write_reports(console, errors, options, matrices, calibrated, spec, filters)
+
+
+def _study_commits(
+    options: CalibrateOptions,
+    spec: TiersSpec,
+    matrices: Mapping[str, RunsMatrix],
+    heldout: HeldoutSettings | None,
+    filters: dict[str, str],
+) -> CommitStudy:
+    """Each tier's commit rule, chosen held out (``calibration.commit_choice``) on a text-only table."""
+    from calibration.commit_choice import parse_grid, study_commit_rules
+    from calibration.runs import load_runs
+    from calibration.ttft import read_lengths
+    from policies.commit import CommitRule
+
+    if set(matrices) != {"text"}:
+        raise ValueError("--commit-grid applies to text requests: give runs of the text kind only (--where)")
+    if heldout is None:
+        raise ValueError("--commit-grid chooses on held-out data: drop --no-heldout")
+    if options.prices is None:
+        raise ValueError(
+            "--commit-grid needs --prices: a cancelled cheap stage is charged by its token prices"
+        )
+    if options.score_column is not None:
+        raise ValueError("--commit-grid scores prefixes of the logprobs: give --scorer, not --score-column")
+    rules = parse_grid(options.commit_grid or "")
+
+    def load(rule: CommitRule | None) -> RunsMatrix:
+        return load_runs(
+            options.runs,
+            prices=options.prices,
+            scorer=options.scorer,
+            top_k=options.top_k,
+            where=filters,
+            score_tokens=options.score_tokens,
+            commit=rule,
+        )
+
+    return study_commit_rules(
+        load,
+        spec,
+        heldout,
+        rules,
+        lambda matrix: read_lengths(options.runs, matrix.query_ids, matrix.models, filters),
+        min_share=options.min_gain_share,
+    )
 
 
 def _print_kind(

@@ -161,6 +161,7 @@ def _candidates(
             data.quality[:, low],
             data.cost[:, high],
             data.quality[:, high],
+            saving_l=None if data.escalation_saving is None else data.escalation_saving[:, low],
         )
         curves[(data.models[low], data.models[high])] = curve
         # Zero escalation is the single model L itself; within the pair keep its own Pareto set.

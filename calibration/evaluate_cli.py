@@ -32,6 +32,7 @@ if TYPE_CHECKING:
 
     from calibration.evaluation.protocol import EvaluationResult, EvaluationSettings
     from calibration.runs import RunsMatrix
+    from policies.commit import CommitRule
 
 ALL_METHODS = (
     "envelope",
@@ -69,6 +70,7 @@ class EvaluateOptions:
     equivalence: str | None = None
     samples: int | None = None
     score_tokens: str = "all"  # ScorerSpec.tokens
+    commit: str | None = None  # a prefix commit rule: "32" or "line" (calibration.commit_choice.parse_grid)
     where: list[str] = field(default_factory=list)
     splits: int = 50
     test_fraction: float = 0.5
@@ -114,6 +116,13 @@ _ComponentsOption = Annotated[
     int | None,
     typer.Option("--router-components", min=1, help="Principal components the router keeps (per split)."),
 ]
+_CommitOption = Annotated[
+    str | None,
+    typer.Option(
+        "--commit",
+        help="Evaluate under a prefix commit rule: K tokens or 'line' (docs/streaming.md); --prices.",
+    ),
+]
 
 
 def evaluate(
@@ -136,6 +145,7 @@ def evaluate(
     prompts: PromptsOption = None,
     features: _FeaturesOption = None,
     router_components: _ComponentsOption = None,
+    commit: _CommitOption = None,
 ) -> None:
     """Choose routes on calibration halves, score them on held-out halves, compare with baselines."""
     import shlex
@@ -165,6 +175,7 @@ def evaluate(
         prompts=list(prompts or []),
         features=features,
         router_components=router_components,
+        commit=commit,
         command="cascade " + shlex.join(sys.argv[1:]) if sys.argv[1:2] == ["evaluate"] else None,
     )
     run_or_exit(lambda: run_evaluate(options, console, errors))
@@ -231,6 +242,7 @@ def _load_matrices(options: EvaluateOptions, errors: Console) -> dict[str, RunsM
             feature_columns=options.feature_columns or None,
             blackbox=BlackboxOptions(options.equivalence, options.samples),
             score_tokens=options.score_tokens,
+            commit=_commit_rule(options.commit),
         )
     if bool(options.prompts) != bool(options.features):
         raise ValueError("--prompts and --features go together")
@@ -332,3 +344,15 @@ def print_summary(
         highlight=False,
         soft_wrap=True,
     )
+
+
+def _commit_rule(text: str | None) -> CommitRule | None:
+    """``--commit K`` or ``--commit line`` as a prefix rule (None: whole answers)."""
+    if text is None:
+        return None
+    from calibration.commit_choice import parse_grid
+
+    rules = parse_grid(text)
+    if len(rules) != 1:
+        raise ValueError(f"--commit takes one rule (K or line), got {text!r}")
+    return rules[0]

@@ -62,6 +62,7 @@ def pair_frontier(
     quality_l: np.ndarray,
     cost_h: np.ndarray,
     quality_h: np.ndarray,
+    saving_l: np.ndarray | None = None,
 ) -> FrontierCurve:
     """Exact frontier of the cascade L -> H over every distinct threshold.
 
@@ -69,12 +70,15 @@ def pair_frontier(
         score_l: (n,) confidence of L per query.
         cost_l, quality_l: (n,) cost (USD) and quality of L per query.
         cost_h, quality_h: (n,) cost (USD) and quality of H per query.
+        saving_l: (n,) cost of L not charged when it escalates (a prefix commit rule), or None.
 
     Returns:
         A FrontierCurve with T = (number of distinct scores) + 1 points, thresholds ascending
         (so cost and escalation rate non-decreasing).
     """
-    return pair_metrics_at(score_l, cost_l, quality_l, cost_h, quality_h, frontier_thresholds(score_l))
+    return pair_metrics_at(
+        score_l, cost_l, quality_l, cost_h, quality_h, frontier_thresholds(score_l), saving_l=saving_l
+    )
 
 
 def pair_metrics_at(
@@ -84,11 +88,13 @@ def pair_metrics_at(
     cost_h: np.ndarray,
     quality_h: np.ndarray,
     thresholds: np.ndarray | Sequence[float],
+    saving_l: np.ndarray | None = None,
 ) -> FrontierCurve:
     """Expected cost, quality and escalation rate of L -> H at the given thresholds.
 
     Same arrays as ``pair_frontier`` (all (n,)); ``thresholds`` is (T,) in any order, e.g.
-    chosen on calibration rows and evaluated here on held-out rows.
+    chosen on calibration rows and evaluated here on held-out rows. An escalated query pays
+    ``cost_h`` on top of L's cost, less ``saving_l`` when given.
     """
     score = np.asarray(score_l, dtype=np.float64)
     thresholds = np.asarray(thresholds, dtype=np.float64).reshape(-1)
@@ -99,7 +105,10 @@ def pair_metrics_at(
     sorted_score = score[order]
     gain = np.asarray(quality_h, dtype=np.float64)[order] - np.asarray(quality_l, dtype=np.float64)[order]
     # Prefix sums with a leading 0: entry e = total over the e lowest-scored queries.
-    escalation_cost = np.concatenate(([0.0], np.cumsum(np.asarray(cost_h, dtype=np.float64)[order])))
+    extra = np.asarray(cost_h, dtype=np.float64)[order]
+    if saving_l is not None:
+        extra = extra - np.asarray(saving_l, dtype=np.float64)[order]
+    escalation_cost = np.concatenate(([0.0], np.cumsum(extra)))
     escalation_gain = np.concatenate(([0.0], np.cumsum(gain)))
     escalated = np.searchsorted(sorted_score, thresholds, side="left")  # count of score < tau
     base_cost = float(np.sum(cost_l))
@@ -118,13 +127,16 @@ def chain_per_query(
     quality: np.ndarray,
     thresholds: Sequence[float],
     scoring: np.ndarray | None = None,
+    saving: np.ndarray | None = None,
 ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """Per-query outcome of one k-stage chain: ``(cost (n,), quality (n,), escalated (n,) bool)``.
 
     ``score``, ``cost``, ``quality``: ``(n, k)``, column i = stage i's model. Stage i answers unless
     its score is below ``thresholds[i]`` (strict, as the gateway); the last stage always answers.
     Every called stage is paid, and every non-final stage reached pays ``scoring`` ``(n, k)`` too
-    (a black-box scorer's calls; None: free). ``escalated`` says the query left the first stage.
+    (a black-box scorer's calls; None: free); a stage that escalates is refunded ``saving`` ``(n, k)``
+    (a prefix commit rule's cancelled call; None: nothing). ``escalated`` says the query left the
+    first stage.
     Vectorized over queries (the loop is over the k stages).
     """
     score = np.asarray(score, dtype=np.float64)
@@ -144,6 +156,8 @@ def chain_per_query(
         if scoring is not None:
             total_cost += np.where(active, np.asarray(scoring, dtype=np.float64)[:, stage], 0.0)
         escalate = active & (score[:, stage] < thresholds[stage])
+        if saving is not None:
+            total_cost -= np.where(escalate, np.asarray(saving, dtype=np.float64)[:, stage], 0.0)
         answer = np.where(active & ~escalate, quality[:, stage], answer)
         active = escalate
     escalated = np.zeros(n, dtype=bool) if k == 1 else score[:, 0] < thresholds[0]
@@ -183,5 +197,6 @@ def chain_metrics(
         matrix.quality[select][:, columns],
         thresholds,
         scoring=matrix.scoring(select, columns),
+        saving=matrix.saving(select, columns),
     )
     return float(total_cost.mean()), float(answer.mean()), float(escalated.mean())

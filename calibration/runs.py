@@ -27,6 +27,7 @@ from calibration.runs_columns import (
     COST_COLUMNS,
     LOGPROBS_COLUMN,
     PART_COLUMNS,
+    REQUEST_BYTES_COLUMN,
     REQUIRED_COLUMNS,
     STRATA_COLUMN,
     TRUNCATED_COLUMN,
@@ -38,6 +39,7 @@ from calibration.runs_scores import RowScores, row_scores
 from calibration.table_io import Columns, TableReadError, read_columns
 from money import Price
 from policies.call_tokens import SCORE_TOKENS
+from policies.commit import CommitRule
 from policies.scorers import BLACKBOX_SCORERS
 
 
@@ -63,6 +65,11 @@ class RunsMatrix:
             recorded extra calls), paid where the model is a scored stage; None for logprob scores.
         unscored: models without recorded calls for the black-box scorer: never a scored stage.
         scorer_settings: the black-box scorer's policy fields (``policies.schema.ScorerSpec``).
+        escalation_saving: (n, k) USD of each model's call not charged when that model, as a
+            cascade stage, escalates (a ``prefix`` commit rule cancels it after its prefix,
+            ``calibration.prefix_cost``); negative when the cancelled call is charged more than
+            its whole answer cost. None: a stage that escalates pays its whole call.
+        commit: the commit rule the scores were computed under (``policies.commit``); None: buffer.
     """
 
     models: tuple[str, ...]
@@ -81,6 +88,8 @@ class RunsMatrix:
     scoring_cost: np.ndarray | None = None
     unscored: tuple[str, ...] = ()
     scorer_settings: Mapping[str, Any] | None = None
+    escalation_saving: np.ndarray | None = None
+    commit: CommitRule | None = None
 
     @property
     def n_queries(self) -> int:
@@ -106,6 +115,7 @@ class RunsMatrix:
             strata=None if self.strata is None else self.strata[rows],
             features=None if self.features is None else self.features[rows],
             scoring_cost=None if self.scoring_cost is None else self.scoring_cost[rows],
+            escalation_saving=None if self.escalation_saving is None else self.escalation_saving[rows],
         )
 
     def stage_cost(self, rows: Any, columns: Sequence[int]) -> np.ndarray:
@@ -114,6 +124,10 @@ class RunsMatrix:
         if self.scoring_cost is None:
             return cost
         return cost + self.scoring_cost[rows][:, list(columns)]
+
+    def saving(self, rows: Any, columns: Sequence[int]) -> np.ndarray | None:
+        """(len(rows), len(columns)) cost not charged when each model escalates (None: nothing saved)."""
+        return None if self.escalation_saving is None else self.escalation_saving[rows][:, list(columns)]
 
     def scoring(self, rows: Any, columns: Sequence[int]) -> np.ndarray | None:
         """(len(rows), len(columns)) scoring cost of the models (None without a black-box scorer)."""
@@ -132,6 +146,7 @@ def load_runs(
     kind: str | None = None,
     blackbox: BlackboxOptions | None = None,
     score_tokens: str = "all",
+    commit: CommitRule | None = None,
 ) -> RunsMatrix:
     """Load, validate and pivot a runs table.
 
@@ -151,6 +166,10 @@ def load_runs(
             ``calibration.run_kinds``); None keeps every row whatever its kind.
         blackbox: with a black-box scorer (``verifier``, ``consistency``, ``self_report``), how to
             score the ``scorer_calls`` column (``calibration.blackbox_scores``).
+        commit: a ``prefix`` commit rule (``policies.commit``): each answer is scored on its prefix,
+            and a stage that escalates is charged as the gateway charges its cancelled call
+            (``calibration.prefix_cost``; needs token prices: ``prices``). None or ``buffer``:
+            whole answers.
 
     Raises:
         RunsError: one-line message naming file / row / column.
@@ -158,15 +177,22 @@ def load_runs(
     path = Path(path)
     where = dict(where or {})
     _check_score_options(score_column, scorer, score_tokens)
+    prefix = commit if commit is not None and commit.rule == "prefix" else None
+    if prefix is not None and (score_column is not None or scorer in BLACKBOX_SCORERS):
+        raise RunsError("a prefix commit rule scores the logprobs of a prefix: give a logprob scorer")
+    if prefix is not None and prices is None:
+        raise RunsError("a prefix commit rule's cost needs token prices: pass --prices PRICES.yaml")
     price_sheet = _load_prices(prices) if prices is not None else None
     wanted = _wanted_columns(score_column, scorer, feature_columns or [], kind)
+    if prefix is not None:
+        wanted.add(REQUEST_BYTES_COLUMN)
     try:
         columns = read_columns(path, wanted, where)
         if kind is not None:
             columns = rows_of_kind(columns, kind, path)
     except (TableReadError, RunKindError) as exc:
         raise RunsError(str(exc)) from None
-    return _Builder(path, columns, where, blackbox or BlackboxOptions(), score_tokens).build(
+    return _Builder(path, columns, where, blackbox or BlackboxOptions(), score_tokens, prefix).build(
         price_sheet, prices, score_column, scorer, top_k, feature_columns or []
     )
 
@@ -220,9 +246,12 @@ class _Builder(RunsColumns):
         where: Mapping[str, str],
         blackbox: BlackboxOptions,
         score_tokens: str = "all",
+        prefix: CommitRule | None = None,
     ):
         super().__init__(path, columns, where)
         self.score_tokens = score_tokens
+        self.prefix = prefix
+        self.saving: np.ndarray | None = None
         self.blackbox_options = blackbox
         self.blackbox: BlackboxScores | None = None
 
@@ -252,11 +281,21 @@ class _Builder(RunsColumns):
             first = int(out_of_range[0])
             raise self.fail(f"quality {quality[first]:g} outside [0, 1]", first, "correct")
         cost = self.cost(model, price_sheet, prices_path)
-        scores = row_scores(self, score_column, scorer, top_k, self.score_tokens, self.blackbox_options)
+        scores = row_scores(
+            self, score_column, scorer, top_k, self.score_tokens, self.blackbox_options, self.prefix
+        )
         self.blackbox = scores.blackbox
+        read, continues = scores.prefix_read, scores.prefix_continues
+        if read is not None and continues is not None and price_sheet is not None:
+            self.saving = self.prefix_saving(model, cost, price_sheet, read, continues)
         # Certainly wrong (a failed check) or unfinished (cut at a cap the request did not set):
         # never accepted, whatever the scorer says, as the gateway escalates both.
         invalid = self.flagged(VALID_COLUMN, flag=False) | self.flagged(TRUNCATED_COLUMN, flag=True)
+        if continues is not None:
+            # A prefix rule decides before the answer ends: a cut or malformed answer is known only
+            # when it was read whole; a longer one is committed or escalated on its prefix's score
+            # (a committed one is delivered as it is, its graded quality counting).
+            invalid &= ~continues
         scores.score[invalid] = -np.inf
         scores = replace(scores, missing=scores.missing & ~invalid)
         features = []
@@ -300,6 +339,7 @@ class _Builder(RunsColumns):
 
         quality_m, cost_m, score_m = matrix(quality), matrix(cost), matrix(scores.score)
         scoring_m = None if self.blackbox is None else matrix(self.blackbox.scoring_cost)
+        saving_m = None if self.saving is None else matrix(self.saving)
         unscored = self.unscored_models(model, keep_rows, scorer)
         mean_cost = cost_m.mean(axis=0)
         column_order = sorted(range(n_models), key=lambda j: (mean_cost[j], str(model_names[j])))
@@ -323,6 +363,8 @@ class _Builder(RunsColumns):
             scoring_cost=None if scoring_m is None else scoring_m[:, column_order],
             unscored=unscored,
             scorer_settings=None if self.blackbox is None else self.blackbox.settings,
+            escalation_saving=None if saving_m is None else saving_m[:, column_order],
+            commit=self.prefix,
         )
 
     def strata(self, n: int, rows_q: np.ndarray, keep_rows: np.ndarray) -> np.ndarray | None:

@@ -24,6 +24,8 @@ LOGPROBS_COLUMN = "logprobs"
 STRATA_COLUMN = "dataset"
 VALID_COLUMN = "valid"
 TRUNCATED_COLUMN = "truncated"
+# The bytes of each recorded request as sent (``cascade collect``): a prefix rule's cancelled call.
+REQUEST_BYTES_COLUMN = "request_bytes"
 _FALSE_TEXT = {"false", "0"}
 _TRUE_TEXT = {"true", "1"}
 _NAN_TEXT = {"nan", "+nan", "-nan"}
@@ -122,6 +124,35 @@ class RunsColumns:
                     "runs have no 'prompt_tokens'/'completion_tokens' columns"
                 ) from None
         return cost
+
+    def prefix_saving(
+        self,
+        model: np.ndarray,
+        cost: np.ndarray,
+        sheet: dict[str, Price],
+        read: np.ndarray,
+        continues: np.ndarray,
+    ) -> np.ndarray:
+        """(r,) USD not charged when each row's stage escalates under a prefix rule
+        (``calibration.prefix_cost``): ``read`` tokens of each prefix, ``continues`` where the answer
+        goes on past it."""
+        from calibration.prefix_cost import escalation_saving, sent_request_bytes
+
+        request_bytes = None
+        if REQUEST_BYTES_COLUMN in self.columns.values:
+            request_bytes, _ = self.numeric(REQUEST_BYTES_COLUMN)
+        else:
+            self.notes.append(
+                f"no '{REQUEST_BYTES_COLUMN}' column: a cancelled cheap stage's request is estimated "
+                "from its prompt tokens (calibration.prefix_cost)"
+            )
+        prompt = self.numeric("prompt_tokens")[0] if "prompt_tokens" in self.columns.values else None
+        try:
+            sent = sent_request_bytes(request_bytes, prompt, model.shape[0])
+        except ValueError as exc:
+            raise RunsError(f"{self.path}: {exc}") from None
+        prices = [sheet[str(name)] for name in model]
+        return escalation_saving(cost, prices, sent, read, continues)
 
     def _part_counts(self) -> tuple[np.ndarray, np.ndarray, np.ndarray] | None:
         """The ``PART_COLUMNS`` (an absent column or empty cell: 0), or None when none is present."""

@@ -3,13 +3,16 @@
 ``row_scores`` gives per row the score and whether it is missing (a query with a missing score is
 dropped whole by ``calibration.runs.load_runs``): from a ``score_column`` (scorer ``external``), from
 the ``logprobs`` column with ``policies.scorers.score_logprobs`` (the gateway's own function), or
-from the recorded extra calls of a black-box scorer (``calibration.blackbox_scores``).
+from the recorded extra calls of a black-box scorer (``calibration.blackbox_scores``). Under a
+``prefix`` commit rule (``policies.commit``) a logprob scorer scores each answer's prefix only, as the
+gateway scores a streamed cheap stage.
 """
 
 from __future__ import annotations
 
 from collections.abc import Mapping
 from dataclasses import dataclass
+from typing import Any
 
 import numpy as np
 
@@ -22,6 +25,7 @@ from calibration.blackbox_scores import (
     blackbox_scores,
 )
 from calibration.runs_columns import LOGPROBS_COLUMN, RunsColumns, RunsError
+from policies.commit import CommitRule, prefix_length
 from policies.scorers import BLACKBOX_SCORERS
 
 DEFAULT_SCORER = "mean_token_negentropy"
@@ -31,13 +35,17 @@ DEFAULT_TOP_K = 15
 @dataclass(frozen=True)
 class RowScores:
     """Per row: ``score`` and ``missing`` (r,); the scorer's name and top-K (None: ``external`` or
-    fixed by recorded calls); a black-box scorer's recorded scores (their costs and settings)."""
+    fixed by recorded calls); a black-box scorer's recorded scores (their costs and settings).
+    Under a prefix rule, per row: ``prefix_read`` the prefix's tokens and ``prefix_continues``
+    whether the answer goes on past it (else None)."""
 
     score: np.ndarray
     missing: np.ndarray
     scorer: str
     top_k: int | None
     blackbox: BlackboxScores | None = None
+    prefix_read: np.ndarray | None = None
+    prefix_continues: np.ndarray | None = None
 
 
 def row_scores(
@@ -47,8 +55,12 @@ def row_scores(
     top_k: int | None,
     score_tokens: str,
     blackbox: BlackboxOptions,
+    prefix: CommitRule | None = None,
 ) -> RowScores:
-    """The score of every row of ``table`` (see the module docstring); RunsError when there is none."""
+    """The score of every row of ``table`` (see the module docstring); RunsError when there is none.
+
+    ``prefix``: a ``prefix`` commit rule whose prefix a logprob scorer scores (None: whole answers).
+    """
     if score_column is not None:
         table.require_column(score_column, "score column")
         values, missing = table.numeric(score_column, allow_missing=True)
@@ -64,7 +76,10 @@ def row_scores(
         )
     name = scorer or DEFAULT_SCORER
     k = DEFAULT_TOP_K if top_k is None else top_k
-    return RowScores(*_scores_from_logprobs(table, name, k, score_tokens), name, k)
+    scores, missing, read, continues = _scores_from_logprobs(table, name, k, score_tokens, prefix)
+    if prefix is None:
+        return RowScores(scores, missing, name, k)
+    return RowScores(scores, missing, name, k, prefix_read=read, prefix_continues=continues)
 
 
 def _scores_from_calls(
@@ -91,8 +106,9 @@ def _scores_from_calls(
 
 
 def _scores_from_logprobs(
-    table: RunsColumns, scorer: str, top_k: int, score_tokens: str
-) -> tuple[np.ndarray, np.ndarray]:
+    table: RunsColumns, scorer: str, top_k: int, score_tokens: str, prefix: CommitRule | None
+) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
+    """(scores, missing, prefix tokens read, answer continues past the prefix), each (r,)."""
     import orjson
 
     from policies.errors import UnknownScorerError
@@ -101,6 +117,8 @@ def _scores_from_logprobs(
     raw = table.columns.values[LOGPROBS_COLUMN]
     absent = table.columns.missing[LOGPROBS_COLUMN]
     scores = np.full(raw.shape[0], np.nan)
+    read = np.zeros(raw.shape[0], dtype=np.int64)
+    continues = np.zeros(raw.shape[0], dtype=bool)
     for position in np.flatnonzero(~absent):
         content = raw[position]
         if isinstance(content, str | bytes):
@@ -114,6 +132,12 @@ def _scores_from_logprobs(
             raise table.fail(
                 "expected the logprobs.content list (JSON array)", int(position), LOGPROBS_COLUMN
             )
+        if prefix is not None and content is not None:
+            assert prefix.tokens is not None  # a prefix rule has tokens (CommitRule)
+            length = prefix_length(content, prefix.tokens, prefix.boundary)
+            read[position] = length
+            continues[position] = length < len(_streamed_entries(content))
+            content = content[:length]
         try:
             value = score_logprobs(content, scorer, top_k, score_tokens)
         except UnknownScorerError as exc:
@@ -121,4 +145,18 @@ def _scores_from_logprobs(
         if value is not None:
             scores[position] = value
     missing = ~np.isfinite(scores)
-    return scores, missing
+    return scores, missing, read, continues
+
+
+def _streamed_entries(content: list[Any]) -> list[Any]:
+    """The entries a stream delivers: without the trailing end-of-text entries a non-streamed
+    llama.cpp answer may carry (``policies.token_scores``)."""
+    entries = list(content)
+    while (
+        entries
+        and isinstance(entries[-1], Mapping)
+        and entries[-1].get("token") == ""
+        and not entries[-1].get("bytes")
+    ):
+        entries.pop()
+    return entries

@@ -80,6 +80,10 @@ _AnswersFromOption = Annotated[
     Path | None,
     typer.Option(help="runs table (.jsonl/.jsonl.gz) whose recorded answers to reuse instead of asking"),
 ]
+_TimeoutOption = Annotated[
+    float | None,
+    typer.Option(min=1.0, help="seconds per call (default: the config's, else 120)"),
+]
 
 
 def collect(
@@ -100,6 +104,7 @@ def collect(
     self_report: _SelfReportOption = False,
     scorer_models: _ScorerModelsOption = None,
     answers_from: _AnswersFromOption = None,
+    timeout: _TimeoutOption = None,
 ) -> None:
     """Send each question to each model (logprobs on), grade the answers, append the runs table.
 
@@ -108,6 +113,8 @@ def collect(
     answers recorded there are scored instead of new ones (rows copied, scorer calls added).
     Resumable: (query_id, model) pairs already in the output are skipped.
     """
+    from dataclasses import replace
+
     from collection.collector import CollectOptions
     from collection.prompts import PromptSetError, load_prompts
     from collection.runs_writer import RunsFileError, done_pairs
@@ -117,6 +124,8 @@ def collect(
     try:
         questions = load_prompts(prompts, limit)
         targets = targets_from_config(config, _split(models)) if config else targets_from_pool(_split(models))
+        if timeout is not None:
+            targets = [replace(target, timeout_s=timeout) for target in targets]
         done = done_pairs(output)
         calls = _scorer_calls_options(
             config,

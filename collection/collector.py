@@ -14,6 +14,7 @@ request's kind, the answer's calls and whether it passed the structural checks
 from __future__ import annotations
 
 import asyncio
+import json
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
@@ -172,6 +173,10 @@ async def answer_row(
         body, latency_ms = await call_model(client, target, stage_body, options.retries)
         cap = collector_cap(prompt, target, options)
         row = build_row(prompt, target, body, latency_ms, options.keep_prompt, stage_body, cap)
+        # The bytes of the request as sent (compact JSON, as the gateway sends it): what the charging
+        # rule bounds the prompt by when a call has no usage, e.g. a cheap stage cancelled after a
+        # prefix (calibration.prefix_cost).
+        row["request_bytes"] = len(json.dumps(stage_body, separators=(",", ":"), ensure_ascii=False).encode())
     if options.scorer_calls.wanted(target.name):
         row["scorer_calls"] = await scorer_calls(
             client, target, stage_body, str(row.get("response") or ""), options.scorer_calls, options.retries

@@ -27,7 +27,9 @@ counted; every escalation records its reason.
 
 A streamed request is served by ``CascadeEngine.stream`` as client-ready SSE events: the scored
 stages are the same, an accepted answer is replayed, the final stage is relayed live by
-gateway.live (which charges it however the stream ends).
+gateway.live (which charges it however the stream ends). On a tier with the ``prefix`` commit rule
+(gateway.prefix_commit) a streamed text request's cheap stage is itself streamed and decided on its
+first tokens: committed to (relayed live) or cancelled and escalated.
 
 The client's own fields go through unchanged, over the model's configured request defaults
 (``policies.request_defaults``); ``model`` is rewritten to the upstream's id, and
@@ -50,6 +52,8 @@ from gateway.errors import UnreadableAnswerError
 from gateway.facts import AnswerKeeper, CascadeFacts
 from gateway.live import LiveRelay, StreamChunk, StreamEvent, StreamStart, WholeAnswer
 from gateway.metrics import GatewayMetrics
+from gateway.prefix_commit import prefix_rule
+from gateway.prefix_stream import FinalStage, PrefixStages
 from gateway.requests import ParsedRequest
 from gateway.routing import RoutePlan
 from gateway.stage_bodies import client_body, scored_stage_body, upstream_body
@@ -60,15 +64,6 @@ from policies.schema import Policy
 
 
 @dataclass(slots=True)
-class FinalStage:
-    """The last stage of a route, still to call, and the answer to fall back on if it fails."""
-
-    model: str
-    fallback: dict[str, Any] | None = None
-    fallback_model: str | None = None
-
-
-@dataclass(slots=True)
 class CascadeResult:
     """A complete answer (the upstream's body) and the facts."""
 
@@ -76,7 +71,7 @@ class CascadeResult:
     body: dict[str, Any]
 
 
-class CascadeEngine:
+class CascadeEngine(PrefixStages):
     """Runs plans against the upstream pool and records metrics of every call.
 
     ``run`` serves a request as one answer; ``stream`` serves it as client-ready SSE events. Both
@@ -161,7 +156,19 @@ class CascadeEngine:
         request's ``time.perf_counter()`` start (for the overhead reported in headers and the
         final chunk). Close the iterator (``contextlib.aclosing``) so an abandoned stream is charged.
         """
-        stage = await self._scored_stages(plan, request, deadline, facts)
+        rule = prefix_rule(plan)
+        stage: dict[str, Any] | FinalStage
+        if rule is not None:
+            decided: list[dict[str, Any] | FinalStage] = []
+            prefix = self._prefix_stage(plan, request, deadline, facts, started, rule, decided)
+            async with aclosing(prefix):
+                async for event in prefix:
+                    yield event
+            if not decided:
+                return  # committed: the cheap stage was streamed to its end
+            stage = decided[0]
+        else:
+            stage = await self._scored_stages(plan, request, deadline, facts)
         if not isinstance(stage, dict) and self._review.writes_calls(stage.model, request):
             # Calls written as content cannot be normalized token by token: fetch and replay.
             stage = await self._final_answer(stage, request, deadline, facts)
@@ -198,11 +205,18 @@ class CascadeEngine:
                         for replayed in replay_events:
                             yield replayed
                         return
-                    yield live
+                    yield live  # type: ignore[misc]  # a relay without a gate sends no prefix events
             except UpstreamFailure as failure:  # before the client saw a byte
                 fallback = self._fall_back(stage, failure, facts)
                 for replayed in self._replay(fallback, facts, request, started):
                     yield replayed
+
+    def _observe_score(self, plan: RoutePlan, model: str, score: float | None) -> None:
+        """A scored stage's score in the confidence histogram and the drift window."""
+        if score is not None:
+            assert plan.policy is not None
+            self._metrics.child(self._metrics.confidence, plan.tier, model).observe(score)
+            self._metrics.drift.observe(plan.policy.policy_id, plan.tier, model, score, plan.kind)
 
     async def _scored_stages(
         self, plan: RoutePlan, request: ParsedRequest, deadline: float, facts: CascadeFacts
@@ -252,9 +266,7 @@ class CascadeEngine:
             if facts.keep_answer is not None:  # asked to: the traffic sampler drew this request
                 facts.keep_answer(model, reply, called.seconds, score, charge.usd + scored.usd)
             facts.score, facts.threshold = score, thresholds[stage]
-            if score is not None:
-                self._metrics.child(self._metrics.confidence, plan.tier, model).observe(score)
-                self._metrics.drift.observe(policy.policy_id, plan.tier, model, score, plan.kind)
+            self._observe_score(plan, model, score)
             try:  # so does checking it
                 reason, problem = self._review.scored(
                     model, request, reply, facts, score, thresholds[stage], policy.on_missing_score

@@ -114,6 +114,8 @@ class _Request:
     watcher: asyncio.Task[None] | None = None
     translator: StreamTranslator | None = None
     drawn: DrawnRequest | None = None
+    # A stream's first body bytes written, seconds after ``started`` (time to first token).
+    first_byte_s: float | None = None
 
 
 class ApiEndpoint:
@@ -348,14 +350,17 @@ class ApiEndpoint:
                     data = translator.fail(event.error) if translator is not None else event.data
                     await exchange.body(data, more=False)
                     return event.error.status
-                elif translator is not None:
+                else:
+                    if request.first_byte_s is None:
+                        request.first_byte_s = time.perf_counter() - request.started
+                    if translator is None:
+                        await exchange.body(event.data, more=not event.last)
+                        continue
                     try:  # the API's events, from the answer's
                         data = translator.translate(event.data)
                     except READ_FAILURES as exc:
                         raise unreadable(facts.answered_by, exc) from exc
                     await exchange.body(data, more=not event.last)
-                else:
-                    await exchange.body(event.data, more=not event.last)
         return 200
 
     async def _send_error(
@@ -393,6 +398,8 @@ class ApiEndpoint:
         metrics.child(metrics.requests_by_kind, tier, kind).inc()
         metrics.child(metrics.request_duration, tier, endpoint).observe(duration)
         metrics.child(metrics.overhead, endpoint).observe(max(0.0, duration - upstream_s))
+        if request.first_byte_s is not None:
+            metrics.child(metrics.first_token, tier, outcome).observe(request.first_byte_s)
         fields: dict[str, Any] = {
             "request_id": request.request_id,
             "endpoint": endpoint,
@@ -425,6 +432,8 @@ class ApiEndpoint:
             )
             if facts.mechanism is not None:
                 fields.update(mechanism=facts.mechanism, router_probability=facts.router_probability)
+            if facts.commit_rule is not None:
+                fields.update(commit=facts.commit_rule, commit_tokens=facts.commit_tokens)
             if facts.failures:
                 fields["upstream_failures"] = facts.failures
             if facts.escalation_reasons:
@@ -437,6 +446,8 @@ class ApiEndpoint:
                     for model, p in facts.invalid_answers
                 ]
                 fields["answer_problem"] = facts.answer_problem
+        if request.first_byte_s is not None:
+            fields["first_byte_ms"] = round(request.first_byte_s * 1000, 3)
         log_event("request", **fields)
 
 

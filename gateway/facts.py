@@ -51,6 +51,10 @@ class CascadeFacts:
     # A routed tier's choice (gateway.tier_routing): the mechanism taken and the router's probability.
     mechanism: str | None = None
     router_probability: float | None = None
+    # A streamed request decided by a tier's ``prefix`` rule (gateway.prefix_commit): the rule and
+    # how many content tokens of the cheap stage were held when it was decided (None: the whole answer).
+    commit_rule: str | None = None
+    commit_tokens: int | None = None
 
     def headers(self, overhead_ms: float) -> list[tuple[bytes, bytes]]:
         """The ``x-cascade-*`` response headers (docs/contracts.md#response-headers)."""
@@ -73,15 +77,21 @@ class CascadeFacts:
         if self.mechanism is not None:
             out.append((b"x-cascade-mechanism", self.mechanism.encode()))
             out.append((b"x-cascade-router-probability", _number(self.router_probability)))
+        if self.commit_rule is not None:
+            out.append((b"x-cascade-commit", self.commit_rule.encode()))
+            tokens = b"none" if self.commit_tokens is None else str(self.commit_tokens).encode()
+            out.append((b"x-cascade-commit-tokens", tokens))
         return out
 
     def as_dict(self, overhead_ms: float) -> dict[str, Any]:
         """The same facts as a JSON object (final stream chunk, logs)."""
-        routed = (
+        routed: dict[str, Any] = (
             {"mechanism": self.mechanism, "router_probability": self.router_probability}
             if self.mechanism is not None
             else {}
         )
+        if self.commit_rule is not None:
+            routed = {**routed, "commit": {"rule": self.commit_rule, "tokens": self.commit_tokens}}
         return {
             "tier": self.tier,
             "policy": self.policy_id,

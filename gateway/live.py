@@ -30,7 +30,9 @@ from gateway.answer_reading import reading_answer
 from gateway.answer_review import StreamedAnswer
 from gateway.errors import GatewayError, UnreadableAnswerError
 from gateway.facts import CascadeFacts
+from gateway.prefix_commit import PrefixGate
 from gateway.requests import ParsedRequest
+from gateway.stage_bodies import trim_alternatives
 from gateway.streaming import DONE, SSE_HEADERS, client_chunk, sse, sse_error, upstream_events
 from gateway.upstream import UpstreamClient, UpstreamFailure, read_completion
 from money import Price
@@ -38,6 +40,8 @@ from money.charges import Attempt, Charge, attempt_charge
 
 # The engine's settlement of one call's attempts: (facts, model, attempts) -> their charge.
 Settle = Callable[[CascadeFacts, str, list[Attempt]], Charge]
+# The engine's decision on a held prefix (gateway.prefix_commit): True commits to the stage.
+Decide = Callable[[PrefixGate], bool]
 
 
 @dataclass(slots=True, frozen=True)
@@ -68,6 +72,18 @@ class StreamFailed:
 
 
 StreamEvent = StreamStart | StreamChunk | StreamFailed
+
+
+@dataclass(slots=True, frozen=True)
+class PrefixRejected:
+    """The held prefix was not committed to: the stage's call is cancelled (and charged)."""
+
+
+@dataclass(slots=True, frozen=True)
+class ShortAnswer:
+    """The stream ended before the prefix's decision point: its whole answer, to decide as a buffered one."""
+
+    body: dict[str, Any]
 
 
 @dataclass(slots=True, frozen=True)
@@ -135,22 +151,30 @@ class LiveRelay:
         settle: Settle,
         started: float,
         watch: StreamedAnswer | None = None,
+        gate: tuple[PrefixGate, Decide] | None = None,
     ):
         """``settle(facts, model, attempts)`` charges the stage's attempts; ``started`` is the
         request's perf_counter; ``watch`` assembles the streamed answer for the structural checks
-        (gateway.answer_review), checked before the last chunk carries the facts."""
+        (gateway.answer_review), checked before the last chunk carries the facts. ``gate``: a cheap
+        stage under the ``prefix`` rule (gateway.prefix_commit): its chunks are held until the gate's
+        decision point, then ``decide(gate)`` commits (they are relayed, the stream goes on live)
+        or not (``PrefixRejected``: the call is cancelled); a stream that ends first is a
+        ``ShortAnswer``."""
         self._client = client
         self._request = request
         self._facts = facts
         self._settle = settle
         self._started = started
         self._watch = watch
+        self._gate = gate
 
     def _overhead_ms(self, running_s: float = 0.0) -> float:
         """Gateway time so far: all but the finished upstream calls and ``running_s`` of this one."""
         return (time.perf_counter() - self._started - self._facts.upstream_s - running_s) * 1000
 
-    async def events(self, body: bytes, deadline: float) -> AsyncGenerator[StreamEvent | WholeAnswer, None]:
+    async def events(
+        self, body: bytes, deadline: float
+    ) -> AsyncGenerator[StreamEvent | WholeAnswer | PrefixRejected | ShortAnswer, None]:
         """Client events of the stream ``body`` asks for; UpstreamFailure only before the start."""
         model, request, facts = self._client.name, self._request, self._facts
         facts.models_called.append(model)
@@ -188,12 +212,37 @@ class LiveRelay:
                     yield WholeAnswer(whole)
                     return
                 held: dict[str, Any] | None = None
+                gate = self._gate
+                # A prefix stage asked for the scorer's alternatives: the client gets what it asked.
+                trim = gate is not None and request.wants_logprobs
                 # Reading the answer (its chunks, the watched answer): a failure is one error.
                 with reading_answer(model):
                     async for event in upstream_events(response, model):
                         tally.observe(event)
                         if self._watch is not None:
                             self._watch.observe(event)
+                        if gate is not None:  # a prefix to hold: nothing is sent before the decision
+                            if not gate[0].hold(event):
+                                continue
+                            if not gate[1](gate[0]):
+                                response.close()  # the upstream stops generating what nobody reads
+                                yield PrefixRejected()  # ``finish`` charges the cancelled call
+                                return
+                            started = True
+                            facts.answered_by = model
+                            overhead_ms = self._overhead_ms(time.monotonic() - t0)
+                            yield StreamStart([*SSE_HEADERS, *facts.headers(overhead_ms)])
+                            held_events, gate = gate[0].events, None
+                            for kept in held_events[:-1]:
+                                if not kept.get("choices") and not request.include_usage:
+                                    continue
+                                client_chunk(kept, model, request)
+                                if trim:
+                                    trim_alternatives(kept["choices"], request)
+                                if held is not None:
+                                    yield StreamChunk(sse(held))
+                                held = kept
+                            event = held_events[-1]  # relayed below, as any chunk after the start
                         if not started:
                             if not event.get("choices"):
                                 continue  # nothing for the client yet (a usage-only or empty chunk)
@@ -204,9 +253,19 @@ class LiveRelay:
                         elif not event.get("choices") and not request.include_usage:
                             continue
                         client_chunk(event, model, request)
+                        if trim:
+                            trim_alternatives(event["choices"], request)
                         if held is not None:
                             yield StreamChunk(sse(held))
                         held = event
+                    if gate is not None:  # the answer ended before the decision point
+                        short = gate[0].answer(tally.usage)
+                        if short is None:
+                            raise UpstreamFailure(model, "malformed", "stream carried no choices")
+                        complete = True
+                        finish()  # charged as the stream it was (its usage, else its chunks)
+                        yield ShortAnswer(short)
+                        return
                     if held is None:
                         raise UpstreamFailure(model, "malformed", "stream carried no choices")
                     complete = True

@@ -23,6 +23,11 @@ CONTENT_TYPE = CONTENT_TYPE_LATEST
 _REQUEST_BUCKETS = (0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60, 120)
 # Gateway overhead is meant to be well under a millisecond.
 _OVERHEAD_BUCKETS = (0.0001, 0.00025, 0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1)
+# Time to the first byte of a streamed answer: a live cheap model's first token (~0.3 s on the local
+# pool) to a buffered answer of a few hundred tokens (~10 s).
+_FIRST_TOKEN_BUCKETS = (0.05, 0.1, 0.2, 0.3, 0.5, 0.75, 1, 1.5, 2, 3, 5, 7.5, 10, 15, 30, 60)
+# Content tokens held before a prefix decision (policies.commit.CommitRule.tokens).
+_POSITION_BUCKETS = (1, 2, 4, 8, 16, 24, 32, 48, 64, 96, 128, 256)
 _SCORE_BUCKETS = (-5, -2, -1, -0.5, -0.25, 0, 0.1, 0.2, 0.3, 0.4, 0.5, 0.6, 0.7, 0.8, 0.9, 0.95, 1)
 
 
@@ -98,6 +103,26 @@ class GatewayMetrics:
             "Confidence score of scored answers.",
             ["tier", "model"],
             buckets=_SCORE_BUCKETS,
+            registry=r,
+        )
+        self.first_token = Histogram(
+            "cascade_time_to_first_token_seconds",
+            "Streamed requests: time from the request to the first byte of the answer's body.",
+            ["tier", "outcome"],
+            buckets=_FIRST_TOKEN_BUCKETS,
+            registry=r,
+        )
+        self.commit_position = Histogram(
+            "cascade_commit_position_tokens",
+            "Prefix commit rule: content tokens of the cheap stage held when it was decided.",
+            ["tier"],
+            buckets=_POSITION_BUCKETS,
+            registry=r,
+        )
+        self.cancelled_tokens = Counter(
+            "cascade_cancelled_tokens",
+            "Prefix commit rule: content tokens a cheap stage had streamed when it was cancelled.",
+            ["tier", "model"],
             registry=r,
         )
 

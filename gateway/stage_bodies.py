@@ -118,11 +118,11 @@ def client_body(body: dict[str, Any], model_name: str, request: ParsedRequest) -
         ]
         return {**body, "model": model_name, "choices": stripped}
     body["model"] = model_name
-    _trim_alternatives(choices, request)
+    trim_alternatives(choices, request)
     return body
 
 
-def _trim_alternatives(choices: list[Any], request: ParsedRequest) -> None:
+def trim_alternatives(choices: list[Any], request: ParsedRequest) -> None:
     """Cut alternatives down to what the client asked for (a scored stage may have asked more)."""
     wanted = positive_int(request.body.get("top_logprobs" if request.api == "chat" else "logprobs"))
     for choice in choices:

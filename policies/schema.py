@@ -19,6 +19,7 @@ from pydantic import (
 
 from policies.blackbox import SELF_REPORT_PROMPT, VERIFIER_PROMPT
 from policies.call_tokens import ScoreTokens
+from policies.commit import CommitRule
 from policies.routing_schema import RouterSpec, TierRouting
 from policies.schema_base import StrictModel, without_absent
 from policies.score_distribution import ScoreDistribution
@@ -241,10 +242,26 @@ class Tier(StrictModel):
     shadow_price: float | None = None
     # Optional: a router mechanism chosen over the cascade for this tier (then ``routes`` is the fallback).
     routing: TierRouting | None = None
+    # Optional: when a streamed request decides (policies.commit); absent = buffer, today's rule.
+    commit: CommitRule | None = None
 
     @model_serializer(mode="wrap")
     def _dump(self, handler: SerializerFunctionWrapHandler) -> dict[str, Any]:
-        return without_absent(self, handler, ("routing",))
+        document = without_absent(self, handler, ("routing", "commit"))
+        if self.commit is not None:  # only the rule's own fields, as written
+            document["commit"] = self.commit.document()
+        return document
+
+    @model_validator(mode="after")
+    def _routed_tiers_stream_natively(self) -> Tier:
+        # A tier that routes before generation streams its one model live from its first token:
+        # there is no cheap answer to decide on, so a prefix rule would silently do nothing.
+        if self.routing is not None and self.commit is not None and self.commit.rule == "prefix":
+            raise ValueError(
+                f"a tier with routing ({self.routing.mechanism}) streams natively: "
+                "it takes no prefix commit rule"
+            )
+        return self
 
     @field_validator("routes")
     @classmethod
@@ -377,6 +394,12 @@ def _check_routes(
         if unknown:
             raise ValueError(f"{where}envelope point routes to unknown model(s) {unknown}")
     _check_threshold_ranges(where, scorer, tiers, envelope)
+    for tier_name, tier in tiers.items():
+        if tier.commit is not None and tier.commit.rule == "prefix" and scorer.is_blackbox:
+            raise ValueError(
+                f"{where}tier {tier_name!r}: a prefix commit rule scores token logprobs; scorer "
+                f"{scorer.name} reads none"
+            )
     costs = [p.cost_usd for p in envelope]
     if costs != sorted(costs):
         raise ValueError(f"{where}envelope points must be sorted by cost_usd")

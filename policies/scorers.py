@@ -52,6 +52,7 @@ from policies.token_scores import (
     plain_min,
     plain_negentropies,
     probability_margin,
+    quantile_token_negentropy,
     sequence_probability,
 )
 
@@ -202,6 +203,7 @@ REGISTRY: dict[str, ScorerDefinition] = {
         ScorerDefinition(
             "min_token_negentropy", _UNIT, min_token_negentropy, True, from_negentropies=plain_min
         ),
+        ScorerDefinition("q10_token_negentropy", _UNIT, quantile_token_negentropy, True),
         ScorerDefinition("probability_margin", _UNIT, probability_margin, True),
         ScorerDefinition("min_probability", _UNIT, min_probability),
         ScorerDefinition("sequence_probability", _UNIT, sequence_probability),

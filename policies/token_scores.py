@@ -158,6 +158,19 @@ def min_token_negentropy(tokens: TokenLogprobs) -> float | None:
     return float(tn.min()) if tn.size else None
 
 
+# The low quantile of per-position negentropy that ``q10_token_negentropy`` reports: a few uncertain
+# positions (a wrong step) drag it down where the mean hides them, without the minimum's dependence
+# on a single position (Gupta et al., ICLR 2024, on quantiles of per-token uncertainty).
+NEGENTROPY_QUANTILE = 0.10
+
+
+def quantile_token_negentropy(tokens: TokenLogprobs) -> float | None:
+    """The ``NEGENTROPY_QUANTILE`` quantile of TN_j over informative positions, linearly
+    interpolated (None: no informative position)."""
+    tn = _token_negentropy(tokens)
+    return float(np.quantile(tn, NEGENTROPY_QUANTILE)) if tn.size else None
+
+
 def probability_margin(tokens: TokenLogprobs) -> float | None:
     """Mean over informative positions of p_1 - p_2 (raw probabilities, not renormalized)."""
     informative = _informative(tokens)

@@ -87,6 +87,14 @@ LimitOption = Annotated[int | None, typer.Option(min=1, help="only the first N q
 ConfidenceOption = Annotated[
     float, typer.Option(min=0.5, max=0.999, help="confidence level of the intervals")
 ]
+StreamOption = Annotated[
+    bool,
+    typer.Option(
+        "--stream",
+        help="stream every request, as a chat client does, and report the time to the first "
+        "content token per tier next to the whole answer's",
+    ),
+]
 StrictOption = Annotated[
     bool, typer.Option("--strict", help=f"exit {EXIT_FLAGGED} when any flag is raised (for CI)")
 ]
@@ -109,10 +117,12 @@ def replay(
     limit: LimitOption = None,
     confidence: ConfidenceOption = 0.95,
     strict: StrictOption = False,
+    stream: StreamOption = False,
 ) -> None:
     """Send a labelled prompt set through a running gateway once per tier and per budget, grade the
     answers, and report realized quality, cost per request (x-cascade-cost-usd), escalation rate
-    (x-cascade-escalated) and latency p50/p95 per tier, each with a confidence interval, next to
+    (x-cascade-escalated) and latency p50/p95 per tier (with --stream, also the time to the first
+    content token), each with a confidence interval, next to
     what the policy expects (tiers.T.expected.heldout when the policy has it, else tiers.T.expected;
     for a budget, the envelope point the gateway picks; from the questions' kind section).
     An expectation outside its interval is flagged, and so is a served policy (x-cascade-policy)
@@ -126,7 +136,7 @@ def replay(
 
     questions = _load_questions(prompts, limit)
     policy, base, arms = _plan(gateway, policy_file, _split(tiers), budgets or [], api_key, timeout_s)
-    options = ReplayOptions(api_key, temperature, max_tokens, concurrency, timeout_s, retries)
+    options = ReplayOptions(api_key, temperature, max_tokens, concurrency, timeout_s, retries, stream)
     results = results_path(output)
     done = _done_pairs(results, arms, options)
 
@@ -135,6 +145,8 @@ def replay(
     command = _command_line(
         prompts, gateway, output, _split(tiers), budgets or [], policy_file, max_tokens, temperature, limit
     )
+    if stream:
+        command += " --stream"
     report = _report(
         base, prompts, questions, arms, policy, policy_file, options, results, confidence, command
     )
@@ -276,7 +288,8 @@ def _check_same_options(previous: list[dict[str, Any]], arms: list[Any], options
     keys = {arm.key for arm in arms}
     wanted = options.request_fields()
     for row in previous:
-        if row["arm"] in keys and any(row.get(k) != v for k, v in wanted.items()):
+        streamed = bool(row.get("stream")) != options.stream  # absent in rows of runs that did not stream
+        if row["arm"] in keys and (streamed or any(row.get(k) != v for k, v in wanted.items())):
             theirs = {k: row.get(k) for k in wanted}
             fail(
                 f"{results} holds results sent with {theirs}, this run asks for {wanted}; "

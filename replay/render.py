@@ -67,6 +67,10 @@ def arms_table(report: dict[str, Any]) -> Table:
         ]
         rows.append(("latency p50", duration_text(arm["latency_ms"]["p50"]), "", ""))
         rows.append(("latency p95", duration_text(arm["latency_ms"]["p95"]), "", ""))
+        if arm.get("ttft_ms"):  # a streamed run: when the first content token arrived
+            rows.append(("first token p50", duration_text(arm["ttft_ms"]["p50"]), "", ""))
+            rows.append(("first token p95", duration_text(arm["ttft_ms"]["p95"]), "", ""))
+            labels += [""] * 2
         for index, (label, row) in enumerate(zip(labels, rows, strict=True)):
             table.add_row(label, *row, end_section=index == len(rows) - 1)
     # The legend explains the "!" mark, so it is printed only when some expectation carries one.
@@ -128,7 +132,8 @@ def write_html(report: dict[str, Any], path: Path) -> Path:
     columns = ["tier / budget", "n", "missing"]
     for name in METRICS:
         columns += [METRIC_LABELS[name], "interval", "expected", "outside"]
-    columns += ["p50 ms", "p95 ms", "expected from", "route", "answered by"]
+    columns += ["p50 ms", "p95 ms", "first token p50 ms", "first token p95 ms"]
+    columns += ["expected from", "route", "answered by"]
     rows = []
     for arm in report["arms"]:
         row: list[Any] = [arm["arm"], arm["requests"], arm["missing"]]
@@ -143,6 +148,8 @@ def write_html(report: dict[str, Any], path: Path) -> Path:
         row += [
             arm["latency_ms"]["p50"],
             arm["latency_ms"]["p95"],
+            (arm.get("ttft_ms") or {}).get("p50"),
+            (arm.get("ttft_ms") or {}).get("p95"),
             arm["expected_from"],
             arm["expected_route"],
             _counts(arm["answered_by"]),

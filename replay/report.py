@@ -159,6 +159,8 @@ def summarize_arm(
         interval = expectation.intervals.get(name) if expectation and expectation.intervals else None
         metric["expected_low"], metric["expected_high"] = interval or (None, None)
     latencies = [float(r["latency_ms"]) for r in rows]
+    # Streamed rows (``cascade replay --stream``): when the first content token arrived.
+    first_tokens = [float(r["ttft_ms"]) for r in rows if r.get("ttft_ms") is not None]
     return {
         "arm": arm.key,
         "kind": arm.kind,
@@ -178,6 +180,14 @@ def summarize_arm(
             "p95": percentile(latencies, 95),
             "mean": sum(latencies) / len(latencies) if latencies else None,
         },
+        "ttft_ms": {
+            "p50": percentile(first_tokens, 50),
+            "p95": percentile(first_tokens, 95),
+            "mean": sum(first_tokens) / len(first_tokens) if first_tokens else None,
+        }
+        if first_tokens
+        else None,
+        "commit": dict(Counter(str(r["commit"]) for r in rows if r.get("commit"))),
         "served_tiers": dict(Counter(str(r.get("tier")) for r in rows)),
         "answered_by": dict(Counter(str(r.get("model")) for r in rows)),
         "degraded": sum(bool(r.get("degraded")) for r in rows),
@@ -271,8 +281,10 @@ def build_report(
     ``policy`` (file, policy_id, served_policy_ids, matches), ``arms`` (one per tier/budget, see
     ``summarize_arm``: requests, missing, expected_from, expected_route, expected_basis,
     quality/cost_usd/escalation_rate as {realized, low, high, method, expected, expected_low,
-    expected_high, outside}, outside, ok, latency_ms {p50, p95, mean}, served_tiers, answered_by,
-    degraded, over_budget, invalid_answers), ``flags`` (one sentence each) and ``ok`` (no flag).
+    expected_high, outside}, outside, ok, latency_ms {p50, p95, mean}, ttft_ms (streamed runs:
+    time to the first content token, {p50, p95, mean}; else None), commit (rows decided by each
+    commit rule), served_tiers, answered_by, degraded, over_budget, invalid_answers), ``flags`` (one
+    sentence each) and ``ok`` (no flag).
     """
     wanted = set(questions)
     kinds = Counter((question_kinds or {}).get(q, TOP_LEVEL_KIND) for q in wanted)

@@ -6,7 +6,8 @@ chat completion with the question rendered exactly as ``cascade collect`` render
 (``Prompt.messages()``, with its ``tools``, ``tool_choice`` and ``response_format``), graded by the
 same grader (a ``tool_call`` question on the answer's calls, ``collection.answers``), with the same
 structural check recorded (``valid``, ``problem``), and one result row appended to a JSONL file
-as soon as it is done: cost, escalation, served tier and policy come from the ``x-cascade-*``
+as soon as it is done (``ReplayOptions.stream``: streamed instead, with its time to the first
+content token, replay.streamed): cost, escalation, served tier and policy come from the ``x-cascade-*``
 response headers (docs/contracts.md#response-headers). A rerun skips the pairs already in the file, so an
 interrupted replay continues where it stopped. A request that still fails after its retries
 (429 rate limit, 5xx, connection errors) writes no row and is retried by the next run; an answer
@@ -19,7 +20,7 @@ from __future__ import annotations
 import asyncio
 import random
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -28,6 +29,7 @@ import httpx
 from collection.answers import answer_fields, grade_message
 from collection.prompts import Prompt
 from collection.runs_writer import RunsWriter
+from replay.streamed import StreamedAnswer, read_stream
 
 RETRY_STATUSES = {429, 500, 502, 503, 504}
 # 429/503 codes that will not clear by waiting a few seconds.
@@ -77,10 +79,16 @@ class ReplayOptions:
     concurrency: int = 2
     timeout_s: float = 300.0
     retries: int = 2
+    # Stream every request (``stream: true``) and record its time to the first content token.
+    stream: bool = False
 
     def request_fields(self) -> dict[str, Any]:
-        """The request options recorded with every row (a resumed run must use the same)."""
-        return {"temperature": self.temperature, "max_tokens": self.max_tokens}
+        """The request options recorded with every row (a resumed run must use the same); ``stream``
+        only when streamed, so rows written before it existed still match a run that does not stream."""
+        fields: dict[str, Any] = {"temperature": self.temperature, "max_tokens": self.max_tokens}
+        if self.stream:
+            fields["stream"] = True
+        return fields
 
 
 @dataclass
@@ -146,9 +154,11 @@ def request_body(prompt: Prompt, options: ReplayOptions) -> dict[str, Any]:
         "model": "cascade",
         "messages": prompt.messages(),
         "temperature": options.temperature,
-        "stream": False,
+        "stream": options.stream,
         **prompt.request_fields(),
     }
+    if options.stream:
+        body["stream_options"] = {"include_usage": True}
     max_tokens = prompt.max_tokens or options.max_tokens
     if max_tokens is not None:
         body["max_tokens"] = max_tokens
@@ -156,9 +166,12 @@ def request_body(prompt: Prompt, options: ReplayOptions) -> dict[str, Any]:
 
 
 def _float_header(response: httpx.Response, name: str) -> float | None:
-    value = response.headers.get(name)
+    return _float_value(response.headers.get(name))
+
+
+def _float_value(value: str | None) -> float | None:
     try:
-        return float(value) if value not in (None, "", "none", "nan") else None
+        return float(value) if value is not None and value not in ("", "none", "nan") else None
     except ValueError:
         return None
 
@@ -178,34 +191,69 @@ def result_row(
         body = response.json()
         choice = body["choices"][0]
         message = choice["message"]
-        text = message.get("content") or ""
+        message.get("content")
     except (ValueError, KeyError, IndexError, TypeError, AttributeError) as exc:
         raise ReplayError(f"{response.request.url} answered 200 without choices[0].message") from exc
-    usage = body.get("usage") or {}
-    models_called = response.headers.get("x-cascade-models-called", "")
+    return row_fields(prompt, arm, response.headers, message, body.get("usage") or {}, latency_ms, options)
+
+
+def row_fields(
+    prompt: Prompt,
+    arm: Arm,
+    headers: Mapping[str, str],
+    message: dict[str, Any],
+    usage: dict[str, Any],
+    latency_ms: float,
+    options: ReplayOptions,
+) -> dict[str, Any]:
+    """One result row: the graded ``message`` and the ``x-cascade-*`` facts in ``headers``."""
+    text = message.get("content") or ""
+    models_called = headers.get("x-cascade-models-called", "")
+    cost = _float_value(headers.get("x-cascade-cost-usd"))
     return {
         "arm": arm.key,
         "query_id": prompt.query_id,
         "correct": grade_message(prompt, message),
         "cost_usd": cost,
-        "escalated": escalated == "true",
+        "escalated": headers.get("x-cascade-escalated") == "true",
         "latency_ms": round(latency_ms, 1),
-        "tier": response.headers.get("x-cascade-tier"),
-        "policy_id": response.headers.get("x-cascade-policy"),
-        "model": response.headers.get("x-cascade-model"),
+        "tier": headers.get("x-cascade-tier"),
+        "policy_id": headers.get("x-cascade-policy"),
+        "model": headers.get("x-cascade-model"),
         "models_called": [m for m in models_called.split(",") if m],
-        "score": _float_header(response, "x-cascade-score"),
-        "overhead_ms": _float_header(response, "x-cascade-overhead-ms"),
-        "degraded": response.headers.get("x-cascade-degraded") == "true",
-        "over_budget": response.headers.get("x-cascade-over-budget") == "true",
+        "score": _float_value(headers.get("x-cascade-score")),
+        "overhead_ms": _float_value(headers.get("x-cascade-overhead-ms")),
+        "degraded": headers.get("x-cascade-degraded") == "true",
+        "over_budget": headers.get("x-cascade-over-budget") == "true",
         # A routed tier's decision (routed, hybrid_direct, hybrid_cascade, fallback); None on a cascade.
-        "mechanism": response.headers.get("x-cascade-mechanism"),
+        "mechanism": headers.get("x-cascade-mechanism"),
         "prompt_tokens": int(usage.get("prompt_tokens") or 0),
         "completion_tokens": int(usage.get("completion_tokens") or 0),
         "response": text,
         **answer_fields(prompt.request_fields(), message),
         **options.request_fields(),
     }
+
+
+def streamed_row(prompt: Prompt, arm: Arm, answer: StreamedAnswer, options: ReplayOptions) -> dict[str, Any]:
+    """One result row from a streamed answer: the final facts from its last chunk's ``cascade``
+    object (the headers left before a live stage ended), and its time to the first content token."""
+    facts = answer.facts
+    if "cost_usd" not in facts:
+        raise ReplayError("a streamed answer ended without its cascade facts; is this a cascade gateway?")
+    row = row_fields(prompt, arm, answer.headers, answer.message, answer.usage, answer.latency_ms, options)
+    row.update(
+        cost_usd=facts["cost_usd"],
+        escalated=bool(facts.get("escalated")),
+        model=facts.get("model"),
+        models_called=list(facts.get("models_called") or []),
+        score=facts.get("score"),
+        degraded=bool(facts.get("degraded")),
+        ttft_ms=None if answer.ttft_ms is None else round(answer.ttft_ms, 1),
+        commit=(facts.get("commit") or {}).get("rule"),
+        commit_tokens=(facts.get("commit") or {}).get("tokens"),
+    )
+    return row
 
 
 class RetriesExhaustedError(Exception):
@@ -224,7 +272,13 @@ async def send(
         wait = min(4.0, 0.5 * 2**attempt) * (0.5 + random.random())
         started = time.perf_counter()
         try:
-            response = await client.post(f"{base}/v1/chat/completions", json=payload, headers=headers)
+            if options.stream:
+                read = await read_stream(client, f"{base}/v1/chat/completions", payload, headers)
+                if isinstance(read, StreamedAnswer):
+                    return streamed_row(prompt, arm, read, options)
+                response = read
+            else:
+                response = await client.post(f"{base}/v1/chat/completions", json=payload, headers=headers)
         except httpx.ConnectError as exc:
             last, unreachable = f"cannot reach the gateway at {base} ({exc})", True
         except httpx.HTTPError as exc:

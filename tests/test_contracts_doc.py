@@ -100,6 +100,7 @@ def test_every_response_header_is_documented(sections: dict[str, str]) -> None:
     facts = CascadeFacts(
         "balanced", "p1", degraded=True, within_budget=False, mechanism="routed", router_probability=0.5
     )
+    facts.commit_rule, facts.commit_tokens = "prefix", 16  # every optional header at once
     emitted = {name.decode() for name, _ in facts.headers(0.1)}
     documented = set(table_rows(sections["Response headers"]))
     assert emitted | {"x-request-id"} == documented

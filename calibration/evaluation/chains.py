@@ -19,6 +19,7 @@ def chain_outcomes(
     quality: np.ndarray,
     thresholds: np.ndarray,
     scoring: np.ndarray | None = None,
+    saving: np.ndarray | None = None,
 ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """Mean cost, quality and escalation rate of a chain for each threshold vector.
 
@@ -27,7 +28,8 @@ def chain_outcomes(
     and the last stage always answers. Returns three ``(T,)`` arrays: mean cost (USD per query,
     every called stage paid), mean quality of the answering stage, and the share of queries
     escalated past the first stage. ``scoring`` ``(n, k)``: the cost of scoring each stage's answer
-    (a black-box scorer's calls), paid by every non-final stage a query reaches.
+    (a black-box scorer's calls), paid by every non-final stage a query reaches; ``saving``
+    ``(n, k)``: what a stage that escalates is not charged (a prefix commit rule's cancelled call).
     """
     score = np.asarray(score, dtype=np.float64)
     cost = np.asarray(cost, dtype=np.float64)
@@ -39,7 +41,9 @@ def chain_outcomes(
     n_vectors = thresholds.shape[0]
     if n_vectors > _VECTORS_PER_CHUNK:
         parts = [
-            chain_outcomes(score, cost, quality, thresholds[start : start + _VECTORS_PER_CHUNK], scoring)
+            chain_outcomes(
+                score, cost, quality, thresholds[start : start + _VECTORS_PER_CHUNK], scoring, saving
+            )
             for start in range(0, n_vectors, _VECTORS_PER_CHUNK)
         ]
         return tuple(np.concatenate(column) for column in zip(*parts, strict=True))  # type: ignore[return-value]
@@ -58,6 +62,8 @@ def chain_outcomes(
         if scoring is not None:  # this stage is scored for every query that reaches it
             total_cost += np.einsum("tq,q->t", alive, np.asarray(scoring, dtype=np.float64)[:, stage])
         alive *= score[None, :, stage] < thresholds[:, stage, None]
+        if saving is not None:  # this stage escalated these queries: its cancelled call is refunded
+            total_cost -= np.einsum("tq,q->t", alive, np.asarray(saving, dtype=np.float64)[:, stage])
         # einsum, not `@`: these are matrix-vector products, and a threaded BLAS call waits for
         # its second thread, which costs milliseconds per call when other jobs share the cores.
         total_cost += np.einsum("tq,q->t", alive, cost[:, stage + 1])

@@ -96,6 +96,9 @@ def hybrid_candidates(matrix: RunsMatrix, rows: np.ndarray, p_correct: np.ndarra
                 matrix.quality[rows[routed], low],
                 cost_h[routed],
                 quality_h[routed],
+                saving_l=None
+                if matrix.escalation_saving is None
+                else matrix.escalation_saving[rows[routed], low],
             )
             share = routed.sum() / n
             _add_candidates(
@@ -159,6 +162,8 @@ def hybrid_outcomes(
         per_cost = np.where(direct, 0.0, cheap_cost) + np.where(
             direct | escalate, matrix.cost[rows, high], 0.0
         )
+        if matrix.escalation_saving is not None:  # a prefix rule's cancelled cheap call
+            per_cost -= np.where(escalate, matrix.escalation_saving[rows, low], 0.0)
         per_quality = np.where(direct | escalate, matrix.quality[rows, high], matrix.quality[rows, low])
         cost[out], quality[out] = per_cost.mean(), per_quality.mean()
     return cost, quality

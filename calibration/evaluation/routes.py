@@ -49,6 +49,7 @@ def route_outcomes(
                 matrix.cost[rows, high],
                 matrix.quality[rows, high],
                 threshold_rows[:, 0],
+                saving_l=None if matrix.escalation_saving is None else matrix.escalation_saving[rows, low],
             )
             cost[indices], quality[indices] = curve.cost, curve.quality
             continue
@@ -59,6 +60,7 @@ def route_outcomes(
             matrix.quality[block],
             threshold_rows,
             scoring=matrix.scoring(rows, columns),
+            saving=matrix.saving(rows, columns),
         )
         cost[indices], quality[indices] = chain_cost, chain_quality
     return cost, quality

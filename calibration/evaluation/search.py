@@ -76,6 +76,7 @@ class ChainScorer:
                 self._quality[:, columns],
                 thresholds,
                 scoring=self.matrix.scoring(self.rows, columns),
+                saving=self.matrix.saving(self.rows, columns),
             )
             for member, row in zip(members, thresholds, strict=True):
                 routes[member] = (sequence, tuple(float(t) for t in row))

@@ -46,6 +46,7 @@ def tier_outcomes(tier: Tier, matrix: RunsMatrix, rows: np.ndarray) -> TierOutco
             matrix.quality[block],
             route.thresholds,
             scoring=matrix.scoring(rows, columns.tolist()),
+            saving=matrix.saving(rows, columns.tolist()),
         )
         cost += route.weight * route_cost
         quality += route.weight * route_quality

@@ -250,6 +250,39 @@ def panels() -> list[dict[str, Any]]:
         ),
         row("Latency and upstreams"),
         timeseries(
+            "Time to first token by tier and outcome",
+            "Streamed requests: from the request to the first bytes of the answer "
+            "(cascade_time_to_first_token_seconds). A buffer tier's accepted stream waits for the "
+            "cheap model's whole answer; a prefix tier's only for its first tokens.",
+            [
+                (
+                    f"histogram_quantile({q}, sum by (tier, outcome, le) "
+                    f"(rate(cascade_time_to_first_token_seconds_bucket{{{TIER_SEL}}}[{RI}])))",
+                    f"{{{{tier}}}} {{{{outcome}}}} p{round(q * 100)}",
+                )
+                for q in (0.5, 0.95)
+            ],
+            "s",
+        ),
+        timeseries(
+            "Prefix commit: tokens held and cancelled",
+            "Tiers with the prefix commit rule: the median content tokens of the cheap stage held when "
+            "it was decided (cascade_commit_position_tokens) and the cheap tokens cancelled on "
+            "escalation per second (cascade_cancelled_tokens_total).",
+            [
+                (
+                    "histogram_quantile(0.5, sum by (tier, le) "
+                    f"(rate(cascade_commit_position_tokens_bucket{{{TIER_SEL}}}[{RI}])))",
+                    "{{tier}} held p50",
+                ),
+                (
+                    f"sum by (tier, model) (rate(cascade_cancelled_tokens_total{{{TIER_SEL}}}[{RI}]))",
+                    "{{tier}} {{model}} cancelled/s",
+                ),
+            ],
+            "short",
+        ),
+        timeseries(
             "Gateway overhead quantiles",
             "Time the gateway itself spends per request, upstream calls excluded (cascade_overhead_seconds).",
             quantiles("cascade_overhead_seconds", "", SEL, ""),

@@ -31,6 +31,8 @@ DOCUMENT: dict[str, Any] = {
             "routes": [{"weight": 1.0, "models": ["small", "large"], "thresholds": [0.35]}],
             "expected": {"cost_usd": 0.00002, "quality": 0.46, "escalation_rate": 0.2},
             "shadow_price": 9000.0,
+            # Streamed requests start at the cheap model's speed: decided on its first 4 tokens.
+            "commit": {"rule": "prefix", "tokens": 4},
         },
         "balanced": {
             "objective": {"max_cost_usd": 0.00004},

@@ -60,7 +60,8 @@ def make_app(model: str) -> web.Application:
         text = "".join(_WORDS)
         usage = {"prompt_tokens": 12, "completion_tokens": len(_WORDS), "total_tokens": 12 + len(_WORDS)}
         if body.get("stream"):
-            return await _stream(request, completion_id, text, usage)
+            logprobs = _token_logprobs(confident, top_k)[:-1] if body.get("logprobs") else None
+            return await _stream(request, completion_id, text, usage, logprobs)
         choice: dict[str, Any] = {
             "index": 0,
             "finish_reason": "stop",
@@ -80,7 +81,11 @@ def make_app(model: str) -> web.Application:
         )
 
     async def _stream(
-        request: web.Request, completion_id: str, text: str, usage: dict[str, int]
+        request: web.Request,
+        completion_id: str,
+        text: str,
+        usage: dict[str, int],
+        logprobs: list[dict[str, Any]] | None,
     ) -> web.StreamResponse:
         response = web.StreamResponse(headers={"Content-Type": "text/event-stream"})
         await response.prepare(request)
@@ -90,8 +95,11 @@ def make_app(model: str) -> web.Application:
             "created": int(time.time()),
             "model": model,
         }
-        for word in _WORDS:
-            chunk = {**base, "choices": [{"index": 0, "delta": {"content": word}, "finish_reason": None}]}
+        for index, word in enumerate(_WORDS):
+            choice: dict[str, Any] = {"index": 0, "delta": {"content": word}, "finish_reason": None}
+            if logprobs is not None:  # one entry per streamed token, as llama.cpp streams them
+                choice["logprobs"] = {"content": [logprobs[index]]}
+            chunk = {**base, "choices": [choice]}
             await response.write(f"data: {json.dumps(chunk)}\n\n".encode())
         final = {**base, "choices": [{"index": 0, "delta": {}, "finish_reason": "stop"}], "usage": usage}
         await response.write(f"data: {json.dumps(final)}\n\ndata: [DONE]\n\n".encode())

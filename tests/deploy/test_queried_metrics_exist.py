@@ -52,6 +52,9 @@ def scrape(example_gateway) -> dict[str, Family]:
     )
     for _ in client.chat.completions.create(model="cascade", messages=hard, stream=True):
         pass  # escalated and streamed live from the large model
+    for question in (ask, hard):  # the economy tier decides streams on a prefix: committed, then cancelled
+        for _ in client.chat.completions.create(model="cascade/economy", messages=question, stream=True):
+            pass
     with pytest.raises(openai.BadRequestError):
         client.chat.completions.create(model="cascade/no-such-tier", messages=ask)  # error
     return scrape_families(_after_sampling(example_gateway.url))

@@ -56,7 +56,10 @@ SCORERS: dict[str, dict[str, Any]] = {
     "consistency": {"name": "consistency", "samples": 3, "temperature": 0.7, "equivalence": "exact"},
     "self_report": {"name": "self_report"},
     "shadow": {"name": "mean_token_negentropy", "top_k": 5},
+    "prefix": {"name": "mean_token_negentropy", "top_k": 5},
 }
+# The prefix setup's default tier decides streamed text requests on their first tokens.
+PREFIX_TIER = {"balanced": {"commit": {"rule": "prefix", "tokens": fm.PREFIX_TOKENS}}}
 KEY_LIMIT_USD = 1000.0  # far above any cell's charge but a huge usage's: refusals are not tested here
 NANO_PER_USD = 1_000_000_000
 # A float shadow-cost counter that passed this many USD (a huge usage) counts cents no more.
@@ -94,7 +97,8 @@ class Matrix:
             prompt, completion = fm.PRICES[config["model"]]
             config["price"] = {"input_per_mtok": prompt, "output_per_mtok": completion}
             config["timeout_s"] = fm.MODEL_TIMEOUT_S
-        policy = write_policy(self.workdir / f"{setup}.json", scorer=SCORERS[setup])
+        tiers = PREFIX_TIER if setup == "prefix" else None
+        policy = write_policy(self.workdir / f"{setup}.json", tiers, scorer=SCORERS[setup])
         document: dict[str, Any] = {
             "models": models,
             "policy": str(policy),
@@ -340,6 +344,10 @@ def run_cell(matrix: Matrix, cell: fm.Cell) -> CellRun:
         run.shadow_bills = [b for b in upstream.bills if b.at > line["ts"]]
         run.shadow_counted_usd = shadow_cost(running) - shadow_before
     run.check(cell.endpoint)
+    if cell.fault == "cancelled_on_escalation" and (
+        line.get("commit_tokens") != fm.PREFIX_TOKENS or line.get("escalation_reasons") != ["low_score"]
+    ):
+        run.violations.append(f"not cancelled on its prefix: {line.get('commit_tokens')} tokens held")
     return run
 
 

@@ -73,6 +73,8 @@ H_B = -(0.9 * ln(0.9) + 2 * 0.05 * ln(0.05))
 TWO_TOKEN_EXPECTED = {
     "mean_token_negentropy": ((1 - H_A / ln(3)) + (1 - H_B / ln(3))) / 2,
     "min_token_negentropy": 1 - H_A / ln(3),
+    # The 10th percentile, linearly interpolated between the two positions' values (numpy's default).
+    "q10_token_negentropy": (1 - H_A / ln(3)) + 0.1 * ((1 - H_B / ln(3)) - (1 - H_A / ln(3))),
     "probability_margin": ((0.5 - 0.3) + (0.9 - 0.05)) / 2,
     "min_probability": 0.5,
     "sequence_probability": math.sqrt(0.5 * 0.9),

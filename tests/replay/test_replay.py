@@ -225,3 +225,37 @@ def test_every_report_field_is_named_in_the_contracts_doc(
         <= named
     )
     assert set(row) - named == set()
+
+
+def test_streamed_replay_reports_time_to_first_token_through_a_prefix_tier(
+    tmp_path, upstream, policy_file, start_replay_gateway
+):
+    policy = policy_file(balanced={"commit": {"rule": "prefix", "tokens": 4}})
+    gateway = start_replay_gateway(policy)
+    prompts = write_prompts(tmp_path / "set.jsonl")
+    script_balanced(upstream)
+    report_path = tmp_path / "out" / "report.json"
+
+    result = invoke(
+        str(prompts), "-g", gateway.url, "-t", "balanced", "-p", str(policy), "-o", str(report_path),
+        "--concurrency", "1", "--stream", "--html", str(tmp_path / "out" / "report.html"),
+    )  # fmt: skip
+
+    assert result.exit_code == 0, result.output
+    report = json.loads(report_path.read_text())
+    [arm] = report["arms"]
+    # The same realized figures as the buffered run: the final facts come from the stream's last chunk.
+    assert arm["quality"]["realized"] == pytest.approx(0.7)
+    assert arm["escalation_rate"]["realized"] == pytest.approx(0.4)
+    assert arm["cost_usd"]["realized"] == pytest.approx((10 * SMALL_COST + 4 * LARGE_COST) / 10, rel=1e-9)
+    assert arm["answered_by"] == {"small": 6, "large": 4}
+    assert arm["commit"] == {"prefix": 10}
+    assert 0 < arm["ttft_ms"]["p50"] <= arm["ttft_ms"]["p95"] <= arm["latency_ms"]["p95"]
+    assert "first token p50" in result.stdout
+    assert all(c.body["stream"] is True for c in upstream.calls("up-small"))
+    results = (tmp_path / "out" / "report.requests.jsonl").read_text()
+    rows = [json.loads(line) for line in results.splitlines()]
+    assert all(row["stream"] is True and row["ttft_ms"] <= row["latency_ms"] for row in rows)
+    # A rerun that does not stream refuses to mix its rows with these.
+    rerun = invoke(str(prompts), "-g", gateway.url, "-t", "balanced", "-o", str(report_path))
+    assert rerun.exit_code != 0 and "use the same options" in rerun.output

@@ -7,9 +7,12 @@ exactly that call meets the fault and every other call is answered normally; eve
 (tests/support/provider_bills.py), so the upstream's ``bills`` say what a provider would bill.
 
 The calls: ``cheap`` (the scored first stage), ``final`` (the last stage, after an escalation),
-``verifier``, ``consistency`` (every sample), ``self_report`` (the black-box scorers' extra calls) and
-``shadow`` (the learning sampler's call to a pool model after the response). The faults are in
-``FAULTS``; ``fault_reply`` builds each. tests/gateway/test_fault_matrix.py runs the cells.
+``verifier``, ``consistency`` (every sample), ``self_report`` (the black-box scorers' extra calls),
+``shadow`` (the learning sampler's call to a pool model after the response) and ``prefix_cheap``
+(the cheap stage of a tier with the ``prefix`` commit rule, streamed and decided on its first
+tokens: gateway/prefix_commit.py). The faults are in ``FAULTS``; ``fault_reply`` builds each;
+``cancelled_on_escalation`` is a long unsure answer whose prefix is rejected, so the gateway
+cancels its stream mid-way. tests/gateway/test_fault_matrix.py runs the cells.
 """
 
 from __future__ import annotations
@@ -28,7 +31,7 @@ PATHS = {
     "responses": "/v1/responses",
     "messages": "/v1/messages",
 }
-CALLS = ("cheap", "final", "verifier", "consistency", "self_report", "shadow")
+CALLS = ("cheap", "final", "verifier", "consistency", "self_report", "shadow", "prefix_cheap")
 BLACKBOX_CALLS = ("verifier", "consistency", "self_report")
 FAULTS = (
     "timeout_before_headers",
@@ -42,7 +45,13 @@ FAULTS = (
     "huge_usage",
     "uncapped_answer",
     "hostile_nesting",
+    "cancelled_on_escalation",
 )
+# The prefix setup's commit rule (its default tier small -> large decides on this many tokens) and
+# the length of an answer cancelled on escalation, streamed slowly enough to be cut mid-way.
+PREFIX_TOKENS = 3
+CANCELLED_TOKENS = 40
+CANCELLED_CHUNK_DELAY_S = 0.01
 # Every model's ``timeout_s``; a stalled upstream waits far longer (its handler is cancelled when
 # the gateway gives up, so the stall costs the test nothing).
 MODEL_TIMEOUT_S = 0.5
@@ -79,6 +88,8 @@ class Cell:
         """Which gateway serves the cell: the policy scorer (and learning) its call needs."""
         if self.call in BLACKBOX_CALLS:
             return self.call
+        if self.call == "prefix_cheap":
+            return "prefix"
         return "shadow" if self.call == "shadow" else "logprobs"
 
 
@@ -88,6 +99,12 @@ def prune_reason(cell: Cell) -> str | None:
         # gateway/blackbox_scoring.py: black-box scorers score chat requests; a legacy completion
         # gets no score and makes no verifier, sample or self-report call.
         return "a legacy completion is never black-box scored: that call is never made"
+    if cell.call == "prefix_cheap" and not cell.stream:
+        # gateway/prefix_commit.py: a request that is not streamed keeps the buffer rule.
+        return "a whole answer is never decided on a prefix: the prefix stage is never streamed"
+    if cell.fault == "cancelled_on_escalation" and cell.call != "prefix_cheap":
+        # Only the prefix rule cancels a call it started; to any other call an unsure answer is no fault.
+        return "only a prefix tier's cheap stage is cancelled on escalation"
     return None
 
 
@@ -130,6 +147,11 @@ def fault_reply(fault: str, *, uncapped_tokens: int | None = None) -> Reply:
         "huge_usage": {"usage_report": "huge"},
         "uncapped_answer": {"uncapped_tokens": UNCAPPED_TOKENS, "confidence": None},
         "hostile_nesting": {"nesting_depth": NESTING_DEPTH, "confidence": None},
+        "cancelled_on_escalation": {
+            "uncapped_tokens": uncapped_tokens or CANCELLED_TOKENS,
+            "confidence": 0.3,
+            "chunk_delay_s": CANCELLED_CHUNK_DELAY_S,
+        },
     }[fault]
     return Reply(**{**base, **changes})
 
@@ -141,7 +163,7 @@ def script_cell(upstream: ScriptedUpstream, cell: Cell) -> None:
     small, medium, large = "up-small", "up-medium", "up-large"
     upstream.set_default(medium, answer())
     upstream.set_default(large, answer(content="Paris."))
-    if cell.call == "cheap":
+    if cell.call in ("cheap", "prefix_cheap"):
         upstream.set_default(small, fault)
     elif cell.call == "final":
         upstream.set_default(small, answer(confidence=0.3))  # unsure: escalates

@@ -24,7 +24,9 @@ def request_lines(
     deadline = time.monotonic() + timeout_s
     while True:
         lines: dict[str, dict[str, Any]] = {}
-        for raw in log.read_bytes().splitlines():
+        # Only whole lines: the gateway may be writing the last one while it is read.
+        whole, _, _ = log.read_bytes().rpartition(b"\n")
+        for raw in whole.splitlines():
             if raw.startswith(b"{"):
                 entry = orjson.loads(raw)
                 if entry.get("event") == "request":
