@@ -9,7 +9,8 @@ import re
 from pathlib import Path
 
 _NAME = re.compile(r"`([A-Za-z_][\w]*(?:\.[A-Za-z_]\w*)?)`")
-_MODULE = re.compile(r"`((?:gateway|policies|money|stats|redaction|publishing|traffic|calibration)/[\w/]+\.py)`")
+_PACKAGES = "gateway|policies|money|stats|redaction|publishing|traffic|calibration"
+_MODULE = re.compile(rf"`((?:{_PACKAGES})/[\w/]+\.py)`")
 
 
 def _definitions(path: Path) -> set[str]:
