@@ -178,19 +178,9 @@ class CascadeEngine(PrefixStages):
             for event in events_of_answer:
                 yield event
             return
-        config = self._models[stage.model]
-        body = upstream_body(
-            request,
-            config.model,
-            top_k=None,
-            stream=True,
-            defaults=config.request_defaults,
-            capabilities=config.capabilities,
-            default_cap=config.default_max_tokens,
-        )
         watch = self._review.watch(stage.model, request, facts)
         relay = LiveRelay(self._pool[stage.model], request, facts, self.settle, started, watch)
-        events = relay.events(body, deadline)
+        events = relay.events(self._live_body(stage.model, request), deadline)
         async with aclosing(events):
             try:
                 async for live in events:
@@ -210,6 +200,19 @@ class CascadeEngine(PrefixStages):
                 fallback = self._fall_back(stage, failure, facts)
                 for replayed in self._replay(fallback, facts, request, started):
                     yield replayed
+
+    def _live_body(self, model: str, request: ParsedRequest) -> bytes:
+        """The upstream body of a final stage relayed live (streamed, no scorer's logprobs)."""
+        config = self._models[model]
+        return upstream_body(
+            request,
+            config.model,
+            top_k=None,
+            stream=True,
+            defaults=config.request_defaults,
+            capabilities=config.capabilities,
+            default_cap=config.default_max_tokens,
+        )
 
     def _observe_score(self, plan: RoutePlan, model: str, score: float | None) -> None:
         """A scored stage's score in the confidence histogram and the drift window."""

@@ -34,12 +34,12 @@ from gateway.cascade import client_body
 from gateway.edges.base import ApiEdge, Headers, StreamTranslator, Translated, openai_error_parts
 from gateway.errors import (
     BadRequestError,
-    BodyTooLargeError,
     BudgetExceededError,
     GatewayError,
     InternalError,
     ShuttingDownError,
 )
+from gateway.exchange import ClientGone, Exchange, read_body, watch_disconnect
 from gateway.facts import CascadeFacts
 from gateway.live import StreamFailed, StreamStart
 from gateway.logs import log_event, log_exception
@@ -65,41 +65,16 @@ _WANTED_HEADERS = frozenset(
 _UNREADABLE_REQUEST = (TypeError, ValueError, KeyError, IndexError, AttributeError, RecursionError)
 
 
-class _ClientGone(Exception):
-    """The client disconnected before its request body arrived."""
-
-
 def error_parts(error: GatewayError, request_id: str | None = None) -> tuple[int, Headers, bytes]:
     """The one mapping of a GatewayError to (status, headers, OpenAI error body)."""
     return openai_error_parts(error, request_id)
-
-
-class _Exchange:
-    """One HTTP exchange's send side, remembering whether the response has started."""
-
-    __slots__ = ("done", "gone", "send", "started")
-
-    def __init__(self, send: Send):
-        self.send = send
-        self.started = False
-        self.done = False
-        self.gone = False
-
-    async def start(self, status: int, headers: list[tuple[bytes, bytes]]) -> None:
-        self.started = True
-        await self.send({"type": "http.response.start", "status": status, "headers": headers})
-
-    async def body(self, data: bytes, more: bool = True) -> None:
-        if not more:
-            self.done = True  # from here on a disconnect is the normal end of the exchange
-        await self.send({"type": "http.response.body", "body": data, "more_body": more})
 
 
 @dataclass(slots=True)
 class _Request:
     """One request's progress through the endpoint: what its settlement, metrics and log line read."""
 
-    exchange: _Exchange
+    exchange: Exchange
     started: float = field(default_factory=time.perf_counter)
     request_id: str = field(default_factory=lambda: os.urandom(12).hex())
     tier: str = "none"
@@ -137,13 +112,13 @@ class ApiEndpoint:
             self.gateway.untrack(current)
 
     async def _serve(self, scope: Scope, receive: Receive, send: Send, current: asyncio.Task[Any]) -> None:
-        request = _Request(_Exchange(send))
+        request = _Request(Exchange(send))
         try:
             await self._handle(request, scope, receive, current)
         except asyncio.CancelledError:
             if not await self._absorb_cancel(request, current):
                 raise
-        except _ClientGone:  # or cut by the body timeout (gateway.serving), which answered 408
+        except ClientGone:  # or cut by the body timeout (gateway.serving), which answered 408
             request.status, request.outcome = 408 if scope.get(BODY_TIMED_OUT) else 499, "error"
         except GatewayError as error:
             request.status = error.status
@@ -169,7 +144,7 @@ class ApiEndpoint:
         parsed, plan = translated.request, request.plan
         assert plan is not None
         # From here on upstream calls may run: cancel them if the client goes away.
-        request.watcher = asyncio.create_task(_watch_disconnect(receive, request.exchange, current))
+        request.watcher = asyncio.create_task(watch_disconnect(receive, request.exchange, current))
         deadline = time.monotonic() + gw.limits.request_timeout_s
         # The sampler decides; a drawn request's scored answers are kept by the engine for reuse.
         drawn = request.drawn = gw.learning.draw(plan, parsed) if gw.learning is not None else None
@@ -185,7 +160,7 @@ class ApiEndpoint:
         """Read, authenticate, translate and route the request, and reserve its worst case."""
         gw, edge = self.gateway, self.edge
         headers = {k: v for k, v in scope["headers"] if k in self.wanted_headers}
-        raw = await _read_body(receive, headers.get(b"content-length"), gw.limits.max_body_bytes)
+        raw = await read_body(receive, headers.get(b"content-length"), gw.limits.max_body_bytes)
         identity = await gw.shared.authenticator.authenticate(edge.credential(headers), client_address(scope))
         try:
             translated = edge.translate(raw, request.request_id)
@@ -310,7 +285,7 @@ class ApiEndpoint:
             if early is not None:
                 early.close()
 
-    def _early_start(self, exchange: _Exchange, request_id: str, rate: Headers) -> EarlyStart | None:
+    def _early_start(self, exchange: Exchange, request_id: str, rate: Headers) -> EarlyStart | None:
         """The timer that starts a stream whose first event is late (gateway.stream_start)."""
         limits = self.gateway.limits
         if limits.stream_start_after_s is None:
@@ -365,7 +340,7 @@ class ApiEndpoint:
 
     async def _send_error(
         self,
-        exchange: _Exchange,
+        exchange: Exchange,
         error: GatewayError,
         request_id: str,
         translator: StreamTranslator | None = None,
@@ -417,80 +392,10 @@ class ApiEndpoint:
             if self.gateway.logs.log_prompts:
                 fields["prompt"] = parsed.body.get("messages" if parsed.api == "chat" else "prompt")
         if facts is not None:
-            fields.update(
-                route=facts.route,
-                models_called=facts.models_called,
-                answered_by=facts.answered_by,
-                escalated=facts.escalated,
-                score=facts.score,
-                threshold=facts.threshold,
-                cost_usd=facts.cost_usd,
-                worst_case_usd=request.worst_case_usd,
-                upstream_ms=round(upstream_s * 1000, 3),
-                degraded=facts.degraded,
-                policy_id=facts.policy_id,
-            )
-            if facts.mechanism is not None:
-                fields.update(mechanism=facts.mechanism, router_probability=facts.router_probability)
-            if facts.commit_rule is not None:
-                fields.update(commit=facts.commit_rule, commit_tokens=facts.commit_tokens)
-            if facts.failures:
-                fields["upstream_failures"] = facts.failures
-            if facts.escalation_reasons:
-                fields["escalation_reasons"] = facts.escalation_reasons
-            if facts.invalid_answers:
-                # The detail quotes the answer (a value it gave): logged only where prompts are.
-                with_detail = self.gateway.logs.log_prompts
-                fields["invalid_answers"] = [
-                    {"model": model, "check": p.kind, **({"detail": p.detail} if with_detail else {})}
-                    for model, p in facts.invalid_answers
-                ]
-                fields["answer_problem"] = facts.answer_problem
+            fields.update(facts.log_fields(request.worst_case_usd, upstream_s, self.gateway.logs.log_prompts))
         if request.first_byte_s is not None:
             fields["first_byte_ms"] = round(request.first_byte_s * 1000, 3)
         log_event("request", **fields)
-
-
-async def _read_body(receive: Receive, content_length: bytes | None, limit: int) -> bytes:
-    """The request body, refusing more than ``limit`` bytes (413) before or while reading."""
-    if content_length is not None:
-        try:
-            declared = int(content_length)
-        except ValueError:
-            declared = 0
-        if declared > limit:
-            raise BodyTooLargeError(f"request body of {declared} bytes exceeds the limit of {limit} bytes")
-    message = await receive()
-    if message["type"] == "http.disconnect":
-        raise _ClientGone
-    body: bytes = message.get("body", b"")
-    if not message.get("more_body"):
-        if len(body) > limit:
-            raise BodyTooLargeError(f"request body exceeds the limit of {limit} bytes")
-        return body
-    chunks, size = [body], len(body)
-    while True:
-        message = await receive()
-        if message["type"] == "http.disconnect":
-            raise _ClientGone
-        chunk = message.get("body", b"")
-        size += len(chunk)
-        if size > limit:
-            raise BodyTooLargeError(f"request body exceeds the limit of {limit} bytes")
-        chunks.append(chunk)
-        if not message.get("more_body"):
-            return b"".join(chunks)
-
-
-async def _watch_disconnect(receive: Receive, exchange: _Exchange, task: asyncio.Task[Any]) -> None:
-    """Cancel the request's task (and with it every upstream call) when the client disconnects."""
-    while True:
-        message = await receive()
-        if message["type"] == "http.disconnect":
-            if not exchange.done:
-                exchange.gone = True
-                task.cancel()
-            return
 
 
 def _tokens(facts: CascadeFacts | None) -> int | None:

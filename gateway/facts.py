@@ -108,6 +108,41 @@ class CascadeFacts:
             **routed,
         }
 
+    def log_fields(
+        self, worst_case_usd: float | None, upstream_s: float, log_prompts: bool
+    ) -> dict[str, Any]:
+        """The request log line's fields from these facts (an invalid answer's detail quotes the
+        answer: only where prompts are logged)."""
+        fields: dict[str, Any] = dict(
+            route=self.route,
+            models_called=self.models_called,
+            answered_by=self.answered_by,
+            escalated=self.escalated,
+            score=self.score,
+            threshold=self.threshold,
+            cost_usd=self.cost_usd,
+            worst_case_usd=worst_case_usd,
+            upstream_ms=round(upstream_s * 1000, 3),
+            degraded=self.degraded,
+            policy_id=self.policy_id,
+        )
+        if self.mechanism is not None:
+            fields.update(mechanism=self.mechanism, router_probability=self.router_probability)
+        if self.commit_rule is not None:
+            fields.update(commit=self.commit_rule, commit_tokens=self.commit_tokens)
+        if self.failures:
+            fields["upstream_failures"] = self.failures
+        if self.escalation_reasons:
+            fields["escalation_reasons"] = self.escalation_reasons
+        if self.invalid_answers:
+            # The detail quotes the answer (a value it gave): logged only where prompts are.
+            fields["invalid_answers"] = [
+                {"model": model, "check": p.kind, **({"detail": p.detail} if log_prompts else {})}
+                for model, p in self.invalid_answers
+            ]
+            fields["answer_problem"] = self.answer_problem
+        return fields
+
 
 def _number(value: float | None) -> bytes:
     return b"none" if value is None else f"{value:.6g}".encode()

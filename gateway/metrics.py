@@ -105,6 +105,10 @@ class GatewayMetrics:
             buckets=_SCORE_BUCKETS,
             registry=r,
         )
+        self._register_stream_metrics(r)
+
+    def _register_stream_metrics(self, r: CollectorRegistry) -> None:
+        """Streamed requests: time to the first token, and the prefix commit rule's positions."""
         self.first_token = Histogram(
             "cascade_time_to_first_token_seconds",
             "Streamed requests: time from the request to the first byte of the answer's body.",
