@@ -431,7 +431,7 @@ class _Builder(RunsColumns):
         )
 
 
-def _by_mean_cost(cost: np.ndarray, model_names: Sequence[object]) -> list[int]:
+def _by_mean_cost(cost: np.ndarray, model_names: np.ndarray) -> list[int]:
     """The (n, k) ``cost`` matrix's column indices ordered by mean cost ascending (ties: by name)."""
     mean_cost = cost.mean(axis=0)
     return sorted(range(len(model_names)), key=lambda j: (mean_cost[j], str(model_names[j])))
