@@ -234,9 +234,9 @@ def run_calibrate(options: CalibrateOptions, console: Console, errors: Console) 
     from calibration.blackbox_scores import BlackboxOptions
     from calibration.commit_choice import apply_choice
     from calibration.heldout_expected import HeldoutSettings
-    from calibration.kinds import calibrate_kinds, load_runs_by_kind
+    from calibration.kinds import load_runs_by_kind
     from calibration.policy_writer import write_policy
-    from calibration.tiers import UnreachableTierError, load_tiers
+    from calibration.tiers import load_tiers
     from policies.store import build_policy, policy_as_document
 
     runs, output, randomize = options.runs, options.output, options.randomize
@@ -262,14 +262,7 @@ def run_calibrate(options: CalibrateOptions, console: Console, errors: Console) 
     with errors.status("Computing the router's features ..."):
         matrices, routing = routing_options(options, matrices)
     with errors.status(f"Computing the envelope of {size} ..."):
-        try:
-            calibrated = calibrate_kinds(
-                matrices, spec, randomize=randomize, heldout=heldout, routing=routing
-            )
-        except UnreachableTierError as exc:  # the other tiers' warnings, then the error line
-            for warning in exc.warnings:
-                errors.print(f"[yellow]warning:[/yellow] {warning}", highlight=False, soft_wrap=True)
-            raise
+        calibrated = _calibrate(errors, matrices, spec, randomize=randomize, heldout=heldout, routing=routing)
         computed = time.perf_counter()
     policy = calibrated.policy
     study = None
@@ -289,17 +282,43 @@ def run_calibrate(options: CalibrateOptions, console: Console, errors: Console) 
         f"({'randomized' if randomize else 'deterministic'} tiers{held})."
     )
     if study is not None:
-        from calibration.reporting.commit_report import commit_table, write_commit_report
-
-        console.print(commit_table(study))
-        if options.report is not None:
-            page = write_commit_report(options.report, study)
-            console.print(f"Commit rules: {page}", highlight=False, soft_wrap=True)
+        _print_commit_study(console, options, study)
     console.print(
         f"[green]Wrote policy {policy.policy_id}[/green] to {output}", highlight=False, soft_wrap=True
     )
     if options.report is not None:
         _write_reports(console, errors, options, matrices, calibrated, spec, filters)
+
+
+def _calibrate(
+    errors: Console,
+    matrices: Mapping[str, RunsMatrix],
+    spec: TiersSpec,
+    *,
+    randomize: bool,
+    heldout: HeldoutSettings | None,
+    routing: Mapping[str, RoutingOptions] | None,
+) -> CalibratedKinds:
+    """``calibrate_kinds``; on an unreachable tier, print the other tiers' warnings before the error."""
+    from calibration.kinds import calibrate_kinds
+    from calibration.tiers import UnreachableTierError
+
+    try:
+        return calibrate_kinds(matrices, spec, randomize=randomize, heldout=heldout, routing=routing)
+    except UnreachableTierError as exc:  # the other tiers' warnings, then the error line
+        for warning in exc.warnings:
+            errors.print(f"[yellow]warning:[/yellow] {warning}", highlight=False, soft_wrap=True)
+        raise
+
+
+def _print_commit_study(console: Console, options: CalibrateOptions, study: CommitStudy) -> None:
+    """The held-out commit-rule table, and the page it was written to with ``--report``."""
+    from calibration.reporting.commit_report import commit_table, write_commit_report
+
+    console.print(commit_table(study))
+    if options.report is not None:
+        page = write_commit_report(options.report, study)
+        console.print(f"Commit rules: {page}", highlight=False, soft_wrap=True)
 
 
 def _study_commits(

@@ -7,7 +7,7 @@ says why), 1 an error (nothing pushed), 2 a usage error.
 from __future__ import annotations
 
 from pathlib import Path
-from typing import TYPE_CHECKING, Annotated
+from typing import TYPE_CHECKING, Annotated, Any
 
 import typer
 
@@ -132,15 +132,13 @@ def recalibrate(
     Exit code 0: the new policy passed (pushed with --push); 3: refused (the reason on one line); 1: error.
     """
     from calibration.recalibration.recalibrate import RecalibrateOptions
-    from calibration.recalibration.rule import Tolerances
 
     def options() -> RecalibrateOptions:  # called inside run_or_exit: a bad --where is one line too
         return RecalibrateOptions(
+            **_parsed(where, models, mechanisms, heldout, heldout_splits, quality_tolerance, cost_tolerance),
             store=store,
             tiers=tiers,
             since=since,
-            where=parse_where(where),
-            models=list(_names(models)) or None,
             current=current,
             push=push,
             prefix=prefix,
@@ -152,15 +150,33 @@ def recalibrate(
             randomize=randomize,
             resamples=resamples,
             confidence=confidence,
-            tolerances=Tolerances(quality=quality_tolerance, cost=cost_tolerance),
             min_queries=min_queries,
-            heldout_splits=heldout_splits if heldout else 0,
-            mechanisms=None if mechanisms is None else _names(mechanisms),
             features=features,
             router_components=router_components,
         )
 
     run_or_exit(lambda: _run_or_fail(options(), output, report))
+
+
+def _parsed(
+    where: list[str] | None,
+    models: str | None,
+    mechanisms: str | None,
+    heldout: bool,
+    heldout_splits: int,
+    quality_tolerance: float,
+    cost_tolerance: float,
+) -> dict[str, Any]:
+    """The ``RecalibrateOptions`` fields parsed from the command line: filters, names, tolerances, splits."""
+    from calibration.recalibration.rule import Tolerances
+
+    return {
+        "where": parse_where(where),
+        "models": list(_names(models)) or None,
+        "mechanisms": None if mechanisms is None else _names(mechanisms),
+        "tolerances": Tolerances(quality=quality_tolerance, cost=cost_tolerance),
+        "heldout_splits": heldout_splits if heldout else 0,
+    }
 
 
 def _names(listed: str | None) -> tuple[str, ...]:

@@ -20,20 +20,18 @@ from typing import Any
 
 import numpy as np
 
-from calibration.blackbox_scores import CALLS_COLUMN, RESPONSE_COLUMN, BlackboxOptions, BlackboxScores
+from calibration.blackbox_scores import BlackboxOptions, BlackboxScores
 from calibration.prices import PriceSheetError, load_price_sheet
-from calibration.run_kinds import KIND_COLUMN, RunKindError, rows_of_kind
+from calibration.run_kinds import RunKindError, rows_of_kind
 from calibration.runs_columns import (
-    COST_COLUMNS,
     LOGPROBS_COLUMN,
-    PART_COLUMNS,
     REQUEST_BYTES_COLUMN,
     REQUIRED_COLUMNS,
-    STRATA_COLUMN,
     TRUNCATED_COLUMN,
     VALID_COLUMN,
     RunsColumns,
     RunsError,
+    wanted_columns,
 )
 from calibration.runs_scores import RowScores, row_scores
 from calibration.table_io import Columns, TableReadError, read_columns
@@ -177,24 +175,38 @@ def load_runs(
     path = Path(path)
     where = dict(where or {})
     _check_score_options(score_column, scorer, score_tokens)
+    prefix = _prefix_rule(commit, score_column, scorer, prices)
+    price_sheet = _load_prices(prices) if prices is not None else None
+    wanted = wanted_columns(score_column, scorer, feature_columns or [], kind)
+    if prefix is not None:
+        wanted.add(REQUEST_BYTES_COLUMN)
+    columns = _read(path, wanted, where, kind)
+    return _Builder(path, columns, where, blackbox or BlackboxOptions(), score_tokens, prefix).build(
+        price_sheet, prices, score_column, scorer, top_k, feature_columns or []
+    )
+
+
+def _prefix_rule(
+    commit: CommitRule | None, score_column: str | None, scorer: str | None, prices: Path | None
+) -> CommitRule | None:
+    """The ``prefix`` commit rule to score with, or None (whole answers); fails on what it cannot score."""
     prefix = commit if commit is not None and commit.rule == "prefix" else None
     if prefix is not None and (score_column is not None or scorer in BLACKBOX_SCORERS):
         raise RunsError("a prefix commit rule scores the logprobs of a prefix: give a logprob scorer")
     if prefix is not None and prices is None:
         raise RunsError("a prefix commit rule's cost needs token prices: pass --prices PRICES.yaml")
-    price_sheet = _load_prices(prices) if prices is not None else None
-    wanted = _wanted_columns(score_column, scorer, feature_columns or [], kind)
-    if prefix is not None:
-        wanted.add(REQUEST_BYTES_COLUMN)
+    return prefix
+
+
+def _read(path: Path, wanted: set[str], where: Mapping[str, str], kind: str | None) -> Columns:
+    """The wanted columns of the rows matching ``where`` (and ``kind`` when given)."""
     try:
-        columns = read_columns(path, wanted, where)
+        columns = read_columns(path, wanted, dict(where))
         if kind is not None:
             columns = rows_of_kind(columns, kind, path)
     except (TableReadError, RunKindError) as exc:
         raise RunsError(str(exc)) from None
-    return _Builder(path, columns, where, blackbox or BlackboxOptions(), score_tokens, prefix).build(
-        price_sheet, prices, score_column, scorer, top_k, feature_columns or []
-    )
+    return columns
 
 
 def _load_prices(path: Path) -> dict[str, Price]:
@@ -213,27 +225,6 @@ def _check_score_options(score_column: str | None, scorer: str | None, score_tok
         raise RunsError(
             f"scorer {scorer} reads no logprobs: its score tokens must be all, got {score_tokens}"
         )
-
-
-def _wanted_columns(
-    score_column: str | None, scorer: str | None, feature_columns: list[str], kind: str | None
-) -> set[str]:
-    """The columns a load reads (the others of the file are never parsed)."""
-    wanted = {
-        *REQUIRED_COLUMNS,
-        *COST_COLUMNS,
-        *PART_COLUMNS,
-        STRATA_COLUMN,
-        VALID_COLUMN,
-        TRUNCATED_COLUMN,
-        *feature_columns,
-    }
-    wanted.add(score_column if score_column is not None else LOGPROBS_COLUMN)
-    if kind is not None:
-        wanted.add(KIND_COLUMN)
-    if scorer in BLACKBOX_SCORERS:
-        wanted |= {CALLS_COLUMN, RESPONSE_COLUMN}
-    return wanted
 
 
 class _Builder(RunsColumns):
@@ -341,11 +332,8 @@ class _Builder(RunsColumns):
         scoring_m = None if self.blackbox is None else matrix(self.blackbox.scoring_cost)
         saving_m = None if self.saving is None else matrix(self.saving)
         unscored = self.unscored_models(model, keep_rows, scorer)
-        mean_cost = cost_m.mean(axis=0)
-        column_order = sorted(range(n_models), key=lambda j: (mean_cost[j], str(model_names[j])))
-        feature_matrix = None
-        if features:
-            feature_matrix = np.column_stack([matrix(f).mean(axis=1) for f in features])
+        column_order = _by_mean_cost(cost_m, model_names)
+        feature_matrix = np.column_stack([matrix(f).mean(axis=1) for f in features]) if features else None
         return RunsMatrix(
             models=tuple(str(model_names[j]) for j in column_order),
             query_ids=np.asarray(query_names, dtype=str)[kept_queries],
@@ -367,14 +355,6 @@ class _Builder(RunsColumns):
             commit=self.prefix,
         )
 
-    def strata(self, n: int, rows_q: np.ndarray, keep_rows: np.ndarray) -> np.ndarray | None:
-        """(n,) the kept queries' ``dataset`` labels (``rows_q``: each kept row's query), or None."""
-        if STRATA_COLUMN not in self.columns.values:
-            return None
-        labels = np.empty(n, dtype=object)
-        labels[rows_q] = np.asarray(self.columns.values[STRATA_COLUMN], dtype=object)[keep_rows]
-        return labels.astype(str)
-
     def unscored_models(self, model: np.ndarray, keep_rows: np.ndarray, scorer: str) -> tuple[str, ...]:
         """The kept models without recorded calls of the black-box scorer (noted), sorted."""
         if self.blackbox is None:
@@ -385,18 +365,6 @@ class _Builder(RunsColumns):
                 f"no recorded {scorer} calls for {', '.join(unscored)}: used alone or as a last stage only"
             )
         return unscored
-
-    def check_no_duplicate(self, query: np.ndarray, model: np.ndarray, key: np.ndarray) -> None:
-        """Fail on the first row repeating an earlier row's (query_id, model); ``key`` codes the pair."""
-        order = np.argsort(key, kind="stable")
-        repeated = np.flatnonzero(key[order][1:] == key[order][:-1])
-        if repeated.size:
-            first, second = int(order[repeated[0]]), int(order[repeated[0] + 1])
-            raise self.fail(
-                f"duplicate (query_id, model) = ('{query[second]}', '{model[second]}'), "
-                f"first seen at row {int(self.columns.rows[first])}",
-                second,
-            )
 
     def kept_queries(
         self,
@@ -461,3 +429,9 @@ class _Builder(RunsColumns):
             f"for {', '.join(parts)}; every model needs a score on every query "
             f"(record logprobs for every model, or give a score column they all fill)"
         )
+
+
+def _by_mean_cost(cost: np.ndarray, model_names: np.ndarray) -> list[int]:
+    """The (n, k) ``cost`` matrix's column indices ordered by mean cost ascending (ties: by name)."""
+    mean_cost = cost.mean(axis=0)
+    return sorted(range(len(model_names)), key=lambda j: (mean_cost[j], str(model_names[j])))

@@ -13,8 +13,11 @@ from pathlib import Path
 
 import numpy as np
 
+from calibration.blackbox_scores import CALLS_COLUMN, RESPONSE_COLUMN
+from calibration.run_kinds import KIND_COLUMN
 from calibration.table_io import Columns
 from money import Price, PriceError
+from policies.scorers import BLACKBOX_SCORERS
 
 REQUIRED_COLUMNS = ("query_id", "model", "correct")
 COST_COLUMNS = ("cost_usd", "prompt_tokens", "completion_tokens")
@@ -154,6 +157,26 @@ class RunsColumns:
         prices = [sheet[str(name)] for name in model]
         return escalation_saving(cost, prices, sent, read, continues)
 
+    def strata(self, n: int, rows_q: np.ndarray, keep_rows: np.ndarray) -> np.ndarray | None:
+        """(n,) the kept queries' ``dataset`` labels (``rows_q``: each kept row's query), or None."""
+        if STRATA_COLUMN not in self.columns.values:
+            return None
+        labels = np.empty(n, dtype=object)
+        labels[rows_q] = np.asarray(self.columns.values[STRATA_COLUMN], dtype=object)[keep_rows]
+        return labels.astype(str)
+
+    def check_no_duplicate(self, query: np.ndarray, model: np.ndarray, key: np.ndarray) -> None:
+        """Fail on the first row repeating an earlier row's (query_id, model); ``key`` codes the pair."""
+        order = np.argsort(key, kind="stable")
+        repeated = np.flatnonzero(key[order][1:] == key[order][:-1])
+        if repeated.size:
+            first, second = int(order[repeated[0]]), int(order[repeated[0] + 1])
+            raise self.fail(
+                f"duplicate (query_id, model) = ('{query[second]}', '{model[second]}'), "
+                f"first seen at row {int(self.columns.rows[first])}",
+                second,
+            )
+
     def _part_counts(self) -> tuple[np.ndarray, np.ndarray, np.ndarray] | None:
         """The ``PART_COLUMNS`` (an absent column or empty cell: 0), or None when none is present."""
         present = [c for c in PART_COLUMNS if c in self.columns.values]
@@ -187,6 +210,27 @@ class RunsColumns:
                 raise self.fail(f"expected true or false, got {value!r}", int(position), column)
             found[position] = (text in _TRUE_TEXT) is flag
         return found
+
+
+def wanted_columns(
+    score_column: str | None, scorer: str | None, feature_columns: list[str], kind: str | None
+) -> set[str]:
+    """The columns a load reads (the others of the file are never parsed)."""
+    wanted = {
+        *REQUIRED_COLUMNS,
+        *COST_COLUMNS,
+        *PART_COLUMNS,
+        STRATA_COLUMN,
+        VALID_COLUMN,
+        TRUNCATED_COLUMN,
+        *feature_columns,
+    }
+    wanted.add(score_column if score_column is not None else LOGPROBS_COLUMN)
+    if kind is not None:
+        wanted.add(KIND_COLUMN)
+    if scorer in BLACKBOX_SCORERS:
+        wanted |= {CALLS_COLUMN, RESPONSE_COLUMN}
+    return wanted
 
 
 def _is_nan_literal(value: object) -> bool:

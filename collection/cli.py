@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from pathlib import Path
-from typing import TYPE_CHECKING, Annotated
+from typing import TYPE_CHECKING, Annotated, Any
 
 import typer
 
@@ -113,19 +113,14 @@ def collect(
     answers recorded there are scored instead of new ones (rows copied, scorer calls added).
     Resumable: (query_id, model) pairs already in the output are skipped.
     """
-    from dataclasses import replace
-
     from collection.collector import CollectOptions
     from collection.prompts import PromptSetError, load_prompts
     from collection.runs_writer import RunsFileError, done_pairs
-    from collection.scorer_calls import recorded_rows
-    from collection.targets import TargetError, targets_from_config, targets_from_pool
+    from collection.targets import TargetError
 
     try:
         questions = load_prompts(prompts, limit)
-        targets = targets_from_config(config, _split(models)) if config else targets_from_pool(_split(models))
-        if timeout is not None:
-            targets = [replace(target, timeout_s=timeout) for target in targets]
+        targets = _targets(config, models, timeout)
         done = done_pairs(output)
         calls = _scorer_calls_options(
             config,
@@ -137,7 +132,7 @@ def collect(
             self_report,
             scorer_models,
         )
-        recorded = recorded_rows(answers_from) if answers_from is not None else None
+        recorded = _recorded_answers(answers_from)
     except (PromptSetError, TargetError, RunsFileError) as exc:
         fail(str(exc))
     except (OSError, ValueError, KeyError) as exc:
@@ -151,6 +146,25 @@ def collect(
         answers_from=recorded,
     )
     _collect_with_progress(questions, targets, output, done, options)
+
+
+def _recorded_answers(answers_from: Path | None) -> dict[tuple[str, str], dict[str, Any]] | None:
+    """The answers recorded in ``answers_from`` to score instead of asking (None: ask the models)."""
+    from collection.scorer_calls import recorded_rows
+
+    return recorded_rows(answers_from) if answers_from is not None else None
+
+
+def _targets(config: Path | None, models: list[str] | None, timeout: float | None) -> list[Target]:
+    """The models to ask: the config's (or the local pool's), with ``timeout`` per call when given."""
+    from dataclasses import replace
+
+    from collection.targets import targets_from_config, targets_from_pool
+
+    targets = targets_from_config(config, _split(models)) if config else targets_from_pool(_split(models))
+    if timeout is not None:
+        targets = [replace(target, timeout_s=timeout) for target in targets]
+    return targets
 
 
 def _collect_with_progress(

@@ -8,6 +8,7 @@ scores every model from the request's features. Part of the policy file model (`
 from __future__ import annotations
 
 import math
+from collections.abc import Collection, Mapping
 from typing import Any, Literal
 
 from pydantic import Field, SerializerFunctionWrapHandler, model_serializer, model_validator
@@ -101,3 +102,26 @@ class RouterSpec(StrictModel):
 
 
 assert set(FEATURE_SETS) == {"cheap-v1", "minilm-v1"}  # RouterSpec.features names every set
+
+
+def check_routing(
+    where: str, router: RouterSpec | None, models: Collection[str], tiers: Mapping[str, TierRouting | None]
+) -> None:
+    """A tier with ``routing`` needs the router beside it, naming known models, as its own models do.
+
+    ``tiers``: each tier's ``routing`` (None: the tier serves its cascade); ``where`` prefixes errors.
+    """
+    if router is not None:
+        unknown = [m for m in router.models if m not in models]
+        if unknown:
+            raise ValueError(f"{where}router names unknown model(s) {unknown}")
+    for name, routing in tiers.items():
+        if routing is None:
+            continue
+        if router is None:
+            raise ValueError(f"{where}tier {name!r} has routing but there is no router")
+        unknown = [m for m in routing.models or [] if m not in router.models]
+        if unknown:
+            raise ValueError(
+                f"{where}tier {name!r} routing names model(s) {unknown} the router does not score"
+            )

@@ -20,7 +20,7 @@ from pydantic import (
 from policies.blackbox import SELF_REPORT_PROMPT, VERIFIER_PROMPT
 from policies.call_tokens import ScoreTokens
 from policies.commit import CommitRule
-from policies.routing_schema import RouterSpec, TierRouting
+from policies.routing_schema import RouterSpec, TierRouting, check_routing
 from policies.schema_base import StrictModel, without_absent
 from policies.score_distribution import ScoreDistribution
 from policies.scorers import REGISTRY, SCORE_RANGES, SCORER_NAMES
@@ -349,7 +349,7 @@ class Policy(StrictModel):
     @model_validator(mode="after")
     def _references_resolve(self) -> Policy:
         _check_routes("", self.scorer, self.models, self.default_tier, self.tiers, self.envelope)
-        _check_routing("", self.router, self.models, self.tiers)
+        check_routing("", self.router, self.models, {name: tier.routing for name, tier in self.tiers.items()})
         if self.score_distribution is not None:
             self.score_distribution.check_references(list(self.models), list(self.tiers))
         for kind, section in (self.kinds or {}).items():
@@ -362,7 +362,7 @@ class Policy(StrictModel):
             scorer = section.scorer or self.scorer
             tiers, envelope = section.tiers, section.envelope
             _check_routes(where, scorer, section.models, section.default_tier, tiers, envelope)
-            _check_routing(where, section.router, section.models, tiers)
+            check_routing(where, section.router, section.models, {n: t.routing for n, t in tiers.items()})
             if section.score_distribution is not None:
                 try:
                     section.score_distribution.check_references(list(section.models), list(section.tiers))
@@ -403,26 +403,6 @@ def _check_routes(
     costs = [p.cost_usd for p in envelope]
     if costs != sorted(costs):
         raise ValueError(f"{where}envelope points must be sorted by cost_usd")
-
-
-def _check_routing(
-    where: str, router: RouterSpec | None, models: dict[str, ModelStats], tiers: dict[str, Tier]
-) -> None:
-    """A tier with ``routing`` needs the router beside it, naming known models, as its own models do."""
-    if router is not None:
-        unknown = [m for m in router.models if m not in models]
-        if unknown:
-            raise ValueError(f"{where}router names unknown model(s) {unknown}")
-    for name, tier in tiers.items():
-        if tier.routing is None:
-            continue
-        if router is None:
-            raise ValueError(f"{where}tier {name!r} has routing but there is no router")
-        unknown = [m for m in tier.routing.models or [] if m not in router.models]
-        if unknown:
-            raise ValueError(
-                f"{where}tier {name!r} routing names model(s) {unknown} the router does not score"
-            )
 
 
 def _check_threshold_ranges(

@@ -175,24 +175,23 @@ def summarize_arm(
         **metrics,
         "outside": outside,
         "ok": not outside and len(rows) == questions,
-        "latency_ms": {
-            "p50": percentile(latencies, 50),
-            "p95": percentile(latencies, 95),
-            "mean": sum(latencies) / len(latencies) if latencies else None,
-        },
-        "ttft_ms": {
-            "p50": percentile(first_tokens, 50),
-            "p95": percentile(first_tokens, 95),
-            "mean": sum(first_tokens) / len(first_tokens) if first_tokens else None,
-        }
-        if first_tokens
-        else None,
+        "latency_ms": _timing(latencies),
+        "ttft_ms": _timing(first_tokens) if first_tokens else None,
         "commit": dict(Counter(str(r["commit"]) for r in rows if r.get("commit"))),
         "served_tiers": dict(Counter(str(r.get("tier")) for r in rows)),
         "answered_by": dict(Counter(str(r.get("model")) for r in rows)),
         "degraded": sum(bool(r.get("degraded")) for r in rows),
         "over_budget": sum(bool(r.get("over_budget")) for r in rows),
         "invalid_answers": sum(r.get("valid") is False for r in rows),
+    }
+
+
+def _timing(values: Sequence[float]) -> dict[str, float | None]:
+    """Median, 95th percentile and mean of durations in milliseconds (None when there are none)."""
+    return {
+        "p50": percentile(values, 50),
+        "p95": percentile(values, 95),
+        "mean": sum(values) / len(values) if values else None,
     }
 
 
