@@ -7,7 +7,7 @@ says why), 1 an error (nothing pushed), 2 a usage error.
 from __future__ import annotations
 
 from pathlib import Path
-from typing import TYPE_CHECKING, Annotated, Any
+from typing import TYPE_CHECKING, Annotated, TypedDict
 
 import typer
 
@@ -29,6 +29,7 @@ if TYPE_CHECKING:
     from rich.console import Console
 
     from calibration.recalibration.recalibrate import RecalibrateOptions
+    from calibration.recalibration.rule import Tolerances
 
 REFUSED_EXIT_CODE = 3
 
@@ -158,6 +159,16 @@ def recalibrate(
     run_or_exit(lambda: _run_or_fail(options(), output, report))
 
 
+class _ParsedOptions(TypedDict):
+    """The ``RecalibrateOptions`` fields ``_parsed`` fills (typed, so the unpacking is checked)."""
+
+    where: dict[str, str]
+    models: list[str] | None
+    mechanisms: tuple[str, ...] | None
+    tolerances: Tolerances
+    heldout_splits: int
+
+
 def _parsed(
     where: list[str] | None,
     models: str | None,
@@ -166,7 +177,7 @@ def _parsed(
     heldout_splits: int,
     quality_tolerance: float,
     cost_tolerance: float,
-) -> dict[str, Any]:
+) -> _ParsedOptions:
     """The ``RecalibrateOptions`` fields parsed from the command line: filters, names, tolerances, splits."""
     from calibration.recalibration.rule import Tolerances
 
