@@ -3,10 +3,12 @@
 Under the ``prefix`` rule (``policies.commit``) a streamed cheap stage is scored on its first tokens;
 when it escalates, the gateway cancels the call. A cancelled stream has no ``usage`` (an
 OpenAI-compatible server sends it in the last chunk), so the one charging rule
-(``money.charges.call_charge``) charges it its no-usage estimate: the prompt at its bound (one
-token per byte of the request as sent) and one completion token per output chunk read, i.e. the
-prefix's tokens. Calibration charges the same: ``cancelled_charge`` calls ``call_charge`` itself on
-a request of the recorded size, so the two cannot drift apart.
+(``money.charges.attempt_charge`` of a ``cancelled`` attempt) charges the prompt at its bound (one
+token per byte of the request as sent) and the chunks read (the prefix) plus the tokens the model
+declares it may generate before the close reaches it (``cancel_overrun_tokens``), within the cap the
+request sent; a model declaring none is charged that cap (its worst case). Calibration charges the
+same: ``cancelled_charge`` calls ``attempt_charge`` itself on a request of the recorded size and
+cap, so the two cannot drift apart.
 
 A stage that answers (the prefix committed, the rest relayed) is charged its usage, as under the
 buffered rule: its whole recorded cost. An answer no longer than the prefix was read whole and is
@@ -16,7 +18,7 @@ The request's size is the runs' ``request_bytes`` column (``cascade collect`` re
 sent) plus ``money.charges.SENT_FIELDS_BYTES`` for the streaming fields the gateway adds; runs
 without the column are estimated at ``BYTES_PER_PROMPT_TOKEN`` bytes per recorded prompt token plus
 the same allowance (the prompt is a small part of the charge: the cheap members' prompts cost
-1/4 of a generated token each).
+1/4 of a generated token each). Its cap is the runs' ``completion_cap`` column.
 """
 
 from __future__ import annotations
@@ -24,42 +26,52 @@ from __future__ import annotations
 import numpy as np
 
 from money import Price
-from money.charges import SENT_FIELDS_BYTES, call_charge
+from money.charges import SENT_FIELDS_BYTES, Attempt, CallLimits, attempt_charge
 
 # Runs without ``request_bytes``: English text and chat-template JSON run at about 4 bytes a token.
 BYTES_PER_PROMPT_TOKEN = 4
 
 
-def _request_of_size(size: int) -> bytes:
-    """A JSON object of exactly ``size`` bytes (at least 8) with no field a template wraps."""
-    size = max(int(size), 8)
-    return b'{"p":"' + b"x" * (size - 8) + b'"}'
+def _request_of_size(size: int, cap: int) -> bytes:
+    """A JSON object of exactly ``size`` bytes (or the least it can be) sending completion cap
+    ``cap``, with no field a template wraps."""
+    head = b'{"max_tokens":%d,"p":"' % cap
+    return head + b"x" * max(int(size) - len(head) - 2, 0) + b'"}'
 
 
-def cancelled_charge(price: Price, request_bytes: int, streamed_tokens: int) -> float:
-    """USD the gateway charges a call cancelled after ``streamed_tokens`` output chunks whose request
-    was ``request_bytes`` long as sent (``call_charge`` without usage)."""
-    return call_charge(price, None, _request_of_size(request_bytes), streamed_tokens=streamed_tokens).usd
+def cancelled_charge(
+    price: Price, request_bytes: int, streamed_tokens: int, cap: int, overrun: int | None
+) -> float:
+    """USD the gateway charges a stream it cancelled after ``streamed_tokens`` output chunks, whose
+    request was ``request_bytes`` long as sent with completion cap ``cap``, to a model declaring
+    ``overrun`` tokens generated after a cancel (None: undeclared, the cap is charged)."""
+    attempt = Attempt(_request_of_size(request_bytes, cap), streamed_tokens=streamed_tokens, cancelled=True)
+    return attempt_charge(price, attempt, CallLimits(default_cap=cap, cancel_overrun_tokens=overrun)).usd
 
 
 def escalation_saving(
     whole_cost: np.ndarray,
     prices: list[Price],
     request_bytes: np.ndarray,
+    caps: np.ndarray,
+    overruns: list[int | None],
     read: np.ndarray,
     continues: np.ndarray,
 ) -> np.ndarray:
     """(r,) USD not charged when each row's stage escalates under the prefix rule.
 
     ``whole_cost``: the row's cost as answered whole; ``prices``: each row's model price;
-    ``request_bytes``: the request's bytes as sent (streaming fields included); ``read``: tokens of
-    the prefix; ``continues``: the answer goes on past the prefix (else it is read whole: no saving).
-    Negative where the cancelled call is charged more than the whole answer (its prompt bound above
-    its usage, with few tokens left after the prefix).
+    ``request_bytes``: the request's bytes as sent (streaming fields included); ``caps``: the
+    completion cap it sent; ``overruns``: its model's declared overrun after a cancel (None:
+    undeclared); ``read``: tokens of the prefix; ``continues``: the answer goes on past the prefix
+    (else it is read whole: no saving). Negative where the cancelled call is charged more than the
+    whole answer (its prompt bound above its usage, or the overrun past its end).
     """
     saving = np.zeros(whole_cost.shape[0])
     for row in np.flatnonzero(continues):
-        charged = cancelled_charge(prices[row], int(request_bytes[row]), int(read[row]))
+        charged = cancelled_charge(
+            prices[row], int(request_bytes[row]), int(read[row]), int(caps[row]), overruns[row]
+        )
         saving[row] = float(whole_cost[row]) - charged
     return saving
 

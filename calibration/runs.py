@@ -21,9 +21,10 @@ from typing import Any
 import numpy as np
 
 from calibration.blackbox_scores import BlackboxOptions, BlackboxScores
-from calibration.prices import PriceSheetError, load_price_sheet
+from calibration.prices import PriceSheetError, load_cancel_overruns, load_price_sheet
 from calibration.run_kinds import RunKindError, rows_of_kind
 from calibration.runs_columns import (
+    COMPLETION_CAP_COLUMN,
     LOGPROBS_COLUMN,
     REQUEST_BYTES_COLUMN,
     REQUIRED_COLUMNS,
@@ -179,7 +180,7 @@ def load_runs(
     price_sheet = _load_prices(prices) if prices is not None else None
     wanted = wanted_columns(score_column, scorer, feature_columns or [], kind)
     if prefix is not None:
-        wanted.add(REQUEST_BYTES_COLUMN)
+        wanted |= {REQUEST_BYTES_COLUMN, COMPLETION_CAP_COLUMN}
     columns = _read(path, wanted, where, kind)
     return _Builder(path, columns, where, blackbox or BlackboxOptions(), score_tokens, prefix).build(
         price_sheet, prices, score_column, scorer, top_k, feature_columns or []
@@ -212,6 +213,13 @@ def _read(path: Path, wanted: set[str], where: Mapping[str, str], kind: str | No
 def _load_prices(path: Path) -> dict[str, Price]:
     try:
         return load_price_sheet(path)
+    except PriceSheetError as exc:
+        raise RunsError(str(exc)) from None
+
+
+def _load_overruns(path: Path) -> dict[str, int]:
+    try:
+        return load_cancel_overruns(path)
     except PriceSheetError as exc:
         raise RunsError(str(exc)) from None
 
@@ -278,7 +286,8 @@ class _Builder(RunsColumns):
         self.blackbox = scores.blackbox
         read, continues = scores.prefix_read, scores.prefix_continues
         if read is not None and continues is not None and price_sheet is not None:
-            self.saving = self.prefix_saving(model, cost, price_sheet, read, continues)
+            overruns = _load_overruns(prices_path) if prices_path is not None else {}
+            self.saving = self.prefix_saving(model, cost, price_sheet, overruns, read, continues)
         # Certainly wrong (a failed check) or unfinished (cut at a cap the request did not set):
         # never accepted, whatever the scorer says, as the gateway escalates both.
         invalid = self.flagged(VALID_COLUMN, flag=False) | self.flagged(TRUNCATED_COLUMN, flag=True)

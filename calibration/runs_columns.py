@@ -29,6 +29,8 @@ VALID_COLUMN = "valid"
 TRUNCATED_COLUMN = "truncated"
 # The bytes of each recorded request as sent (``cascade collect``): a prefix rule's cancelled call.
 REQUEST_BYTES_COLUMN = "request_bytes"
+# The completion cap each recorded request sent (``cascade collect``): a cancelled call's bound.
+COMPLETION_CAP_COLUMN = "completion_cap"
 _FALSE_TEXT = {"false", "0"}
 _TRUE_TEXT = {"true", "1"}
 _NAN_TEXT = {"nan", "+nan", "-nan"}
@@ -133,14 +135,27 @@ class RunsColumns:
         model: np.ndarray,
         cost: np.ndarray,
         sheet: dict[str, Price],
+        overruns: Mapping[str, int],
         read: np.ndarray,
         continues: np.ndarray,
     ) -> np.ndarray:
         """(r,) USD not charged when each row's stage escalates under a prefix rule
         (``calibration.prefix_cost``): ``read`` tokens of each prefix, ``continues`` where the answer
-        goes on past it."""
+        goes on past it; ``overruns``: the tokens each model declares it may generate after a cancel
+        (the price sheet's ``cancel_overrun_tokens``; a model absent is charged its cap)."""
         from calibration.prefix_cost import escalation_saving, sent_request_bytes
 
+        self.require_column(
+            COMPLETION_CAP_COLUMN,
+            "completion-cap column (a cancelled cheap stage is charged within the cap it sent; "
+            "cascade collect records it)",
+        )
+        caps, _ = self.numeric(COMPLETION_CAP_COLUMN)
+        bad = np.flatnonzero(~np.isfinite(caps) | (caps < 1))
+        if bad.size:
+            raise self.fail(
+                f"expected a positive cap, got {caps[bad[0]]!r}", int(bad[0]), COMPLETION_CAP_COLUMN
+            )
         request_bytes = None
         if REQUEST_BYTES_COLUMN in self.columns.values:
             request_bytes, _ = self.numeric(REQUEST_BYTES_COLUMN)
@@ -155,7 +170,8 @@ class RunsColumns:
         except ValueError as exc:
             raise RunsError(f"{self.path}: {exc}") from None
         prices = [sheet[str(name)] for name in model]
-        return escalation_saving(cost, prices, sent, read, continues)
+        overrun = [overruns.get(str(name)) for name in model]
+        return escalation_saving(cost, prices, sent, caps, overrun, read, continues)
 
     def strata(self, n: int, rows_q: np.ndarray, keep_rows: np.ndarray) -> np.ndarray | None:
         """(n,) the kept queries' ``dataset`` labels (``rows_q``: each kept row's query), or None."""

@@ -28,7 +28,7 @@ from collection.runs_writer import RunsWriter
 from collection.scorer_calls import ScorerCallsOptions, scorer_calls
 from collection.targets import Target
 from collection.upstream_call import CallError, call_model
-from money.charges import call_charge
+from money.charges import call_charge, completion_bound
 from policies.request_defaults import merge_request_defaults
 from policies.truncation import cut_short
 
@@ -177,6 +177,8 @@ async def answer_row(
         # rule bounds the prompt by when a call has no usage, e.g. a cheap stage cancelled after a
         # prefix (calibration.prefix_cost).
         row["request_bytes"] = len(json.dumps(stage_body, separators=(",", ":"), ensure_ascii=False).encode())
+        # ... and the completion cap it sent: a cancelled call is charged within it.
+        row["completion_cap"] = completion_bound(stage_body)
     if options.scorer_calls.wanted(target.name):
         row["scorer_calls"] = await scorer_calls(
             client, target, stage_body, str(row.get("response") or ""), options.scorer_calls, options.retries

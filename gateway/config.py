@@ -93,6 +93,13 @@ class ModelConfig(_Section):
         description="prompt tokens one image, audio or file part may be billed; a request carrying a "
         "part of a kind left unset is refused (400) on a route through this model",
     )
+    cancel_overrun_tokens: int | None = Field(
+        None,
+        ge=0,
+        description="completion tokens this upstream may still generate, and bill, after the gateway "
+        "closes a stream (a prefix tier's rejected cheap stage): that stream is charged the chunks read "
+        "plus this many, within its cap; unset: its worst case (the cap sent)",
+    )
 
     @model_validator(mode="before")
     @classmethod
@@ -147,7 +154,7 @@ class ModelConfig(_Section):
     @cached_property
     def limits(self) -> CallLimits:
         """What bounds this model's calls beyond the request bytes (``money.charges``)."""
-        return CallLimits(self.default_max_tokens, self.part_tokens.declared())
+        return CallLimits(self.default_max_tokens, self.part_tokens.declared(), self.cancel_overrun_tokens)
 
 
 class AuthConfig(_Section):

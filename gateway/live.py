@@ -181,7 +181,7 @@ class LiveRelay:
         tally = StreamTally()
         attempts: list[Attempt] = []  # the attempts that ended before the 200 (upstream.stream)
         whole: dict[str, Any] | None = None  # the answer, when the upstream ignored ``stream``
-        accepted = json_answer = started = done = complete = False
+        accepted = json_answer = started = done = complete = rejected = False
         t0 = time.monotonic()
 
         def finish() -> None:
@@ -197,6 +197,8 @@ class LiveRelay:
                 attempts.append(Attempt(body))
             elif complete or (accepted and tally.usage is not None):
                 attempts.append(tally.attempt(body))
+            elif rejected:  # closed by the gateway: the chunks read plus the model's declared overrun
+                attempts.append(Attempt(body, streamed_tokens=tally.completion_tokens, cancelled=True))
             elif accepted:  # a stream that broke off without usage: what it produced is unknown
                 attempts.append(Attempt(body))
             self._settle(facts, model, attempts)
@@ -225,6 +227,7 @@ class LiveRelay:
                             if not gate[0].hold(event):
                                 continue
                             if not gate[1](gate[0]):
+                                rejected = True
                                 response.close()  # the upstream stops generating what nobody reads
                                 yield PrefixRejected()  # ``finish`` charges the cancelled call
                                 return

@@ -13,7 +13,8 @@ truncated list: the function calibration applies to the recorded prefix), then:
   ends with ``finish_reason: length`` and is not escalated (the ``truncated`` rule can only hold
   before the first byte);
 * escalate: the cheap call is cancelled (charged by ``money.charges``: its usage if the stream
-  reported one, else its worst case) and the final stage streams live.
+  reported one, else the chunks read plus the model's declared ``cancel_overrun_tokens``, its
+  worst case when it declares none) and the final stage streams live.
 
 A cheap answer that ends before the decision point is decided as under ``buffer``, on the whole
 answer (its ``truncated`` rule included). "The prefix" is ``policies.commit.prefix_entries``: the

@@ -36,6 +36,13 @@ when one was read, else the worst case of what it sent. Only an attempt that pro
 served is free: one that failed before its request was sent (connection refused), or one the
 upstream answered with an error status (an error carries no completion and no usage).
 
+**A stream the gateway cancelled itself** (``Attempt.cancelled``: a ``prefix`` tier's rejected
+cheap stage) carries no usage either; what the provider generated is the chunks read plus what it
+wrote before the close reached it. Its worst case is therefore bounded by what the model declares
+(``CallLimits.cancel_overrun_tokens``): the prompt at its bound and the chunks read plus that many
+tokens per generated choice, within the cap sent. A model declaring nothing is charged the
+call's worst case, as any stream that broke off without usage.
+
 **The cap reserved is the cap sent** (``with_output_cap``): a request is sent with the completion
 cap its bound assumed, the model's ``default_cap`` when neither the client nor the model's request
 defaults set a positive one, and each content part priced by something other than bytes (an image,
@@ -96,6 +103,9 @@ class CallLimits:
 
     default_cap: int = DEFAULT_COMPLETION_BOUND
     part_tokens: Mapping[str, int] = field(default_factory=lambda: MappingProxyType({}))
+    # Completion tokens a stream the gateway cancels may be billed past the chunks it read, per
+    # generated choice (None: undeclared, such a stream is charged its worst case).
+    cancel_overrun_tokens: int | None = None
 
 
 DEFAULT_LIMITS = CallLimits()
@@ -109,7 +119,8 @@ class Attempt:
     attempt that provably was not served (never sent, or answered with an error status).
     ``answer``: the JSON object read as the answer of a non-streamed call (None: none was read);
     ``usage`` and ``streamed_tokens``: what a live stream delivered (its last ``usage`` object and
-    its output chunks).
+    its output chunks). ``cancelled``: the gateway closed the stream itself after reading
+    ``streamed_tokens`` chunks (see ``cancelled_tokens_bound``).
     """
 
     sent: bytes
@@ -117,6 +128,7 @@ class Attempt:
     answer: Any = None
     usage: Any = None
     streamed_tokens: int | None = None
+    cancelled: bool = False
 
 
 @dataclass(frozen=True, slots=True)
@@ -353,21 +365,39 @@ def call_charge(
 NOT_BILLED = Charge(0.0, 0, 0)
 
 
+def cancelled_tokens_bound(request: dict[str, Any], streamed_tokens: int, limits: CallLimits) -> int | None:
+    """Completion tokens a stream the gateway cancelled after ``streamed_tokens`` output chunks may
+    be billed: those chunks plus the model's declared overrun per generated choice, within the
+    request's completion bound; None when the model declares no overrun (its worst case applies)."""
+    if limits.cancel_overrun_tokens is None:
+        return None
+    overrun = limits.cancel_overrun_tokens * generated_choices(request) * prompt_count(request)
+    return min(completion_tokens_bound(request, limits), streamed_tokens + overrun)
+
+
 def attempt_charge(price: Price, attempt: Attempt, limits: CallLimits = DEFAULT_LIMITS) -> Charge:
     """What one upstream attempt is charged: nothing when it provably was not served, else
     ``call_charge`` of what was read of it (the usage of its answer or stream; with nothing read,
-    a timeout, a cut body or a dropped connection, its worst case)."""
+    a timeout, a cut body or a dropped connection, its worst case; a stream the gateway cancelled
+    without usage, the chunks read plus the model's declared overrun, ``cancelled_tokens_bound``)."""
     if not attempt.billable:
         return NOT_BILLED
     usage = attempt.usage
     if usage is None and isinstance(attempt.answer, dict):
         usage = attempt.answer.get("usage")
+    streamed = attempt.streamed_tokens
+    if attempt.cancelled and normalize_usage(usage) is None:
+        bound = (
+            None if streamed is None else cancelled_tokens_bound(orjson.loads(attempt.sent), streamed, limits)
+        )
+        # Undeclared: what the provider produced past the chunks read is unknown, so the worst case.
+        streamed = bound
     return call_charge(
         price,
         usage,
         attempt.sent,
         answer=attempt.answer,
-        streamed_tokens=attempt.streamed_tokens,
+        streamed_tokens=streamed,
         limits=limits,
     )
 

@@ -21,12 +21,13 @@ from calibration.runs import RunsError, load_runs
 from calibration.tiers import TierObjective, TiersSpec
 from calibration.ttft import Timing, read_lengths, route_first_token
 from money import Price
-from money.charges import SENT_FIELDS_BYTES, call_charge
+from money.charges import SENT_FIELDS_BYTES, Attempt, CallLimits, attempt_charge
 from policies.commit import CommitRule
 from policies.scorers import score_logprobs
 
 PRICE = {"input_per_mtok": 0.001, "output_per_mtok": 0.2}  # prompts nearly free: the test is about tokens
 STRONG = {"input_per_mtok": 0.15, "output_per_mtok": 0.6}
+OVERRUN = 4  # tokens the cheap model declares it may generate after a cancel (the price sheet's)
 
 
 @settings(max_examples=150, deadline=None)
@@ -71,14 +72,24 @@ def test_the_vectorized_chain_refunds_each_escalating_stage_as_the_reference_doe
         assert mean_quality[index] == pytest.approx(per_quality.mean())
 
 
-def test_a_cancelled_stage_is_charged_what_the_charging_rule_charges_a_stream_without_usage() -> None:
+def test_a_cancelled_stage_is_charged_what_the_gateway_charges_the_stream_it_closed() -> None:
     price = Price(**PRICE)
-    body = json.dumps({"model": "m", "messages": [{"role": "user", "content": "x" * 300}], "stream": True})
-    sent = body.encode()
-    expected = call_charge(price, None, sent, streamed_tokens=16).usd
-    assert cancelled_charge(price, len(sent), 16) == pytest.approx(expected)
-    # The prompt at one token per byte, the completion at the chunks read.
-    assert expected == pytest.approx(price.cost_usd(len(sent), 16))
+    body = {
+        "model": "m",
+        "messages": [{"role": "user", "content": "x" * 300}],
+        "stream": True,
+        "max_tokens": 320,
+    }
+    sent = json.dumps(body).encode()
+    for overrun in (None, 0, 8, 400):
+        limits = CallLimits(default_cap=4096, cancel_overrun_tokens=overrun)
+        expected = attempt_charge(price, Attempt(sent, streamed_tokens=16, cancelled=True), limits).usd
+        assert cancelled_charge(price, len(sent), 16, 320, overrun) == pytest.approx(expected)
+    # The prompt at one token per byte; the completion at the chunks read plus the declared overrun,
+    # within the cap sent; undeclared, the cap (the stream's worst case).
+    assert cancelled_charge(price, len(sent), 16, 320, 8) == pytest.approx(price.cost_usd(len(sent), 24))
+    assert cancelled_charge(price, len(sent), 16, 320, 400) == pytest.approx(price.cost_usd(len(sent), 320))
+    assert cancelled_charge(price, len(sent), 16, 320, None) == pytest.approx(price.cost_usd(len(sent), 320))
 
 
 def _entry(token: str, p: float) -> dict[str, object]:
@@ -113,6 +124,7 @@ def _write_runs(path: Path, early_signal: bool, n: int = 80) -> None:
                 "prompt_tokens": 50,
                 "completion_tokens": 40,
                 "request_bytes": 400,
+                "completion_cap": 64,
                 "latency_ms": 200 + 40 * 20,
                 "logprobs": _answer(first, last, 40),
             }
@@ -125,6 +137,7 @@ def _write_runs(path: Path, early_signal: bool, n: int = 80) -> None:
                 "prompt_tokens": 50,
                 "completion_tokens": 60,
                 "request_bytes": 400,
+                "completion_cap": 64,
                 "latency_ms": 500 + 60 * 50,
                 "logprobs": _answer(0.99, 0.99, 60),
             }
@@ -136,7 +149,8 @@ def _write_runs(path: Path, early_signal: bool, n: int = 80) -> None:
 @pytest.fixture
 def prices(tmp_path: Path) -> Path:
     path = tmp_path / "prices.yaml"
-    path.write_text(f"models:\n  cheap: {json.dumps(PRICE)}\n  strong: {json.dumps(STRONG)}\n")
+    cheap = {**PRICE, "cancel_overrun_tokens": OVERRUN}
+    path.write_text(f"models:\n  cheap: {json.dumps(cheap)}\n  strong: {json.dumps(STRONG)}\n")
     return path
 
 
@@ -157,7 +171,7 @@ def test_prefix_scores_read_the_first_tokens_and_escalation_refunds_the_rest(
     assert matrix.score[1, cheap] >= 0.5
     assert whole.score[1, cheap] == pytest.approx(0.3)
     # Every cheap answer goes on past 8 tokens: escalating it saves its whole cost less the cancelled charge.
-    charged = cancelled_charge(Price(**PRICE), 400 + SENT_FIELDS_BYTES, 8)
+    charged = cancelled_charge(Price(**PRICE), 400 + SENT_FIELDS_BYTES, 8, 64, OVERRUN)
     assert matrix.escalation_saving is not None
     assert matrix.escalation_saving[:, cheap] == pytest.approx(matrix.cost[:, cheap] - charged)
     # A prefix longer than the answers reads them whole: nothing is cancelled, nothing saved.
@@ -296,7 +310,37 @@ def test_runs_without_request_bytes_bound_the_prompt_from_its_tokens_and_say_so(
         runs, prices=prices, scorer="min_probability", top_k=3, commit=CommitRule(rule="prefix", tokens=8)
     )
     cheap = matrix.model_index("cheap")
-    charged = cancelled_charge(Price(**PRICE), 50 * 4 + SENT_FIELDS_BYTES, 8)
+    charged = cancelled_charge(Price(**PRICE), 50 * 4 + SENT_FIELDS_BYTES, 8, 64, OVERRUN)
     assert matrix.escalation_saving is not None
     assert matrix.escalation_saving[:, cheap] == pytest.approx(matrix.cost[:, cheap] - charged)
     assert any("request_bytes" in note for note in matrix.notes)
+
+
+def test_runs_without_the_cap_sent_cannot_charge_a_cancelled_stage_and_say_which_column(
+    tmp_path: Path, prices: Path
+) -> None:
+    runs = tmp_path / "capless.jsonl.gz"
+    _write_runs(runs, early_signal=True, n=4)
+    with gzip.open(runs, "rt") as lines:
+        rows = [json.loads(line) for line in lines]
+    for row in rows:
+        del row["completion_cap"]
+    with gzip.open(runs, "wt") as out:
+        out.writelines(json.dumps(row) + "\n" for row in rows)
+    with pytest.raises(RunsError, match="completion_cap"):
+        load_runs(
+            runs, prices=prices, scorer="min_probability", top_k=3, commit=CommitRule(rule="prefix", tokens=8)
+        )
+
+
+def test_a_price_sheet_overrun_must_be_a_count(tmp_path: Path) -> None:
+    from calibration.prices import PriceSheetError, load_cancel_overruns, load_price_sheet
+
+    sheet = tmp_path / "prices.yaml"
+    cheap = json.dumps({**PRICE, "cancel_overrun_tokens": 8})
+    sheet.write_text(f"models:\n  cheap: {cheap}\n  strong: {json.dumps(STRONG)}\n")
+    assert load_cancel_overruns(sheet) == {"cheap": 8}
+    assert load_price_sheet(sheet)["cheap"] == Price(**PRICE)
+    sheet.write_text(f"models:\n  cheap: {json.dumps({**PRICE, 'cancel_overrun_tokens': 2.5})}\n")
+    with pytest.raises(PriceSheetError, match="cancel_overrun_tokens"):
+        load_cancel_overruns(sheet)

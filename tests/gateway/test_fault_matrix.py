@@ -40,6 +40,8 @@ from gateway.config import Settings
 from gateway.keys_cli import add_key
 from gateway.logs import JsonLinesFormatter
 from gateway.redis_keys import RedisKeys
+from money import Price
+from money.charges import sent_bound
 from tests.support import fault_matrix as fm
 from tests.support.gateway_logs import request_lines
 from tests.support.gateway_testkit import ADMIN_KEY, RunningGateway, model_configs, serve, stop, until
@@ -97,6 +99,8 @@ class Matrix:
             prompt, completion = fm.PRICES[config["model"]]
             config["price"] = {"input_per_mtok": prompt, "output_per_mtok": completion}
             config["timeout_s"] = fm.MODEL_TIMEOUT_S
+            if setup == "prefix":
+                config["cancel_overrun_tokens"] = fm.CANCEL_OVERRUN_TOKENS
         tiers = PREFIX_TIER if setup == "prefix" else None
         policy = write_policy(self.workdir / f"{setup}.json", tiers, scorer=SCORERS[setup])
         document: dict[str, Any] = {
@@ -335,6 +339,8 @@ def run_cell(matrix: Matrix, cell: fm.Cell) -> CellRun:
     assert exchange.request_id, f"no x-request-id (HTTP {exchange.status}: {exchange.body[:200]!r})"
     line = request_lines(matrix.log, [exchange.request_id]).get(exchange.request_id)
     assert line is not None, f"no log line for request {exchange.request_id}: it never settled"
+    if cell.fault == "cancelled_on_escalation":  # its bill is written when the upstream sees the close
+        assert until(lambda: all(s.closed for s in upstream.streams), 10), "a cancelled stream never ended"
     charged, pending = matrix.spend_nano(running, key_id)
     run = CellRun(exchange, line, charged, pending, [b for b in upstream.bills if b.at <= line["ts"]])
     if shadow and line["status"] == 200:
@@ -344,10 +350,17 @@ def run_cell(matrix: Matrix, cell: fm.Cell) -> CellRun:
         run.shadow_bills = [b for b in upstream.bills if b.at > line["ts"]]
         run.shadow_counted_usd = shadow_cost(running) - shadow_before
     run.check(cell.endpoint)
-    if cell.fault == "cancelled_on_escalation" and (
-        line.get("commit_tokens") != fm.PREFIX_TOKENS or line.get("escalation_reasons") != ["low_score"]
-    ):
-        run.violations.append(f"not cancelled on its prefix: {line.get('commit_tokens')} tokens held")
+    if cell.fault == "cancelled_on_escalation":
+        if line.get("commit_tokens") != fm.PREFIX_TOKENS or line.get("escalation_reasons") != ["low_score"]:
+            run.violations.append(f"not cancelled on its prefix: {line.get('commit_tokens')} tokens held")
+        # The closed stream is charged its chunks and declared overrun, below its worst case (the cap).
+        cheap = [b for b in run.own_bills if b.model == MODEL_IDS["small"]]
+        rest = [b for b in run.own_bills if b.model != MODEL_IDS["small"]]
+        worst = sum(sent_bound(_token_price(b.model), b.sent).usd for b in cheap)
+        if charged >= nano(worst + billed_usd(rest, fm.PRICES)):
+            run.violations.append(
+                "the cancelled stream was charged its worst case, not its chunks and overrun"
+            )
     return run
 
 
@@ -421,6 +434,11 @@ async def _rounds(running: RunningGateway, endpoint: str, body: dict[str, Any], 
 
 def _prices_by_name() -> dict[str, tuple[float, float]]:
     return {name: fm.PRICES[model_id] for name, model_id in MODEL_IDS.items()}
+
+
+def _token_price(model_id: str | None) -> Price:
+    prompt, completion = fm.PRICES[model_id]
+    return Price(input_per_mtok=prompt, output_per_mtok=completion)
 
 
 def _prices_by_id() -> dict[str, tuple[float, float]]:

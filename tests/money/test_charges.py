@@ -19,6 +19,9 @@ from money import Price
 from money.charges import (
     DEFAULT_COMPLETION_BOUND,
     TEMPLATE_TOKENS,
+    Attempt,
+    CallLimits,
+    attempt_charge,
     bound_usd,
     call_charge,
     completion_bound,
@@ -260,3 +263,32 @@ def test_cached_and_reasoning_tokens_are_charged_by_their_rates_and_never_pass_t
     # A stream that delivered more chunks than its usage says is charged the chunks.
     streamed = call_charge(price, subset, sent, streamed_tokens=completion + 1)
     assert streamed.completion_tokens == completion + 1 and streamed.reasoning_tokens <= completion + 1
+
+
+@settings(max_examples=300, deadline=None)
+@given(
+    request=request_bodies(),
+    price=st.sampled_from(PRICES),
+    overrun=st.one_of(st.none(), st.integers(0, 64)),
+    data=st.data(),
+)
+def test_a_stream_the_gateway_closed_is_charged_its_chunks_and_declared_overrun_within_its_worst_case(
+    request: tuple[str, dict[str, Any]], price: Price, overrun: int | None, data: st.DataObject
+) -> None:
+    _, body = request
+    sent = orjson.dumps(body)
+    limits = CallLimits(cancel_overrun_tokens=overrun)
+    bound = sent_bound(price, sent, limits)
+    read = data.draw(st.integers(0, bound.completion_tokens))
+    charged = attempt_charge(price, Attempt(sent, streamed_tokens=read, cancelled=True), limits)
+    assert charged.usd <= bound.usd * (1 + 1e-12)
+    if overrun is None or not price.has_token_prices:  # undeclared: what it generated is unknown
+        assert charged.usd == pytest.approx(bound.usd)
+        return
+    # A provider that stopped within the declared overrun billed at most what is charged.
+    generated = min(bound.completion_tokens, read + data.draw(st.integers(0, overrun)))
+    assert price.cost_usd(bound.prompt_tokens, generated) <= charged.usd * (1 + 1e-12)
+    # A usage the stream reported before the close is charged as reported, cancelled or not.
+    usage = {"prompt_tokens": 3, "completion_tokens": read}
+    reported = attempt_charge(price, Attempt(sent, usage=usage, streamed_tokens=read, cancelled=True), limits)
+    assert reported == call_charge(price, usage, sent, streamed_tokens=read)

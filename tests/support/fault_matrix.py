@@ -12,7 +12,10 @@ The calls: ``cheap`` (the scored first stage), ``final`` (the last stage, after 
 (the cheap stage of a tier with the ``prefix`` commit rule, streamed and decided on its first
 tokens: gateway/prefix_commit.py). The faults are in ``FAULTS``; ``fault_reply`` builds each;
 ``cancelled_on_escalation`` is a long unsure answer whose prefix is rejected, so the gateway
-cancels its stream mid-way. tests/gateway/test_fault_matrix.py runs the cells.
+cancels its stream mid-way; its upstream stops when the stream is closed and bills the tokens it
+wrote (as llama-server does), and the prefix setup's models declare ``CANCEL_OVERRUN_TOKENS``, so the
+gateway charges the chunks it read plus that many (``money.charges.cancelled_tokens_bound``).
+tests/gateway/test_fault_matrix.py runs the cells.
 """
 
 from __future__ import annotations
@@ -51,7 +54,10 @@ FAULTS = (
 # the length of an answer cancelled on escalation, streamed slowly enough to be cut mid-way.
 PREFIX_TOKENS = 3
 CANCELLED_TOKENS = 40
-CANCELLED_CHUNK_DELAY_S = 0.01
+# Tokens the prefix setup's models declare they may write after the gateway closes a stream: at a
+# chunk every 20 ms, the gateway may take 0.3 s to decide and close before the bill passes the charge.
+CANCEL_OVERRUN_TOKENS = 16
+CANCELLED_CHUNK_DELAY_S = 0.02
 # Every model's ``timeout_s``; a stalled upstream waits far longer (its handler is cancelled when
 # the gateway gives up, so the stall costs the test nothing).
 MODEL_TIMEOUT_S = 0.5
@@ -151,6 +157,7 @@ def fault_reply(fault: str, *, uncapped_tokens: int | None = None) -> Reply:
             "uncapped_tokens": uncapped_tokens or CANCELLED_TOKENS,
             "confidence": 0.3,
             "chunk_delay_s": CANCELLED_CHUNK_DELAY_S,
+            "stops_on_close": True,
         },
     }[fault]
     return Reply(**{**base, **changes})

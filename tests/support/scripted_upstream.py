@@ -105,6 +105,9 @@ class Reply:
         stall_body_s: send the 200 headers and half of a non-streamed answer (a stream: its first two
             events), then wait this long before the rest (a timeout mid-body).
         drop_connection: close the connection without answering (after reading the request).
+        stops_on_close: a stream stops generating when its client closes the connection and is
+            billed the tokens it wrote (``bills`` gets it when the stream ends), as llama-server
+            does; otherwise a stream is billed whole on arrival, however it ends.
         honour_cap: bill (and report) at most the completion cap the request sends per choice
             (``n_predict``, ``max_completion_tokens``, ``max_tokens``: the first one set), as a
             provider does; without a cap the scripted usage stands (an answer of any length).
@@ -137,6 +140,7 @@ class Reply:
     nesting_depth: int | None = None
     cut_body_at: int | None = None
     honour_cap: bool = False
+    stops_on_close: bool = False
     image_tokens: int = 0
     finish_reason: str | None = None
 
@@ -183,6 +187,7 @@ class StreamRecord:
     prompt_tokens: int
     completion_tokens: int = 0
     finished: bool = False
+    closed: bool = False  # the reply's handler is over (finished, failed or its client gone)
 
 
 class ScriptedUpstream:
@@ -306,9 +311,10 @@ class ScriptedUpstream:
         if reply.usage_report is not None:
             reply = _metered(reply, body, len(raw))
         refused = reply.refuse_logprobs and ("logprobs" in body or "top_logprobs" in body)
-        if reply.status == 200 and not refused:  # billed on arrival, however the answer then goes
-            completion = (reply.usage or (10, 5))[1] * _billed_choices(body)
-            self.bills.append(new_bill(model, request.path, raw, completion))
+        streamed = bool(body.get("stream")) and not reply.ignore_stream
+        arrival = new_bill(model, request.path, raw, (reply.usage or (10, 5))[1] * _billed_choices(body))
+        if reply.status == 200 and not refused and not (reply.stops_on_close and streamed):
+            self.bills.append(arrival)  # billed on arrival, however the answer then goes
         answered = reply.status == 200 and reply.raw is None and not reply.refuse_logprobs
         if answered and not (body.get("stream") and not reply.ignore_stream):
             # A provider bills an answer it was asked for, whether or not the client gets it.
@@ -346,8 +352,8 @@ class ScriptedUpstream:
                     headers=reply.headers,
                     content_type="application/json",
                 )
-            elif body.get("stream") and not reply.ignore_stream:
-                return await self._stream(request, body, reply, model)
+            elif streamed:
+                return await self._stream(request, body, reply, model, arrival)
             else:
                 answer = _completion(request.path, body, reply)
                 usage = answer.pop("_billed", None) or answer["usage"]
@@ -389,7 +395,7 @@ class ScriptedUpstream:
         return response
 
     async def _stream(
-        self, request: web.Request, body: dict[str, Any], reply: Reply, model: str | None
+        self, request: web.Request, body: dict[str, Any], reply: Reply, model: str | None, arrival: Bill
     ) -> web.StreamResponse:
         response = web.StreamResponse(headers={"Content-Type": "text/event-stream", **reply.headers})
         await response.prepare(request)
@@ -402,6 +408,9 @@ class ScriptedUpstream:
             # A stream is billed at the tokens it wrote; all of its usage once it finished.
             completion = per_choice * _billed_choices(body) if record.finished else record.completion_tokens
             self.billed.append(Produced(model, prompt, completion))
+            if reply.stops_on_close:  # billed what it wrote, dated when it arrived
+                self.bills.append(replace(arrival, completion_tokens=completion))
+            record.closed = True
 
     async def _write_stream(
         self,
