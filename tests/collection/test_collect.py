@@ -110,6 +110,9 @@ async def test_every_pair_is_recorded_with_grade_cost_and_logprobs(tmp_path: Pat
     assert small["cost_usd"] == (100 * 1.0 + 1 * 2.0) / 1e6
     assert large["cost_usd"] == (100 * 10.0 + 1 * 20.0) / 1e6
     assert small["logprobs"][0]["top_logprobs"][1]["token"] == "A"
+    # Kept without the tokens' bytes (their text says them); with the request's size and cap.
+    assert "bytes" not in small["logprobs"][0] and "bytes" not in small["logprobs"][0]["top_logprobs"][1]
+    assert small["completion_cap"] == 1 and small["request_bytes"] > 0
     assert small["dataset"] == "unit" and small["latency_ms"] >= 0
     sent = upstream.requests[0]
     assert (
