@@ -21,7 +21,6 @@ from typing import Any
 import numpy as np
 
 from calibration.blackbox_scores import BlackboxOptions, BlackboxScores
-from calibration.prices import PriceSheetError, load_cancel_overruns, load_price_sheet
 from calibration.run_kinds import RunKindError, rows_of_kind
 from calibration.runs_columns import (
     COMPLETION_CAP_COLUMN,
@@ -37,6 +36,7 @@ from calibration.runs_columns import (
 from calibration.runs_scores import RowScores, row_scores
 from calibration.table_io import Columns, TableReadError, read_columns
 from money import Price
+from money.price_sheet import PriceSheetError, load_cancel_overruns, load_price_sheet
 from policies.call_tokens import SCORE_TOKENS
 from policies.commit import CommitRule
 from policies.scorers import BLACKBOX_SCORERS

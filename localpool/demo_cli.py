@@ -133,6 +133,10 @@ _SmokeOption = Annotated[
     bool, typer.Option("--smoke", help="send one request, print the cascade headers, shut down")
 ]
 _TimeoutOption = Annotated[float, typer.Option(help="seconds to wait for each server")]
+_PricesOption = Annotated[
+    Path | None,
+    typer.Option(help="price sheet the policy was calibrated with: its prices replace the pool's"),
+]
 _ContextOption = Annotated[
     int | None,
     typer.Option(min=256, help="context tokens of every server (default: each model's, models.yaml)"),
@@ -146,6 +150,7 @@ def demo(
     smoke: _SmokeOption = False,
     timeout: _TimeoutOption = 180.0,
     context: _ContextOption = None,
+    prices: _PricesOption = None,
 ) -> None:
     """Start the local pool and the gateway (policies/local-demo-served.json); Ctrl-C stops everything.
 
@@ -175,7 +180,7 @@ def demo(
         pool.up(manifest, paths, servers, options, timeout_s=timeout, say=_say)
         config = write_gateway_config(
             paths.run / "demo-gateway.yaml",
-            pool_gateway_config(manifest, names, policy.resolve(), coverage=coverage),
+            pool_gateway_config(manifest, names, policy.resolve(), coverage=coverage, prices=prices),
         )
         log_path = paths.run / "gateway.log"
         gateway = _start_gateway(config, host, port, log_path)

@@ -9,6 +9,7 @@ import yaml
 
 from localpool.manifest import Manifest
 from localpool.pool import base_url
+from money import Price
 
 # Seconds per upstream call and per whole request, sized for agent CLIs on 2 cores: a first turn
 # re-reads the client's whole prompt (Claude Code ~11.6k tokens; the 1.5B model read ~38 prompt
@@ -28,7 +29,11 @@ LLAMA_SERVER_CAPABILITIES: dict[str, Any] = {
 
 
 def pool_gateway_config(
-    manifest: Manifest, names: list[str], policy: Path, coverage: dict[str, Any] | None = None
+    manifest: Manifest,
+    names: list[str],
+    policy: Path,
+    coverage: dict[str, Any] | None = None,
+    prices: Path | None = None,
 ) -> dict[str, Any]:
     """A gateway config: one entry per pool model or member the policy names, manifest prices.
 
@@ -40,7 +45,10 @@ def pool_gateway_config(
     (``auth.open``); it binds to loopback. Timeouts leave room for a reasoning stage on a busy CPU.
     ``coverage`` (the config section of ``gateway.coverage``, its ``otherwise`` one of ``names``):
     what the policy covers; None leaves it out (the policy serves every cascade request).
+    ``prices``: a price sheet (``money.price_sheet``) the policy was calibrated with, whose entries
+    replace the manifest's prices (and declared cancel overruns) of the names it lists.
     """
+    sheet, overruns = _price_sheet(prices)
     models = {}
     for name in names:
         server = manifest.server_of(name)
@@ -55,6 +63,11 @@ def pool_gateway_config(
         }
         if spec.tool_calls != "native":  # calls written as JSON in the content: returned as tool_calls
             entry["capabilities"]["tool_calls"] = spec.tool_calls
+        overrun = overruns.get(name, spec.cancel_overrun_tokens)
+        if overrun is not None:  # a prefix tier's closed stream is charged its chunks plus this
+            entry["cancel_overrun_tokens"] = overrun
+        if name in sheet:
+            entry["price"] = sheet[name].model_dump(exclude_none=True)
         member = manifest.members.get(name)
         if member is not None:
             entry["request_defaults"] = member.request_defaults.model_dump(exclude_none=True)
@@ -69,6 +82,15 @@ def pool_gateway_config(
     if coverage is not None:
         config["coverage"] = dict(coverage)
     return config
+
+
+def _price_sheet(path: Path | None) -> tuple[dict[str, Price], dict[str, int]]:
+    """The sheet's prices and declared overruns by name (both empty without a sheet)."""
+    if path is None:
+        return {}, {}
+    from money.price_sheet import load_cancel_overruns, load_price_sheet
+
+    return load_price_sheet(path), load_cancel_overruns(path)
 
 
 def write_gateway_config(path: Path, config: dict[str, Any]) -> Path:

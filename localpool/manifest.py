@@ -54,6 +54,12 @@ class ModelSpec(_Strict):
         "native",
         description="how the model writes function calls behind llama-server (measured; docs/tool-calls.md)",
     )
+    cancel_overrun_tokens: int | None = Field(
+        None,
+        ge=0,
+        description="tokens llama-server may still generate after a stream is closed (measured by "
+        "bench/local/cancel_overrun.py); the gateway config's models.*.cancel_overrun_tokens",
+    )
 
 
 class ServerSpec(_Strict):

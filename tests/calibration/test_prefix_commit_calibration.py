@@ -331,16 +331,3 @@ def test_runs_without_the_cap_sent_cannot_charge_a_cancelled_stage_and_say_which
         load_runs(
             runs, prices=prices, scorer="min_probability", top_k=3, commit=CommitRule(rule="prefix", tokens=8)
         )
-
-
-def test_a_price_sheet_overrun_must_be_a_count(tmp_path: Path) -> None:
-    from calibration.prices import PriceSheetError, load_cancel_overruns, load_price_sheet
-
-    sheet = tmp_path / "prices.yaml"
-    cheap = json.dumps({**PRICE, "cancel_overrun_tokens": 8})
-    sheet.write_text(f"models:\n  cheap: {cheap}\n  strong: {json.dumps(STRONG)}\n")
-    assert load_cancel_overruns(sheet) == {"cheap": 8}
-    assert load_price_sheet(sheet)["cheap"] == Price(**PRICE)
-    sheet.write_text(f"models:\n  cheap: {json.dumps({**PRICE, 'cancel_overrun_tokens': 2.5})}\n")
-    with pytest.raises(PriceSheetError, match="cancel_overrun_tokens"):
-        load_cancel_overruns(sheet)

@@ -46,14 +46,17 @@ def test_the_cheap_member_writes_long_answers_and_the_strong_one_is_right_more_o
     assert accuracy["qwen1.5b-steps"] > accuracy["qwen0.5b-steps"]
 
 
-def test_the_pool_price_sheet_prices_each_member_at_its_server() -> None:
-    from calibration.prices import load_price_sheet
+def test_the_pool_price_sheet_prices_each_member_at_its_server_with_its_declared_overrun() -> None:
     from localpool.manifest import load_manifest
+    from money.price_sheet import load_cancel_overruns, load_price_sheet
 
     manifest = load_manifest()
-    sheet = load_price_sheet(ROOT / "data" / "local" / "pool-prices.yaml")
-    for name, price in sheet.items():
-        assert price == manifest.models[manifest.members[name].server].price, name
+    path = ROOT / "data" / "local" / "pool-prices.yaml"
+    overruns = load_cancel_overruns(path)
+    for name, price in load_price_sheet(path).items():
+        server = manifest.models[manifest.members[name].server]
+        assert price == server.price, name
+        assert overruns.get(name) == server.cancel_overrun_tokens, name
 
 
 def test_the_word_problem_policy_loads_and_serves_the_two_members() -> None:

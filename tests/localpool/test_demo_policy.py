@@ -57,6 +57,25 @@ def test_generated_config_gives_members_their_models_server_and_request_defaults
         assert model.request_defaults == member.request_defaults
 
 
+def test_a_price_sheet_replaces_the_pool_prices_and_overruns_of_the_names_it_lists(tmp_path: Path) -> None:
+    from gateway.config import Settings
+    from localpool.demo_config import write_gateway_config
+
+    manifest = load_manifest()
+    sheet = tmp_path / "prices.yaml"
+    sheet.write_text(
+        "models:\n  qwen0.5b-steps: {input_per_mtok: 0.15, output_per_mtok: 0.6, cancel_overrun_tokens: 3}\n"
+    )
+    names = ["qwen0.5b-steps", "qwen1.5b-steps"]
+    config = pool_gateway_config(manifest, names, tmp_path / "p.json", prices=sheet)
+    settings = Settings.from_yaml(write_gateway_config(tmp_path / "g.yaml", config))
+    cheap, strong = settings.models["qwen0.5b-steps"], settings.models["qwen1.5b-steps"]
+    assert cheap.price.output_per_mtok == 0.6 and cheap.cancel_overrun_tokens == 3
+    pool_strong = manifest.models[manifest.server_of("qwen1.5b-steps")]
+    assert strong.price == pool_strong.price
+    assert strong.cancel_overrun_tokens == pool_strong.cancel_overrun_tokens
+
+
 def test_the_served_policy_is_the_arithmetic_policy_with_the_tool_call_policy_as_its_section(
     repo_root: Path,
 ) -> None:

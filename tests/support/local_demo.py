@@ -58,9 +58,12 @@ def pool_env(repo_root: Path) -> dict[str, str]:
 
 
 @contextmanager
-def running_demo(repo_root: Path, work: Path, policy: Path | None = None) -> Iterator[LocalDemo]:
+def running_demo(
+    repo_root: Path, work: Path, policy: Path | None = None, prices: Path | None = None
+) -> Iterator[LocalDemo]:
     """The demo's servers and gateway for ``policy`` (default: the committed demo policy, with the
-    demo's coverage rule), as ``cascade demo`` names them (kind sections' models included)."""
+    demo's coverage rule), as ``cascade demo`` names them (kind sections' models included);
+    ``prices``: as ``cascade demo --prices`` (the sheet the policy was calibrated with)."""
     coverage = DEMO_COVERAGE if policy is None else None
     policy, names, _, _ = read_policy((policy or repo_root / DEFAULT_POLICY).resolve())
     names = served_models(names, coverage)
@@ -92,9 +95,8 @@ def running_demo(repo_root: Path, work: Path, policy: Path | None = None) -> Ite
                 timeout_s=180,
                 name=name,
             )
-        config = write_gateway_config(
-            work / "demo-gateway.yaml", pool_gateway_config(served, names, policy, coverage=coverage)
-        )
+        gateway_config = pool_gateway_config(served, names, policy, coverage=coverage, prices=prices)
+        config = write_gateway_config(work / "demo-gateway.yaml", gateway_config)
         port = free_port()
         gateway_log = work / "gateway.log"
         with gateway_log.open("ab") as out:

@@ -20,7 +20,7 @@ from pathlib import Path
 
 import yaml
 
-from money import Price, PriceError, parse_price
+from money.prices import Price, PriceError, parse_price
 
 # An entry's field beside its price: tokens the model may generate after the gateway cancels it.
 OVERRUN_FIELD = "cancel_overrun_tokens"
