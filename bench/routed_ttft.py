@@ -29,7 +29,6 @@ import argparse
 import json
 import os
 import sys
-import time
 from pathlib import Path
 from typing import Any
 
@@ -38,6 +37,8 @@ import numpy as np
 
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
+
+from bench.streamed import timed_stream  # noqa: E402  (the repository on the path first)
 
 
 def strong_routed(policy_file: Path, tier: str, prompts: Path) -> tuple[str, list[dict[str, Any]]]:
@@ -77,28 +78,6 @@ def strong_routed(policy_file: Path, tier: str, prompts: Path) -> tuple[str, lis
         if chosen == strong:
             rows.append(row)
     return strong, rows
-
-
-def stream_ttft(client: httpx.Client, url: str, body: dict[str, Any]) -> tuple[float, str | None]:
-    """Seconds to the first non-empty content delta, and the models the gateway called (its header)."""
-    started = time.perf_counter()
-    first: float | None = None
-    with client.stream("POST", url, json=body) as response:
-        response.raise_for_status()
-        called = response.headers.get("x-cascade-models-called")
-        for line in response.iter_lines():
-            if not line.startswith("data:"):
-                continue
-            data = line[5:].strip()
-            if data == "[DONE]":
-                break
-            chunk = json.loads(data)
-            for choice in chunk.get("choices") or []:
-                if first is None and (choice.get("delta") or {}).get("content"):
-                    first = time.perf_counter() - started
-    if first is None:
-        raise RuntimeError(f"no content streamed from {url}")
-    return first, called
 
 
 def main() -> None:
@@ -156,7 +135,8 @@ def main() -> None:
                     url, body = f"{args.gateway}/v1/chat/completions", routed_body
                 else:
                     url, body = direct_url, direct_body
-                seconds, called = stream_ttft(client, url, {**body, **extra})
+                timed = timed_stream(client, url, {**body, **extra})
+                seconds, called = timed.ttft_s, timed.headers.get("x-cascade-models-called")
                 if arm == "routed" and called != strong:
                     elsewhere += 1
                     print(f"  {row['query_id']}: routed to {called}, not {strong}")
