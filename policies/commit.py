@@ -16,14 +16,14 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from typing import Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, model_validator
+from pydantic import Field, model_validator
+
+from policies.schema_base import StrictModel
 
 
-class CommitRule(BaseModel):
+class CommitRule(StrictModel):
     """A tier's commit rule: ``{"rule": "buffer"}`` or ``{"rule": "prefix", "tokens": K}``
     (optionally ``"boundary": "line"``)."""
-
-    model_config = ConfigDict(extra="forbid", frozen=True)
 
     rule: Literal["buffer", "prefix"]
     tokens: int | None = Field(None, ge=1, le=4096)

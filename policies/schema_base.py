@@ -8,7 +8,8 @@ from pydantic import BaseModel, ConfigDict, SerializerFunctionWrapHandler
 
 
 class StrictModel(BaseModel):
-    """A policy-file model: unknown keys, NaN and infinity are errors; frozen."""
+    """A model of a file people edit (the policy file, the pool manifest): unknown keys, NaN and
+    infinity are errors; frozen."""
 
     # Unknown keys are errors: a typo in a hand-edited policy must not be silently ignored.
     # NaN and infinity are errors too (Python's json reads the literals NaN/Infinity): a NaN

@@ -19,7 +19,9 @@ from collections.abc import Sequence
 from itertools import pairwise
 
 import numpy as np
-from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
+from pydantic import Field, field_validator, model_validator
+
+from policies.schema_base import StrictModel
 
 # Deciles: ten bins, so that each holds a tenth of the calibration scores when scores do not tie.
 DEFAULT_BIN_COUNT = 10
@@ -30,11 +32,6 @@ PSI_EPSILON = 1e-4
 _SUM_TOLERANCE = 1e-6
 
 
-class _Strict(BaseModel):
-    # Same rule as the rest of the policy file: unknown keys are errors.
-    model_config = ConfigDict(extra="forbid", frozen=True)
-
-
 def _check_proportions(values: list[float]) -> list[float]:
     if any(not math.isfinite(v) or v < 0 or v > 1 for v in values):
         raise ValueError("bin proportions must be finite numbers in [0, 1]")
@@ -43,7 +40,7 @@ def _check_proportions(values: list[float]) -> list[float]:
     return values
 
 
-class ModelScoreBins(_Strict):
+class ModelScoreBins(StrictModel):
     """Bins of one scored model: ``edges`` and the share of all calibration rows in each bin."""
 
     # At most 99 edges (percentiles): the gateway keeps one counter per bin and time bucket.
@@ -74,7 +71,7 @@ class ModelScoreBins(_Strict):
         return self
 
 
-class ScoreDistribution(_Strict):
+class ScoreDistribution(StrictModel):
     """The calibration's score distribution (optional field ``score_distribution`` of a policy).
 
     ``tiers[tier][model]`` is the share of the model's scores per bin of ``models[model].edges``
