@@ -2,8 +2,9 @@
 
 ``timed_stream`` sends a streamed ``/v1/chat/completions`` request and reads it to ``[DONE]``:
 seconds to the first chunk with non-empty ``delta.content`` and to the end, the content chunks,
-the response headers (the gateway's ``x-cascade-*`` decision) and the gateway's ``cascade`` object
-of the last chunk. Used by bench/routed_ttft.py and bench/local/prefix_ttft.py.
+the response headers (the gateway's ``x-cascade-*`` decision; a stream the gateway started early,
+``limits.stream_start_after_s``, carries it as SSE comment lines before its first event, read
+here as headers) and the gateway's ``cascade`` object of the last chunk. Used by bench/routed_ttft.py and bench/local/prefix_ttft.py.
 """
 
 from __future__ import annotations
@@ -37,6 +38,10 @@ def timed_stream(client: httpx.Client, url: str, body: dict[str, Any]) -> TimedS
         response.raise_for_status()
         headers = {k.lower(): v for k, v in response.headers.items()}
         for line in response.iter_lines():
+            if line.startswith(": x-cascade-"):  # a stream started early: its decision comes here
+                name, _, value = line[2:].partition(":")
+                headers[name.strip().lower()] = value.strip()
+                continue
             if not line.startswith("data:"):
                 continue
             data = line[5:].strip()

@@ -1,16 +1,19 @@
-"""Time to first token and whole answer, streamed: buffer tier, prefix tier, each model alone.
+"""Time to first token and whole answer, streamed: a calibrated prefix tier, the same tier buffered,
+each model alone.
 
-Starts the pool's two Qwen servers (``qwen2.5-coder-0.5b``, ``qwen2.5-coder-1.5b``) on free ports and
-``cascade serve`` in front of them with ``--policy`` (its tiers ``--buffer-tier`` and
-``--prefix-tier``, both ``qwen0.5b-think -> qwen1.5b-think``, the second with a ``prefix`` commit
-rule), then streams every question, one request at a time, to four arms in a rotating order:
+Reads a calibrated policy (``--policy``) and one of its tiers whose ``commit`` is ``prefix``
+(``--tier``), and serves two tiers through the gateway: that tier as calibrated, and the same tier
+with its ``commit`` removed (the buffered rule: the whole cheap answer is scored before the first
+byte), named ``<tier>-buffer``. The pool's servers for the tier's two members and ``cascade serve``
+start on free ports (``tests.support.local_demo.running_demo``, the e2e tests' starter, with
+``--prices``: the price sheet the policy was calibrated with). Every question is streamed, one
+request at a time, to four arms in a rotating order:
 
-* ``cheap``: straight to the 0.5B server, as the gateway sends the ``qwen0.5b-think`` member (its
-  system message and cap);
-* ``final``: straight to the 1.5B server, as ``qwen1.5b-think``;
-* ``buffer``: through the gateway, ``model: cascade/<buffer tier>`` (the whole cheap answer is
-  scored before the first byte);
-* ``prefix``: through the gateway, ``model: cascade/<prefix tier>``.
+* ``cheap``: straight to the cheap member's server, as the gateway sends that member (its system
+  message and cap);
+* ``final``: straight to the final member's server, likewise;
+* ``buffer``: through the gateway, ``model: cascade/<tier>-buffer``;
+* ``prefix``: through the gateway, ``model: cascade/<tier>``.
 
 Every request is streamed with ``temperature: 0`` and ``cache_prompt: false`` (llama-server's prompt
 cache off; the gateway forwards the field), so each one evaluates its whole prompt. Time to first
@@ -18,13 +21,14 @@ token: from sending the request to the first chunk with non-empty ``delta.conten
 to ``[DONE]``. Gateway arms are split by outcome (``x-cascade-escalated``: the decision is made
 before the first byte). Prints p50/p95 per arm and outcome and writes every request to ``--out``.
 
-    CASCADE_HOME=.cascade .venv/bin/python bench/local/prefix_ttft.py \\
-        --policy bench/local/prefix-ttft-test-policy.json --out bench/local/results/prefix-ttft.json
+    CASCADE_HOME=.cascade .venv/bin/python bench/local/prefix_ttft.py \
+        --policy policies/local-steps-hosted.json --tier balanced \
+        --prices data/local/word-problems-hosted-prices.yaml --requests 16 \
+        --out bench/local/results/prefix-ttft-calibrated.json
 
-``--prompts FILE`` (a prompt set's JSONL, ``prompt`` field) replaces the bench's questions
-(``bench/local/prefix-ttft-questions.jsonl``).
-``--write-test-policy`` rewrites the hand-written test policy (not calibrated: its threshold was
-set by hand so that both outcomes occur on the built-in questions) and exits.
+``--prompts FILE`` (a prompt set's JSONL, ``prompt`` field): the questions (default: the word
+problems' held-out slice, ``collection/data/word-problems-heldout.jsonl``, which calibration never
+saw). ``--combine A.json B.json`` summarizes the rows of earlier runs together.
 """
 
 from __future__ import annotations
@@ -32,171 +36,54 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import socket
-import subprocess
 import sys
 import tempfile
-import time
-from collections.abc import Iterator
-from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
 import httpx
 import numpy as np
-import yaml
 
 REPO = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(REPO))
 
-CHEAP, FINAL = "qwen0.5b-think", "qwen1.5b-think"
-SERVERS = ("qwen2.5-coder-0.5b", "qwen2.5-coder-1.5b")
-TEST_POLICY = REPO / "bench" / "local" / "prefix-ttft-test-policy.json"
+from bench.streamed import timed_stream  # noqa: E402  (the repository on the path first)
+
 ARMS = ("cheap", "final", "buffer", "prefix")
-# Grade-school word problems of a few steps, written for this bench (the think members answer them
-# in 80-200 tokens, one calculation per line).
-QUESTIONS = REPO / "bench" / "local" / "prefix-ttft-questions.jsonl"
+QUESTIONS = REPO / "collection" / "data" / "word-problems-heldout.jsonl"
 
 
-def test_policy_document(
-    buffer_threshold: float, prefix_threshold: float, tokens: int, top_k: int
-) -> dict[str, Any]:
-    """The hand-written test policy: tiers ``buffer`` and ``prefix`` over the same route, each with
-    its own threshold (a prefix's scores run lower than the whole answer's)."""
+def bench_policy(policy: Path, tier: str, out: Path) -> tuple[str, str]:
+    """Write ``policy`` with tier ``tier`` (a ``prefix`` tier) and its buffered twin ``<tier>-buffer``
+    to ``out``: the (cheap, final) members of the tier's route."""
+    document = json.loads(policy.read_text())
+    chosen = document["tiers"].get(tier)
+    if chosen is None or (chosen.get("commit") or {}).get("rule") != "prefix":
+        raise SystemExit(f"{policy}: tier {tier!r} has no prefix commit rule")
+    routes = chosen["routes"]
+    if len(routes) != 1 or len(routes[0]["models"]) != 2:
+        raise SystemExit(f"{policy}: tier {tier!r} is not one two-model route")
+    buffered = {k: v for k, v in chosen.items() if k != "commit"}
+    document["tiers"] = {tier: chosen, f"{tier}-buffer": buffered}
+    document["default_tier"] = tier
+    from policies import build_policy, save_policy
 
-    def tier(threshold: float) -> dict[str, Any]:
-        return {
-            "objective": {"max_cost_usd": 0.00003},
-            "routes": [{"weight": 1.0, "models": [CHEAP, FINAL], "thresholds": [threshold]}],
-            # Placeholders, not measured: this policy is not calibrated.
-            "expected": {"cost_usd": 0.00002, "quality": 0.6, "escalation_rate": 0.5},
-        }
-
-    return {
-        "schema_version": 1,
-        "created_at": "2026-11-28T00:00:00+00:00",
-        "scorer": {"name": "mean_token_negentropy", "top_k": top_k},
-        "models": {
-            CHEAP: {"mean_cost_usd": 0.00001, "quality": 0.5},
-            FINAL: {"mean_cost_usd": 0.00003, "quality": 0.7},
-        },
-        "default_tier": "prefix",
-        "tiers": {
-            "buffer": tier(buffer_threshold),
-            "prefix": {**tier(prefix_threshold), "commit": {"rule": "prefix", "tokens": tokens}},
-        },
-        "envelope": [],
-        "on_missing_score": "escalate",
-        "allow_degraded": True,
-    }
-
-
-def free_port() -> int:
-    """A TCP port free on 127.0.0.1 right now."""
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
-        sock.bind(("127.0.0.1", 0))
-        return int(sock.getsockname()[1])
-
-
-@contextmanager
-def pool_and_gateway(policy: Path, work: Path) -> Iterator[tuple[dict[str, str], str, Any]]:
-    """The two servers on free ports and ``cascade serve`` in front of them: (server URL by member,
-    gateway URL, manifest)."""
-    from localpool.demo_config import pool_gateway_config
-    from localpool.manifest import load_manifest
-    from localpool.paths import PoolPaths
-    from localpool.pool import ServerOptions, base_url, server_command
-    from localpool.process import start_detached, stop, wait_healthy
-    from localpool.server_build import llama_server_binary
-
-    home = os.environ.get("CASCADE_HOME")
-    paths = PoolPaths(Path(home) if home else REPO / ".cascade")
-    manifest = load_manifest()
-    binary = llama_server_binary()
-    if binary is None:
-        raise SystemExit("llama-server is not installed: run scripts/setup.sh")
-    models = dict(manifest.models)
-    models.update({n: manifest.models[n].model_copy(update={"port": free_port()}) for n in SERVERS})
-    manifest = manifest.model_copy(update={"models": models})
-    options = ServerOptions.from_env(servers=len(SERVERS))
-    records = []
-    gateway: subprocess.Popen[bytes] | None = None
-    try:
-        for name in SERVERS:
-            spec = models[name]
-            command = server_command(binary, paths.model_file(spec.file), name, spec, options)
-            records.append(
-                start_detached(command, work / f"{name}.log", work / f"{name}.pid", port=spec.port)
-            )
-        for name, record in zip(SERVERS, records, strict=True):
-            health = f"http://127.0.0.1:{models[name].port}/health"
-            wait_healthy(health, pid=record.pid, log_path=work / f"{name}.log", timeout_s=300, name=name)
-        config = work / "gateway.yaml"
-        config.write_text(yaml.safe_dump(pool_gateway_config(manifest, [CHEAP, FINAL], policy)))
-        port = free_port()
-        with (work / "gateway.log").open("wb") as log:
-            gateway = subprocess.Popen(
-                [
-                    sys.executable,
-                    "-m",
-                    "cascade_cli.main",
-                    "serve",
-                    "--config",
-                    str(config),
-                    "--port",
-                    str(port),
-                ],
-                stdout=log,
-                stderr=subprocess.STDOUT,
-                cwd=REPO,
-            )
-        url = f"http://127.0.0.1:{port}"
-        wait_healthy(
-            f"{url}/readyz", pid=gateway.pid, log_path=work / "gateway.log", timeout_s=120, name="gateway"
-        )
-        servers = {m: base_url(models[manifest.server_of(m)]) for m in (CHEAP, FINAL)}
-        yield servers, url, manifest
-    finally:
-        if gateway is not None:
-            gateway.terminate()
-            gateway.wait(timeout=20)
-        for record in records:
-            stop(record.pid, grace_s=10)
+    save_policy(build_policy(document), out)
+    cheap, final = routes[0]["models"]
+    return cheap, final
 
 
 def stream_once(client: httpx.Client, url: str, body: dict[str, Any]) -> dict[str, Any]:
     """Stream one request: seconds to the first content token and to ``[DONE]``, tokens, outcome."""
-    started = time.perf_counter()
-    first: float | None = None
-    tokens = 0
-    facts: dict[str, Any] = {}
-    with client.stream("POST", url, json=body) as response:
-        response.raise_for_status()
-        escalated = response.headers.get("x-cascade-escalated")
-        for line in response.iter_lines():
-            if not line.startswith("data:"):
-                continue
-            data = line[5:].strip()
-            if data == "[DONE]":
-                break
-            chunk = json.loads(data)
-            facts = chunk.get("cascade") or facts
-            for choice in chunk.get("choices") or []:
-                if (choice.get("delta") or {}).get("content"):
-                    tokens += 1
-                    if first is None:
-                        first = time.perf_counter() - started
-    whole = time.perf_counter() - started
-    if first is None:
-        raise RuntimeError(f"no content streamed from {url}")
+    timed = timed_stream(client, url, body)
+    escalated = timed.headers.get("x-cascade-escalated")
     outcome = None if escalated is None else ("escalated" if escalated == "true" else "accepted")
-    commit = facts.get("commit") or {}
     return {
-        "ttft_s": first,
-        "whole_s": whole,
-        "chunks": tokens,
+        "ttft_s": timed.ttft_s,
+        "whole_s": timed.whole_s,
+        "chunks": timed.chunks,
         "outcome": outcome,
-        "commit_tokens": commit.get("tokens"),
+        "commit_tokens": timed.headers.get("x-cascade-commit-tokens"),
     }
 
 
@@ -251,32 +138,18 @@ def print_summary(summary: list[dict[str, Any]]) -> None:
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--policy", type=Path, default=TEST_POLICY)
-    parser.add_argument("--buffer-tier", default="buffer")
-    parser.add_argument("--prefix-tier", default="prefix")
+    parser.add_argument("--policy", type=Path, help="a calibrated policy with a prefix tier")
+    parser.add_argument("--tier", help="its tier whose commit rule is prefix")
+    parser.add_argument("--prices", type=Path, help="the price sheet the policy was calibrated with")
     parser.add_argument("--prompts", type=Path, default=QUESTIONS, help="JSONL with a prompt field")
     parser.add_argument("--requests", type=int, default=16, help="questions (each to every arm)")
     parser.add_argument("--skip", type=int, default=0, help="start after this many questions")
     parser.add_argument("--out", type=Path)
-    parser.add_argument("--write-test-policy", action="store_true")
     parser.add_argument(
         "--combine", type=Path, nargs="+", help="summarize the rows of these result files together (no run)"
     )
-    # The medians of the cheap member's scores on this bench's questions (a pilot at top_k 10):
-    # whole answers 0.918, their first 16 tokens 0.859; so that both outcomes occur on each tier.
-    parser.add_argument("--buffer-threshold", type=float, default=0.918, help="--write-test-policy")
-    parser.add_argument("--prefix-threshold", type=float, default=0.859, help="--write-test-policy")
-    parser.add_argument("--tokens", type=int, default=16, help="--write-test-policy: the prefix length")
-    parser.add_argument("--top-k", type=int, default=10, help="--write-test-policy: the scorer's top_k")
     args = parser.parse_args()
 
-    from policies import build_policy, load_policy, save_policy
-
-    if args.write_test_policy:
-        document = test_policy_document(args.buffer_threshold, args.prefix_threshold, args.tokens, args.top_k)
-        save_policy(build_policy(document), TEST_POLICY)
-        print(f"wrote {TEST_POLICY}")
-        return
     if args.combine:
         combined = [row for path in args.combine for row in json.loads(path.read_text())["rows"]]
         print_summary(summarize(combined))
@@ -284,47 +157,58 @@ def main() -> None:
             document = {"command": " ".join(sys.argv), "summary": summarize(combined), "rows": combined}
             args.out.write_text(json.dumps(document, indent=2) + "\n")
         return
-    policy = load_policy(args.policy)
+    if args.policy is None or args.tier is None:
+        parser.error("--policy and --tier are required (or --combine)")
+    from localpool.manifest import load_manifest
+    from policies import load_policy
+    from tests.support.local_demo import running_demo
+
     lines = args.prompts.read_text(encoding="utf-8").splitlines()
     questions = [json.loads(line)["prompt"] for line in lines if line.strip()]
     questions = questions[args.skip : args.skip + args.requests]
+    manifest = load_manifest()
     rows: list[dict[str, Any]] = []
-    with (
-        tempfile.TemporaryDirectory(prefix="prefix-ttft-") as tmp,
-        pool_and_gateway(args.policy, Path(tmp)) as (
-            servers,
-            gateway,
-            manifest,
-        ),
-    ):
-        print(f"policy {policy.policy_id} ({args.policy}); load average {os.getloadavg()[0]:.1f}")
-        cap = manifest.members[CHEAP].request_defaults.max_tokens
-        with httpx.Client(timeout=900) as client:
-            for number, question in enumerate(questions):
-                messages = [{"role": "user", "content": question}]
-                common = {"temperature": 0, "stream": True, "cache_prompt": False}
-                bodies: dict[str, tuple[str, dict[str, Any]]] = {}
-                for arm, member in (("cheap", CHEAP), ("final", FINAL)):
-                    defaults = manifest.members[member].request_defaults
-                    system = [{"role": "system", "content": defaults.system}] if defaults.system else []
-                    body = {"model": manifest.server_of(member), "messages": system + messages, **common}
-                    if defaults.max_tokens:
-                        body["max_tokens"] = defaults.max_tokens
-                    bodies[arm] = (f"{servers[member]}/chat/completions", body)
-                for arm, tier in (("buffer", args.buffer_tier), ("prefix", args.prefix_tier)):
-                    # The member's own cap, sent by the client: an answer that reaches it is not
-                    # "cut short" (escalated whatever its score), as it would be at the member's cap.
-                    body = {"model": f"cascade/{tier}", "messages": messages, "max_tokens": cap, **common}
-                    bodies[arm] = (f"{gateway}/v1/chat/completions", body)
-                order = ARMS[number % 4 :] + ARMS[: number % 4]  # rotate who goes first
-                line = []
-                for arm in order:
-                    url, body = bodies[arm]
-                    measured = stream_once(client, url, body)
-                    rows.append({"question": args.skip + number, "arm": arm, **measured})
-                    outcome = measured["outcome"][0] if measured["outcome"] else "-"
-                    line.append(f"{arm} {measured['ttft_s']:.2f}/{measured['whole_s']:.2f}s {outcome}")
-                print(f"  q{args.skip + number}: " + ", ".join(line))
+    with tempfile.TemporaryDirectory(prefix="prefix-ttft-") as tmp:
+        policy_path = Path(tmp) / "policy.json"
+        cheap, final = bench_policy(args.policy, args.tier, policy_path)
+        policy = load_policy(policy_path)
+        with running_demo(REPO, Path(tmp) / "demo", policy_path, prices=args.prices) as demo:
+            servers = {
+                m: f"http://127.0.0.1:{demo.manifest.models[manifest.server_of(m)].port}/v1"
+                for m in (cheap, final)
+            }
+            print(
+                f"policy {policy.policy_id} ({args.policy}, tier {args.tier}); "
+                f"load average {os.getloadavg()[0]:.1f}"
+            )
+            cap = manifest.members[cheap].request_defaults.completion_cap()
+            with httpx.Client(timeout=900) as client:
+                for number, question in enumerate(questions):
+                    messages = [{"role": "user", "content": question}]
+                    common = {"temperature": 0, "stream": True, "cache_prompt": False}
+                    bodies: dict[str, tuple[str, dict[str, Any]]] = {}
+                    for arm, member in (("cheap", cheap), ("final", final)):
+                        defaults = manifest.members[member].request_defaults
+                        system = [{"role": "system", "content": defaults.system}] if defaults.system else []
+                        body = {"model": manifest.server_of(member), "messages": system + messages, **common}
+                        member_cap = defaults.completion_cap()
+                        if member_cap:
+                            body["max_tokens"] = member_cap
+                        bodies[arm] = (f"{servers[member]}/chat/completions", body)
+                    for arm, tier in (("buffer", f"{args.tier}-buffer"), ("prefix", args.tier)):
+                        # The cheap member's own cap, sent by the client: an answer that reaches it is
+                        # not "cut short" (escalated whatever its score), as it is not at the member's.
+                        body = {"model": f"cascade/{tier}", "messages": messages, "max_tokens": cap, **common}
+                        bodies[arm] = (f"{demo.url}/v1/chat/completions", body)
+                    order = ARMS[number % 4 :] + ARMS[: number % 4]  # rotate who goes first
+                    line = []
+                    for arm in order:
+                        url, body = bodies[arm]
+                        measured = stream_once(client, url, body)
+                        rows.append({"question": args.skip + number, "arm": arm, **measured})
+                        outcome = measured["outcome"][0] if measured["outcome"] else "-"
+                        line.append(f"{arm} {measured['ttft_s']:.2f}/{measured['whole_s']:.2f}s {outcome}")
+                    print(f"  q{args.skip + number}: " + ", ".join(line))
     summary = summarize(rows)
     print_summary(summary)
     print(f"load average at the end {os.getloadavg()[0]:.1f}")
