@@ -13,8 +13,9 @@ calibrated as ``cascade calibrate`` does: the same tiers, the same held-out prot
 * **share**: that gain as a share of the buffered rule's gain for the tier.
 
 A tier gets ``prefix`` only where some prefix rule keeps at least ``MIN_GAIN_SHARE`` of the buffered
-gain (and the buffered rule has a gain to keep); of those, the rule that starts accepted streams
-soonest (estimated, ``calibration.ttft``), then the larger share. Why 80%: the prefix rule is worth
+gain (``keeps_gain``); where the buffered rule has no gain (<= 0) there is none to lose, and a prefix
+rule qualifies when its gain is no lower. Of the qualifying rules, the one that starts accepted
+streams soonest (estimated, ``calibration.ttft``), then the larger gain. Why 80%: the prefix rule is worth
 having for its first token, which it moves from the end of the cheap answer to its k-th token (the
 task's answers are 80+ tokens, so k <= 32 is a 3x or larger cut); giving up a fifth of the cascade's
 quality gain over random routing for that is the trade a streamed chat makes, and more than a fifth
@@ -167,14 +168,22 @@ def study_commit_rules(
     return study
 
 
+def keeps_gain(gain: float, buffered: float, min_share: float) -> bool:
+    """Whether a prefix rule's held-out ``gain`` keeps the buffered rule's: at least ``min_share``
+    of it when it is positive, else no lower (a buffered rule no better than random routing has no
+    gain a prefix rule could lose)."""
+    if not (np.isfinite(gain) and np.isfinite(buffered)):
+        return False
+    return gain >= min_share * buffered if buffered > 0 else gain >= buffered
+
+
 def _choose(study: CommitStudy, tier: str) -> RuleResult:
     buffered = study.results[0]
     start = buffered.first_token[tier].accepted
     qualifying = [
         result
         for result in study.results[1:]
-        if (share := study.share(tier, result)) is not None
-        and share >= study.min_share
+        if keeps_gain(result.gain[tier], buffered.gain[tier], study.min_share)
         and _sooner(result.first_token[tier].accepted, start)
     ]
     if not qualifying:
@@ -182,7 +191,7 @@ def _choose(study: CommitStudy, tier: str) -> RuleResult:
 
     def soonest(result: RuleResult) -> tuple[float, float]:
         timing = result.first_token[tier].accepted
-        return (timing[0] if timing is not None else float("inf"), -(study.share(tier, result) or 0.0))
+        return (timing[0] if timing is not None else float("inf"), -result.gain[tier])
 
     return min(qualifying, key=soonest)
 

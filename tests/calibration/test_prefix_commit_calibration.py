@@ -12,7 +12,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 from hypothesis.extra.numpy import arrays
 
-from calibration.commit_choice import parse_grid, study_commit_rules
+from calibration.commit_choice import keeps_gain, parse_grid, study_commit_rules
 from calibration.evaluation.chains import chain_outcomes
 from calibration.frontier import chain_per_query, pair_frontier
 from calibration.heldout_expected import HeldoutSettings
@@ -211,6 +211,26 @@ def test_a_tier_keeps_buffering_where_only_the_whole_answer_tells(tmp_path: Path
     runs = tmp_path / "late.jsonl.gz"
     _write_runs(runs, early_signal=False)
     assert _study(runs, prices) == {"mid": "buffer"}
+
+
+@pytest.mark.parametrize(
+    ("gain", "buffered", "keeps"),
+    [
+        (0.8, 1.0, True),  # 80% of a positive gain
+        (0.79, 1.0, False),
+        (1.5, 1.0, True),
+        (0.1, -0.2, True),  # no buffered gain to lose: any rule no worse qualifies
+        (-0.2, -0.2, True),
+        (-0.3, -0.2, False),
+        (0.0, 0.0, True),
+        (float("nan"), 1.0, False),
+        (0.5, float("nan"), False),
+    ],
+)
+def test_a_prefix_rule_keeps_the_gain_when_it_keeps_its_share_or_there_is_none_to_lose(
+    gain: float, buffered: float, keeps: bool
+) -> None:
+    assert keeps_gain(gain, buffered, 0.8) is keeps
 
 
 def test_a_committed_stage_starts_at_its_prefix_an_escalated_one_after_it_and_the_strong_token() -> None:
