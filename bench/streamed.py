@@ -4,7 +4,8 @@
 seconds to the first chunk with non-empty ``delta.content`` and to the end, the content chunks,
 the response headers (the gateway's ``x-cascade-*`` decision; a stream the gateway started early,
 ``limits.stream_start_after_s``, carries it as SSE comment lines before its first event, read
-here as headers) and the gateway's ``cascade`` object of the last chunk. Used by bench/routed_ttft.py and bench/local/prefix_ttft.py.
+here as headers) and the gateway's ``cascade`` object of the last chunk. Used by
+bench/routed_ttft.py and bench/local/prefix_ttft.py.
 """
 
 from __future__ import annotations

@@ -2,9 +2,11 @@
 each model alone.
 
 Reads a calibrated policy (``--policy``) and one of its tiers whose ``commit`` is ``prefix``
-(``--tier``), and serves two tiers through the gateway: that tier as calibrated, and the same tier
-with its ``commit`` removed (the buffered rule: the whole cheap answer is scored before the first
-byte), named ``<tier>-buffer``. The pool's servers for the tier's two members and ``cascade serve``
+(``--tier``), and serves two tiers through the gateway: that tier as calibrated, and its buffered
+twin ``<tier>-buffer`` (the whole cheap answer is scored before the first byte): the tier of that
+name in ``--buffer-policy``, the same runs and tiers calibrated without ``--commit-grid`` (its own
+thresholds: a prefix's threshold applied to whole answers would escalate nearly all of them), else
+the tier with its ``commit`` removed. The pool's servers for the tier's two members and ``cascade serve``
 start on free ports (``tests.support.local_demo.running_demo``, the e2e tests' starter, with
 ``--prices``: the price sheet the policy was calibrated with). Every question is streamed, one
 request at a time, to four arms in a rotating order:
@@ -21,9 +23,14 @@ token: from sending the request to the first chunk with non-empty ``delta.conten
 to ``[DONE]``. Gateway arms are split by outcome (``x-cascade-escalated``: the decision is made
 before the first byte). Prints p50/p95 per arm and outcome and writes every request to ``--out``.
 
-    CASCADE_HOME=.cascade .venv/bin/python bench/local/prefix_ttft.py \
-        --policy policies/local-steps-hosted.json --tier balanced \
-        --prices data/local/word-problems-hosted-prices.yaml --requests 16 \
+    cascade calibrate data/local/word-problems-runs.jsonl.gz \\
+        --tiers data/local/word-problems-hosted-tiers.yaml \\
+        --prices data/local/word-problems-hosted-prices.yaml --scorer min_probability --top-k 5 \\
+        -o bench/local/results/local-steps-hosted-buffer.json
+    CASCADE_HOME=.cascade .venv/bin/python bench/local/prefix_ttft.py \\
+        --policy policies/local-steps-hosted.json --tier balanced \\
+        --buffer-policy bench/local/results/local-steps-hosted-buffer.json \\
+        --prices data/local/word-problems-hosted-prices.yaml --requests 12 \\
         --out bench/local/results/prefix-ttft-calibrated.json
 
 ``--prompts FILE`` (a prompt set's JSONL, ``prompt`` field): the questions (default: the word
@@ -53,9 +60,11 @@ ARMS = ("cheap", "final", "buffer", "prefix")
 QUESTIONS = REPO / "collection" / "data" / "word-problems-heldout.jsonl"
 
 
-def bench_policy(policy: Path, tier: str, out: Path) -> tuple[str, str]:
+def bench_policy(policy: Path, tier: str, out: Path, buffered_from: Path | None = None) -> tuple[str, str]:
     """Write ``policy`` with tier ``tier`` (a ``prefix`` tier) and its buffered twin ``<tier>-buffer``
-    to ``out``: the (cheap, final) members of the tier's route."""
+    to ``out``: the (cheap, final) members of the tier's route. The twin is ``buffered_from``'s tier
+    of that name (the same runs and tiers calibrated under the buffered rule: its own thresholds),
+    else the tier without its ``commit``."""
     document = json.loads(policy.read_text())
     chosen = document["tiers"].get(tier)
     if chosen is None or (chosen.get("commit") or {}).get("rule") != "prefix":
@@ -63,9 +72,15 @@ def bench_policy(policy: Path, tier: str, out: Path) -> tuple[str, str]:
     routes = chosen["routes"]
     if len(routes) != 1 or len(routes[0]["models"]) != 2:
         raise SystemExit(f"{policy}: tier {tier!r} is not one two-model route")
-    buffered = {k: v for k, v in chosen.items() if k != "commit"}
+    if buffered_from is not None:
+        buffered = json.loads(buffered_from.read_text())["tiers"][tier]
+        if buffered.get("commit") is not None or buffered["routes"][0]["models"] != routes[0]["models"]:
+            raise SystemExit(f"{buffered_from}: tier {tier!r} is not the buffered twin of {policy}'s")
+    else:
+        buffered = {k: v for k, v in chosen.items() if k != "commit"}
     document["tiers"] = {tier: chosen, f"{tier}-buffer": buffered}
     document["default_tier"] = tier
+    document.pop("score_distribution", None)  # drift bins of the calibrated tiers: not watched here
     from policies import build_policy, save_policy
 
     save_policy(build_policy(document), out)
@@ -141,6 +156,9 @@ def main() -> None:
     parser.add_argument("--policy", type=Path, help="a calibrated policy with a prefix tier")
     parser.add_argument("--tier", help="its tier whose commit rule is prefix")
     parser.add_argument("--prices", type=Path, help="the price sheet the policy was calibrated with")
+    parser.add_argument(
+        "--buffer-policy", type=Path, help="the same runs and tiers calibrated without --commit-grid"
+    )
     parser.add_argument("--prompts", type=Path, default=QUESTIONS, help="JSONL with a prompt field")
     parser.add_argument("--requests", type=int, default=16, help="questions (each to every arm)")
     parser.add_argument("--skip", type=int, default=0, help="start after this many questions")
@@ -170,7 +188,7 @@ def main() -> None:
     rows: list[dict[str, Any]] = []
     with tempfile.TemporaryDirectory(prefix="prefix-ttft-") as tmp:
         policy_path = Path(tmp) / "policy.json"
-        cheap, final = bench_policy(args.policy, args.tier, policy_path)
+        cheap, final = bench_policy(args.policy, args.tier, policy_path, args.buffer_policy)
         policy = load_policy(policy_path)
         with running_demo(REPO, Path(tmp) / "demo", policy_path, prices=args.prices) as demo:
             servers = {

@@ -8,6 +8,8 @@ import statistics
 from collections import defaultdict
 from pathlib import Path
 
+import pytest
+
 from graders import grade
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -36,6 +38,8 @@ def test_each_answer_is_graded_as_the_grader_grades_its_text_and_carries_its_log
         assert row["correct"] == grade("final_numeric", row["response"], row["answer"])
         assert len(row["logprobs"]) >= min(row["completion_tokens"], 1)
         assert row["request_bytes"] > 0
+        # The cap each member sent (localpool/models.yaml): a cancelled stage is charged within it.
+        assert row["completion_cap"] == 320 and row["completion_tokens"] <= 320
 
 
 def test_the_cheap_member_writes_long_answers_and_the_strong_one_is_right_more_often() -> None:
@@ -59,10 +63,30 @@ def test_the_pool_price_sheet_prices_each_member_at_its_server_with_its_declared
         assert overruns.get(name) == server.cancel_overrun_tokens, name
 
 
-def test_the_word_problem_policy_loads_and_serves_the_two_members() -> None:
+@pytest.mark.parametrize(
+    ("policy_file", "study_file"),
+    [
+        ("local-steps.json", "word-problems-commit.json"),  # the pool's prices
+        ("local-steps-hosted.json", "word-problems-hosted-commit.json"),  # a hosted pair's prices
+    ],
+)
+def test_a_word_problem_policy_commits_on_a_prefix_exactly_where_its_study_chose_it(
+    policy_file: str, study_file: str
+) -> None:
+    from calibration.commit_choice import keeps_gain
     from policies.store import load_policy
 
-    policy = load_policy(ROOT / "policies" / "local-steps.json")
+    policy = load_policy(ROOT / "policies" / policy_file)
+    study = json.loads((ROOT / "data" / "local" / study_file).read_text())
     assert set(policy.models) == set(MEMBERS)
-    # docs/streaming.md: no tier keeps enough of a (negative) whole-answer gain to commit on a prefix.
-    assert all(tier.commit is None for tier in policy.tiers.values())
+    assert any(tier.commit is not None for tier in policy.tiers.values()), "no tier commits on a prefix"
+    for name, tier in policy.tiers.items():
+        chosen = study["chosen"][name]
+        results = study["tiers"][name]
+        if tier.commit is None:
+            assert chosen["rule"] == "buffer", name
+            continue
+        # The rule the study chose, and it kept the buffered rule's held-out gain (docs/streaming.md).
+        assert tier.commit.document() == chosen, name
+        result = next(r for r in results.values() if r["commit"] == chosen)
+        assert keeps_gain(result["gain"], results["buffer"]["gain"], study["min_gain_share"]), name
