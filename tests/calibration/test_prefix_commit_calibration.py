@@ -4,7 +4,9 @@ from __future__ import annotations
 
 import gzip
 import json
+from collections.abc import Callable
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 import pytest
@@ -144,6 +146,23 @@ def _write_runs(path: Path, early_signal: bool, n: int = 80) -> None:
         )
     with gzip.open(path, "wt") as out:
         out.writelines(json.dumps(row) + "\n" for row in rows)
+
+
+def _rewrite(runs: Path, change: Callable[[list[dict[str, Any]]], None]) -> None:
+    """Rewrite a runs file with ``change`` applied to its rows (in place)."""
+    with gzip.open(runs, "rt") as lines:
+        rows = [json.loads(line) for line in lines]
+    change(rows)
+    with gzip.open(runs, "wt") as out:
+        out.writelines(json.dumps(row) + "\n" for row in rows)
+
+
+def _dropping(column: str) -> Callable[[list[dict[str, Any]]], None]:
+    def drop(rows: list[dict[str, Any]]) -> None:
+        for row in rows:
+            del row[column]
+
+    return drop
 
 
 @pytest.fixture
@@ -301,11 +320,11 @@ def test_a_prefix_rule_cannot_know_an_answer_will_be_cut_and_is_scored_on_its_pr
 ) -> None:
     runs = tmp_path / "cut.jsonl.gz"
     _write_runs(runs, early_signal=True, n=4)
-    with gzip.open(runs, "rt") as lines:
-        rows = [json.loads(line) for line in lines]
-    rows[0]["truncated"] = True  # q0's cheap answer (sure, right) was cut at the cap
-    with gzip.open(runs, "wt") as out:
-        out.writelines(json.dumps(row) + "\n" for row in rows)
+
+    def cut_first(rows: list[dict[str, Any]]) -> None:
+        rows[0]["truncated"] = True  # q0's cheap answer (sure, right) was cut at the cap
+
+    _rewrite(runs, cut_first)
     buffered = load_runs(runs, prices=prices, scorer="min_probability", top_k=3)
     prefix = load_runs(
         runs, prices=prices, scorer="min_probability", top_k=3, commit=CommitRule(rule="prefix", tokens=8)
@@ -320,12 +339,7 @@ def test_runs_without_request_bytes_bound_the_prompt_from_its_tokens_and_say_so(
 ) -> None:
     runs = tmp_path / "old.jsonl.gz"
     _write_runs(runs, early_signal=True, n=4)
-    with gzip.open(runs, "rt") as lines:
-        rows = [json.loads(line) for line in lines]
-    for row in rows:
-        del row["request_bytes"]
-    with gzip.open(runs, "wt") as out:
-        out.writelines(json.dumps(row) + "\n" for row in rows)
+    _rewrite(runs, _dropping("request_bytes"))
     matrix = load_runs(
         runs, prices=prices, scorer="min_probability", top_k=3, commit=CommitRule(rule="prefix", tokens=8)
     )
@@ -341,12 +355,7 @@ def test_runs_without_the_cap_sent_cannot_charge_a_cancelled_stage_and_say_which
 ) -> None:
     runs = tmp_path / "capless.jsonl.gz"
     _write_runs(runs, early_signal=True, n=4)
-    with gzip.open(runs, "rt") as lines:
-        rows = [json.loads(line) for line in lines]
-    for row in rows:
-        del row["completion_cap"]
-    with gzip.open(runs, "wt") as out:
-        out.writelines(json.dumps(row) + "\n" for row in rows)
+    _rewrite(runs, _dropping("completion_cap"))
     with pytest.raises(RunsError, match="completion_cap"):
         load_runs(
             runs, prices=prices, scorer="min_probability", top_k=3, commit=CommitRule(rule="prefix", tokens=8)

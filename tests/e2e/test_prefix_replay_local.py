@@ -12,15 +12,12 @@ by the same rule (`money.charges.cancelled_tokens_bound`) at the same prices as 
 
 from __future__ import annotations
 
-import json
-import subprocess
-import sys
 from pathlib import Path
 
 import pytest
 
 from policies import load_policy
-from tests.support.local_demo import pool_env, running_demo
+from tests.support.local_demo import replay_through, running_demo
 
 pytestmark = pytest.mark.e2e
 
@@ -40,52 +37,21 @@ def test_prefix_tiers_replay_streamed_within_their_heldout_expectations(
     prefix_tiers = [name for name, tier in policy.tiers.items() if tier.commit is not None]
     assert prefix_tiers, "the hosted word-problem policy has no prefix tier"
     prompts = repo_root / "collection" / "data" / "word-problems-heldout.jsonl"
-    report_file = tmp_path / "replay.json"
     with running_demo(repo_root, tmp_path / "demo", policy_file, prices=prices) as demo:
-        result = subprocess.run(
-            [
-                sys.executable,
-                "-m",
-                "cascade_cli.main",
-                "replay",
-                str(prompts),
-                "--gateway",
-                demo.url,
-                "--policy",
-                str(policy_file),
-                "--tier",
-                ",".join(prefix_tiers),
-                "--limit",
-                str(REPLAY_QUESTIONS),
-                "--concurrency",
-                "2",
-                "--confidence",
-                str(CONFIDENCE),
-                "--stream",
-                "--strict",
-                "-o",
-                str(report_file),
-            ],
-            cwd=repo_root,
-            env=pool_env(repo_root),
-            capture_output=True,
-            text=True,
-            timeout=1800,
+        run = replay_through(
+            repo_root,
+            demo,
+            prompts,
+            policy_file,
+            prefix_tiers,
+            REPLAY_QUESTIONS,
+            tmp_path / "replay.json",
+            "--confidence",
+            str(CONFIDENCE),
+            "--stream",
         )
-    output = result.stdout + result.stderr
-    report = json.loads(report_file.read_text(encoding="utf-8"))
-    assert report["policy"]["matches"] is True, output
-    arms = {arm["tier"]: arm for arm in report["arms"]}
-    assert set(arms) == set(prefix_tiers), output
-    for tier, arm in arms.items():
-        assert arm["requests"] == REPLAY_QUESTIONS and not arm["missing"], (tier, output)
-        assert arm["expected_basis"] == "heldout", tier
-        for metric in ("quality", "cost_usd", "escalation_rate"):
-            assert arm[metric]["outside"] is False, (tier, metric, arm[metric], output)
-    rows = [
-        json.loads(line)
-        for line in report_file.with_name("replay.requests.jsonl").read_text(encoding="utf-8").splitlines()
-    ]
+    run.assert_within_heldout(prefix_tiers, REPLAY_QUESTIONS)
+    output, report, rows = run.output, run.report, run.rows
     for row in rows:  # every request was decided on its prefix (none of these answers is shorter)
         assert row["commit"] == "prefix" and row["commit_tokens"], row
-    assert report["ok"] and result.returncode == 0, output
+    assert report["ok"] and run.returncode == 0, output

@@ -10,15 +10,12 @@ tier's held-out expectation: the gateway computes the same features, router and 
 
 from __future__ import annotations
 
-import json
-import subprocess
-import sys
 from pathlib import Path
 
 import pytest
 
 from policies import load_policy
-from tests.support.local_demo import pool_env, running_demo
+from tests.support.local_demo import replay_through, running_demo
 
 pytestmark = pytest.mark.e2e
 
@@ -35,55 +32,24 @@ def test_routed_tiers_replay_within_their_heldout_expectations(repo_root: Path, 
     routed = {name: tier.routing.mechanism for name, tier in policy.tiers.items() if tier.routing is not None}
     assert routed, "the routing policy has no routed or hybrid tier"
     prompts = repo_root / "collection" / "data" / "arithmetic-heldout.jsonl"
-    report_file = tmp_path / "replay.json"
     with running_demo(repo_root, tmp_path / "demo", policy_file) as demo:
-        result = subprocess.run(
-            [
-                sys.executable,
-                "-m",
-                "cascade_cli.main",
-                "replay",
-                str(prompts),
-                "--gateway",
-                demo.url,
-                "--policy",
-                str(policy_file),
-                "--tier",
-                ",".join(routed),
-                "--limit",
-                str(REPLAY_QUESTIONS),
-                "--concurrency",
-                "2",
-                "--confidence",
-                str(CONFIDENCE),
-                "--strict",
-                "-o",
-                str(report_file),
-            ],
-            cwd=repo_root,
-            env=pool_env(repo_root),
-            capture_output=True,
-            text=True,
-            timeout=900,
+        run = replay_through(
+            repo_root,
+            demo,
+            prompts,
+            policy_file,
+            list(routed),
+            REPLAY_QUESTIONS,
+            tmp_path / "replay.json",
+            "--confidence",
+            str(CONFIDENCE),
         )
-    output = result.stdout + result.stderr
-    report = json.loads(report_file.read_text(encoding="utf-8"))
-    assert report["policy"]["matches"] is True, output
-    arms = {arm["tier"]: arm for arm in report["arms"]}
-    assert set(arms) == set(routed), output
-    for tier, arm in arms.items():
-        assert arm["requests"] == REPLAY_QUESTIONS and not arm["missing"], (tier, output)
-        assert arm["expected_basis"] == "heldout", tier
-        for metric in ("quality", "cost_usd", "escalation_rate"):
-            assert arm[metric]["outside"] is False, (tier, metric, arm[metric], output)
-    rows = [
-        json.loads(line)
-        for line in report_file.with_name("replay.requests.jsonl").read_text(encoding="utf-8").splitlines()
-    ]
+    run.assert_within_heldout(routed, REPLAY_QUESTIONS)
+    output, report, rows = run.output, run.report, run.rows
     for row in rows:
         if routed[row["tier"]] == "routed":  # one call, to the model the router picked: nothing escalates
             assert row["mechanism"] == "routed", row
             assert row["models_called"] == [row["model"]] and not row["escalated"], row
         else:
             assert row["mechanism"] in ("hybrid_direct", "hybrid_cascade"), row
-    assert report["ok"] and result.returncode == 0, output
+    assert report["ok"] and run.returncode == 0, output

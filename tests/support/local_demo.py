@@ -14,13 +14,15 @@ scripts/setup.sh (llama-server and the models, in ``$CASCADE_HOME`` or the repos
 
 from __future__ import annotations
 
+import json
 import os
 import subprocess
 import sys
-from collections.abc import Iterator
+from collections.abc import Iterable, Iterator
 from contextlib import ExitStack, contextmanager
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -129,3 +131,72 @@ def _terminate(process: subprocess.Popen[bytes]) -> None:
     except subprocess.TimeoutExpired:
         process.kill()
         process.wait()
+
+
+@dataclass(frozen=True)
+class ReplayRun:
+    """What ``replay_through`` saw: the report, its per-request rows, the CLI's output and exit code."""
+
+    report: dict[str, Any]
+    rows: list[dict[str, Any]]
+    output: str
+    returncode: int
+
+    def assert_within_heldout(self, tiers: Iterable[str], requests: int) -> None:
+        """The policy served is the one replayed, and each tier's arm has every request and realized
+        quality, cost and escalation intervals that contain its held-out expectation."""
+        assert self.report["policy"]["matches"] is True, self.output
+        arms = {arm["tier"]: arm for arm in self.report["arms"]}
+        assert set(arms) == set(tiers), self.output
+        for tier, arm in arms.items():
+            assert arm["requests"] == requests and not arm["missing"], (tier, self.output)
+            assert arm["expected_basis"] == "heldout", tier
+            for metric in ("quality", "cost_usd", "escalation_rate"):
+                assert arm[metric]["outside"] is False, (tier, metric, arm[metric], self.output)
+
+
+def replay_through(
+    repo_root: Path,
+    demo: LocalDemo,
+    prompts: Path,
+    policy: Path,
+    tiers: list[str],
+    limit: int,
+    out: Path,
+    *options: str,
+) -> ReplayRun:
+    """``cascade replay`` of ``prompts`` through the running ``demo``'s ``tiers`` (``--strict``, two
+    requests at once, the first ``limit`` questions), as a user runs it beside the demo; ``options``:
+    further flags (``--stream``, ``--confidence``)."""
+    result = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "cascade_cli.main",
+            "replay",
+            str(prompts),
+            "--gateway",
+            demo.url,
+            "--policy",
+            str(policy),
+            "--tier",
+            ",".join(tiers),
+            "--limit",
+            str(limit),
+            "--concurrency",
+            "2",
+            "--strict",
+            "-o",
+            str(out),
+            *options,
+        ],
+        cwd=repo_root,
+        env=pool_env(repo_root),
+        capture_output=True,
+        text=True,
+        timeout=1800,
+    )
+    output = result.stdout + result.stderr
+    report = json.loads(out.read_text(encoding="utf-8"))
+    lines = out.with_name(out.stem + ".requests.jsonl").read_text(encoding="utf-8").splitlines()
+    return ReplayRun(report, [json.loads(line) for line in lines], output, result.returncode)
