@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import json
 import re
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -57,22 +58,36 @@ def invoke(*args: str) -> Any:
     return CliRunner().invoke(app, ["replay", *args])
 
 
-def test_realized_quality_cost_and_escalation_are_exact(
-    tmp_path, upstream, policy_file, start_replay_gateway
-):
-    policy = policy_file()  # balanced expects quality 0.7, cost 0.0004, escalation 0.4
+@dataclass
+class _BalancedRun:
+    gateway: Any
+    prompts: Path
+    report_path: Path
+    result: Any
+    report: dict[str, Any]
+
+
+def _replay_balanced(tmp_path, upstream, policy, start_replay_gateway, *options) -> _BalancedRun:
+    """Replay the ten scripted questions through the balanced tier of ``policy``, one at a time, with
+    ``options``, after checking the run exited 0."""
     gateway = start_replay_gateway(policy)
     prompts = write_prompts(tmp_path / "set.jsonl")
     script_balanced(upstream)
     report_path = tmp_path / "out" / "report.json"
-
     result = invoke(
         str(prompts), "-g", gateway.url, "-t", "balanced", "-p", str(policy), "-o", str(report_path),
-        "--concurrency", "1", "--strict", "--html", str(tmp_path / "out" / "report.html"),
+        "--concurrency", "1", *options, "--html", str(tmp_path / "out" / "report.html"),
     )  # fmt: skip
-
     assert result.exit_code == 0, result.output
-    report = json.loads(report_path.read_text())
+    return _BalancedRun(gateway, prompts, report_path, result, json.loads(report_path.read_text()))
+
+
+def test_realized_quality_cost_and_escalation_are_exact(
+    tmp_path, upstream, policy_file, start_replay_gateway
+):
+    policy = policy_file()  # balanced expects quality 0.7, cost 0.0004, escalation 0.4
+    run = _replay_balanced(tmp_path, upstream, policy, start_replay_gateway, "--strict")
+    prompts, result, report = run.prompts, run.result, run.report
     [arm] = report["arms"]
     assert (arm["arm"], arm["requests"], arm["missing"]) == ("tier:balanced", 10, 0)
     assert arm["quality"]["realized"] == pytest.approx(0.7)
@@ -231,18 +246,14 @@ def test_streamed_replay_reports_time_to_first_token_through_a_prefix_tier(
     tmp_path, upstream, policy_file, start_replay_gateway
 ):
     policy = policy_file(balanced={"commit": {"rule": "prefix", "tokens": 4}})
-    gateway = start_replay_gateway(policy)
-    prompts = write_prompts(tmp_path / "set.jsonl")
-    script_balanced(upstream)
-    report_path = tmp_path / "out" / "report.json"
-
-    result = invoke(
-        str(prompts), "-g", gateway.url, "-t", "balanced", "-p", str(policy), "-o", str(report_path),
-        "--concurrency", "1", "--stream", "--html", str(tmp_path / "out" / "report.html"),
-    )  # fmt: skip
-
-    assert result.exit_code == 0, result.output
-    report = json.loads(report_path.read_text())
+    run = _replay_balanced(tmp_path, upstream, policy, start_replay_gateway, "--stream")
+    gateway, prompts, report_path, result, report = (
+        run.gateway,
+        run.prompts,
+        run.report_path,
+        run.result,
+        run.report,
+    )
     [arm] = report["arms"]
     # The same realized figures as the buffered run: the final facts come from the stream's last chunk.
     assert arm["quality"]["realized"] == pytest.approx(0.7)
