@@ -42,7 +42,9 @@ COMMAND_EXTRAS: dict[str, tuple[str, ...]] = {
 
 # A subcommand needing other extras than its group (``"group command"`` -> its extras).
 SUBCOMMAND_EXTRAS: dict[str, tuple[str, ...]] = {
-    "models check": ("gateway",),  # reads a gateway config and calls its models (gateway.models_check)
+    "models check": (
+        "gateway",
+    ),  # reads a gateway config and calls its models (gateway.upstream.models_check)
 }
 
 _NAME = re.compile(r"^\s*([A-Za-z0-9][A-Za-z0-9._-]*)")

@@ -16,8 +16,8 @@ import typer
 from calibration.cli import register as register_calibration
 from cascade_cli.extras import guard_commands
 from collection.cli import register as register_collection
-from gateway.cli import register as register_gateway
-from gateway.models_check_cli import register as register_models_check
+from gateway.commands.cli import register as register_gateway
+from gateway.commands.models_check import register as register_models_check
 from localpool.cli import models_app
 from localpool.cli import register as register_localpool
 from replay.cli import register as register_replay

@@ -31,7 +31,7 @@ def targets_from_config(config: Path, names: list[str] | None) -> list[Target]:
 
     The config is described in docs/contracts.md#config.
     """
-    from gateway.config import ConfigError, Settings
+    from gateway.config.settings import ConfigError, Settings
 
     try:
         settings = Settings.from_yaml(config)

@@ -19,7 +19,7 @@ if TYPE_CHECKING:
     from localpool.paths import PoolPaths
 
 DEFAULT_POLICY = Path("policies/local-demo-served.json")  # localpool.demo_policy: text + tool calls
-# What the default policy covers (gateway.coverage): text requests whose last user message holds two
+# What the default policy covers (gateway.config.coverage): text requests whose last user message holds two
 # numbers or more (every calibration question does; tests/localpool/test_demo_policy.py), and tool
 # calls. Everything else (greetings, questions in words, structured output) goes to the chat member:
 # the 1.5B model as it comes, no system message, answering directly (tier `uncalibrated`).

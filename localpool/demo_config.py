@@ -43,7 +43,7 @@ def pool_gateway_config(
     manifest says so, that it writes function calls as content (``capabilities.tool_calls: content``).
     No Redis, no client keys (docs/contracts.md#config): a local demo is open by choice
     (``auth.open``); it binds to loopback. Timeouts leave room for a reasoning stage on a busy CPU.
-    ``coverage`` (the config section of ``gateway.coverage``, its ``otherwise`` one of ``names``):
+    ``coverage`` (the config section of ``gateway.config.coverage``, its ``otherwise`` one of ``names``):
     what the policy covers; None leaves it out (the policy serves every cascade request).
     ``prices``: a price sheet (``money.price_sheet``) the policy was calibrated with, whose entries
     replace the manifest's prices (and declared cancel overruns) of the names it lists.

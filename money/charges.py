@@ -1,7 +1,8 @@
 """What an upstream call is charged and what a request may cost at most: the one charging rule.
 
 Every path that spends calls these functions: the spend reservation of a client request and its
-settlement (gateway.runtime, gateway.cascade), a live stream however it ends (gateway.live), the
+settlement (gateway.assembly.runtime, gateway.engine.cascade), a live stream however it ends
+(gateway.streaming.live), the
 traffic sampler's shadow calls and their budget (gateway.learning.shadow) and the ``llm`` judge
 (traffic.judges.llm). The rule is stated in docs/contracts.md#charges.
 

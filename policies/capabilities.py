@@ -3,7 +3,7 @@
 A gateway config declares each model's ``capabilities`` (docs/contracts.md#config): whether it
 returns token logprobs at all, the largest ``top_logprobs`` it accepts, the request form it
 wants them asked in, and how it writes function calls (``tool_calls``, read by
-``gateway.answer_review``). The gateway asks every model in that form and within that cap
+``gateway.stages.answer_review``). The gateway asks every model in that form and within that cap
 (``logprob_fields``), and refuses (``cascade serve``, ``cascade policy push``, every hot reload) a
 policy whose scorer needs more than a scored model gives (``capability_problems``): a scorer that
 reads logprobs on a scored stage whose model has none, or one that reads K alternatives per

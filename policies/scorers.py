@@ -11,7 +11,7 @@ the answer (or the extra call) gave nothing usable.
 
 Who reads the registry: the policy schema (scorer names, their settings, threshold ranges), the
 capability check (``policies.capabilities``), the gateway's scoring and reservation
-(``gateway.blackbox_scoring``), collection's extra calls (``collection.scorer_calls``),
+(``gateway.stages.blackbox_scoring``), collection's extra calls (``collection.scorer_calls``),
 calibration's scores (``calibration.runs``, ``calibration.blackbox_scores``) and the docs' scorer
 tables (checked by tests/test_contracts_doc.py). A new scorer is one entry of ``REGISTRY`` (plus
 its row in docs/contracts.md#scorers, which the test asks for).

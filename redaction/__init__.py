@@ -7,7 +7,7 @@
 * ``Redactor(secrets)``: for text that came from elsewhere (an upstream's error message, a
   library's exception): every occurrence of a known secret value, every ``Bearer``/``Basic``
   credential and the credentials of every URL in it are replaced by ``***``. The gateway builds one
-  from every secret its config refers to (``gateway.config.Settings.secret_values``).
+  from every secret its config refers to (``gateway.config.settings.Settings.secret_values``).
 
 It imports nothing of the project, so every package (gateway, traffic, calibration) uses this one.
 """

@@ -25,8 +25,8 @@ import httpx
 import uvicorn
 from openai import OpenAI
 
-from gateway.app import create_app
-from gateway.config import Settings
+from gateway.api.app import create_app
+from gateway.config.settings import Settings
 from policies import build_policy, save_policy
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))

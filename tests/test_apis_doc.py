@@ -7,8 +7,8 @@ from __future__ import annotations
 import re
 from pathlib import Path
 
-from gateway.app import api_edges
-from gateway.edges import responses_request
+from gateway.api.app import api_edges
+from gateway.api.edges import responses_request
 
 
 def test_every_api_path_is_on_the_http_surface(repo_root: Path) -> None:

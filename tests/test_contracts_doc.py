@@ -11,14 +11,14 @@ import pytest
 from prometheus_client import Counter, Gauge, Histogram
 from pydantic import BaseModel
 
-from gateway.config import Settings
-from gateway.drift import ScoreDriftMonitor
-from gateway.edges.messages_response import ERROR_TYPES
-from gateway.facts import CascadeFacts
-from gateway.metrics import GatewayMetrics
-from gateway.redis_keys import RedisKeys
-from gateway.spend_store import MAX_NANO
-from gateway.tier_routing import TierRouter
+from gateway.api.edges.messages_response import ERROR_TYPES
+from gateway.config.drift import ScoreDriftMonitor
+from gateway.config.settings import Settings
+from gateway.keys.spend_store import MAX_NANO
+from gateway.redis.keys import RedisKeys
+from gateway.routing.routed_tiers import TierRouter
+from gateway.telemetry.metrics import GatewayMetrics
+from gateway.wire.facts import CascadeFacts
 from money import Price
 from money.charges import (
     CHOICE_FIELDS,
@@ -112,7 +112,7 @@ def test_every_x_cascade_header_named_in_the_gateway_code_is_documented(
     documented = (sections["Choosing the route"] + sections["Response headers"]).lower()
     named = {
         header.lower()
-        for path in (repo_root / "gateway").glob("*.py")
+        for path in (repo_root / "gateway").rglob("*.py")
         for header in re.findall(r"x-cascade-[a-z-]*[a-z]", path.read_text(), flags=re.I)
     }
     assert len(named) >= 11

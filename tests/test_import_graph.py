@@ -224,13 +224,104 @@ def test_the_checks_find_an_upward_import_and_the_cycles_it_makes(tmp_path: Path
     assert elementary_cycles(in_package_graph(found)) == [["low.a", "low.b"]]
 
 
-def test_the_architecture_doc_lists_the_same_floors() -> None:
+def doc_floor_table(heading: str) -> dict[str, int]:
+    """The floor table under ``heading`` in docs/architecture.md: name -> floor."""
     text = (REPO / "docs" / "architecture.md").read_text()
+    section = text.split(f"\n{heading}\n", 1)[1].split("\n## ", 1)[0]
     listed: dict[str, int] = {}
-    for floor, names in re.findall(r"^\| (\d+) \| ([^|]+) \|", text, flags=re.M):
+    for floor, names in re.findall(r"^\| (\d+) \| ([^|]+) \|", section, flags=re.M):
         for name in re.findall(r"`(\w+)`", names):
             listed[name] = int(floor)
-    assert listed == FLOORS
+    return listed
+
+
+def test_the_architecture_doc_lists_the_same_floors() -> None:
+    assert doc_floor_table("## Floors") == FLOORS
+
+
+def room_of(module: str, package: str) -> str | None:
+    """The folder of ``package`` a module lives in (its first name under the package), or None for a
+    module at the package's top level."""
+    parts = module.split(".")
+    if parts[0] != package or len(parts) < 3:
+        return None
+    return parts[1]
+
+
+def room_imports_not_down(
+    imports: Mapping[str, set[str]], package: str, floors: Mapping[str, int]
+) -> list[str]:
+    """``importer -> imported`` for every import between two rooms (folders) of ``package`` that does
+    not run to a lower floor."""
+    found = []
+    for module, targets in sorted(imports.items()):
+        room = room_of(module, package)
+        for target in sorted(targets):
+            other = room_of(target, package)
+            if room is None or other is None or other == room:
+                continue
+            if floors[other] >= floors[room]:
+                found.append(
+                    f"{module} ({room}, floor {floors[room]}) -> {target} ({other}, floor {floors[other]})"
+                )
+    return found
+
+
+def room_graph(imports: Mapping[str, set[str]], package: str) -> Graph:
+    """Room of ``package`` -> the other rooms of it its modules import."""
+    graph: Graph = {}
+    for module, targets in imports.items():
+        room = room_of(module, package)
+        if room is None:
+            continue
+        others = {room_of(t, package) for t in targets}
+        graph.setdefault(room, set()).update(o for o in others if o and o != room)
+    return graph
+
+
+def package_rooms(package: str) -> list[str]:
+    """The folders (subpackages) directly inside a package."""
+    return sorted(p.parent.name for p in (REPO / package).glob("*/__init__.py"))
+
+
+# Floor of each room (folder) inside gateway/: a room imports only rooms on a lower floor.
+GATEWAY_ROOMS: dict[str, int] = {
+    "wire": 0,
+    "redis": 0,
+    "config": 1,
+    "telemetry": 2,
+    "upstream": 3,
+    "keys": 3,
+    "routing": 3,
+    "stages": 4,
+    "streaming": 5,
+    "engine": 6,
+    "learning": 7,
+    "assembly": 8,
+    "api": 9,
+    "commands": 10,
+}
+
+
+def test_every_gateway_room_has_a_floor_and_the_doc_lists_them() -> None:
+    assert sorted(GATEWAY_ROOMS) == package_rooms("gateway")
+    assert doc_floor_table("## Rooms inside `gateway/`") == GATEWAY_ROOMS
+
+
+def test_gateway_modules_live_in_rooms() -> None:
+    top_level = sorted(p.name for p in (REPO / "gateway").glob("*.py"))
+    assert top_level == ["__init__.py"]
+
+
+def test_every_import_between_gateway_rooms_runs_down(imports: Graph) -> None:
+    assert room_imports_not_down(imports, "gateway", GATEWAY_ROOMS) == []
+    assert strongly_connected(room_graph(imports, "gateway")) == []
+
+
+def test_no_level_of_gateway_holds_more_than_about_twenty_modules() -> None:
+    for folder in [REPO / "gateway", *(p.parent for p in (REPO / "gateway").rglob("__init__.py"))]:
+        entries = [p for p in folder.iterdir() if p.suffix == ".py" or (p / "__init__.py").exists()]
+        assert len(entries) <= 20, folder
 
 
 def _report(root: Path, floors: Mapping[str, int]) -> None:

@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from gateway.config import Settings
+from gateway.config.settings import Settings
 from tests.support.readme_blocks import bash_block, readme_section
 
 

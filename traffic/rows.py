@@ -43,7 +43,7 @@ COLUMNS = (
     "response",
 )
 # The keys of a row's ``route``: the feature set's name, its vector, how the request was routed
-# (``gateway.tier_routing``; None on a cascade tier), the router's probability behind it and the
+# (``gateway.routing.routed_tiers``; None on a cascade tier), the router's probability behind it and the
 # models of the route taken (None on a cascade tier).
 ROUTE_KEYS = ("features", "values", "mechanism", "router_probability", "models")
 # The text columns a `where` filter may name (equality, as with `cascade calibrate --where`).

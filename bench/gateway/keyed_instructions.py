@@ -76,7 +76,7 @@ def add_keys(redis_url: str) -> dict[str, str]:
     import redis
 
     sys.path.insert(0, str(REPO))
-    from gateway.auth import hash_key
+    from gateway.keys.auth import hash_key
 
     client = redis.Redis.from_url(redis_url, decode_responses=True)
     made = {}

@@ -1,5 +1,5 @@
 """Redis commands and round trips per keyed request: a reservation and its settlement through the
-spend limiter's request-path batcher (gateway.redis_batch), one request in flight and 64 at once.
+spend limiter's request-path batcher (gateway.redis.batch), one request in flight and 64 at once.
 
 Counts, not times: a ``RedisBatcher`` that counts the commands it sends and the pipelines (round
 trips) they went in. Rows: a key with a USD limit only (the keyed path as it was), and, where the
@@ -19,10 +19,10 @@ from typing import Any
 
 import redis.asyncio as aioredis
 
-from gateway.auth import ClientIdentity
-from gateway.redis_batch import RedisBatcher
-from gateway.redis_keys import RedisKeys
-from gateway.spend import SpendLimiter
+from gateway.keys.auth import ClientIdentity
+from gateway.keys.spend import SpendLimiter
+from gateway.redis.batch import RedisBatcher
+from gateway.redis.keys import RedisKeys
 
 WITH_LIMITS = "rate_limits" in inspect.signature(ClientIdentity).parameters
 
@@ -44,7 +44,7 @@ class CountingBatcher(RedisBatcher):
 def identities() -> dict[str, ClientIdentity]:
     rows = {"spend only": ClientIdentity("k-spend", 1e6)}
     if WITH_LIMITS:
-        from gateway.key_settings import BudgetPeriod, RateLimit
+        from gateway.config.key_settings import BudgetPeriod, RateLimit
 
         limits = (
             RateLimit(window_s=1, requests=10**9),

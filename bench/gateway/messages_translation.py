@@ -18,9 +18,9 @@ from typing import Any
 
 import orjson
 
-from gateway.edges.base import ApiEdge, OpenAIEdge
-from gateway.edges.messages import MessagesEdge
-from gateway.edges.messages_request import translate_request
+from gateway.api.edges.base import ApiEdge, OpenAIEdge
+from gateway.api.edges.messages import MessagesEdge
+from gateway.api.edges.messages_request import translate_request
 
 ANSWER = {
     "id": "chatcmpl-1",

@@ -1,4 +1,4 @@
-"""Cost of the gateway's HTTP protocol bounds (gateway.serving) per request, against plain uvicorn.
+"""Cost of the gateway's HTTP protocol bounds (gateway.api.serving) per request, against plain uvicorn.
 
 Drives uvicorn's ``HttpToolsProtocol`` and the gateway's subclass in one process, on one uvloop
 loop, with an in-memory transport and a minimal ASGI app that reads the body and answers 200: each
@@ -22,8 +22,8 @@ from uvicorn.config import Config
 from uvicorn.protocols.http.httptools_impl import HttpToolsProtocol
 from uvicorn.server import ServerState
 
-from gateway.config import LimitsConfig
-from gateway.serving import gateway_http_protocol
+from gateway.api.serving import gateway_http_protocol
+from gateway.config.settings import LimitsConfig
 
 BODY = b'{"model": "cascade", "messages": [{"role": "user", "content": "' + b"x" * 140 + b'"}]}'
 REQUEST = (

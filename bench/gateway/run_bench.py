@@ -64,7 +64,7 @@ BODIES: dict[str, tuple[Path, int]] = {
     "25k": (FIXTURE, 15),
 }
 MESSAGES = [{"role": "user", "content": "What is the capital of France? Answer in one sentence."}]
-# The translated APIs (gateway.edges): path, and the request of the accept path in that API.
+# The translated APIs (gateway.api.edges): path, and the request of the accept path in that API.
 QUESTION = MESSAGES[0]["content"]
 ENDPOINTS: dict[str, tuple[str, dict[str, Any]]] = {
     "responses": ("/v1/responses", {"model": "cascade/accept", "input": QUESTION, "max_output_tokens": 16}),
@@ -515,8 +515,8 @@ def keyed_gateway(
     import redis
 
     sys.path.insert(0, str(REPO))
-    from gateway.keys_cli import add_key
-    from gateway.redis_keys import RedisKeys
+    from gateway.commands.keys import add_key
+    from gateway.redis.keys import RedisKeys
 
     keys = RedisKeys(f"cascade-bench-{uuid.uuid4().hex[:8]}")
     client = redis.Redis.from_url(redis_url, decode_responses=True)

@@ -2,7 +2,7 @@
 
 N concurrent tasks (uvloop, one process) each loop over: reserve a worst case, yield once (where the
 upstream call would be), settle half of it; with the request-path Redis client and timeout the
-gateway builds (``gateway.state.connect_redis``). Prints the process CPU time per round. Keys go
+gateway builds (``gateway.assembly.state.connect_redis``). Prints the process CPU time per round. Keys go
 under a private prefix and are deleted afterwards. It measures the ``gateway`` package it imports
 (``PYTHONPATH=<checkout>`` picks one). Run it pinned to one CPU, e.g.:
 
@@ -24,10 +24,10 @@ import uuid
 
 import uvloop
 
-from gateway.auth import ClientIdentity
-from gateway.redis_keys import RedisKeys
-from gateway.spend import SpendLimiter
-from gateway.state import connect_redis
+from gateway.assembly.state import connect_redis
+from gateway.keys.auth import ClientIdentity
+from gateway.keys.spend import SpendLimiter
+from gateway.redis.keys import RedisKeys
 
 
 async def measure(url: str, concurrency: int, rounds: int, timeout_s: float = 0.1) -> tuple[float, float]:

@@ -1,7 +1,7 @@
 """A routed or route-then-cascade tier scored query by query, as the gateway serves it.
 
 A tier with ``routing`` (``policies.schema.TierRouting``) is served by the policy's router
-(``gateway.tier_routing``); its ``routes`` are only the fallback. So ``cascade recalibrate`` scores
+(``gateway.routing.routed_tiers``); its ``routes`` are only the fallback. So ``cascade recalibrate`` scores
 it with the router on each query's features (the traffic rows' ``route``, ``traffic.rows``), with
 the serving rules themselves (``policies.router``):
 

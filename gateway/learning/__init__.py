@@ -11,5 +11,6 @@ one sample), ``sampler`` (``TrafficSampler``: the draw, the queue, the workers a
 lifecycle). The ``traffic`` stores and the sampler's judge are imported only when learning is
 enabled (``sampler``, which the app imports then); the judges' settings schema
 (``traffic.judges.config``) is part of every config, and the text and equivalence judges are loaded
-with ``import gateway.app`` anyway: the ``consistency`` scorer (gateway.blackbox_scoring) uses them.
+with ``import gateway.api.app`` anyway: the ``consistency`` scorer (gateway.stages.blackbox_scoring)
+uses them.
 """

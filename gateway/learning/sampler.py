@@ -25,24 +25,24 @@ from collections.abc import Mapping
 from datetime import UTC, datetime
 from typing import TYPE_CHECKING, Any
 
-from gateway.config import ModelConfig
+from gateway.config.learning import LearningConfig
+from gateway.config.settings import ModelConfig
 from gateway.learning.answers import DrawnRequest, RoutedAs, Sample
 from gateway.learning.budget import ShadowBudget
-from gateway.learning.config import LearningConfig
 from gateway.learning.shadow import SampleDroppedError, ShadowRunner
 from gateway.learning.writer import RowWriter
-from gateway.logs import log_event, log_exception
-from gateway.metrics import LearningMetrics
-from gateway.upstream import UpstreamPool
+from gateway.telemetry.metrics import LearningMetrics
+from gateway.upstream.client import UpstreamPool
+from gateway.wire.logs import log_event, log_exception
 from redaction import Redactor
 from traffic.backends import open_store
 from traffic.judges import make_judge
 from traffic.store import TrafficStore
 
 if TYPE_CHECKING:
-    from gateway.metrics import GatewayMetrics
-    from gateway.requests import ParsedRequest
-    from gateway.routing import RoutePlan
+    from gateway.routing.tier_choice import RoutePlan
+    from gateway.telemetry.metrics import GatewayMetrics
+    from gateway.wire.requests import ParsedRequest
     from traffic.judges import Judge
 
 # The final write at shutdown gets at least this long, even when the grace is spent.

@@ -28,15 +28,15 @@ from typing import Any
 
 import orjson
 
-from gateway.cascade import upstream_body
-from gateway.config import ModelConfig
+from gateway.config.learning import LearningConfig
+from gateway.config.settings import ModelConfig
+from gateway.engine.cascade import upstream_body
 from gateway.learning.answers import Sample, StageAnswer, question_text
 from gateway.learning.budget import ShadowBudget
-from gateway.learning.config import LearningConfig
 from gateway.learning.router_inputs import Featurize, route_record
-from gateway.logs import log_event
-from gateway.metrics import LearningMetrics
-from gateway.upstream import UpstreamFailure, UpstreamPool
+from gateway.telemetry.metrics import LearningMetrics
+from gateway.upstream.client import UpstreamFailure, UpstreamPool
+from gateway.wire.logs import log_event
 from money.charges import Attempt, attempt_charge, call_bound, sent_bound, undeclared_part
 from policies import Policy, score_response
 from traffic.judges.base import Judge, JudgeError, Verdict, label_answers

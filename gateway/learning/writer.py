@@ -21,7 +21,7 @@ import logging
 import time
 from collections.abc import Callable, Sequence
 
-from gateway.logs import log_event, log_exception
+from gateway.wire.logs import log_event, log_exception
 from traffic.rows import TrafficRow
 from traffic.store import StoreError, TrafficStore
 

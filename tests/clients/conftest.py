@@ -24,8 +24,8 @@ from typing import Any
 import pytest
 from client_support import CLIENT_KEY
 
-from gateway.app import create_app
-from gateway.config import Settings
+from gateway.api.app import create_app
+from gateway.config.settings import Settings
 from tests.support.gateway_testkit import ADMIN_KEY, RunningGateway, model_configs, serve, stop
 from tests.support.local_demo import LocalDemo, running_demo
 from tests.support.policy_files import write_policy

@@ -58,8 +58,8 @@ def example_gateway(
     (every cascade request sampled into a file store) so that its metrics are exported too."""
     import uvicorn
 
-    from gateway.app import create_app
-    from gateway.config import Settings
+    from gateway.api.app import create_app
+    from gateway.config.settings import Settings
 
     prefix = f"cascade-deploy-test-{uuid.uuid4().hex[:10]}"
     monkeypatch = pytest.MonkeyPatch()

@@ -119,7 +119,7 @@ def test_grafana_provisions_the_prometheus_datasource_and_the_dashboard(compose)
 
 
 def test_gateway_config_upstreams_resolve_to_the_model_pool_service(compose) -> None:
-    from gateway.config import Settings
+    from gateway.config.settings import Settings
 
     services = _services(compose)
     settings = Settings.from_mapping(yaml.safe_load((DEPLOY / "config" / "gateway.yaml").read_text()))
@@ -130,7 +130,7 @@ def test_gateway_config_upstreams_resolve_to_the_model_pool_service(compose) -> 
 def test_example_upstreams_are_the_default_models_of_the_local_pool(compose) -> None:
     # The example config names the pool's models by their upstream id and port, so the compose and
     # k8s `models` service (the demo image running `cascade models up`) is exactly what it calls.
-    from gateway.config import Settings
+    from gateway.config.settings import Settings
     from localpool.manifest import load_manifest
 
     manifest = load_manifest()

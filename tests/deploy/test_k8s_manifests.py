@@ -119,7 +119,7 @@ def test_configmap_is_the_example_config_and_policy_byte_for_byte(objects) -> No
 
 
 def test_configmap_config_with_the_deployment_env_is_a_valid_gateway_config(objects, monkeypatch) -> None:
-    from gateway.config import Settings
+    from gateway.config.settings import Settings
 
     container = _pod_spec(_gateway(objects))["containers"][0]
     for env in container["env"]:

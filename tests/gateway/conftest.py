@@ -39,8 +39,8 @@ import pytest
 import redis
 import redis.asyncio as aioredis
 
-from gateway.app import create_app
-from gateway.config import Settings
+from gateway.api.app import create_app
+from gateway.config.settings import Settings
 from tests.support.gateway_testkit import ADMIN_KEY, RunningGateway, model_configs, serve, stop
 from tests.support.policy_files import write_policy as write_policy_file
 from tests.support.scripted_upstream import ScriptedUpstream

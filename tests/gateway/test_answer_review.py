@@ -1,4 +1,4 @@
-"""Structural checks live (gateway/answer_review.py): one request per failure kind through the app
+"""Structural checks live (gateway/stages/answer_review.py): one request per failure kind through the app
 with the official openai SDK, in front of the scripted upstream. A scored stage's invalid answer
 escalates whatever its score, with the check as its reason; a final stage's is returned and counted;
 every escalation says why (header, /metrics)."""
@@ -11,7 +11,7 @@ from typing import Any
 import pytest
 from openai.types.chat import ChatCompletion, ChatCompletionMessageToolCall
 
-from gateway.answer_review import missing_score_reason
+from gateway.stages.answer_review import missing_score_reason
 from tests.support.gateway_logs import captured_request_lines
 from tests.support.gateway_testkit import RunningGateway
 from tests.support.scripted_upstream import Reply, error, ok
@@ -287,11 +287,11 @@ def test_the_log_line_says_why_and_quotes_the_answer_only_with_prompts(
 
 def test_normalizing_replaces_the_choice_and_keeps_the_raw_one_intact() -> None:
     # The traffic sampler may hold the raw choice (what collection records); the client gets a copy.
-    from gateway.answer_review import AnswerReview
-    from gateway.config import ModelConfig
-    from gateway.facts import CascadeFacts
-    from gateway.metrics import GatewayMetrics
-    from gateway.requests import parse_request
+    from gateway.config.settings import ModelConfig
+    from gateway.stages.answer_review import AnswerReview
+    from gateway.telemetry.metrics import GatewayMetrics
+    from gateway.wire.facts import CascadeFacts
+    from gateway.wire.requests import parse_request
 
     config = ModelConfig(
         base_url="http://127.0.0.1:1/v1",

@@ -7,9 +7,9 @@ import json
 import pytest
 import redis.asyncio as aioredis
 
-from gateway.auth import Authenticator, hash_key, key_id_of
-from gateway.errors import AuthenticationError, AuthUnavailableError
-from gateway.keys_cli import add_key, revoke_key
+from gateway.commands.keys import add_key, revoke_key
+from gateway.keys.auth import Authenticator, hash_key, key_id_of
+from gateway.wire.errors import AuthenticationError, AuthUnavailableError
 from tests.support.shared_redis import RedisLink
 
 

@@ -1,9 +1,9 @@
-"""The per-address throttle of refused keys (gateway/auth_throttle.py): held off after the limit
+"""The per-address throttle of refused keys (gateway/keys/auth_throttle.py): held off after the limit
 within a window, released when it ends, bounded memory whatever the number of addresses."""
 
 from __future__ import annotations
 
-from gateway.auth_throttle import AuthFailureThrottle, client_host
+from gateway.keys.auth_throttle import AuthFailureThrottle, client_host
 
 
 class Clock:

@@ -1,4 +1,4 @@
-"""Black-box scorers live (gateway/blackbox_scoring.py): a scored stage's extra calls are made,
+"""Black-box scorers live (gateway/stages/blackbox_scoring.py): a scored stage's extra calls are made,
 scored with the policies functions, charged like every call, and reserved before any call.
 
 Through the app under uvicorn with the official SDK, in front of the scripted upstream. Every
@@ -16,7 +16,7 @@ import orjson
 import pytest
 from learning_support import learning_block
 
-from gateway.blackbox_scoring import ANSWER_BYTES_PER_TOKEN
+from gateway.stages.blackbox_scoring import ANSWER_BYTES_PER_TOKEN
 from money import Price
 from money.charges import sent_bound
 from policies import build_policy

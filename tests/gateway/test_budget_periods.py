@@ -11,11 +11,11 @@ from zoneinfo import ZoneInfo
 import pytest
 import redis.asyncio as aioredis
 
-from gateway.auth import ClientIdentity
-from gateway.budget_periods import PeriodClock, fixed_window, period_bounds
-from gateway.errors import BudgetExceededError
-from gateway.key_settings import BudgetPeriod
-from gateway.spend import SpendLimiter
+from gateway.config.key_settings import BudgetPeriod
+from gateway.keys.auth import ClientIdentity
+from gateway.keys.budget_periods import PeriodClock, fixed_window, period_bounds
+from gateway.keys.spend import SpendLimiter
+from gateway.wire.errors import BudgetExceededError
 from tests.support.shared_redis import REDIS_URL
 
 BERLIN = ZoneInfo("Europe/Berlin")

@@ -19,9 +19,9 @@ import yaml
 from typer.testing import CliRunner
 
 from cascade_cli.main import app
-from gateway.cascade import upstream_body
-from gateway.config import ConfigError, Settings
-from gateway.requests import parse_request
+from gateway.config.settings import ConfigError, Settings
+from gateway.engine.cascade import upstream_body
+from gateway.wire.requests import parse_request
 from money.charges import DEFAULT_COMPLETION_BOUND
 from policies import load_policy
 from policies.capabilities import ModelCapabilities
@@ -197,7 +197,7 @@ def test_serve_refuses_top_k_above_the_models_cap_but_not_a_final_stage_without_
         "alternatives per position and model medium gives at most 5"
     ) in result.output
     # large is last in every route: it is never scored, so declaring it without logprobs is fine.
-    from gateway.cli import unscorable_policy
+    from gateway.commands.cli import unscorable_policy
 
     fine = _config(tmp_path, "http://127.0.0.1:9/v1", policy, large={"logprobs": False})
     assert unscorable_policy(Settings.from_yaml(fine)) is None

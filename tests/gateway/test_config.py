@@ -6,7 +6,7 @@ from pathlib import Path
 
 import pytest
 
-from gateway.config import ConfigError, Settings
+from gateway.config.settings import ConfigError, Settings
 from money import Price
 from tests.support.data_files import PLAUT_PRICES
 

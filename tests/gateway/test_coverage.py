@@ -1,4 +1,4 @@
-"""The config's ``coverage`` (gateway/coverage.py): what the policy was calibrated on is served through
+"""The config's ``coverage`` (gateway/config/coverage.py): what the policy was calibrated on is served through
 it, everything else goes to one model directly, tier ``uncalibrated``. Through the app with the
 official openai SDK in front of the scripted upstream."""
 
@@ -9,8 +9,8 @@ from typing import Any
 
 import pytest
 
-from gateway.config import ConfigError
-from gateway.coverage import CoverageConfig, covered
+from gateway.config.coverage import CoverageConfig, covered
+from gateway.config.settings import ConfigError
 from tests.support.gateway_testkit import POLICY_DOCUMENT
 from tests.support.scripted_upstream import ok
 

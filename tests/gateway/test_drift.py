@@ -1,4 +1,4 @@
-"""Score drift: the sliding window of gateway.drift, and the PSI metric in a real scrape.
+"""Score drift: the sliding window of gateway.config.drift, and the PSI metric in a real scrape.
 
 The end-to-end tests calibrate the small model's score bins on scripted answers of known
 confidences, send live traffic through the gateway with the official openai SDK, and read
@@ -15,7 +15,7 @@ from typing import Any
 import numpy as np
 import pytest
 
-from gateway.drift import ROUTER_DRIFT_MODEL, DriftConfig, ScoreDriftMonitor
+from gateway.config.drift import ROUTER_DRIFT_MODEL, DriftConfig, ScoreDriftMonitor
 from policies import build_policy
 from policies.score_distribution import bin_counts, decile_edges, population_stability_index
 from policies.scorers import score_response

@@ -17,7 +17,7 @@ And the limit: rounds of concurrent requests near a key's limit, under faults wh
 long, never take what the provider billed past the limit by more than one request's worst case.
 
 Settlement is waited for, not slept on: the request's log line is written after its spend is
-settled (gateway/completions.py ``_finish``), a shadow sample's write after its spend is counted.
+settled (gateway/api/endpoint.py ``_finish``), a shadow sample's write after its spend is counted.
 """
 
 from __future__ import annotations
@@ -35,11 +35,11 @@ import orjson
 import pytest
 import redis
 
-from gateway.app import create_app
-from gateway.config import Settings
-from gateway.keys_cli import add_key
-from gateway.logs import JsonLinesFormatter
-from gateway.redis_keys import RedisKeys
+from gateway.api.app import create_app
+from gateway.commands.keys import add_key
+from gateway.config.settings import Settings
+from gateway.redis.keys import RedisKeys
+from gateway.wire.logs import JsonLinesFormatter
 from money import Price
 from money.charges import sent_bound
 from tests.support import fault_matrix as fm

@@ -28,7 +28,7 @@ import yaml
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from gateway.redis_keys import RedisKeys
+from gateway.redis.keys import RedisKeys
 from policies import build_policy, save_policy
 from tests.support.gateway_testkit import POLICY_DOCUMENT, model_configs
 from tests.support.ports import free_port

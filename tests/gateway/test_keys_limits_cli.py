@@ -9,9 +9,9 @@ from typing import Any
 from typer.testing import CliRunner
 
 from cascade_cli.main import app
-from gateway.auth import Authenticator
-from gateway.key_settings import BudgetPeriod, RateLimit
-from gateway.keys_cli import add_key
+from gateway.commands.keys import add_key
+from gateway.config.key_settings import BudgetPeriod, RateLimit
+from gateway.keys.auth import Authenticator
 from tests.support.shared_redis import REDIS_URL
 
 runner = CliRunner()

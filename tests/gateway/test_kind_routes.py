@@ -145,17 +145,17 @@ def test_requests_are_counted_by_kind_and_each_kinds_expectations_exported(
 def test_the_request_log_line_names_the_kind(
     kinds_gateway: Any, upstream: Any, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    import gateway.completions
+    import gateway.api.endpoint
 
     logged: list[dict[str, Any]] = []
-    original = gateway.completions.log_event
+    original = gateway.api.endpoint.log_event
 
     def record(event: str, **fields: Any) -> None:
         if event == "request":
             logged.append(fields)
         original(event, **fields)
 
-    monkeypatch.setattr(gateway.completions, "log_event", record)
+    monkeypatch.setattr(gateway.api.endpoint, "log_event", record)
     upstream.set_default("up-medium", ok(CALL_AS_CONTENT, confidence=0.95))
     upstream.set_default("up-small", ok("It is sunny.", confidence=0.99))
     client = kinds_gateway.client()

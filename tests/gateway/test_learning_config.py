@@ -12,10 +12,10 @@ import yaml
 from typer.testing import CliRunner
 
 from cascade_cli.main import app
-from gateway.config import ConfigError, Settings
-from gateway.learning import config as learning_config
-from gateway.metrics import GatewayMetrics
-from gateway.runtime import build_traffic_sampler
+from gateway.assembly.runtime import build_traffic_sampler
+from gateway.config.settings import ConfigError, Settings
+from gateway.config.settings import learning as learning_config
+from gateway.telemetry.metrics import GatewayMetrics
 
 MODELS = {
     "small": {"base_url": "http://127.0.0.1:9001/v1", "model": "s", "price": {"per_query_usd": 0.0001}},
@@ -114,8 +114,8 @@ LEAN_CHECK = textwrap.dedent(
             return None
 
     sys.meta_path.insert(0, Absent())
-    from gateway.app import create_app
-    from gateway.config import Settings
+    from gateway.api.app import create_app
+    from gateway.config.settings import Settings
 
     models = {"small": {"base_url": "http://127.0.0.1:9/v1", "model": "s", "price": {"per_query_usd": 0}}}
     create_app(Settings(models=models, policy="/nonexistent.json"))

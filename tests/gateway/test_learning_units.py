@@ -13,7 +13,7 @@ import pytest
 from gateway.learning.answers import DrawnRequest, StageAnswer, question_text
 from gateway.learning.budget import ShadowBudget
 from gateway.learning.writer import RowWriter
-from gateway.requests import parse_request
+from gateway.wire.requests import parse_request
 from policies import build_policy
 from tests.support.gateway_testkit import POLICY_DOCUMENT
 from traffic.file_store import FileStore

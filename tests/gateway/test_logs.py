@@ -8,7 +8,7 @@ from typing import Any
 
 import pytest
 
-from gateway import logs
+from gateway.wire import logs
 
 FIELDS: dict[str, Any] = {
     "request_id": "ab" * 12,

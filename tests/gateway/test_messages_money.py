@@ -15,7 +15,7 @@ import anthropic
 import orjson
 import pytest
 
-from gateway.edges.messages_request import translate_request
+from gateway.api.edges.messages_request import translate_request
 from tests.support.gateway_testkit import RunningGateway, model_configs
 from tests.support.scripted_upstream import ok
 

@@ -10,7 +10,7 @@ import httpx
 import orjson
 import pytest
 
-from gateway.edges.messages import COUNT_TOKENS_REFUSAL
+from gateway.api.edges.messages import COUNT_TOKENS_REFUSAL
 from tests.support.gateway_testkit import RunningGateway
 from tests.support.scripted_upstream import error, ok
 

@@ -12,11 +12,12 @@ from anthropic.types import Message, RawMessageStreamEvent
 from anthropic.types.shared import ErrorResponse
 from pydantic import TypeAdapter
 
-from gateway.edges.messages import MessagesEdge
-from gateway.edges.messages_request import translate_request
-from gateway.edges.messages_response import error_body, render_message
-from gateway.edges.messages_stream import MessagesStream, error_event
-from gateway.errors import (
+from gateway.api.edges.messages import MessagesEdge
+from gateway.api.edges.messages_request import translate_request
+from gateway.api.edges.messages_response import error_body, render_message
+from gateway.api.edges.messages_stream import MessagesStream, error_event
+from gateway.streaming.sse import replay
+from gateway.wire.errors import (
     AuthenticationError,
     BadRequestError,
     BodyTooLargeError,
@@ -28,7 +29,6 @@ from gateway.errors import (
     UpstreamError,
     UpstreamTimeoutError,
 )
-from gateway.streaming import replay
 
 EVENTS = TypeAdapter(RawMessageStreamEvent)
 WEATHER_TOOL = {

@@ -10,7 +10,7 @@ from typing import Any
 
 import pytest
 
-from gateway.config import ConfigError, Settings
+from gateway.config.settings import ConfigError, Settings
 from tests.support.gateway_testkit import model_configs
 from tests.support.scripted_upstream import ok
 
@@ -79,9 +79,9 @@ def test_direct_model_request_gets_the_members_defaults(member_gateway, upstream
 
 
 def test_spend_reservation_covers_what_defaults_add(make_settings, upstream) -> None:
-    from gateway.app import build_gateway
-    from gateway.requests import parse_request
-    from gateway.routing import RoutePlan
+    from gateway.api.app import build_gateway
+    from gateway.routing.tier_choice import RoutePlan
+    from gateway.wire.requests import parse_request
     from money.charges import SENT_FIELDS_BYTES
 
     raw = b'{"model": "small", "messages": [{"role": "user", "content": "What is 17 * 3?"}]}'

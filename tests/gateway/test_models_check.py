@@ -195,7 +195,7 @@ def test_logprobs_in_the_legacy_shape_on_chat_are_read(tmp_path: Path, upstream:
 
 
 def test_an_upstream_error_that_splits_the_key_is_redacted_in_the_report() -> None:
-    from gateway.models_check import _error_text
+    from gateway.upstream.models_check import _error_text
     from redaction import Redactor
 
     key = "sk-probe-0123456789abcdef"

@@ -11,7 +11,7 @@ import pytest
 from typer.testing import CliRunner
 
 from cascade_cli.main import app
-from gateway.auth import hash_key
+from gateway.keys.auth import hash_key
 from policies import build_policy, save_policy
 from tests.support.policy_files import two_model_document
 from tests.support.shared_redis import REDIS_URL

@@ -12,9 +12,9 @@ from typing import Any
 import pytest
 import redis.asyncio as aioredis
 
-from gateway import policy_store
-from gateway.policy_store import FilePolicyStore, RedisPolicyStore
-from gateway.redis_keys import RedisKeys
+from gateway.assembly import policy_store
+from gateway.assembly.policy_store import FilePolicyStore, RedisPolicyStore
+from gateway.redis.keys import RedisKeys
 from policies import Policy, build_policy, load_policy, save_policy
 from publishing import push_policy
 from tests.support.policy_files import two_model_document

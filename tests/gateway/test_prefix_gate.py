@@ -9,7 +9,7 @@ from typing import Any
 
 import pytest
 
-from gateway.prefix_commit import PrefixGate
+from gateway.streaming.prefix_commit import PrefixGate
 from policies import score_logprobs
 from policies.commit import CommitRule, prefix_entries
 from policies.schema import ScorerSpec

@@ -24,7 +24,7 @@ def limited(start_gateway, make_settings, monkeypatch, keys, sync_redis):
     """One key with the config's default rate limits (3 requests, 100,000 tokens an hour: the
     test's requests share one window), and a Redis-stored key without any limit (its record says
     so: ``rate_limits: []``)."""
-    from gateway.keys_cli import add_key
+    from gateway.commands.keys import add_key
 
     monkeypatch.setenv("TEST_CLIENT_KEYS", KEY)
     unlimited, _ = add_key(sync_redis, "free", None, keys, rate_limits=[])

@@ -9,12 +9,12 @@ from typing import Any
 import pytest
 import redis.asyncio as aioredis
 
-from gateway.auth import ClientIdentity
-from gateway.errors import BudgetExceededError, RateLimitExceededError
-from gateway.key_settings import RateLimit, parse_rate_limit_spec
-from gateway.rate_limits import duration
-from gateway.redis_batch import RedisBatcher
-from gateway.spend import SpendLimiter
+from gateway.config.key_settings import RateLimit, parse_rate_limit_spec
+from gateway.keys.auth import ClientIdentity
+from gateway.keys.rate_limits import duration
+from gateway.keys.spend import SpendLimiter
+from gateway.redis.batch import RedisBatcher
+from gateway.wire.errors import BudgetExceededError, RateLimitExceededError
 from tests.support.shared_redis import REDIS_URL, RedisLink
 
 

@@ -14,7 +14,7 @@ from redis.exceptions import ConnectionError as RedisConnectionError
 from redis.exceptions import ResponseError
 from redis.exceptions import TimeoutError as RedisTimeoutError
 
-from gateway.redis_batch import LuaScript, RedisBatcher
+from gateway.redis.batch import LuaScript, RedisBatcher
 from tests.support.shared_redis import REDIS_URL, RedisLink
 
 

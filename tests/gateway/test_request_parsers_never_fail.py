@@ -14,10 +14,10 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from gateway.edges.messages import MessagesEdge
-from gateway.edges.responses import ResponsesEdge
-from gateway.errors import BadRequestError
-from gateway.requests import check_client_schemas, parse_request
+from gateway.api.edges.messages import MessagesEdge
+from gateway.api.edges.responses import ResponsesEdge
+from gateway.wire.errors import BadRequestError
+from gateway.wire.requests import check_client_schemas, parse_request
 
 SCHEMA = {"type": "object", "properties": {"city": {"type": "string", "pattern": "^[A-Z]"}}}
 

@@ -9,17 +9,17 @@ import time
 import orjson
 import pytest
 
-from gateway.cascade import client_body, upstream_body
-from gateway.config import Settings
-from gateway.errors import (
+from gateway.config.settings import Settings
+from gateway.engine.cascade import client_body, upstream_body
+from gateway.routing.tier_choice import Router
+from gateway.upstream.client import _parse_retry_after
+from gateway.wire.errors import (
     BadRequestError,
     ModelNotFoundError,
     PolicyUnavailableError,
     UnknownTierRequestError,
 )
-from gateway.requests import parse_request
-from gateway.routing import Router
-from gateway.upstream import _parse_retry_after
+from gateway.wire.requests import parse_request
 from policies import build_policy
 from tests.support.gateway_testkit import POLICY_DOCUMENT, model_configs
 

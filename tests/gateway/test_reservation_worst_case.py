@@ -13,16 +13,16 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from gateway.app import build_gateway
-from gateway.cascade import upstream_body
-from gateway.config import Settings
+from gateway.api.app import build_gateway
+from gateway.config.learning import LearningConfig
+from gateway.config.settings import Settings
+from gateway.engine.cascade import upstream_body
 from gateway.learning.answers import Sample
 from gateway.learning.budget import ShadowBudget
-from gateway.learning.config import LearningConfig
 from gateway.learning.shadow import ShadowRunner
-from gateway.metrics import GatewayMetrics
-from gateway.requests import parse_request
-from gateway.routing import RoutePlan
+from gateway.routing.tier_choice import RoutePlan
+from gateway.telemetry.metrics import GatewayMetrics
+from gateway.wire.requests import parse_request
 from money.charges import (
     DEFAULT_COMPLETION_BOUND,
     SENT_FIELDS_BYTES,

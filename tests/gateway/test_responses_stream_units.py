@@ -1,5 +1,5 @@
 """The Responses stream translator on the engine's own replay bytes (an accepted answer with text
-and tool calls, as gateway.streaming.replay writes it) and on a failure before any chunk."""
+and tool calls, as gateway.streaming.sse.replay writes it) and on a failure before any chunk."""
 
 from __future__ import annotations
 
@@ -7,9 +7,9 @@ import json
 
 import orjson
 
-from gateway.edges.responses import ResponsesEdge
-from gateway.errors import UpstreamTimeoutError
-from gateway.streaming import replay
+from gateway.api.edges.responses import ResponsesEdge
+from gateway.streaming.sse import replay
+from gateway.wire.errors import UpstreamTimeoutError
 
 
 def _events(data: bytes) -> list[dict]:

@@ -1,4 +1,4 @@
-"""Routed and route-then-cascade tiers served through the app (gateway.tier_routing).
+"""Routed and route-then-cascade tiers served through the app (gateway.routing.routed_tiers).
 
 Through the app with the official openai SDK and the scripted upstream. The policy's router reads
 the ``cheap-v1`` features; its coefficients make the word "hard" (its hashed bucket) drive the small

@@ -1,6 +1,6 @@
 """The uvicorn internals GatewayHttpProtocol overrides still have the shape it was written against.
 
-``gateway/serving.py`` subclasses uvicorn's private httptools protocol: it overrides its connection
+``gateway/api/serving.py`` subclasses uvicorn's private httptools protocol: it overrides its connection
 and parser callbacks and reads the request cycle's state. A uvicorn release that renames one of
 them would break the head and body bounds silently (the override never called, or an attribute
 error inside a callback); these checks fail first, and pyproject pins uvicorn to what they pass on.
@@ -19,8 +19,8 @@ from pathlib import Path
 import pytest
 from uvicorn.protocols.http.httptools_impl import HttpToolsProtocol, RequestResponseCycle
 
-from gateway.config import LimitsConfig
-from gateway.serving import GatewayHttpProtocol, gateway_http_protocol
+from gateway.api.serving import GatewayHttpProtocol, gateway_http_protocol
+from gateway.config.settings import LimitsConfig
 
 # Each method the gateway overrides, with the parameters uvicorn calls it with.
 OVERRIDDEN = {

@@ -14,7 +14,7 @@ import httpx
 import openai
 import pytest
 
-from gateway.keys_cli import add_key
+from gateway.commands.keys import add_key
 from policies import build_policy, load_policy, save_policy
 from publishing import push_policy
 from tests.support.gateway_testkit import POLICY_DOCUMENT, until

@@ -8,11 +8,11 @@ from typing import Any
 import pytest
 import redis.asyncio as aioredis
 
-from gateway.auth import ClientIdentity
-from gateway.errors import BudgetExceededError, SpendUnavailableError
-from gateway.spend import SpendLimiter
-from gateway.spend_ledger import NANO_PER_USD, to_nano
-from gateway.spend_store import MAX_NANO
+from gateway.keys.auth import ClientIdentity
+from gateway.keys.ledger import NANO_PER_USD, to_nano
+from gateway.keys.spend import SpendLimiter
+from gateway.keys.spend_store import MAX_NANO
+from gateway.wire.errors import BudgetExceededError, SpendUnavailableError
 from tests.support.shared_redis import REDIS_URL, RedisLink, delete_prefix
 
 COST = 0.0012  # worst-case cost of one request, USD

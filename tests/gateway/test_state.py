@@ -8,10 +8,10 @@ from typing import Any
 import pytest
 import redis
 
-from gateway.auth import ClientIdentity
-from gateway.config import Settings
-from gateway.policy_store import FilePolicyStore, RedisPolicyStore
-from gateway.state import SharedState, build_shared_state
+from gateway.assembly.policy_store import FilePolicyStore, RedisPolicyStore
+from gateway.assembly.state import SharedState, build_shared_state
+from gateway.config.settings import Settings
+from gateway.keys.auth import ClientIdentity
 from policies import build_policy, load_policy, save_policy
 from publishing import push_policy
 from tests.support.policy_files import two_model_document
@@ -44,7 +44,7 @@ def settings(**document: Any) -> Settings:
 
 
 def shared_state(settings: Settings, **hooks: Any) -> SharedState:
-    """build_shared_state with the config fields it takes, as gateway.app.build_gateway passes them."""
+    """build_shared_state with the config fields it takes, as gateway.api.app.build_gateway passes them."""
     return build_shared_state(
         policy=settings.policy,
         redis_url=settings.redis_url,

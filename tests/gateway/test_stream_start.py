@@ -17,7 +17,7 @@ import httpx
 import openai
 import pytest
 
-from gateway import logs
+from gateway.wire import logs
 from tests.support.gateway_testkit import RunningGateway, until
 from tests.support.scripted_upstream import ScriptedUpstream, error, ok
 

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from gateway.tool_call_fragments import ToolCallFragments
+from gateway.wire.tool_call_fragments import ToolCallFragments
 
 
 def fragment(index: object, call_id: str | None = None, name: str = "", arguments: str = "") -> dict:

@@ -6,8 +6,8 @@ from __future__ import annotations
 import httpx
 import pytest
 
-from gateway.key_settings import BudgetPeriod
-from gateway.keys_cli import add_key
+from gateway.commands.keys import add_key
+from gateway.config.key_settings import BudgetPeriod
 from tests.support.scripted_upstream import ok
 
 MESSAGES = [{"role": "user", "content": "hi"}]

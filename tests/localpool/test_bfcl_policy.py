@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from gateway.config import Settings
+from gateway.config.settings import Settings
 from localpool.manifest import load_manifest
 from policies import load_policy
 

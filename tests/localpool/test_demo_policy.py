@@ -19,7 +19,7 @@ def test_demo_policy_uses_pool_models_and_has_the_three_tiers(repo_root: Path) -
 
 
 def test_generated_gateway_config_points_at_the_pool_ports_with_manifest_prices(tmp_path: Path) -> None:
-    from gateway.config import Settings
+    from gateway.config.settings import Settings
     from localpool.demo_config import write_gateway_config
 
     manifest = load_manifest()
@@ -42,7 +42,7 @@ def test_generated_gateway_config_points_at_the_pool_ports_with_manifest_prices(
 
 
 def test_generated_config_gives_members_their_models_server_and_request_defaults(tmp_path: Path) -> None:
-    from gateway.config import Settings
+    from gateway.config.settings import Settings
     from localpool.demo_config import write_gateway_config
 
     manifest = load_manifest()
@@ -58,7 +58,7 @@ def test_generated_config_gives_members_their_models_server_and_request_defaults
 
 
 def test_a_price_sheet_replaces_the_pool_prices_and_overruns_of_the_names_it_lists(tmp_path: Path) -> None:
-    from gateway.config import Settings
+    from gateway.config.settings import Settings
     from localpool.demo_config import write_gateway_config
 
     manifest = load_manifest()
@@ -92,7 +92,7 @@ def test_the_served_policy_is_the_arithmetic_policy_with_the_tool_call_policy_as
 def test_the_demo_coverage_takes_every_calibration_question_and_leaves_words_out(repo_root: Path) -> None:
     import json
 
-    from gateway.coverage import CoverageConfig, covered
+    from gateway.config.coverage import CoverageConfig, covered
     from localpool.demo_cli import DEMO_COVERAGE, MULTI_STEP_QUESTION, QUICK_QUESTION
 
     coverage = CoverageConfig.model_validate(DEMO_COVERAGE)
@@ -110,7 +110,7 @@ def test_the_demo_coverage_takes_every_calibration_question_and_leaves_words_out
 def test_the_demo_config_sends_what_the_policy_does_not_cover_to_the_chat_member(
     repo_root: Path, tmp_path: Path
 ) -> None:
-    from gateway.config import Settings
+    from gateway.config.settings import Settings
     from localpool.demo_cli import DEFAULT_POLICY, DEMO_COVERAGE, read_policy, served_models
     from localpool.demo_config import write_gateway_config
 

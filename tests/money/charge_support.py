@@ -1,7 +1,7 @@
 """Generated request bodies and an honest upstream, for the property tests of the charging rule.
 
 * ``chat_bodies()`` / ``completion_bodies()`` / ``request_bodies()``: hypothesis strategies of client
-  request bodies the gateway accepts (``gateway.requests.parse_request``): chat messages or a legacy
+  request bodies the gateway accepts (``gateway.wire.requests.parse_request``): chat messages or a legacy
   ``prompt`` (a string, a list of strings, a token array, a list of token arrays), ``n``, ``best_of``,
   every completion cap (``max_tokens``, ``max_completion_tokens``, ``n_predict``: absent, positive,
   zero or negative, fractional), ``tools`` and ``response_format``.

@@ -36,7 +36,7 @@ import pytest
 import redis
 from processes import RedisServer, write_gateway_config
 
-from gateway.redis_keys import RedisKeys
+from gateway.redis.keys import RedisKeys
 from tests.support.deploy_upstream import running_deploy_upstream
 from tests.support.gateway_process import GatewayProcess
 from tests.support.policy_files import write_policy

@@ -17,7 +17,7 @@ from typing import Any
 import httpx
 import yaml
 
-from gateway.redis_keys import RedisKeys
+from gateway.redis.keys import RedisKeys
 from policies import Policy, build_policy
 from tests.support.gateway_process import GatewayProcess
 from tests.support.policy_files import two_model_document

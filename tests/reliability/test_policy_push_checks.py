@@ -18,7 +18,7 @@ import pytest
 import redis
 from policy_support import CASCADE, Replica, make_policy, wait_for
 
-from gateway.redis_keys import RedisKeys
+from gateway.redis.keys import RedisKeys
 from policies import Policy, build_policy, save_policy
 from policies.store import compute_policy_id
 from tests.support.shared_redis import REDIS_URL

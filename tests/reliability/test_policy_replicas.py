@@ -17,8 +17,8 @@ import pytest
 import redis
 from policy_support import DEEP_JSON, Replica, admin_headers, make_policy, wait_for
 
-from gateway.keys_cli import add_key
-from gateway.redis_keys import RedisKeys
+from gateway.commands.keys import add_key
+from gateway.redis.keys import RedisKeys
 from policies import Policy, load_policy, save_policy
 from publishing import push_policy
 from tests.support.shared_redis import delete_prefix

@@ -33,10 +33,10 @@ from stream_support import (
     write_config,
 )
 
-from gateway.app import create_app
-from gateway.config import Settings
-from gateway.redis_keys import RedisKeys
-from gateway.server import DrainingServer
+from gateway.api.app import create_app
+from gateway.api.server import DrainingServer
+from gateway.config.settings import Settings
+from gateway.redis.keys import RedisKeys
 from tests.support.money import worst_case_usd
 from tests.support.ports import free_port
 from tests.support.scripted_upstream import ScriptedUpstream, ok, running_upstream

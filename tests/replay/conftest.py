@@ -1,6 +1,6 @@
 """Fixtures of the replay tests: a real gateway in front of the scripted upstream, for replay.
 
-``cascade replay`` is tested against the real app (``gateway.app.create_app`` under uvicorn) and a
+``cascade replay`` is tested against the real app (``gateway.api.app.create_app`` under uvicorn) and a
 real policy file; only the upstream models are the scripted seam double (tests/support/).
 
 * ``upstream`` (tests/support/fixtures.py): the session's ``ScriptedUpstream``, reset for each test
@@ -19,8 +19,8 @@ from typing import Any
 
 import pytest
 
-from gateway.app import create_app
-from gateway.config import Settings
+from gateway.api.app import create_app
+from gateway.config.settings import Settings
 from tests.support.gateway_testkit import RunningGateway, model_configs, serve, stop
 from tests.support.policy_files import write_policy
 from tests.support.scripted_upstream import ScriptedUpstream

@@ -10,7 +10,7 @@ The calls: ``cheap`` (the scored first stage), ``final`` (the last stage, after 
 ``verifier``, ``consistency`` (every sample), ``self_report`` (the black-box scorers' extra calls),
 ``shadow`` (the learning sampler's call to a pool model after the response) and ``prefix_cheap``
 (the cheap stage of a tier with the ``prefix`` commit rule, streamed and decided on its first
-tokens: gateway/prefix_commit.py). The faults are in ``FAULTS``; ``fault_reply`` builds each;
+tokens: gateway/streaming/prefix_commit.py). The faults are in ``FAULTS``; ``fault_reply`` builds each;
 ``cancelled_on_escalation`` is a long unsure answer whose prefix is rejected, so the gateway
 cancels its stream mid-way; its upstream stops when the stream is closed and bills the tokens it
 wrote (as llama-server does), and the prefix setup's models declare ``CANCEL_OVERRUN_TOKENS``, so the
@@ -102,11 +102,11 @@ class Cell:
 def prune_reason(cell: Cell) -> str | None:
     """Why ``cell`` does not exist (None: it does). Each rule is a property of the gateway."""
     if cell.call in BLACKBOX_CALLS and cell.endpoint == "completions":
-        # gateway/blackbox_scoring.py: black-box scorers score chat requests; a legacy completion
+        # gateway/stages/blackbox_scoring.py: black-box scorers score chat requests; a legacy completion
         # gets no score and makes no verifier, sample or self-report call.
         return "a legacy completion is never black-box scored: that call is never made"
     if cell.call == "prefix_cheap" and not cell.stream:
-        # gateway/prefix_commit.py: a request that is not streamed keeps the buffer rule.
+        # gateway/streaming/prefix_commit.py: a request that is not streamed keeps the buffer rule.
         return "a whole answer is never decided on a prefix: the prefix stage is never streamed"
     if cell.fault == "cancelled_on_escalation" and cell.call != "prefix_cheap":
         # Only the prefix rule cancels a call it started; to any other call an unsure answer is no fault.

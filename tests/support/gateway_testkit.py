@@ -113,7 +113,7 @@ class RunningGateway:
 
     @property
     def gateway(self) -> Any:
-        """The app's ``gateway.app.Gateway`` (metrics, pool, shared state)."""
+        """The app's ``gateway.api.app.Gateway`` (metrics, pool, shared state)."""
         return self.app.state.gateway
 
     def client(self, api_key: str = "none", **kw: Any) -> OpenAI:

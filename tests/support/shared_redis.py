@@ -15,7 +15,7 @@ import uuid
 
 import redis
 
-from gateway.redis_keys import RedisKeys
+from gateway.redis.keys import RedisKeys
 
 REDIS_URL = "redis://127.0.0.1:6379/0"
 

@@ -1,0 +1,209 @@
+"""The shapes of a Responses API answer, built from a chat answer.
+
+``render_response``: the chat message becomes output items (a ``message`` with ``output_text`` and
+``refusal`` parts, then one ``function_call`` item per tool call), ``finish_reason: length`` an
+``incomplete`` response (``max_output_tokens``), chat usage the Responses usage; the Response
+object echoes the request's settings (gateway.api.edges.responses_request) and is never stored
+(``store: false``).
+"""
+
+from __future__ import annotations
+
+from typing import TypedDict
+
+from gateway.api.edges.fields import JSONObject, first_choice
+from gateway.api.edges.responses_request import ResponsesRequest
+
+
+class ResponseUsage(TypedDict):
+    """A Response's ``usage``."""
+
+    input_tokens: int
+    input_tokens_details: dict[str, int]
+    output_tokens: int
+    output_tokens_details: dict[str, int]
+    total_tokens: int
+
+
+def render_response(chat: JSONObject, context: ResponsesRequest) -> JSONObject:
+    """A complete chat answer (its first choice) as a Response object."""
+    choice, message = first_choice(chat)
+    status, incomplete = completion_status(choice.get("finish_reason"))
+    return response_object(
+        context,
+        status=status,
+        model=chat.get("model") or context.model,
+        output=output_items(message, choice.get("logprobs"), context, status),
+        usage=response_usage(chat.get("usage")),
+        incomplete_details=incomplete,
+    )
+
+
+def completion_status(finish_reason: object) -> tuple[str, dict[str, str] | None]:
+    """The response status (and ``incomplete_details``) of a chat ``finish_reason``."""
+    if finish_reason == "length":
+        return "incomplete", {"reason": "max_output_tokens"}
+    if finish_reason == "content_filter":
+        return "incomplete", {"reason": "content_filter"}
+    return "completed", None
+
+
+def output_items(
+    message: JSONObject, logprobs: object, context: ResponsesRequest, status: str
+) -> list[JSONObject]:
+    """The output items of a chat answer's ``message``: its text (and refusal), then its tool calls."""
+    items: list[JSONObject] = []
+    content: list[JSONObject] = []
+    text = message.get("content")
+    if isinstance(text, str) and text:
+        content.append(output_text(text, text_logprobs(logprobs) if context.wants_logprobs else []))
+    refusal = message.get("refusal")
+    if isinstance(refusal, str) and refusal:
+        content.append({"type": "refusal", "refusal": refusal})
+    if content:
+        items.append(
+            {
+                "type": "message",
+                "id": message_id(context),
+                "status": status,
+                "role": "assistant",
+                "content": content,
+            }
+        )
+    calls = message.get("tool_calls")
+    for index, call in enumerate(calls if isinstance(calls, list) else ()):
+        function = call.get("function") if isinstance(call, dict) else None
+        if not isinstance(function, dict):
+            continue
+        items.append(
+            function_call_item(
+                context,
+                index,
+                call.get("id"),
+                function.get("name") or "",
+                function.get("arguments") or "",
+                "completed",
+            )
+        )
+    return items
+
+
+def output_text(text: str, logprobs: list[JSONObject]) -> JSONObject:
+    """An ``output_text`` content part."""
+    return {"type": "output_text", "text": text, "annotations": [], "logprobs": logprobs}
+
+
+def message_id(context: ResponsesRequest) -> str:
+    """The id of the response's message item."""
+    return "msg_" + context.response_id[5:]
+
+
+def function_call_item(
+    context: ResponsesRequest, index: int, call_id: object, name: str, arguments: str, status: str
+) -> JSONObject:
+    """A ``function_call`` output item (the upstream's call id, or one made up if it sent none)."""
+    suffix = f"{context.response_id[5:]}_{index}"
+    return {
+        "type": "function_call",
+        "id": f"fc_{suffix}",
+        "call_id": call_id if isinstance(call_id, str) and call_id else f"call_{suffix}",
+        "name": name,
+        "arguments": arguments,
+        "status": status,
+    }
+
+
+def text_logprobs(logprobs: object) -> list[JSONObject]:
+    """Chat ``logprobs.content`` entries as Responses logprobs."""
+    entries = logprobs.get("content") if isinstance(logprobs, dict) else None
+    out = []
+    for entry in entries if isinstance(entries, list) else ():
+        if not isinstance(entry, dict):
+            continue
+        tops = entry.get("top_logprobs")
+        out.append(
+            {
+                "token": entry.get("token") or "",
+                "logprob": entry.get("logprob") if entry.get("logprob") is not None else 0.0,
+                "bytes": entry.get("bytes") or [],
+                "top_logprobs": [
+                    {
+                        "token": t.get("token") or "",
+                        "logprob": t.get("logprob"),
+                        "bytes": t.get("bytes") or [],
+                    }
+                    for t in (tops if isinstance(tops, list) else ())
+                    if isinstance(t, dict)
+                ],
+            }
+        )
+    return out
+
+
+def response_usage(usage: object) -> ResponseUsage | None:
+    """Chat usage in the Responses form (None when the upstream reported none)."""
+    if not isinstance(usage, dict):
+        return None
+    prompt = _count(usage.get("prompt_tokens"))
+    completion = _count(usage.get("completion_tokens"))
+    prompt_details = usage.get("prompt_tokens_details")
+    completion_details = usage.get("completion_tokens_details")
+    cached = _count(prompt_details.get("cached_tokens")) if isinstance(prompt_details, dict) else 0
+    reasoning = (
+        _count(completion_details.get("reasoning_tokens")) if isinstance(completion_details, dict) else 0
+    )
+    return {
+        "input_tokens": prompt,
+        "input_tokens_details": {"cached_tokens": cached},
+        "output_tokens": completion,
+        "output_tokens_details": {"reasoning_tokens": reasoning},
+        "total_tokens": _count(usage.get("total_tokens")) or prompt + completion,
+    }
+
+
+def _count(value: object) -> int:
+    return value if isinstance(value, int) and not isinstance(value, bool) and value > 0 else 0
+
+
+def response_object(
+    context: ResponsesRequest,
+    *,
+    status: str,
+    model: str,
+    output: list[JSONObject],
+    usage: ResponseUsage | None = None,
+    incomplete_details: dict[str, str] | None = None,
+    error: dict[str, str] | None = None,
+) -> JSONObject:
+    """A Response object: the request's echoed settings around ``output`` and ``usage``."""
+    return {
+        "id": context.response_id,
+        "object": "response",
+        "created_at": context.created_at,
+        "status": status,
+        "background": False,
+        "error": error,
+        "incomplete_details": incomplete_details,
+        "instructions": context.instructions,
+        "max_output_tokens": context.max_output_tokens,
+        "max_tool_calls": context.echo.get("max_tool_calls"),
+        "model": model,
+        "output": output,
+        "parallel_tool_calls": context.parallel_tool_calls,
+        "previous_response_id": None,
+        "prompt_cache_key": context.echo.get("prompt_cache_key"),
+        "reasoning": context.reasoning,
+        "safety_identifier": context.echo.get("safety_identifier"),
+        "service_tier": "default",
+        "store": False,
+        "temperature": context.temperature,
+        "text": context.text,
+        "tool_choice": context.tool_choice,
+        "tools": context.tools,
+        "top_logprobs": context.top_logprobs,
+        "top_p": context.top_p,
+        "truncation": "disabled",
+        "usage": usage,
+        "user": context.echo.get("user"),
+        "metadata": context.metadata,
+    }

@@ -1,0 +1,1 @@
+"""The `cascade serve|policy|keys|models check` commands."""

@@ -1,0 +1,1 @@
+"""The gateway's config (`gateway.yaml`) and the settings models it is made of."""

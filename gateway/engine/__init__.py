@@ -1,0 +1,1 @@
+"""The cascade engine: runs a route's stages, scores, accepts or escalates."""

@@ -1,0 +1,422 @@
+"""The cascade engine: call each stage of a route, score, accept or escalate.
+
+Contracts: docs/contracts.md#scorers, #http-surface and #faults.
+
+A route is a chain ``models[0..k-1]`` with ``thresholds[0..k-2]``. Every stage but the last is
+called with ``logprobs: true, top_logprobs: K`` and scored with ``policies.score_response`` (the
+function calibration uses); stage i's answer is accepted unless ``should_escalate(score,
+thresholds[i])``. The last stage is not scored. A black-box scorer (``verifier``,
+``consistency``, ``self_report``) asks no logprobs: its score comes from extra calls, charged like
+every call (gateway.stages.blackbox_scoring). Faults:
+
+* a non-final stage fails (timeout, 5xx, refused, malformed JSON, 429 past the deadline):
+  escalate to the next stage and count the escalation;
+* after a timeout, every later stage served by the same upstream (``ModelConfig.upstream``: two
+  pool members of one llama-server) is skipped: it would wait behind the abandoned call under the
+  same deadline. With no stage left: the last good answer (degraded) if allowed, else the 504;
+* the final stage fails after an escalation (including a malformed answer: not JSON, ``choices``
+  empty or not objects): the last good answer is returned marked ``degraded`` if
+  ``policy.allow_degraded``, else the final stage's error (502/504/429);
+* an answer without usable logprobs (including pure tool calls, which have no content tokens):
+  the policy's ``on_missing_score`` rule.
+
+Every answer is also checked (gateway.stages.answer_review, docs/tool-calls.md): calls a model writes as
+content are normalized into ``tool_calls`` (after scoring), a scored stage whose answer fails a
+structural check escalates whatever its score, a final stage's invalid answer is returned and
+counted; every escalation records its reason.
+
+A streamed request is served by ``CascadeEngine.stream`` as client-ready SSE events: the scored
+stages are the same, an accepted answer is replayed, the final stage is relayed live by
+gateway.streaming.live (which charges it however the stream ends). On a tier with the ``prefix`` commit rule
+(gateway.streaming.prefix_commit) a streamed text request's cheap stage is itself streamed and decided on its
+first tokens: committed to (relayed live) or cancelled and escalated.
+
+The client's own fields go through unchanged, over the model's configured request defaults
+(``policies.request_defaults``); ``model`` is rewritten to the upstream's id, and
+``logprobs``/``top_logprobs`` are added on scored stages (gateway.stages.bodies).
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import AsyncGenerator, Mapping
+from contextlib import aclosing
+from dataclasses import dataclass
+from typing import Any
+
+from gateway.config.settings import ModelConfig
+from gateway.routing.tier_choice import RoutePlan
+from gateway.stages.answer_review import MISSING_SCORE_REASONS, AnswerReview
+from gateway.stages.blackbox_scoring import SCORER_FAILED, StageScorer
+from gateway.stages.bodies import client_body, scored_stage_body, upstream_body
+from gateway.streaming.live import LiveRelay, StreamChunk, StreamEvent, StreamStart, WholeAnswer
+from gateway.streaming.prefix_commit import prefix_rule
+from gateway.streaming.prefix_stream import FinalStage, PrefixStages
+from gateway.streaming.sse import SSE_HEADERS, replay
+from gateway.telemetry.metrics import GatewayMetrics
+from gateway.upstream.client import UpstreamFailure, UpstreamPool, UpstreamReply
+from gateway.wire.answer_reading import READ_FAILURES, reading_answer, unreadable
+from gateway.wire.errors import UnreadableAnswerError
+from gateway.wire.facts import AnswerKeeper, CascadeFacts
+from gateway.wire.requests import ParsedRequest
+from money.charges import Attempt, Charge, attempt_charge
+from policies.schema import Policy
+
+
+@dataclass(slots=True)
+class CascadeResult:
+    """A complete answer (the upstream's body) and the facts."""
+
+    facts: CascadeFacts
+    body: dict[str, Any]
+
+
+class CascadeEngine(PrefixStages):
+    """Runs plans against the upstream pool and records metrics of every call.
+
+    ``run`` serves a request as one answer; ``stream`` serves it as client-ready SSE events. Both
+    share the scored stages, the degraded-fallback rule (``_fall_back``) and the accounting.
+    """
+
+    def __init__(self, models: Mapping[str, ModelConfig], pool: UpstreamPool, metrics: GatewayMetrics):
+        self._models = models
+        self._pool = pool
+        self._metrics = metrics
+        self._review = AnswerReview(models, metrics)
+        self._scorer = StageScorer(models, self._call)
+
+    @staticmethod
+    def new_facts(
+        plan: RoutePlan,
+        keep_answer: AnswerKeeper | None = None,
+    ) -> CascadeFacts:
+        """Empty facts for ``plan`` (the caller keeps them, so a failed request still reports its calls).
+
+        ``keep_answer``: called with every scored stage's answer and the charge of its call (the
+        traffic sampler's ``DrawnRequest.keep``, for a request it drew); None keeps nothing.
+        """
+        return CascadeFacts(
+            plan.tier,
+            plan.policy.policy_id if plan.policy else None,
+            within_budget=plan.within_budget,
+            route=plan.route.models if plan.route is not None else [plan.model or ""],
+            keep_answer=keep_answer,
+            kind=plan.kind,
+            mechanism=plan.mechanism,
+            router_probability=plan.router_probability,
+        )
+
+    async def run(
+        self, plan: RoutePlan, request: ParsedRequest, deadline: float, *, facts: CascadeFacts | None = None
+    ) -> CascadeResult:
+        """Serve ``plan`` as one complete answer.
+
+        ``facts`` (from ``new_facts``) are filled in as calls are made. Raises GatewayError when no
+        answer can be served.
+        """
+        facts = facts or self.new_facts(plan)
+        stage = await self._scored_stages(plan, request, deadline, facts)
+        if isinstance(stage, dict):
+            return CascadeResult(facts, stage)
+        return CascadeResult(facts, await self._final_answer(stage, request, deadline, facts))
+
+    async def _final_answer(
+        self, stage: FinalStage, request: ParsedRequest, deadline: float, facts: CascadeFacts
+    ) -> dict[str, Any]:
+        """Call the final stage non-streamed: its (reviewed) answer, or the fallback if it fails."""
+        config = self._models[stage.model]
+        body = upstream_body(
+            request,
+            config.model,
+            top_k=None,
+            stream=False,
+            defaults=config.request_defaults,
+            capabilities=config.capabilities,
+            default_cap=config.default_max_tokens,
+        )
+        try:
+            reply, _ = await self._call(stage.model, request, body, deadline, facts)
+        except UpstreamFailure as failure:
+            return self._fall_back(stage, failure, facts)
+        facts.answered_by = stage.model
+        try:
+            self._review.final(stage.model, request, reply.body, facts)
+        except READ_FAILURES as exc:
+            return self._fall_back_unreadable(stage, unreadable(stage.model, exc), facts)
+        return reply.body
+
+    async def stream(
+        self, plan: RoutePlan, request: ParsedRequest, deadline: float, facts: CascadeFacts, started: float
+    ) -> AsyncGenerator[StreamEvent, None]:
+        """Serve ``plan`` as client-ready events: ``StreamStart``, ``StreamChunk``s, maybe ``StreamFailed``.
+
+        An accepted (or degraded) answer is replayed; the final stage is relayed live and charged
+        however it ends (gateway.streaming.live). Raises GatewayError before ``StreamStart`` when nothing can
+        be served; after it, failures arrive as a ``StreamFailed`` event. ``started`` is the
+        request's ``time.perf_counter()`` start (for the overhead reported in headers and the
+        final chunk). Close the iterator (``contextlib.aclosing``) so an abandoned stream is charged.
+        """
+        rule = prefix_rule(plan)
+        stage: dict[str, Any] | FinalStage
+        if rule is not None:
+            decided: list[dict[str, Any] | FinalStage] = []
+            prefix = self._prefix_stage(plan, request, deadline, facts, started, rule, decided)
+            async with aclosing(prefix):
+                async for event in prefix:
+                    yield event
+            if not decided:
+                return  # committed: the cheap stage was streamed to its end
+            stage = decided[0]
+        else:
+            stage = await self._scored_stages(plan, request, deadline, facts)
+        if not isinstance(stage, dict) and self._review.writes_calls(stage.model, request):
+            # Calls written as content cannot be normalized token by token: fetch and replay.
+            stage = await self._final_answer(stage, request, deadline, facts)
+        if isinstance(stage, dict):
+            with reading_answer(facts.answered_by):
+                events_of_answer = self._replay(stage, facts, request, started)
+            for event in events_of_answer:
+                yield event
+            return
+        watch = self._review.watch(stage.model, request, facts)
+        relay = LiveRelay(self._pool[stage.model], request, facts, self.settle, started, watch)
+        events = relay.events(self._live_body(stage.model, request), deadline)
+        async with aclosing(events):
+            try:
+                async for live in events:
+                    if isinstance(live, WholeAnswer):  # an upstream that ignores ``stream``
+                        try:
+                            with reading_answer(stage.model):
+                                self._review.final(stage.model, request, live.body, facts)
+                                replay_events = self._replay(live.body, facts, request, started)
+                        except UnreadableAnswerError as error:
+                            fallback = self._fall_back_unreadable(stage, error, facts)
+                            replay_events = self._replay(fallback, facts, request, started)
+                        for replayed in replay_events:
+                            yield replayed
+                        return
+                    yield live  # type: ignore[misc]  # a relay without a gate sends no prefix events
+            except UpstreamFailure as failure:  # before the client saw a byte
+                fallback = self._fall_back(stage, failure, facts)
+                for replayed in self._replay(fallback, facts, request, started):
+                    yield replayed
+
+    def _live_body(self, model: str, request: ParsedRequest) -> bytes:
+        """The upstream body of a final stage relayed live (streamed, no scorer's logprobs)."""
+        config = self._models[model]
+        return upstream_body(
+            request,
+            config.model,
+            top_k=None,
+            stream=True,
+            defaults=config.request_defaults,
+            capabilities=config.capabilities,
+            default_cap=config.default_max_tokens,
+        )
+
+    def _observe_score(self, plan: RoutePlan, model: str, score: float | None) -> None:
+        """A scored stage's score in the confidence histogram and the drift window."""
+        if score is not None:
+            assert plan.policy is not None
+            self._metrics.child(self._metrics.confidence, plan.tier, model).observe(score)
+            self._metrics.drift.observe(plan.policy.policy_id, plan.tier, model, score, plan.kind)
+
+    async def _scored_stages(
+        self, plan: RoutePlan, request: ParsedRequest, deadline: float, facts: CascadeFacts
+    ) -> dict[str, Any] | FinalStage:
+        """Call and score every stage but the last: an accepted answer, or the final stage to call."""
+        if plan.route is None:  # passthrough
+            assert plan.model is not None
+            facts.outcome = "passthrough"
+            return FinalStage(plan.model)
+        policy = plan.policy
+        assert policy is not None
+        models, thresholds = plan.route.models, plan.route.thresholds
+        fallback: dict[str, Any] | None = None
+        fallback_model: str | None = None
+        last = len(models) - 1
+        timed_out: set[tuple[str, str]] = set()  # upstreams that timed out in this request
+        timeout: UpstreamFailure | None = None  # the last of those timeouts
+        stage = 0
+        while stage < last:
+            model = models[stage]
+            body = scored_stage_body(request, self._models[model], policy.scorer)
+            try:
+                called, charge = await self._call(model, request, body, deadline, facts)
+            except UpstreamFailure as failure:
+                facts.failures.append(failure.kind)
+                if failure.kind == "timeout":
+                    timed_out.add(self._models[model].upstream)
+                    timeout = failure
+                following = self._next_stage(models, stage, timed_out)
+                if following is None:  # every later stage waits on an upstream that timed out
+                    return self._no_stage_left(timeout, fallback, fallback_model, policy, facts)
+                self._escalate(plan.tier, model, models[following], facts, "upstream_error")
+                stage = following
+                continue
+            reply = called.body
+            try:  # scoring reads the answer: one it cannot read is the stage's failure
+                # A black-box scorer's extra calls are charged here; their cost is the stage's too.
+                scored = await self._scorer.score(policy.scorer, model, request, body, reply, deadline, facts)
+            except READ_FAILURES as exc:
+                following = self._next_stage(models, stage, timed_out)
+                if following is None:
+                    return self._no_stage_left(timeout, fallback, fallback_model, policy, facts)
+                self._unreadable_stage(plan.tier, model, models[following], facts, exc)
+                stage = following
+                continue
+            score = scored.score
+            if facts.keep_answer is not None:  # asked to: the traffic sampler drew this request
+                facts.keep_answer(model, reply, called.seconds, score, charge.usd + scored.usd)
+            facts.score, facts.threshold = score, thresholds[stage]
+            self._observe_score(plan, model, score)
+            try:  # so does checking it
+                reason, problem = self._review.scored(
+                    model, request, reply, facts, score, thresholds[stage], policy.on_missing_score
+                )
+            except READ_FAILURES as exc:
+                following = self._next_stage(models, stage, timed_out)
+                if following is None:
+                    return self._no_stage_left(timeout, fallback, fallback_model, policy, facts)
+                self._unreadable_stage(plan.tier, model, models[following], facts, exc)
+                stage = following
+                continue
+            if reason is None:
+                facts.answered_by = model
+                facts.outcome = "accepted" if stage == 0 else "escalated"
+                return reply
+            if problem is None:  # a certainly wrong answer is no fallback
+                fallback, fallback_model = reply, model
+            if scored.failed and reason in MISSING_SCORE_REASONS:  # the scorer's own call failed
+                reason = SCORER_FAILED
+            following = self._next_stage(models, stage, timed_out)
+            if following is None:
+                return self._no_stage_left(timeout, fallback, fallback_model, policy, facts)
+            self._escalate(plan.tier, model, models[following], facts, reason)
+            stage = following
+        facts.outcome = "direct" if last == 0 else "escalated"
+        if not policy.allow_degraded:
+            fallback = fallback_model = None
+        return FinalStage(models[last], fallback, fallback_model)
+
+    def _next_stage(self, models: list[str], stage: int, timed_out: set[tuple[str, str]]) -> int | None:
+        """The stage after ``stage`` to call: the first whose upstream has not timed out in this request.
+
+        A stage served by an upstream that already timed out (two pool members of one llama-server)
+        would queue behind the abandoned call on the same server, under the same deadline: it is
+        skipped (docs/contracts.md#faults). None when no later stage is left.
+        """
+        for following in range(stage + 1, len(models)):
+            if self._models[models[following]].upstream not in timed_out:
+                return following
+        return None
+
+    @staticmethod
+    def _no_stage_left(
+        timeout: UpstreamFailure | None,
+        fallback: dict[str, Any] | None,
+        fallback_model: str | None,
+        policy: Policy,
+        facts: CascadeFacts,
+    ) -> dict[str, Any]:
+        """Every later stage was skipped: the last good answer marked degraded, if the policy allows
+        it; else the timeout that made them skippable (a 504)."""
+        assert timeout is not None  # a stage is only skipped after its upstream timed out
+        if fallback is not None and policy.allow_degraded:
+            facts.outcome, facts.answered_by, facts.degraded = "escalated", fallback_model, True
+            return fallback
+        raise timeout.to_gateway_error() from None
+
+    @staticmethod
+    def _fall_back(stage: FinalStage, failure: UpstreamFailure, facts: CascadeFacts) -> dict[str, Any]:
+        """The final stage failed: the last good answer marked degraded, if allowed; else the error."""
+        facts.failures.append(failure.kind)
+        if stage.fallback is None:
+            raise failure.to_gateway_error() from None
+        facts.answered_by, facts.degraded = stage.fallback_model, True
+        return stage.fallback
+
+    def _unreadable_stage(
+        self, tier: str, model: str, next_model: str, facts: CascadeFacts, exc: BaseException
+    ) -> None:
+        """A scored stage's answer could not be read (its call is charged): logged, and escalated
+        like a malformed answer."""
+        unreadable(model, exc)
+        facts.failures.append("unreadable")
+        self._escalate(tier, model, next_model, facts, "upstream_error")
+
+    @staticmethod
+    def _fall_back_unreadable(
+        stage: FinalStage, error: UnreadableAnswerError, facts: CascadeFacts
+    ) -> dict[str, Any]:
+        """The final stage's answer cannot be read (its call is charged): the last good answer
+        marked degraded, if allowed; else the 502."""
+        facts.failures.append("unreadable")
+        if stage.fallback is None:
+            raise error
+        facts.answered_by, facts.degraded = stage.fallback_model, True
+        return stage.fallback
+
+    @staticmethod
+    def _replay(
+        body: dict[str, Any], facts: CascadeFacts, request: ParsedRequest, started: float
+    ) -> tuple[StreamStart, StreamChunk]:
+        """A complete answer as the events of an equivalent stream."""
+        shaped = client_body(body, facts.answered_by or "", request)
+        overhead_ms = (time.perf_counter() - started - facts.upstream_s) * 1000
+        return (
+            StreamStart([*SSE_HEADERS, *facts.headers(overhead_ms)]),
+            StreamChunk(replay(shaped, request, facts.as_dict(overhead_ms)), last=True),
+        )
+
+    async def _call(
+        self, model: str, request: ParsedRequest, body: bytes, deadline: float, facts: CascadeFacts
+    ) -> tuple[UpstreamReply, Charge]:
+        """One non-streamed call, listed in ``models_called`` and charged into ``facts``: the reply
+        and its charge. Every attempt it made is charged however the call ends (an answer, a
+        failure, a cancellation: ``settle``)."""
+        facts.models_called.append(model)
+        attempts: list[Attempt] = []
+        try:
+            reply = await self._pool[model].complete(request.api, body, deadline, attempts)
+        finally:
+            charge = self.settle(facts, model, attempts)
+        facts.upstream_s += reply.seconds
+        return reply, charge
+
+    def settle(self, facts: CascadeFacts, model: str, attempts: list[Attempt]) -> Charge:
+        """Charge every attempt of one call to ``model`` (``money.charges.attempt_charge``: its
+        usage, else its worst case; nothing for one that provably was not served) into the facts
+        and the metrics: the one settlement of every upstream call of a request. Returns the sum."""
+        config = self._models[model]
+        charges = [
+            attempt_charge(config.price, attempt, config.limits) for attempt in attempts if attempt.billable
+        ]
+        for charge in charges:
+            self.record(facts, model, charge)
+        if len(charges) == 1:  # the common case: one attempt, answered
+            return charges[0]
+        return Charge(
+            sum(c.usd for c in charges),
+            sum(c.prompt_tokens for c in charges),
+            sum(c.completion_tokens for c in charges),
+        )
+
+    def record(self, facts: CascadeFacts, model: str, charge: Charge) -> None:
+        """Add one charge to the facts and the metrics."""
+        facts.cost_usd += charge.usd
+        facts.tokens += charge.prompt_tokens + charge.completion_tokens
+        if not (charge.prompt_tokens or charge.completion_tokens):
+            facts.tokens_unknown = True  # charged without counts: rate limits keep the reserved tokens
+        metrics = self._metrics
+        metrics.child(metrics.cost, facts.tier, model).inc(charge.usd)
+        if charge.prompt_tokens:
+            metrics.child(metrics.tokens, model, "prompt").inc(charge.prompt_tokens)
+        if charge.completion_tokens:
+            metrics.child(metrics.tokens, model, "completion").inc(charge.completion_tokens)
+
+    def _escalate(self, tier: str, from_model: str, to_model: str, facts: CascadeFacts, reason: str) -> None:
+        """Count an escalation and its reason (gateway.stages.answer_review.ESCALATION_REASONS)."""
+        facts.escalated = True
+        self._metrics.child(self._metrics.escalations, tier, from_model, to_model).inc()
+        self._review.escalated(tier, from_model, reason, facts)

@@ -1,0 +1,304 @@
+"""Per-key request and token rate limits, checked in the spend reservation's own Redis script.
+
+A key's ``RateLimit``s (gateway.config.key_settings) are fixed windows aligned to the unix epoch: window
+``w`` of a limit of ``window_s`` seconds is the hash ``{prefix}:rate:{key_id}:{window_s}:{start}``
+with the fields ``r`` (requests admitted) and ``t`` (tokens: reserved worst case at admission,
+settled to the real count after), expiring with its window. The window's start is part of the
+name, so nothing resets them: a new window is a new key.
+
+**Admission** (all windows at once, atomically, in the same script and round trip as the spend
+reservation, gateway.keys.spend_store): a request is admitted when, in every window, ``r + 1 <= requests``
+and ``t < tokens`` (room is left); then each window gets ``r += 1`` and ``t += `` the request's
+worst-case tokens. So a window's requests never pass its limit, and its tokens pass it by at most
+one request's worst case (the one admitted last), however many replicas admit concurrently. At
+settlement the tokens become the real count (``t += actual - reserved``), in the windows the
+request was admitted in. A refused request changes nothing.
+
+**Headers** (``RateState.headers``), on every answer of a rate-limited key, as OpenAI's API sends
+them: ``x-ratelimit-{limit,remaining,reset}-{requests,tokens}`` of the binding window (the least
+remaining, after this request); ``reset`` is the time until that window ends (``1s``, ``6m0s``).
+A refusal is a 429 with ``Retry-After`` (whole seconds until the refusing window ends).
+
+The script fragments here are composed with the spend scripts in gateway.keys.spend_store; they read
+their arguments from the *end* of ``KEYS`` and ``ARGV`` (the last ``ARGV`` is the number of
+windows), so the spend part's own arguments keep their positions. Without Redis, and during a Redis
+outage, ``LocalRateCounter`` applies the same rule in process (per replica).
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from typing import ClassVar
+
+from gateway.config.key_settings import RateLimit
+from gateway.redis.keys import RedisKeys
+
+# Counters outlive their window a little so a late settlement still finds them.
+_TTL_MARGIN_S = 60
+
+# Reserve side. Tail of KEYS: the previous period's spend counter (rollover, gateway.keys.budget_periods),
+# then one hash per window. Tail of ARGV: rollover cap in nano-USD (-1: none), the request's
+# worst-case tokens, (requests limit, tokens limit, ttl) per window (-1: no limit), the window count.
+# The spend part's limit is ARGV[2]: a rollover raises it before the spend part reads it.
+RESERVE_PRELUDE = """
+local rate_n = tonumber(ARGV[#ARGV])
+local rate_arg = #ARGV - 1 - 3 * rate_n
+local rate_key = #KEYS - rate_n
+local rate_tokens = tonumber(ARGV[rate_arg])
+local rollover_cap = tonumber(ARGV[rate_arg - 1])
+if rollover_cap >= 0 then
+  local base = tonumber(ARGV[2])
+  local unused = base - tonumber(redis.call('GET', KEYS[rate_key]) or '0')
+  if unused < 0 then unused = 0 end
+  if unused > rollover_cap then unused = rollover_cap end
+  ARGV[2] = string.format('%.0f', base + unused)
+end
+local function rate_counts()
+  local counts = {}
+  for i = 1, rate_n do
+    local c = redis.call('HMGET', KEYS[rate_key + i], 'r', 't')
+    counts[2 * i - 1] = tonumber(c[1] or '0')
+    counts[2 * i] = tonumber(c[2] or '0')
+  end
+  return counts
+end
+local function rate_admits(counts)
+  for i = 1, rate_n do
+    local requests = tonumber(ARGV[rate_arg + 3 * i - 2])
+    local tokens = tonumber(ARGV[rate_arg + 3 * i - 1])
+    if requests >= 0 and counts[2 * i - 1] + 1 > requests then return false end
+    if tokens >= 0 and counts[2 * i] >= tokens then return false end
+  end
+  return true
+end
+local function rate_add(counts)
+  for i = 1, rate_n do
+    local key = KEYS[rate_key + i]
+    counts[2 * i - 1] = redis.call('HINCRBY', key, 'r', 1)
+    counts[2 * i] = redis.call('HINCRBY', key, 't', rate_tokens)
+    if redis.call('TTL', key) < 0 then redis.call('EXPIRE', key, tonumber(ARGV[rate_arg + 3 * i])) end
+  end
+end
+"""
+
+# Runs the spend part (``spend_reserve``, returning {status, spent}) only if the rate limits admit,
+# counts the request only if the spend part admitted it, and appends the counts of each window.
+RESERVE_MAIN = """
+local counts = rate_counts()
+local reply
+if rate_admits(counts) then
+  reply = spend_reserve()
+  if reply[1] == 1 then rate_add(counts) end
+else
+  reply = {-3, redis.call('GET', KEYS[1]) or '0'}
+end
+for i = 1, #counts do reply[#reply + 1] = counts[i] end
+return reply
+"""
+
+# Settle side. Tail of KEYS: one hash per window; tail of ARGV: tokens delta, requests delta, count.
+# Applied only when the spend part settled a pending reservation (returned 1): once per request.
+FINISH_MAIN = """
+local result = spend_finish()
+if result == 1 then
+  local n = tonumber(ARGV[#ARGV])
+  for i = 1, n do
+    local key = KEYS[#KEYS - n + i]
+    if redis.call('EXISTS', key) == 1 then
+      if redis.call('HINCRBY', key, 't', ARGV[#ARGV - 2]) < 0 then redis.call('HSET', key, 't', 0) end
+      if ARGV[#ARGV - 1] ~= '0' and redis.call('HINCRBY', key, 'r', ARGV[#ARGV - 1]) < 0 then
+        redis.call('HSET', key, 'r', 0)
+      end
+    end
+  end
+end
+return result
+"""
+
+RATE_REFUSED = -3
+_REQUEST_HEADERS = (
+    b"x-ratelimit-limit-requests",
+    b"x-ratelimit-remaining-requests",
+    b"x-ratelimit-reset-requests",
+)
+_TOKEN_HEADERS = (b"x-ratelimit-limit-tokens", b"x-ratelimit-remaining-tokens", b"x-ratelimit-reset-tokens")
+
+
+class RateWindows:
+    """The current window of each of a key's rate limits, for the requests until one of them ends
+    (``RateWindows.at`` reuses them: names, script arguments and header inputs are made once per
+    window, not per request)."""
+
+    __slots__ = (
+        "args_tail",
+        "begins",
+        "ends",
+        "expires",
+        "keys",
+        "limits",
+        "request_caps",
+        "starts",
+        "token_caps",
+    )
+
+    _cache: ClassVar[dict[tuple[str, str], RateWindows]] = {}
+
+    def __init__(self, limits: tuple[RateLimit, ...], starts: tuple[int, ...], keys: tuple[str, ...]):
+        self.limits = limits
+        self.starts = starts
+        self.keys = keys  # Redis hash of each window
+        self.ends = tuple(start + limit.window_s for limit, start in zip(limits, starts, strict=True))
+        self.begins, self.expires = max(starts), min(self.ends)  # every window contains [begins, expires)
+        self.request_caps = tuple(limit.requests for limit in limits)
+        self.token_caps = tuple(limit.tokens for limit in limits)
+        # Per window: requests limit, tokens limit (-1: none), TTL (the window and a margin: set once,
+        # when the window's hash is created).
+        self.args_tail: list[int] = []
+        for limit in limits:
+            self.args_tail += [
+                _or_none(limit.requests),
+                _or_none(limit.tokens),
+                limit.window_s + _TTL_MARGIN_S,
+            ]
+
+    @classmethod
+    def at(cls, limits: tuple[RateLimit, ...], now: float, key_id: str, keys: RedisKeys) -> RateWindows:
+        """The windows containing ``now`` (cached per key and limits until the first one ends)."""
+        # Keyed by name, checked by identity: hashing and comparing the limits (pydantic models) would
+        # cost more than making the windows; a key's limits are one tuple while its record is cached.
+        slot = (keys.prefix, key_id)
+        cached = cls._cache.get(slot)
+        if cached is not None and cached.limits is limits and cached.begins <= now < cached.expires:
+            return cached
+        if len(cls._cache) > 10_000:
+            cls._cache.clear()  # bounded: one entry per active key
+        starts = tuple(int(now // lim.window_s) * lim.window_s for lim in limits)
+        names = tuple(keys.rate(key_id, lim.window_s, s) for lim, s in zip(limits, starts, strict=True))
+        windows = cls._cache[slot] = cls(limits, starts, names)
+        return windows
+
+    def args(self, tokens: int, now: float) -> list[int]:
+        """The script's per-window ARGV (after the tokens): requests limit, tokens limit, ttl."""
+        return self.args_tail
+
+
+@dataclass(slots=True)
+class RateState:
+    """Counts of each window after a request's admission (or at its refusal)."""
+
+    windows: RateWindows
+    requests: list[int]
+    tokens: list[int]
+
+    @classmethod
+    def from_reply(cls, windows: RateWindows, tail: Sequence[int]) -> RateState:
+        """From the counts the script appended: (requests, tokens) per window."""
+        return cls(windows, [int(x) for x in tail[0::2]], [int(x) for x in tail[1::2]])
+
+    def refused_by(self, tokens: int) -> tuple[str, int] | None:
+        """(``requests`` or ``tokens``, window index) of the first limit refusing one more request
+        of ``tokens`` worst-case tokens at these counts, or None."""
+        for i, limit in enumerate(self.windows.limits):
+            if limit.requests is not None and self.requests[i] + 1 > limit.requests:
+                return "requests", i
+            if limit.tokens is not None and self.tokens[i] >= limit.tokens:
+                return "tokens", i
+        return None
+
+    def headers(self, now: float) -> list[tuple[bytes, bytes]]:
+        """``x-ratelimit-{limit,remaining,reset}-{requests,tokens}`` of the binding windows (the
+        least remaining; among those, the one ending last)."""
+        out: list[tuple[bytes, bytes]] = []
+        windows = self.windows
+        for names, caps, counts in (
+            (_REQUEST_HEADERS, windows.request_caps, self.requests),
+            (_TOKEN_HEADERS, windows.token_caps, self.tokens),
+        ):
+            best_cap = best_left = best_end = -1
+            for i, cap in enumerate(caps):
+                if cap is None:
+                    continue
+                left = cap - counts[i]
+                left = left if left > 0 else 0
+                end = windows.ends[i]
+                if best_cap < 0 or left < best_left or (left == best_left and end > best_end):
+                    best_cap, best_left, best_end = cap, left, end
+            if best_cap >= 0:
+                out.append((names[0], b"%d" % best_cap))
+                out.append((names[1], b"%d" % best_left))
+                out.append((names[2], duration(best_end - now).encode()))
+        return out
+
+    def retry_after_s(self, index: int, now: float) -> int:
+        """Whole seconds until window ``index`` ends (at least 1)."""
+        return max(1, math.ceil(self.windows.ends[index] - now))
+
+
+@dataclass(slots=True)
+class LocalRateCounter:
+    """The admission rule in process: one replica without Redis, or each replica in an outage
+    (limits scaled by ``share``, as the spend allowance)."""
+
+    counts: dict[str, list[int]] = field(default_factory=dict)  # window key -> [requests, tokens, end]
+
+    def admit(
+        self, windows: RateWindows, tokens: int, now: float, share: float = 1.0
+    ) -> tuple[bool, RateState]:
+        """Admit and count one request of ``tokens`` worst-case tokens; (admitted, counts)."""
+        self._expire(now)
+        rows = [self.counts.get(key) or [0, 0, 0] for key in windows.keys]
+        state = RateState(windows, [r[0] for r in rows], [r[1] for r in rows])
+        for i, limit in enumerate(windows.limits):
+            if limit.requests is not None and state.requests[i] + 1 > math.floor(limit.requests * share):
+                return False, state
+            if limit.tokens is not None and state.tokens[i] >= math.floor(limit.tokens * share):
+                return False, state
+        for i, key in enumerate(windows.keys):
+            end = windows.starts[i] + windows.limits[i].window_s
+            row = self.counts.setdefault(key, [0, 0, end])
+            row[0] += 1
+            row[1] += tokens
+            state.requests[i], state.tokens[i] = row[0], row[1]
+        return True, state
+
+    def counts_of(self, windows: RateWindows, now: float) -> RateState:
+        """The windows' counts (nothing admitted)."""
+        self._expire(now)
+        rows = [self.counts.get(key) or [0, 0, 0] for key in windows.keys]
+        return RateState(windows, [r[0] for r in rows], [r[1] for r in rows])
+
+    def undo(self, windows: RateWindows, tokens: int) -> None:
+        """Take back an admission (its request was refused by the spend limit after all)."""
+        for key in windows.keys:
+            row = self.counts.get(key)
+            if row is not None:
+                row[0], row[1] = max(0, row[0] - 1), max(0, row[1] - tokens)
+
+    def settle(self, keys: Sequence[str], tokens_delta: int) -> None:
+        """Replace reserved tokens by the real count in the windows still counted."""
+        for key in keys:
+            row = self.counts.get(key)
+            if row is not None:
+                row[1] = max(0, row[1] + tokens_delta)
+
+    def _expire(self, now: float) -> None:
+        if len(self.counts) > 64 and any(row[2] <= now for row in self.counts.values()):
+            self.counts = {k: row for k, row in self.counts.items() if row[2] > now}
+
+
+def duration(seconds: float) -> str:
+    """A reset time as OpenAI writes it: ``850ms``, ``1s``, ``59.5s``, ``6m0s``, ``1h2m3s``."""
+    if seconds < 1:
+        return f"{max(0, round(seconds * 1000))}ms"
+    if seconds < 60:
+        return f"{round(seconds, 3):g}s"
+    whole = math.ceil(seconds)
+    hours, rest = divmod(whole, 3600)
+    minutes, secs = divmod(rest, 60)
+    return (f"{hours}h" if hours else "") + f"{minutes}m{secs}s"
+
+
+def _or_none(value: int | None) -> int:
+    return -1 if value is None else value

@@ -1,0 +1,216 @@
+"""Request-path Redis commands sent together: one pipeline per event-loop iteration.
+
+Every keyed request talks to Redis twice (the spend reservation before its upstream call, the
+settlement after it), and a key lookup when its cache entry has expired. Sent one by one through
+redis-py, each command costs a pooled connection, a write, a read and their timeouts (in Python
+3.11 redis-py wraps every write of a client with ``socket_timeout`` in a new task), which made Redis
+the largest part of what a keyed request costs beyond an unkeyed one (docs/benchmarks.md).
+
+``RedisBatcher`` queues the commands issued while the event loop runs its ready callbacks and sends
+them, at the next iteration, as one non-transactional pipeline: one pooled connection, one write,
+one round trip for every request that reached Redis in that iteration, under one timeout. Each
+command is still executed by Redis on its own and in order (a pipeline is not a transaction), and
+each caller gets its own reply or error, so what a command does is unchanged: the spend scripts
+keep their op ids, pending hashes and epoch check (gateway.keys.spend_store). The batch is packed here
+(``pack_commands``) and sent on a connection of the client's pool, without redis-py's pipeline
+object, whose per-command packing and bookkeeping cost more than the round trip they share.
+
+Failures: a pipeline that does not complete within ``timeout_s`` fails every command in it with
+``redis.exceptions.TimeoutError``; a connection error fails them with
+``redis.exceptions.ConnectionError``; an error reply (``ResponseError``) fails only its command.
+Like a single command that timed out, a timed-out pipeline may still execute later (a frozen Redis
+runs what was queued when it resumes); the spend store's idempotent operations are built for that.
+
+Lua scripts run by ``EVALSHA``; a script Redis does not know (``NOSCRIPT``: nothing ran) is loaded
+and its command sent again, within the same timeout.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import hashlib
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from redis.asyncio import Redis
+from redis.exceptions import ConnectionError as RedisConnectionError
+from redis.exceptions import NoScriptError, RedisError, ResponseError
+from redis.exceptions import TimeoutError as RedisTimeoutError
+
+Arg = str | int | bytes
+
+
+@dataclass(frozen=True, slots=True)
+class LuaScript:
+    """A Lua script and its SHA-1 (what ``EVALSHA`` names it by)."""
+
+    text: str
+    sha: str
+
+    @classmethod
+    def of(cls, text: str) -> LuaScript:
+        """The script ``text`` with its SHA-1 computed here (no Redis call)."""
+        return cls(text, hashlib.sha1(text.encode(), usedforsecurity=False).hexdigest())
+
+
+@dataclass(slots=True)
+class _Command:
+    args: tuple[Arg, ...]
+    future: asyncio.Future[Any]
+    script: LuaScript | None = None
+
+
+class RedisBatcher:
+    """Sends the commands issued in one event-loop iteration as one pipeline (see the module doc).
+
+    ``timeout_s`` bounds each pipeline (None: unbounded, for clients whose own socket timeouts
+    bound them).
+    """
+
+    def __init__(self, redis: Redis, timeout_s: float | None):
+        self.redis = redis
+        self.timeout_s = timeout_s
+        self._queue: list[_Command] = []
+        # Pipelines in flight: the loop keeps only weak references to tasks.
+        self._sending: set[asyncio.Task[None]] = set()
+
+    @classmethod
+    def wrap(cls, redis: Redis | RedisBatcher, timeout_s: float | None) -> RedisBatcher:
+        """``redis`` itself if it is a batcher already (shared by several users), else a new one."""
+        return redis if isinstance(redis, RedisBatcher) else cls(redis, timeout_s)
+
+    def execute(self, *args: Arg) -> asyncio.Future[Any]:
+        """Queue one command (``"HGET", name, field``); await the result for its reply.
+
+        Commands queued before the caller's next ``await`` go out in the same pipeline, in order.
+        """
+        return self._queue_command(args, None)
+
+    def run_script(self, script: LuaScript, keys: Sequence[str], args: Sequence[Arg]) -> asyncio.Future[Any]:
+        """Queue ``EVALSHA`` of ``script`` with ``keys`` and ``args``; await the result for its reply."""
+        return self._queue_command(("EVALSHA", script.sha, len(keys), *keys, *args), script)
+
+    def _queue_command(self, args: tuple[Arg, ...], script: LuaScript | None) -> asyncio.Future[Any]:
+        loop = asyncio.get_running_loop()
+        future: asyncio.Future[Any] = loop.create_future()
+        if not self._queue:
+            # Runs after the callbacks that are ready now: every request the loop is serving in this
+            # iteration adds its commands first.
+            loop.call_soon(self._flush)
+        self._queue.append(_Command(args, future, script))
+        return future
+
+    def _flush(self) -> None:
+        batch, self._queue = self._queue, []
+        if not batch:
+            return
+        task = asyncio.get_running_loop().create_task(self._send(batch), name="redis-batch")
+        self._sending.add(task)
+        task.add_done_callback(self._sending.discard)
+
+    async def _send(self, batch: list[_Command]) -> None:
+        replies: list[Any] = []  # in the order of ``batch``, as they are read
+        try:
+            async with asyncio.timeout(self.timeout_s):
+                await self._pipeline([command.args for command in batch], replies)
+                unknown = [
+                    i
+                    for i, reply in enumerate(replies)
+                    if isinstance(reply, NoScriptError) and batch[i].script is not None
+                ]
+                if unknown:
+                    await self._load_and_resend(batch, replies, unknown)
+        except BaseException as exc:
+            # The commands answered before the failure keep their replies: they did run.
+            _answer(batch, replies, exc)
+            if not isinstance(exc, Exception):
+                raise  # cancelled (the loop is closing): the unanswered callers were cancelled
+            return
+        _answer(batch, replies, None)
+
+    async def _load_and_resend(self, batch: list[_Command], replies: list[Any], unknown: list[int]) -> None:
+        """Load the scripts Redis did not know (restarted or flushed) and resend their commands, in
+        one pipeline (``SCRIPT LOAD`` runs before the commands after it); their new replies replace
+        the ``NOSCRIPT`` ones in ``replies``, and those still unanswered if this fails are marked so."""
+        scripts = {s.sha: s for s in (batch[i].script for i in unknown) if s is not None}
+        loads: list[tuple[Arg, ...]] = [("SCRIPT", "LOAD", s.text) for s in scripts.values()]
+        again: list[Any] = []
+        try:
+            await self._pipeline(loads + [batch[i].args for i in unknown], again)
+        finally:
+            for j, i in enumerate(unknown):
+                k = len(loads) + j
+                replies[i] = again[k] if k < len(again) else _UNANSWERED
+
+    async def _pipeline(self, commands: list[tuple[Arg, ...]], replies: list[Any]) -> None:
+        """Send ``commands`` in one write and append their replies to ``replies`` in order (an error
+        reply as its exception), so a failure part-way leaves the replies read before it.
+
+        What redis-py's own pipeline does, on the same pool: a connection that fails or is cancelled
+        mid-way is disconnected by redis-py before it goes back to the pool, so no stale reply is
+        ever read by the next batch.
+        """
+        pool = self.redis.connection_pool
+        connection = await pool.get_connection()
+        try:
+            await connection.send_packed_command(pack_commands(commands))
+            for _ in commands:
+                try:
+                    replies.append(await connection.read_response())
+                except ResponseError as error:  # an error reply: the connection is still in step
+                    replies.append(error)
+        finally:
+            await pool.release(connection)
+
+
+# A command whose reply never arrived (its pipeline failed before).
+_UNANSWERED: Any = object()
+
+
+def _answer(batch: list[_Command], replies: list[Any], failure: BaseException | None) -> None:
+    """Give each waiting caller its reply, or, if none arrived, ``failure``."""
+    for i, command in enumerate(batch):
+        if command.future.done():
+            continue  # its caller stopped waiting (cancelled)
+        reply = replies[i] if i < len(replies) else _UNANSWERED
+        if reply is _UNANSWERED:
+            assert failure is not None
+            _fail(command.future, failure)
+        elif isinstance(reply, Exception):
+            command.future.set_exception(reply)
+        else:
+            command.future.set_result(reply)
+
+
+def pack_commands(commands: Sequence[Sequence[Arg]]) -> bytes:
+    """``commands`` in the Redis protocol (RESP arrays of bulk strings), as one buffer."""
+    parts: list[bytes] = []
+    for args in commands:
+        parts.append(b"*%d\r\n" % len(args))
+        for arg in args:
+            if isinstance(arg, str):
+                data = arg.encode()
+            elif isinstance(arg, bytes):
+                data = arg
+            elif isinstance(arg, int):
+                data = b"%d" % arg
+            else:
+                raise TypeError(f"a Redis argument must be str, bytes or int, not {type(arg).__name__}")
+            parts.append(b"$%d\r\n%b\r\n" % (len(data), data))
+    return b"".join(parts)
+
+
+def _fail(future: asyncio.Future[Any], exc: BaseException) -> None:
+    """Fail ``future`` with its own exception object (one instance raised in many tasks would collect
+    all their tracebacks): a timeout, a connection error, or ``exc`` itself if it is neither."""
+    if not isinstance(exc, Exception):
+        future.cancel()
+    elif isinstance(exc, TimeoutError | RedisTimeoutError):
+        future.set_exception(RedisTimeoutError("Redis did not answer in time"))
+    elif isinstance(exc, RedisError | OSError):
+        error = RedisConnectionError(f"Redis pipeline failed: {type(exc).__name__}: {exc}")
+        error.__cause__ = exc
+        future.set_exception(error)
+    else:
+        future.set_exception(exc)

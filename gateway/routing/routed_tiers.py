@@ -1,0 +1,250 @@
+"""Routed and route-then-cascade tiers: the route a request takes when its tier has ``routing``.
+
+``cascade calibrate --mechanisms`` may give a tier ``routing`` (``policies.routing_schema.TierRouting``) and
+the policy a ``router`` (per-model linear correctness models on a feature set,
+``policies.route_features``). For such a tier, after ``Router.plan`` chose the tier, this module
+computes the request's features, the router's probabilities, and replaces the plan's route:
+
+* ``routed``: the one model of ``argmax p - price_weight * cost`` (``policies.router.routed_choice``);
+* ``hybrid``: straight to the strong model when ``p_cheap < direct_below``, else the cascade
+  cheap -> strong at the tier's calibrated threshold.
+
+The reservation, the engine, the live relay and the charges then run the chosen route as any
+other: a routed request is a one-stage route, so a stream is relayed live from its first token.
+
+Features: ``cheap-v1`` costs tens of microseconds and runs inline. ``minilm-v1`` costs tens of
+milliseconds of CPU, so it runs in a bounded process pool (real parallelism, the event loop never
+waits on it). When the pool is saturated (``max_pending`` embeddings in flight), slow (over
+``timeout_s``) or broken, the request is served by the tier's calibrated cascade (its ``routes``),
+counted as ``fallback``: a request is never refused or delayed for want of a feature.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import time
+from concurrent.futures import Executor, ProcessPoolExecutor
+from typing import Any
+
+import numpy as np
+from prometheus_client import Counter, Histogram
+
+from gateway.config.drift import ROUTER_DRIFT_MODEL
+from gateway.routing.tier_choice import RoutePlan
+from gateway.telemetry.metrics import GatewayMetrics
+from gateway.wire.requests import ParsedRequest
+from policies.route_features import CHEAP, MINILM, cheap_features, request_parts
+from policies.router import LinearRouter, goes_direct, routed_choice
+from policies.routing_schema import RouterSpec
+from policies.schema import Route
+
+_FEATURE_BUCKETS = (0.00001, 0.00003, 0.0001, 0.0003, 0.001, 0.003, 0.01, 0.03, 0.1, 0.3, 1)
+_PROBABILITY_BUCKETS = (0.05, 0.1, 0.2, 0.3, 0.4, 0.5, 0.6, 0.7, 0.8, 0.9, 0.95)
+
+
+def embed_text(text: str) -> np.ndarray:
+    """The MiniLM embedding of ``text`` (run in a pool process; the encoder loads once per process)."""
+    from traffic.judges.similarity import load_encoder
+
+    try:
+        from threadpoolctl import threadpool_limits
+    except ImportError:  # one BLAS thread per worker either way is what the pool size counts on
+        return np.asarray(load_encoder().encode(text), dtype=np.float64)
+    with threadpool_limits(limits=1):
+        return np.asarray(load_encoder().encode(text), dtype=np.float64)
+
+
+def _warm_worker() -> None:
+    embed_text("warm up")
+
+
+class EmbeddingPool:
+    """At most ``max_pending`` embeddings in flight on ``workers`` processes; None when it cannot."""
+
+    def __init__(self, workers: int = 1, max_pending: int = 4, timeout_s: float = 0.25):
+        self.workers = workers
+        self.max_pending = max_pending
+        self.timeout_s = timeout_s
+        self.pending = 0
+        self._executor: Executor | None = None
+
+    def _pool(self) -> Executor:
+        if self._executor is None:
+            import multiprocessing
+
+            # spawn: a fork of a process running an event loop and threads is not safe.
+            self._executor = ProcessPoolExecutor(
+                self.workers, mp_context=multiprocessing.get_context("spawn"), initializer=_warm_worker
+            )
+        return self._executor
+
+    def start(self) -> None:
+        """Start the worker processes now (they load the model before the first request needs it)."""
+        self._pool()
+
+    async def embed(self, text: str) -> tuple[np.ndarray | None, str]:
+        """``(embedding, "ok")``, or ``(None, why)`` with why ``saturated``, ``timeout`` or ``error``."""
+        if self.pending >= self.max_pending:
+            return None, "saturated"
+        try:
+            future = self._pool().submit(embed_text, text)
+        except RuntimeError:  # the pool is shut down or broken
+            return None, "error"
+        self.pending += 1
+        loop = asyncio.get_running_loop()
+        future.add_done_callback(lambda _: _on_loop(loop, self._release))
+        try:
+            return await asyncio.wait_for(asyncio.wrap_future(future), self.timeout_s), "ok"
+        except TimeoutError:
+            return None, "timeout"
+        except Exception:
+            return None, "error"
+
+    def _release(self) -> None:
+        self.pending -= 1
+
+    def close(self) -> None:
+        """Stop the worker processes (pending embeddings are abandoned)."""
+        if self._executor is not None:
+            self._executor.shutdown(wait=False, cancel_futures=True)
+            self._executor = None
+
+
+class TierRouter:
+    """Applies a tier's ``routing`` to a plan (module docstring); exports its metrics."""
+
+    def __init__(self, metrics: GatewayMetrics, embeddings: EmbeddingPool | None = None):
+        registry = metrics.registry
+        self._child = metrics.child
+        self._drift = metrics.drift
+        self.decisions = Counter(
+            "cascade_router_decisions",
+            "Requests of routed tiers by tier, mechanism taken (routed, hybrid_direct, hybrid_cascade, "
+            "fallback) and first model called.",
+            ["tier", "mechanism", "model"],
+            registry=registry,
+        )
+        self.fallbacks = Counter(
+            "cascade_router_fallbacks",
+            "Requests of routed tiers served by the tier's cascade because the features were not "
+            "computed (saturated, timeout, error).",
+            ["tier", "reason"],
+            registry=registry,
+        )
+        self.feature_seconds = Histogram(
+            "cascade_router_feature_seconds",
+            "Time to compute a request's router features, by feature set.",
+            ["features"],
+            buckets=_FEATURE_BUCKETS,
+            registry=registry,
+        )
+        self.probability = Histogram(
+            "cascade_router_probability",
+            "The router's predicted probability of the model it decided on (routed: the chosen "
+            "model; hybrid: the cheap model), by tier.",
+            ["tier"],
+            buckets=_PROBABILITY_BUCKETS,
+            registry=registry,
+        )
+        self.embeddings = embeddings or EmbeddingPool()
+        self._routers: dict[int, tuple[RouterSpec, LinearRouter]] = {}
+
+    @staticmethod
+    def applies(plan: RoutePlan) -> bool:
+        """Whether ``plan``'s tier is routed (cheap to ask on every request)."""
+        policy = plan.policy
+        if policy is None or policy.router is None or plan.route is None:
+            return False
+        tier = policy.tiers.get(plan.tier)
+        return tier is not None and tier.routing is not None
+
+    def _linear(self, spec: RouterSpec) -> LinearRouter:
+        cached = self._routers.get(id(spec))
+        if cached is not None and cached[0] is spec:
+            return cached[1]
+        router = LinearRouter(
+            spec.features, tuple(spec.models), np.asarray(spec.coef), np.asarray(spec.intercept)
+        )
+        if len(self._routers) >= 8:
+            self._routers.pop(next(iter(self._routers)))
+        self._routers[id(spec)] = (spec, router)
+        return router
+
+    async def features(
+        self, feature_set: str, request: ParsedRequest, kind: str
+    ) -> tuple[np.ndarray | None, str]:
+        """The request's vector of ``feature_set`` and ``"ok"``, or ``(None, why)`` when the embedding
+        pool could not compute it (``EmbeddingPool.embed``); timed in ``cascade_router_feature_seconds``.
+        The learning sampler computes a sampled request's features with it too, off the request path."""
+        body = request.body if request.api == "chat" else {"messages": [_legacy_message(request.body)]}
+        text, n_tools, kind = request_parts(body, kind)
+        started = time.perf_counter()
+        if feature_set == CHEAP:
+            features: np.ndarray | None = cheap_features(text, n_tools, kind)
+            why = "ok"
+        else:
+            assert feature_set == MINILM
+            features, why = await self.embeddings.embed(text)
+        self._child(self.feature_seconds, feature_set).observe(time.perf_counter() - started)
+        return features, why
+
+    async def apply(self, plan: RoutePlan, request: ParsedRequest) -> RoutePlan:
+        """``plan`` with the route its tier's routing chooses (unchanged, marked fallback, when the
+        features could not be computed)."""
+        policy = plan.policy
+        assert policy is not None and policy.router is not None
+        routing = policy.tiers[plan.tier].routing
+        assert routing is not None
+        spec = policy.router
+        features, why = await self.features(spec.features, request, plan.kind)
+        if features is None:
+            self._child(self.fallbacks, plan.tier, why).inc()
+            self._child(
+                self.decisions, plan.tier, "fallback", plan.route.models[0] if plan.route else ""
+            ).inc()
+            plan.mechanism = "fallback"
+            return plan
+        router = self._linear(spec)
+        p = router.probabilities(features)
+        thresholds: list[float]
+        if routing.mechanism == "routed":
+            assert routing.price_weight is not None
+            index = routed_choice(p, spec.cost_usd, routing.price_weight)
+            models, thresholds, mechanism = [router.models[index]], [], "routed"
+            probability = float(p[index])
+        elif routing.models is not None and len(routing.models) == 1:
+            models, thresholds, mechanism = list(routing.models), [], "hybrid_direct"
+            probability = float(p[router.models.index(routing.models[0])])
+        else:
+            assert routing.models is not None and routing.threshold is not None
+            assert routing.direct_below is not None
+            cheap, strong = routing.models
+            probability = float(p[router.models.index(cheap)])
+            if goes_direct(probability, routing.direct_below):
+                models, thresholds, mechanism = [strong], [], "hybrid_direct"
+            else:
+                models, thresholds, mechanism = [cheap, strong], [routing.threshold], "hybrid_cascade"
+        plan.route = Route.model_construct(weight=1.0, models=models, thresholds=thresholds)
+        plan.mechanism = mechanism
+        plan.router_probability = probability
+        plan.router_features = features
+        self._child(self.decisions, plan.tier, mechanism, models[0]).inc()
+        self._child(self.probability, plan.tier).observe(probability)
+        self._drift.observe(policy.policy_id, plan.tier, ROUTER_DRIFT_MODEL, probability, plan.kind)
+        return plan
+
+    def close(self) -> None:
+        """Stop the embedding processes."""
+        self.embeddings.close()
+
+
+def _on_loop(loop: asyncio.AbstractEventLoop, callback: Any) -> None:
+    """Run ``callback`` on ``loop`` (the pool's callbacks run on its own thread); nothing once it closed."""
+    with contextlib.suppress(RuntimeError):
+        loop.call_soon_threadsafe(callback)
+
+
+def _legacy_message(body: dict[str, Any]) -> dict[str, Any]:
+    prompt = body.get("prompt")
+    return {"role": "user", "content": prompt if isinstance(prompt, str) else ""}

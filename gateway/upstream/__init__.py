@@ -1,0 +1,1 @@
+"""Calling the models: the upstream client and pool, their health checks, and the capability check."""

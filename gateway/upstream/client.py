@@ -1,0 +1,435 @@
+"""Upstream OpenAI-compatible clients: one pooled keep-alive aiohttp session per configured model.
+
+aiohttp + orjson because the request path is measured (docs/benchmarks.md): httpx was ~10x slower
+as a proxy client on this machine. Every call is bounded by the model's ``timeout_s`` and by the
+request deadline. Money (docs/contracts.md#charges): every attempt is reported to the caller
+(``money.charges.Attempt``), which charges each one that may have been billed. Retries, with
+exponential backoff (an upstream ``Retry-After`` honoured) while the deadline allows, follow only
+attempts that provably were not served: a 429 or 5xx answer (an error status carries no completion
+and no usage; providers bill none) and a connection that failed before the request was sent. A
+timeout, a dropped connection or a body cut after the request was sent is charged its worst case
+and ends the call: retrying it would spend a second worst case the reservation does not hold.
+Task cancellation (client gone) propagates into aiohttp, which closes the connection: nothing is
+left running, and the attempt in flight is reported as billable.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import email.utils
+import random
+import time
+from collections.abc import AsyncIterator, Mapping
+from contextlib import asynccontextmanager
+from dataclasses import dataclass
+from typing import Any
+
+import aiohttp
+import orjson
+
+from gateway.config.settings import ModelConfig
+from gateway.telemetry.metrics import GatewayMetrics
+from gateway.wire.errors import (
+    BadRequestError,
+    GatewayError,
+    RateLimitedError,
+    UpstreamError,
+    UpstreamTimeoutError,
+)
+from money.charges import Attempt
+from redaction import Redactor, url_secrets
+
+_RETRYABLE_STATUS = frozenset({429, 500, 502, 503, 504})
+# Client-side faults an upstream reports about the request itself: retried never, escalated as a
+# failure at a cheap stage, and reported as 400 to the client when nothing else can answer.
+_REJECTED_STATUS = frozenset({400, 404, 413, 422})
+_BACKOFF_BASE_S = 0.05
+_BACKOFF_CAP_S = 2.0
+_PATHS = {"chat": "/chat/completions", "completions": "/completions"}
+# Failures that end an attempt before a byte of its request was sent (no connection was made, or
+# its TLS handshake failed): the only connection errors that are provably not served, so the only
+# ones retried. Anything else after the request was sent (a timeout, a dropped connection, a body
+# cut mid-way) may have been served and billed: it is charged its worst case and never retried,
+# so a call costs at most one attempt's worst case and its reservation covers it.
+_NEVER_SENT = (aiohttp.ClientConnectorError, aiohttp.ConnectionTimeoutError)
+
+
+class UpstreamFailure(Exception):
+    """One upstream call failed for good (after retries).
+
+    ``kind``: timeout | connect | http | rate_limited | rejected | malformed.
+    The message never contains the request body, nor any secret: an upstream's own error text is
+    passed through the pool's ``Redactor`` before it is kept.
+    """
+
+    def __init__(
+        self,
+        model: str,
+        kind: str,
+        detail: str,
+        *,
+        status: int | None = None,
+        retry_after: float | None = None,
+    ):
+        super().__init__(f"upstream {model!r} {kind}: {detail}")
+        self.model = model
+        self.kind = kind
+        self.detail = detail
+        self.status = status
+        self.retry_after = retry_after
+
+    def to_gateway_error(self) -> GatewayError:
+        """The client-facing error when nothing else can answer."""
+        if self.kind == "timeout":
+            return UpstreamTimeoutError(f"upstream model {self.model!r} timed out")
+        if self.kind == "rate_limited":
+            headers = {"retry-after": str(max(1, round(self.retry_after)))} if self.retry_after else None
+            return RateLimitedError(f"upstream model {self.model!r} is rate limited", headers=headers)
+        if self.kind == "rejected":
+            return BadRequestError(f"upstream model {self.model!r} rejected the request: {self.detail}")
+        return UpstreamError(f"upstream model {self.model!r} failed: {self.detail}")
+
+
+@dataclass(slots=True)
+class UpstreamReply:
+    """A successful non-streamed upstream answer: parsed body and wall time of the whole call (s)."""
+
+    body: dict[str, Any]
+    seconds: float
+
+
+class UpstreamClient:
+    """Calls one configured model's OpenAI-compatible endpoint."""
+
+    def __init__(self, name: str, config: ModelConfig, metrics: GatewayMetrics, redact: Redactor):
+        """``redact`` cleans an upstream's error text of every secret before it is kept."""
+        self.name = name
+        self.config = config
+        self._redact = redact
+        self._metrics = metrics
+        self._session: aiohttp.ClientSession | None = None
+        self._headers = {"content-type": "application/json", "accept": "application/json"}
+        self._stream_headers = {"content-type": "application/json", "accept": "text/event-stream"}
+        self._urls = {kind: config.base_url + path for kind, path in _PATHS.items()}
+        self._requests = {s: metrics.upstream_requests.labels(name, s) for s in _STATUS_LABELS}
+        self._duration = metrics.upstream_duration.labels(name)
+
+    async def start(self) -> None:
+        """Open the pooled session (keep-alive connections reused across requests)."""
+        key = self.config.api_key()
+        if key:
+            self._headers["authorization"] = f"Bearer {key}"
+            self._stream_headers["authorization"] = f"Bearer {key}"
+        connector = aiohttp.TCPConnector(limit=512, keepalive_timeout=60, enable_cleanup_closed=True)
+        self._session = aiohttp.ClientSession(
+            connector=connector, json_serialize=lambda o: orjson.dumps(o).decode(), raise_for_status=False
+        )
+
+    async def close(self) -> None:
+        """Close the session and its connections."""
+        if self._session is not None:
+            await self._session.close()
+            self._session = None
+
+    @property
+    def auth_headers(self) -> dict[str, str]:
+        """Just the authorization header (if a key is configured), for probes."""
+        return {k: v for k, v in self._headers.items() if k == "authorization"}
+
+    @property
+    def session(self) -> aiohttp.ClientSession:
+        if self._session is None:
+            raise RuntimeError(f"upstream client {self.name!r} is not started")
+        return self._session
+
+    async def complete(
+        self, kind: str, body: bytes, deadline: float, attempts: list[Attempt]
+    ) -> UpstreamReply:
+        """POST a non-streamed request; retries within ``deadline`` (a ``time.monotonic()`` instant).
+
+        Every attempt made is appended to ``attempts`` (``money.charges.Attempt``) as it ends,
+        whether by an answer, a failure or a cancellation, for the caller to charge them all
+        (``money.charges.attempt_charge``). Retries follow only attempts that provably were not
+        served (see the module docstring), so a call costs at most one attempt's worst case.
+        """
+        started = time.monotonic()
+        attempt = 0
+        while True:
+            timeout = self._attempt_timeout(deadline)
+            t0 = time.monotonic()
+            status: int | None = None  # the answer's status, once its headers arrived
+            try:
+                async with self.session.post(
+                    self._urls[kind],
+                    data=body,
+                    headers=self._headers,
+                    timeout=aiohttp.ClientTimeout(total=timeout),
+                    allow_redirects=False,  # a redirect would re-post the prompt elsewhere: a failure
+                ) as response:
+                    status = response.status
+                    payload = await response.read()
+                    retry_after = response.headers.get("retry-after")
+            except asyncio.CancelledError:
+                attempts.append(Attempt(body, billable=status in (None, 200)))
+                raise
+            except _NEVER_SENT as exc:
+                attempts.append(Attempt(body, billable=False))
+                self._observe("error", t0)
+                failure = UpstreamFailure(self.name, "connect", type(exc).__name__)
+                attempt = await self._backoff_or_raise(failure, attempt, deadline, None)
+                continue
+            except TimeoutError:
+                attempts.append(Attempt(body, billable=status in (None, 200)))
+                self._observe("timeout", t0)
+                raise UpstreamFailure(self.name, "timeout", f"no answer within {timeout:.1f}s") from None
+            except aiohttp.ClientError as exc:
+                # Sent, then the connection dropped or the body was cut: the upstream may bill it.
+                attempts.append(Attempt(body, billable=status in (None, 200)))
+                self._observe("error", t0)
+                raise UpstreamFailure(self.name, "connect", _broken(exc, status)) from None
+            if status == 200:
+                answer = _json_object(payload)
+                attempts.append(Attempt(body, answer=answer))
+                parsed = completion_of(answer)
+                if parsed is None:
+                    self._observe("malformed", t0)
+                    raise UpstreamFailure(self.name, "malformed", _NOT_A_COMPLETION)
+                self._observe("2xx", t0)
+                return UpstreamReply(parsed, time.monotonic() - started)
+            attempts.append(Attempt(body, billable=False))  # an error status: nothing was served
+            failure = self._status_failure(status, payload, retry_after)
+            self._observe(_status_label(status), t0)
+            if status not in _RETRYABLE_STATUS:
+                raise failure
+            attempt = await self._backoff_or_raise(failure, attempt, deadline, failure.retry_after)
+
+    @asynccontextmanager
+    async def stream(
+        self, kind: str, body: bytes, deadline: float, attempts: list[Attempt]
+    ) -> AsyncIterator[aiohttp.ClientResponse]:
+        """Open a streamed request (retrying only before the first byte); yields the live response.
+
+        The per-read timeout is the model's ``timeout_s``; the whole stream is bounded by the deadline.
+        Every attempt that ended before the 200 is appended to ``attempts`` (as ``complete`` does);
+        the 200 one is the caller's to charge by what it reads (gateway.streaming.live).
+        """
+        attempt = 0
+        while True:
+            t0 = time.monotonic()
+            remaining = deadline - t0
+            if remaining <= 0:
+                self._observe("timeout", t0)
+                raise UpstreamFailure(self.name, "timeout", "request deadline passed")
+            timeout = aiohttp.ClientTimeout(
+                total=remaining, sock_read=self.config.timeout_s, sock_connect=self.config.timeout_s
+            )
+            try:
+                response = await self.session.post(
+                    self._urls[kind],
+                    data=body,
+                    headers=self._stream_headers,
+                    timeout=timeout,
+                    allow_redirects=False,
+                )
+            except asyncio.CancelledError:
+                attempts.append(Attempt(body))  # sent, maybe served, and no answer seen
+                raise
+            except _NEVER_SENT as exc:
+                attempts.append(Attempt(body, billable=False))
+                self._observe("error", t0)
+                failure = UpstreamFailure(self.name, "connect", type(exc).__name__)
+                attempt = await self._backoff_or_raise(failure, attempt, deadline, None)
+                continue
+            except TimeoutError:
+                attempts.append(Attempt(body))
+                self._observe("timeout", t0)
+                raise UpstreamFailure(self.name, "timeout", "no answer in time") from None
+            except aiohttp.ClientError as exc:
+                attempts.append(Attempt(body))
+                self._observe("error", t0)
+                raise UpstreamFailure(self.name, "connect", _broken(exc, None)) from None
+            if response.status != 200:
+                attempts.append(Attempt(body, billable=False))  # an error status: nothing was served
+                try:
+                    payload = await response.read()
+                except (aiohttp.ClientError, TimeoutError):
+                    payload = b""
+                finally:
+                    response.release()
+                failure = self._status_failure(response.status, payload, response.headers.get("retry-after"))
+                self._observe(_status_label(response.status), t0)
+                if response.status not in _RETRYABLE_STATUS:
+                    raise failure
+                attempt = await self._backoff_or_raise(failure, attempt, deadline, failure.retry_after)
+                continue
+            break
+        status = "error"
+        try:
+            yield response
+            status = "2xx"
+        except UpstreamFailure as failure:
+            status = _FAILURE_STATUS.get(failure.kind, "error")
+            raise
+        finally:
+            # An unfinished stream (client gone, error) must not go back to the pool half-read.
+            if status == "2xx":
+                response.release()
+            else:
+                response.close()
+            self._observe(status, t0)
+
+    def _attempt_timeout(self, deadline: float) -> float:
+        remaining = deadline - time.monotonic()
+        if remaining <= 0:
+            raise UpstreamFailure(self.name, "timeout", "request deadline passed")
+        return min(self.config.timeout_s, remaining)
+
+    async def _backoff_or_raise(
+        self, failure: UpstreamFailure, attempt: int, deadline: float, retry_after: float | None
+    ) -> int:
+        """Sleep before the next attempt, or raise ``failure`` if out of retries or of time."""
+        if attempt >= self.config.max_retries:
+            raise failure
+        delay = min(_BACKOFF_CAP_S, _BACKOFF_BASE_S * 2**attempt) * (0.5 + random.random() / 2)
+        if retry_after is not None:
+            delay = max(delay, retry_after)
+        if time.monotonic() + delay >= deadline:
+            raise failure
+        await asyncio.sleep(delay)
+        return attempt + 1
+
+    def _status_failure(self, status: int, payload: bytes, retry_after: str | None) -> UpstreamFailure:
+        detail = f"HTTP {status}"
+        if 300 <= status < 400:
+            detail += " (a redirect; upstream redirects are never followed)"
+        if status == 429:
+            return UpstreamFailure(
+                self.name, "rate_limited", detail, status=status, retry_after=_parse_retry_after(retry_after)
+            )
+        if status in _REJECTED_STATUS:
+            message = _error_message(payload, self._redact)
+            return UpstreamFailure(self.name, "rejected", message or detail, status=status)
+        return UpstreamFailure(
+            self.name, "http", detail, status=status, retry_after=_parse_retry_after(retry_after)
+        )
+
+    def _observe(self, status: str, started: float) -> None:
+        self._requests[status].inc()
+        self._duration.observe(time.monotonic() - started)
+
+
+# The longest upstream error message relayed to a client.
+_MESSAGE_CHARS = 300
+_NOT_A_COMPLETION = "response is not a completion JSON object with choices"
+
+
+def parse_completion(payload: bytes) -> dict[str, Any] | None:
+    """An upstream completion as a dict; None unless it is JSON with a non-empty list of choice objects."""
+    return completion_of(_json_object(payload))
+
+
+def _json_object(payload: bytes) -> dict[str, Any] | None:
+    """``payload`` parsed, when it is a JSON object (what an answer's usage can be read from)."""
+    try:
+        parsed = orjson.loads(payload)
+    except orjson.JSONDecodeError:
+        return None
+    return parsed if isinstance(parsed, dict) else None
+
+
+def completion_of(parsed: dict[str, Any] | None) -> dict[str, Any] | None:
+    """``parsed`` when it is a completion: a JSON object with a non-empty list of choice objects."""
+    if parsed is None:
+        return None
+    choices = parsed.get("choices")
+    # ``choices: []`` or non-object choices answer nothing: malformed, never passed to a client.
+    if not isinstance(choices, list) or not choices or not all(isinstance(c, dict) for c in choices):
+        return None
+    return parsed
+
+
+async def read_completion(response: aiohttp.ClientResponse, model: str) -> dict[str, Any]:
+    """Read a whole (non-streamed) completion from an open response; UpstreamFailure if malformed."""
+    try:
+        payload = await response.read()
+    except aiohttp.ClientError as exc:
+        raise UpstreamFailure(model, "connect", f"body broke ({type(exc).__name__})") from None
+    parsed = parse_completion(payload)
+    if parsed is None:
+        raise UpstreamFailure(model, "malformed", _NOT_A_COMPLETION)
+    return parsed
+
+
+def _broken(exc: BaseException, status: int | None) -> str:
+    """What ended an attempt after its request was sent (a dropped connection, a cut body)."""
+    where = "before an answer" if status is None else f"in the body of an HTTP {status} answer"
+    return f"connection broke {where} ({type(exc).__name__})"
+
+
+_STATUS_LABELS = ("2xx", "4xx", "429", "5xx", "timeout", "error", "malformed")
+# How a stream that failed after its 200 is counted in cascade_upstream_requests_total{status}.
+_FAILURE_STATUS = {"timeout": "timeout", "malformed": "malformed"}
+
+
+def _status_label(status: int) -> str:
+    if status == 429:
+        return "429"
+    if 200 <= status < 300:
+        return "2xx"
+    if status < 400:
+        return "error"  # a redirect (never followed) or another non-final answer
+    return "5xx" if status >= 500 else "4xx"
+
+
+def _parse_retry_after(value: str | None) -> float | None:
+    """Seconds from a Retry-After header (delta-seconds or HTTP date); None if absent or bad."""
+    if not value:
+        return None
+    try:
+        return max(0.0, float(value))
+    except ValueError:
+        pass
+    try:
+        when = email.utils.parsedate_to_datetime(value)
+    except (TypeError, ValueError):
+        return None
+    return max(0.0, when.timestamp() - time.time())
+
+
+def _error_message(payload: bytes, redact: Redactor) -> str | None:
+    """The upstream's OpenAI error message, redacted then truncated, to tell a client why its request
+    was refused (redacted first: a cut must not leave part of a secret behind)."""
+    try:
+        error = orjson.loads(payload).get("error")
+    except (orjson.JSONDecodeError, AttributeError):
+        return None
+    message = error.get("message") if isinstance(error, dict) else error
+    # Redacted on a bounded prefix (redaction reads every character; a cut at 8x the kept length
+    # cannot leave part of a secret inside the part kept).
+    return redact(str(message)[: _MESSAGE_CHARS * 8])[:_MESSAGE_CHARS] if message else None
+
+
+class UpstreamPool:
+    """All configured upstreams, by configured model name."""
+
+    def __init__(
+        self, models: Mapping[str, ModelConfig], metrics: GatewayMetrics, redact: Redactor | None = None
+    ):
+        """``redact``: the gateway's (every configured secret); by default the models' own keys and
+        URL passwords."""
+        redact = redact or Redactor(
+            secret for cfg in models.values() for secret in [cfg.api_key(), *url_secrets(cfg.base_url)]
+        )
+        self.clients = {name: UpstreamClient(name, cfg, metrics, redact) for name, cfg in models.items()}
+
+    async def start(self) -> None:
+        """Open every session (inside the app lifespan, never at import)."""
+        for client in self.clients.values():
+            await client.start()
+
+    async def close(self) -> None:
+        """Close every session."""
+        await asyncio.gather(*(client.close() for client in self.clients.values()), return_exceptions=True)
+
+    def __getitem__(self, name: str) -> UpstreamClient:
+        return self.clients[name]
