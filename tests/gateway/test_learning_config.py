@@ -13,8 +13,8 @@ from typer.testing import CliRunner
 
 from cascade_cli.main import app
 from gateway.assembly.runtime import build_traffic_sampler
+from gateway.config import learning as learning_config
 from gateway.config.settings import ConfigError, Settings
-from gateway.config.settings import learning as learning_config
 from gateway.telemetry.metrics import GatewayMetrics
 
 MODELS = {
