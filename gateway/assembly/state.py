@@ -159,6 +159,106 @@ class SharedState:
                 await self.spend.maintain()
 
 
+@dataclass(frozen=True)
+class _RedisClients:
+    """The Redis clients of one app: background work, the request path (short timeout, behind one
+    batcher) and the policy store's (the same client when the policy lives in the state's Redis)."""
+
+    redis: aioredis.Redis | None
+    request_redis: aioredis.Redis | None
+    request_path: RedisBatcher | None
+    policy_redis: aioredis.Redis | None
+    policy_url: str | None
+
+
+def _redis_clients(policy: str, redis_url: str | None, redis_timeout_s: float) -> _RedisClients:
+    policy_url = policy if is_redis_url(policy) else None
+    state_url = redis_url or policy_url
+    redis = connect_redis(state_url) if state_url else None
+    request_redis = connect_redis(state_url, redis_timeout_s) if state_url else None
+    # One batcher for keys and spend: their commands of one loop iteration share a pipeline.
+    request_path = RedisBatcher(request_redis, redis_timeout_s) if request_redis is not None else None
+    policy_redis: aioredis.Redis | None = None
+    if policy_url is not None:
+        policy_redis = redis if policy_url == state_url else connect_redis(policy_url)
+    return _RedisClients(redis, request_redis, request_path, policy_redis, policy_url)
+
+
+class _RedisStatusRelay:
+    """Forwards the stores' Redis up/down reports to the state, which is built after them."""
+
+    def __init__(self) -> None:
+        self.state: SharedState | None = None
+
+    def __call__(self, up: bool) -> None:
+        if self.state is not None:
+            self.state.mark_redis(up)
+
+
+def _policy_store(
+    policy: str,
+    clients: _RedisClients,
+    keys: RedisKeys,
+    report_redis: Callable[[bool], None],
+    file_poll_interval_s: float,
+    **checks: Any,
+) -> PolicyStore:
+    """The policy store: in Redis when the policy is a Redis URL, else the file, polled."""
+    if clients.policy_redis is not None:
+        return RedisPolicyStore(
+            clients.policy_redis,
+            keys,
+            location=redact_url(clients.policy_url or ""),
+            on_redis_status=report_redis,
+            **checks,
+        )
+    return FilePolicyStore(policy, poll_interval_s=file_poll_interval_s, **checks)
+
+
+def _authenticator(
+    auth: AuthConfig,
+    budgets: BudgetConfig,
+    clients: _RedisClients,
+    keys: RedisKeys,
+    on_failure: AuthFailed | None,
+) -> Authenticator:
+    return authenticator_from_env(
+        api_keys_env=auth.api_keys_env,
+        admin_key_env=auth.admin_key_env,
+        default_limit_usd=budgets.limit_usd,
+        redis=clients.request_path,
+        keys=keys,
+        allow_open=auth.open,
+        on_failure=on_failure,
+        throttle=AuthFailureThrottle(auth.failure_limit, auth.failure_window_s),
+        default_rate_limits=tuple(budgets.rate_limits),
+        default_period=budgets.period,
+    )
+
+
+def _spend_limiter(
+    budgets: BudgetConfig,
+    clients: _RedisClients,
+    keys: RedisKeys,
+    redis_timeout_s: float,
+    report_redis: Callable[[bool], None],
+    on_fallback: Callable[[str], None] | None,
+    on_rate_limited: Callable[[str], None] | None,
+) -> SpendLimiter:
+    return SpendLimiter(
+        window_s=budgets.window_s,
+        redis=clients.request_path,
+        keys=keys,
+        on_redis_status=report_redis,
+        on_fallback=on_fallback,
+        on_rate_limited=on_rate_limited,
+        timeout_s=redis_timeout_s,
+        on_redis_down=budgets.on_redis_down,
+        outage_share=budgets.outage_share,
+        maintenance_redis=clients.redis,
+    )
+
+
 def build_shared_state(
     *,
     policy: str,
@@ -185,75 +285,30 @@ def build_shared_state(
     Creating Redis clients does not connect; nothing touches the network before ``start()``.
     """
     keys = keys or RedisKeys.from_env()
-    policy_url = policy if is_redis_url(policy) else None
-    state_url = redis_url or policy_url
-    redis = connect_redis(state_url) if state_url else None
-    request_redis = connect_redis(state_url, redis_timeout_s) if state_url else None
-    # One batcher for keys and spend: their commands of one loop iteration share a pipeline.
-    request_path = RedisBatcher(request_redis, redis_timeout_s) if request_redis is not None else None
-    policy_redis: aioredis.Redis | None = None
-    if policy_url is not None:
-        policy_redis = redis if policy_url == state_url else connect_redis(policy_url)
-
-    state_ref: list[SharedState] = []
-
-    def report_redis(up: bool) -> None:
-        if state_ref:
-            state_ref[0].mark_redis(up)
-
-    store: PolicyStore
-    if policy_redis is not None:
-        store = RedisPolicyStore(
-            policy_redis,
-            keys,
-            location=redact_url(policy_url or ""),
-            on_redis_status=report_redis,
-            on_loaded=on_policy_loaded,
-            on_failure=on_policy_failure,
-            known_models=known_models,
-            capabilities=capabilities,
-        )
-    else:
-        store = FilePolicyStore(
-            policy,
-            poll_interval_s=file_poll_interval_s,
-            on_loaded=on_policy_loaded,
-            on_failure=on_policy_failure,
-            known_models=known_models,
-            capabilities=capabilities,
-        )
-    authenticator = authenticator_from_env(
-        api_keys_env=auth.api_keys_env,
-        admin_key_env=auth.admin_key_env,
-        default_limit_usd=budgets.limit_usd,
-        redis=request_path,
-        keys=keys,
-        allow_open=auth.open,
-        on_failure=on_auth_failure,
-        throttle=AuthFailureThrottle(auth.failure_limit, auth.failure_window_s),
-        default_rate_limits=tuple(budgets.rate_limits),
-        default_period=budgets.period,
+    clients = _redis_clients(policy, redis_url, redis_timeout_s)
+    report_redis = _RedisStatusRelay()
+    store = _policy_store(
+        policy,
+        clients,
+        keys,
+        report_redis,
+        file_poll_interval_s,
+        on_loaded=on_policy_loaded,
+        on_failure=on_policy_failure,
+        known_models=known_models,
+        capabilities=capabilities,
     )
-    spend = SpendLimiter(
-        window_s=budgets.window_s,
-        redis=request_path,
-        keys=keys,
-        on_redis_status=report_redis,
-        on_fallback=on_spend_fallback,
-        on_rate_limited=on_rate_limited,
-        timeout_s=redis_timeout_s,
-        on_redis_down=budgets.on_redis_down,
-        outage_share=budgets.outage_share,
-        maintenance_redis=redis,
+    authenticator = _authenticator(auth, budgets, clients, keys, on_auth_failure)
+    spend = _spend_limiter(
+        budgets, clients, keys, redis_timeout_s, report_redis, on_spend_fallback, on_rate_limited
     )
-    state = SharedState(
+    report_redis.state = SharedState(
         policy_store=store,
         authenticator=authenticator,
         spend=spend,
-        redis=redis,
-        policy_redis=policy_redis if policy_redis is not redis else None,
-        request_redis=request_redis,
+        redis=clients.redis,
+        policy_redis=clients.policy_redis if clients.policy_redis is not clients.redis else None,
+        request_redis=clients.request_redis,
         keys=keys,
     )
-    state_ref.append(state)
-    return state
+    return report_redis.state
