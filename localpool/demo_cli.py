@@ -182,17 +182,14 @@ def demo(
             paths.run / "demo-gateway.yaml",
             pool_gateway_config(manifest, names, policy.resolve(), coverage=coverage, prices=prices),
         )
-        log_path = paths.run / "gateway.log"
-        gateway = _start_gateway(config, host, port, log_path)
+        gateway = _start_gateway(config, host, port, log_path := paths.run / "gateway.log")
         url = f"http://127.0.0.1:{port}"
         _wait_gateway_ready(gateway, url, config, log_path)
+        usage = usage_text(_shown_url(host, port), tiers, heldout, covered=coverage is not None)
         if smoke:
             _smoke(url)
         else:
-            shown = f"http://{host}:{port}" if host != "0.0.0.0" else url
-            _serve_until_exit(
-                gateway, log_path, usage_text(shown, tiers, heldout, covered=coverage is not None)
-            )
+            _serve_until_exit(gateway, log_path, usage)
     except KeyboardInterrupt:
         interrupted = True
     except (ProcessError, InstallError) as exc:
@@ -204,6 +201,11 @@ def demo(
         pool.down(manifest, paths, started, say=_say)
     if interrupted:
         _say("demo stopped")
+
+
+def _shown_url(host: str, port: int) -> str:
+    """The address the usage text shows: the bound host, or loopback for a wildcard bind."""
+    return f"http://{host if host != '0.0.0.0' else '127.0.0.1'}:{port}"
 
 
 def _serve_until_exit(gateway: subprocess.Popen[bytes], log_path: Path, usage: str) -> None:
