@@ -8,10 +8,8 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-import typer
-from typer.testing import CliRunner
+from calibrate_command import calibrate
 
-from calibration.calibrate_cli import register
 from calibration.runs import load_runs
 from calibration.runs_columns import RunsError
 from policies.call_tokens import call_value_positions
@@ -41,17 +39,6 @@ def runs(tmp_path: Path) -> Path:
     return path
 
 
-def invoke(*args: str | Path) -> Any:
-    app = typer.Typer()
-
-    @app.callback()
-    def root() -> None:
-        """Only the calibrate command."""
-
-    register(app)
-    return CliRunner().invoke(app, ["calibrate", *map(str, args)])
-
-
 def test_runs_are_scored_on_the_calls_decisions(runs: Path) -> None:
     matrix = load_runs(runs, scorer="min_probability", top_k=5, score_tokens="call_values")
     expected = [score_logprobs(call_content(q), "min_probability", 5, "call_values") for q in range(6)]
@@ -67,7 +54,7 @@ def test_the_cli_writes_the_option_into_the_policys_scorer(runs: Path, tmp_path:
     tiers.write_text("default_tier: t\ntiers:\n  t: {max_cost_usd: 0.0065}\n")
     output = tmp_path / "policy.json"
     args = ["--scorer", "min_probability", "--top-k", "5", "--tiers", tiers, "-o", output]
-    result = invoke(runs, *args, "--score-tokens", "call_values")
+    result = calibrate(runs, *args, "--score-tokens", "call_values")
     assert result.exit_code == 0, result.output
     assert "tokens=call_values" in result.output
     policy = load_policy(output)
@@ -84,7 +71,7 @@ def test_the_cli_writes_the_option_into_the_policys_scorer(runs: Path, tmp_path:
         for q in range(6)
     ]
     assert accepted == [True, True, True, False, False, False]
-    assert invoke(runs, *args).exit_code == 0
+    assert calibrate(runs, *args).exit_code == 0
     assert load_policy(output).scorer.tokens == "all"
 
 
@@ -95,7 +82,7 @@ def test_an_unknown_value_or_a_score_column_with_it_is_one_line(runs: Path, tmp_
         (["--score-tokens", "values"], "unknown score tokens 'values'"),
         (["--score-tokens", "call_values", "--score-column", "x"], "cannot be combined"),
     ):
-        result = invoke(runs, "--tiers", tiers, "-o", tmp_path / "p.json", *extra)
+        result = calibrate(runs, "--tiers", tiers, "-o", tmp_path / "p.json", *extra)
         assert result.exit_code == 1 and message in result.output, result.output
         assert result.output.strip().startswith("error:") and "Traceback" not in result.output
     with pytest.raises(RunsError, match="call_values"):

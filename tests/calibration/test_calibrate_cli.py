@@ -7,14 +7,12 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 import pytest
-import typer
-from typer.testing import CliRunner
+from calibrate_command import LOGPROB_RUNS_TIERS, calibrate_with_tiers, write_logprob_runs
 
-from calibration.calibrate_cli import register
 from calibration.frontier import chain_metrics
 from calibration.runs import load_runs
 from policies.store import load_policy
-from tests.support.data_files import PLAUT_PRICES, PLAUT_RUNS, UPSTREAM_ANSWERS
+from tests.support.data_files import PLAUT_PRICES, PLAUT_RUNS
 
 # Held-out tolerance: tiers are chosen on 3,000 MMLU questions and simulated on the other 3,000.
 # A route's cost moves with its escalation rate on new questions. Over five random halvings (this
@@ -43,21 +41,6 @@ tiers:
 """
 
 
-def cli() -> typer.Typer:
-    app = typer.Typer()
-
-    @app.callback()
-    def root() -> None:
-        """Only the calibrate command, so other packages' commands are not imported here."""
-
-    register(app)
-    return app
-
-
-def invoke(*args: str | Path) -> typer.testing.Result:  # type: ignore[name-defined]
-    return CliRunner().invoke(cli(), ["calibrate", *map(str, args)])
-
-
 @pytest.fixture(scope="module")
 def mmlu_halves(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, Path]:
     """MMLU (first prompt) split by question into a calibration half and a held-out half."""
@@ -79,25 +62,20 @@ def test_calibrated_tiers_hold_up_on_held_out_questions(
 ) -> None:
     calibration_path, test_path = mmlu_halves
     prices = PLAUT_PRICES
-    tiers = tmp_path / "tiers.yaml"
-    tiers.write_text(TIERS)
-    policy_path = tmp_path / "policy.json"
-    result = invoke(
+    result = calibrate_with_tiers(
+        tmp_path,
+        TIERS,
         calibration_path,
         "--prices",
         prices,
         "--score-column",
         "score_msp",
-        "--tiers",
-        tiers,
-        "-o",
-        policy_path,
         *(["--randomize"] if randomize else []),
     )
     assert result.exit_code == 0, result.output
     assert "gateway refuses to serve this policy" in result.output  # external score column
 
-    policy = load_policy(policy_path)
+    policy = load_policy(tmp_path / "policy.json")
     assert policy.scorer.name == "external"
     held_out = load_runs(test_path, prices=prices, score_column="score_msp")
     assert held_out.n_queries == 3000
@@ -132,9 +110,9 @@ def test_calibrated_tiers_hold_up_on_held_out_questions(
 
 
 def test_where_filters_select_one_dataset_and_report_is_self_contained(tmp_path: Path) -> None:
-    tiers = tmp_path / "tiers.yaml"
-    tiers.write_text(TIERS)
-    result = invoke(
+    result = calibrate_with_tiers(
+        tmp_path,
+        TIERS,
         PLAUT_RUNS,
         "--prices",
         PLAUT_PRICES,
@@ -144,10 +122,6 @@ def test_where_filters_select_one_dataset_and_report_is_self_contained(tmp_path:
         "dataset=truthfulqa",
         "--where",
         "prompt_variant=first",
-        "--tiers",
-        tiers,
-        "-o",
-        tmp_path / "policy.json",
         "--report",
         tmp_path / "report",
     )
@@ -161,69 +135,26 @@ def test_where_filters_select_one_dataset_and_report_is_self_contained(tmp_path:
 
 
 def test_unreachable_min_quality_exits_non_zero_with_one_line(tmp_path: Path) -> None:
-    tiers = tmp_path / "tiers.yaml"
-    tiers.write_text("default_tier: perfect\ntiers:\n  perfect: {min_quality: 0.99}\n")
-    policy_path = tmp_path / "policy.json"
-    result = invoke(
-        *TRUTHFULQA_MSP,
-        "--tiers",
-        tiers,
-        "-o",
-        policy_path,
-    )
+    tiers_yaml = "default_tier: perfect\ntiers:\n  perfect: {min_quality: 0.99}\n"
+    result = calibrate_with_tiers(tmp_path, tiers_yaml, *TRUTHFULQA_MSP)
     assert result.exit_code == 1
     assert "tier 'perfect': min_quality 0.99 is above the best quality" in result.output
-    assert "Traceback" not in result.output and not policy_path.exists()
+    assert "Traceback" not in result.output and not (tmp_path / "policy.json").exists()
 
 
 def test_budget_below_the_cheapest_route_warns_and_still_writes(tmp_path: Path) -> None:
-    tiers = tmp_path / "tiers.yaml"
-    tiers.write_text("default_tier: free\ntiers:\n  free: {max_cost_usd: 0}\n")
-    result = invoke(
-        *TRUTHFULQA_MSP,
-        "--tiers",
-        tiers,
-        "-o",
-        tmp_path / "policy.json",
-    )
+    tiers_yaml = "default_tier: free\ntiers:\n  free: {max_cost_usd: 0}\n"
+    result = calibrate_with_tiers(tmp_path, tiers_yaml, *TRUTHFULQA_MSP)
     assert result.exit_code == 0, result.output
     assert "below the cheapest route" in result.output
     assert load_policy(tmp_path / "policy.json").tiers["free"].routes[0].models == ["Yi-6b"]
 
 
 def test_servable_policy_from_a_logprobs_column_keeps_the_scorer(tmp_path: Path) -> None:
-    import json
-
-    content = json.loads((UPSTREAM_ANSWERS / "native_qwen_top20.json").read_text())
-    content = content["choices"][0]["logprobs"]["content"]
-    rows = []
-    for q in range(4):
-        for model, cost in (("small", 0.001), ("large", 0.01)):
-            entry = [dict(e, logprob=e["logprob"] - 0.3 * q) for e in content]  # vary the confidence
-            rows.append(
-                {
-                    "query_id": q,
-                    "model": model,
-                    "correct": int(model == "large" or q % 2),
-                    "cost_usd": cost,
-                    "logprobs": json.dumps(entry),
-                }
-            )
     runs = tmp_path / "runs.jsonl"
-    runs.write_text("\n".join(json.dumps(r) for r in rows) + "\n")
-    tiers = tmp_path / "tiers.yaml"
-    tiers.write_text("default_tier: t\ntiers:\n  t: {max_cost_usd: 0.005}\n")
-    result = invoke(
-        runs,
-        "--scorer",
-        "probability_margin",
-        "--top-k",
-        "10",
-        "--tiers",
-        tiers,
-        "-o",
-        tmp_path / "policy.json",
-    )
+    write_logprob_runs(runs, queries=4, step=0.3)
+    args = ("--scorer", "probability_margin", "--top-k", "10")
+    result = calibrate_with_tiers(tmp_path, LOGPROB_RUNS_TIERS, runs, *args)
     assert result.exit_code == 0, result.output
     policy = load_policy(tmp_path / "policy.json")
     assert (policy.scorer.name, policy.scorer.top_k) == ("probability_margin", 10)
@@ -239,19 +170,8 @@ def test_servable_policy_from_a_logprobs_column_keeps_the_scorer(tmp_path: Path)
     ],
 )
 def test_bad_arguments_exit_1_with_one_red_line(tmp_path: Path, extra: list, message: str) -> None:
-    tiers = tmp_path / "tiers.yaml"
-    tiers.write_text(TIERS)
-    result = invoke(
-        PLAUT_RUNS,
-        "--prices",
-        PLAUT_PRICES,
-        "--score-column",
-        "score_msp",
-        "--tiers",
-        tiers,
-        "-o",
-        tmp_path / "p.json",
-        *extra,
+    result = calibrate_with_tiers(
+        tmp_path, TIERS, PLAUT_RUNS, "--prices", PLAUT_PRICES, "--score-column", "score_msp", *extra
     )
     assert result.exit_code == 1
     assert message in result.output and "Traceback" not in result.output
@@ -259,18 +179,11 @@ def test_bad_arguments_exit_1_with_one_red_line(tmp_path: Path, extra: list, mes
 
 
 def test_budget_warnings_are_printed_even_when_another_tier_is_an_error(tmp_path: Path) -> None:
-    tiers = tmp_path / "tiers.yaml"
-    tiers.write_text(
+    tiers_yaml = (
         "default_tier: free\ntiers:\n  free: {max_cost_usd: 0}\n  perfect: {min_quality: 0.99}\n"
         "  flawless: {min_quality: 1.0}\n"
     )
-    result = invoke(
-        *TRUTHFULQA_MSP,
-        "--tiers",
-        tiers,
-        "-o",
-        tmp_path / "policy.json",
-    )
+    result = calibrate_with_tiers(tmp_path, tiers_yaml, *TRUTHFULQA_MSP)
     assert result.exit_code == 1
     assert "warning: tier 'free': budget $0/query is below the cheapest route" in result.output
     assert "error: tier 'perfect': min_quality 0.99" in result.output
@@ -282,15 +195,8 @@ def test_budget_warnings_are_printed_even_when_another_tier_is_an_error(tmp_path
 def test_objective_not_met_footer_only_when_a_tier_is_marked(
     tmp_path: Path, budget: float, marked: bool
 ) -> None:
-    tiers = tmp_path / "tiers.yaml"
-    tiers.write_text(f"default_tier: only\ntiers:\n  only: {{max_cost_usd: {budget}}}\n")
-    result = invoke(
-        *TRUTHFULQA_MSP,
-        "--tiers",
-        tiers,
-        "-o",
-        tmp_path / "policy.json",
-    )
+    tiers_yaml = f"default_tier: only\ntiers:\n  only: {{max_cost_usd: {budget}}}\n"
+    result = calibrate_with_tiers(tmp_path, tiers_yaml, *TRUTHFULQA_MSP)
     assert result.exit_code == 0, result.output
     assert "* default tier" in result.output
     assert ("objective not met" in result.output) is marked

@@ -7,11 +7,9 @@ from pathlib import Path
 
 import numpy as np
 import pytest
-import typer
+from calibrate_command import LOGPROB_RUNS_TIERS, calibrate_with_tiers, write_logprob_runs
 from synthetic_runs import random_matrix
-from typer.testing import CliRunner
 
-from calibration.calibrate_cli import register
 from calibration.envelope import compute_envelope
 from calibration.policy_writer import build_calibrated_policy
 from calibration.runs import RunsMatrix
@@ -20,18 +18,6 @@ from calibration.tiers import TierObjective, solve_tier
 from policies.score_distribution import bin_index, decile_edges
 from policies.scorers import score_logprobs
 from policies.store import load_policy
-from tests.support.data_files import UPSTREAM_ANSWERS
-
-
-def _calibrate(*args: str | Path) -> typer.testing.Result:  # type: ignore[name-defined]
-    app = typer.Typer()
-
-    @app.callback()
-    def root() -> None:
-        """Only the calibrate command."""
-
-    register(app)
-    return CliRunner().invoke(app, ["calibrate", *map(str, args)])
 
 
 def _solved(matrix: RunsMatrix, randomize: bool):  # type: ignore[no-untyped-def]
@@ -123,38 +109,15 @@ def test_single_model_tiers_record_no_distribution() -> None:
 
 
 def test_cascade_calibrate_writes_the_scorers_deciles(tmp_path: Path) -> None:
-    content = json.loads((UPSTREAM_ANSWERS / "native_qwen_top20.json").read_text())
-    content = content["choices"][0]["logprobs"]["content"]
-    rows, small_scores = [], []
-    for q in range(40):
-        for model, cost in (("small", 0.001), ("large", 0.01)):
-            entry = [dict(e, logprob=e["logprob"] - 0.05 * q) for e in content]  # vary the confidence
-            if model == "small":
-                small_scores.append(score_logprobs(entry, "sequence_probability", 10))
-            rows.append(
-                {
-                    "query_id": q,
-                    "model": model,
-                    "correct": int(model == "large" or q % 2),
-                    "cost_usd": cost,
-                    "logprobs": json.dumps(entry),
-                }
-            )
     runs = tmp_path / "runs.jsonl"
-    runs.write_text("\n".join(json.dumps(r) for r in rows) + "\n")
-    tiers = tmp_path / "tiers.yaml"
-    tiers.write_text("default_tier: t\ntiers:\n  t: {max_cost_usd: 0.005}\n")
-    result = _calibrate(
-        runs,
-        "--scorer",
-        "sequence_probability",
-        "--top-k",
-        "10",
-        "--tiers",
-        tiers,
-        "-o",
-        tmp_path / "policy.json",
-    )
+    rows = write_logprob_runs(runs, queries=40, step=0.05)
+    small_scores = [
+        score_logprobs(json.loads(row["logprobs"]), "sequence_probability", 10)
+        for row in rows
+        if row["model"] == "small"
+    ]
+    args = ("--scorer", "sequence_probability", "--top-k", "10")
+    result = calibrate_with_tiers(tmp_path, LOGPROB_RUNS_TIERS, runs, *args)
     assert result.exit_code == 0, result.output
     policy = load_policy(tmp_path / "policy.json")
     assert policy.tiers["t"].routes[0].models == ["small", "large"]

@@ -19,7 +19,7 @@ from calibration.evaluation.chains import chain_outcomes
 from calibration.frontier import chain_per_query, pair_frontier
 from calibration.heldout_expected import HeldoutSettings
 from calibration.prefix_cost import cancelled_charge
-from calibration.runs import RunsError, load_runs
+from calibration.runs import RunsError, RunsMatrix, load_runs
 from calibration.tiers import TierObjective, TiersSpec
 from calibration.ttft import Timing, read_lengths, route_first_token
 from money import Price
@@ -165,6 +165,20 @@ def _dropping(column: str) -> Callable[[list[dict[str, Any]]], None]:
     return drop
 
 
+def _four_changed_queries(path: Path, change: Callable[[list[dict[str, Any]]], None]) -> Path:
+    """Runs of four queries (the cheap answers unsure from their first token when wrong) at
+    ``path``, with ``change`` applied to their rows."""
+    _write_runs(path, early_signal=True, n=4)
+    _rewrite(path, change)
+    return path
+
+
+def _load_on_an_8_token_prefix(runs: Path, prices: Path) -> RunsMatrix:
+    """The runs scored by min_probability (top 3) on each answer's first 8 tokens."""
+    rule = CommitRule(rule="prefix", tokens=8)
+    return load_runs(runs, prices=prices, scorer="min_probability", top_k=3, commit=rule)
+
+
 @pytest.fixture
 def prices(tmp_path: Path) -> Path:
     path = tmp_path / "prices.yaml"
@@ -267,47 +281,31 @@ def test_a_committed_stage_starts_at_its_prefix_an_escalated_one_after_it_and_th
 def test_calibrate_writes_the_chosen_commit_into_the_tier_and_the_study_beside_the_report(
     tmp_path: Path, prices: Path
 ) -> None:
-    import typer
-    from typer.testing import CliRunner
+    from calibrate_command import calibrate_with_tiers
 
-    from calibration.calibrate_cli import register
     from policies.store import load_policy
 
     runs = tmp_path / "early.jsonl.gz"
     _write_runs(runs, early_signal=True)
-    tiers = tmp_path / "tiers.yaml"
-    tiers.write_text(
-        "default_tier: mid\ntiers:\n  mid: {max_cost_usd: 0.000032}\n  low: {max_cost_usd: 0.000008}\n"
-    )
-    app = typer.Typer()
-    register(app)
-    app.command("noop")(lambda: None)  # two commands: typer then dispatches by name
-    out = tmp_path / "policy.json"
-    result = CliRunner().invoke(
-        app,
-        [
-            "calibrate",
-            str(runs),
-            "--tiers",
-            str(tiers),
-            "-o",
-            str(out),
-            "--prices",
-            str(prices),
-            "--scorer",
-            "min_probability",
-            "--top-k",
-            "3",
-            "--heldout-splits",
-            "6",
-            "--commit-grid",
-            "8,line",
-            "--report",
-            str(tmp_path / "report"),
-        ],
+    result = calibrate_with_tiers(
+        tmp_path,
+        "default_tier: mid\ntiers:\n  mid: {max_cost_usd: 0.000032}\n  low: {max_cost_usd: 0.000008}\n",
+        runs,
+        "--prices",
+        prices,
+        "--scorer",
+        "min_probability",
+        "--top-k",
+        "3",
+        "--heldout-splits",
+        "6",
+        "--commit-grid",
+        "8,line",
+        "--report",
+        tmp_path / "report",
     )
     assert result.exit_code == 0, result.output
-    policy = load_policy(out)
+    policy = load_policy(tmp_path / "policy.json")
     assert policy.tiers["mid"].commit is not None
     assert policy.tiers["mid"].commit.document() == {"rule": "prefix", "tokens": 64, "boundary": "line"}
     assert policy.tiers["low"].commit is None  # the cheap model alone: nothing to decide
@@ -318,17 +316,13 @@ def test_calibrate_writes_the_chosen_commit_into_the_tier_and_the_study_beside_t
 def test_a_prefix_rule_cannot_know_an_answer_will_be_cut_and_is_scored_on_its_prefix(
     tmp_path: Path, prices: Path
 ) -> None:
-    runs = tmp_path / "cut.jsonl.gz"
-    _write_runs(runs, early_signal=True, n=4)
 
     def cut_first(rows: list[dict[str, Any]]) -> None:
         rows[0]["truncated"] = True  # q0's cheap answer (sure, right) was cut at the cap
 
-    _rewrite(runs, cut_first)
+    runs = _four_changed_queries(tmp_path / "cut.jsonl.gz", cut_first)
     buffered = load_runs(runs, prices=prices, scorer="min_probability", top_k=3)
-    prefix = load_runs(
-        runs, prices=prices, scorer="min_probability", top_k=3, commit=CommitRule(rule="prefix", tokens=8)
-    )
+    prefix = _load_on_an_8_token_prefix(runs, prices)
     cheap = buffered.model_index("cheap")
     assert buffered.score[0, cheap] == -np.inf  # read whole: the gateway sees the cut and escalates
     assert prefix.score[0, cheap] == pytest.approx(0.95)  # decided on 8 tokens, before the cut
@@ -337,12 +331,8 @@ def test_a_prefix_rule_cannot_know_an_answer_will_be_cut_and_is_scored_on_its_pr
 def test_runs_without_request_bytes_bound_the_prompt_from_its_tokens_and_say_so(
     tmp_path: Path, prices: Path
 ) -> None:
-    runs = tmp_path / "old.jsonl.gz"
-    _write_runs(runs, early_signal=True, n=4)
-    _rewrite(runs, _dropping("request_bytes"))
-    matrix = load_runs(
-        runs, prices=prices, scorer="min_probability", top_k=3, commit=CommitRule(rule="prefix", tokens=8)
-    )
+    runs = _four_changed_queries(tmp_path / "old.jsonl.gz", _dropping("request_bytes"))
+    matrix = _load_on_an_8_token_prefix(runs, prices)
     cheap = matrix.model_index("cheap")
     charged = cancelled_charge(Price(**PRICE), 50 * 4 + SENT_FIELDS_BYTES, 8, 64, OVERRUN)
     assert matrix.escalation_saving is not None
@@ -353,10 +343,6 @@ def test_runs_without_request_bytes_bound_the_prompt_from_its_tokens_and_say_so(
 def test_runs_without_the_cap_sent_cannot_charge_a_cancelled_stage_and_say_which_column(
     tmp_path: Path, prices: Path
 ) -> None:
-    runs = tmp_path / "capless.jsonl.gz"
-    _write_runs(runs, early_signal=True, n=4)
-    _rewrite(runs, _dropping("completion_cap"))
+    runs = _four_changed_queries(tmp_path / "capless.jsonl.gz", _dropping("completion_cap"))
     with pytest.raises(RunsError, match="completion_cap"):
-        load_runs(
-            runs, prices=prices, scorer="min_probability", top_k=3, commit=CommitRule(rule="prefix", tokens=8)
-        )
+        _load_on_an_8_token_prefix(runs, prices)
