@@ -8,7 +8,7 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 import pytest
-from typer.testing import CliRunner
+from typer.testing import CliRunner, Result
 
 from cascade_cli.main import app
 from tests.support.data_files import PLAUT_MC, PLAUT_RUNS
@@ -16,31 +16,23 @@ from tests.support.data_files import PLAUT_MC, PLAUT_RUNS
 PNG_SIGNATURE = b"\x89PNG\r\n\x1a\n"
 
 
+def evaluate(*args: str | Path) -> Result:
+    """``cascade evaluate ARGS`` (each argument as text)."""
+    return CliRunner().invoke(app, ["evaluate", *map(str, args)])
+
+
+def evaluate_plaut_mc(report: Path, *args: str) -> Result:
+    """``cascade evaluate`` on the plaut-mc runs at their prices, scored by maximum softmax
+    probability, with ``args``, reporting to ``report``."""
+    runs, prices = PLAUT_MC / "runs.csv.gz", PLAUT_MC / "prices.yaml"
+    return evaluate(runs, "--prices", prices, "--score-column", "score_msp", *args, "--report", report)
+
+
 @pytest.fixture(scope="module")
 def plaut_report(tmp_path_factory: pytest.TempPathFactory) -> tuple[object, Path]:
-    data = PLAUT_MC
     report = tmp_path_factory.mktemp("evaluate") / "report"
-    result = CliRunner().invoke(
-        app,
-        [
-            "evaluate",
-            str(data / "runs.csv.gz"),
-            "--prices",
-            str(data / "prices.yaml"),
-            "--score-column",
-            "score_msp",
-            "--where",
-            "dataset=mmlu",
-            "--where",
-            "prompt_variant=first",
-            "--splits",
-            "3",
-            "--trials",
-            "20",
-            "--report",
-            str(report),
-        ],
-    )
+    mmlu = ("--where", "dataset=mmlu", "--where", "prompt_variant=first")
+    result = evaluate_plaut_mc(report, *mmlu, "--splits", "3", "--trials", "20")
     return result, report
 
 
@@ -130,22 +122,18 @@ def test_router_runs_when_feature_columns_are_given(tmp_path: Path) -> None:
     runs = tmp_path / "runs.csv"
     runs.write_text("\n".join(lines) + "\n")
     report = tmp_path / "out"
-    result = CliRunner().invoke(
-        app,
-        [
-            "evaluate",
-            str(runs),
-            "--score-column",
-            "confidence",
-            "--feature-columns",
-            "hardness",
-            "--splits",
-            "2",
-            "--methods",
-            "envelope,router",
-            "--report",
-            str(report),
-        ],
+    result = evaluate(
+        runs,
+        "--score-column",
+        "confidence",
+        "--feature-columns",
+        "hardness",
+        "--splits",
+        "2",
+        "--methods",
+        "envelope,router",
+        "--report",
+        report,
     )
     assert result.exit_code == 0, result.output
     summary = json.loads((report / "summary.json").read_text())
@@ -162,28 +150,13 @@ def test_router_runs_when_feature_columns_are_given(tmp_path: Path) -> None:
     ],
 )
 def test_bad_arguments_fail_with_one_red_line(tmp_path: Path, extra, message) -> None:
-    data = PLAUT_MC
-    result = CliRunner().invoke(
-        app,
-        [
-            "evaluate",
-            str(data / "runs.csv.gz"),
-            "--prices",
-            str(data / "prices.yaml"),
-            "--score-column",
-            "score_msp",
-            *extra,
-            "--report",
-            str(tmp_path / "r"),
-        ],
-    )
+    result = evaluate_plaut_mc(tmp_path / "r", *extra)
     assert result.exit_code == 1
     assert message in result.output
     assert "Traceback" not in result.output
 
 
 def test_missing_runs_file_is_a_one_line_error(tmp_path: Path) -> None:
-    args = ["evaluate", str(tmp_path / "absent.csv"), "--report", str(tmp_path / "r")]
-    result = CliRunner().invoke(app, args)
+    result = evaluate(tmp_path / "absent.csv", "--report", tmp_path / "r")
     assert result.exit_code == 1
     assert "no such file" in result.output and "Traceback" not in result.output
