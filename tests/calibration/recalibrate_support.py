@@ -1,16 +1,20 @@
-"""Traffic for ``cascade recalibrate`` tests: synthetic judge-labelled rows, real stores, real Redis."""
+"""Traffic for ``cascade recalibrate`` tests: synthetic judge-labelled rows, real stores, real Redis
+(the options that push there and what it then serves)."""
 
 from __future__ import annotations
 
 import random
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
+from typing import Any
 
 from calibration.calibrate import calibrate
 from calibration.runs import load_runs
 from calibration.tiers import parse_tiers
-from policies import save_policy
+from policies import parse_policy, save_policy
 from policies.schema import Policy
+from publishing import PolicyKeys
+from tests.support.shared_redis import REDIS_URL
 from tests.support.traffic_kinds import COST, MODELS, TEXT_AGREEMENT, TIERS, Labeller, kind_traffic, logprobs
 from traffic.export import write_runs
 from traffic.rows import TrafficRow
@@ -26,6 +30,17 @@ def traffic(n: int, *, seed: int, label: Labeller | None = None, prefix: str = "
     return kind_traffic(
         n, kind="text", agreement=AGREEMENT, seed=seed, prefix=prefix, label=label, judge="choice"
     )
+
+
+def push_to(keys: PolicyKeys) -> list[str]:
+    """The options that push the new policy to the real Redis under ``keys``' prefix."""
+    return ["--push", REDIS_URL, "--prefix", keys.prefix]
+
+
+def served(client: Any, keys: PolicyKeys) -> tuple[str | None, str | None]:
+    """The id of the policy served under ``keys`` and its version (None, None: nothing served)."""
+    raw, version = client.mget(keys.policy_current, keys.policy_version)
+    return (None if raw is None else parse_policy(raw).policy_id), version
 
 
 def policy_from(rows: list[TrafficRow], path: Path) -> Policy:

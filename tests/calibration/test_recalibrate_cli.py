@@ -3,49 +3,29 @@
 from __future__ import annotations
 
 import json
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 import pytest
-import redis
-from recalibrate_support import policy_from, traffic
+from recalibrate_support import policy_from, push_to, served, traffic
 from typer.testing import CliRunner
 
 from calibration.recalibrate_cli import REFUSED_EXIT_CODE
 from calibration.splits import stratified_splits
 from cascade_cli.main import app
-from policies import load_policy, parse_policy
+from policies import load_policy
 from publishing import PolicyKeys, push_policy
-from tests.support.shared_redis import REDIS_URL, delete_prefix, fresh_prefix
+from tests.support.shared_redis import REDIS_URL
 from tests.support.traffic_kinds import store_rows, tiers_file
 
-# store_url (postgres and file): the shared plugin tests/support/traffic_stores.py.
+# store_url (postgres and file): the shared plugin tests/support/traffic_stores.py;
+# keys and client (a private Redis prefix, a client): conftest.py.
 runner = CliRunner()
-
-
-@pytest.fixture
-def keys() -> Iterator[PolicyKeys]:
-    keys = PolicyKeys(fresh_prefix())
-    yield keys
-    delete_prefix(keys.prefix)
-
-
-@pytest.fixture
-def client() -> Iterator[Any]:
-    client = redis.Redis.from_url(REDIS_URL, decode_responses=True)
-    yield client
-    client.close()
 
 
 def recalibrate(store: str, tmp_path: Path, *extra: str) -> Any:
     args = ["recalibrate", "--store", store, "--tiers", str(tiers_file(tmp_path / "tiers.yaml")), *extra]
     return runner.invoke(app, args)
-
-
-def served(client: Any, keys: PolicyKeys) -> tuple[str | None, str | None]:
-    raw, version = client.mget(keys.policy_current, keys.policy_version)
-    return (None if raw is None else parse_policy(raw).policy_id), version
 
 
 def test_without_a_served_policy_the_new_one_is_compared_with_none_and_pushed(
@@ -54,18 +34,7 @@ def test_without_a_served_policy_the_new_one_is_compared_with_none_and_pushed(
     store_rows(store_url, traffic(400, seed=1))
     report = tmp_path / "report.json"
     output = tmp_path / "new.json"
-    result = recalibrate(
-        store_url,
-        tmp_path,
-        "--push",
-        REDIS_URL,
-        "--prefix",
-        keys.prefix,
-        "-o",
-        str(output),
-        "--json",
-        str(report),
-    )
+    result = recalibrate(store_url, tmp_path, *push_to(keys), "-o", str(output), "--json", str(report))
     assert result.exit_code == 0, result.output
     new = load_policy(output)
     assert served(client, keys) == (new.policy_id, "1")
@@ -97,9 +66,7 @@ def test_a_new_policy_better_than_the_served_one_replaces_it(
     push_policy(client, current, keys)
     store_rows(store_url, traffic(600, seed=2))
     report = tmp_path / "report.json"
-    result = recalibrate(
-        store_url, tmp_path, "--push", REDIS_URL, "--prefix", keys.prefix, "--json", str(report)
-    )
+    result = recalibrate(store_url, tmp_path, *push_to(keys), "--json", str(report))
     assert result.exit_code == 0, result.output
     document = json.loads(report.read_text())
     assert document["current_policy"]["policy_id"] == current.policy_id
@@ -139,18 +106,7 @@ def test_a_new_policy_misled_by_its_calibration_labels_is_refused(
     report = tmp_path / "report.json"
     output = tmp_path / "new.json"
     result = recalibrate(
-        store_url,
-        tmp_path,
-        "--push",
-        REDIS_URL,
-        "--prefix",
-        keys.prefix,
-        "--seed",
-        str(seed),
-        "-o",
-        str(output),
-        "--json",
-        str(report),
+        store_url, tmp_path, *push_to(keys), "--seed", str(seed), "-o", str(output), "--json", str(report)
     )
     assert result.exit_code == REFUSED_EXIT_CODE, result.output
     assert served(client, keys) == (current.policy_id, "1")  # untouched
@@ -211,16 +167,7 @@ def test_a_current_file_other_than_the_served_policy_is_refused_before_any_work(
     other = policy_from(traffic(300, seed=2), tmp_path / "other.json")
     push_policy(client, served_policy, keys)
     store_rows(file_url, traffic(200, seed=3))
-    result = recalibrate(
-        file_url,
-        tmp_path,
-        "--current",
-        str(tmp_path / "other.json"),
-        "--push",
-        REDIS_URL,
-        "--prefix",
-        keys.prefix,
-    )
+    result = recalibrate(file_url, tmp_path, "--current", str(tmp_path / "other.json"), *push_to(keys))
     assert result.exit_code == 1
     assert f"is policy {other.policy_id} but" in result.output and served_policy.policy_id in result.output
     assert served(client, keys) == (served_policy.policy_id, "1")

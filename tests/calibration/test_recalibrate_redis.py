@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-from collections.abc import Iterator
 from typing import Any
 
 import pytest
@@ -12,17 +11,11 @@ from calibration.recalibration.redis_io import RedisPolicyError, push_if_unchang
 from policies import build_policy, dump_policy
 from publishing import PolicyKeys
 from tests.support.policy_files import two_model_document
-from tests.support.shared_redis import REDIS_URL, delete_prefix, fresh_prefix
+from tests.support.shared_redis import REDIS_URL
 from traffic.redis_connect import connect_sync
 
+# keys (a private Redis prefix): conftest.py.
 DOCUMENT: dict[str, Any] = two_model_document()
-
-
-@pytest.fixture
-def keys() -> Iterator[PolicyKeys]:
-    keys = PolicyKeys(fresh_prefix())
-    yield keys
-    delete_prefix(keys.prefix)
 
 
 class InterleavedPush:

@@ -4,57 +4,33 @@ stored with each sample), on the real traffic stores, pushing to the real Redis 
 from __future__ import annotations
 
 import json
-import uuid
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 import numpy as np
-import pytest
-import redis
 from recalibrate_support import (
     ROUTED_TIERS,
+    push_to,
     routed_policy_from,
     routed_prompt,
     routed_traffic,
+    served,
 )
 from typer.testing import CliRunner
 
 from calibration.recalibrate_cli import REFUSED_EXIT_CODE
 from calibration.splits import stratified_splits
 from cascade_cli.main import app
-from policies import load_policy, parse_policy
+from policies import load_policy
 from policies.route_features import cheap_features
 from policies.router import LinearRouter, routed_choice
 from policies.schema import Policy
 from publishing import PolicyKeys, push_policy
-from tests.support.postgres import POSTGRES_URL, drop_schema
-from tests.support.shared_redis import REDIS_URL, delete_prefix, fresh_prefix
 from tests.support.traffic_kinds import store_rows, tiers_file
 
+# postgres_url: the shared plugin tests/support/traffic_stores.py; keys, client: conftest.py.
 runner = CliRunner()
 SPLITS = "5"  # held-out splits of the mechanism choice: enough to tell these mechanisms apart
-
-
-@pytest.fixture
-def postgres_url() -> Iterator[str]:
-    schema = f"recal_router_{uuid.uuid4().hex[:12]}"
-    yield f"{POSTGRES_URL}?schema={schema}"
-    drop_schema(schema)
-
-
-@pytest.fixture
-def keys() -> Iterator[PolicyKeys]:
-    keys = PolicyKeys(fresh_prefix())
-    yield keys
-    delete_prefix(keys.prefix)
-
-
-@pytest.fixture
-def client() -> Iterator[Any]:
-    client = redis.Redis.from_url(REDIS_URL, decode_responses=True)
-    yield client
-    client.close()
 
 
 def recalibrate(store: str, tmp_path: Path, keys: PolicyKeys, *extra: str) -> Any:
@@ -66,18 +42,10 @@ def recalibrate(store: str, tmp_path: Path, keys: PolicyKeys, *extra: str) -> An
         str(tiers_file(tmp_path / "tiers.yaml", ROUTED_TIERS)),
         "--heldout-splits",
         SPLITS,
-        "--push",
-        REDIS_URL,
-        "--prefix",
-        keys.prefix,
+        *push_to(keys),
         *extra,
     ]
     return runner.invoke(app, args)
-
-
-def served(client: Any, keys: PolicyKeys) -> tuple[str | None, str | None]:
-    raw, version = client.mget(keys.policy_current, keys.policy_version)
-    return (None if raw is None else parse_policy(raw).policy_id), version
 
 
 def routed_to(policy: Policy, tier: str, text: str) -> str:
