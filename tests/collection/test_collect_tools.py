@@ -5,6 +5,7 @@ from __future__ import annotations
 import asyncio
 import json
 from pathlib import Path
+from typing import Any
 
 import httpx
 import pytest
@@ -14,44 +15,34 @@ from collection.prompts import Prompt, load_prompts
 from collection.runs_writer import RunsWriter
 from collection.targets import Target
 from money import Price
+from tests.support.factorial_tool import (
+    FACTORIAL_ANSWER,
+    FACTORIAL_QUESTION,
+    FACTORIAL_TOOL,
+    IRRELEVANT_QUESTION,
+)
 
-TOOLS = (
-    {
-        "type": "function",
-        "function": {
-            "name": "math_factorial",
-            "description": "Calculate the factorial of a given number.",
-            "parameters": {
-                "type": "object",
-                "properties": {"number": {"type": "integer"}},
-                "required": ["number"],
-            },
-        },
-    },
-)
-FACTORIAL = Prompt(
-    query_id="fact",
-    prompt="",
-    answer=json.dumps([{"math_factorial": {"number": [5]}}]),
-    grader="tool_call",
-    dataset="bfcl",
-    subject="simple_python",
-    max_tokens=128,
-    conversation=({"role": "user", "content": "Calculate the factorial of 5."},),
-    tools=TOOLS,
-    tool_choice="auto",
-)
-IRRELEVANT = Prompt(
-    query_id="irr",
-    prompt="",
-    answer="[]",
-    grader="tool_call",
-    dataset="bfcl",
-    subject="irrelevance",
-    conversation=({"role": "user", "content": "Who wrote Hamlet?"},),
-    tools=TOOLS,
-    tool_choice="auto",
-)
+TOOLS = (FACTORIAL_TOOL,)
+
+
+def _tool_question(query_id: str, question: str, answer: str, subject: str, **fields: Any) -> Prompt:
+    """A BFCL question of ``subject`` asked with the factorial tool, the model free to call it."""
+    return Prompt(
+        query_id=query_id,
+        prompt="",
+        answer=answer,
+        grader="tool_call",
+        dataset="bfcl",
+        subject=subject,
+        conversation=({"role": "user", "content": question},),
+        tools=TOOLS,
+        tool_choice="auto",
+        **fields,
+    )
+
+
+FACTORIAL = _tool_question("fact", FACTORIAL_QUESTION, FACTORIAL_ANSWER, "simple_python", max_tokens=128)
+IRRELEVANT = _tool_question("irr", IRRELEVANT_QUESTION, "[]", "irrelevance")
 TARGET = Target(
     name="small",
     base_url="http://small.test/v1",
@@ -98,7 +89,7 @@ def test_tools_and_tool_choice_are_sent_with_the_question(tmp_path: Path) -> Non
     sent, _ = _collect(
         tmp_path,
         [FACTORIAL],
-        {"Calculate the factorial of 5.": '{"name": "math_factorial", "arguments": {}}'},
+        {FACTORIAL_QUESTION: '{"name": "math_factorial", "arguments": {}}'},
     )
     assert sent[0]["tools"] == list(TOOLS)
     assert sent[0]["tool_choice"] == "auto"
@@ -120,7 +111,7 @@ def test_tools_and_tool_choice_are_sent_with_the_question(tmp_path: Path) -> Non
 def test_calls_written_as_content_are_recorded_checked_and_graded(
     tmp_path: Path, content: str, correct: float, valid: bool, problem: str | None
 ) -> None:
-    _, rows = _collect(tmp_path, [FACTORIAL], {"Calculate the factorial of 5.": content})
+    _, rows = _collect(tmp_path, [FACTORIAL], {FACTORIAL_QUESTION: content})
     (row,) = rows
     assert row["kind"] == "tool_call"
     assert row["correct"] == correct
@@ -137,12 +128,12 @@ def test_calls_written_as_content_are_recorded_checked_and_graded(
 
 
 def test_irrelevance_rows_are_right_without_a_call_and_wrong_with_one(tmp_path: Path) -> None:
-    _, rows = _collect(tmp_path, [IRRELEVANT], {"Who wrote Hamlet?": "Shakespeare."})
+    _, rows = _collect(tmp_path, [IRRELEVANT], {IRRELEVANT_QUESTION: "Shakespeare."})
     assert rows[0]["correct"] == 1.0 and rows[0]["tool_calls"] == []
     _, rows = _collect(
         tmp_path,
         [IRRELEVANT],
-        {"Who wrote Hamlet?": '{"name": "math_factorial", "arguments": {"number": 1}}'},
+        {IRRELEVANT_QUESTION: '{"name": "math_factorial", "arguments": {"number": 1}}'},
         "with-call.jsonl",
     )
     assert rows[0]["correct"] == 0.0 and rows[0]["valid"] is True

@@ -9,20 +9,13 @@ from typing import Any
 from typer.testing import CliRunner
 
 from cascade_cli.main import app
+from tests.support.factorial_tool import (
+    FACTORIAL_ANSWER,
+    FACTORIAL_QUESTION,
+    FACTORIAL_TOOL,
+    IRRELEVANT_QUESTION,
+)
 from tests.support.scripted_upstream import ok
-
-TOOL = {
-    "type": "function",
-    "function": {
-        "name": "math_factorial",
-        "description": "Calculate the factorial of a given number.",
-        "parameters": {
-            "type": "object",
-            "properties": {"number": {"type": "integer"}},
-            "required": ["number"],
-        },
-    },
-}
 
 
 def write_tool_prompts(path: Path) -> Path:
@@ -30,16 +23,16 @@ def write_tool_prompts(path: Path) -> Path:
     rows = [
         {
             "query_id": "f0",
-            "messages": [{"role": "user", "content": "Calculate the factorial of 5."}],
-            "tools": [TOOL],
+            "messages": [{"role": "user", "content": FACTORIAL_QUESTION}],
+            "tools": [FACTORIAL_TOOL],
             "tool_choice": "auto",
-            "answer": json.dumps([{"math_factorial": {"number": [5]}}]),
+            "answer": FACTORIAL_ANSWER,
             "grader": "tool_call",
         },
         {
             "query_id": "f1",
-            "messages": [{"role": "user", "content": "Who wrote Hamlet?"}],
-            "tools": [TOOL],
+            "messages": [{"role": "user", "content": IRRELEVANT_QUESTION}],
+            "tools": [FACTORIAL_TOOL],
             "tool_choice": "auto",
             "answer": "[]",
             "grader": "tool_call",
@@ -73,7 +66,9 @@ def test_tools_are_sent_and_calls_graded_native_or_written_as_content(
     assert result.exit_code in (0, 3), result.output
 
     sent = upstream.calls("up-small")
-    assert sent and all(call.body["tools"] == [TOOL] and call.body["tool_choice"] == "auto" for call in sent)
+    assert sent and all(
+        call.body["tools"] == [FACTORIAL_TOOL] and call.body["tool_choice"] == "auto" for call in sent
+    )
     rows = {
         r["query_id"]: r for r in map(json.loads, (tmp_path / "r.requests.jsonl").read_text().splitlines())
     }
