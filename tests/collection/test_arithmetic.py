@@ -7,9 +7,9 @@ import re
 from pathlib import Path
 
 import pytest
+from generated_sets import generated_twice_alike
 
 from collection.arithmetic import MULTI_STEP, QUICK, generate, kind_sequence, main
-from collection.prompts import load_prompts
 from graders import grade
 
 
@@ -52,11 +52,7 @@ def test_a_share_outside_zero_one_is_refused() -> None:
 
 
 def test_the_same_arguments_give_the_same_file_and_a_loadable_set(tmp_path: Path) -> None:
-    first, second = tmp_path / "a.jsonl", tmp_path / "b.jsonl"
-    main([str(first), "--n", "40", "--seed", "7"])
-    main([str(second), "--n", "40", "--seed", "7"])
-    assert first.read_bytes() == second.read_bytes()
-    prompts = load_prompts(first)
+    prompts = generated_twice_alike(main, tmp_path, "--n", "40", "--seed", "7")
     assert len(prompts) == 40
     assert all(grade(p.grader, f"Answer: {p.answer}", p.answer) == 1.0 for p in prompts)
 

@@ -169,30 +169,19 @@ async def test_an_answer_cut_at_a_cap_the_run_did_not_set_is_recorded_truncated(
 
     # The run sets no cap and the member's defaults do (1 token): a `length` stop is that cap's.
     member = replace(TARGETS[0], request_defaults=RequestDefaults.model_validate({"max_tokens": 1}))
-    path = tmp_path / "runs.jsonl"
-    with RunsWriter(path) as writer:
-        await collect(
-            PROMPTS[:1],
-            [member],
-            writer,
-            set(),
-            CollectOptions(),
-            transport=httpx.MockTransport(CutUpstream()),
-        )
-    (row,) = _rows(path)
+
+    async def collect_cut(path: Path, options: CollectOptions) -> dict:
+        """The one row of the first prompt to ``member``, whose every answer stops at `length`."""
+        with RunsWriter(path) as writer:
+            transport = httpx.MockTransport(CutUpstream())
+            await collect(PROMPTS[:1], [member], writer, set(), options, transport=transport)
+        (row,) = _rows(path)
+        return row
+
+    row = await collect_cut(tmp_path / "runs.jsonl", CollectOptions())
     assert row["truncated"] is True
     # The run's own cap (1 token): the same stop is what was asked for.
-    path = tmp_path / "capped.jsonl"
-    with RunsWriter(path) as writer:
-        await collect(
-            PROMPTS[:1],
-            [member],
-            writer,
-            set(),
-            CollectOptions(max_tokens=1),
-            transport=httpx.MockTransport(CutUpstream()),
-        )
-    (row,) = _rows(path)
+    row = await collect_cut(tmp_path / "capped.jsonl", CollectOptions(max_tokens=1))
     assert row["truncated"] is False
 
 

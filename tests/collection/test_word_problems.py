@@ -6,7 +6,8 @@ import json
 import re
 from pathlib import Path
 
-from collection.prompts import load_prompts
+from generated_sets import generated_twice_alike
+
 from collection.word_problems import TEMPLATES, generate, main
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -64,11 +65,7 @@ def test_each_template_comes_in_turn_so_every_prefix_has_the_same_mix() -> None:
 
 
 def test_the_same_arguments_give_the_same_file_and_a_loadable_set(tmp_path: Path) -> None:
-    first, second = tmp_path / "a.jsonl", tmp_path / "b.jsonl"
-    main([str(first), "--n", "24", "--seed", "7"])
-    main([str(second), "--n", "24", "--seed", "7"])
-    assert first.read_bytes() == second.read_bytes()
-    prompts = load_prompts(first)
+    prompts = generated_twice_alike(main, tmp_path, "--n", "24", "--seed", "7")
     assert len(prompts) == 24 and all(p.grader == "final_numeric" for p in prompts)
 
 
