@@ -24,6 +24,18 @@ def _promtool(*args: str, cwd: Path | None = None) -> subprocess.CompletedProces
     )
 
 
+def _failing_unit_tests(tmp_path: Path, rules: str) -> str:
+    """Run the rule unit tests against ``rules`` (a changed copy of the alert rules, in a layout
+    like deploy/prometheus/ under ``tmp_path``): they must fail; promtool's output."""
+    (tmp_path / "rules").mkdir()
+    (tmp_path / "tests").mkdir()
+    (tmp_path / "rules" / RULES.name).write_text(rules)
+    (tmp_path / "tests" / RULE_TESTS.name).write_text(RULE_TESTS.read_text())
+    result = _promtool("test", "rules", RULE_TESTS.name, cwd=tmp_path / "tests")
+    assert result.returncode != 0
+    return result.stdout + result.stderr
+
+
 def test_alert_rules_pass_promtool_check() -> None:
     result = _promtool("check", "rules", str(RULES))
     assert result.returncode == 0, result.stdout + result.stderr
@@ -46,15 +58,9 @@ def test_rule_unit_tests_cover_every_alert() -> None:
 
 def test_drift_unit_test_fails_when_the_alert_threshold_is_loosened(tmp_path: Path) -> None:
     # The drift tests can fail: with a 40-point tolerance the 30-point drift no longer fires.
-    (tmp_path / "rules").mkdir()
-    (tmp_path / "tests").mkdir()
     loosened = RULES.read_text().replace(") > 0.10", ") > 0.40")
     assert loosened != RULES.read_text()
-    (tmp_path / "rules" / RULES.name).write_text(loosened)
-    (tmp_path / "tests" / RULE_TESTS.name).write_text(RULE_TESTS.read_text())
-    result = _promtool("test", "rules", RULE_TESTS.name, cwd=tmp_path / "tests")
-    assert result.returncode != 0
-    assert "CascadeEscalationRateDrift" in result.stdout + result.stderr
+    assert "CascadeEscalationRateDrift" in _failing_unit_tests(tmp_path, loosened)
 
 
 @pytest.mark.parametrize(
@@ -67,15 +73,9 @@ def test_drift_unit_test_fails_when_the_alert_threshold_is_loosened(tmp_path: Pa
 def test_score_drift_unit_test_fails_when_the_alert_is_changed(
     tmp_path: Path, original: str, changed: str
 ) -> None:
-    (tmp_path / "rules").mkdir()
-    (tmp_path / "tests").mkdir()
     rules = RULES.read_text()
     assert original in rules
-    (tmp_path / "rules" / RULES.name).write_text(rules.replace(original, changed))
-    (tmp_path / "tests" / RULE_TESTS.name).write_text(RULE_TESTS.read_text())
-    result = _promtool("test", "rules", RULE_TESTS.name, cwd=tmp_path / "tests")
-    assert result.returncode != 0
-    assert "CascadeScoreDrift" in result.stdout + result.stderr
+    assert "CascadeScoreDrift" in _failing_unit_tests(tmp_path, rules.replace(original, changed))
 
 
 @pytest.mark.parametrize(
@@ -112,15 +112,9 @@ def test_score_drift_unit_test_fails_when_the_alert_is_changed(
 def test_learning_unit_tests_fail_when_an_alert_is_changed(
     tmp_path: Path, original: str, changed: str, alert: str
 ) -> None:
-    (tmp_path / "rules").mkdir()
-    (tmp_path / "tests").mkdir()
     rules = RULES.read_text()
     assert rules.count(original) == 1, original
-    (tmp_path / "rules" / RULES.name).write_text(rules.replace(original, changed))
-    (tmp_path / "tests" / RULE_TESTS.name).write_text(RULE_TESTS.read_text())
-    result = _promtool("test", "rules", RULE_TESTS.name, cwd=tmp_path / "tests")
-    assert result.returncode != 0
-    assert alert in result.stdout + result.stderr
+    assert alert in _failing_unit_tests(tmp_path, rules.replace(original, changed))
 
 
 def test_compose_prometheus_config_is_valid_and_loads_the_rules() -> None:
@@ -170,12 +164,6 @@ def test_every_alert_links_to_its_runbook_section_in_the_operations_guide() -> N
 def test_missing_scores_unit_test_fails_when_the_alert_is_changed(
     tmp_path: Path, original: str, changed: str
 ) -> None:
-    (tmp_path / "rules").mkdir()
-    (tmp_path / "tests").mkdir()
     rules = RULES.read_text()
     assert rules.count(original) == 1, original
-    (tmp_path / "rules" / RULES.name).write_text(rules.replace(original, changed))
-    (tmp_path / "tests" / RULE_TESTS.name).write_text(RULE_TESTS.read_text())
-    result = _promtool("test", "rules", RULE_TESTS.name, cwd=tmp_path / "tests")
-    assert result.returncode != 0
-    assert "CascadeMissingScoresDominate" in result.stdout + result.stderr
+    assert "CascadeMissingScoresDominate" in _failing_unit_tests(tmp_path, rules.replace(original, changed))
