@@ -37,6 +37,17 @@ def _one_model(manifest: Manifest) -> tuple[str, Manifest]:
     return name, manifest.model_copy(update={"models": {**manifest.models, name: spec}})
 
 
+def _pool_whose_server_runs(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, body: str
+) -> tuple[PoolPaths, str, Manifest]:
+    """A pool under ``tmp_path/home`` whose llama-server is a fake running ``body``, and one model of
+    the manifest (on a free port) to start it for: (paths, model name, manifest)."""
+    binary = _fake_server(tmp_path, body)
+    monkeypatch.setattr(pool, "require_installed", lambda manifest, paths, names: binary)
+    name, manifest = _one_model(load_manifest())
+    return PoolPaths(tmp_path / "home"), name, manifest
+
+
 def _status_command(home: Path) -> str:
     env = {k: v for k, v in os.environ.items() if k not in {"CASCADE_HOME", "CASCADE_RUN_DIR"}}
     env["CASCADE_HOME"] = str(home)
@@ -50,10 +61,8 @@ def _status_command(home: Path) -> str:
 def test_a_server_killed_by_sigill_at_start_up_is_reported_with_its_signal(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    binary = _fake_server(tmp_path, "echo 'threadpool_init: n_threads = 2'\nkill -ILL $$")
-    monkeypatch.setattr(pool, "require_installed", lambda manifest, paths, names: binary)
-    paths = PoolPaths(tmp_path / "home")
-    name, manifest = _one_model(load_manifest())
+    body = "echo 'threadpool_init: n_threads = 2'\nkill -ILL $$"
+    paths, name, manifest = _pool_whose_server_runs(tmp_path, monkeypatch, body)
 
     with pytest.raises(ProcessError) as failure:
         pool.up(manifest, paths, [name], pool.ServerOptions(), timeout_s=60, say=lambda _: None)
@@ -75,10 +84,8 @@ def test_a_server_killed_by_sigill_at_start_up_is_reported_with_its_signal(
 def test_a_server_that_exits_with_a_code_is_reported_with_that_code(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    binary = _fake_server(tmp_path, "echo 'error: failed to load model' >&2\nexit 7")
-    monkeypatch.setattr(pool, "require_installed", lambda manifest, paths, names: binary)
-    paths = PoolPaths(tmp_path / "home")
-    name, manifest = _one_model(load_manifest())
+    body = "echo 'error: failed to load model' >&2\nexit 7"
+    paths, name, manifest = _pool_whose_server_runs(tmp_path, monkeypatch, body)
     with pytest.raises(ProcessError, match=rf"{name} exited during start-up with exit code 7; "):
         pool.up(manifest, paths, [name], pool.ServerOptions(), timeout_s=60, say=lambda _: None)
     assert "last log line: 'error: failed to load model'" in _status_command(paths.home)
