@@ -43,29 +43,28 @@ def assert_exact_and_bounded(money: Money, worst_usd: float, limit_usd: float = 
     assert true_usd <= limit_usd + worst_usd, (true_usd, limit_usd)
 
 
-def test_n_choices_are_reserved_so_a_burst_of_n_60_stays_within_the_limit(
-    replicas, upstream: ScriptedUpstream, money: Money
+@pytest.mark.parametrize(
+    ("completion_tokens", "body", "admitted"),
+    [
+        # n choices are reserved: 100 tokens per choice, ~0.18 USD, five fit under 1 USD.
+        pytest.param(100, {"model": "large", "n": 60, "max_tokens": 100}, 5, id="n-choices-60"),
+        # The larger completion cap is reserved when both are given (the upstream honours
+        # max_tokens): ~0.15 USD, six fit under 1 USD.
+        pytest.param(
+            5000,
+            {"model": "large", "max_completion_tokens": 1, "max_tokens": 5000},
+            6,
+            id="larger-completion-cap-of-both",
+        ),
+    ],
+)
+def test_the_worst_case_is_reserved_so_a_burst_of_20_stays_within_the_limit(
+    replicas, upstream: ScriptedUpstream, money: Money, completion_tokens: int, body: dict, admitted: int
 ) -> None:
-    upstream.set_default("up-large", ok(usage=(20, 100)))  # 100 tokens per choice
-    body = {"model": "large", "n": 60, "max_tokens": 100}
-    worst = worst_case_usd(
-        {"messages": MESSAGES, **body}, ["large"], PRICES
-    )  # ~0.18 USD: five fit under 1 USD
+    upstream.set_default("up-large", ok(usage=(20, completion_tokens)))
+    worst = worst_case_usd({"messages": MESSAGES, **body}, ["large"], PRICES)
     statuses = burst(replicas, KEY, 20, **body)
-    assert statuses.count(200) == 5 and statuses.count(429) == 15, statuses
-    assert_exact_and_bounded(money, worst)
-
-
-def test_the_larger_completion_cap_is_reserved_when_both_are_given(
-    replicas, upstream: ScriptedUpstream, money: Money
-) -> None:
-    upstream.set_default("up-large", ok(usage=(20, 5000)))  # the upstream honours max_tokens
-    body = {"model": "large", "max_completion_tokens": 1, "max_tokens": 5000}
-    worst = worst_case_usd(
-        {"messages": MESSAGES, **body}, ["large"], PRICES
-    )  # ~0.15 USD: six fit under 1 USD
-    statuses = burst(replicas, KEY, 20, **body)
-    assert statuses.count(200) == 6 and statuses.count(429) == 14, statuses
+    assert statuses.count(200) == admitted and statuses.count(429) == 20 - admitted, statuses
     assert_exact_and_bounded(money, worst)
 
 
