@@ -7,16 +7,14 @@ from __future__ import annotations
 import json
 from typing import Any
 
+# The function's one argument: an integer ``number``.
+NUMBER_ARGUMENT = {"type": "object", "properties": {"number": {"type": "integer"}}, "required": ["number"]}
 FACTORIAL_TOOL: dict[str, Any] = {
     "type": "function",
     "function": {
         "name": "math_factorial",
         "description": "Calculate the factorial of a given number.",
-        "parameters": {
-            "type": "object",
-            "properties": {"number": {"type": "integer"}},
-            "required": ["number"],
-        },
+        "parameters": NUMBER_ARGUMENT,
     },
 }
 FACTORIAL_QUESTION = "Calculate the factorial of 5."
