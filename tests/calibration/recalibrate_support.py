@@ -6,7 +6,7 @@ import random
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
-from calibration.calibrate import calibrate
+from calibration.policy.calibrate import calibrate
 from calibration.runs import load_runs
 from calibration.tiers import parse_tiers
 from policies import save_policy

@@ -11,7 +11,7 @@ import pytest
 import typer
 from typer.testing import CliRunner
 
-from calibration.calibrate_cli import register
+from calibration.commands.calibrate_cli import register
 from calibration.runs import load_runs
 from calibration.runs_columns import RunsError
 from policies.call_tokens import call_value_positions

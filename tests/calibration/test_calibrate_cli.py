@@ -10,7 +10,7 @@ import pytest
 import typer
 from typer.testing import CliRunner
 
-from calibration.calibrate_cli import register
+from calibration.commands.calibrate_cli import register
 from calibration.frontier import chain_metrics
 from calibration.runs import load_runs
 from policies.store import load_policy

@@ -11,11 +11,11 @@ import typer
 from synthetic_runs import random_matrix
 from typer.testing import CliRunner
 
-from calibration.calibrate_cli import register
+from calibration.commands.calibrate_cli import register
 from calibration.envelope import compute_envelope
-from calibration.policy_writer import build_calibrated_policy
+from calibration.policy.policy_writer import build_calibrated_policy
+from calibration.policy.score_distribution import score_distribution_document
 from calibration.runs import RunsMatrix
-from calibration.score_distribution import score_distribution_document
 from calibration.tiers import TierObjective, solve_tier
 from policies.score_distribution import bin_index, decile_edges
 from policies.scorers import score_logprobs

@@ -14,10 +14,10 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 from hypothesis.extra.numpy import arrays
 
-from calibration.commit_choice import keeps_gain, parse_grid, study_commit_rules
 from calibration.evaluation.chains import chain_outcomes
 from calibration.frontier import chain_per_query, pair_frontier
 from calibration.heldout_expected import HeldoutSettings
+from calibration.policy.commit_choice import keeps_gain, parse_grid, study_commit_rules
 from calibration.prefix_cost import cancelled_charge
 from calibration.runs import RunsError, load_runs
 from calibration.tiers import TierObjective, TiersSpec
@@ -270,7 +270,7 @@ def test_calibrate_writes_the_chosen_commit_into_the_tier_and_the_study_beside_t
     import typer
     from typer.testing import CliRunner
 
-    from calibration.calibrate_cli import register
+    from calibration.commands.calibrate_cli import register
     from policies.store import load_policy
 
     runs = tmp_path / "early.jsonl.gz"

@@ -12,7 +12,7 @@ import redis
 from recalibrate_support import policy_from, traffic
 from typer.testing import CliRunner
 
-from calibration.recalibrate_cli import REFUSED_EXIT_CODE
+from calibration.commands.recalibrate_cli import REFUSED_EXIT_CODE
 from calibration.splits import stratified_splits
 from cascade_cli.main import app
 from policies import load_policy, parse_policy
