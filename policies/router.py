@@ -50,7 +50,7 @@ class LinearRouter:
 def routed_choice(p_correct: np.ndarray, model_cost: Sequence[float], price_weight: float) -> int:
     """Index of the model a routed tier sends a request to: argmax of p - price_weight * cost.
 
-    Ties go to the cheaper model, as in calibration (``calibration.evaluation.router.route_choices``
+    Ties go to the cheaper model, as in calibration (``calibration.routing.routed.route_choices``
     orders the pool by cost, so its arg-max's first index is the cheaper one).
     """
     cost = np.asarray(model_cost, dtype=np.float64)

@@ -6,8 +6,8 @@ splits: fitted and chosen on each split's calibration part, measured on its test
 
 * ``cascade``: the tier as ``cascade calibrate`` solves it (its held-out expectation is given);
 * ``routed``: the router (``calibration.routing.fit``) and its price weight lambda, the one whose
-  routes are best within the budget on calibration (``calibration.evaluation.router``);
-* ``hybrid``: route-then-cascade (``calibration.evaluation.hybrid``): a pool pair, the router
+  routes are best within the budget on calibration (``calibration.routing.routed``);
+* ``hybrid``: route-then-cascade (``calibration.routing.hybrid``): a pool pair, the router
   probability below which the strong model is called directly, and the cascade threshold.
 
 The rule: among the mechanisms whose held-out mean cost stays within the tier's budget (or within
@@ -24,10 +24,10 @@ from typing import Any
 
 import numpy as np
 
-from calibration.evaluation.hybrid import HybridCandidates, hybrid_candidates, hybrid_outcomes
-from calibration.evaluation.router import lambda_sweep, route_choices, routed_outcomes
 from calibration.heldout_expected import HeldoutSettings, spread
 from calibration.routing.fit import DEFAULT_COMPONENTS, fit_linear_router
+from calibration.routing.hybrid import HybridCandidates, hybrid_candidates, hybrid_outcomes
+from calibration.routing.routed import lambda_sweep, route_choices, routed_outcomes
 from calibration.runs import RunsMatrix
 from calibration.splits import stratified_splits
 from calibration.tiers import TierObjective, TiersSpec
