@@ -1,12 +1,16 @@
 """Imports run one way: every import between top-level packages goes to a lower floor, and no module
-imports itself back through others (no cycle between packages, none inside one).
+imports itself back through others (no cycle between packages, none inside one). Inside a package
+with a folder table (``FOLDER_FLOORS``), its folders are floors too: a folder imports only folders
+on a lower floor, the package's top-level modules counting as one unit (``TOP_LEVEL``).
 
 The floors are listed here and in docs/architecture.md (checked to agree). Every import counts,
 including the ones inside functions and under ``TYPE_CHECKING``: a lazy import is still a dependency.
-A new top-level package (pyproject.toml ``packages.find``) must be given a floor.
+A new top-level package (pyproject.toml ``packages.find``) must be given a floor, and a new folder
+of a package with a folder table a floor in that table.
 
 Run as a script on any checkout to print its counts: ``python tests/test_import_graph.py [ROOT]``
-(cycles between packages, cycles between modules of one package, imports that do not run down).
+(cycles between packages, cycles between modules of one package, imports that do not run down;
+per folder table, cycles between folders and imports between folders that do not run down).
 """
 
 from __future__ import annotations
@@ -38,6 +42,25 @@ FLOORS: dict[str, int] = {
     "collection": 4,
     "replay": 5,
     "cascade_cli": 6,
+}
+
+# The top-level modules of a package (and its ``__init__``), as one unit of its folder table.
+TOP_LEVEL = "(top level)"
+
+# Floor of each folder inside calibration/: a folder imports only folders on a lower floor.
+CALIBRATION_FLOORS: dict[str, int] = {
+    TOP_LEVEL: 0,
+    "routing": 1,
+    "evaluation": 2,
+    "policy": 2,
+    "reporting": 3,
+    "recalibration": 3,
+    "commands": 4,
+}
+
+# The packages whose folders are floors, each with its table.
+FOLDER_FLOORS: dict[str, dict[str, int]] = {
+    "calibration": CALIBRATION_FLOORS,
 }
 
 Graph = dict[str, set[str]]
@@ -183,6 +206,55 @@ def in_package_graph(imports: Mapping[str, set[str]]) -> Graph:
     }
 
 
+def folder_of(module: str, package: str, folders: Iterable[str]) -> str | None:
+    """The unit of ``package`` that ``module`` belongs to: its first folder under the package (one of
+    ``folders``), ``TOP_LEVEL`` for the package itself and its top-level modules, None outside it."""
+    parts = module.split(".")
+    if parts[0] != package:
+        return None
+    if len(parts) > 1 and parts[1] in folders:
+        return parts[1]
+    return TOP_LEVEL
+
+
+def package_folders(imports: Mapping[str, set[str]], package: str) -> set[str]:
+    """The folders (sub-packages) of ``package`` that hold a module below their ``__init__``."""
+    return {m.split(".")[1] for m in imports if m.startswith(f"{package}.") and m.count(".") >= 2}
+
+
+def folder_graph(imports: Mapping[str, set[str]], package: str) -> Graph:
+    """Unit of ``package`` (``folder_of``) -> the other units of it that its modules import."""
+    folders = package_folders(imports, package)
+    graph: Graph = {}
+    for module, targets in imports.items():
+        unit = folder_of(module, package, folders)
+        if unit is None:
+            continue
+        found = {folder_of(target, package, folders) for target in targets}
+        graph.setdefault(unit, set()).update(other for other in found if other not in (None, unit))
+    return graph
+
+
+def folder_imports_not_down(
+    imports: Mapping[str, set[str]], package: str, floors: Mapping[str, int]
+) -> list[str]:
+    """``importer -> imported`` for every import between two units of ``package`` (``folder_of``)
+    whose target is not on a lower floor of ``floors``."""
+    folders = package_folders(imports, package)
+    found = []
+    for module, targets in sorted(imports.items()):
+        unit = folder_of(module, package, folders)
+        if unit is None:
+            continue
+        for target in sorted(targets):
+            other = folder_of(target, package, folders)
+            if other is not None and other != unit and floors[other] >= floors[unit]:
+                found.append(
+                    f"{module} ({unit}, floor {floors[unit]}) -> {target} ({other}, floor {floors[other]})"
+                )
+    return found
+
+
 @pytest.fixture(scope="module")
 def imports() -> Graph:
     return module_imports(REPO, project_packages(REPO))
@@ -224,13 +296,66 @@ def test_the_checks_find_an_upward_import_and_the_cycles_it_makes(tmp_path: Path
     assert elementary_cycles(in_package_graph(found)) == [["low.a", "low.b"]]
 
 
+@pytest.mark.parametrize("package", sorted(FOLDER_FLOORS))
+def test_every_folder_of_a_package_has_a_floor(imports: Graph, package: str) -> None:
+    units = {TOP_LEVEL, *package_folders(imports, package)}
+    assert sorted(FOLDER_FLOORS[package]) == sorted(units), f"give a new folder of {package}/ a floor"
+
+
+@pytest.mark.parametrize("package", sorted(FOLDER_FLOORS))
+def test_every_import_between_folders_runs_down(imports: Graph, package: str) -> None:
+    assert folder_imports_not_down(imports, package, FOLDER_FLOORS[package]) == []
+
+
+@pytest.mark.parametrize("package", sorted(FOLDER_FLOORS))
+def test_no_cycle_between_the_folders_of_a_package(imports: Graph, package: str) -> None:
+    assert strongly_connected(folder_graph(imports, package)) == []
+
+
+def test_the_folder_checks_find_an_upward_import_and_the_cycle_it_makes(tmp_path: Path) -> None:
+    # pkg.low.a imports pkg.high.b (upward), which imports pkg.base; pkg.base imports pkg.low.a.
+    files = {
+        "pkg/__init__.py": "",
+        "pkg/base.py": "import pkg.low.a\n",
+        "pkg/low/__init__.py": "",
+        "pkg/low/a.py": "def f():\n    from pkg.high.b import g\n",
+        "pkg/high/__init__.py": "",
+        "pkg/high/b.py": "from pkg import base\nimport money\n",
+        "money/__init__.py": "",
+    }
+    for name, text in files.items():
+        (tmp_path / name).parent.mkdir(parents=True, exist_ok=True)
+        (tmp_path / name).write_text(text)
+    found = module_imports(tmp_path, ["pkg", "money"])
+    floors = {TOP_LEVEL: 0, "low": 1, "high": 2}
+    assert folder_graph(found, "pkg") == {TOP_LEVEL: {"low"}, "low": {"high"}, "high": {TOP_LEVEL}}
+    assert folder_imports_not_down(found, "pkg", floors) == [
+        "pkg.base ((top level), floor 0) -> pkg.low.a (low, floor 1)",
+        "pkg.low.a (low, floor 1) -> pkg.high.b (high, floor 2)",
+    ]
+    assert strongly_connected(folder_graph(found, "pkg")) == [sorted([TOP_LEVEL, "high", "low"])]
+
+
+def _doc_floors(text: str, heading: str) -> dict[str, int]:
+    """``name -> floor`` of the table under the first ``## `` heading holding ``heading`` in
+    docs/architecture.md: rows ``| floor | names in backquotes | ...``, a folder written ``name/``."""
+    section = text.split(heading, 1)[1].split("\n## ", 1)[0]
+    listed: dict[str, int] = {}
+    for floor, names in re.findall(r"^\| (\d+) \| ([^|]+) \|", section, flags=re.M):
+        for name in re.findall(r"`([^`]+)`", names):
+            listed[name.rstrip("/")] = int(floor)
+    return listed
+
+
+@pytest.mark.parametrize("package", sorted(FOLDER_FLOORS))
+def test_the_architecture_doc_lists_the_same_folder_floors(package: str) -> None:
+    text = (REPO / "docs" / "architecture.md").read_text()
+    assert _doc_floors(text, f"## Floors inside `{package}/`") == FOLDER_FLOORS[package]
+
+
 def test_the_architecture_doc_lists_the_same_floors() -> None:
     text = (REPO / "docs" / "architecture.md").read_text()
-    listed: dict[str, int] = {}
-    for floor, names in re.findall(r"^\| (\d+) \| ([^|]+) \|", text, flags=re.M):
-        for name in re.findall(r"`(\w+)`", names):
-            listed[name] = int(floor)
-    assert listed == FLOORS
+    assert _doc_floors(text, "## Floors\n") == FLOORS
 
 
 def _report(root: Path, floors: Mapping[str, int]) -> None:
@@ -249,6 +374,27 @@ def _report(root: Path, floors: Mapping[str, int]) -> None:
     for cycle in inside:
         print("  " + " -> ".join([*cycle, cycle[0]]))
     print(f"imports that do not run down: {len(upward)}")
+    for line in upward:
+        print("  " + line)
+    for package, folder_floors in FOLDER_FLOORS.items():
+        if package in packages:
+            _report_folders(found, package, folder_floors)
+
+
+def _report_folders(found: Graph, package: str, floors: Mapping[str, int]) -> None:
+    """Print the folder counts of one package (folders its table lacks: floor 0 of their own)."""
+    graph = folder_graph(found, package)
+    known = {unit: floors.get(unit, 0) for unit in {*graph, *(u for t in graph.values() for u in t)}}
+    edges = sorted((a, b) for a, targets in graph.items() for b in targets if known[b] >= known[a])
+    cycles = elementary_cycles(graph)
+    upward = folder_imports_not_down(found, package, known)
+    print(f"{package}/: cycles between folders: {len(cycles)}")
+    for cycle in cycles:
+        print("  " + " -> ".join([*cycle, cycle[0]]))
+    print(f"{package}/: folder -> folder edges that do not run down: {len(edges)}")
+    for a, b in edges:
+        print(f"  {a} (floor {known[a]}) -> {b} (floor {known[b]})")
+    print(f"{package}/: imports between folders that do not run down: {len(upward)}")
     for line in upward:
         print("  " + line)
 
