@@ -17,9 +17,9 @@ from calibration.evaluation.budget import (
     compact_choices,
     curve_from_choices,
 )
+from calibration.evaluation.router import routed_split_curve
 from calibration.routing.fit import fit_linear_router
 from calibration.routing.hybrid import hybrid_candidates, hybrid_outcomes
-from calibration.routing.routed import lambda_sweep, route_choices, routed_outcomes
 from calibration.runs import RunsMatrix
 from calibration.splits import Split
 from policies.router import LinearRouter
@@ -60,16 +60,6 @@ def linear_router_split_curve(
 ) -> SplitCurve:
     """The routed mechanism as served (``policies.router``): lambda chosen per budget on calibration."""
     router = _fit(matrix, split.calibration, components, seed)
-    assert matrix.features is not None
-    cal, test = split.calibration, split.test
-    model_cost = matrix.cost[cal].mean(axis=0)
-    lambdas = lambda_sweep(model_cost)
-    choices = route_choices(router.probabilities(matrix.features[cal]), model_cost, lambdas)
-    cal_cost, cal_quality = routed_outcomes(choices, matrix.cost[cal], matrix.quality[cal])
-    chosen = choose_within_budget(cal_cost, cal_quality, grid)
-    unique, remapped = compact_choices(chosen)
-    if unique.size == 0:
-        return SplitCurve.undefined(grid.size)
-    test_choices = route_choices(router.probabilities(matrix.features[test]), model_cost, lambdas[unique])
-    test_cost, test_quality = routed_outcomes(test_choices, matrix.cost[test], matrix.quality[test])
-    return curve_from_choices(remapped, test_cost, test_quality)
+    features = matrix.features
+    assert features is not None
+    return routed_split_curve(matrix, split, grid, lambda rows: router.probabilities(features[rows]))

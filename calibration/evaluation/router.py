@@ -11,6 +11,7 @@ expensive one, which is why it can beat cascades when the features are informati
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import Protocol
 
 import numpy as np
@@ -60,21 +61,31 @@ class CorrectnessModels:
         return np.column_stack(columns)
 
 
-def router_split_curve(matrix: RunsMatrix, split: Split, grid: np.ndarray, *, seed: int = 0) -> SplitCurve:
-    """Router fitted and its lambda chosen per budget on calibration rows, scored on test rows."""
-    if matrix.features is None:
-        raise ValueError("the router needs per-query features (--feature-columns)")
+def routed_split_curve(
+    matrix: RunsMatrix, split: Split, grid: np.ndarray, probabilities: Callable[[np.ndarray], np.ndarray]
+) -> SplitCurve:
+    """A router held out: ``probabilities(rows)`` its (len(rows), k) p_correct; the price lambda
+    chosen per budget on the calibration rows, scored on the test rows."""
     cal, test = split.calibration, split.test
-    predictor = CorrectnessModels(matrix.features[cal], matrix.quality[cal], seed=seed)
     model_cost = matrix.cost[cal].mean(axis=0)
     lambdas = lambda_sweep(model_cost)
-    cal_choices = route_choices(predictor.predict(matrix.features[cal]), model_cost, lambdas)
+    cal_choices = route_choices(probabilities(cal), model_cost, lambdas)
     cal_cost, cal_quality = routed_outcomes(cal_choices, matrix.cost[cal], matrix.quality[cal])
 
     chosen = choose_within_budget(cal_cost, cal_quality, grid)
     unique, remapped = compact_choices(chosen)
     if unique.size == 0:
         return SplitCurve.undefined(grid.size)
-    test_choices = route_choices(predictor.predict(matrix.features[test]), model_cost, lambdas[unique])
+    test_choices = route_choices(probabilities(test), model_cost, lambdas[unique])
     test_cost, test_quality = routed_outcomes(test_choices, matrix.cost[test], matrix.quality[test])
     return curve_from_choices(remapped, test_cost, test_quality)
+
+
+def router_split_curve(matrix: RunsMatrix, split: Split, grid: np.ndarray, *, seed: int = 0) -> SplitCurve:
+    """Router fitted and its lambda chosen per budget on calibration rows, scored on test rows."""
+    features = matrix.features
+    if features is None:
+        raise ValueError("the router needs per-query features (--feature-columns)")
+    cal = split.calibration
+    predictor = CorrectnessModels(features[cal], matrix.quality[cal], seed=seed)
+    return routed_split_curve(matrix, split, grid, lambda rows: predictor.predict(features[rows]))
