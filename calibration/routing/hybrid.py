@@ -19,6 +19,7 @@ import numpy as np
 from calibration.envelope import non_dominated_models
 from calibration.frontier import pair_frontier
 from calibration.runs import RunsMatrix
+from policies.router import goes_direct
 
 DIRECT_LEVELS = np.linspace(0.0, 0.9, 19)  # quantiles of p_L on calibration tried as tau
 
@@ -62,7 +63,7 @@ def hybrid_candidates(matrix: RunsMatrix, rows: np.ndarray, p_correct: np.ndarra
         taus = np.unique(np.concatenate(([0.0], np.quantile(p_low, DIRECT_LEVELS[1:]))))
         cost_h, quality_h = matrix.cost[rows, high], matrix.quality[rows, high]
         for tau in taus:
-            direct = p_low < tau
+            direct = goes_direct(p_low, tau)
             routed = ~direct
             if not routed.any():
                 continue
@@ -132,7 +133,7 @@ def hybrid_outcomes(
         if low == high:
             cost[out], quality[out] = matrix.cost[rows, low].mean(), matrix.quality[rows, low].mean()
             continue
-        direct = p_correct[:, low] < candidates.tau[index]
+        direct = goes_direct(p_correct[:, low], candidates.tau[index])
         escalate = ~direct & (matrix.score[rows, low] < candidates.threshold[index])
         cheap_cost = matrix.stage_cost(rows, [low])[:, 0]
         per_cost = np.where(direct, 0.0, cheap_cost) + np.where(

@@ -31,7 +31,7 @@ from calibration.routing.routed import lambda_sweep, route_choices, routed_outco
 from calibration.runs import RunsMatrix
 from calibration.splits import stratified_splits
 from calibration.tiers import TierObjective, TiersSpec
-from policies.router import LinearRouter, routed_choice
+from policies.router import LinearRouter, goes_direct, routed_choice
 from policies.score_distribution import bin_counts, decile_edges
 
 MECHANISMS = ("cascade", "routed", "hybrid")
@@ -136,7 +136,7 @@ def _hybrid_on(matrix: RunsMatrix, fitted: _Fitted, index: int, rows: np.ndarray
     low = int(h.low[index])
     escalated = 0.0
     if low != int(h.high[index]):
-        direct = p[:, low] < h.tau[index]
+        direct = goes_direct(p[:, low], h.tau[index])
         escalated = float((~direct & (matrix.score[rows, low] < h.threshold[index])).mean())
     return np.array([cost[0], quality[0], escalated])
 
@@ -165,10 +165,8 @@ def choose_mechanisms(
     for s, split in enumerate(splits):
         fitted = _Fitted(matrix, split.calibration, options)
         for tier, objective in spec.tiers.items():
-            lam = float(fitted.lambdas[pick_candidate(fitted.routed_cost, fitted.routed_quality, objective)])
-            outcomes[tier, "routed"][s] = _routed_on(matrix, fitted, lam, split.test)
-            index = pick_candidate(fitted.hybrid.cost, fitted.hybrid.quality, objective)
-            outcomes[tier, "hybrid"][s] = _hybrid_on(matrix, fitted, index, split.test)
+            for m in ("routed", "hybrid"):
+                outcomes[tier, m][s] = _chosen_on(m, matrix, fitted, objective, split.test)[1]
 
     choices = {}
     for tier, objective in spec.tiers.items():
@@ -192,7 +190,7 @@ def choose_mechanisms(
             "quality": spread(values[:, 1], 1.0),
             "escalation_rate": spread(values[:, 2], 1.0),
         }
-        routing, expected = _chosen_on_everything(chosen, matrix, full, objective)
+        routing, expected = _chosen_on(chosen, matrix, full, objective, everything)
         routing["compared"] = compared
         routing["probability"] = probability_bins(full.router, matrix.features, routing, full.model_cost)
         choices[tier] = MechanismChoice(chosen, routing, tuple(expected), heldout, compared)
@@ -202,19 +200,17 @@ def choose_mechanisms(
     return full.router, choices, curves
 
 
-def _chosen_on_everything(
-    chosen: str, matrix: RunsMatrix, full: _Fitted, objective: TierObjective
+def _chosen_on(
+    mechanism: str, matrix: RunsMatrix, fitted: _Fitted, objective: TierObjective, rows: np.ndarray
 ) -> tuple[dict[str, Any], np.ndarray]:
-    """The policy's routing fields of the ``chosen`` mechanism (``routed`` or ``hybrid``), fitted on
-    every query, and its (cost, quality, escalation rate) on them."""
-    everything = np.arange(matrix.n_queries)
-    if chosen == "routed":
-        index = pick_candidate(full.routed_cost, full.routed_quality, objective)
-        lam = float(full.lambdas[index])
-        return {"mechanism": "routed", "price_weight": lam}, _routed_on(matrix, full, lam, everything)
-    index = pick_candidate(full.hybrid.cost, full.hybrid.quality, objective)
-    routing = _hybrid_fields(full.hybrid, index, matrix.models)
-    return routing, _hybrid_on(matrix, full, index, everything)
+    """The candidate of ``mechanism`` (``routed`` or ``hybrid``) a tier with ``objective`` takes
+    among ``fitted``'s: its policy routing fields, and its (cost, quality, escalation rate) on
+    ``rows``."""
+    if mechanism == "routed":
+        lam = float(fitted.lambdas[pick_candidate(fitted.routed_cost, fitted.routed_quality, objective)])
+        return {"mechanism": "routed", "price_weight": lam}, _routed_on(matrix, fitted, lam, rows)
+    index = pick_candidate(fitted.hybrid.cost, fitted.hybrid.quality, objective)
+    return _hybrid_fields(fitted.hybrid, index, matrix.models), _hybrid_on(matrix, fitted, index, rows)
 
 
 def _rule(means: Mapping[str, tuple[float, float]], allowed: Sequence[str], objective: TierObjective) -> str:
