@@ -276,6 +276,13 @@ def test_no_cycle_between_the_modules_of_a_package(imports: Graph) -> None:
     assert strongly_connected(in_package_graph(imports)) == []
 
 
+def _write_files(root: Path, files: Mapping[str, str]) -> None:
+    """Write each ``path: text`` of ``files`` under ``root`` (a small package tree for the checks)."""
+    for name, text in files.items():
+        (root / name).parent.mkdir(parents=True, exist_ok=True)
+        (root / name).write_text(text)
+
+
 def test_the_checks_find_an_upward_import_and_the_cycles_it_makes(tmp_path: Path) -> None:
     # low.base imports high.top (upward), which imports low.base; low.a <-> low.b inside one package.
     files = {
@@ -286,9 +293,7 @@ def test_the_checks_find_an_upward_import_and_the_cycles_it_makes(tmp_path: Path
         "high/__init__.py": "",
         "high/top.py": "import low.base\n",
     }
-    for name, text in files.items():
-        (tmp_path / name).parent.mkdir(exist_ok=True)
-        (tmp_path / name).write_text(text)
+    _write_files(tmp_path, files)
     found = module_imports(tmp_path, ["low", "high"])
     assert imports_not_down(found, {"low": 0, "high": 1}) == ["low.base (floor 0) -> high.top (floor 1)"]
     assert strongly_connected(package_graph(found)) == [["high", "low"]]
@@ -323,9 +328,7 @@ def test_the_folder_checks_find_an_upward_import_and_the_cycle_it_makes(tmp_path
         "pkg/high/b.py": "from pkg import base\nimport money\n",
         "money/__init__.py": "",
     }
-    for name, text in files.items():
-        (tmp_path / name).parent.mkdir(parents=True, exist_ok=True)
-        (tmp_path / name).write_text(text)
+    _write_files(tmp_path, files)
     found = module_imports(tmp_path, ["pkg", "money"])
     floors = {TOP_LEVEL: 0, "low": 1, "high": 2}
     assert folder_graph(found, "pkg") == {TOP_LEVEL: {"low"}, "low": {"high"}, "high": {TOP_LEVEL}}
