@@ -31,10 +31,13 @@ from calibration.routing.routed import lambda_sweep, route_choices, routed_outco
 from calibration.runs import RunsMatrix
 from calibration.splits import stratified_splits
 from calibration.tiers import TierObjective, TiersSpec
-from policies.router import LinearRouter, goes_direct, routed_choice
+from policies.router import LinearRouter, goes_direct, served_route
+from policies.routing_schema import TierRouting
 from policies.score_distribution import bin_counts, decile_edges
 
 MECHANISMS = ("cascade", "routed", "hybrid")
+# The routing fields that decide a request's route (the rest describe the calibration).
+_SERVED_FIELDS = ("mechanism", "price_weight", "models", "threshold", "direct_below")
 
 
 @dataclass(frozen=True)
@@ -242,14 +245,12 @@ def probability_bins(
     router: LinearRouter, features: np.ndarray, routing: Mapping[str, Any], model_cost: Sequence[float]
 ) -> dict[str, list[float]]:
     """A routed tier's ``routing.probability``: the bins (deciles) of the probability the gateway
-    reports for each of these rows (routed: the chosen model's, by ``policies.router.routed_choice``
-    as served; hybrid: the first model's) and their shares, which the drift metric compares with."""
+    reports for each of these rows (``policies.router.served_route``: routed, the chosen model's;
+    hybrid, the first model's) and their shares, which the drift metric compares with."""
+    fields = {name: routing[name] for name in _SERVED_FIELDS if name in routing}
+    served = TierRouting.model_construct(**fields)  # the fields as the policy will carry them
     p = router.probabilities(features)
-    if routing["mechanism"] == "routed":
-        chosen = [routed_choice(row, model_cost, routing["price_weight"]) for row in p]
-        values = p[np.arange(p.shape[0]), chosen]
-    else:
-        values = p[:, router.models.index(routing["models"][0])]
+    values = np.array([served_route(served, router, row, model_cost).probability for row in p])
     edges = decile_edges(values)
     counts = bin_counts(edges, values)
     return {"edges": edges, "proportions": [float(v) for v in counts / counts.sum()]}
