@@ -36,7 +36,7 @@ def main() -> None:
 
     started = time.perf_counter()
     from calibration.envelope import compute_envelope
-    from calibration.policy_writer import build_calibrated_policy
+    from calibration.policy.policy_writer import build_calibrated_policy
     from calibration.runs import load_runs
     from calibration.tiers import load_tiers, solve_tiers
 

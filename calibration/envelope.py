@@ -226,3 +226,14 @@ def _monotone_upper_chain(x: np.ndarray, y: np.ndarray) -> np.ndarray:
             hull.pop()
         hull.append(i)
     return np.asarray(hull)
+
+
+def non_dominated_models(matrix: RunsMatrix, rows: np.ndarray) -> list[str]:
+    """Models not dominated on ``rows`` (another is strictly cheaper and strictly better), by cost.
+
+    The pool the fixed chain and the subsequence search draw from, as in calibration (``compute_envelope``).
+    """
+    cost = matrix.cost[rows].mean(axis=0)
+    dominated = dominated_models(cost, matrix.quality[rows].mean(axis=0))
+    keep = [j for j in np.lexsort((np.array(matrix.models), cost)) if not dominated[j]]
+    return [matrix.models[j] for j in keep]

@@ -3,12 +3,12 @@
 Under the ``prefix`` rule (``policies.commit``) a streamed cheap stage is scored on its first tokens;
 when it escalates, the gateway cancels the call. A cancelled stream has no ``usage`` (an
 OpenAI-compatible server sends it in the last chunk), so the one charging rule
-(``money.charges.attempt_charge`` of a ``cancelled`` attempt) charges the prompt at its bound (one
-token per byte of the request as sent) and the chunks read (the prefix) plus the tokens the model
-declares it may generate before the close reaches it (``cancel_overrun_tokens``), within the cap the
-request sent; a model declaring none is charged that cap (its worst case). Calibration charges the
-same: ``cancelled_charge`` calls ``attempt_charge`` itself on a request of the recorded size and
-cap, so the two cannot drift apart.
+(``money.charges.cancelled_stream_charge``, which the gateway's ``cancelled`` attempts are charged
+by) charges the prompt at its bound (one token per byte of the request as sent) and the chunks read
+(the prefix) plus the tokens the model declares it may generate before the close reaches it
+(``cancel_overrun_tokens``), within the cap the request sent; a model declaring none is charged that
+cap (its worst case). Calibration calls the same function with the recorded size and cap, so the
+two cannot drift apart.
 
 A stage that answers (the prefix committed, the rest relayed) is charged its usage, as under the
 buffered rule: its whole recorded cost. An answer no longer than the prefix was read whole and is
@@ -26,17 +26,10 @@ from __future__ import annotations
 import numpy as np
 
 from money import Price
-from money.charges import SENT_FIELDS_BYTES, Attempt, CallLimits, attempt_charge
+from money.charges import SENT_FIELDS_BYTES, cancelled_stream_charge
 
 # Runs without ``request_bytes``: English text and chat-template JSON run at about 4 bytes a token.
 BYTES_PER_PROMPT_TOKEN = 4
-
-
-def _request_of_size(size: int, cap: int) -> bytes:
-    """A JSON object of exactly ``size`` bytes (or the least it can be) sending completion cap
-    ``cap``, with no field a template wraps."""
-    head = b'{"max_tokens":%d,"p":"' % cap
-    return head + b"x" * max(int(size) - len(head) - 2, 0) + b'"}'
 
 
 def cancelled_charge(
@@ -44,9 +37,9 @@ def cancelled_charge(
 ) -> float:
     """USD the gateway charges a stream it cancelled after ``streamed_tokens`` output chunks, whose
     request was ``request_bytes`` long as sent with completion cap ``cap``, to a model declaring
-    ``overrun`` tokens generated after a cancel (None: undeclared, the cap is charged)."""
-    attempt = Attempt(_request_of_size(request_bytes, cap), streamed_tokens=streamed_tokens, cancelled=True)
-    return attempt_charge(price, attempt, CallLimits(default_cap=cap, cancel_overrun_tokens=overrun)).usd
+    ``overrun`` tokens generated after a cancel (None: undeclared, the cap is charged). A recorded
+    request is a plain one: no field a template wraps, no priced content part, one choice."""
+    return cancelled_stream_charge(price, int(request_bytes), streamed_tokens, overrun, cap).usd
 
 
 def escalation_saving(

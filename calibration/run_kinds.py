@@ -3,7 +3,7 @@
 A row's kind is ``text``, ``tool_call`` or ``structured_output`` (``policies.tool_calls.request_kind``
 of the prompt, recorded by ``cascade collect``); a missing column or empty cell is ``text``, so a
 runs table written before the column existed is all text. Calibration reads each kind's rows as a
-runs table of its own (``calibration.kinds``).
+runs table of its own (``calibration.policy.kinds``).
 """
 
 from __future__ import annotations

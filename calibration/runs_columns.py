@@ -21,8 +21,9 @@ from policies.scorers import BLACKBOX_SCORERS
 
 REQUIRED_COLUMNS = ("query_id", "model", "correct")
 COST_COLUMNS = ("cost_usd", "prompt_tokens", "completion_tokens")
-# Parts of the token counts (money.usage): priced at the price's part rates when present.
-PART_COLUMNS = ("cached_tokens", "cache_write_tokens", "reasoning_tokens")
+# Parts of the token counts (money.usage): priced at the price's part rates when present. The
+# 1-hour cache writes are the part of ``cache_write_tokens`` written with the 1-hour lifetime.
+PART_COLUMNS = ("cached_tokens", "cache_write_tokens", "cache_write_1h_tokens", "reasoning_tokens")
 LOGPROBS_COLUMN = "logprobs"
 STRATA_COLUMN = "dataset"
 VALID_COLUMN = "valid"
@@ -116,13 +117,12 @@ class RunsColumns:
         cost = np.empty(model.shape[0], dtype=np.float64)
         for index, name in enumerate(names):  # a loop over models, not rows
             rows = codes == index
-            try:  # Price.cost_usd: token prices where counts are known, else per_query_usd
-                cost[rows] = sheet[name].cost_usd(
-                    None if prompt is None else prompt[rows],
-                    None if completion is None else completion[rows],
-                )
-                if parts is not None and sheet[name].has_token_prices:
-                    cost[rows] += sheet[name].parts_adjustment_usd(*(part[rows] for part in parts))
+            try:  # token prices where counts are known (each part at its rate), else per_query_usd
+                if prompt is None or completion is None:
+                    cost[rows] = sheet[name].cost_usd(None, None)
+                else:
+                    known = () if parts is None else tuple(part[rows] for part in parts)
+                    cost[rows] = sheet[name].parts_cost_usd(prompt[rows], completion[rows], *known)
             except PriceError:
                 raise RunsError(
                     f"{self.path}: model '{name}' has only token prices in {sheet_path} but the "
@@ -193,8 +193,9 @@ class RunsColumns:
                 second,
             )
 
-    def _part_counts(self) -> tuple[np.ndarray, np.ndarray, np.ndarray] | None:
-        """The ``PART_COLUMNS`` (an absent column or empty cell: 0), or None when none is present."""
+    def _part_counts(self) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray] | None:
+        """The parts of ``Price.parts_cost_usd`` from the ``PART_COLUMNS`` (an absent column or empty
+        cell: 0): cache reads, 5-minute writes, 1-hour writes, reasoning; None when none is present."""
         present = [c for c in PART_COLUMNS if c in self.columns.values]
         if not present:
             return None
@@ -207,7 +208,15 @@ class RunsColumns:
             if (values[~missing] < 0).any():
                 raise self.fail("negative token count", int(np.flatnonzero((values < 0) & ~missing)[0]), name)
             counts.append(np.where(missing, 0.0, values))
-        return counts[0], counts[1], counts[2]
+        read, write, write_1h, reasoning = counts
+        above = np.flatnonzero(write_1h > write)
+        if above.size:
+            raise self.fail(
+                "more 1-hour cache writes than cache writes (they are part of cache_write_tokens)",
+                int(above[0]),
+                "cache_write_1h_tokens",
+            )
+        return read, write - write_1h, write_1h, reasoning
 
     def flagged(self, column: str, *, flag: bool) -> np.ndarray:
         """(r,) bool: rows whose boolean ``column`` is ``flag`` (a missing column or cell is not):

@@ -13,7 +13,7 @@ import threading
 
 import typer
 
-from calibration.cli import register as register_calibration
+from calibration.commands.cli import register as register_calibration
 from cascade_cli.extras import guard_commands
 from collection.cli import register as register_collection
 from gateway.commands.cli import register as register_gateway

@@ -121,7 +121,7 @@ class Attempt:
     ``answer``: the JSON object read as the answer of a non-streamed call (None: none was read);
     ``usage`` and ``streamed_tokens``: what a live stream delivered (its last ``usage`` object and
     its output chunks). ``cancelled``: the gateway closed the stream itself after reading
-    ``streamed_tokens`` chunks (see ``cancelled_tokens_bound``).
+    ``streamed_tokens`` chunks (see ``cancelled_stream_charge``).
     """
 
     sent: bytes
@@ -344,9 +344,8 @@ def call_charge(
             counts.cache_write_tokens + counts.cache_write_1h_tokens,
             counts.reasoning_tokens,
         )
-    flat = Charge(float(price.per_query_usd), 0, 0) if price.per_query_usd is not None else None
-    if flat is not None and not price.has_token_prices:
-        return flat
+    if not price.has_token_prices:
+        return estimated_charge(price, 0, 0)  # the flat price, whatever the tokens
     request = orjson.loads(sent)
     prompt = prompt_tokens_bound(request, len(sent), limits)
     if streamed_tokens is not None:
@@ -357,42 +356,67 @@ def call_charge(
         if choices is not None:
             # A token is at least one byte of what it encodes: the answer's bytes bound its tokens.
             completion = min(completion, len(orjson.dumps(choices)))
-    estimate = Charge(float(price.cost_usd(prompt, completion)), prompt, completion)
-    # A price with both forms: the flat price unless the tokens the call may have used cost more
-    # (an upstream billing by tokens is never charged less than it may have spent).
+    return estimated_charge(price, prompt, completion)
+
+
+def estimated_charge(price: Price, prompt_tokens: int, completion_tokens: int) -> Charge:
+    """What a call without usage that may have used these tokens is charged: the flat price when
+    the price has only that form, else the tokens' price, or the flat price when it is larger (an
+    upstream billing by tokens is never charged less than it may have spent)."""
+    flat = Charge(float(price.per_query_usd), 0, 0) if price.per_query_usd is not None else None
+    if flat is not None and not price.has_token_prices:
+        return flat
+    usd = float(price.cost_usd(prompt_tokens, completion_tokens))
+    estimate = Charge(usd, prompt_tokens, completion_tokens)
     return flat if flat is not None and flat.usd >= estimate.usd else estimate
 
 
 NOT_BILLED = Charge(0.0, 0, 0)
 
 
-def cancelled_tokens_bound(request: dict[str, Any], streamed_tokens: int, limits: CallLimits) -> int | None:
-    """Completion tokens a stream the gateway cancelled after ``streamed_tokens`` output chunks may
-    be billed: those chunks plus the model's declared overrun per generated choice, within the
-    request's completion bound; None when the model declares no overrun (its worst case applies)."""
-    if limits.cancel_overrun_tokens is None:
-        return None
-    overrun = limits.cancel_overrun_tokens * generated_choices(request) * prompt_count(request)
-    return min(completion_tokens_bound(request, limits), streamed_tokens + overrun)
+def cancelled_stream_charge(
+    price: Price,
+    prompt_bytes: int,
+    streamed_tokens: int,
+    overrun_tokens: int | None,
+    cap: int,
+    *,
+    extra_prompt_tokens: int = 0,
+    choices: int = 1,
+) -> Charge:
+    """What a stream the gateway cancelled itself is charged when it read no usage, from numbers
+    (module docstring): the prompt at its bound, one token per byte of the ``prompt_bytes`` sent plus
+    ``extra_prompt_tokens`` (a template's preamble, priced content parts: ``prompt_tokens_bound``);
+    the completion at the ``streamed_tokens`` chunks read plus the model's declared
+    ``overrun_tokens`` per generated choice, within the completion ``cap`` per choice (``choices``:
+    the choices generated for every prompt); a model declaring no overrun (None), the whole cap."""
+    bound = cap * choices
+    completion = bound if overrun_tokens is None else min(bound, streamed_tokens + overrun_tokens * choices)
+    return estimated_charge(price, prompt_bytes + extra_prompt_tokens, completion)
 
 
 def attempt_charge(price: Price, attempt: Attempt, limits: CallLimits = DEFAULT_LIMITS) -> Charge:
     """What one upstream attempt is charged: nothing when it provably was not served, else
     ``call_charge`` of what was read of it (the usage of its answer or stream; with nothing read,
-    a timeout, a cut body or a dropped connection, its worst case; a stream the gateway cancelled
-    without usage, the chunks read plus the model's declared overrun, ``cancelled_tokens_bound``)."""
+    a timeout, a cut body or a dropped connection, its worst case); a stream the gateway cancelled
+    without usage, ``cancelled_stream_charge`` of the request it sent."""
     if not attempt.billable:
         return NOT_BILLED
     usage = attempt.usage
     if usage is None and isinstance(attempt.answer, dict):
         usage = attempt.answer.get("usage")
     streamed = attempt.streamed_tokens
-    if attempt.cancelled and normalize_usage(usage) is None:
-        bound = (
-            None if streamed is None else cancelled_tokens_bound(orjson.loads(attempt.sent), streamed, limits)
+    if attempt.cancelled and streamed is not None and normalize_usage(usage) is None:
+        request = orjson.loads(attempt.sent)
+        return cancelled_stream_charge(
+            price,
+            len(attempt.sent),
+            streamed,
+            limits.cancel_overrun_tokens,
+            completion_bound(request, limits.default_cap),
+            extra_prompt_tokens=prompt_tokens_bound(request, 0, limits),
+            choices=generated_choices(request) * prompt_count(request),
         )
-        # Undeclared: what the provider produced past the chunks read is unknown, so the worst case.
-        streamed = bound
     return call_charge(
         price,
         usage,

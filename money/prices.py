@@ -93,38 +93,40 @@ class Price(BaseModel):
         raise PriceError("the price has only per-token prices and the call's token counts are unknown")
 
     def usage_cost_usd(self, usage: Usage) -> float:
-        """USD of one call's normalised usage (``money.usage``): each part at its rate. Without
-        per-token prices, ``per_query_usd``."""
+        """USD of one call's normalised usage (``money.usage``): each part at its rate
+        (``parts_cost_usd``). Without per-token prices, ``per_query_usd``."""
         if self.input_per_mtok is None or self.output_per_mtok is None or not usage.has_parts:
             return float(self.cost_usd(usage.prompt_tokens, usage.completion_tokens))
+        return float(self.parts_cost_usd(*usage))
+
+    def parts_cost_usd(
+        self,
+        prompt_tokens: Tokens,
+        completion_tokens: Tokens,
+        cache_read: Tokens | int = 0,
+        cache_write: Tokens | int = 0,
+        cache_write_1h: Tokens | int = 0,
+        reasoning: Tokens | int = 0,
+    ) -> Tokens | float:
+        """USD of a call whose tokens come in parts (a column of calls too), the fields of
+        ``money.usage.Usage`` in its order: the totals, the cache reads, 5-minute and 1-hour cache
+        writes (parts of the prompt) and the reasoning tokens (part of the completion), each part at
+        its rate and the rest of each total at the input or output rate. Without per-token prices,
+        ``cost_usd`` of the totals."""
+        if self.input_per_mtok is None or self.output_per_mtok is None:
+            return self.cost_usd(prompt_tokens, completion_tokens)
         inp, out = self.input_per_mtok, self.output_per_mtok
-        read = _or(self.cache_read_per_mtok, inp)
         write = _or(self.cache_write_per_mtok, inp)
-        write_1h = _or(self.cache_write_1h_per_mtok, write)
-        reasoning = _or(self.reasoning_per_mtok, out)
+        uncached = prompt_tokens - cache_read - cache_write - cache_write_1h
         total = (
-            usage.uncached_prompt_tokens * inp
-            + usage.cache_read_tokens * read
-            + usage.cache_write_tokens * write
-            + usage.cache_write_1h_tokens * write_1h
-            + (usage.completion_tokens - usage.reasoning_tokens) * out
-            + usage.reasoning_tokens * reasoning
+            uncached * inp
+            + cache_read * _or(self.cache_read_per_mtok, inp)
+            + cache_write * write
+            + cache_write_1h * _or(self.cache_write_1h_per_mtok, write)
+            + (completion_tokens - reasoning) * out
+            + reasoning * _or(self.reasoning_per_mtok, out)
         )
         return total / _TOKENS_PER_MTOK
-
-    def parts_adjustment_usd(
-        self, cache_read: Tokens, cache_write: Tokens, reasoning: Tokens
-    ) -> Tokens | float:
-        """What the parts of a call's tokens change its ``cost_usd`` by (a column of calls too):
-        cache reads and writes at their rates instead of the input rate, reasoning at its rate
-        instead of the output rate (counts that are parts of the prompt and completion totals)."""
-        if self.input_per_mtok is None or self.output_per_mtok is None:
-            return 0.0
-        inp, out = self.input_per_mtok, self.output_per_mtok
-        read = _or(self.cache_read_per_mtok, inp) - inp
-        write = _or(self.cache_write_per_mtok, inp) - inp
-        think = _or(self.reasoning_per_mtok, out) - out
-        return (cache_read * read + cache_write * write + reasoning * think) / _TOKENS_PER_MTOK
 
     def bound_cost_usd(self, prompt_tokens: int, completion_tokens: int) -> float:
         """USD of at most these tokens, however they split into parts: every input token at the

@@ -18,8 +18,12 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass
+from typing import TYPE_CHECKING, overload
 
 import numpy as np
+
+if TYPE_CHECKING:
+    from policies.routing_schema import RouterSpec, TierRouting
 
 
 def _sigmoid(z: np.ndarray) -> np.ndarray:
@@ -34,6 +38,11 @@ class LinearRouter:
     models: tuple[str, ...]
     coef: np.ndarray  # (k, d)
     intercept: np.ndarray  # (k,)
+
+    @classmethod
+    def from_spec(cls, spec: RouterSpec) -> LinearRouter:
+        """The router a policy's ``router`` section describes, as the gateway evaluates it."""
+        return cls(spec.features, tuple(spec.models), np.asarray(spec.coef), np.asarray(spec.intercept))
 
     def probabilities(self, features: np.ndarray) -> np.ndarray:
         """P(correct) per model: ``(k,)`` for one vector ``(d,)``, ``(n, k)`` for rows ``(n, d)``."""
@@ -50,7 +59,7 @@ class LinearRouter:
 def routed_choice(p_correct: np.ndarray, model_cost: Sequence[float], price_weight: float) -> int:
     """Index of the model a routed tier sends a request to: argmax of p - price_weight * cost.
 
-    Ties go to the cheaper model, as in calibration (``calibration.evaluation.router.route_choices``
+    Ties go to the cheaper model, as in calibration (``calibration.routing.routed.route_choices``
     orders the pool by cost, so its arg-max's first index is the cheaper one).
     """
     cost = np.asarray(model_cost, dtype=np.float64)
@@ -59,6 +68,49 @@ def routed_choice(p_correct: np.ndarray, model_cost: Sequence[float], price_weig
     return int(order[int(np.argmax(utility[order]))])
 
 
-def goes_direct(p_cheap: float, direct_below: float) -> bool:
-    """Whether a hybrid tier sends a request straight to its strong model."""
+@overload
+def goes_direct(p_cheap: float, direct_below: float) -> bool: ...
+
+
+@overload
+def goes_direct(p_cheap: np.ndarray, direct_below: float) -> np.ndarray: ...
+
+
+def goes_direct(p_cheap: float | np.ndarray, direct_below: float) -> bool | np.ndarray:
+    """Whether a hybrid tier sends a request straight to its strong model: the router's probability
+    that the cheap model answers it correctly is below ``direct_below``. Elementwise for an array
+    of probabilities (calibration scores many requests at once with the same rule)."""
     return p_cheap < direct_below
+
+
+@dataclass(frozen=True)
+class ServedRoute:
+    """What a routed tier serves one request with: its route's ``models`` and ``thresholds``, the
+    ``mechanism`` that chose them (``routed``, ``hybrid_direct`` or ``hybrid_cascade``) and the
+    router ``probability`` reported for the request (routed: the chosen model's; hybrid: the first
+    model's)."""
+
+    models: tuple[str, ...]
+    thresholds: tuple[float, ...]
+    mechanism: str
+    probability: float
+
+
+def served_route(
+    routing: TierRouting, router: LinearRouter, p_correct: np.ndarray, model_cost: Sequence[float]
+) -> ServedRoute:
+    """The route a tier with ``routing`` serves a request with, from the router's probabilities
+    ``p_correct`` ``(k,)`` for it and the router's per-model ``model_cost`` (module docstring)."""
+    if routing.mechanism == "routed":
+        assert routing.price_weight is not None
+        index = routed_choice(p_correct, model_cost, routing.price_weight)
+        return ServedRoute((router.models[index],), (), "routed", float(p_correct[index]))
+    assert routing.models is not None
+    probability = float(p_correct[router.models.index(routing.models[0])])
+    if len(routing.models) == 1:
+        return ServedRoute(tuple(routing.models), (), "hybrid_direct", probability)
+    assert routing.threshold is not None and routing.direct_below is not None
+    cheap, strong = routing.models
+    if goes_direct(probability, routing.direct_below):
+        return ServedRoute((strong,), (), "hybrid_direct", probability)
+    return ServedRoute((cheap, strong), (routing.threshold,), "hybrid_cascade", probability)

@@ -1,12 +1,16 @@
 """Imports run one way: every import between top-level packages goes to a lower floor, and no module
-imports itself back through others (no cycle between packages, none inside one).
+imports itself back through others (no cycle between packages, none inside one). Inside a package
+with a folder table (``FOLDER_FLOORS``), its folders are floors too: a folder imports only folders
+on a lower floor, the package's top-level modules counting as one unit (``TOP_LEVEL``).
 
 The floors are listed here and in docs/architecture.md (checked to agree). Every import counts,
 including the ones inside functions and under ``TYPE_CHECKING``: a lazy import is still a dependency.
-A new top-level package (pyproject.toml ``packages.find``) must be given a floor.
+A new top-level package (pyproject.toml ``packages.find``) must be given a floor, and a new folder
+of a package with a folder table a floor in that table.
 
 Run as a script on any checkout to print its counts: ``python tests/test_import_graph.py [ROOT]``
-(cycles between packages, cycles between modules of one package, imports that do not run down).
+(cycles between packages, cycles between modules of one package, imports that do not run down;
+per folder table, cycles between folders and imports between folders that do not run down).
 """
 
 from __future__ import annotations
@@ -38,6 +42,45 @@ FLOORS: dict[str, int] = {
     "collection": 4,
     "replay": 5,
     "cascade_cli": 6,
+}
+
+# The top-level modules of a package (and its ``__init__``), as one unit of its folder table.
+TOP_LEVEL = "(top level)"
+
+# Floor of each folder inside calibration/: a folder imports only folders on a lower floor.
+CALIBRATION_FLOORS: dict[str, int] = {
+    TOP_LEVEL: 0,
+    "routing": 1,
+    "evaluation": 2,
+    "policy": 2,
+    "reporting": 3,
+    "recalibration": 3,
+    "commands": 4,
+}
+
+# The packages whose folders are floors, each with its table.
+# Floor of each room (folder) inside gateway/; no module lives at its top level but its __init__.
+GATEWAY_FLOORS: dict[str, int] = {
+    TOP_LEVEL: 0,
+    "wire": 0,
+    "redis": 0,
+    "config": 1,
+    "telemetry": 2,
+    "upstream": 3,
+    "keys": 3,
+    "routing": 3,
+    "stages": 4,
+    "streaming": 5,
+    "engine": 6,
+    "learning": 7,
+    "assembly": 8,
+    "api": 9,
+    "commands": 10,
+}
+
+FOLDER_FLOORS: dict[str, dict[str, int]] = {
+    "calibration": CALIBRATION_FLOORS,
+    "gateway": GATEWAY_FLOORS,
 }
 
 Graph = dict[str, set[str]]
@@ -183,6 +226,55 @@ def in_package_graph(imports: Mapping[str, set[str]]) -> Graph:
     }
 
 
+def folder_of(module: str, package: str, folders: Iterable[str]) -> str | None:
+    """The unit of ``package`` that ``module`` belongs to: its first folder under the package (one of
+    ``folders``), ``TOP_LEVEL`` for the package itself and its top-level modules, None outside it."""
+    parts = module.split(".")
+    if parts[0] != package:
+        return None
+    if len(parts) > 1 and parts[1] in folders:
+        return parts[1]
+    return TOP_LEVEL
+
+
+def package_folders(imports: Mapping[str, set[str]], package: str) -> set[str]:
+    """The folders (sub-packages) of ``package`` that hold a module below their ``__init__``."""
+    return {m.split(".")[1] for m in imports if m.startswith(f"{package}.") and m.count(".") >= 2}
+
+
+def folder_graph(imports: Mapping[str, set[str]], package: str) -> Graph:
+    """Unit of ``package`` (``folder_of``) -> the other units of it that its modules import."""
+    folders = package_folders(imports, package)
+    graph: Graph = {}
+    for module, targets in imports.items():
+        unit = folder_of(module, package, folders)
+        if unit is None:
+            continue
+        found = {folder_of(target, package, folders) for target in targets}
+        graph.setdefault(unit, set()).update(other for other in found if other not in (None, unit))
+    return graph
+
+
+def folder_imports_not_down(
+    imports: Mapping[str, set[str]], package: str, floors: Mapping[str, int]
+) -> list[str]:
+    """``importer -> imported`` for every import between two units of ``package`` (``folder_of``)
+    whose target is not on a lower floor of ``floors``."""
+    folders = package_folders(imports, package)
+    found = []
+    for module, targets in sorted(imports.items()):
+        unit = folder_of(module, package, folders)
+        if unit is None:
+            continue
+        for target in sorted(targets):
+            other = folder_of(target, package, folders)
+            if other is not None and other != unit and floors[other] >= floors[unit]:
+                found.append(
+                    f"{module} ({unit}, floor {floors[unit]}) -> {target} ({other}, floor {floors[other]})"
+                )
+    return found
+
+
 @pytest.fixture(scope="module")
 def imports() -> Graph:
     return module_imports(REPO, project_packages(REPO))
@@ -204,6 +296,13 @@ def test_no_cycle_between_the_modules_of_a_package(imports: Graph) -> None:
     assert strongly_connected(in_package_graph(imports)) == []
 
 
+def _write_files(root: Path, files: Mapping[str, str]) -> None:
+    """Write each ``path: text`` of ``files`` under ``root`` (a small package tree for the checks)."""
+    for name, text in files.items():
+        (root / name).parent.mkdir(parents=True, exist_ok=True)
+        (root / name).write_text(text)
+
+
 def test_the_checks_find_an_upward_import_and_the_cycles_it_makes(tmp_path: Path) -> None:
     # low.base imports high.top (upward), which imports low.base; low.a <-> low.b inside one package.
     files = {
@@ -214,9 +313,7 @@ def test_the_checks_find_an_upward_import_and_the_cycles_it_makes(tmp_path: Path
         "high/__init__.py": "",
         "high/top.py": "import low.base\n",
     }
-    for name, text in files.items():
-        (tmp_path / name).parent.mkdir(exist_ok=True)
-        (tmp_path / name).write_text(text)
+    _write_files(tmp_path, files)
     found = module_imports(tmp_path, ["low", "high"])
     assert imports_not_down(found, {"low": 0, "high": 1}) == ["low.base (floor 0) -> high.top (floor 1)"]
     assert strongly_connected(package_graph(found)) == [["high", "low"]]
@@ -224,104 +321,64 @@ def test_the_checks_find_an_upward_import_and_the_cycles_it_makes(tmp_path: Path
     assert elementary_cycles(in_package_graph(found)) == [["low.a", "low.b"]]
 
 
-def doc_floor_table(heading: str) -> dict[str, int]:
-    """The floor table under ``heading`` in docs/architecture.md: name -> floor."""
-    text = (REPO / "docs" / "architecture.md").read_text()
-    section = text.split(f"\n{heading}\n", 1)[1].split("\n## ", 1)[0]
+@pytest.mark.parametrize("package", sorted(FOLDER_FLOORS))
+def test_every_folder_of_a_package_has_a_floor(imports: Graph, package: str) -> None:
+    units = {TOP_LEVEL, *package_folders(imports, package)}
+    assert sorted(FOLDER_FLOORS[package]) == sorted(units), f"give a new folder of {package}/ a floor"
+
+
+@pytest.mark.parametrize("package", sorted(FOLDER_FLOORS))
+def test_every_import_between_folders_runs_down(imports: Graph, package: str) -> None:
+    assert folder_imports_not_down(imports, package, FOLDER_FLOORS[package]) == []
+
+
+@pytest.mark.parametrize("package", sorted(FOLDER_FLOORS))
+def test_no_cycle_between_the_folders_of_a_package(imports: Graph, package: str) -> None:
+    assert strongly_connected(folder_graph(imports, package)) == []
+
+
+def test_the_folder_checks_find_an_upward_import_and_the_cycle_it_makes(tmp_path: Path) -> None:
+    # pkg.low.a imports pkg.high.b (upward), which imports pkg.base; pkg.base imports pkg.low.a.
+    files = {
+        "pkg/__init__.py": "",
+        "pkg/base.py": "import pkg.low.a\n",
+        "pkg/low/__init__.py": "",
+        "pkg/low/a.py": "def f():\n    from pkg.high.b import g\n",
+        "pkg/high/__init__.py": "",
+        "pkg/high/b.py": "from pkg import base\nimport money\n",
+        "money/__init__.py": "",
+    }
+    _write_files(tmp_path, files)
+    found = module_imports(tmp_path, ["pkg", "money"])
+    floors = {TOP_LEVEL: 0, "low": 1, "high": 2}
+    assert folder_graph(found, "pkg") == {TOP_LEVEL: {"low"}, "low": {"high"}, "high": {TOP_LEVEL}}
+    assert folder_imports_not_down(found, "pkg", floors) == [
+        "pkg.base ((top level), floor 0) -> pkg.low.a (low, floor 1)",
+        "pkg.low.a (low, floor 1) -> pkg.high.b (high, floor 2)",
+    ]
+    assert strongly_connected(folder_graph(found, "pkg")) == [sorted([TOP_LEVEL, "high", "low"])]
+
+
+def _doc_floors(text: str, heading: str) -> dict[str, int]:
+    """``name -> floor`` of the table under the first ``## `` heading holding ``heading`` in
+    docs/architecture.md: rows ``| floor | names in backquotes | ...``, a folder written ``name/``."""
+    section = text.split(heading, 1)[1].split("\n## ", 1)[0]
     listed: dict[str, int] = {}
     for floor, names in re.findall(r"^\| (\d+) \| ([^|]+) \|", section, flags=re.M):
-        for name in re.findall(r"`(\w+)`", names):
-            listed[name] = int(floor)
+        for name in re.findall(r"`([^`]+)`", names):
+            listed[name.rstrip("/")] = int(floor)
     return listed
 
 
+@pytest.mark.parametrize("package", sorted(FOLDER_FLOORS))
+def test_the_architecture_doc_lists_the_same_folder_floors(package: str) -> None:
+    text = (REPO / "docs" / "architecture.md").read_text()
+    assert _doc_floors(text, f"## Floors inside `{package}/`") == FOLDER_FLOORS[package]
+
+
 def test_the_architecture_doc_lists_the_same_floors() -> None:
-    assert doc_floor_table("## Floors") == FLOORS
-
-
-def room_of(module: str, package: str) -> str | None:
-    """The folder of ``package`` a module lives in (its first name under the package), or None for a
-    module at the package's top level."""
-    parts = module.split(".")
-    if parts[0] != package or len(parts) < 3:
-        return None
-    return parts[1]
-
-
-def room_imports_not_down(
-    imports: Mapping[str, set[str]], package: str, floors: Mapping[str, int]
-) -> list[str]:
-    """``importer -> imported`` for every import between two rooms (folders) of ``package`` that does
-    not run to a lower floor."""
-    found = []
-    for module, targets in sorted(imports.items()):
-        room = room_of(module, package)
-        for target in sorted(targets):
-            other = room_of(target, package)
-            if room is None or other is None or other == room:
-                continue
-            if floors[other] >= floors[room]:
-                found.append(
-                    f"{module} ({room}, floor {floors[room]}) -> {target} ({other}, floor {floors[other]})"
-                )
-    return found
-
-
-def room_graph(imports: Mapping[str, set[str]], package: str) -> Graph:
-    """Room of ``package`` -> the other rooms of it its modules import."""
-    graph: Graph = {}
-    for module, targets in imports.items():
-        room = room_of(module, package)
-        if room is None:
-            continue
-        others = {room_of(t, package) for t in targets}
-        graph.setdefault(room, set()).update(o for o in others if o and o != room)
-    return graph
-
-
-def package_rooms(package: str) -> list[str]:
-    """The folders (subpackages) directly inside a package."""
-    return sorted(p.parent.name for p in (REPO / package).glob("*/__init__.py"))
-
-
-# Floor of each room (folder) inside gateway/: a room imports only rooms on a lower floor.
-GATEWAY_ROOMS: dict[str, int] = {
-    "wire": 0,
-    "redis": 0,
-    "config": 1,
-    "telemetry": 2,
-    "upstream": 3,
-    "keys": 3,
-    "routing": 3,
-    "stages": 4,
-    "streaming": 5,
-    "engine": 6,
-    "learning": 7,
-    "assembly": 8,
-    "api": 9,
-    "commands": 10,
-}
-
-
-def test_every_gateway_room_has_a_floor_and_the_doc_lists_them() -> None:
-    assert sorted(GATEWAY_ROOMS) == package_rooms("gateway")
-    assert doc_floor_table("## Rooms inside `gateway/`") == GATEWAY_ROOMS
-
-
-def test_gateway_modules_live_in_rooms() -> None:
-    top_level = sorted(p.name for p in (REPO / "gateway").glob("*.py"))
-    assert top_level == ["__init__.py"]
-
-
-def test_every_import_between_gateway_rooms_runs_down(imports: Graph) -> None:
-    assert room_imports_not_down(imports, "gateway", GATEWAY_ROOMS) == []
-    assert strongly_connected(room_graph(imports, "gateway")) == []
-
-
-def test_no_level_of_gateway_holds_more_than_about_twenty_modules() -> None:
-    for folder in [REPO / "gateway", *(p.parent for p in (REPO / "gateway").rglob("__init__.py"))]:
-        entries = [p for p in folder.iterdir() if p.suffix == ".py" or (p / "__init__.py").exists()]
-        assert len(entries) <= 20, folder
+    text = (REPO / "docs" / "architecture.md").read_text()
+    assert _doc_floors(text, "## Floors\n") == FLOORS
 
 
 def _report(root: Path, floors: Mapping[str, int]) -> None:
@@ -342,7 +399,43 @@ def _report(root: Path, floors: Mapping[str, int]) -> None:
     print(f"imports that do not run down: {len(upward)}")
     for line in upward:
         print("  " + line)
+    for package, folder_floors in FOLDER_FLOORS.items():
+        if package in packages:
+            _report_folders(found, package, folder_floors)
+
+
+def _report_folders(found: Graph, package: str, floors: Mapping[str, int]) -> None:
+    """Print the folder counts of one package (folders its table lacks: floor 0 of their own)."""
+    graph = folder_graph(found, package)
+    known = {unit: floors.get(unit, 0) for unit in {*graph, *(u for t in graph.values() for u in t)}}
+    edges = sorted((a, b) for a, targets in graph.items() for b in targets if known[b] >= known[a])
+    cycles = elementary_cycles(graph)
+    upward = folder_imports_not_down(found, package, known)
+    print(f"{package}/: cycles between folders: {len(cycles)}")
+    for cycle in cycles:
+        print("  " + " -> ".join([*cycle, cycle[0]]))
+    print(f"{package}/: folder -> folder edges that do not run down: {len(edges)}")
+    for a, b in edges:
+        print(f"  {a} (floor {known[a]}) -> {b} (floor {known[b]})")
+    print(f"{package}/: imports between folders that do not run down: {len(upward)}")
+    for line in upward:
+        print("  " + line)
 
 
 if __name__ == "__main__":
     _report(Path(sys.argv[1]) if len(sys.argv) > 1 else REPO, FLOORS)
+
+
+def test_gateway_modules_live_in_rooms() -> None:
+    top_level = sorted(p.name for p in (REPO / "gateway").glob("*.py"))
+    assert top_level == ["__init__.py"]
+
+
+def test_no_level_of_gateway_holds_more_than_twenty_modules() -> None:
+    for folder in [REPO / "gateway", *(p.parent for p in (REPO / "gateway").rglob("__init__.py"))]:
+        entries = [
+            p
+            for p in folder.iterdir()
+            if p.name != "__init__.py" and (p.suffix == ".py" or (p / "__init__.py").exists())
+        ]
+        assert len(entries) <= 20, f"{folder}: {len(entries)} modules and folders"

@@ -50,9 +50,9 @@ def main() -> None:
     args = parser.parse_args()
     sys.path.insert(0, str(REPO))
 
-    from calibration.calibrate_cli import CalibrateOptions, routing_options
+    from calibration.commands.calibrate_cli import CalibrateOptions, routing_options
     from calibration.heldout_expected import HeldoutSettings
-    from calibration.kinds import calibrate_kinds, load_runs_by_kind
+    from calibration.policy.kinds import calibrate_kinds, load_runs_by_kind
     from calibration.routing.prompt_features import features_for_queries, read_prompt_requests
     from calibration.tiers import load_tiers
     from policies import save_policy

@@ -7,7 +7,6 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from calibration.envelope import dominated_models
 from calibration.evaluation.budget import (
     SplitCurve,
     choose_within_budget,
@@ -51,14 +50,3 @@ def single_model_candidates(matrix: RunsMatrix, rows: np.ndarray) -> Candidates:
     """Every model on its own, measured on ``rows`` (the "no cascade" baseline)."""
     routes = [((name,), ()) for name in matrix.models]
     return Candidates(routes, matrix.cost[rows].mean(axis=0), matrix.quality[rows].mean(axis=0))
-
-
-def non_dominated_models(matrix: RunsMatrix, rows: np.ndarray) -> list[str]:
-    """Models not dominated on ``rows`` (another is strictly cheaper and strictly better), by cost.
-
-    The pool the fixed chain and the subsequence search draw from, as in calibration.
-    """
-    cost = matrix.cost[rows].mean(axis=0)
-    dominated = dominated_models(cost, matrix.quality[rows].mean(axis=0))
-    keep = [j for j in np.lexsort((np.array(matrix.models), cost)) if not dominated[j]]
-    return [matrix.models[j] for j in keep]

@@ -13,8 +13,9 @@ from itertools import combinations
 
 import numpy as np
 
+from calibration.envelope import non_dominated_models
 from calibration.evaluation.budget import SplitCurve
-from calibration.evaluation.candidates import heldout_curve, non_dominated_models
+from calibration.evaluation.candidates import heldout_curve
 from calibration.evaluation.search import SEARCHES, ChainScorer, ChainSpace, ProgressCallback
 from calibration.runs import RunsMatrix
 from calibration.splits import Split

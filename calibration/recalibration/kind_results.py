@@ -7,8 +7,8 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from calibration.calibrate import Calibrated
-from calibration.kinds import CalibratedKinds
+from calibration.policy.calibrate import Calibrated
+from calibration.policy.kinds import CalibratedKinds
 from calibration.recalibration.compare import Comparison, compare_policies
 from calibration.recalibration.options import RecalibrateOptions
 from calibration.recalibration.traffic_runs import KindRuns, TrafficRuns

@@ -11,7 +11,7 @@ the SAME calibration half:
 
 and both are scored on the held-out half with the TRUE labels. Per tier the study reports the mean
 over splits (and the 5th-95th percentile band) of each policy's held-out true quality and cost, and
-the quality loss A - B (paired per split). Calibration is ``calibration.calibrate``, exact and
+the quality loss A - B (paired per split). Calibration is ``calibration.policy.calibrate``, exact and
 vectorized; the only loops are over splits and judges.
 """
 
@@ -25,7 +25,7 @@ from typing import Any
 
 import numpy as np
 
-from calibration.calibrate import calibrate
+from calibration.policy.calibrate import calibrate
 from calibration.recalibration.outcomes import policy_outcomes
 from calibration.runs import RunsMatrix
 from calibration.splits import stratified_splits

@@ -1,4 +1,4 @@
-"""The options of ``cascade recalibrate`` (``calibration.recalibrate_cli``), shared by its steps."""
+"""The options of ``cascade recalibrate`` (``calibration.commands.recalibrate_cli``), shared by its steps."""
 
 from __future__ import annotations
 

@@ -9,7 +9,7 @@ Steps (each one the code of the command that does it alone):
    (``calibration.recalibration.traffic_runs``);
 3. split each kind's QUERIES into a calibration and a held-out part (stratified by ``dataset``, seeded);
 4. calibrate the new policy on the calibration parts as ``cascade calibrate`` does
-   (``calibration.kinds.calibrate_kinds``: the top level from the text queries, a section per other
+   (``calibration.policy.kinds.calibrate_kinds``: the top level from the text queries, a section per other
    kind, held-out expectations cross-fitted within the calibration part);
 5. score both policies on each kind's held-out part, each as it serves that kind
    (``policies.kinds.kind_policy``), and apply the push rule (``calibration.recalibration.rule``).
@@ -39,7 +39,7 @@ from typing import Any
 import numpy as np
 
 from calibration.heldout_expected import HeldoutSettings
-from calibration.kinds import calibrate_kinds
+from calibration.policy.kinds import calibrate_kinds
 from calibration.recalibration.kind_results import (
     KindRecalibration,
     about,

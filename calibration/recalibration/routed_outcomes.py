@@ -8,6 +8,8 @@ the serving rules themselves (``policies.router``):
 * ``routed``: the one model of ``routed_choice``: its cost and quality, never escalated;
 * ``hybrid``: a query with ``p_cheap < direct_below`` is the strong model's; any other runs the
   cascade cheap -> strong at the tier's threshold (``calibration.frontier.chain_per_query``).
+
+Which route each query takes is ``policies.router.served_route``, the gateway's rule.
 """
 
 from __future__ import annotations
@@ -16,7 +18,7 @@ import numpy as np
 
 from calibration.frontier import chain_per_query
 from calibration.runs import RunsMatrix
-from policies.router import LinearRouter, routed_choice
+from policies.router import LinearRouter, served_route
 from policies.schema import Policy, Tier
 
 
@@ -28,7 +30,7 @@ def linear_router(policy: Policy) -> LinearRouter:
     """The policy's ``router`` as the gateway evaluates it."""
     spec = policy.router
     assert spec is not None
-    return LinearRouter(spec.features, tuple(spec.models), np.asarray(spec.coef), np.asarray(spec.intercept))
+    return LinearRouter.from_spec(spec)
 
 
 def routed_tier_outcomes(
@@ -47,29 +49,26 @@ def routed_tier_outcomes(
         )
     rows = np.asarray(rows)
     router = linear_router(policy)
-    p = router.probabilities(matrix.features[rows])
-    columns = [matrix.model_index(m) for m in router.models]
-    if routing.mechanism == "routed":
-        assert routing.price_weight is not None
-        chosen = np.array([columns[routed_choice(row, spec.cost_usd, routing.price_weight)] for row in p])
-        return matrix.cost[rows, chosen], matrix.quality[rows, chosen], np.zeros(rows.size)
-    assert routing.models is not None
-    strong = matrix.model_index(routing.models[-1])
-    if len(routing.models) == 1:
-        return matrix.cost[rows, strong], matrix.quality[rows, strong], np.zeros(rows.size)
-    assert routing.threshold is not None and routing.direct_below is not None
-    cheap = matrix.model_index(routing.models[0])
-    block = np.ix_(rows, np.array([cheap, strong]))
-    cost, quality, escalated = chain_per_query(
+    served = [
+        served_route(routing, router, p, spec.cost_usd) for p in router.probabilities(matrix.features[rows])
+    ]
+    alone = np.array([matrix.model_index(route.models[-1]) for route in served], dtype=np.int64)
+    cost, quality = matrix.cost[rows, alone], matrix.quality[rows, alone]
+    cascaded = np.array([len(route.models) == 2 for route in served], dtype=bool)
+    if not cascaded.any():
+        return cost, quality, np.zeros(rows.size)
+    assert routing.models is not None and routing.threshold is not None
+    pair = [matrix.model_index(m) for m in routing.models]
+    block = np.ix_(rows, np.array(pair))
+    chain_cost, chain_quality, escalated = chain_per_query(
         matrix.score[block],
         matrix.cost[block],
         matrix.quality[block],
         [routing.threshold],
-        scoring=matrix.scoring(rows, [cheap, strong]),
+        scoring=matrix.scoring(rows, pair),
     )
-    direct = p[:, router.models.index(routing.models[0])] < routing.direct_below
     return (
-        np.where(direct, matrix.cost[rows, strong], cost),
-        np.where(direct, matrix.quality[rows, strong], quality),
-        np.where(direct, 0.0, escalated),
+        np.where(cascaded, chain_cost, cost),
+        np.where(cascaded, chain_quality, quality),
+        np.where(cascaded, escalated, 0.0),
     )

@@ -3,7 +3,7 @@ for the current one, on the same queries.
 
 The complete queries (``traffic.export.select_complete``) are written as a runs table, ``kind``
 column included, and each kind's rows are loaded as ``cascade calibrate`` loads them
-(``calibration.kinds``: a table of one kind loads whole). The new policy's scorer of a kind is
+(``calibration.policy.kinds``: a table of one kind loads whole). The new policy's scorer of a kind is
 ``--scorer``/``--top-k``, else the scorer the current policy serves that kind with (its section's,
 else its top level's), else the defaults; the current policy's matrix of a kind is scored with
 the scorer it serves that kind with. Both read the tokens that scorer reads (``ScorerSpec.tokens``).
@@ -19,7 +19,7 @@ from pathlib import Path
 
 import numpy as np
 
-from calibration.kinds import load_kind_runs, runs_kinds
+from calibration.policy.kinds import load_kind_runs, runs_kinds
 from calibration.recalibration.options import RecalibrateOptions
 from calibration.runs import RunsMatrix
 from calibration.runs_columns import RunsError

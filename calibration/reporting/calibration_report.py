@@ -9,7 +9,7 @@ from calibration.envelope import Envelope
 from calibration.reporting.calibration_plots import write_calibration_plots
 from calibration.reporting.html import Figure, Section, Table, write_html_report
 from calibration.reporting.terminal import routes_text
-from calibration.routing.mechanisms import MechanismChoice, MechanismCurves
+from calibration.routing.mechanisms import MECHANISMS, MechanismChoice, MechanismCurves
 from calibration.runs import RunsMatrix
 from calibration.tiers import TierSolution
 
@@ -44,16 +44,15 @@ def calibration_sections(
 def mechanisms_section(choices: Mapping[str, MechanismChoice], default_tier: str) -> Section:
     """Per tier, the held-out mean quality and cost of the cascade, the router and the hybrid side
     by side, and the mechanism the tier serves (``calibration.routing.mechanisms``)."""
-    names = ("cascade", "routed", "hybrid")
     rows = []
     for tier, choice in choices.items():
         row: list[object] = [f"{tier} (default)" if tier == default_tier else tier]
-        for name in names:
+        for name in MECHANISMS:
             outcome = choice.compared.get(name)
             row += ["-", "-"] if outcome is None else [outcome["quality"], outcome["cost_usd"]]
         rows.append([*row, choice.mechanism])
     headers = ["tier"]
-    for name in names:
+    for name in MECHANISMS:
         headers += [f"{name} quality", f"{name} cost (USD)"]
     return Section(
         "Mechanisms per tier (held out)",

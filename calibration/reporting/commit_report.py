@@ -12,7 +12,7 @@ from typing import Any
 
 from rich.table import Table
 
-from calibration.commit_choice import CommitStudy, FirstToken, RuleResult
+from calibration.policy.commit_choice import CommitStudy, FirstToken, RuleResult
 
 HEADERS = (
     "tier",

@@ -9,6 +9,7 @@ from rich.console import Console
 from rich.table import Table
 
 from calibration.envelope import Envelope
+from calibration.routing.mechanisms import MECHANISMS
 from calibration.runs import RunsMatrix
 from calibration.tiers import TierSolution
 
@@ -152,12 +153,12 @@ def mechanisms_table(choices: Mapping[str, Any], default_tier: str) -> Table:
         title="Mechanism per tier (held out, mean over the splits; * = served)", title_justify="left"
     )
     table.add_column("tier", no_wrap=True)
-    for mechanism in ("cascade", "routed", "hybrid"):
+    for mechanism in MECHANISMS:
         table.add_column(mechanism, justify="right", no_wrap=True)
     table.add_column("serves", no_wrap=True)
     for name, choice in choices.items():
         cells = []
-        for mechanism in ("cascade", "routed", "hybrid"):
+        for mechanism in MECHANISMS:
             outcome = choice.compared.get(mechanism)
             mark = "*" if mechanism == choice.mechanism else ""
             cells.append(

@@ -6,8 +6,8 @@ splits: fitted and chosen on each split's calibration part, measured on its test
 
 * ``cascade``: the tier as ``cascade calibrate`` solves it (its held-out expectation is given);
 * ``routed``: the router (``calibration.routing.fit``) and its price weight lambda, the one whose
-  routes are best within the budget on calibration (``calibration.evaluation.router``);
-* ``hybrid``: route-then-cascade (``calibration.evaluation.hybrid``): a pool pair, the router
+  routes are best within the budget on calibration (``calibration.routing.routed``);
+* ``hybrid``: route-then-cascade (``calibration.routing.hybrid``): a pool pair, the router
   probability below which the strong model is called directly, and the cascade threshold.
 
 The rule: among the mechanisms whose held-out mean cost stays within the tier's budget (or within
@@ -24,17 +24,20 @@ from typing import Any
 
 import numpy as np
 
-from calibration.evaluation.hybrid import HybridCandidates, hybrid_candidates, hybrid_outcomes
-from calibration.evaluation.router import lambda_sweep, route_choices, routed_outcomes
 from calibration.heldout_expected import HeldoutSettings, spread
 from calibration.routing.fit import DEFAULT_COMPONENTS, fit_linear_router
+from calibration.routing.hybrid import HybridCandidates, hybrid_candidates, hybrid_outcomes
+from calibration.routing.routed import lambda_sweep, route_choices, routed_outcomes
 from calibration.runs import RunsMatrix
 from calibration.splits import stratified_splits
 from calibration.tiers import TierObjective, TiersSpec
-from policies.router import LinearRouter, routed_choice
+from policies.router import LinearRouter, goes_direct, served_route
+from policies.routing_schema import TierRouting
 from policies.score_distribution import bin_counts, decile_edges
 
 MECHANISMS = ("cascade", "routed", "hybrid")
+# The routing fields that decide a request's route (the rest describe the calibration).
+_SERVED_FIELDS = ("mechanism", "price_weight", "models", "threshold", "direct_below")
 
 
 @dataclass(frozen=True)
@@ -136,7 +139,7 @@ def _hybrid_on(matrix: RunsMatrix, fitted: _Fitted, index: int, rows: np.ndarray
     low = int(h.low[index])
     escalated = 0.0
     if low != int(h.high[index]):
-        direct = p[:, low] < h.tau[index]
+        direct = goes_direct(p[:, low], h.tau[index])
         escalated = float((~direct & (matrix.score[rows, low] < h.threshold[index])).mean())
     return np.array([cost[0], quality[0], escalated])
 
@@ -165,10 +168,8 @@ def choose_mechanisms(
     for s, split in enumerate(splits):
         fitted = _Fitted(matrix, split.calibration, options)
         for tier, objective in spec.tiers.items():
-            lam = float(fitted.lambdas[pick_candidate(fitted.routed_cost, fitted.routed_quality, objective)])
-            outcomes[tier, "routed"][s] = _routed_on(matrix, fitted, lam, split.test)
-            index = pick_candidate(fitted.hybrid.cost, fitted.hybrid.quality, objective)
-            outcomes[tier, "hybrid"][s] = _hybrid_on(matrix, fitted, index, split.test)
+            for m in ("routed", "hybrid"):
+                outcomes[tier, m][s] = _chosen_on(m, matrix, fitted, objective, split.test)[1]
 
     choices = {}
     for tier, objective in spec.tiers.items():
@@ -192,7 +193,7 @@ def choose_mechanisms(
             "quality": spread(values[:, 1], 1.0),
             "escalation_rate": spread(values[:, 2], 1.0),
         }
-        routing, expected = _chosen_on_everything(chosen, matrix, full, objective)
+        routing, expected = _chosen_on(chosen, matrix, full, objective, everything)
         routing["compared"] = compared
         routing["probability"] = probability_bins(full.router, matrix.features, routing, full.model_cost)
         choices[tier] = MechanismChoice(chosen, routing, tuple(expected), heldout, compared)
@@ -202,19 +203,17 @@ def choose_mechanisms(
     return full.router, choices, curves
 
 
-def _chosen_on_everything(
-    chosen: str, matrix: RunsMatrix, full: _Fitted, objective: TierObjective
+def _chosen_on(
+    mechanism: str, matrix: RunsMatrix, fitted: _Fitted, objective: TierObjective, rows: np.ndarray
 ) -> tuple[dict[str, Any], np.ndarray]:
-    """The policy's routing fields of the ``chosen`` mechanism (``routed`` or ``hybrid``), fitted on
-    every query, and its (cost, quality, escalation rate) on them."""
-    everything = np.arange(matrix.n_queries)
-    if chosen == "routed":
-        index = pick_candidate(full.routed_cost, full.routed_quality, objective)
-        lam = float(full.lambdas[index])
-        return {"mechanism": "routed", "price_weight": lam}, _routed_on(matrix, full, lam, everything)
-    index = pick_candidate(full.hybrid.cost, full.hybrid.quality, objective)
-    routing = _hybrid_fields(full.hybrid, index, matrix.models)
-    return routing, _hybrid_on(matrix, full, index, everything)
+    """The candidate of ``mechanism`` (``routed`` or ``hybrid``) a tier with ``objective`` takes
+    among ``fitted``'s: its policy routing fields, and its (cost, quality, escalation rate) on
+    ``rows``."""
+    if mechanism == "routed":
+        lam = float(fitted.lambdas[pick_candidate(fitted.routed_cost, fitted.routed_quality, objective)])
+        return {"mechanism": "routed", "price_weight": lam}, _routed_on(matrix, fitted, lam, rows)
+    index = pick_candidate(fitted.hybrid.cost, fitted.hybrid.quality, objective)
+    return _hybrid_fields(fitted.hybrid, index, matrix.models), _hybrid_on(matrix, fitted, index, rows)
 
 
 def _rule(means: Mapping[str, tuple[float, float]], allowed: Sequence[str], objective: TierObjective) -> str:
@@ -246,14 +245,12 @@ def probability_bins(
     router: LinearRouter, features: np.ndarray, routing: Mapping[str, Any], model_cost: Sequence[float]
 ) -> dict[str, list[float]]:
     """A routed tier's ``routing.probability``: the bins (deciles) of the probability the gateway
-    reports for each of these rows (routed: the chosen model's, by ``policies.router.routed_choice``
-    as served; hybrid: the first model's) and their shares, which the drift metric compares with."""
+    reports for each of these rows (``policies.router.served_route``: routed, the chosen model's;
+    hybrid, the first model's) and their shares, which the drift metric compares with."""
+    fields = {name: routing[name] for name in _SERVED_FIELDS if name in routing}
+    served = TierRouting.model_construct(**fields)  # the fields as the policy will carry them
     p = router.probabilities(features)
-    if routing["mechanism"] == "routed":
-        chosen = [routed_choice(row, model_cost, routing["price_weight"]) for row in p]
-        values = p[np.arange(p.shape[0]), chosen]
-    else:
-        values = p[:, router.models.index(routing["models"][0])]
+    values = np.array([served_route(served, router, row, model_cost).probability for row in p])
     edges = decile_edges(values)
     counts = bin_counts(edges, values)
     return {"edges": edges, "proportions": [float(v) for v in counts / counts.sum()]}

@@ -163,9 +163,7 @@ class TierRouter:
         cached = self._routers.get(id(spec))
         if cached is not None and cached[0] is spec:
             return cached[1]
-        router = LinearRouter(
-            spec.features, tuple(spec.models), np.asarray(spec.coef), np.asarray(spec.intercept)
-        )
+        router = LinearRouter.from_spec(spec)
         if len(self._routers) >= 8:
             self._routers.pop(next(iter(self._routers)))
         self._routers[id(spec)] = (spec, router)

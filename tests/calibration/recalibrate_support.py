@@ -8,7 +8,7 @@ from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
 
-from calibration.calibrate import calibrate
+from calibration.policy.calibrate import calibrate
 from calibration.runs import load_runs
 from calibration.tiers import parse_tiers
 from policies import parse_policy, save_policy

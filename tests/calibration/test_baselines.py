@@ -9,9 +9,10 @@ from synthetic_runs import random_matrix
 from calibration.evaluation.fixed_chain import fixed_chain_candidates, fixed_chain_split_curve
 from calibration.evaluation.heldout import envelope_split_curve
 from calibration.evaluation.protocol import cost_grid
-from calibration.evaluation.router import lambda_sweep, route_choices, router_split_curve
+from calibration.evaluation.router import router_split_curve
 from calibration.evaluation.search import population_size_for
 from calibration.evaluation.subsequence import subsequence_space, subsequence_split_curve
+from calibration.routing.routed import lambda_sweep, route_choices
 from calibration.runs import RunsMatrix
 from calibration.splits import Split, stratified_splits
 

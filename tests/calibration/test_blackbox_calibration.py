@@ -11,9 +11,9 @@ import numpy as np
 import pytest
 
 from calibration.blackbox_scores import BlackboxOptions
-from calibration.calibrate import calibrate
 from calibration.evaluation.routes import route_outcomes
 from calibration.frontier import chain_metrics
+from calibration.policy.calibrate import calibrate
 from calibration.runs import load_runs
 from calibration.runs_columns import RunsError
 from calibration.tiers import parse_tiers
@@ -176,7 +176,7 @@ def _one_fast(tmp_path: Path) -> Path:
 
 def test_the_committed_blackbox_demo_policy_is_what_its_runs_and_tiers_give(repo_root: Path) -> None:
     from calibration.heldout_expected import HeldoutSettings
-    from calibration.kinds import calibrate_kinds
+    from calibration.policy.kinds import calibrate_kinds
     from calibration.tiers import load_tiers
     from policies import load_policy
 

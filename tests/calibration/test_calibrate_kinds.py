@@ -15,11 +15,11 @@ import pytest
 import typer
 from typer.testing import CliRunner
 
-from calibration.calibrate import calibrate
-from calibration.calibrate_cli import register as register_calibrate
-from calibration.evaluate_cli import register as register_evaluate
+from calibration.commands.calibrate_cli import register as register_calibrate
+from calibration.commands.evaluate_cli import register as register_evaluate
 from calibration.heldout_expected import HeldoutSettings
-from calibration.kinds import calibrate_kinds, load_runs_by_kind
+from calibration.policy.calibrate import calibrate
+from calibration.policy.kinds import calibrate_kinds, load_runs_by_kind
 from calibration.runs import load_runs
 from calibration.runs_columns import RunsError
 from calibration.tiers import parse_tiers

@@ -6,11 +6,11 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from calibration.calibrate import calibrate
 from calibration.envelope import compute_envelope
 from calibration.evaluation.heldout import envelope_split_curve
 from calibration.frontier import chain_metrics
 from calibration.heldout_expected import HeldoutSettings, heldout_expectations
+from calibration.policy.calibrate import calibrate
 from calibration.runs import RunsMatrix
 from calibration.splits import stratified_splits
 from calibration.tiers import parse_tiers, solve_tiers

@@ -8,7 +8,7 @@ import pytest
 from runs_factory import four_model_example
 
 from calibration.envelope import compute_envelope
-from calibration.policy_writer import build_calibrated_policy, write_policy
+from calibration.policy.policy_writer import build_calibrated_policy, write_policy
 from calibration.tiers import TierObjective, solve_tier
 from policies.decision import choose_for_budget
 from policies.store import load_policy

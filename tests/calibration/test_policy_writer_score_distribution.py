@@ -11,9 +11,9 @@ from calibrate_command import LOGPROB_RUNS_TIERS, calibrate_with_tiers, write_lo
 from synthetic_runs import random_matrix
 
 from calibration.envelope import compute_envelope
-from calibration.policy_writer import build_calibrated_policy
+from calibration.policy.policy_writer import build_calibrated_policy
+from calibration.policy.score_distribution import score_distribution_document
 from calibration.runs import RunsMatrix
-from calibration.score_distribution import score_distribution_document
 from calibration.tiers import TierObjective, solve_tier
 from policies.score_distribution import bin_index, decile_edges
 from policies.scorers import score_logprobs

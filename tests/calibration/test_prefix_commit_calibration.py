@@ -14,10 +14,10 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 from hypothesis.extra.numpy import arrays
 
-from calibration.commit_choice import keeps_gain, parse_grid, study_commit_rules
 from calibration.evaluation.chains import chain_outcomes
 from calibration.frontier import chain_per_query, pair_frontier
 from calibration.heldout_expected import HeldoutSettings
+from calibration.policy.commit_choice import keeps_gain, parse_grid, study_commit_rules
 from calibration.prefix_cost import cancelled_charge
 from calibration.runs import RunsError, RunsMatrix, load_runs
 from calibration.tiers import TierObjective, TiersSpec

@@ -10,7 +10,7 @@ import pytest
 from recalibrate_support import policy_from, push_to, served, traffic
 from typer.testing import CliRunner
 
-from calibration.recalibrate_cli import REFUSED_EXIT_CODE
+from calibration.commands.recalibrate_cli import REFUSED_EXIT_CODE
 from calibration.splits import stratified_splits
 from cascade_cli.main import app
 from policies import load_policy

@@ -14,9 +14,9 @@ from typing import Any
 import pytest
 from typer.testing import CliRunner
 
-from calibration.calibrate import calibrate
-from calibration.kinds import calibrate_kinds
-from calibration.recalibrate_cli import REFUSED_EXIT_CODE
+from calibration.commands.recalibrate_cli import REFUSED_EXIT_CODE
+from calibration.policy.calibrate import calibrate
+from calibration.policy.kinds import calibrate_kinds
 from calibration.runs import load_runs
 from calibration.splits import stratified_splits
 from calibration.tiers import parse_tiers

@@ -18,7 +18,7 @@ from recalibrate_support import (
 )
 from typer.testing import CliRunner
 
-from calibration.recalibrate_cli import REFUSED_EXIT_CODE
+from calibration.commands.recalibrate_cli import REFUSED_EXIT_CODE
 from calibration.splits import stratified_splits
 from cascade_cli.main import app
 from policies import load_policy

@@ -8,9 +8,9 @@ import numpy as np
 import pytest
 from synthetic_runs import random_matrix
 
-from calibration.calibrate import calibrate
 from calibration.evaluation.chains import chain_outcomes
 from calibration.frontier import chain_per_query
+from calibration.policy.calibrate import calibrate
 from calibration.recalibration.outcomes import PolicyOutcomeError, policy_outcomes
 from calibration.tiers import parse_tiers
 

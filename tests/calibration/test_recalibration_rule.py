@@ -5,7 +5,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from calibration.calibrate import calibrate
+from calibration.policy.calibrate import calibrate
 from calibration.recalibration.compare import compare_policies
 from calibration.recalibration.rule import Estimate, TierMetrics, Tolerances, check_tier
 from calibration.runs import RunsMatrix

@@ -9,12 +9,13 @@ import numpy as np
 import pytest
 from synthetic_runs import random_matrix
 
-from calibration.calibrate import calibrate
-from calibration.evaluation.hybrid import hybrid_candidates, hybrid_split_curve, linear_router_split_curve
+from calibration.evaluation.hybrid import hybrid_split_curve, linear_router_split_curve
 from calibration.evaluation.protocol import cost_grid
 from calibration.frontier import pair_frontier
 from calibration.heldout_expected import HeldoutSettings
+from calibration.policy.calibrate import calibrate
 from calibration.routing.fit import fit_linear_router
+from calibration.routing.hybrid import hybrid_candidates
 from calibration.routing.mechanisms import RoutingOptions
 from calibration.runs import RunsMatrix
 from calibration.splits import stratified_splits

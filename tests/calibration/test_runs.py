@@ -12,6 +12,8 @@ import pytest
 
 from calibration.runs import load_runs
 from calibration.runs_columns import RunsError
+from money import Price
+from money.usage import Usage
 from policies.scorers import score_logprobs
 from tests.support.data_files import PLAUT_PRICES, UPSTREAM_ANSWERS
 
@@ -273,6 +275,39 @@ def test_cached_and_reasoning_token_columns_are_priced_at_the_part_rates(tmp_pat
         [plain - 800 * 0.9 / 1e6, plain, plain + 100 * 2 / 1e6]
     )
     assert matrix.cost[:, big].tolist() == pytest.approx([plain] * 3)
+
+
+def test_a_row_with_1_hour_cache_writes_reprices_them_at_the_1_hour_rate(tmp_path: Path) -> None:
+    """The 1-hour writes among a row's cache writes cost the 1-hour rate, the rest the 5-minute one,
+    as the gateway charges the same usage (Price.usage_cost_usd)."""
+    prices = tmp_path / "prices.yaml"
+    prices.write_text(
+        "models:\n"
+        "  small: {input_per_mtok: 3, output_per_mtok: 15, cache_write_per_mtok: 3.75,"
+        " cache_write_1h_per_mtok: 6}\n"
+        "  big: {input_per_mtok: 3, output_per_mtok: 15}\n"
+    )
+    df = frame().drop(columns="cost_usd").assign(prompt_tokens=1000, completion_tokens=100)
+    df["cache_write_tokens"] = [0, 0, 0, 600, 0, 600]  # small's rows are the odd ones: q1, q2, q3
+    df["cache_write_1h_tokens"] = [0, 0, 0, 600, 0, 200]
+    matrix = load_runs(write(tmp_path, df), prices=prices, score_column="conf")
+    small = matrix.model_index("small")
+    usage = [Usage(1000, 100), Usage(1000, 100, 0, 0, 600), Usage(1000, 100, 0, 400, 200)]
+    sheet = Price(input_per_mtok=3, output_per_mtok=15, cache_write_per_mtok=3.75, cache_write_1h_per_mtok=6)
+    assert matrix.cost[:, small].tolist() == pytest.approx([sheet.usage_cost_usd(u) for u in usage])
+    assert matrix.cost[1, small] == pytest.approx((400 * 3 + 600 * 6 + 100 * 15) / 1e6)
+
+
+def test_more_1_hour_cache_writes_than_cache_writes_is_an_error_naming_its_row(tmp_path: Path) -> None:
+    prices = tmp_path / "prices.yaml"
+    prices.write_text(
+        "models:\n  small: {input_per_mtok: 1, output_per_mtok: 2}\n  big: {per_query_usd: 1}\n"
+    )
+    df = frame().drop(columns="cost_usd").assign(prompt_tokens=10, completion_tokens=5)
+    df["cache_write_tokens"] = 2
+    df["cache_write_1h_tokens"] = [0, 0, 3, 0, 0, 0]
+    with pytest.raises(RunsError, match="cache_write_1h_tokens"):
+        load_runs(write(tmp_path, df), prices=prices, score_column="conf")
 
 
 def test_a_negative_part_count_is_an_error_naming_its_row(tmp_path: Path) -> None:

@@ -73,7 +73,7 @@ def test_the_pool_price_sheet_prices_each_member_at_its_server_with_its_declared
 def test_a_word_problem_policy_commits_on_a_prefix_exactly_where_its_study_chose_it(
     policy_file: str, study_file: str
 ) -> None:
-    from calibration.commit_choice import keeps_gain
+    from calibration.policy.commit_choice import keeps_gain
     from policies.store import load_policy
 
     policy = load_policy(ROOT / "policies" / policy_file)

@@ -7,7 +7,7 @@ word problems (collection/data/word-problems-heldout.jsonl, never calibrated on)
 those tiers against the real 0.5B and 1.5B servers, must show realized quality, cost per request and
 escalation rate whose intervals contain the tier's held-out expectation: the gateway scores the same
 prefix (`policies.commit.prefix_entries`) with the same scorer, and charges a cancelled cheap stage
-by the same rule (`money.charges.cancelled_tokens_bound`) at the same prices as calibration.
+by the same rule (`money.charges.cancelled_stream_charge`) at the same prices as calibration.
 """
 
 from __future__ import annotations

@@ -24,6 +24,7 @@ from money.charges import (
     attempt_charge,
     bound_usd,
     call_charge,
+    cancelled_stream_charge,
     completion_bound,
     completion_tokens_bound,
     prompt_count,
@@ -292,3 +293,21 @@ def test_a_stream_the_gateway_closed_is_charged_its_chunks_and_declared_overrun_
     usage = {"prompt_tokens": 3, "completion_tokens": read}
     reported = attempt_charge(price, Attempt(sent, usage=usage, streamed_tokens=read, cancelled=True), limits)
     assert reported == call_charge(price, usage, sent, streamed_tokens=read)
+
+
+def test_a_cancelled_stream_is_charged_the_same_from_its_numbers_as_from_its_request() -> None:
+    """The numbers a caller without the request has (its size, the chunks read, the declared
+    overrun, the cap) charge what the request itself is charged: template tokens and choices too."""
+    body = {"model": "m", "messages": [{"role": "user", "content": "Hi"}], "max_tokens": 40, "n": 2}
+    for extra, tools in ((0, {}), (TEMPLATE_TOKENS, {"tools": [{"type": "function"}]})):
+        sent = orjson.dumps({**body, **tools})
+        for overrun in (None, 5, 500):
+            limits = CallLimits(cancel_overrun_tokens=overrun)
+            by_request = attempt_charge(PER_TOKEN, Attempt(sent, streamed_tokens=7, cancelled=True), limits)
+            by_numbers = cancelled_stream_charge(
+                PER_TOKEN, len(sent), 7, overrun, 40, extra_prompt_tokens=extra, choices=2
+            )
+            assert by_numbers == by_request
+    assert cancelled_stream_charge(PER_TOKEN, 100, 7, 5, 40).completion_tokens == 12
+    assert cancelled_stream_charge(PER_TOKEN, 100, 7, None, 40).completion_tokens == 40
+    assert cancelled_stream_charge(BOTH, 100, 7, 5, 40).usd == 0.003  # the flat price, larger

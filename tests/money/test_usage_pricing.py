@@ -8,6 +8,7 @@ providers' published rates.
 
 from __future__ import annotations
 
+import numpy as np
 import pytest
 from pydantic import ValidationError
 
@@ -202,3 +203,12 @@ def test_part_rates_need_the_per_token_form() -> None:
         ).cache_read_per_mtok
         == 0.3
     )
+
+
+def test_a_column_of_calls_is_priced_as_each_call_by_its_usage() -> None:
+    """Calibration prices a runs table's columns with the formula the gateway charges one call by."""
+    calls = [Usage(1000, 100), Usage(1000, 100, 300, 200, 100, 0), Usage(50, 400, 0, 0, 50, 0)]
+    columns = np.array(list(zip(*calls, strict=True)), dtype=np.float64)
+    each = [SONNET.usage_cost_usd(u) for u in calls]
+    assert SONNET.parts_cost_usd(*columns).tolist() == pytest.approx(each)
+    assert SONNET.parts_cost_usd(10**6, 0, 0, 0, 10**6) == pytest.approx(6.0)  # 1-hour writes: their rate

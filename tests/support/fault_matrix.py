@@ -14,7 +14,7 @@ tokens: gateway/streaming/prefix_commit.py). The faults are in ``FAULTS``; ``fau
 ``cancelled_on_escalation`` is a long unsure answer whose prefix is rejected, so the gateway
 cancels its stream mid-way; its upstream stops when the stream is closed and bills the tokens it
 wrote (as llama-server does), and the prefix setup's models declare ``CANCEL_OVERRUN_TOKENS``, so the
-gateway charges the chunks it read plus that many (``money.charges.cancelled_tokens_bound``).
+gateway charges the chunks it read plus that many (``money.charges.cancelled_stream_charge``).
 tests/gateway/test_fault_matrix.py runs the cells.
 """
 

@@ -13,7 +13,7 @@ import pytest
 from rows_factory import query_rows
 from typer.testing import CliRunner
 
-from calibration.kinds import load_runs_by_kind
+from calibration.policy.kinds import load_runs_by_kind
 from calibration.run_kinds import kinds_in
 from cascade_cli.main import app
 from tests.support.postgres import POSTGRES_URL

@@ -17,9 +17,9 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from calibration.calibrate import Calibrated, calibrate
 from calibration.heldout_expected import HeldoutSettings
-from calibration.policy_writer import section_document
+from calibration.policy.calibrate import Calibrated, calibrate
+from calibration.policy.policy_writer import section_document
 from calibration.routing.mechanisms import RoutingOptions
 from calibration.run_kinds import DEFAULT_KIND, RunKindError, kinds_in
 from calibration.runs import RunsMatrix, load_runs

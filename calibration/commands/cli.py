@@ -4,9 +4,9 @@ from __future__ import annotations
 
 import typer
 
-from calibration.calibrate_cli import register as register_calibrate
-from calibration.evaluate_cli import register as register_evaluate
-from calibration.recalibrate_cli import register as register_recalibrate
+from calibration.commands.calibrate_cli import register as register_calibrate
+from calibration.commands.evaluate_cli import register as register_evaluate
+from calibration.commands.recalibrate_cli import register as register_recalibrate
 
 
 def register(app: typer.Typer) -> None:

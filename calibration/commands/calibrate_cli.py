@@ -13,8 +13,8 @@ from typing import TYPE_CHECKING, Annotated
 
 import typer
 
-from calibration.cli_errors import run_or_exit
-from calibration.cli_options import (
+from calibration.commands.cli_errors import run_or_exit
+from calibration.commands.cli_options import (
     EquivalenceOption,
     HeldoutOption,
     HeldoutSplitsOption,
@@ -36,10 +36,10 @@ if TYPE_CHECKING:
 
     from rich.console import Console
 
-    from calibration.calibrate import Calibrated
-    from calibration.commit_choice import CommitStudy
     from calibration.heldout_expected import HeldoutSettings
-    from calibration.kinds import CalibratedKinds
+    from calibration.policy.calibrate import Calibrated
+    from calibration.policy.commit_choice import CommitStudy
+    from calibration.policy.kinds import CalibratedKinds
     from calibration.routing.mechanisms import RoutingOptions
     from calibration.runs import RunsMatrix
     from calibration.tiers import TierSolution, TiersSpec
@@ -51,7 +51,7 @@ EXTERNAL_SCORER_NOTE = (
 )
 
 
-# The options only this command has (the shared ones: calibration.cli_options).
+# The options only this command has (the shared ones: calibration.commands.cli_options).
 _ReportOption = Annotated[
     Path | None, typer.Option("--report", help="Directory for PNG plots and report.html.")
 ]
@@ -178,7 +178,7 @@ class CalibrateOptions:
     prompts: list[Path] = field(default_factory=list)
     features: str = "cheap-v1"
     router_components: int = 16
-    commit_grid: str | None = None  # prefix rules to study per tier (calibration.commit_choice)
+    commit_grid: str | None = None  # prefix rules to study per tier (calibration.policy.commit_choice)
     min_gain_share: float = 0.8
 
 
@@ -232,10 +232,10 @@ def _check_score_options(options: CalibrateOptions) -> None:
 def run_calibrate(options: CalibrateOptions, console: Console, errors: Console) -> None:
     """Load, compute, solve, write; print the summary to ``console`` and warnings to ``errors``."""
     from calibration.blackbox_scores import BlackboxOptions
-    from calibration.commit_choice import apply_choice
     from calibration.heldout_expected import HeldoutSettings
-    from calibration.kinds import load_runs_by_kind
-    from calibration.policy_writer import write_policy
+    from calibration.policy.commit_choice import apply_choice
+    from calibration.policy.kinds import load_runs_by_kind
+    from calibration.policy.policy_writer import write_policy
     from calibration.tiers import load_tiers
     from policies.store import build_policy, policy_as_document
 
@@ -300,7 +300,7 @@ def _calibrate(
     routing: Mapping[str, RoutingOptions] | None,
 ) -> CalibratedKinds:
     """``calibrate_kinds``; on an unreachable tier, print the other tiers' warnings before the error."""
-    from calibration.kinds import calibrate_kinds
+    from calibration.policy.kinds import calibrate_kinds
     from calibration.tiers import UnreachableTierError
 
     try:
@@ -328,8 +328,9 @@ def _study_commits(
     heldout: HeldoutSettings | None,
     filters: dict[str, str],
 ) -> CommitStudy:
-    """Each tier's commit rule, chosen held out (``calibration.commit_choice``) on a text-only table."""
-    from calibration.commit_choice import parse_grid, study_commit_rules
+    """Each tier's commit rule, chosen held out (``calibration.policy.commit_choice``) on a text-only
+    table."""
+    from calibration.policy.commit_choice import parse_grid, study_commit_rules
     from calibration.runs import load_runs
     from calibration.ttft import read_lengths
     from policies.commit import CommitRule

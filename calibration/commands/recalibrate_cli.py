@@ -11,9 +11,9 @@ from typing import TYPE_CHECKING, Annotated, TypedDict
 
 import typer
 
-from calibration.calibrate_cli import parse_where
-from calibration.cli_errors import run_or_exit
-from calibration.cli_options import (
+from calibration.commands.calibrate_cli import parse_where
+from calibration.commands.cli_errors import run_or_exit
+from calibration.commands.cli_options import (
     HeldoutOption,
     HeldoutSplitsOption,
     PricesOption,
@@ -39,7 +39,7 @@ def register(app: typer.Typer) -> None:
     app.command("recalibrate", no_args_is_help=True)(recalibrate)
 
 
-# The options only this command has (the shared ones: calibration.cli_options).
+# The options only this command has (the shared ones: calibration.commands.cli_options).
 _StoreOption = Annotated[
     str, typer.Option("--store", help="Traffic store: postgresql://... or file:///path.jsonl")
 ]
@@ -228,7 +228,7 @@ def run_recalibrate(
     options: RecalibrateOptions, output: Path | None, report: Path | None, console: Console, errors: Console
 ) -> None:
     """Recalibrate, print the table, write the policy, push if it passed, report; exit 3 if refused."""
-    from calibration.policy_writer import write_policy
+    from calibration.policy.policy_writer import write_policy
     from calibration.recalibration.recalibrate import recalibrate as run
     from calibration.recalibration.redis_io import push_if_unchanged
     from calibration.recalibration.report import comparison_table, report_document, routes_table, write_report

@@ -3,7 +3,7 @@
 ``cascade calibrate``, ``cascade recalibrate`` and the label-free study all call ``calibrate`` so
 the policy a comparison talks about is the one the command would write. ``cascade calibrate`` also
 asks for held-out expectations (``calibration.heldout_expected``) and calibrates each request kind
-of the runs this way (``calibration.kinds``).
+of the runs this way (``calibration.policy.kinds``).
 """
 
 from __future__ import annotations
@@ -16,7 +16,8 @@ import numpy as np
 
 from calibration.envelope import Envelope, compute_envelope
 from calibration.heldout_expected import HeldoutSettings, heldout_expectations
-from calibration.policy_writer import policy_document
+from calibration.policy.policy_writer import policy_document
+from calibration.policy.score_distribution import set_cascaded_bins
 from calibration.routing.mechanisms import (
     MechanismChoice,
     MechanismCurves,
@@ -25,7 +26,6 @@ from calibration.routing.mechanisms import (
     router_document,
 )
 from calibration.runs import RunsMatrix
-from calibration.score_distribution import set_cascaded_bins
 from calibration.tiers import TierSolution, TiersSpec, solve_tiers
 from policies.router import LinearRouter
 from policies.schema import Policy
@@ -122,7 +122,7 @@ def _hybrid_drift_bins(
     document: dict[str, Any], matrix: RunsMatrix, router: LinearRouter, name: str, choice: MechanismChoice
 ) -> None:
     """A hybrid pair tier's cheap-model score bins for the drift metric, from the queries its
-    router sends to the cascade (``calibration.score_distribution.set_cascaded_bins``). Any other
+    router sends to the cascade (``calibration.policy.score_distribution.set_cascaded_bins``). Any other
     routed tier keeps its fallback routes' bins: it scores only when it falls back to them."""
     routing = choice.routing or {}
     models = routing.get("models") or []

@@ -12,8 +12,8 @@ from typing import Any
 
 from calibration.envelope import Envelope
 from calibration.heldout_expected import attach_heldout
+from calibration.policy.score_distribution import score_distribution_document
 from calibration.runs import RunsMatrix
-from calibration.score_distribution import score_distribution_document
 from calibration.tiers import TierSolution
 from policies.schema import Policy
 from policies.store import build_policy, save_policy

@@ -31,9 +31,9 @@ from typing import Any
 
 import numpy as np
 
-from calibration.calibrate import Calibrated, calibrate
 from calibration.diagnostics import model_auroc
 from calibration.heldout_expected import HeldoutSettings
+from calibration.policy.calibrate import Calibrated, calibrate
 from calibration.runs import RunsMatrix
 from calibration.tiers import TiersSpec
 from calibration.ttft import Timing, prefix_tokens, route_first_token

@@ -12,8 +12,8 @@ from typing import TYPE_CHECKING, Annotated
 
 import typer
 
-from calibration.cli_errors import run_or_exit
-from calibration.cli_options import (
+from calibration.commands.cli_errors import run_or_exit
+from calibration.commands.cli_options import (
     EquivalenceOption,
     PricesOption,
     PromptsOption,
@@ -70,7 +70,9 @@ class EvaluateOptions:
     equivalence: str | None = None
     samples: int | None = None
     score_tokens: str = "all"  # ScorerSpec.tokens
-    commit: str | None = None  # a prefix commit rule: "32" or "line" (calibration.commit_choice.parse_grid)
+    commit: str | None = (
+        None  # a prefix commit rule: "32" or "line" (calibration.policy.commit_choice.parse_grid)
+    )
     where: list[str] = field(default_factory=list)
     splits: int = 50
     test_fraction: float = 0.5
@@ -84,7 +86,7 @@ class EvaluateOptions:
     command: str | None = None
 
 
-# The options only this command has (the shared ones: calibration.cli_options).
+# The options only this command has (the shared ones: calibration.commands.cli_options).
 _ReportOption = Annotated[
     Path, typer.Option("--report", help="Directory for summary.json, curves.npz, PNG plots, report.html.")
 ]
@@ -228,8 +230,8 @@ def _load_matrices(options: EvaluateOptions, errors: Console) -> dict[str, RunsM
     from dataclasses import replace
 
     from calibration.blackbox_scores import BlackboxOptions
-    from calibration.calibrate_cli import parse_where
-    from calibration.kinds import load_runs_by_kind
+    from calibration.commands.calibrate_cli import parse_where
+    from calibration.policy.kinds import load_runs_by_kind
 
     with errors.status("loading runs…"):
         matrices = load_runs_by_kind(
@@ -305,11 +307,11 @@ def _evaluate_with_progress(
 
 def write_outputs(result: EvaluationResult, options: EvaluateOptions) -> dict:
     """summary.json, curves.npz, heldout_comparison.png, escalation_benefit.png, report.html."""
-    from calibration.calibrate_cli import parse_where
-    from calibration.evaluation.report import write_report_page
+    from calibration.commands.calibrate_cli import parse_where
     from calibration.evaluation.summary import write_summary
     from calibration.reporting.calibration_report import filters_suffix
     from calibration.reporting.evaluation_plots import benefit_figure, heldout_comparison_figure, save_png
+    from calibration.reporting.evaluation_report import write_report_page
 
     directory = options.report
     summary = write_summary(result, directory, source=str(options.runs), command=options.command)
@@ -329,7 +331,7 @@ def print_summary(
 ) -> None:
     """The terminal summary: methods, models, pair diagnostics, notes not already shown as load
     warnings (``already_shown``), where the files are."""
-    from calibration.evaluation.report import methods_table, models_table, pairs_table
+    from calibration.reporting.evaluation_report import methods_table, models_table, pairs_table
 
     console.print(models_table(summary))
     console.print(pairs_table(summary))
@@ -350,7 +352,7 @@ def _commit_rule(text: str | None) -> CommitRule | None:
     """``--commit K`` or ``--commit line`` as a prefix rule (None: whole answers)."""
     if text is None:
         return None
-    from calibration.commit_choice import parse_grid
+    from calibration.policy.commit_choice import parse_grid
 
     rules = parse_grid(text)
     if len(rules) != 1:
