@@ -7,9 +7,9 @@ from pathlib import Path
 from typing import Any
 
 import typer
-from calibration.commands.calibrate_cli import register
 from typer.testing import CliRunner, Result
 
+from calibration.commands.calibrate_cli import register
 from tests.support.data_files import UPSTREAM_ANSWERS
 
 
