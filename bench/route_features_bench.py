@@ -84,8 +84,8 @@ def main() -> None:
             times.append(time.perf_counter() - t0)
         print(f"router on {name:10s} (3 models, {dims} features): {_percentiles(times)}")
 
-    from gateway.routing.routed_tiers import EmbeddingPool, TierRouter
-    from gateway.routing.tier_choice import Router
+    from gateway.routing.routed_tiers import EmbeddingPool, RouterRuntime
+    from gateway.routing.tier_choice import RoutePlanner
     from gateway.telemetry.metrics import GatewayMetrics
     from gateway.wire.requests import parse_request
     from policies import build_policy
@@ -118,8 +118,8 @@ def main() -> None:
     )
     import orjson
 
-    tier_router = TierRouter(GatewayMetrics())
-    planner = Router({"small": None, "large": None})
+    router_runtime = RouterRuntime(GatewayMetrics())
+    planner = RoutePlanner({"small": None, "large": None})
     parsed = [parse_request(orjson.dumps({**body, "model": "cascade"}), "chat") for body in bodies[:200]]
 
     async def decide() -> list[float]:
@@ -128,12 +128,13 @@ def main() -> None:
             for request in parsed:
                 plan = planner.plan(request, policy)
                 t0 = time.perf_counter()
-                await tier_router.apply(plan, request)
+                await router_runtime.apply(plan, request)
                 times.append(time.perf_counter() - t0)
         return times
 
     print(
-        f"TierRouter.apply ({CHEAP}: features, router, route, metrics): {_percentiles(asyncio.run(decide()))}"
+        f"RouterRuntime.apply ({CHEAP}: features, router, route, metrics): "
+        f"{_percentiles(asyncio.run(decide()))}"
     )
 
     async def through_pool() -> list[float]:

@@ -16,7 +16,7 @@ from gateway.config.drift import ScoreDriftMonitor
 from gateway.config.settings import Settings
 from gateway.keys.spend_store import MAX_NANO
 from gateway.redis.keys import RedisKeys
-from gateway.routing.routed_tiers import TierRouter
+from gateway.routing.routed_tiers import RouterRuntime
 from gateway.telemetry.metrics import GatewayMetrics
 from gateway.wire.facts import CascadeFacts
 from money import Price
@@ -66,7 +66,7 @@ def exported_metrics() -> dict[str, Any]:
     """Exposition name -> metric object, for every metric GatewayMetrics registers (learning's and the
     routed tiers' too)."""
     metrics = GatewayMetrics(with_redis=True, with_learning=True)
-    routed = TierRouter(metrics)
+    routed = RouterRuntime(metrics)
     found = {}
     for value in [*vars(metrics).values(), *vars(metrics.learning).values(), *vars(routed).values()]:
         if isinstance(value, Counter | Gauge | Histogram):

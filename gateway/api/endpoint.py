@@ -174,15 +174,15 @@ class ApiEndpoint:
         body = parsed.body
         if "tools" in body or "response_format" in body or "functions" in body:  # carries schemas
             check_client_schemas(body)
-        plan = request.plan = gw.router.plan(
+        plan = request.plan = gw.planner.plan(
             parsed,
             gw.policy,
             _text(headers.get(b"x-cascade-max-cost-usd")),
             _text(headers.get(b"x-cascade-tier")),
             gw.no_policy_reason(),
         )
-        if gw.tier_router.applies(plan):  # a routed tier: the router picks the route (before reserving)
-            plan = request.plan = await gw.tier_router.apply(plan, parsed)
+        if gw.router_runtime.applies(plan):  # a routed tier: the router picks the route (before reserving)
+            plan = request.plan = await gw.router_runtime.apply(plan, parsed)
         request.tier = plan.tier
         try:
             # The prompt bound is the request the engine sends, with all a translation added.

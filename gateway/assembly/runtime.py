@@ -20,8 +20,8 @@ from gateway.config.coverage import CoverageConfig
 from gateway.config.learning import LearningConfig
 from gateway.config.settings import ConfigError, LimitsConfig, LoggingConfig, ModelConfig
 from gateway.engine.cascade import CascadeEngine, scored_stage_body
-from gateway.routing.routed_tiers import TierRouter
-from gateway.routing.tier_choice import RoutePlan, Router
+from gateway.routing.routed_tiers import RouterRuntime
+from gateway.routing.tier_choice import RoutePlan, RoutePlanner
 from gateway.stages.blackbox_scoring import reserve_scoring_usd
 from gateway.telemetry.metrics import GatewayMetrics
 from gateway.upstream.client import UpstreamPool
@@ -111,11 +111,11 @@ class Gateway:
         self.logs = logs
         self.metrics = metrics
         self.pool = UpstreamPool(models, self.metrics, redact)
-        self.router = Router(models, rng, coverage)
+        self.planner = RoutePlanner(models, rng, coverage)
         self.engine = CascadeEngine(models, self.pool, self.metrics)
-        self.tier_router = TierRouter(self.metrics)
+        self.router_runtime = RouterRuntime(self.metrics)
         if learning is not None:  # sampled requests of a policy with a router carry its features
-            learning.runner.featurize = self.tier_router.features
+            learning.runner.featurize = self.router_runtime.features
         self.health = UpstreamHealth(self.pool, self.metrics)
         self.shared = shared
         self.metrics.spend_unsynced.set_function(self.shared.spend.unsynced_usd)
@@ -141,7 +141,7 @@ class Gateway:
         policy = self.policy
         routers = [policy.router, *(s.router for s in (policy.kinds or {}).values())] if policy else []
         if any(router is not None and router.features == "minilm-v1" for router in routers):
-            self.tier_router.embeddings.start()  # the workers load the model before the first request
+            self.router_runtime.embeddings.start()  # the workers load the model before the first request
         log_event(
             "gateway_started",
             models=sorted(self.models),
@@ -205,7 +205,7 @@ class Gateway:
         await self.health.close()
         await self.shared.close()
         await self.pool.close()
-        self.tier_router.close()
+        self.router_runtime.close()
 
     @property
     def policy(self) -> Policy | None:

@@ -10,7 +10,7 @@ route taken (``models``) and the router's probability behind it (``router_probab
 A routed request's features are the ones its route was chosen from (no second computation). Any
 other sampled request of the policy (a cascade tier's, a fallback's) gets them here, in the
 sampler's worker, off the request path: ``cheap-v1`` inline, ``minilm-v1`` through the gateway's
-bounded embedding pool (``gateway.routing.routed_tiers.TierRouter.features``); when the pool cannot take
+bounded embedding pool (``gateway.routing.routed_tiers.RouterRuntime.features``); when the pool cannot take
 it the rows carry no ``route``, and recalibration leaves the query out of the router's refit.
 """
 
@@ -24,7 +24,7 @@ import numpy as np
 from gateway.learning.answers import Sample
 from gateway.wire.requests import ParsedRequest
 
-# ``TierRouter.features``: (feature set, request, kind) -> (vector or None, why).
+# ``RouterRuntime.features``: (feature set, request, kind) -> (vector or None, why).
 Featurize = Callable[[str, ParsedRequest, str], Awaitable[tuple[Any, str]]]
 
 

@@ -98,7 +98,7 @@ class ShadowRunner:
         self.log_text = config.log_text
         self.semaphore = asyncio.Semaphore(config.concurrency)
         # Computes a sample's router features when its request was not routed
-        # (``gateway.learning.router_inputs``); the gateway sets it to its ``TierRouter.features``.
+        # (``gateway.learning.router_inputs``); the gateway sets it to its ``RouterRuntime.features``.
         self.featurize: Featurize | None = None
 
     def pool_of(self, policy: Policy) -> tuple[list[str], str]:

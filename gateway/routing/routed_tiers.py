@@ -2,7 +2,7 @@
 
 ``cascade calibrate --mechanisms`` may give a tier ``routing`` (``policies.routing_schema.TierRouting``) and
 the policy a ``router`` (per-model linear correctness models on a feature set,
-``policies.route_features``). For such a tier, after ``Router.plan`` chose the tier, this module
+``policies.route_features``). For such a tier, after ``RoutePlanner.plan`` chose the tier, this module
 computes the request's features, the router's probabilities, and replaces the plan's route:
 
 * ``routed``: the one model of ``argmax p - price_weight * cost`` (``policies.router.routed_choice``);
@@ -111,7 +111,7 @@ class EmbeddingPool:
             self._executor = None
 
 
-class TierRouter:
+class RouterRuntime:
     """Applies a tier's ``routing`` to a plan (module docstring); exports its metrics."""
 
     def __init__(self, metrics: GatewayMetrics, embeddings: EmbeddingPool | None = None):

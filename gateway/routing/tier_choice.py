@@ -78,7 +78,7 @@ class RoutePlan:
     router_features: Any = None
 
 
-class Router:
+class RoutePlanner:
     """Chooses a RoutePlan for each request against the current policy and the configured models."""
 
     def __init__(

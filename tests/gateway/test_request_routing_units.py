@@ -11,7 +11,7 @@ import pytest
 
 from gateway.config.settings import Settings
 from gateway.engine.cascade import client_body, upstream_body
-from gateway.routing.tier_choice import Router
+from gateway.routing.tier_choice import RoutePlanner
 from gateway.upstream.client import _parse_retry_after
 from gateway.wire.errors import (
     BadRequestError,
@@ -41,7 +41,7 @@ def test_parse_keeps_the_body_and_reads_the_fields_it_acts_on() -> None:
 
 
 def test_routes_by_header_alias_and_model_in_priority_order() -> None:
-    router = Router(SETTINGS.models, random.Random(0))
+    router = RoutePlanner(SETTINGS.models, random.Random(0))
     assert router.plan(_request(model="small"), POLICY, "0.0005", "direct").tier == "budget"
     assert router.plan(_request(model="cascade/chain"), POLICY, None, "direct").tier == "direct"
     assert router.plan(_request(model="cascade/chain"), POLICY).route.models == ["small", "medium", "large"]
@@ -52,7 +52,7 @@ def test_routes_by_header_alias_and_model_in_priority_order() -> None:
 
 
 def test_routing_errors() -> None:
-    router = Router(SETTINGS.models)
+    router = RoutePlanner(SETTINGS.models)
     with pytest.raises(ModelNotFoundError):
         router.plan(_request(model="gpt-x"), POLICY)
     with pytest.raises(UnknownTierRequestError):

@@ -121,7 +121,7 @@ def test_a_saturated_embedding_pool_serves_the_tiers_cascade(
 ) -> None:
     policy = write_policy(tier_changes={"balanced": {"routing": ROUTED}}, router=router_section("minilm-v1"))
     running = start_gateway(make_settings(policy=policy))
-    running.gateway.tier_router.embeddings.max_pending = 0  # every embedding refused: saturated
+    running.gateway.router_runtime.embeddings.max_pending = 0  # every embedding refused: saturated
     upstream.script("up-small", ok("4", confidence=0.99))
     reply = running.client().chat.completions.with_raw_response.create(
         model="cascade/balanced", messages=HARD
@@ -139,7 +139,7 @@ def test_a_minilm_router_embeds_in_a_worker_process(
     router["coef"][0] = [0.0] * MINILM_DIMS
     policy = write_policy(tier_changes={"balanced": {"routing": ROUTED}}, router=router)
     running = start_gateway(make_settings(policy=policy))
-    pool = running.gateway.tier_router.embeddings
+    pool = running.gateway.router_runtime.embeddings
     pool.timeout_s = 60.0  # the first embedding waits for the worker to load the model
     upstream.set_default("up-small", ok("4", confidence=0.99))
     reply = running.client().chat.completions.with_raw_response.create(
