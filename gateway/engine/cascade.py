@@ -49,9 +49,10 @@ from gateway.routing.tier_choice import RoutePlan
 from gateway.stages.answer_review import MISSING_SCORE_REASONS, AnswerReview
 from gateway.stages.blackbox_scoring import SCORER_FAILED, StageScorer
 from gateway.stages.bodies import client_body, scored_stage_body, upstream_body
-from gateway.streaming.live import LiveRelay, StreamChunk, StreamEvent, StreamStart, WholeAnswer
+from gateway.stages.outcomes import FinalStage, StreamChunk, StreamEvent, StreamStart
+from gateway.streaming.live import LiveRelay, WholeAnswer
 from gateway.streaming.prefix_commit import prefix_rule
-from gateway.streaming.prefix_stream import FinalStage, PrefixStages
+from gateway.streaming.prefix_stream import PrefixStages
 from gateway.streaming.sse import SSE_HEADERS, replay
 from gateway.telemetry.metrics import GatewayMetrics
 from gateway.upstream.client import UpstreamFailure, UpstreamPool, UpstreamReply

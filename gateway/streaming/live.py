@@ -28,11 +28,12 @@ from typing import Any
 
 from gateway.stages.answer_review import StreamedAnswer
 from gateway.stages.bodies import trim_alternatives
+from gateway.stages.outcomes import StreamChunk, StreamEvent, StreamFailed, StreamStart
 from gateway.streaming.prefix_commit import PrefixGate
-from gateway.streaming.sse import DONE, SSE_HEADERS, client_chunk, sse, sse_error, upstream_events
+from gateway.streaming.sse import DONE, SSE_HEADERS, client_chunk, sse, upstream_events
 from gateway.upstream.client import UpstreamClient, UpstreamFailure, read_completion
 from gateway.wire.answer_reading import reading_answer
-from gateway.wire.errors import GatewayError, UnreadableAnswerError
+from gateway.wire.errors import UnreadableAnswerError
 from gateway.wire.facts import CascadeFacts
 from gateway.wire.requests import ParsedRequest
 from money import Price
@@ -42,36 +43,6 @@ from money.charges import Attempt, Charge, attempt_charge
 Settle = Callable[[CascadeFacts, str, list[Attempt]], Charge]
 # The engine's decision on a held prefix (gateway.streaming.prefix_commit): True commits to the stage.
 Decide = Callable[[PrefixGate], bool]
-
-
-@dataclass(slots=True, frozen=True)
-class StreamStart:
-    """Start the 200 SSE response with these headers (SSE headers and the ``x-cascade-*`` facts)."""
-
-    headers: list[tuple[bytes, bytes]]
-
-
-@dataclass(slots=True, frozen=True)
-class StreamChunk:
-    """Bytes of the SSE body; ``last`` ends the response."""
-
-    data: bytes
-    last: bool = False
-
-
-@dataclass(slots=True, frozen=True)
-class StreamFailed:
-    """The stream failed after it started: end it with this error as an SSE ``error`` event."""
-
-    error: GatewayError
-
-    @property
-    def data(self) -> bytes:
-        """The SSE ``error`` event (OpenAI error body) that ends the response."""
-        return sse_error(self.error)
-
-
-StreamEvent = StreamStart | StreamChunk | StreamFailed
 
 
 @dataclass(slots=True, frozen=True)

@@ -13,14 +13,14 @@ from __future__ import annotations
 
 from collections.abc import AsyncGenerator, Mapping
 from contextlib import aclosing
-from dataclasses import dataclass
 from typing import Any
 
 from gateway.config.settings import ModelConfig
 from gateway.routing.tier_choice import RoutePlan
 from gateway.stages.answer_review import AnswerReview
 from gateway.stages.bodies import upstream_body
-from gateway.streaming.live import LiveRelay, PrefixRejected, Settle, ShortAnswer, StreamEvent, WholeAnswer
+from gateway.stages.outcomes import FinalStage, StreamEvent
+from gateway.streaming.live import LiveRelay, PrefixRejected, Settle, ShortAnswer, WholeAnswer
 from gateway.streaming.prefix_commit import PrefixGate
 from gateway.telemetry.metrics import GatewayMetrics
 from gateway.upstream.client import UpstreamFailure, UpstreamPool
@@ -30,15 +30,6 @@ from gateway.wire.facts import CascadeFacts
 from gateway.wire.requests import ParsedRequest
 from policies import score_response, should_escalate
 from policies.commit import CommitRule
-
-
-@dataclass(slots=True)
-class FinalStage:
-    """The last stage of a route, still to call, and the answer to fall back on if it fails."""
-
-    model: str
-    fallback: dict[str, Any] | None = None
-    fallback_model: str | None = None
 
 
 class PrefixStages:
