@@ -55,16 +55,22 @@ class PrefixRejected:
 
 @dataclass(slots=True, frozen=True)
 class ShortAnswer:
-    """The stream ended before the prefix's decision point: its whole answer, to decide as a buffered one."""
+    """The stream ended before the prefix's decision point: its whole answer, to decide as a buffered
+    one; ``seconds`` and ``usd``: the call's time and charge (for the traffic sampler)."""
 
     body: dict[str, Any]
+    seconds: float
+    usd: float
 
 
 @dataclass(slots=True, frozen=True)
 class WholeAnswer:
-    """The upstream ignored ``stream`` and sent one JSON completion (the engine replays it)."""
+    """The upstream ignored ``stream`` and sent one JSON completion (the engine replays it, or decides
+    it as a cheap stage's); ``seconds`` and ``usd``: the call's time and charge."""
 
     body: dict[str, Any]
+    seconds: float
+    usd: float
 
 
 class StreamTally:
@@ -156,6 +162,7 @@ class LiveCall:
         "facts",
         "interrupted",
         "model",
+        "seconds",
         "sent",
         "settle",
         "t0",
@@ -173,17 +180,24 @@ class LiveCall:
         self.whole: dict[str, Any] | None = None  # the answer, when the upstream ignored ``stream``
         self.interrupted = Ending.UNANSWERED
         self.charge: Charge | None = None  # set once ended
+        self.seconds = 0.0  # the upstream time, once ended
         self.t0 = time.monotonic()
 
     def end(self, ending: Ending) -> None:
         """Stop the upstream clock and charge every attempt of the stage: once, the first ending."""
         if self.charge is not None:
             return
-        self.facts.upstream_s += time.monotonic() - self.t0
+        self.seconds = time.monotonic() - self.t0
+        self.facts.upstream_s += self.seconds
         attempt = ending_attempt(ending, self.sent, self.tally, self.whole)
         if attempt is not None:
             self.attempts.append(attempt)
         self.charge = self.settle(self.facts, self.model, self.attempts)
+
+    @property
+    def usd(self) -> float:
+        """What the call was charged (0 before it ended)."""
+        return self.charge.usd if self.charge is not None else 0.0
 
 
 class LiveRelay:
@@ -275,7 +289,7 @@ class LiveRelay:
         call.whole = await read_completion(response, call.model)
         call.end(Ending.WHOLE)
         self._facts.answered_by = call.model
-        return WholeAnswer(call.whole)
+        return WholeAnswer(call.whole, call.seconds, call.usd)
 
     async def _opening(
         self, chunks: AsyncIterator[dict[str, Any]], call: LiveCall, response: Any
@@ -302,7 +316,7 @@ class LiveRelay:
         if short is None:
             raise UpstreamFailure(call.model, "malformed", "stream carried no choices")
         call.end(Ending.COMPLETE)  # charged as the stream it was (its usage, else its chunks)
-        return ShortAnswer(short)
+        return ShortAnswer(short, call.seconds, call.usd)
 
     def _closing(self, call: LiveCall, out: ClientChunks) -> StreamChunk:
         """The stream ran to its end: charged, its watched answer checked, the last chunk with the
