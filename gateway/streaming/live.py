@@ -27,9 +27,8 @@ import time
 from collections.abc import AsyncGenerator, AsyncIterator, Callable
 from dataclasses import dataclass
 from enum import Enum
-from typing import Any
+from typing import Any, Protocol
 
-from gateway.stages.answer_review import StreamedAnswer
 from gateway.stages.bodies import trim_alternatives
 from gateway.stages.outcomes import StreamChunk, StreamEvent, StreamFailed, StreamStart
 from gateway.streaming.prefix_commit import PrefixGate
@@ -44,6 +43,18 @@ from money.charges import Attempt, Charge, attempt_charge
 
 # The engine's settlement of one call's attempts: (facts, model, attempts) -> their charge.
 Settle = Callable[[CascadeFacts, str, list[Attempt]], Charge]
+
+
+class Watch(Protocol):
+    """Sees a live stream's upstream chunks as they are read, and its end (``LiveRelay``'s ``watch``)."""
+
+    def observe(self, event: dict[str, Any]) -> None:
+        """One upstream chunk, before it is made the client's."""
+
+    def close(self) -> None:
+        """The stream ran to its end (and is charged)."""
+
+
 # The engine's decision on a held prefix (gateway.streaming.prefix_commit): True commits to the stage.
 Decide = Callable[[PrefixGate], bool]
 
@@ -210,12 +221,14 @@ class LiveRelay:
         facts: CascadeFacts,
         settle: Settle,
         started: float,
-        watch: StreamedAnswer | None = None,
+        watch: Watch | None = None,
         gate: tuple[PrefixGate, Decide] | None = None,
     ):
         """``settle(facts, model, attempts)`` charges the stage's attempts; ``started`` is the
-        request's perf_counter; ``watch`` assembles the streamed answer for the structural checks
-        (gateway.stages.answer_review), checked before the last chunk carries the facts. ``gate``: a
+        request's perf_counter; ``watch`` sees every upstream chunk before it is made the client's
+        and is closed when the stream ran to its end, once it is charged, before the last chunk
+        carries the facts (the final stage's ``StreamedAnswer`` of gateway.stages.answer_review, a
+        drawn prefix stage's ``KeptStream`` of gateway.streaming.prefix_stream). ``gate``: a
         cheap stage under the ``prefix`` rule (gateway.streaming.prefix_commit): its chunks are held
         until the gate's decision point, then ``decide(gate)`` commits (they are relayed, the stream
         goes on live) or not (``PrefixRejected``: the call is cancelled); a stream that ends first is

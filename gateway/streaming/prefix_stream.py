@@ -96,7 +96,9 @@ class PrefixStage:
         facts.commit_rule = "prefix"
         gate = PrefixGate(rule, legacy=request.api != "chat")
         decide = self._decider(plan, facts)
-        relay = LiveRelay(self._pool[cheap], request, facts, self._settle, started, None, (gate, decide))
+        # A request the traffic sampler drew keeps the committed stream's whole answer.
+        kept = KeptStream(cheap, request, facts) if facts.keep_answer is not None else None
+        relay = LiveRelay(self._pool[cheap], request, facts, self._settle, started, kept, (gate, decide))
         events = relay.events(body, deadline)
         try:
             first = await anext(events)
@@ -179,3 +181,78 @@ class PrefixStage:
         if reason.keeps_fallback and policy.allow_degraded:
             return FinalStage(final, reply, cheap)
         return FinalStage(final)
+
+
+class KeptStream:
+    """A drawn request's committed cheap stream, assembled for the traffic sampler as the whole
+    answer it was (its text, every logprob entry, its finish reason and usage) and kept, when it
+    ran to its end, with the score its prefix was committed on and its call's time and charge: the
+    sampler reuses it instead of calling the cheap model again (docs/traffic.md). It sees each
+    upstream chunk before the chunk is made the client's (the relay's ``watch``). A rejected prefix
+    keeps nothing: its answer was never generated whole."""
+
+    __slots__ = (
+        "_copy",
+        "_cost",
+        "_facts",
+        "_finish",
+        "_legacy",
+        "_logprobs",
+        "_model",
+        "_seconds",
+        "_text",
+        "_usage",
+    )
+
+    def __init__(self, model: str, request: ParsedRequest, facts: CascadeFacts):
+        self._model = model
+        self._facts = facts
+        self._legacy = request.api != "chat"
+        # The client's chunks have their alternatives trimmed in place when it asked for logprobs.
+        self._copy = request.wants_logprobs
+        self._text: list[str] = []
+        # Chat: the ``logprobs.content`` entries; legacy: its parallel lists, concatenated.
+        self._logprobs: dict[str, list[Any]] = (
+            {"tokens": [], "token_logprobs": [], "top_logprobs": []} if self._legacy else {"content": []}
+        )
+        self._finish: Any = None
+        self._usage: dict[str, Any] | None = None
+        self._cost, self._seconds = facts.cost_usd, facts.upstream_s  # before the stage's call
+
+    def observe(self, event: dict[str, Any]) -> None:
+        """One upstream chunk: its first choice's text, logprobs and finish reason, its usage."""
+        usage = event.get("usage")
+        if isinstance(usage, dict):
+            self._usage = usage
+        for choice in event.get("choices") or ():
+            if not isinstance(choice, dict) or choice.get("index", 0) != 0:
+                continue  # one answer per cascade request (n > 1 is refused)
+            part = choice if self._legacy else choice.get("delta")
+            text = part.get("text" if self._legacy else "content") if isinstance(part, dict) else None
+            if isinstance(text, str):
+                self._text.append(text)
+            logprobs = choice.get("logprobs")
+            if isinstance(logprobs, dict):
+                for key, kept in self._logprobs.items():
+                    found = logprobs.get(key)
+                    if isinstance(found, list):
+                        copies = self._copy and key == "content"
+                        kept.extend(
+                            [dict(e) if isinstance(e, dict) else e for e in found] if copies else found
+                        )
+            if choice.get("finish_reason"):
+                self._finish = choice["finish_reason"]
+
+    def close(self) -> None:
+        """The stream ran to its end (and is charged): keep its answer for the sampler."""
+        text = "".join(self._text)
+        choice: dict[str, Any] = {"index": 0, "finish_reason": self._finish, "logprobs": self._logprobs}
+        choice.update({"text": text} if self._legacy else {"message": {"role": "assistant", "content": text}})
+        body: dict[str, Any] = {"choices": [choice]}
+        if self._usage is not None:
+            body["usage"] = self._usage
+        facts = self._facts
+        assert facts.keep_answer is not None
+        # The stage's call is the only one made since this began: the facts' growth is its time and charge.
+        seconds, usd = facts.upstream_s - self._seconds, facts.cost_usd - self._cost
+        facts.keep_answer(self._model, body, seconds, facts.score, usd)
