@@ -170,7 +170,7 @@ class CascadeEngine:
                 async with aclosing(stage.events):
                     yield stage.start
                     async for event in stage.events:
-                        yield event
+                        yield event  # type: ignore[misc]  # a committed relay sends no prefix events
                 return
         else:
             stage = await self._scored_stages(plan, request, deadline, facts)

@@ -84,6 +84,10 @@ class WholeAnswer:
     usd: float
 
 
+# What a relay yields: client events, or (before the start) what a prefix stage decides on.
+RelayEvent = StreamEvent | WholeAnswer | PrefixRejected | ShortAnswer
+
+
 class StreamTally:
     """What one live stage delivered, for charging it however it ends (``charge``).
 
@@ -245,9 +249,7 @@ class LiveRelay:
         """Gateway time so far: all but the finished upstream calls and ``running_s`` of this one."""
         return (time.perf_counter() - self._started - self._facts.upstream_s - running_s) * 1000
 
-    async def events(
-        self, body: bytes, deadline: float
-    ) -> AsyncGenerator[StreamEvent | WholeAnswer | PrefixRejected | ShortAnswer, None]:
+    async def events(self, body: bytes, deadline: float) -> AsyncGenerator[RelayEvent, None]:
         """Client events of the stream ``body`` asks for; UpstreamFailure only before the start."""
         call = LiveCall(self._client.name, body, self._facts, self._settle)
         facts, started = self._facts, False

@@ -26,7 +26,15 @@ from gateway.stages.blackbox_scoring import StageScorer
 from gateway.stages.bodies import upstream_body
 from gateway.stages.decision import StageDecision
 from gateway.stages.outcomes import FinalStage, StreamStart
-from gateway.streaming.live import Decide, LiveRelay, PrefixRejected, Settle, ShortAnswer, WholeAnswer
+from gateway.streaming.live import (
+    Decide,
+    LiveRelay,
+    PrefixRejected,
+    RelayEvent,
+    Settle,
+    ShortAnswer,
+    WholeAnswer,
+)
 from gateway.streaming.prefix_commit import PrefixGate
 from gateway.telemetry.metrics import GatewayMetrics
 from gateway.upstream.client import UpstreamFailure, UpstreamPool
@@ -36,9 +44,6 @@ from gateway.wire.facts import CascadeFacts
 from gateway.wire.requests import ParsedRequest
 from policies.commit import CommitRule
 
-# The relay's events after a committed start (a relay decides its prefix once: no prefix events follow).
-RelayEvents = AsyncGenerator[Any, None]
-
 
 @dataclass(slots=True, frozen=True)
 class Committed:
@@ -46,7 +51,7 @@ class Committed:
     caller streams and closes it, ``contextlib.aclosing``, so an abandoned stream is charged)."""
 
     start: StreamStart
-    events: RelayEvents
+    events: AsyncGenerator[RelayEvent, None]  # only client events: the prefix was decided once
 
 
 class PrefixStage:
