@@ -35,9 +35,9 @@ from gateway.engine.cascade import client_body
 from gateway.keys.auth import client_address
 from gateway.keys.ledger import NANO_PER_USD, Reservation
 from gateway.routing.tier_choice import RoutePlan
+from gateway.stages.outcomes import StreamFailed, StreamStart, sse_error
 from gateway.streaming.early_start import EarlyStart, decision_comment
-from gateway.streaming.live import StreamFailed, StreamStart
-from gateway.streaming.sse import SSE_HEADERS, sse_error
+from gateway.streaming.sse import SSE_HEADERS
 from gateway.wire.answer_reading import READ_FAILURES, unreadable
 from gateway.wire.errors import (
     BadRequestError,

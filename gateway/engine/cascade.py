@@ -23,13 +23,16 @@ every call (gateway.stages.blackbox_scoring). Faults:
 Every answer is also checked (gateway.stages.answer_review, docs/tool-calls.md): calls a model writes as
 content are normalized into ``tool_calls`` (after scoring), a scored stage whose answer fails a
 structural check escalates whatever its score, a final stage's invalid answer is returned and
-counted; every escalation records its reason.
+counted; every escalation records its reason. Each scored stage is decided by
+gateway.stages.decision (``StageDecision``: the score, the sampler's copy, the review, the reason,
+and which stage follows a timeout), the one decision of the buffered and the prefix paths.
 
 A streamed request is served by ``CascadeEngine.stream`` as client-ready SSE events: the scored
 stages are the same, an accepted answer is replayed, the final stage is relayed live by
 gateway.streaming.live (which charges it however the stream ends). On a tier with the ``prefix`` commit rule
 (gateway.streaming.prefix_commit) a streamed text request's cheap stage is itself streamed and decided on its
-first tokens: committed to (relayed live) or cancelled and escalated.
+first tokens by the engine's ``PrefixStage`` (gateway.streaming.prefix_stream): committed to (relayed
+live) or cancelled and escalated.
 
 The client's own fields go through unchanged, over the model's configured request defaults
 (``policies.request_defaults``); ``model`` is rewritten to the upstream's id, and
@@ -46,12 +49,14 @@ from typing import Any
 
 from gateway.config.settings import ModelConfig
 from gateway.routing.tier_choice import RoutePlan
-from gateway.stages.answer_review import MISSING_SCORE_REASONS, AnswerReview
-from gateway.stages.blackbox_scoring import SCORER_FAILED, StageScorer
+from gateway.stages.answer_review import AnswerReview, EscalationReason
+from gateway.stages.blackbox_scoring import StageScorer
 from gateway.stages.bodies import client_body, scored_stage_body, upstream_body
-from gateway.streaming.live import LiveRelay, StreamChunk, StreamEvent, StreamStart, WholeAnswer
+from gateway.stages.decision import StageDecision, Timeouts
+from gateway.stages.outcomes import FinalStage, StreamChunk, StreamEvent, StreamStart
+from gateway.streaming.live import LiveRelay, WholeAnswer
 from gateway.streaming.prefix_commit import prefix_rule
-from gateway.streaming.prefix_stream import FinalStage, PrefixStages
+from gateway.streaming.prefix_stream import Committed, PrefixStage
 from gateway.streaming.sse import SSE_HEADERS, replay
 from gateway.telemetry.metrics import GatewayMetrics
 from gateway.upstream.client import UpstreamFailure, UpstreamPool, UpstreamReply
@@ -60,7 +65,6 @@ from gateway.wire.errors import UnreadableAnswerError
 from gateway.wire.facts import AnswerKeeper, CascadeFacts
 from gateway.wire.requests import ParsedRequest
 from money.charges import Attempt, Charge, attempt_charge
-from policies.schema import Policy
 
 
 @dataclass(slots=True)
@@ -71,7 +75,7 @@ class CascadeResult:
     body: dict[str, Any]
 
 
-class CascadeEngine(PrefixStages):
+class CascadeEngine:
     """Runs plans against the upstream pool and records metrics of every call.
 
     ``run`` serves a request as one answer; ``stream`` serves it as client-ready SSE events. Both
@@ -84,6 +88,8 @@ class CascadeEngine(PrefixStages):
         self._metrics = metrics
         self._review = AnswerReview(models, metrics)
         self._scorer = StageScorer(models, self._call)
+        self._decision = StageDecision(models, metrics, self._review)
+        self._prefix = PrefixStage(models, pool, metrics, self._decision, self._scorer, self.settle)
 
     @staticmethod
     def new_facts(
@@ -157,16 +163,15 @@ class CascadeEngine(PrefixStages):
         final chunk). Close the iterator (``contextlib.aclosing``) so an abandoned stream is charged.
         """
         rule = prefix_rule(plan)
-        stage: dict[str, Any] | FinalStage
+        stage: Committed | dict[str, Any] | FinalStage
         if rule is not None:
-            decided: list[dict[str, Any] | FinalStage] = []
-            prefix = self._prefix_stage(plan, request, deadline, facts, started, rule, decided)
-            async with aclosing(prefix):
-                async for event in prefix:
-                    yield event
-            if not decided:
-                return  # committed: the cheap stage was streamed to its end
-            stage = decided[0]
+            stage = await self._prefix.decide(plan, request, deadline, facts, started, rule)
+            if isinstance(stage, Committed):  # the cheap stage streams on to its end
+                async with aclosing(stage.events):
+                    yield stage.start
+                    async for event in stage.events:
+                        yield event  # type: ignore[misc]  # a committed relay sends no prefix events
+                return
         else:
             stage = await self._scored_stages(plan, request, deadline, facts)
         if not isinstance(stage, dict) and self._review.writes_calls(stage.model, request):
@@ -214,118 +219,59 @@ class CascadeEngine(PrefixStages):
             default_cap=config.default_max_tokens,
         )
 
-    def _observe_score(self, plan: RoutePlan, model: str, score: float | None) -> None:
-        """A scored stage's score in the confidence histogram and the drift window."""
-        if score is not None:
-            assert plan.policy is not None
-            self._metrics.child(self._metrics.confidence, plan.tier, model).observe(score)
-            self._metrics.drift.observe(plan.policy.policy_id, plan.tier, model, score, plan.kind)
-
     async def _scored_stages(
         self, plan: RoutePlan, request: ParsedRequest, deadline: float, facts: CascadeFacts
     ) -> dict[str, Any] | FinalStage:
-        """Call and score every stage but the last: an accepted answer, or the final stage to call."""
+        """Call and score every stage but the last: an accepted answer, or the final stage to call
+        (gateway.stages.decision decides each stage and which one follows)."""
         if plan.route is None:  # passthrough
             assert plan.model is not None
             facts.outcome = "passthrough"
             return FinalStage(plan.model)
-        policy = plan.policy
+        policy, models, decision = plan.policy, plan.route.models, self._decision
         assert policy is not None
-        models, thresholds = plan.route.models, plan.route.thresholds
         fallback: dict[str, Any] | None = None
         fallback_model: str | None = None
-        last = len(models) - 1
-        timed_out: set[tuple[str, str]] = set()  # upstreams that timed out in this request
-        timeout: UpstreamFailure | None = None  # the last of those timeouts
-        stage = 0
+        timeouts: Timeouts | None = None  # the upstreams that timed out in this request
+        last, stage = len(models) - 1, 0
         while stage < last:
             model = models[stage]
             body = scored_stage_body(request, self._models[model], policy.scorer)
+            reply: dict[str, Any] | None = None
             try:
                 called, charge = await self._call(model, request, body, deadline, facts)
             except UpstreamFailure as failure:
-                facts.failures.append(failure.kind)
-                if failure.kind == "timeout":
-                    timed_out.add(self._models[model].upstream)
-                    timeout = failure
-                following = self._next_stage(models, stage, timed_out)
-                if following is None:  # every later stage waits on an upstream that timed out
-                    return self._no_stage_left(timeout, fallback, fallback_model, policy, facts)
-                self._escalate(plan.tier, model, models[following], facts, "upstream_error")
-                stage = following
-                continue
-            reply = called.body
-            try:  # scoring reads the answer: one it cannot read is the stage's failure
-                # A black-box scorer's extra calls are charged here; their cost is the stage's too.
-                scored = await self._scorer.score(policy.scorer, model, request, body, reply, deadline, facts)
-            except READ_FAILURES as exc:
-                following = self._next_stage(models, stage, timed_out)
-                if following is None:
-                    return self._no_stage_left(timeout, fallback, fallback_model, policy, facts)
-                self._unreadable_stage(plan.tier, model, models[following], facts, exc)
-                stage = following
-                continue
-            score = scored.score
-            if facts.keep_answer is not None:  # asked to: the traffic sampler drew this request
-                facts.keep_answer(model, reply, called.seconds, score, charge.usd + scored.usd)
-            facts.score, facts.threshold = score, thresholds[stage]
-            self._observe_score(plan, model, score)
-            try:  # so does checking it
-                reason, problem = self._review.scored(
-                    model, request, reply, facts, score, thresholds[stage], policy.on_missing_score
-                )
-            except READ_FAILURES as exc:
-                following = self._next_stage(models, stage, timed_out)
-                if following is None:
-                    return self._no_stage_left(timeout, fallback, fallback_model, policy, facts)
-                self._unreadable_stage(plan.tier, model, models[following], facts, exc)
-                stage = following
-                continue
+                timeouts = decision.failed(model, failure, facts, timeouts)
+                reason: EscalationReason | None = EscalationReason.UPSTREAM_ERROR
+            else:
+                reply = called.body
+                try:  # scoring reads the answer: one it cannot read is the stage's failure
+                    # A black-box scorer's extra calls are charged here; their cost is the stage's too.
+                    scored = await self._scorer.score(
+                        policy.scorer, model, request, body, reply, deadline, facts
+                    )
+                except READ_FAILURES as exc:
+                    reason = decision.unreadable(model, facts, exc)
+                else:
+                    reason = decision.decide(
+                        plan, stage, request, reply, scored, facts, called.seconds, charge.usd
+                    )
             if reason is None:
+                assert reply is not None
                 facts.answered_by = model
                 facts.outcome = "accepted" if stage == 0 else "escalated"
                 return reply
-            if problem is None:  # a certainly wrong answer is no fallback
+            if reason.keeps_fallback:  # a certainly wrong (or unread) answer is no fallback
                 fallback, fallback_model = reply, model
-            if scored.failed and reason in MISSING_SCORE_REASONS:  # the scorer's own call failed
-                reason = SCORER_FAILED
-            following = self._next_stage(models, stage, timed_out)
-            if following is None:
-                return self._no_stage_left(timeout, fallback, fallback_model, policy, facts)
-            self._escalate(plan.tier, model, models[following], facts, reason)
+            following = decision.next_stage(models, stage, timeouts)
+            if following is None:  # every later stage waits on an upstream that timed out
+                return decision.no_stage_left(timeouts, fallback, fallback_model, policy, facts)
+            decision.escalate(plan.tier, model, models[following], facts, reason)
             stage = following
         facts.outcome = "direct" if last == 0 else "escalated"
         if not policy.allow_degraded:
             fallback = fallback_model = None
         return FinalStage(models[last], fallback, fallback_model)
-
-    def _next_stage(self, models: list[str], stage: int, timed_out: set[tuple[str, str]]) -> int | None:
-        """The stage after ``stage`` to call: the first whose upstream has not timed out in this request.
-
-        A stage served by an upstream that already timed out (two pool members of one llama-server)
-        would queue behind the abandoned call on the same server, under the same deadline: it is
-        skipped (docs/contracts.md#faults). None when no later stage is left.
-        """
-        for following in range(stage + 1, len(models)):
-            if self._models[models[following]].upstream not in timed_out:
-                return following
-        return None
-
-    @staticmethod
-    def _no_stage_left(
-        timeout: UpstreamFailure | None,
-        fallback: dict[str, Any] | None,
-        fallback_model: str | None,
-        policy: Policy,
-        facts: CascadeFacts,
-    ) -> dict[str, Any]:
-        """Every later stage was skipped: the last good answer marked degraded, if the policy allows
-        it; else the timeout that made them skippable (a 504)."""
-        assert timeout is not None  # a stage is only skipped after its upstream timed out
-        if fallback is not None and policy.allow_degraded:
-            facts.outcome, facts.answered_by, facts.degraded = "escalated", fallback_model, True
-            return fallback
-        raise timeout.to_gateway_error() from None
 
     @staticmethod
     def _fall_back(stage: FinalStage, failure: UpstreamFailure, facts: CascadeFacts) -> dict[str, Any]:
@@ -335,15 +281,6 @@ class CascadeEngine(PrefixStages):
             raise failure.to_gateway_error() from None
         facts.answered_by, facts.degraded = stage.fallback_model, True
         return stage.fallback
-
-    def _unreadable_stage(
-        self, tier: str, model: str, next_model: str, facts: CascadeFacts, exc: BaseException
-    ) -> None:
-        """A scored stage's answer could not be read (its call is charged): logged, and escalated
-        like a malformed answer."""
-        unreadable(model, exc)
-        facts.failures.append("unreadable")
-        self._escalate(tier, model, next_model, facts, "upstream_error")
 
     @staticmethod
     def _fall_back_unreadable(
@@ -414,9 +351,3 @@ class CascadeEngine(PrefixStages):
             metrics.child(metrics.tokens, model, "prompt").inc(charge.prompt_tokens)
         if charge.completion_tokens:
             metrics.child(metrics.tokens, model, "completion").inc(charge.completion_tokens)
-
-    def _escalate(self, tier: str, from_model: str, to_model: str, facts: CascadeFacts, reason: str) -> None:
-        """Count an escalation and its reason (gateway.stages.answer_review.ESCALATION_REASONS)."""
-        facts.escalated = True
-        self._metrics.child(self._metrics.escalations, tier, from_model, to_model).inc()
-        self._review.escalated(tier, from_model, reason, facts)

@@ -14,7 +14,7 @@ The cascade engine (gateway.engine.cascade) calls this module at few places (doc
 Order matters: the score is computed on the raw reply, whose content logprobs are the tokens of a
 call written as content, and only then is the call moved into ``tool_calls``.
 
-Reasons (``ESCALATION_REASONS``, the ``reason`` label of ``cascade_escalation_reasons_total``):
+Reasons (``EscalationReason``, the ``reason`` label of ``cascade_escalation_reasons_total``):
 ``low_score`` (a score below the threshold); a missing score (the policy's ``on_missing_score`` is
 ``escalate``) says why: ``tool_call_only`` (only tool calls, no content tokens), ``empty_answer``
 (no content), ``no_logprobs`` (content, but no usable logprobs); ``invalid_tool_call`` /
@@ -27,6 +27,7 @@ failed: the score is missing).
 from __future__ import annotations
 
 from collections.abc import Mapping
+from enum import StrEnum
 from typing import Any
 
 from gateway.config.settings import ModelConfig
@@ -39,34 +40,65 @@ from policies.answer_checks import AnswerProblem, check_answer
 from policies.tool_calls import normalize_message, request_kind
 from policies.truncation import cut_short
 
-ESCALATION_REASONS: tuple[str, ...] = (
-    "low_score",
-    "no_logprobs",
-    "tool_call_only",
-    "empty_answer",
-    "invalid_tool_call",
-    "invalid_structured_output",
-    "truncated",  # cut at a completion cap the client did not set (policies.truncation)
-    "upstream_error",
-    "scorer_failed",  # a black-box scorer's own call failed (gateway.stages.blackbox_scoring)
+
+class EscalationReason(StrEnum):
+    """Why a scored stage escalated: the ``reason`` label of ``cascade_escalation_reasons_total``,
+    ``x-cascade-escalation-reason`` and ``escalation_reasons`` (docs/contracts.md#metrics)."""
+
+    LOW_SCORE = "low_score"
+    NO_LOGPROBS = "no_logprobs"
+    TOOL_CALL_ONLY = "tool_call_only"
+    EMPTY_ANSWER = "empty_answer"
+    INVALID_TOOL_CALL = "invalid_tool_call"
+    INVALID_STRUCTURED_OUTPUT = "invalid_structured_output"
+    TRUNCATED = "truncated"  # cut at a completion cap the client did not set (policies.truncation)
+    UPSTREAM_ERROR = "upstream_error"
+    SCORER_FAILED = "scorer_failed"  # a black-box scorer's own call failed (gateway.stages.blackbox_scoring)
+
+    @property
+    def missing_score(self) -> bool:
+        """A missing score: the share of these per tier is what the missing-scores alert watches."""
+        return self in _MISSING_SCORE
+
+    @property
+    def keeps_fallback(self) -> bool:
+        """The escalated answer may still be served degraded: it was read and is not certainly wrong
+        (no failed structural check)."""
+        return self not in _NO_FALLBACK
+
+
+_MISSING_SCORE = frozenset(
+    {
+        EscalationReason.NO_LOGPROBS,
+        EscalationReason.TOOL_CALL_ONLY,
+        EscalationReason.EMPTY_ANSWER,
+        EscalationReason.SCORER_FAILED,
+    }
 )
-# The reasons of a missing score: the share of these per tier is what the missing-scores alert watches.
-MISSING_SCORE_REASONS: tuple[str, ...] = ("no_logprobs", "tool_call_only", "empty_answer", "scorer_failed")
+_NO_FALLBACK = frozenset(
+    {
+        EscalationReason.INVALID_TOOL_CALL,
+        EscalationReason.INVALID_STRUCTURED_OUTPUT,
+        EscalationReason.UPSTREAM_ERROR,
+    }
+)
 
 
-def missing_score_reason(reply: Mapping[str, Any]) -> str:
+def missing_score_reason(reply: Mapping[str, Any]) -> EscalationReason:
     """Why a reply has no score: ``tool_call_only``, ``empty_answer`` or ``no_logprobs``."""
     choices = reply.get("choices")
     choice = choices[0] if isinstance(choices, list) and choices else None
     if not isinstance(choice, Mapping):
-        return "empty_answer"
+        return EscalationReason.EMPTY_ANSWER
     message = choice.get("message")
     message = message if isinstance(message, Mapping) else {}
     text = message.get("content") if "message" in choice else choice.get("text")
     if isinstance(text, str) and text.strip():
-        return "no_logprobs"  # text to score, but the upstream gave no usable logprobs for it
+        return EscalationReason.NO_LOGPROBS  # text to score, but the upstream gave no usable logprobs for it
     calls = message.get("tool_calls")
-    return "tool_call_only" if isinstance(calls, list) and calls else "empty_answer"
+    if isinstance(calls, list) and calls:
+        return EscalationReason.TOOL_CALL_ONLY
+    return EscalationReason.EMPTY_ANSWER
 
 
 class AnswerReview:
@@ -94,24 +126,24 @@ class AnswerReview:
         score: float | None,
         threshold: float,
         on_missing_score: str,
-    ) -> tuple[str | None, AnswerProblem | None]:
-        """A scored stage's answer (already scored on the raw reply): why it escalates (None: keep
-        it) and its problem, if it has one; ``reply`` is normalized in place (``review``).
+    ) -> EscalationReason | None:
+        """A scored stage's answer (already scored on the raw reply): why it escalates, or None to
+        keep it; ``reply`` is normalized in place (``review``).
 
-        A failed check comes first, then a cut answer (``truncated``: an unfinished answer is not
-        accepted on its score; it stays a possible degraded fallback, its ``finish_reason`` says it
-        was cut), then the score."""
+        A failed check comes first (whatever the score: the answer is no fallback either), then a
+        cut answer (``truncated``: an unfinished answer is not accepted on its score; it stays a
+        possible degraded fallback, its ``finish_reason`` says it was cut), then the score."""
         # Read before normalizing: a call written as content that has no logprobs lacks logprobs,
         # it is not an answer without content tokens.
         missing = missing_score_reason(reply) if score is None else None
         problem = self.review(model, request, reply, facts)
         if problem is not None:
-            return problem.kind, problem  # a certain failure, whatever the score
+            return EscalationReason(problem.kind)  # a certain failure, whatever the score
         if cut_short(request.body, reply):
-            return "truncated", None
+            return EscalationReason.TRUNCATED
         if not should_escalate(score, threshold, on_missing_score):
-            return None, None
-        return missing or "low_score", None
+            return None
+        return missing or EscalationReason.LOW_SCORE
 
     def review(
         self, model: str, request: ParsedRequest, reply: dict[str, Any], facts: CascadeFacts
@@ -152,7 +184,7 @@ class AnswerReview:
             return None
         return StreamedAnswer(self, model, request, facts)
 
-    def escalated(self, tier: str, model: str, reason: str, facts: CascadeFacts) -> None:
+    def escalated(self, tier: str, model: str, reason: EscalationReason, facts: CascadeFacts) -> None:
         """Record and count why ``model``'s stage escalated."""
         facts.escalation_reasons.append(reason)
         metrics = self._metrics

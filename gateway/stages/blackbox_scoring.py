@@ -53,8 +53,6 @@ from policies.scorers import Calls, CallSettings, blackbox_calls
 from traffic.judges.base import JudgeError
 from traffic.judges.equivalence import equivalence
 
-# The escalation reason of a stage whose black-box scorer's own call failed (docs/contracts.md#metrics).
-SCORER_FAILED = "scorer_failed"
 # Bytes of quoted answer the reservation allows per completion token the stage may be billed. The
 # demo's answers (data/local/arithmetic-runs.jsonl.gz, Qwen2.5) average 2.0 bytes per completion
 # token, the longest of their 18,351 tokens and alternatives is 21 bytes; 16 per token leaves room

@@ -10,29 +10,32 @@ them. ``LiveRelay`` is the part of that iterator that relays one upstream stream
   the cheap answer (or a 502/504);
 * a failure after the start ends the stream with an SSE ``error`` event (never a silent cut);
 * every attempt of the stage is charged, however the stream ends, by the one charging rule
-  (``money.charges.attempt_charge``, through the engine's ``settle``): the accepted one (HTTP
-  200) by the usage its stream reported, else, when it ran to its end, by what it delivered
-  (``StreamTally``), or as the whole answer it sent; one that broke off without a usage (cut,
-  timed out, unreadable, left by its client), timed out or was cut before its answer began, or
-  whose JSON answer could not be read, at its worst case: the provider may have produced more
-  than the gateway read. This covers a client that disconnects, an upstream cut, the request
-  deadline and a shutdown alike: the charge is made in a ``finally`` that runs on cancellation.
+  (``money.charges.attempt_charge``, through the engine's ``settle``). Each exit of the relay
+  names its ``Ending`` and ``ending_attempt`` alone turns it into the 200 attempt's charge: the
+  usage its stream reported, else, when it ran to its end, what it delivered (``StreamTally``), or
+  the whole answer it sent; one that broke off without a usage (cut, timed out, unreadable, left
+  by its client), or whose JSON answer could not be read, at its worst case: the provider may have
+  produced more than the gateway read; one the gateway closed itself (a rejected prefix) at the
+  chunks read plus the model's declared overrun. A ``LiveCall`` settles once, at its first ending;
+  a client that disconnects, the request deadline and a shutdown end it in a ``finally`` that runs
+  on cancellation.
 """
 
 from __future__ import annotations
 
 import time
-from collections.abc import AsyncGenerator, Callable
+from collections.abc import AsyncGenerator, AsyncIterator, Callable
 from dataclasses import dataclass
-from typing import Any
+from enum import Enum
+from typing import Any, Protocol
 
-from gateway.stages.answer_review import StreamedAnswer
 from gateway.stages.bodies import trim_alternatives
+from gateway.stages.outcomes import StreamChunk, StreamEvent, StreamFailed, StreamStart
 from gateway.streaming.prefix_commit import PrefixGate
-from gateway.streaming.sse import DONE, SSE_HEADERS, client_chunk, sse, sse_error, upstream_events
+from gateway.streaming.sse import DONE, SSE_HEADERS, client_chunk, sse, upstream_events
 from gateway.upstream.client import UpstreamClient, UpstreamFailure, read_completion
 from gateway.wire.answer_reading import reading_answer
-from gateway.wire.errors import GatewayError, UnreadableAnswerError
+from gateway.wire.errors import UnreadableAnswerError
 from gateway.wire.facts import CascadeFacts
 from gateway.wire.requests import ParsedRequest
 from money import Price
@@ -40,38 +43,20 @@ from money.charges import Attempt, Charge, attempt_charge
 
 # The engine's settlement of one call's attempts: (facts, model, attempts) -> their charge.
 Settle = Callable[[CascadeFacts, str, list[Attempt]], Charge]
+
+
+class Watch(Protocol):
+    """Sees a live stream's upstream chunks as they are read, and its end (``LiveRelay``'s ``watch``)."""
+
+    def observe(self, event: dict[str, Any]) -> None:
+        """One upstream chunk, before it is made the client's."""
+
+    def close(self) -> None:
+        """The stream ran to its end (and is charged)."""
+
+
 # The engine's decision on a held prefix (gateway.streaming.prefix_commit): True commits to the stage.
 Decide = Callable[[PrefixGate], bool]
-
-
-@dataclass(slots=True, frozen=True)
-class StreamStart:
-    """Start the 200 SSE response with these headers (SSE headers and the ``x-cascade-*`` facts)."""
-
-    headers: list[tuple[bytes, bytes]]
-
-
-@dataclass(slots=True, frozen=True)
-class StreamChunk:
-    """Bytes of the SSE body; ``last`` ends the response."""
-
-    data: bytes
-    last: bool = False
-
-
-@dataclass(slots=True, frozen=True)
-class StreamFailed:
-    """The stream failed after it started: end it with this error as an SSE ``error`` event."""
-
-    error: GatewayError
-
-    @property
-    def data(self) -> bytes:
-        """The SSE ``error`` event (OpenAI error body) that ends the response."""
-        return sse_error(self.error)
-
-
-StreamEvent = StreamStart | StreamChunk | StreamFailed
 
 
 @dataclass(slots=True, frozen=True)
@@ -81,16 +66,26 @@ class PrefixRejected:
 
 @dataclass(slots=True, frozen=True)
 class ShortAnswer:
-    """The stream ended before the prefix's decision point: its whole answer, to decide as a buffered one."""
+    """The stream ended before the prefix's decision point: its whole answer, to decide as a buffered
+    one; ``seconds`` and ``usd``: the call's time and charge (for the traffic sampler)."""
 
     body: dict[str, Any]
+    seconds: float
+    usd: float
 
 
 @dataclass(slots=True, frozen=True)
 class WholeAnswer:
-    """The upstream ignored ``stream`` and sent one JSON completion (the engine replays it)."""
+    """The upstream ignored ``stream`` and sent one JSON completion (the engine replays it, or decides
+    it as a cheap stage's); ``seconds`` and ``usd``: the call's time and charge."""
 
     body: dict[str, Any]
+    seconds: float
+    usd: float
+
+
+# What a relay yields: client events, or (before the start) what a prefix stage decides on.
+RelayEvent = StreamEvent | WholeAnswer | PrefixRejected | ShortAnswer
 
 
 class StreamTally:
@@ -140,6 +135,86 @@ def _chunk_tokens(choice: dict[str, Any]) -> int:
     return max(1, entries) if carries or entries else 0
 
 
+class Ending(Enum):
+    """How a live stage's stream ended; ``ending_attempt`` says what each ending is charged."""
+
+    UNANSWERED = "unanswered"  # no 200: only the attempts the upstream client reported
+    WHOLE = "whole"  # the upstream ignored ``stream``: one JSON answer, read whole
+    CUT_JSON = "cut_json"  # that JSON answer cut, timed out or unreadable
+    COMPLETE = "complete"  # the stream ran to its end
+    REJECTED = "rejected"  # closed by the gateway: a prefix not committed to
+    BROKEN = "broken"  # broke off after the 200: cut, timed out, unreadable, left by its client
+
+
+def ending_attempt(
+    ending: Ending, sent: bytes, tally: StreamTally, whole: dict[str, Any] | None
+) -> Attempt | None:
+    """The 200 attempt of a stream that ended so, as ``money.charges`` charges it (``sent``: the
+    upstream request, ``whole``: a JSON answer read); None without a 200 (the upstream client
+    reported every attempt). The one place a stream's ending becomes its charge."""
+    if ending is Ending.UNANSWERED:
+        return None
+    if ending is Ending.WHOLE:
+        return Attempt(sent, answer=whole)  # charged as the non-streamed answer it is
+    if ending is Ending.CUT_JSON:
+        return Attempt(sent)  # a JSON answer not read whole: its worst case
+    if ending is Ending.COMPLETE or tally.usage is not None:
+        return tally.attempt(sent)  # the usage it reported, else the output chunks read
+    if ending is Ending.REJECTED:  # closed by the gateway: the chunks read plus the declared overrun
+        return Attempt(sent, streamed_tokens=tally.completion_tokens, cancelled=True)
+    return Attempt(sent)  # broke off without a usage: what it produced is unknown, its worst case
+
+
+class LiveCall:
+    """One live stage's call while it streams: what it read, and its one settlement (``end``).
+
+    ``interrupted`` is the ending it would have if it stopped now (a failure, its client gone, the
+    deadline, a shutdown): it only moves forward, from ``UNANSWERED`` to the 200's kind."""
+
+    __slots__ = (
+        "attempts",
+        "charge",
+        "facts",
+        "interrupted",
+        "model",
+        "seconds",
+        "sent",
+        "settle",
+        "t0",
+        "tally",
+        "whole",
+    )
+
+    def __init__(self, model: str, sent: bytes, facts: CascadeFacts, settle: Settle):
+        self.model = model
+        self.sent = sent
+        self.facts = facts
+        self.settle = settle
+        self.tally = StreamTally()
+        self.attempts: list[Attempt] = []  # the attempts that ended before the 200 (upstream.stream)
+        self.whole: dict[str, Any] | None = None  # the answer, when the upstream ignored ``stream``
+        self.interrupted = Ending.UNANSWERED
+        self.charge: Charge | None = None  # set once ended
+        self.seconds = 0.0  # the upstream time, once ended
+        self.t0 = time.monotonic()
+
+    def end(self, ending: Ending) -> None:
+        """Stop the upstream clock and charge every attempt of the stage: once, the first ending."""
+        if self.charge is not None:
+            return
+        self.seconds = time.monotonic() - self.t0
+        self.facts.upstream_s += self.seconds
+        attempt = ending_attempt(ending, self.sent, self.tally, self.whole)
+        if attempt is not None:
+            self.attempts.append(attempt)
+        self.charge = self.settle(self.facts, self.model, self.attempts)
+
+    @property
+    def usd(self) -> float:
+        """What the call was charged (0 before it ended)."""
+        return self.charge.usd if self.charge is not None else 0.0
+
+
 class LiveRelay:
     """Relays one upstream stream as client events and charges it (see the module docstring)."""
 
@@ -150,17 +225,18 @@ class LiveRelay:
         facts: CascadeFacts,
         settle: Settle,
         started: float,
-        watch: StreamedAnswer | None = None,
+        watch: Watch | None = None,
         gate: tuple[PrefixGate, Decide] | None = None,
     ):
         """``settle(facts, model, attempts)`` charges the stage's attempts; ``started`` is the
-        request's perf_counter; ``watch`` assembles the streamed answer for the structural checks
-        (gateway.stages.answer_review), checked before the last chunk carries the facts. ``gate``: a cheap
-        stage under the ``prefix`` rule (gateway.streaming.prefix_commit): its chunks are held until the
-        gate's
-        decision point, then ``decide(gate)`` commits (they are relayed, the stream goes on live)
-        or not (``PrefixRejected``: the call is cancelled); a stream that ends first is a
-        ``ShortAnswer``."""
+        request's perf_counter; ``watch`` sees every upstream chunk before it is made the client's
+        and is closed when the stream ran to its end, once it is charged, before the last chunk
+        carries the facts (the final stage's ``StreamedAnswer`` of gateway.stages.answer_review, a
+        drawn prefix stage's ``KeptStream`` of gateway.streaming.prefix_stream). ``gate``: a
+        cheap stage under the ``prefix`` rule (gateway.streaming.prefix_commit): its chunks are held
+        until the gate's decision point, then ``decide(gate)`` commits (they are relayed, the stream
+        goes on live) or not (``PrefixRejected``: the call is cancelled); a stream that ends first is
+        a ``ShortAnswer``."""
         self._client = client
         self._request = request
         self._facts = facts
@@ -173,120 +249,46 @@ class LiveRelay:
         """Gateway time so far: all but the finished upstream calls and ``running_s`` of this one."""
         return (time.perf_counter() - self._started - self._facts.upstream_s - running_s) * 1000
 
-    async def events(
-        self, body: bytes, deadline: float
-    ) -> AsyncGenerator[StreamEvent | WholeAnswer | PrefixRejected | ShortAnswer, None]:
+    async def events(self, body: bytes, deadline: float) -> AsyncGenerator[RelayEvent, None]:
         """Client events of the stream ``body`` asks for; UpstreamFailure only before the start."""
-        model, request, facts = self._client.name, self._request, self._facts
-        facts.models_called.append(model)
-        tally = StreamTally()
-        attempts: list[Attempt] = []  # the attempts that ended before the 200 (upstream.stream)
-        whole: dict[str, Any] | None = None  # the answer, when the upstream ignored ``stream``
-        accepted = json_answer = started = done = complete = rejected = False
-        t0 = time.monotonic()
-
-        def finish() -> None:
-            """Stop the upstream clock and charge every attempt of the stage (once)."""
-            nonlocal done
-            if done:
-                return
-            done = True
-            facts.upstream_s += time.monotonic() - t0
-            if whole is not None:  # charged as the non-streamed answer it is
-                attempts.append(Attempt(body, answer=whole))
-            elif json_answer:  # a JSON answer that was cut or unreadable: its worst case
-                attempts.append(Attempt(body))
-            elif complete or (accepted and tally.usage is not None):
-                attempts.append(tally.attempt(body))
-            elif rejected:  # closed by the gateway: the chunks read plus the model's declared overrun
-                attempts.append(Attempt(body, streamed_tokens=tally.completion_tokens, cancelled=True))
-            elif accepted:  # a stream that broke off without usage: what it produced is unknown
-                attempts.append(Attempt(body))
-            self._settle(facts, model, attempts)
-
+        call = LiveCall(self._client.name, body, self._facts, self._settle)
+        facts, started = self._facts, False
+        facts.models_called.append(call.model)
         try:
-            async with self._client.stream(request.api, body, deadline, attempts) as response:
-                accepted = True
+            async with self._client.stream(self._request.api, body, deadline, call.attempts) as response:
                 if response.content_type == "application/json":
-                    json_answer = True
-                    whole = await read_completion(response, model)
-                    finish()
-                    facts.answered_by = model
-                    yield WholeAnswer(whole)
+                    yield await self._whole(response, call)
                     return
-                held: dict[str, Any] | None = None
-                gate = self._gate
-                # A prefix stage asked for the scorer's alternatives: the client gets what it asked.
-                trim = gate is not None and request.wants_logprobs
+                call.interrupted = Ending.BROKEN
                 # Reading the answer (its chunks, the watched answer): a failure is one error.
-                with reading_answer(model):
-                    async for event in upstream_events(response, model):
-                        tally.observe(event)
+                with reading_answer(call.model):
+                    chunks = upstream_events(response, call.model)
+                    opening = await self._opening(chunks, call, response)
+                    if not isinstance(opening, list):  # decided before the start (and charged)
+                        yield opening
+                        return
+                    started = True
+                    yield self._start(call)
+                    out = ClientChunks(call.model, self._request, trim=self._gate is not None)
+                    for event in opening:
+                        if (data := out.relay(event)) is not None:
+                            yield StreamChunk(data)
+                    async for event in chunks:
+                        call.tally.observe(event)
                         if self._watch is not None:
                             self._watch.observe(event)
-                        if gate is not None:  # a prefix to hold: nothing is sent before the decision
-                            if not gate[0].hold(event):
-                                continue
-                            if not gate[1](gate[0]):
-                                rejected = True
-                                response.close()  # the upstream stops generating what nobody reads
-                                yield PrefixRejected()  # ``finish`` charges the cancelled call
-                                return
-                            started = True
-                            facts.answered_by = model
-                            overhead_ms = self._overhead_ms(time.monotonic() - t0)
-                            yield StreamStart([*SSE_HEADERS, *facts.headers(overhead_ms)])
-                            held_events, gate = gate[0].events, None
-                            for kept in held_events[:-1]:
-                                if not kept.get("choices") and not request.include_usage:
-                                    continue
-                                client_chunk(kept, model, request)
-                                if trim:
-                                    trim_alternatives(kept["choices"], request)
-                                if held is not None:
-                                    yield StreamChunk(sse(held))
-                                held = kept
-                            event = held_events[-1]  # relayed below, as any chunk after the start
-                        if not started:
-                            if not event.get("choices"):
-                                continue  # nothing for the client yet (a usage-only or empty chunk)
-                            started = True
-                            facts.answered_by = model
-                            overhead_ms = self._overhead_ms(time.monotonic() - t0)
-                            yield StreamStart([*SSE_HEADERS, *facts.headers(overhead_ms)])
-                        elif not event.get("choices") and not request.include_usage:
-                            continue
-                        client_chunk(event, model, request)
-                        if trim:
-                            trim_alternatives(event["choices"], request)
-                        if held is not None:
-                            yield StreamChunk(sse(held))
-                        held = event
-                    if gate is not None:  # the answer ended before the decision point
-                        short = gate[0].answer(tally.usage)
-                        if short is None:
-                            raise UpstreamFailure(model, "malformed", "stream carried no choices")
-                        complete = True
-                        finish()  # charged as the stream it was (its usage, else its chunks)
-                        yield ShortAnswer(short)
-                        return
-                    if held is None:
-                        raise UpstreamFailure(model, "malformed", "stream carried no choices")
-                    complete = True
-                    finish()
-                    if self._watch is not None:
-                        self._watch.close()
-                    held["cascade"] = facts.as_dict(self._overhead_ms())
-                    yield StreamChunk(sse(held) + DONE, last=True)
+                        if (data := out.relay(event)) is not None:
+                            yield StreamChunk(data)
+                    yield self._closing(call, out)
         except UpstreamFailure as failure:
             if not started:
                 raise  # the engine falls back to the cheap answer or answers with an HTTP error
-            finish()
+            call.end(call.interrupted)
             facts.failures.append(failure.kind)
             facts.outcome = "error"
             yield StreamFailed(failure.to_gateway_error())
-        except UnreadableAnswerError as error:  # charged by ``finish`` however it ends
-            finish()
+        except UnreadableAnswerError as error:
+            call.end(call.interrupted)
             facts.failures.append("unreadable")
             if not started:
                 raise  # the endpoint answers 502 in the API's shape
@@ -294,4 +296,86 @@ class LiveRelay:
             yield StreamFailed(error)
         finally:
             # Every ending passes here: done, failed, client gone, deadline, shutdown (cancellation).
-            finish()
+            call.end(call.interrupted)
+
+    async def _whole(self, response: Any, call: LiveCall) -> WholeAnswer:
+        """An upstream that ignored ``stream``: its one JSON answer, read and charged as such."""
+        call.interrupted = Ending.CUT_JSON
+        call.whole = await read_completion(response, call.model)
+        call.end(Ending.WHOLE)
+        self._facts.answered_by = call.model
+        return WholeAnswer(call.whole, call.seconds, call.usd)
+
+    async def _opening(
+        self, chunks: AsyncIterator[dict[str, Any]], call: LiveCall, response: Any
+    ) -> list[dict[str, Any]] | PrefixRejected | ShortAnswer:
+        """Read up to the response's start: the chunks to relay first (the first that carries a
+        choice; under a gate, the chunks held to its decision point, committed to), or what ends the
+        stream before the start: a rejected prefix (the call cancelled) or an answer that ended before
+        the gate's decision point. Nothing is sent to the client before."""
+        gate = self._gate
+        async for event in chunks:
+            call.tally.observe(event)
+            if self._watch is not None:
+                self._watch.observe(event)
+            if gate is None:
+                if event.get("choices"):  # a usage-only or empty chunk: nothing for the client yet
+                    return [event]
+            elif gate[0].hold(event):  # the decision point
+                if gate[1](gate[0]):
+                    return gate[0].events
+                call.end(Ending.REJECTED)
+                response.close()  # the upstream stops generating what nobody reads
+                return PrefixRejected()
+        short = gate[0].answer(call.tally.usage) if gate is not None else None
+        if short is None:
+            raise UpstreamFailure(call.model, "malformed", "stream carried no choices")
+        call.end(Ending.COMPLETE)  # charged as the stream it was (its usage, else its chunks)
+        return ShortAnswer(short, call.seconds, call.usd)
+
+    def _closing(self, call: LiveCall, out: ClientChunks) -> StreamChunk:
+        """The stream ran to its end: charged, its watched answer checked, the last chunk with the
+        request's facts."""
+        call.end(Ending.COMPLETE)
+        if self._watch is not None:
+            self._watch.close()
+        return StreamChunk(out.last(self._facts.as_dict(self._overhead_ms())), last=True)
+
+    def _start(self, call: LiveCall) -> StreamStart:
+        """The response's start: the SSE headers and the decision's ``x-cascade-*`` facts."""
+        facts = self._facts
+        facts.answered_by = call.model
+        overhead_ms = self._overhead_ms(time.monotonic() - call.t0)
+        return StreamStart([*SSE_HEADERS, *facts.headers(overhead_ms)])
+
+
+class ClientChunks:
+    """The upstream chunks made the client's, one kept back: the last one carries the facts."""
+
+    __slots__ = ("_held", "_model", "_request", "_trim")
+
+    def __init__(self, model: str, request: ParsedRequest, trim: bool):
+        """``trim``: cut the alternatives to what the client asked (a prefix stage asked the
+        scorer's)."""
+        self._model = model
+        self._request = request
+        self._trim = trim and request.wants_logprobs
+        self._held: dict[str, Any] | None = None
+
+    def relay(self, event: dict[str, Any]) -> bytes | None:
+        """Take ``event`` (after the start); the SSE of the chunk it follows, if there is one to send."""
+        request = self._request
+        if not event.get("choices") and not request.include_usage:
+            return None
+        client_chunk(event, self._model, request)
+        if self._trim:
+            trim_alternatives(event["choices"], request)
+        held, self._held = self._held, event
+        return None if held is None else sse(held)
+
+    def last(self, cascade: dict[str, Any]) -> bytes:
+        """The chunk kept back with the request's ``cascade`` facts, and the stream's end."""
+        held = self._held
+        assert held is not None  # the response started at a chunk that carries a choice
+        held["cascade"] = cascade
+        return sse(held) + DONE

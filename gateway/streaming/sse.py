@@ -17,7 +17,6 @@ import aiohttp.http_exceptions
 import orjson
 
 from gateway.upstream.client import UpstreamFailure
-from gateway.wire.errors import GatewayError
 from gateway.wire.requests import ParsedRequest
 
 SSE_HEADERS = [
@@ -31,11 +30,6 @@ DONE = b"data: [DONE]\n\n"
 def sse(data: dict[str, Any]) -> bytes:
     """One ``data:`` event."""
     return b"data: " + orjson.dumps(data) + b"\n\n"
-
-
-def sse_error(error: GatewayError) -> bytes:
-    """An SSE ``error`` event carrying the OpenAI error body."""
-    return b"event: error\ndata: " + orjson.dumps(error.body()) + b"\n\n"
 
 
 def replay(body: dict[str, Any], request: ParsedRequest, cascade: dict[str, Any]) -> bytes:

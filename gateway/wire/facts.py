@@ -40,7 +40,7 @@ class CascadeFacts:
     route: list[str] = field(default_factory=list)
     # The request's kind (policies.tool_calls.request_kind): which section of the policy served it.
     kind: str = "text"
-    # Why each escalation happened, in order (gateway.stages.answer_review.ESCALATION_REASONS).
+    # Why each escalation happened, in order (gateway.stages.answer_review.EscalationReason).
     escalation_reasons: list[str] = field(default_factory=list)
     # Every answer that failed a structural check: (model, problem), final stage included.
     invalid_answers: list[tuple[str, AnswerProblem]] = field(default_factory=list)
