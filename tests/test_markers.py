@@ -28,8 +28,7 @@ TESTS = REPO_ROOT / "tests"
 # What a source that starts something says, by the marker its tests need.
 STARTERS: dict[str, list[re.Pattern[str]]] = {
     "e2e": [
-        re.compile(r"\b(local_pool|local_demo)\b"),  # the session's real pool (tests/support/local_pool.py)
-        re.compile(r"\brunning_demo\("),  # the demo's gateway on that pool
+        re.compile(r"\brunning_demo\("),  # the demo's gateway on the real pool (tests/support/local_demo.py)
         re.compile(r"cascade demo --|\"cascade_cli\.main\",\s*\"demo\""),  # `cascade demo` in a subprocess
         re.compile(r"\bup\(\s*manifest\b"),  # localpool.pool.up: the pool's servers
         # the installed llama-server binary, started
@@ -95,6 +94,7 @@ def _starts(source: str, parameters: list[str], reachable: dict[str, tuple[str, 
     while pending:
         text, names = pending.pop()
         needed |= {marker for marker, patterns in STARTERS.items() if any(p.search(text) for p in patterns)}
+        # the session's real pool (tests/support/local_pool.py) and the demo on it, as fixtures
         needed |= {"e2e" for name in names if name in ("local_pool", "local_demo")}
         for name in names:
             if name in reachable and name not in seen:
