@@ -9,8 +9,9 @@ import pytest
 
 REPO_ROOT = Path(__file__).resolve().parents[1]
 
-# The scripted upstream and traffic store fixtures and the other shared helpers live in tests/support/.
-pytest_plugins = ["tests.support.fixtures", "tests.support.traffic_stores"]
+# The scripted upstream, traffic store and real local pool fixtures and the other shared helpers
+# live in tests/support/.
+pytest_plugins = ["tests.support.fixtures", "tests.support.traffic_stores", "tests.support.local_pool"]
 
 
 @pytest.fixture(scope="session")

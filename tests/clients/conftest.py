@@ -11,8 +11,8 @@ the client-side pieces (installed CLIs, environments, scripted tool calls) live 
 * ``gateway``: ``start_gateway()``.
 * ``keyed_gateway``: a gateway that serves only ``client_support.CLIENT_KEY`` (how the agent CLIs
   authenticate is part of what their tests prove).
-* ``local_demo`` (session): the demo on the real local models (``tests.support.local_demo``), for
-  the ``e2e`` tests of the agent CLIs (``local_agents``: tasks, time budget, client settings).
+* ``local_demo`` (session): the demo on the session's real local pool (``tests.support.local_demo``),
+  for the ``e2e`` tests of the agent CLIs (``local_agents``: tasks, time budget, client settings).
 """
 
 from __future__ import annotations
@@ -28,6 +28,7 @@ from gateway.api.app import create_app
 from gateway.config.settings import Settings
 from tests.support.gateway_testkit import ADMIN_KEY, RunningGateway, model_configs, serve, stop
 from tests.support.local_demo import LocalDemo, running_demo
+from tests.support.local_pool import LocalPool
 from tests.support.policy_files import write_policy
 from tests.support.scripted_upstream import ScriptedUpstream
 
@@ -77,12 +78,14 @@ def keyed_gateway(
 
 
 @pytest.fixture(scope="session")
-def local_demo(repo_root: Path, tmp_path_factory: pytest.TempPathFactory) -> Iterator[LocalDemo]:
-    """The demo on the real local models, on free ports (tests/support/local_demo.py), for the
-    session: the agent CLIs' e2e tests share it, and with it llama-server's prompt cache."""
+def local_demo(
+    local_pool: LocalPool, repo_root: Path, tmp_path_factory: pytest.TempPathFactory
+) -> Iterator[LocalDemo]:
+    """The demo on the session's real local pool (tests/support/local_demo.py), for the session:
+    the agent CLIs' e2e tests share its gateway, and with the pool llama-server's prompt cache."""
     # The arithmetic policy the agent CLIs were measured on (docs/local-models.md): their requests
     # carry tools, served by its balanced tier (the default demo policy sends them to its tool-call
     # members, which were chosen for single function calls, not for an agent's shell).
     text_policy = repo_root / "policies" / "local-demo.json"
-    with running_demo(repo_root, tmp_path_factory.mktemp("local-demo"), text_policy) as demo:
+    with running_demo(local_pool, repo_root, tmp_path_factory.mktemp("local-demo"), text_policy) as demo:
         yield demo

@@ -23,6 +23,8 @@ from client_support import (
 
 from tests.support.scripted_upstream import Reply, ok
 
+pytestmark = pytest.mark.agent_cli
+
 QUESTION = "What is the capital of France? One word."
 
 

@@ -39,7 +39,7 @@ from local_agents import (
     has_number,
 )
 
-pytestmark = pytest.mark.e2e
+pytestmark = [pytest.mark.e2e, pytest.mark.agent_cli]
 
 
 def _turn(url: str, prompt: str, home: Path, *more: str) -> tuple[str, dict[str, Any], float]:

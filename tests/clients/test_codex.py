@@ -15,6 +15,8 @@ from client_support import codex_home, content_text, printed, run_codex, served,
 
 from tests.support.scripted_upstream import Reply, ok
 
+pytestmark = pytest.mark.agent_cli
+
 QUESTION = "What is the capital of France? One word."
 
 

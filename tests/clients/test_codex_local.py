@@ -19,7 +19,7 @@ import pytest
 from client_support import codex_home, run_codex
 from local_agents import AGENT_TIMEOUT_S, CODEX_PROVIDER, FOLLOW_UP, SHORT_TASK, has_number
 
-pytestmark = pytest.mark.e2e
+pytestmark = [pytest.mark.e2e, pytest.mark.agent_cli]
 
 
 def _turn(codex: Path, prompt: str, workdir: Path, *args: str) -> tuple[str, dict[str, Any], float]:

@@ -23,6 +23,7 @@ from openai import OpenAI
 
 from localpool.demo_cli import DEMO_COVERAGE
 from tests.support.local_demo import running_demo
+from tests.support.local_pool import LocalPool
 
 pytestmark = pytest.mark.e2e
 
@@ -41,9 +42,11 @@ WEATHER: Any = {
 
 
 @pytest.fixture(scope="module")
-def demo_url(repo_root: Path, tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
-    """The demo's config for its default policy, in front of the real pool (free ports)."""
-    with running_demo(repo_root, tmp_path_factory.mktemp("demo")) as demo:
+def demo_url(
+    local_pool: LocalPool, repo_root: Path, tmp_path_factory: pytest.TempPathFactory
+) -> Iterator[str]:
+    """The demo's config for its default policy, in front of the session's real pool (free ports)."""
+    with running_demo(local_pool, repo_root, tmp_path_factory.mktemp("demo")) as demo:
         yield demo.url
 
 

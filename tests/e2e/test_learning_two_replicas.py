@@ -13,7 +13,7 @@ without any label; waits until every sample's rows are in the store; checks the 
 spend and drift metrics of both replicas against what was sent and stored; runs `cascade
 recalibrate --push`; and checks that both replicas serve the pushed policy within seconds.
 Needs scripts/setup.sh (llama-server and the 1.5B model), Redis on 127.0.0.1:6379 and PostgreSQL
-on 127.0.0.1:5432 (database `test`). Pool servers already running are reused, and left running.
+on 127.0.0.1:5432 (database `test`). The pool's servers are the session's (``local_pool``, free ports).
 """
 
 from __future__ import annotations
@@ -48,10 +48,8 @@ from replica_support import Replica, Samples, cli
 
 from localpool.demo_config import pool_gateway_config, write_gateway_config
 from localpool.manifest import Manifest, load_manifest
-from localpool.paths import PoolPaths
-from localpool.pool import ServerOptions, down, up
-from localpool.process import read_record
 from policies import Policy, load_policy, save_policy
+from tests.support.local_pool import LocalPool
 from tests.support.postgres import POSTGRES_URL, drop_schema
 from tests.support.shared_redis import REDIS_URL, delete_prefix
 from tests.support.traffic_rows import stored_rows
@@ -112,18 +110,9 @@ def starting_policy(repo_root: Path, manifest: Manifest, tmp_path_factory: pytes
 
 
 @pytest.fixture(scope="module")
-def pool(repo_root: Path, manifest: Manifest, starting_policy: Policy) -> Iterator[PoolPaths]:
-    """The servers of the policy's models, started unless already running; stops only its own."""
-    home = os.environ.get("CASCADE_HOME")
-    paths = PoolPaths(Path(home) if home else repo_root / ".cascade")
-    servers = manifest.servers_for(list(starting_policy.models))
-    running = {s for s in servers if read_record(paths.pid_file(s)) is not None}
-    options = ServerOptions.from_env(servers=len(servers))
-    try:
-        up(manifest, paths, servers, options, timeout_s=300, say=lambda _: None)
-        yield paths
-    finally:
-        down(manifest, paths, [s for s in servers if s not in running], say=lambda _: None)
+def pool(local_pool: LocalPool, starting_policy: Policy) -> Manifest:
+    """The manifest with the servers of the policy's models running (the session's pool, free ports)."""
+    return local_pool.serve(list(starting_policy.models))
 
 
 @pytest.fixture
@@ -144,8 +133,8 @@ def store_url() -> Iterator[str]:
 
 @pytest.fixture
 def replicas(
-    pool: PoolPaths,
-    manifest: Manifest,
+    pool: Manifest,
+    local_pool: LocalPool,
     starting_policy: Policy,
     redis_prefix: str,
     store_url: str,
@@ -156,13 +145,13 @@ def replicas(
     save_policy(starting_policy, policy_path)
     env = {k: v for k, v in os.environ.items() if not k.startswith("CASCADE_")}
     env |= {
-        "CASCADE_HOME": str(pool.home),
+        "CASCADE_HOME": str(local_pool.paths.home),
         "CASCADE_REDIS_PREFIX": redis_prefix,
         "CASCADE_ADMIN_KEY": ADMIN_KEY,
     }
     pushed = cli("policy", "push", str(policy_path), "--redis", REDIS_URL, env=env, timeout_s=60)
     assert pushed.returncode == 0, pushed.stderr
-    config = pool_gateway_config(manifest, list(starting_policy.models), policy_path)
+    config = pool_gateway_config(pool, list(starting_policy.models), policy_path)
     config |= {
         "policy": REDIS_URL,
         "redis_url": REDIS_URL,

@@ -2,20 +2,10 @@
 
 from __future__ import annotations
 
-import os
-from collections.abc import Iterator
-from pathlib import Path
-
 import pytest
 
-from localpool.install import model_is_installed
-from localpool.manifest import load_manifest
-from localpool.paths import PoolPaths
-from localpool.pool import ServerOptions, server_command
-from localpool.process import start_detached, stop, wait_healthy
-from localpool.server_build import llama_server_binary
 from money import Price
-from tests.support.ports import free_port
+from tests.support.local_pool import LocalPool
 from traffic.judges.llm import LLMJudge
 
 pytestmark = pytest.mark.e2e
@@ -33,31 +23,10 @@ DISAGREEING = [
 
 
 @pytest.fixture(scope="module")
-def judge_url(repo_root: Path, tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
-    """The judge model served by llama-server on a free port (installed by scripts/setup.sh)."""
-    home = os.environ.get("CASCADE_HOME")
-    paths = PoolPaths(Path(home) if home else repo_root / ".cascade")
-    manifest = load_manifest()
-    spec = manifest.models[JUDGE].model_copy(update={"port": free_port()})
-    binary = llama_server_binary()
-    if binary is None or not model_is_installed(spec, paths):
-        pytest.fail(f"local pool not installed (llama-server: {binary}, {JUDGE}); run scripts/setup.sh")
-    run = tmp_path_factory.mktemp("judge")
-    command = server_command(
-        binary, paths.model_file(spec.file), JUDGE, spec, ServerOptions.from_env(servers=1)
-    )
-    record = start_detached(command, run / "server.log", run / "server.pid", port=spec.port)
-    try:
-        wait_healthy(
-            f"http://127.0.0.1:{spec.port}/health",
-            pid=record.pid,
-            log_path=run / "server.log",
-            timeout_s=120,
-            name=JUDGE,
-        )
-        yield f"http://127.0.0.1:{spec.port}/v1"
-    finally:
-        stop(record.pid, grace_s=10)
+def judge_url(local_pool: LocalPool) -> str:
+    """The judge model's server in the session's pool (a free port): its /v1 base URL."""
+    local_pool.serve([JUDGE])
+    return f"{local_pool.url(JUDGE)}/v1"
 
 
 async def test_real_judge_says_yes_to_agreeing_answers_and_no_to_contradictions(judge_url: str) -> None:

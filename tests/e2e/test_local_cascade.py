@@ -2,13 +2,13 @@
 
 The policy is written for the test from the cheap model's own scores on the questions (threshold in
 the middle of the widest gap between them), so both outcomes happen: the confident answers are
-accepted, the others escalated to the larger model. Needs scripts/setup.sh (llama-server + models).
+accepted, the others escalated to the larger model. The two models' servers and those scores are
+the session's (``cascade_pool``, ``cheap_scores``: tests/e2e/conftest.py), shared with
+test_messages_local_cascade.py. Needs scripts/setup.sh (llama-server + models).
 """
 
 from __future__ import annotations
 
-import itertools
-import os
 import subprocess
 import sys
 from collections.abc import Iterator
@@ -17,94 +17,19 @@ from pathlib import Path
 import httpx
 import orjson
 import pytest
+from local_cascade_support import CHEAP, QUESTIONS, STRONG, TOP_K, chat_body, threshold_of
 from openai import OpenAI
 from prometheus_client.parser import text_string_to_metric_families
 
 from localpool.demo_config import pool_gateway_config, write_gateway_config
-from localpool.install import model_is_installed
-from localpool.manifest import Manifest, load_manifest
-from localpool.paths import PoolPaths
-from localpool.pool import ServerOptions, server_command
-from localpool.process import start_detached, stop, wait_healthy
-from localpool.server_build import llama_server_binary
+from localpool.manifest import Manifest
+from localpool.process import wait_healthy
 from policies import build_policy, save_policy
-from policies.scorers import score_response
 from tests.support.gateway_logs import request_lines
 from tests.support.ports import free_port
 from tests.support.readme_blocks import bash_block, run_block, scratch_checkout
 
 pytestmark = pytest.mark.e2e
-
-CHEAP, STRONG = "smollm2-135m", "qwen2.5-coder-0.5b"
-TOP_K = 10
-QUESTIONS = [
-    "What is the capital of France?",
-    "Say hello.",
-    "What is 2 + 2?",
-    "Name a colour.",
-    "Continue the sequence: qz7, vv, 9k,",
-    "Translate 'Schmetterling' into Basque, then explain its etymology.",
-]
-
-
-def _pool_paths(repo_root: Path) -> PoolPaths:
-    """Where scripts/setup.sh installed the pool: ``$CASCADE_HOME`` or the repository's ``.cascade``."""
-    home = os.environ.get("CASCADE_HOME")
-    return PoolPaths(Path(home) if home else repo_root / ".cascade")
-
-
-def _body(question: str) -> dict:
-    return {"messages": [{"role": "user", "content": question}], "max_tokens": 8, "temperature": 0}
-
-
-@pytest.fixture(scope="module")
-def pool(repo_root: Path, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Manifest]:
-    """The two real models on free ports (installed by scripts/setup.sh into the repo's .cascade/)."""
-    paths = _pool_paths(repo_root)
-    manifest = load_manifest()
-    binary = llama_server_binary()
-    missing = [n for n in (CHEAP, STRONG) if not model_is_installed(manifest.models[n], paths)]
-    if binary is None or missing:
-        pytest.fail(
-            f"local pool not installed (llama-server: {binary}, missing: {missing}); run scripts/setup.sh"
-        )
-    models = {n: manifest.models[n].model_copy(update={"port": free_port()}) for n in (CHEAP, STRONG)}
-    run = tmp_path_factory.mktemp("pool")
-    options = ServerOptions.from_env(servers=2)
-    records = []
-    try:
-        for name, spec in models.items():
-            command = server_command(binary, paths.model_file(spec.file), name, spec, options)
-            records.append(start_detached(command, run / f"{name}.log", run / f"{name}.pid", port=spec.port))
-        for (name, spec), record in zip(models.items(), records, strict=True):
-            health = f"http://127.0.0.1:{spec.port}/health"
-            wait_healthy(health, pid=record.pid, log_path=run / f"{name}.log", timeout_s=120, name=name)
-        yield manifest.model_copy(update={"models": models})
-    finally:
-        for record in records:
-            stop(record.pid, grace_s=10)
-
-
-@pytest.fixture(scope="module")
-def cheap_scores(pool: Manifest) -> dict[str, float]:
-    """The cheap model's own mean-token-negentropy score for each question (asked directly)."""
-    url = f"http://127.0.0.1:{pool.models[CHEAP].port}/v1/chat/completions"
-    scores = {}
-    for question in QUESTIONS:
-        body = {**_body(question), "model": CHEAP, "logprobs": True, "top_logprobs": TOP_K}
-        response = httpx.post(url, json=body, timeout=120)
-        response.raise_for_status()
-        score = score_response(response.json(), "mean_token_negentropy", TOP_K)
-        assert score is not None, f"no score for {question!r}"
-        scores[question] = score
-    return scores
-
-
-def _threshold(scores: dict[str, float]) -> tuple[float, float]:
-    """Midpoint of the widest gap between the sorted scores, and that gap."""
-    ordered = sorted(scores.values())
-    gap, index = max((b - a, i) for i, (a, b) in enumerate(itertools.pairwise(ordered)))
-    return (ordered[index] + ordered[index + 1]) / 2, gap
 
 
 @pytest.fixture(scope="module")
@@ -114,9 +39,9 @@ def gateway_work(tmp_path_factory: pytest.TempPathFactory) -> Path:
 
 
 @pytest.fixture(scope="module")
-def gateway(pool: Manifest, cheap_scores: dict[str, float], gateway_work: Path) -> Iterator[str]:
+def gateway(cascade_pool: Manifest, cheap_scores: dict[str, float], gateway_work: Path) -> Iterator[str]:
     """`cascade serve` with a generated config and a policy whose threshold splits the questions."""
-    threshold, _ = _threshold(cheap_scores)
+    threshold, _ = threshold_of(cheap_scores)
     work = gateway_work
     policy = build_policy(
         {
@@ -143,7 +68,7 @@ def gateway(pool: Manifest, cheap_scores: dict[str, float], gateway_work: Path) 
     policy_path = work / "policy.json"
     save_policy(policy, policy_path)
     config = write_gateway_config(
-        work / "gateway.yaml", pool_gateway_config(pool, [CHEAP, STRONG], policy_path)
+        work / "gateway.yaml", pool_gateway_config(cascade_pool, [CHEAP, STRONG], policy_path)
     )
     port = free_port()
     log = work / "gateway.log"
@@ -170,12 +95,12 @@ def gateway(pool: Manifest, cheap_scores: dict[str, float], gateway_work: Path) 
 def test_confident_answers_are_accepted_and_the_others_escalated(
     gateway: str, cheap_scores: dict[str, float]
 ) -> None:
-    threshold, gap = _threshold(cheap_scores)
+    threshold, gap = threshold_of(cheap_scores)
     assert gap > 0.02, f"the cheap model's scores do not separate: {cheap_scores}"
     client = OpenAI(base_url=f"{gateway}/v1", api_key="unused", max_retries=0, timeout=120)
     outcomes = {}
     for question in QUESTIONS:
-        raw = client.chat.completions.with_raw_response.create(model="cascade", **_body(question))
+        raw = client.chat.completions.with_raw_response.create(model="cascade", **chat_body(question))
         completion = raw.parse()
         escalated = raw.headers["x-cascade-escalated"] == "true"
         score = float(raw.headers["x-cascade-score"])
@@ -212,7 +137,7 @@ def test_confident_answers_are_accepted_and_the_others_escalated(
 def test_streamed_responses_are_accepted_and_escalated_with_the_decision_in_headers_logs_and_metrics(
     gateway: str, gateway_work: Path, cheap_scores: dict[str, float]
 ) -> None:
-    threshold, _ = _threshold(cheap_scores)
+    threshold, _ = threshold_of(cheap_scores)
     client = OpenAI(base_url=f"{gateway}/v1", api_key="unused", max_retries=0, timeout=120)
     outcomes: dict[str, str] = {}
     for question in QUESTIONS:
@@ -253,7 +178,7 @@ def test_streamed_responses_are_accepted_and_escalated_with_the_decision_in_head
 
 
 def test_readme_try_it_block_runs_as_written_against_the_two_models(
-    pool: Manifest, repo_root: Path, tmp_path: Path
+    cascade_pool: Manifest, repo_root: Path, tmp_path: Path
 ) -> None:
     """The README's "Try it" block, pasted: config, `cascade serve &`, wait until ready, one request.
 
@@ -263,8 +188,8 @@ def test_readme_try_it_block_runs_as_written_against_the_two_models(
     block = bash_block((repo_root / "README.md").read_text(), "### Try it")
     gateway_port = free_port()
     ports = {
-        "127.0.0.1:9001": f"127.0.0.1:{pool.models[CHEAP].port}",
-        "127.0.0.1:9002": f"127.0.0.1:{pool.models[STRONG].port}",
+        "127.0.0.1:9001": f"127.0.0.1:{cascade_pool.models[CHEAP].port}",
+        "127.0.0.1:9002": f"127.0.0.1:{cascade_pool.models[STRONG].port}",
         "127.0.0.1:8000": f"127.0.0.1:{gateway_port}",
         "--port 8000": f"--port {gateway_port}",
     }

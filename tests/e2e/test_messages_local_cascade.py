@@ -1,11 +1,12 @@
 """End to end: streamed Anthropic Messages requests (the anthropic SDK) through `cascade serve` in
 front of two real llama-server models, over `cascade/balanced`.
 
-The pool and the cheap model's own scores come from test_local_cascade (the same questions, asked
-the same way: a Messages request with one user turn, `max_tokens` 8 and temperature 0 translates to
-that very chat request). The policy's threshold splits the questions, so some answers are accepted
-and the others escalated; each decision must show in the headers, the request's log line and the
-metrics, all labelled as the `messages` endpoint.
+The pool and the cheap model's own scores are the session's, which test_local_cascade uses too
+(``cascade_pool``, ``cheap_scores``: tests/e2e/conftest.py; the same questions, asked the same way:
+a Messages request with one user turn, `max_tokens` 8 and temperature 0 translates to that very
+chat request). The policy's threshold splits the questions, so some answers are accepted and the
+others escalated; each decision must show in the headers, the request's log line and the metrics,
+all labelled as the `messages` endpoint.
 """
 
 from __future__ import annotations
@@ -18,8 +19,8 @@ from pathlib import Path
 import anthropic
 import httpx
 import pytest
+from local_cascade_support import CHEAP, QUESTIONS, STRONG, TOP_K, threshold_of
 from prometheus_client.parser import text_string_to_metric_families
-from test_local_cascade import CHEAP, QUESTIONS, STRONG, TOP_K, _threshold, cheap_scores, pool
 
 from localpool.demo_config import pool_gateway_config, write_gateway_config
 from localpool.manifest import Manifest
@@ -30,15 +31,13 @@ from tests.support.ports import free_port
 
 pytestmark = pytest.mark.e2e
 
-__all__ = ["cheap_scores", "pool"]  # the shared module-scoped fixtures, used by name below
-
 
 @pytest.fixture(scope="module")
 def messages_gateway(
-    pool: Manifest, cheap_scores: dict[str, float], tmp_path_factory: pytest.TempPathFactory
+    cascade_pool: Manifest, cheap_scores: dict[str, float], tmp_path_factory: pytest.TempPathFactory
 ) -> Iterator[tuple[str, Path]]:
     """`cascade serve` over both models with a threshold between the cheap scores; (url, its log)."""
-    threshold, _ = _threshold(cheap_scores)
+    threshold, _ = threshold_of(cheap_scores)
     work = tmp_path_factory.mktemp("messages-gateway")
     route = {"models": [CHEAP, STRONG], "thresholds": [threshold]}
     policy = build_policy(
@@ -63,7 +62,7 @@ def messages_gateway(
     )
     policy_path = work / "policy.json"
     save_policy(policy, policy_path)
-    config = pool_gateway_config(pool, [CHEAP, STRONG], policy_path)
+    config = pool_gateway_config(cascade_pool, [CHEAP, STRONG], policy_path)
     config["logging"] = {"level": "info"}
     config_path = write_gateway_config(work / "gateway.yaml", config)
     port = free_port()
@@ -101,7 +100,7 @@ def test_streamed_messages_are_accepted_or_escalated_with_the_decision_in_header
     messages_gateway: tuple[str, Path], cheap_scores: dict[str, float]
 ) -> None:
     url, log = messages_gateway
-    threshold, gap = _threshold(cheap_scores)
+    threshold, gap = threshold_of(cheap_scores)
     assert gap > 0.02, f"the cheap model's scores do not separate: {cheap_scores}"
     client = anthropic.Anthropic(base_url=url, api_key="unused", max_retries=0, timeout=120)
     outcomes: dict[str, str] = {}

@@ -6,19 +6,13 @@ import json
 import os
 import subprocess
 import sys
-from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
 
 from localpool.demo_config import pool_gateway_config, write_gateway_config
-from localpool.install import model_is_installed
-from localpool.manifest import Manifest, load_manifest
-from localpool.paths import PoolPaths
-from localpool.pool import ServerOptions, server_command
-from localpool.process import start_detached, stop, wait_healthy
-from localpool.server_build import llama_server_binary
-from tests.support.ports import free_port
+from localpool.manifest import Manifest
+from tests.support.local_pool import LocalPool
 
 pytestmark = pytest.mark.e2e
 
@@ -27,31 +21,9 @@ CASCADE = str(Path(sys.executable).with_name("cascade"))
 
 
 @pytest.fixture(scope="module")
-def server(repo_root: Path, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Manifest]:
-    """llama-server with the pool's 135M model on a free port (installed by scripts/setup.sh)."""
-    home = os.environ.get("CASCADE_HOME")
-    paths = PoolPaths(Path(home) if home else repo_root / ".cascade")
-    manifest = load_manifest()
-    binary = llama_server_binary()
-    if binary is None or not model_is_installed(manifest.models[MODEL], paths):
-        pytest.fail(f"local pool not installed (llama-server: {binary}); run scripts/setup.sh")
-    spec = manifest.models[MODEL].model_copy(update={"port": free_port()})
-    run = tmp_path_factory.mktemp("pool")
-    command = server_command(
-        binary, paths.model_file(spec.file), MODEL, spec, ServerOptions.from_env(servers=1)
-    )
-    record = start_detached(command, run / "server.log", run / "server.pid", port=spec.port)
-    try:
-        wait_healthy(
-            f"http://127.0.0.1:{spec.port}/health",
-            pid=record.pid,
-            log_path=run / "server.log",
-            timeout_s=120,
-            name=MODEL,
-        )
-        yield manifest.model_copy(update={"models": {**manifest.models, MODEL: spec}})
-    finally:
-        stop(record.pid, grace_s=10)
+def server(local_pool: LocalPool) -> Manifest:
+    """The pool manifest with the 135M model's server running (the session's pool, a free port)."""
+    return local_pool.serve([MODEL])
 
 
 def test_llama_server_gives_what_the_demo_config_declares(server: Manifest, tmp_path: Path) -> None:

@@ -18,6 +18,7 @@ import pytest
 
 from policies import load_policy
 from tests.support.local_demo import replay_through, running_demo
+from tests.support.local_pool import LocalPool
 
 pytestmark = pytest.mark.e2e
 
@@ -29,7 +30,7 @@ CONFIDENCE = 0.99
 
 
 def test_prefix_tiers_replay_streamed_within_their_heldout_expectations(
-    repo_root: Path, tmp_path: Path
+    local_pool: LocalPool, repo_root: Path, tmp_path: Path
 ) -> None:
     policy_file = repo_root / "policies" / "local-steps-hosted.json"
     prices = repo_root / "data" / "local" / "word-problems-hosted-prices.yaml"
@@ -37,7 +38,7 @@ def test_prefix_tiers_replay_streamed_within_their_heldout_expectations(
     prefix_tiers = [name for name, tier in policy.tiers.items() if tier.commit is not None]
     assert prefix_tiers, "the hosted word-problem policy has no prefix tier"
     prompts = repo_root / "collection" / "data" / "word-problems-heldout.jsonl"
-    with running_demo(repo_root, tmp_path / "demo", policy_file, prices=prices) as demo:
+    with running_demo(local_pool, repo_root, tmp_path / "demo", policy_file, prices=prices) as demo:
         run = replay_through(
             repo_root,
             demo,

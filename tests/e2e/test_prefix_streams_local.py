@@ -25,6 +25,7 @@ from openai import OpenAI
 
 from policies import build_policy, save_policy
 from tests.support.local_demo import running_demo
+from tests.support.local_pool import LocalPool
 
 pytestmark = pytest.mark.e2e
 
@@ -65,12 +66,14 @@ def policy_document() -> dict[str, Any]:
 
 
 @pytest.fixture(scope="module")
-def gateway_url(repo_root: Path, tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
-    """`cascade serve` with the test policy in front of the real 0.5B and 1.5B servers."""
+def gateway_url(
+    local_pool: LocalPool, repo_root: Path, tmp_path_factory: pytest.TempPathFactory
+) -> Iterator[str]:
+    """`cascade serve` with the test policy in front of the session's real 0.5B and 1.5B servers."""
     work = tmp_path_factory.mktemp("prefix-e2e")
     policy = work / "policy.json"
     save_policy(build_policy(policy_document()), policy)
-    with running_demo(repo_root, work, policy) as demo:
+    with running_demo(local_pool, repo_root, work, policy) as demo:
         yield demo.url
 
 

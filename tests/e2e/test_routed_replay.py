@@ -16,6 +16,7 @@ import pytest
 
 from policies import load_policy
 from tests.support.local_demo import replay_through, running_demo
+from tests.support.local_pool import LocalPool
 
 pytestmark = pytest.mark.e2e
 
@@ -26,13 +27,15 @@ REPLAY_QUESTIONS = 8
 CONFIDENCE = 0.99
 
 
-def test_routed_tiers_replay_within_their_heldout_expectations(repo_root: Path, tmp_path: Path) -> None:
+def test_routed_tiers_replay_within_their_heldout_expectations(
+    local_pool: LocalPool, repo_root: Path, tmp_path: Path
+) -> None:
     policy_file = repo_root / "policies" / "local-demo-routed.json"
     policy = load_policy(policy_file)
     routed = {name: tier.routing.mechanism for name, tier in policy.tiers.items() if tier.routing is not None}
     assert routed, "the routing policy has no routed or hybrid tier"
     prompts = repo_root / "collection" / "data" / "arithmetic-heldout.jsonl"
-    with running_demo(repo_root, tmp_path / "demo", policy_file) as demo:
+    with running_demo(local_pool, repo_root, tmp_path / "demo", policy_file) as demo:
         run = replay_through(
             repo_root,
             demo,

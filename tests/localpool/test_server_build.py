@@ -44,6 +44,7 @@ def test_a_server_that_exits_fails_the_smoke_test_with_its_exit_code(tmp_path: P
         smoke_test(binary, tmp_path / "model.gguf", tmp_path / "smoke.log", timeout_s=30)
 
 
+@pytest.mark.e2e  # starts the real llama-server on the smallest installed model
 def test_the_installed_build_passes_its_smoke_test_on_this_cpu(tmp_path: Path) -> None:
     """The build scripts/setup.sh installed loads the smallest model and generates a token here."""
     binary = llama_server_binary()
