@@ -113,7 +113,9 @@ class MemoryTransport(asyncio.Transport):
         while self._inbox and self._reading and not self._lost:
             protocol.data_received(self._inbox.popleft())
         if self._eof and not self._inbox:
-            self._end()
+            # A turn later, as a socket's end is a read of its own after the data's: whoever the
+            # data woke up reads it before it hears of the end.
+            self._loop.call_soon(self._end)
 
     def _end(self) -> None:
         if self._lost:

@@ -10,6 +10,7 @@ before its end is the client going away: the app's ``receive()`` answers ``http.
 uvicorn's does. An app that fails before its response starts is a 500; after it started, the body
 breaks off (``httpx.RemoteProtocolError``), as a dropped connection would.
 
+``transports(httpx2)`` gives the same two for the anthropic SDK's httpx2 clients.
 Starlette's TestClient and httpx's ASGITransport are the models; both wait for the whole response
 before returning it, which a streamed, cancelled or stalled answer cannot.
 """
@@ -18,9 +19,11 @@ from __future__ import annotations
 
 import asyncio
 import concurrent.futures
+import functools
 import queue
 import threading
 from collections.abc import AsyncIterator, Callable, Iterator
+from types import ModuleType
 from typing import Any
 from urllib.parse import unquote
 
@@ -99,7 +102,7 @@ class AppLoop:
         await asyncio.gather(*tasks, return_exceptions=True)
 
 
-def http_scope(request: httpx.Request, server: tuple[str, int]) -> dict[str, Any]:
+def http_scope(request: Any, server: tuple[str, int]) -> dict[str, Any]:
     """The ASGI scope uvicorn would give ``request`` (spec 2.3, a loopback client)."""
     url = request.url
     return {
@@ -182,102 +185,106 @@ class Exchange:
             self.deliver(("error", exc))
 
 
-def _read_timeout(request: httpx.Request) -> float | None:
+def _read_timeout(request: Any) -> float | None:
     return (request.extensions.get("timeout") or {}).get("read")
 
 
-def _broken(event: Event, request: httpx.Request) -> httpx.RemoteProtocolError:
-    return httpx.RemoteProtocolError(f"the app broke off its response ({event[1]!r})", request=request)
+@functools.cache
+def transports(x: ModuleType) -> tuple[type, type]:
+    """(sync, async) transport classes for the httpx-compatible package ``x``: ``httpx`` itself, or
+    ``httpx2`` (the anthropic SDK's), whose clients take only their own package's streams."""
 
+    def broken(event: Event, request: Any) -> Exception:
+        return x.RemoteProtocolError(f"the app broke off its response ({event[1]!r})", request=request)
 
-class _SyncBody(httpx.SyncByteStream):
-    def __init__(self, events: queue.Queue[Event], request: httpx.Request, close: Callable[[], None]):
-        self._events, self._request, self._close = events, request, close
-        self._done = False
+    class SyncBody(x.SyncByteStream):  # type: ignore[name-defined,misc]
+        def __init__(self, events: queue.Queue[Event], request: Any, close: Callable[[], None]):
+            self._events, self._request, self._close = events, request, close
+            self._done = False
 
-    def __iter__(self) -> Iterator[bytes]:
-        while not self._done:
+        def __iter__(self) -> Iterator[bytes]:
+            while not self._done:
+                try:
+                    event = self._events.get(timeout=_read_timeout(self._request))
+                except queue.Empty:
+                    raise x.ReadTimeout("no body chunk in time", request=self._request) from None
+                if event[0] == "body":
+                    yield event[1]
+                    continue
+                self._done = True
+                if event[0] == "error":
+                    raise broken(event, self._request)
+
+        def close(self) -> None:
+            if not self._done:
+                self._done = True
+                self._close()
+
+    class AppTransport(x.BaseTransport):  # type: ignore[name-defined,misc]
+        """A sync transport that serves every request with the app on ``app_loop``."""
+
+        def __init__(self, app_loop: AppLoop, server: tuple[str, int] = ("127.0.0.1", 80)) -> None:
+            self.app_loop = app_loop
+            self.server = server
+
+        def handle_request(self, request: Any) -> Any:
+            """Start the request on the app's loop; return once its response headers arrived."""
+            events: queue.Queue[Event] = queue.Queue()
+            exchange = Exchange(http_scope(request, self.server), request.read(), events.put)
+            self.app_loop.submit(exchange.run(self.app_loop.app))
             try:
-                event = self._events.get(timeout=_read_timeout(self._request))
+                event = events.get(timeout=_read_timeout(request))
             except queue.Empty:
-                raise httpx.ReadTimeout("no body chunk in time", request=self._request) from None
-            if event[0] == "body":
-                yield event[1]
-                continue
-            self._done = True
-            if event[0] == "error":
-                raise _broken(event, self._request)
+                raise x.ReadTimeout("no response in time", request=request) from None
+            close = lambda: self.app_loop.loop.call_soon_threadsafe(exchange.client_gone)  # noqa: E731
+            return x.Response(event[1], headers=event[2], stream=SyncBody(events, request, close))
 
-    def close(self) -> None:
-        if not self._done:
-            self._done = True
-            self._close()
+    class AsyncBody(x.AsyncByteStream):  # type: ignore[name-defined,misc]
+        def __init__(self, events: asyncio.Queue[Event], request: Any, close: Callable[[], None]):
+            self._events, self._request, self._close = events, request, close
+            self._done = False
 
+        async def __aiter__(self) -> AsyncIterator[bytes]:
+            while not self._done:
+                try:
+                    event = await asyncio.wait_for(self._events.get(), _read_timeout(self._request))
+                except TimeoutError:
+                    raise x.ReadTimeout("no body chunk in time", request=self._request) from None
+                if event[0] == "body":
+                    yield event[1]
+                    continue
+                self._done = True
+                if event[0] == "error":
+                    raise broken(event, self._request)
 
-class AppTransport(httpx.BaseTransport):
-    """A sync httpx transport that serves every request with the app on ``app_loop``."""
+        async def aclose(self) -> None:
+            if not self._done:
+                self._done = True
+                self._close()
 
-    def __init__(self, app_loop: AppLoop, server: tuple[str, int] = ("127.0.0.1", 80)) -> None:
-        self.app_loop = app_loop
-        self.server = server
+    class AsyncAppTransport(x.AsyncBaseTransport):  # type: ignore[name-defined,misc]
+        """An async transport, for a client on its own loop, serving with the app on ``app_loop``."""
 
-    def handle_request(self, request: httpx.Request) -> httpx.Response:
-        """Start the request on the app's loop; return once its response headers arrived."""
-        events: queue.Queue[Event] = queue.Queue()
-        exchange = Exchange(http_scope(request, self.server), request.read(), events.put)
-        self.app_loop.submit(exchange.run(self.app_loop.app))
-        try:
-            event = events.get(timeout=_read_timeout(request))
-        except queue.Empty:
-            raise httpx.ReadTimeout("no response in time", request=request) from None
-        status, headers = event[1], event[2]
-        close = lambda: self.app_loop.loop.call_soon_threadsafe(exchange.client_gone)  # noqa: E731
-        return httpx.Response(status, headers=headers, stream=_SyncBody(events, request, close))
+        def __init__(self, app_loop: AppLoop, server: tuple[str, int] = ("127.0.0.1", 80)) -> None:
+            self.app_loop = app_loop
+            self.server = server
 
-
-class _AsyncBody(httpx.AsyncByteStream):
-    def __init__(self, events: asyncio.Queue[Event], request: httpx.Request, close: Callable[[], None]):
-        self._events, self._request, self._close = events, request, close
-        self._done = False
-
-    async def __aiter__(self) -> AsyncIterator[bytes]:
-        while not self._done:
+        async def handle_async_request(self, request: Any) -> Any:
+            """Start the request on the app's loop; return once its response headers arrived."""
+            here = asyncio.get_running_loop()
+            events: asyncio.Queue[Event] = asyncio.Queue()
+            body = await request.aread()
+            deliver = lambda e: here.call_soon_threadsafe(events.put_nowait, e)  # noqa: E731
+            exchange = Exchange(http_scope(request, self.server), body, deliver)
+            self.app_loop.submit(exchange.run(self.app_loop.app))
             try:
-                event = await asyncio.wait_for(self._events.get(), _read_timeout(self._request))
+                event = await asyncio.wait_for(events.get(), _read_timeout(request))
             except TimeoutError:
-                raise httpx.ReadTimeout("no body chunk in time", request=self._request) from None
-            if event[0] == "body":
-                yield event[1]
-                continue
-            self._done = True
-            if event[0] == "error":
-                raise _broken(event, self._request)
+                raise x.ReadTimeout("no response in time", request=request) from None
+            close = lambda: self.app_loop.loop.call_soon_threadsafe(exchange.client_gone)  # noqa: E731
+            return x.Response(event[1], headers=event[2], stream=AsyncBody(events, request, close))
 
-    async def aclose(self) -> None:
-        if not self._done:
-            self._done = True
-            self._close()
+    return AppTransport, AsyncAppTransport
 
 
-class AsyncAppTransport(httpx.AsyncBaseTransport):
-    """An async httpx transport, for a client on its own loop, serving with the app on ``app_loop``."""
-
-    def __init__(self, app_loop: AppLoop, server: tuple[str, int] = ("127.0.0.1", 80)) -> None:
-        self.app_loop = app_loop
-        self.server = server
-
-    async def handle_async_request(self, request: httpx.Request) -> httpx.Response:
-        """Start the request on the app's loop; return once its response headers arrived."""
-        here = asyncio.get_running_loop()
-        events: asyncio.Queue[Event] = asyncio.Queue()
-        body = await request.aread()
-        exchange = Exchange(
-            http_scope(request, self.server), body, lambda e: here.call_soon_threadsafe(events.put_nowait, e)
-        )
-        self.app_loop.submit(exchange.run(self.app_loop.app))
-        try:
-            event = await asyncio.wait_for(events.get(), _read_timeout(request))
-        except TimeoutError:
-            raise httpx.ReadTimeout("no response in time", request=request) from None
-        close = lambda: self.app_loop.loop.call_soon_threadsafe(exchange.client_gone)  # noqa: E731
-        return httpx.Response(event[1], headers=event[2], stream=_AsyncBody(events, request, close))
+AppTransport, AsyncAppTransport = transports(httpx)

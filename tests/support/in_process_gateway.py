@@ -5,7 +5,8 @@ and returns an ``InProcessGateway``, the in-process twin of ``RunningGateway``
 (tests/support/gateway_testkit.py): the same ``app``, ``gateway``, ``client()``, ``async_client()``
 (the official OpenAI SDK over an in-process httpx transport), ``readiness()``, ``metrics()`` and
 ``sample()``, plus ``http`` (an httpx client of the app, for the raw requests a test would send to
-``url``) and ``anthropic_client()``. ``scripted_transport(upstream)`` is the ``SessionOpener``
+``url``) and ``anthropic_http_client()`` (for the anthropic SDK's ``http_client=``).
+``scripted_transport(upstream)`` is the ``SessionOpener``
 (gateway.upstream.transport) that reaches the scripted upstream in memory on the app's own loop,
 so an upstream fault (a cut body, a stall, a dropped connection) is the same aiohttp event it is
 over loopback. Keep a real socket where the socket is the point (see tests/gateway/conftest.py).
@@ -13,14 +14,16 @@ over loopback. Keep a real socket where the socket is the point (see tests/gatew
 
 from __future__ import annotations
 
+from types import ModuleType
 from typing import Any
 
 import httpx
+import httpx2
 from openai import AsyncOpenAI, OpenAI
 from prometheus_client.parser import text_string_to_metric_families
 
 from gateway.upstream.in_process import InProcessUpstreams
-from tests.support.asgi_bridge import AppLoop, AppTransport, AsyncAppTransport
+from tests.support.asgi_bridge import AppLoop, transports
 from tests.support.gateway_testkit import ADMIN_KEY
 from tests.support.scripted_upstream import ScriptedUpstream
 
@@ -48,15 +51,25 @@ class InProcessGateway:
         """The app's ``gateway.api.app.Gateway`` (metrics, pool, shared state)."""
         return self.app.state.gateway
 
-    def http_client(self, **kw: Any) -> httpx.Client:
-        """A sync httpx client of the app (base URL set: pass paths)."""
+    def http_client(self, package: ModuleType = httpx, **kw: Any) -> Any:
+        """A sync client of the app (base URL set: pass paths), of ``package`` (httpx or httpx2)."""
         kw.setdefault("timeout", 20)
-        return httpx.Client(transport=AppTransport(self.app_loop, _SERVER), base_url=self.url, **kw)
+        transport = transports(package)[0](self.app_loop, _SERVER)
+        return package.Client(transport=transport, base_url=self.url, **kw)
 
-    def async_http_client(self, **kw: Any) -> httpx.AsyncClient:
-        """An async httpx client of the app, for use on the caller's own loop."""
+    def async_http_client(self, package: ModuleType = httpx, **kw: Any) -> Any:
+        """An async client of the app, for use on the caller's own loop, of ``package``."""
         kw.setdefault("timeout", 20)
-        return httpx.AsyncClient(transport=AsyncAppTransport(self.app_loop, _SERVER), base_url=self.url, **kw)
+        transport = transports(package)[1](self.app_loop, _SERVER)
+        return package.AsyncClient(transport=transport, base_url=self.url, **kw)
+
+    def anthropic_http_client(self) -> Any:
+        """The ``http_client`` for an ``anthropic.Anthropic`` of the app (the SDK takes httpx2's)."""
+        return self.http_client(httpx2)
+
+    def async_anthropic_http_client(self) -> Any:
+        """The ``http_client`` for an ``anthropic.AsyncAnthropic`` of the app."""
+        return self.async_http_client(httpx2)
 
     def client(self, api_key: str = "none", **kw: Any) -> OpenAI:
         """Official sync SDK client (no retries, short timeout), in-process."""
