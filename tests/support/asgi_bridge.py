@@ -189,102 +189,126 @@ def _read_timeout(request: Any) -> float | None:
     return (request.extensions.get("timeout") or {}).get("read")
 
 
+class _SyncBody:
+    """A response body read from the exchange's events (mixed into the package's SyncByteStream)."""
+
+    x: ModuleType  # the httpx-compatible package
+
+    def __init__(self, events: queue.Queue[Event], request: Any, close: Callable[[], None]):
+        self._events, self._request, self._close = events, request, close
+        self._done = False
+
+    def __iter__(self) -> Iterator[bytes]:
+        while not self._done:
+            try:
+                event = self._events.get(timeout=_read_timeout(self._request))
+            except queue.Empty:
+                raise self.x.ReadTimeout("no body chunk in time", request=self._request) from None
+            if event[0] == "body":
+                yield event[1]
+                continue
+            self._done = True
+            if event[0] == "error":
+                raise _broken(self.x, event, self._request)
+
+    def close(self) -> None:
+        if not self._done:
+            self._done = True
+            self._close()
+
+
+class _AsyncBody:
+    """The same for an async client (mixed into the package's AsyncByteStream)."""
+
+    x: ModuleType
+
+    def __init__(self, events: asyncio.Queue[Event], request: Any, close: Callable[[], None]):
+        self._events, self._request, self._close = events, request, close
+        self._done = False
+
+    async def __aiter__(self) -> AsyncIterator[bytes]:
+        while not self._done:
+            try:
+                event = await asyncio.wait_for(self._events.get(), _read_timeout(self._request))
+            except TimeoutError:
+                raise self.x.ReadTimeout("no body chunk in time", request=self._request) from None
+            if event[0] == "body":
+                yield event[1]
+                continue
+            self._done = True
+            if event[0] == "error":
+                raise _broken(self.x, event, self._request)
+
+    async def aclose(self) -> None:
+        if not self._done:
+            self._done = True
+            self._close()
+
+
+def _broken(x: ModuleType, event: Event, request: Any) -> Exception:
+    return x.RemoteProtocolError(f"the app broke off its response ({event[1]!r})", request=request)
+
+
+class _AppTransport:
+    """A sync transport that serves every request with the app on ``app_loop``."""
+
+    x: ModuleType
+    body: type
+
+    def __init__(self, app_loop: AppLoop, server: tuple[str, int] = ("127.0.0.1", 80)) -> None:
+        self.app_loop = app_loop
+        self.server = server
+
+    def handle_request(self, request: Any) -> Any:
+        """Start the request on the app's loop; return once its response headers arrived."""
+        events: queue.Queue[Event] = queue.Queue()
+        exchange = Exchange(http_scope(request, self.server), request.read(), events.put)
+        self.app_loop.submit(exchange.run(self.app_loop.app))
+        try:
+            event = events.get(timeout=_read_timeout(request))
+        except queue.Empty:
+            raise self.x.ReadTimeout("no response in time", request=request) from None
+        close = lambda: self.app_loop.loop.call_soon_threadsafe(exchange.client_gone)  # noqa: E731
+        return self.x.Response(event[1], headers=event[2], stream=self.body(events, request, close))
+
+
+class _AsyncAppTransport:
+    """An async transport, for a client on its own loop, serving with the app on ``app_loop``."""
+
+    x: ModuleType
+    body: type
+
+    def __init__(self, app_loop: AppLoop, server: tuple[str, int] = ("127.0.0.1", 80)) -> None:
+        self.app_loop = app_loop
+        self.server = server
+
+    async def handle_async_request(self, request: Any) -> Any:
+        """Start the request on the app's loop; return once its response headers arrived."""
+        here = asyncio.get_running_loop()
+        events: asyncio.Queue[Event] = asyncio.Queue()
+        body = await request.aread()
+        deliver = lambda e: here.call_soon_threadsafe(events.put_nowait, e)  # noqa: E731
+        exchange = Exchange(http_scope(request, self.server), body, deliver)
+        self.app_loop.submit(exchange.run(self.app_loop.app))
+        try:
+            event = await asyncio.wait_for(events.get(), _read_timeout(request))
+        except TimeoutError:
+            raise self.x.ReadTimeout("no response in time", request=request) from None
+        close = lambda: self.app_loop.loop.call_soon_threadsafe(exchange.client_gone)  # noqa: E731
+        return self.x.Response(event[1], headers=event[2], stream=self.body(events, request, close))
+
+
 @functools.cache
 def transports(x: ModuleType) -> tuple[type, type]:
     """(sync, async) transport classes for the httpx-compatible package ``x``: ``httpx`` itself, or
     ``httpx2`` (the anthropic SDK's), whose clients take only their own package's streams."""
-
-    def broken(event: Event, request: Any) -> Exception:
-        return x.RemoteProtocolError(f"the app broke off its response ({event[1]!r})", request=request)
-
-    class SyncBody(x.SyncByteStream):  # type: ignore[name-defined,misc]
-        def __init__(self, events: queue.Queue[Event], request: Any, close: Callable[[], None]):
-            self._events, self._request, self._close = events, request, close
-            self._done = False
-
-        def __iter__(self) -> Iterator[bytes]:
-            while not self._done:
-                try:
-                    event = self._events.get(timeout=_read_timeout(self._request))
-                except queue.Empty:
-                    raise x.ReadTimeout("no body chunk in time", request=self._request) from None
-                if event[0] == "body":
-                    yield event[1]
-                    continue
-                self._done = True
-                if event[0] == "error":
-                    raise broken(event, self._request)
-
-        def close(self) -> None:
-            if not self._done:
-                self._done = True
-                self._close()
-
-    class AppTransport(x.BaseTransport):  # type: ignore[name-defined,misc]
-        """A sync transport that serves every request with the app on ``app_loop``."""
-
-        def __init__(self, app_loop: AppLoop, server: tuple[str, int] = ("127.0.0.1", 80)) -> None:
-            self.app_loop = app_loop
-            self.server = server
-
-        def handle_request(self, request: Any) -> Any:
-            """Start the request on the app's loop; return once its response headers arrived."""
-            events: queue.Queue[Event] = queue.Queue()
-            exchange = Exchange(http_scope(request, self.server), request.read(), events.put)
-            self.app_loop.submit(exchange.run(self.app_loop.app))
-            try:
-                event = events.get(timeout=_read_timeout(request))
-            except queue.Empty:
-                raise x.ReadTimeout("no response in time", request=request) from None
-            close = lambda: self.app_loop.loop.call_soon_threadsafe(exchange.client_gone)  # noqa: E731
-            return x.Response(event[1], headers=event[2], stream=SyncBody(events, request, close))
-
-    class AsyncBody(x.AsyncByteStream):  # type: ignore[name-defined,misc]
-        def __init__(self, events: asyncio.Queue[Event], request: Any, close: Callable[[], None]):
-            self._events, self._request, self._close = events, request, close
-            self._done = False
-
-        async def __aiter__(self) -> AsyncIterator[bytes]:
-            while not self._done:
-                try:
-                    event = await asyncio.wait_for(self._events.get(), _read_timeout(self._request))
-                except TimeoutError:
-                    raise x.ReadTimeout("no body chunk in time", request=self._request) from None
-                if event[0] == "body":
-                    yield event[1]
-                    continue
-                self._done = True
-                if event[0] == "error":
-                    raise broken(event, self._request)
-
-        async def aclose(self) -> None:
-            if not self._done:
-                self._done = True
-                self._close()
-
-    class AsyncAppTransport(x.AsyncBaseTransport):  # type: ignore[name-defined,misc]
-        """An async transport, for a client on its own loop, serving with the app on ``app_loop``."""
-
-        def __init__(self, app_loop: AppLoop, server: tuple[str, int] = ("127.0.0.1", 80)) -> None:
-            self.app_loop = app_loop
-            self.server = server
-
-        async def handle_async_request(self, request: Any) -> Any:
-            """Start the request on the app's loop; return once its response headers arrived."""
-            here = asyncio.get_running_loop()
-            events: asyncio.Queue[Event] = asyncio.Queue()
-            body = await request.aread()
-            deliver = lambda e: here.call_soon_threadsafe(events.put_nowait, e)  # noqa: E731
-            exchange = Exchange(http_scope(request, self.server), body, deliver)
-            self.app_loop.submit(exchange.run(self.app_loop.app))
-            try:
-                event = await asyncio.wait_for(events.get(), _read_timeout(request))
-            except TimeoutError:
-                raise x.ReadTimeout("no response in time", request=request) from None
-            close = lambda: self.app_loop.loop.call_soon_threadsafe(exchange.client_gone)  # noqa: E731
-            return x.Response(event[1], headers=event[2], stream=AsyncBody(events, request, close))
-
-    return AppTransport, AsyncAppTransport
+    sync_body = type("SyncBody", (_SyncBody, x.SyncByteStream), {"x": x})
+    async_body = type("AsyncBody", (_AsyncBody, x.AsyncByteStream), {"x": x})
+    sync = type("AppTransport", (_AppTransport, x.BaseTransport), {"x": x, "body": sync_body})
+    async_ = type(
+        "AsyncAppTransport", (_AsyncAppTransport, x.AsyncBaseTransport), {"x": x, "body": async_body}
+    )
+    return sync, async_
 
 
 AppTransport, AsyncAppTransport = transports(httpx)
