@@ -1,4 +1,4 @@
-"""Gateway test fixtures: a scripted upstream on loopback and the real app under uvicorn.
+"""Gateway test fixtures: a scripted upstream and the real app, in-process or under uvicorn on loopback.
 
 Helpers to import (policy document, model configs, ``serve``/``RunningGateway``, the scripted
 upstream) live in tests/support/ (``tests.support.gateway_testkit``, ``tests.support.scripted_upstream``);
