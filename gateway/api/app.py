@@ -37,6 +37,7 @@ from gateway.config.settings import Settings
 from gateway.keys.auth import client_address
 from gateway.routing.tier_choice import CASCADE_MODEL
 from gateway.telemetry.metrics import CONTENT_TYPE, GatewayMetrics
+from gateway.upstream.transport import SessionOpener, open_pooled_session
 from gateway.wire.errors import GatewayError, InternalError, NotServedError
 from gateway.wire.logs import log_exception
 from redaction import Redactor
@@ -62,10 +63,13 @@ class GatewayApp(FastAPI):
         await super().__call__(scope, receive, send)
 
 
-def build_gateway(settings: Settings, rng: random.Random | None = None) -> Gateway:
+def build_gateway(
+    settings: Settings, rng: random.Random | None = None, transport: SessionOpener = open_pooled_session
+) -> Gateway:
     """The app's ``Gateway`` for ``settings``, each component given only the sections it uses.
 
-    No I/O: Redis clients connect on first use, upstream sessions open in ``Gateway.start()``.
+    No I/O: Redis clients connect on first use, upstream sessions open in ``Gateway.start()``
+    (with ``transport``: gateway.upstream.transport).
     """
     metrics = GatewayMetrics(
         with_redis=bool(settings.redis_url or settings.policy_is_redis),
@@ -91,7 +95,12 @@ def build_gateway(settings: Settings, rng: random.Random | None = None) -> Gatew
     # Every secret the config refers to: kept out of any upstream text the gateway relays or logs.
     redact = Redactor(settings.secret_values())
     learning = build_traffic_sampler(
-        settings.learning, settings.models, settings.limits.request_timeout_s, metrics, redact=redact
+        settings.learning,
+        settings.models,
+        settings.limits.request_timeout_s,
+        metrics,
+        redact=redact,
+        transport=transport,
     )
     return Gateway(
         models=settings.models,
@@ -103,6 +112,7 @@ def build_gateway(settings: Settings, rng: random.Random | None = None) -> Gatew
         rng=rng,
         redact=redact,
         coverage=settings.coverage,
+        transport=transport,
     )
 
 
@@ -116,12 +126,15 @@ def api_edges() -> list[ApiEdge[Any]]:
     ]
 
 
-def create_app(settings: Settings, *, rng: random.Random | None = None) -> FastAPI:
+def create_app(
+    settings: Settings, *, rng: random.Random | None = None, transport: SessionOpener = open_pooled_session
+) -> FastAPI:
     """Build the gateway app for ``settings`` (upstream sessions and state start in its lifespan).
 
-    ``rng`` draws among randomized-mixture routes (seed it for reproducible tests).
+    ``rng`` draws among randomized-mixture routes (seed it for reproducible tests); ``transport``
+    opens the upstream sessions (gateway.upstream.transport: by default pooled TCP connections).
     """
-    gateway = build_gateway(settings, rng)
+    gateway = build_gateway(settings, rng, transport)
 
     @asynccontextmanager
     async def lifespan(app: FastAPI) -> AsyncIterator[None]:

@@ -26,6 +26,7 @@ from gateway.stages.blackbox_scoring import reserve_scoring_usd
 from gateway.telemetry.metrics import GatewayMetrics
 from gateway.upstream.client import UpstreamPool
 from gateway.upstream.health import UpstreamHealth
+from gateway.upstream.transport import SessionOpener, open_pooled_session
 from gateway.wire.errors import BadRequestError
 from gateway.wire.logs import configure_logging, log_event
 from gateway.wire.requests import ParsedRequest
@@ -90,7 +91,8 @@ class Gateway:
     ``metrics`` are the app's (``shared`` reports into them through ``StateEvents``); ``learning``
     is the traffic sampler (``build_traffic_sampler``), None unless ``learning.enabled``; ``redact`` cleans
     upstream error text of every configured secret (``Settings.secret_values``); ``coverage`` is
-    the config's ``coverage`` section (gateway.config.coverage), None when absent.
+    the config's ``coverage`` section (gateway.config.coverage), None when absent; ``transport``
+    opens the upstream sessions (gateway.upstream.transport).
     """
 
     def __init__(
@@ -105,12 +107,13 @@ class Gateway:
         rng: random.Random | None = None,
         redact: Redactor | None = None,
         coverage: CoverageConfig | None = None,
+        transport: SessionOpener = open_pooled_session,
     ):
         self.models = models
         self.limits = limits
         self.logs = logs
         self.metrics = metrics
-        self.pool = UpstreamPool(models, self.metrics, redact)
+        self.pool = UpstreamPool(models, self.metrics, redact, transport)
         self.planner = RoutePlanner(models, rng, coverage)
         self.engine = CascadeEngine(models, self.pool, self.metrics)
         self.router_runtime = RouterRuntime(self.metrics)
@@ -321,12 +324,14 @@ def build_traffic_sampler(
     metrics: GatewayMetrics,
     *,
     redact: Redactor | None = None,
+    transport: SessionOpener = open_pooled_session,
 ) -> TrafficSampler | None:
     """The traffic sampler when ``learning.enabled``, else None; ConfigError naming the extra this
     install lacks for the configured store or judge.
 
     ``learning``, ``models`` and ``request_timeout_s`` are the config's ``learning``, ``models`` and
-    ``limits.request_timeout_s`` (the bound of the sampler's shadow calls).
+    ``limits.request_timeout_s`` (the bound of the sampler's shadow calls); ``transport`` opens
+    the sessions of its shadow calls.
     """
     if not learning.enabled:
         return None
@@ -337,4 +342,4 @@ def build_traffic_sampler(
         raise ConfigError(f"learning: {problem}")
     from gateway.learning.sampler import TrafficSampler
 
-    return TrafficSampler(learning, models, request_timeout_s, metrics, redact=redact)
+    return TrafficSampler(learning, models, request_timeout_s, metrics, redact=redact, transport=transport)

@@ -33,6 +33,7 @@ from gateway.learning.shadow import SampleDroppedError, ShadowRunner
 from gateway.learning.writer import RowWriter
 from gateway.telemetry.metrics import LearningMetrics
 from gateway.upstream.client import UpstreamPool
+from gateway.upstream.transport import SessionOpener, open_pooled_session
 from gateway.wire.logs import log_event, log_exception
 from redaction import Redactor
 from traffic.backends import open_store
@@ -66,6 +67,7 @@ class TrafficSampler:
         rng: random.Random | None = None,
         clock: Any = time.monotonic,
         redact: Redactor | None = None,
+        transport: SessionOpener = open_pooled_session,
     ) -> None:
         """Build from the config's ``learning`` section (no I/O: the store connects and sessions
         open later); ``models`` are the configured models and ``request_timeout_s`` bounds each
@@ -73,7 +75,8 @@ class TrafficSampler:
 
         ``store`` and ``judge`` replace the configured ones; ``rng`` and ``clock`` make draws and
         the spend window reproducible in tests; ``redact`` cleans the shadow calls' upstream error
-        text (by default of the models' own keys).
+        text (by default of the models' own keys); ``transport`` opens their sessions
+        (gateway.upstream.transport).
         """
         assert config.store is not None and metrics.learning is not None
         self.config = config
@@ -83,7 +86,9 @@ class TrafficSampler:
         self.store = store or open_store(config.store)
         self.judge = judge or make_judge(config.judge)
         self.budget = ShadowBudget(config.max_shadow_usd_per_hour, clock=clock)
-        self.pool = UpstreamPool(models, metrics, redact)  # own sessions: never the clients' connections
+        self.pool = UpstreamPool(
+            models, metrics, redact, transport
+        )  # own sessions: never the clients' connections
         self.runner = ShadowRunner(
             config,
             models,

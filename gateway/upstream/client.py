@@ -29,6 +29,7 @@ import orjson
 
 from gateway.config.settings import ModelConfig
 from gateway.telemetry.metrics import GatewayMetrics
+from gateway.upstream.transport import SessionOpener, open_pooled_session
 from gateway.wire.errors import (
     BadRequestError,
     GatewayError,
@@ -101,12 +102,21 @@ class UpstreamReply:
 class UpstreamClient:
     """Calls one configured model's OpenAI-compatible endpoint."""
 
-    def __init__(self, name: str, config: ModelConfig, metrics: GatewayMetrics, redact: Redactor):
-        """``redact`` cleans an upstream's error text of every secret before it is kept."""
+    def __init__(
+        self,
+        name: str,
+        config: ModelConfig,
+        metrics: GatewayMetrics,
+        redact: Redactor,
+        transport: SessionOpener = open_pooled_session,
+    ):
+        """``redact`` cleans an upstream's error text of every secret before it is kept;
+        ``transport`` opens the session every request is sent through (gateway.upstream.transport)."""
         self.name = name
         self.config = config
         self._redact = redact
         self._metrics = metrics
+        self._open_session = transport
         self._session: aiohttp.ClientSession | None = None
         self._headers = {"content-type": "application/json", "accept": "application/json"}
         self._stream_headers = {"content-type": "application/json", "accept": "text/event-stream"}
@@ -115,15 +125,12 @@ class UpstreamClient:
         self._duration = metrics.upstream_duration.labels(name)
 
     async def start(self) -> None:
-        """Open the pooled session (keep-alive connections reused across requests)."""
+        """Open the session (by default pooled: keep-alive connections reused across requests)."""
         key = self.config.api_key()
         if key:
             self._headers["authorization"] = f"Bearer {key}"
             self._stream_headers["authorization"] = f"Bearer {key}"
-        connector = aiohttp.TCPConnector(limit=512, keepalive_timeout=60, enable_cleanup_closed=True)
-        self._session = aiohttp.ClientSession(
-            connector=connector, json_serialize=lambda o: orjson.dumps(o).decode(), raise_for_status=False
-        )
+        self._session = await self._open_session(self.config)
 
     async def close(self) -> None:
         """Close the session and its connections."""
@@ -172,21 +179,10 @@ class UpstreamClient:
             except asyncio.CancelledError:
                 attempts.append(Attempt(body, billable=status in (None, 200)))
                 raise
-            except _NEVER_SENT as exc:
-                attempts.append(Attempt(body, billable=False))
-                self._observe("error", t0)
-                failure = UpstreamFailure(self.name, "connect", type(exc).__name__)
-                attempt = await self._backoff_or_raise(failure, attempt, deadline, None)
+            except (aiohttp.ClientError, TimeoutError) as exc:
+                late = f"no answer within {timeout:.1f}s"
+                attempt = await self._retry_unsent(exc, body, attempts, t0, status, late, attempt, deadline)
                 continue
-            except TimeoutError:
-                attempts.append(Attempt(body, billable=status in (None, 200)))
-                self._observe("timeout", t0)
-                raise UpstreamFailure(self.name, "timeout", f"no answer within {timeout:.1f}s") from None
-            except aiohttp.ClientError as exc:
-                # Sent, then the connection dropped or the body was cut: the upstream may bill it.
-                attempts.append(Attempt(body, billable=status in (None, 200)))
-                self._observe("error", t0)
-                raise UpstreamFailure(self.name, "connect", _broken(exc, status)) from None
             if status == 200:
                 answer = _json_object(payload)
                 attempts.append(Attempt(body, answer=answer))
@@ -234,35 +230,13 @@ class UpstreamClient:
             except asyncio.CancelledError:
                 attempts.append(Attempt(body))  # sent, maybe served, and no answer seen
                 raise
-            except _NEVER_SENT as exc:
-                attempts.append(Attempt(body, billable=False))
-                self._observe("error", t0)
-                failure = UpstreamFailure(self.name, "connect", type(exc).__name__)
-                attempt = await self._backoff_or_raise(failure, attempt, deadline, None)
+            except (aiohttp.ClientError, TimeoutError) as exc:
+                late = "no answer in time"
+                attempt = await self._retry_unsent(exc, body, attempts, t0, None, late, attempt, deadline)
                 continue
-            except TimeoutError:
-                attempts.append(Attempt(body))
-                self._observe("timeout", t0)
-                raise UpstreamFailure(self.name, "timeout", "no answer in time") from None
-            except aiohttp.ClientError as exc:
-                attempts.append(Attempt(body))
-                self._observe("error", t0)
-                raise UpstreamFailure(self.name, "connect", _broken(exc, None)) from None
-            if response.status != 200:
-                attempts.append(Attempt(body, billable=False))  # an error status: nothing was served
-                try:
-                    payload = await response.read()
-                except (aiohttp.ClientError, TimeoutError):
-                    payload = b""
-                finally:
-                    response.release()
-                failure = self._status_failure(response.status, payload, response.headers.get("retry-after"))
-                self._observe(_status_label(response.status), t0)
-                if response.status not in _RETRYABLE_STATUS:
-                    raise failure
-                attempt = await self._backoff_or_raise(failure, attempt, deadline, failure.retry_after)
-                continue
-            break
+            if response.status == 200:
+                break
+            attempt = await self._retry_refused(response, body, attempts, t0, attempt, deadline)
         status = "error"
         try:
             yield response
@@ -277,6 +251,57 @@ class UpstreamClient:
             else:
                 response.close()
             self._observe(status, t0)
+
+    async def _retry_unsent(
+        self,
+        exc: BaseException,
+        body: bytes,
+        attempts: list[Attempt],
+        started: float,
+        status: int | None,
+        late: str,
+        attempt: int,
+        deadline: float,
+    ) -> int:
+        """An attempt ended by ``exc`` before its answer was read (``status``: the answer's, when its
+        headers came): the next attempt's number if it provably was never sent, else its failure
+        (``late`` tells a timeout's). Charged as the module docstring says."""
+        if isinstance(exc, _NEVER_SENT):
+            attempts.append(Attempt(body, billable=False))
+            self._observe("error", started)
+            failure = UpstreamFailure(self.name, "connect", type(exc).__name__)
+            return await self._backoff_or_raise(failure, attempt, deadline, None)
+        # Sent, then it timed out, the connection dropped or the body was cut: maybe billed.
+        attempts.append(Attempt(body, billable=status in (None, 200)))
+        if isinstance(exc, TimeoutError):
+            self._observe("timeout", started)
+            raise UpstreamFailure(self.name, "timeout", late) from None
+        self._observe("error", started)
+        raise UpstreamFailure(self.name, "connect", _broken(exc, status)) from None
+
+    async def _retry_refused(
+        self,
+        response: aiohttp.ClientResponse,
+        body: bytes,
+        attempts: list[Attempt],
+        started: float,
+        attempt: int,
+        deadline: float,
+    ) -> int:
+        """A stream answered with an error status (nothing served): the next attempt's number when
+        the status is retryable and time allows, else its failure."""
+        attempts.append(Attempt(body, billable=False))
+        try:
+            payload = await response.read()
+        except (aiohttp.ClientError, TimeoutError):
+            payload = b""
+        finally:
+            response.release()
+        failure = self._status_failure(response.status, payload, response.headers.get("retry-after"))
+        self._observe(_status_label(response.status), started)
+        if response.status not in _RETRYABLE_STATUS:
+            raise failure
+        return await self._backoff_or_raise(failure, attempt, deadline, failure.retry_after)
 
     def _attempt_timeout(self, deadline: float) -> float:
         remaining = deadline - time.monotonic()
@@ -413,14 +438,20 @@ class UpstreamPool:
     """All configured upstreams, by configured model name."""
 
     def __init__(
-        self, models: Mapping[str, ModelConfig], metrics: GatewayMetrics, redact: Redactor | None = None
+        self,
+        models: Mapping[str, ModelConfig],
+        metrics: GatewayMetrics,
+        redact: Redactor | None = None,
+        transport: SessionOpener = open_pooled_session,
     ):
         """``redact``: the gateway's (every configured secret); by default the models' own keys and
-        URL passwords."""
+        URL passwords. ``transport`` opens each client's session (gateway.upstream.transport)."""
         redact = redact or Redactor(
             secret for cfg in models.values() for secret in [cfg.api_key(), *url_secrets(cfg.base_url)]
         )
-        self.clients = {name: UpstreamClient(name, cfg, metrics, redact) for name, cfg in models.items()}
+        self.clients = {
+            name: UpstreamClient(name, cfg, metrics, redact, transport) for name, cfg in models.items()
+        }
 
     async def start(self) -> None:
         """Open every session (inside the app lifespan, never at import)."""

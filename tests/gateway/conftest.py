@@ -1,4 +1,4 @@
-"""Gateway test fixtures: a scripted upstream on loopback and the real app under uvicorn.
+"""Gateway test fixtures: a scripted upstream and the real app, in-process or under uvicorn on loopback.
 
 Helpers to import (policy document, model configs, ``serve``/``RunningGateway``, the scripted
 upstream) live in tests/support/ (``tests.support.gateway_testkit``, ``tests.support.scripted_upstream``);
@@ -15,11 +15,17 @@ Reusable pieces (import-free: they are fixtures):
   ``tests.support.gateway_testkit.ADMIN_KEY``):
   ``small`` -> ``up-small``, ``medium`` -> ``up-medium``, ``large`` -> ``up-large``
   (``changes`` replace top-level config fields, e.g. ``redis_url=...`` or ``models=...``).
-* ``start_gateway(settings=None, rng=None)``: runs ``create_app(settings)`` under uvicorn (uvloop,
-  httptools) in a background thread on a free port; returns a ``RunningGateway`` with ``url``,
-  ``app``, ``gateway`` (the app's Gateway), ``client()``/``async_client()`` (official OpenAI SDK,
-  no retries) and ``metrics()`` (parsed with prometheus_client.parser). Stopped after the test.
+* ``start_gateway(settings=None, rng=None)``: runs ``create_app(settings)`` in-process (its lifespan on
+  a uvloop in a background thread, no socket; tests/support/in_process_gateway.py), its upstream
+  sessions reaching the scripted upstream in memory (the transport seam, gateway.upstream.transport);
+  returns an ``InProcessGateway`` with ``app``, ``gateway`` (the app's Gateway), ``http`` (an httpx
+  client of the app), ``client()``/``async_client()`` (official OpenAI SDK over the in-process
+  transport, no retries) and ``metrics()`` (parsed with prometheus_client.parser). Stopped after the test.
 * ``gateway``: ``start_gateway()`` with the default settings and policy.
+* ``start_served_gateway`` / ``served_gateway``: the same under uvicorn (uvloop, httptools) on a free
+  loopback port, reaching the upstream over loopback too (a ``RunningGateway`` with ``url``): for the
+  tests where the socket is the point (HTTP limits, uvicorn's own behaviour, cut bodies relayed to a
+  client, back-pressure, client disconnects).
 
 Default policy tiers (threshold 0.5 on mean token negentropy, top_k 5): ``balanced`` (default):
 small -> large; ``chain``: small -> medium -> large; ``direct``: large only; ``mix``: 50/50 of
@@ -42,6 +48,7 @@ import redis.asyncio as aioredis
 from gateway.api.app import create_app
 from gateway.config.settings import Settings
 from tests.support.gateway_testkit import ADMIN_KEY, RunningGateway, model_configs, serve, stop
+from tests.support.in_process_gateway import InProcessGateway, scripted_transport, serve_in_process
 from tests.support.policy_files import write_policy as write_policy_file
 from tests.support.scripted_upstream import ScriptedUpstream
 from tests.support.shared_redis import REDIS_URL, delete_prefix, fresh_keys
@@ -81,8 +88,33 @@ def make_settings(
 
 
 @pytest.fixture
-def start_gateway(make_settings: Callable[..., Settings]) -> Iterator[Callable[..., RunningGateway]]:
-    """Factory: ``start_gateway(settings=None, rng=None)`` -> RunningGateway (stopped after the test)."""
+def start_gateway(
+    make_settings: Callable[..., Settings], upstream: ScriptedUpstream
+) -> Iterator[Callable[..., InProcessGateway]]:
+    """Factory: ``start_gateway(settings=None, rng=None)`` -> InProcessGateway (stopped after the test)."""
+    running: list[InProcessGateway] = []
+
+    def start(settings: Settings | None = None, rng: random.Random | None = None) -> InProcessGateway:
+        app = create_app(settings or make_settings(), rng=rng, transport=scripted_transport(upstream))
+        gateway = serve_in_process(app)
+        running.append(gateway)
+        return gateway
+
+    yield start
+    for gateway in running:
+        gateway.stop()
+
+
+@pytest.fixture
+def gateway(start_gateway: Callable[..., InProcessGateway]) -> InProcessGateway:
+    """The gateway with the default test settings and policy, in-process."""
+    return start_gateway()
+
+
+@pytest.fixture
+def start_served_gateway(make_settings: Callable[..., Settings]) -> Iterator[Callable[..., RunningGateway]]:
+    """Factory: ``start_served_gateway(settings=None, rng=None)`` -> RunningGateway under uvicorn on
+    loopback (stopped after the test)."""
     running: list[RunningGateway] = []
 
     def start(settings: Settings | None = None, rng: random.Random | None = None) -> RunningGateway:
@@ -97,9 +129,9 @@ def start_gateway(make_settings: Callable[..., Settings]) -> Iterator[Callable[.
 
 
 @pytest.fixture
-def gateway(start_gateway: Callable[..., RunningGateway]) -> RunningGateway:
-    """The gateway with the default test settings and policy."""
-    return start_gateway()
+def served_gateway(start_served_gateway: Callable[..., RunningGateway]) -> RunningGateway:
+    """The gateway with the default test settings and policy, under uvicorn on loopback."""
+    return start_served_gateway()
 
 
 def pytest_terminal_summary(terminalreporter: Any) -> None:

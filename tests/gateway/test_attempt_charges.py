@@ -58,25 +58,27 @@ def models(base_url: str, **changes: Any) -> dict[str, Any]:
 
 @pytest.fixture
 def serve(
-    start_gateway: Callable[..., RunningGateway],
+    start_gateway: Callable[..., Any],
+    start_served_gateway: Callable[..., RunningGateway],
     make_settings: Callable[..., Any],
     upstream: ScriptedUpstream,
     tmp_path,
-) -> Callable[..., RunningGateway]:
-    """``serve(scorer=None, models=None, **changes)``: the gateway (request log lines on), the test
-    policy scored by ``scorer`` when given."""
+) -> Callable[..., Any]:
+    """``serve(scorer=None, models=None, on_loopback=False, **changes)``: the gateway (request log
+    lines on; in-process, or under uvicorn on loopback), the test policy scored by ``scorer`` when given."""
 
-    def start(scorer: dict[str, Any] | None = None, **changes: Any) -> RunningGateway:
+    def start(scorer: dict[str, Any] | None = None, on_loopback: bool = False, **changes: Any) -> Any:
         policy = write_policy(tmp_path / "policy.json", **({"scorer": scorer} if scorer else {}))
         changes.setdefault("models", models(upstream.base_url))
         changes.setdefault("logging", {"level": "info"})
-        return start_gateway(make_settings(policy=policy, **changes))
+        settings = make_settings(policy=policy, **changes)
+        return start_served_gateway(settings) if on_loopback else start_gateway(settings)
 
     return start
 
 
-def post(gateway: RunningGateway, body: dict[str, Any], path: str = "/v1/chat/completions") -> httpx.Response:
-    return httpx.post(gateway.url + path, content=orjson.dumps(body), timeout=20)
+def post(gateway: Any, body: dict[str, Any], path: str = "/v1/chat/completions") -> httpx.Response:
+    return gateway.http.post(path, content=orjson.dumps(body), timeout=20)
 
 
 def worst_case(upstream: ScriptedUpstream, model_id: str) -> float:
@@ -127,7 +129,8 @@ def test_a_streamed_stage_whose_client_leaves_before_its_answer_began_is_charged
     serve, upstream: ScriptedUpstream, capfd
 ) -> None:
     upstream.set_default("up-large", ok(usage=(20, 40), delay_s=3.0))
-    gateway = serve(models=models(upstream.base_url, timeout_s=10))
+    # The client leaves: a real socket (in-process, the client cannot go away mid-request).
+    gateway = serve(models=models(upstream.base_url, timeout_s=10), on_loopback=True)
     body = {"model": "large", "messages": MESSAGES, "max_tokens": 64, "stream": True}
     with pytest.raises(httpx.TimeoutException):  # the client gives up while the upstream thinks
         httpx.post(gateway.url + "/v1/chat/completions", content=orjson.dumps(body), timeout=0.5)

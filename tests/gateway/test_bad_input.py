@@ -11,9 +11,7 @@ MESSAGES = [{"role": "user", "content": "hi"}]
 
 def _post(gateway, body: bytes | dict, path: str = "/v1/chat/completions", **headers: str) -> httpx.Response:
     kw = {"content": body} if isinstance(body, bytes) else {"json": body}
-    return httpx.post(
-        gateway.url + path, headers={"content-type": "application/json", **headers}, timeout=10, **kw
-    )
+    return gateway.http.post(path, headers={"content-type": "application/json", **headers}, timeout=10, **kw)
 
 
 def _assert_openai_error(response: httpx.Response, status: int, code: str | None = None) -> dict:
@@ -133,14 +131,14 @@ def test_chunked_body_over_limit_is_413(gateway) -> None:
             yield b"x" * 1000
         yield b'"}]}'
 
-    response = httpx.post(gateway.url + "/v1/chat/completions", content=chunks(), timeout=10)
+    response = gateway.http.post("/v1/chat/completions", content=chunks(), timeout=10)
     _assert_openai_error(response, 413)
 
 
 def test_unknown_path_and_wrong_method_are_openai_errors(gateway) -> None:
-    response = httpx.get(gateway.url + "/v1/nothing", timeout=5)
+    response = gateway.http.get("/v1/nothing", timeout=5)
     assert response.status_code == 404 and "error" in response.json()
-    response = httpx.get(gateway.url + "/v1/chat/completions", timeout=5)
+    response = gateway.http.get("/v1/chat/completions", timeout=5)
     assert response.status_code == 405 and "error" in response.json()
 
 

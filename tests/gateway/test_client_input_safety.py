@@ -10,7 +10,6 @@ import time
 from typing import Any
 
 import anthropic
-import httpx
 import openai
 import orjson
 import pytest
@@ -55,7 +54,13 @@ def test_a_schema_ref_to_a_url_is_a_400_on_every_api_and_nothing_is_fetched(
             text={"format": {"type": "json_schema", "name": "city", "schema": remote}},
         )
     assert responses.value.body["code"] == "invalid_schema"  # type: ignore[index]
-    sdk = anthropic.Anthropic(base_url=gateway.url, api_key="none", max_retries=0, timeout=20)
+    sdk = anthropic.Anthropic(
+        base_url=gateway.url,
+        http_client=gateway.anthropic_http_client(),
+        api_key="none",
+        max_retries=0,
+        timeout=20,
+    )
     with pytest.raises(anthropic.BadRequestError) as messages:
         sdk.messages.create(
             model="cascade",
@@ -156,7 +161,13 @@ def test_a_finish_reason_that_is_a_list_is_a_502_in_the_messages_shape(gateway, 
     body = _answer()
     body["choices"][0]["finish_reason"] = ["stop"]
     upstream.script("up-large", Reply(body=body))
-    sdk = anthropic.Anthropic(base_url=gateway.url, api_key="none", max_retries=0, timeout=20)
+    sdk = anthropic.Anthropic(
+        base_url=gateway.url,
+        http_client=gateway.anthropic_http_client(),
+        api_key="none",
+        max_retries=0,
+        timeout=20,
+    )
     with pytest.raises(anthropic.APIStatusError) as failed:
         sdk.messages.create(model="cascade/direct", max_tokens=50, messages=QUESTION)  # type: ignore[arg-type]
     assert failed.value.status_code == 502
@@ -245,7 +256,13 @@ def test_a_streamed_finish_reason_that_is_a_list_ends_a_messages_stream_with_an_
 ) -> None:
     events = _chunks("up-large", [{"role": "assistant", "content": "Sunny"}], finish=["stop"])
     upstream.script("up-large", Reply(stream_events=events))
-    sdk = anthropic.Anthropic(base_url=gateway.url, api_key="none", max_retries=0, timeout=20)
+    sdk = anthropic.Anthropic(
+        base_url=gateway.url,
+        http_client=gateway.anthropic_http_client(),
+        api_key="none",
+        max_retries=0,
+        timeout=20,
+    )
     try:
         with sdk.messages.stream(model="cascade/direct", max_tokens=50, messages=QUESTION) as stream:  # type: ignore[arg-type]
             list(stream)
@@ -279,7 +296,7 @@ def test_a_streamed_finish_reason_that_is_a_list_ends_a_messages_stream_with_an_
     ],
 )
 def test_a_malformed_responses_body_is_a_400_never_a_500(gateway, upstream, path, body) -> None:
-    response = httpx.post(gateway.url + path, json=body, timeout=10)
+    response = gateway.http.post(path, json=body, timeout=10)
     assert response.status_code == 400, response.text
     assert response.json()["error"]["type"] == "invalid_request_error"
     assert upstream.requests == []

@@ -217,8 +217,6 @@ def test_a_policy_swap_starts_an_empty_window(
 ) -> None:
     import json
 
-    import httpx
-
     from policies import save_policy
 
     monkeypatch.setenv("CASCADE_ADMIN_KEY", "sk-admin")
@@ -228,13 +226,13 @@ def test_a_policy_swap_starts_an_empty_window(
     assert _drift(gateway)[1] == 60
     # Reloading the same policy keeps the window.
     first_id = gateway.gateway.policy.policy_id
-    assert httpx.post(gateway.url + "/admin/reload", headers=admin).json()["policy_id"] == first_id
+    assert gateway.http.post("/admin/reload", headers=admin).json()["policy_id"] == first_id
     assert _drift(gateway)[1] == 60
     document = json.loads(calibrated_policy.read_text())
     document["tiers"]["balanced"]["routes"][0]["thresholds"] = [0.6]
     document.pop("policy_id")
     save_policy(build_policy(document), calibrated_policy)
-    reloaded = httpx.post(gateway.url + "/admin/reload", headers=admin).json()["policy_id"]
+    reloaded = gateway.http.post("/admin/reload", headers=admin).json()["policy_id"]
     assert reloaded != first_id
     psi, count = _drift(gateway)
     assert count == 0 and math.isnan(psi)

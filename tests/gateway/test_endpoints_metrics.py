@@ -5,8 +5,6 @@ from __future__ import annotations
 import json
 import time
 
-import httpx
-
 from tests.support.gateway_testkit import model_configs, until
 from tests.support.scripted_upstream import error, ok
 
@@ -21,8 +19,8 @@ def test_models_lists_aliases_tiers_and_configured_models(gateway) -> None:
 
 
 def test_health_and_readiness(gateway) -> None:
-    assert httpx.get(gateway.url + "/healthz").json() == {"status": "ok"}
-    ready = httpx.get(gateway.url + "/readyz")
+    assert gateway.http.get("/healthz").json() == {"status": "ok"}
+    ready = gateway.http.get("/readyz")
     assert ready.status_code == 200
     assert ready.json() == {"ready": True}  # anonymous callers see the status only
     body = gateway.readiness().json()  # the admin key shows the details
@@ -35,8 +33,8 @@ def test_readiness_details_need_the_admin_key_and_never_show_paths_to_others(
     start_gateway, make_settings, tmp_path
 ) -> None:
     gateway = start_gateway(make_settings(policy=tmp_path / "missing-policy.json"))
-    anonymous = httpx.get(gateway.url + "/readyz")
-    wrong_key = httpx.get(gateway.url + "/readyz", headers={"authorization": "Bearer sk-not-admin"})
+    anonymous = gateway.http.get("/readyz")
+    wrong_key = gateway.http.get("/readyz", headers={"authorization": "Bearer sk-not-admin"})
     for response in (anonymous, wrong_key):
         assert response.status_code == 503
         assert response.json() == {"ready": False}
@@ -50,7 +48,7 @@ def test_an_unreachable_upstream_is_a_metric_not_unreadiness(start_gateway, make
     models = model_configs(upstream.base_url)
     models["large"]["base_url"] = "http://127.0.0.1:9/v1"
     gateway = start_gateway(make_settings(models=models))
-    assert httpx.get(gateway.url + "/readyz").status_code == 200  # the replica can still serve
+    assert gateway.http.get("/readyz").status_code == 200  # the replica can still serve
     assert until(lambda: gateway.readiness().json()["upstreams"]["large"] is False)
     assert gateway.readiness().json()["upstreams"]["small"] is True
     assert gateway.sample("cascade_upstream_up", model="large") == 0
@@ -58,7 +56,7 @@ def test_an_unreachable_upstream_is_a_metric_not_unreadiness(start_gateway, make
     # The background probe runs on its own interval, never per /readyz call.
     checked_at = gateway.gateway.health.checked_at
     for _ in range(5):
-        httpx.get(gateway.url + "/readyz")
+        gateway.http.get("/readyz")
         gateway.readiness()
     assert gateway.gateway.health.checked_at == checked_at
 
@@ -70,7 +68,7 @@ def test_metrics_follow_the_contract(gateway, upstream) -> None:
     client.chat.completions.create(model="cascade", messages=MESSAGES)  # escalated
     client.chat.completions.create(model="cascade/direct", messages=MESSAGES)  # direct
     client.chat.completions.create(model="medium", messages=MESSAGES)  # passthrough
-    httpx.post(gateway.url + "/v1/chat/completions", content=b"{", timeout=5)  # rejected before routing
+    gateway.http.post("/v1/chat/completions", content=b"{", timeout=5)  # rejected before routing
     families = gateway.metrics()
     expected = {
         "cascade_requests": {"tier", "outcome", "endpoint"},
@@ -143,7 +141,7 @@ def test_logs_are_json_lines_without_prompt_or_keys(
     assert "secret prompt text" not in err
     assert "sk-upstream-secret" not in err
     assert "sk-upstream-secret" not in str(raw.headers)
-    assert "sk-upstream-secret" not in httpx.get(gateway.url + "/metrics").text
+    assert "sk-upstream-secret" not in gateway.http.get("/metrics").text
 
 
 def test_prompts_logged_only_when_enabled(start_gateway, make_settings, upstream, capfd) -> None:

@@ -197,7 +197,8 @@ def test_real_llamacpp_answer_is_scored(gateway, upstream) -> None:
     assert raw.parse().model in {"small", "large"}
 
 
-def test_client_disconnect_cancels_the_upstream_call(gateway, upstream) -> None:
+def test_client_disconnect_cancels_the_upstream_call(served_gateway, upstream) -> None:
+    gateway = served_gateway  # a real socket: the client goes away
     upstream.script("up-small", Reply(delay_s=3))
     with pytest.raises(httpx.ReadTimeout):
         httpx.post(
@@ -210,7 +211,8 @@ def test_client_disconnect_cancels_the_upstream_call(gateway, upstream) -> None:
     )
 
 
-def test_a_call_cut_by_a_client_disconnect_is_charged_its_bound(gateway, upstream) -> None:
+def test_a_call_cut_by_a_client_disconnect_is_charged_its_bound(served_gateway, upstream) -> None:
+    gateway = served_gateway  # a real socket: the client goes away
     # The upstream may bill the whole answer of a call the gateway cancelled: the call is charged
     # its worst case (prompt: one token per request byte; completion: the cap it was sent with).
     upstream.script("up-small", Reply(delay_s=3))
@@ -225,7 +227,8 @@ def test_a_call_cut_by_a_client_disconnect_is_charged_its_bound(gateway, upstrea
     assert gateway.sample("cascade_tokens_total", model="small", kind="completion") == 1000
 
 
-def test_client_disconnect_mid_stream_cancels_the_upstream_stream(gateway, upstream) -> None:
+def test_client_disconnect_mid_stream_cancels_the_upstream_stream(served_gateway, upstream) -> None:
+    gateway = served_gateway  # a real socket: the client goes away
     upstream.script("up-small", ok(confidence=0.3))
     upstream.script("up-large", ok(" ".join(["tok"] * 50), chunk_delay_s=0.1))
     with httpx.stream(
@@ -255,7 +258,8 @@ def _in_flight(gateway) -> tuple[int, int]:
     return asyncio.run_coroutine_threadsafe(count(), gateway.gateway.loop).result(5)
 
 
-def test_disconnects_leave_no_tasks_or_connections_behind(gateway, upstream) -> None:
+def test_disconnects_leave_no_tasks_or_connections_behind(served_gateway, upstream) -> None:
+    gateway = served_gateway  # a real socket: the client goes away
     gateway.client().chat.completions.create(model="cascade", messages=MESSAGES)  # warm the pools
     baseline_tasks, _ = _in_flight(gateway)
     upstream.script("up-small", Reply(delay_s=3), Reply(delay_s=3))

@@ -12,7 +12,6 @@ import uuid
 from collections.abc import Callable, Iterator
 from pathlib import Path
 
-import httpx
 import pytest
 from learning_support import TcpProxy, learning_block, postgres_store_url, registry_value
 
@@ -97,7 +96,7 @@ def test_postgres_down_then_back_without_restart(
     ask(running, 3)  # nothing listens on the proxy's port: the store is down; clients are answered
     assert until(lambda: dropped(gateway, "store_error") >= 1)
     assert registry_value(gateway, "cascade_learning_store_up") == 0
-    ready = httpx.get(running.url + "/readyz", timeout=5)
+    ready = running.http.get("/readyz", timeout=5)
     assert ready.status_code == 200 and ready.json() == {"ready": True}
 
     proxy.open()  # the store is back
@@ -126,7 +125,7 @@ def test_slow_postgres_drops_samples_and_clients_do_not_wait(
     proxy.freeze()  # connections stay open, nothing comes back
     ask(running, 3)  # answered whatever the store does (its writes are bounded by store_timeout_s)
     assert until(lambda: dropped(gateway, "store_error") >= 1, 10)
-    assert httpx.get(running.url + "/readyz", timeout=5).status_code == 200
+    assert running.http.get("/readyz", timeout=5).status_code == 200
 
     proxy.thaw()
     proxy.close()  # cut the stuck connections, then listen again
@@ -160,8 +159,9 @@ def test_file_store_unwritable_then_writable(
 
 
 def test_shutdown_drops_what_it_cannot_finish_within_the_grace(
-    start_gateway: Callable, make_settings: Callable, upstream, tmp_path: Path
+    start_served_gateway: Callable, make_settings: Callable, upstream, tmp_path: Path
 ) -> None:
+    start_gateway = start_served_gateway  # uvicorn's shutdown, joined within its bound
     upstream.set_default("up-medium", ok("Paris", delay_s=60.0))  # longer than stop() waits
     block = learning_block(f"file://{tmp_path / 't.jsonl'}", concurrency=1)
     settings = make_settings(learning=block, limits={"request_timeout_s": 10, "shutdown_grace_s": 0.5})

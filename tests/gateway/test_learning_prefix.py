@@ -41,7 +41,7 @@ def sampled_prefix_gateway(
 def stream_chat(gateway: RunningGateway) -> tuple[httpx.Response, list[dict[str, Any]]]:
     """A streamed chat request: the response and its ``data:`` objects."""
     body = {"model": "cascade", "messages": MESSAGES, "stream": True}
-    with httpx.stream("POST", gateway.url + "/v1/chat/completions", json=body, timeout=20) as response:
+    with gateway.http.stream("POST", "/v1/chat/completions", json=body, timeout=20) as response:
         lines = [line for line in response.iter_lines() if line.startswith("data: {")]
     return response, [orjson.loads(line[6:]) for line in lines]
 

@@ -25,7 +25,13 @@ def test_a_sampled_messages_request_gets_one_labelled_row_per_pool_model(
     upstream.set_default("up-medium", ok("Lyon", confidence=0.99))
     upstream.set_default("up-large", ok("Paris", confidence=0.99))
     running = start_gateway(make_settings(learning=learning_block(store)))
-    client = anthropic.Anthropic(base_url=running.url, api_key="none", max_retries=0, timeout=20)
+    client = anthropic.Anthropic(
+        base_url=running.url,
+        http_client=running.anthropic_http_client(),
+        api_key="none",
+        max_retries=0,
+        timeout=20,
+    )
     raw = client.messages.with_raw_response.create(
         model="cascade",
         max_tokens=16,

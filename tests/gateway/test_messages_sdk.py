@@ -6,7 +6,6 @@ from __future__ import annotations
 from typing import Any
 
 import anthropic
-import httpx
 import orjson
 import pytest
 
@@ -29,11 +28,24 @@ CALL = {
 
 def client(gateway: RunningGateway, api_key: str = "none", **kw: Any) -> anthropic.Anthropic:
     """The anthropic SDK pointed at the gateway (it appends /v1/messages), no retries."""
-    return anthropic.Anthropic(base_url=gateway.url, api_key=api_key, max_retries=0, timeout=20, **kw)
+    return anthropic.Anthropic(
+        base_url=gateway.url,
+        http_client=gateway.anthropic_http_client(),
+        api_key=api_key,
+        max_retries=0,
+        timeout=20,
+        **kw,
+    )
 
 
 def async_client(gateway: RunningGateway, api_key: str = "none") -> anthropic.AsyncAnthropic:
-    return anthropic.AsyncAnthropic(base_url=gateway.url, api_key=api_key, max_retries=0, timeout=20)
+    return anthropic.AsyncAnthropic(
+        base_url=gateway.url,
+        http_client=gateway.async_anthropic_http_client(),
+        api_key=api_key,
+        max_retries=0,
+        timeout=20,
+    )
 
 
 def tool_call_stream(model: str, arguments: list[str]) -> list[dict[str, Any]]:
@@ -251,7 +263,12 @@ def test_the_key_is_read_from_x_api_key_or_a_bearer_token(keyed_gateway, upstrea
         model="cascade", max_tokens=16, messages=QUESTION
     )
     assert by_api_key.content[0].text
-    bearer = anthropic.Anthropic(base_url=keyed_gateway.url, auth_token="sk-client-1", max_retries=0)
+    bearer = anthropic.Anthropic(
+        base_url=keyed_gateway.url,
+        http_client=keyed_gateway.anthropic_http_client(),
+        auth_token="sk-client-1",
+        max_retries=0,
+    )
     assert bearer.messages.create(model="cascade", max_tokens=16, messages=QUESTION).content[0].text
 
 
@@ -267,8 +284,8 @@ def test_a_wrong_or_missing_key_is_an_anthropic_shaped_401(keyed_gateway, upstre
     }
     assert wrong.value.request_id == wrong.value.body["request_id"]
     assert wrong.value.response.headers["x-should-retry"] == "false"  # Claude Code retries a 401 otherwise
-    missing = httpx.post(
-        keyed_gateway.url + "/v1/messages",
+    missing = keyed_gateway.http.post(
+        "/v1/messages",
         json={"model": "cascade", "max_tokens": 16, "messages": QUESTION},
         headers={"anthropic-version": "2023-06-01"},
     )
@@ -335,15 +352,15 @@ def test_what_cannot_be_honoured_is_a_clear_anthropic_400(gateway, upstream, ext
 
 
 def test_a_request_without_max_tokens_is_a_400_naming_it(gateway, upstream) -> None:
-    response = httpx.post(gateway.url + "/v1/messages", json={"model": "cascade", "messages": QUESTION})
+    response = gateway.http.post("/v1/messages", json={"model": "cascade", "messages": QUESTION})
     assert response.status_code == 400
     assert response.json()["error"]["type"] == "invalid_request_error"
     assert "'max_tokens' is required" in response.json()["error"]["message"]
 
 
 def test_claude_codes_beta_query_and_headers_are_accepted(gateway, upstream) -> None:
-    response = httpx.post(
-        gateway.url + "/v1/messages?beta=true",
+    response = gateway.http.post(
+        "/v1/messages?beta=true",
         json={
             "model": "cascade",
             "max_tokens": 32000,

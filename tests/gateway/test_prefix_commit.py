@@ -34,7 +34,7 @@ def prefix_gateway(
 def stream_chat(gateway: RunningGateway, **extra: Any) -> tuple[httpx.Response, list[dict[str, Any]]]:
     """A streamed chat request: the response and its ``data:`` objects."""
     body = {"model": "cascade", "messages": MESSAGES, "stream": True, **extra}
-    with httpx.stream("POST", gateway.url + "/v1/chat/completions", json=body, timeout=20) as response:
+    with gateway.http.stream("POST", "/v1/chat/completions", json=body, timeout=20) as response:
         lines = [line for line in response.iter_lines() if line.startswith("data: {")]
     return response, [orjson.loads(line[6:]) for line in lines]
 
@@ -49,7 +49,7 @@ def test_accepted_prefix_starts_the_response_before_the_cheap_stream_ends(
     gateway = prefix_gateway(start_gateway, make_settings, tmp_path)
     upstream.script("up-small", ok(LONG, confidence=0.99, chunk_delay_s=0.15))
     body = {"model": "cascade", "messages": MESSAGES, "stream": True}
-    with httpx.stream("POST", gateway.url + "/v1/chat/completions", json=body, timeout=20) as response:
+    with gateway.http.stream("POST", "/v1/chat/completions", json=body, timeout=20) as response:
         lines = response.iter_lines()
         first = next(line for line in lines if line.startswith("data: {"))
         # The client holds the start of the answer while the cheap model is still writing it.
@@ -163,7 +163,13 @@ def test_anthropic_and_responses_streams_through_a_prefix_tier(
 ) -> None:
     gateway = prefix_gateway(start_gateway, make_settings, tmp_path)
     upstream.script("up-small", ok(LONG, confidence=0.99))
-    client = anthropic.Anthropic(base_url=gateway.url, api_key="none", max_retries=0, timeout=20)
+    client = anthropic.Anthropic(
+        base_url=gateway.url,
+        http_client=gateway.anthropic_http_client(),
+        api_key="none",
+        max_retries=0,
+        timeout=20,
+    )
     with client.messages.stream(model="cascade", max_tokens=64, messages=MESSAGES) as stream:
         assert stream.response.headers["x-cascade-commit"] == "prefix"
         text = "".join(stream.text_stream)

@@ -37,7 +37,7 @@ def limited(start_gateway, make_settings, monkeypatch, keys, sync_redis):
 
 
 def post(gateway, path: str, body: dict, key: str = KEY) -> httpx.Response:
-    return httpx.post(gateway.url + path, json=body, headers={"authorization": f"Bearer {key}"}, timeout=20)
+    return gateway.http.post(path, json=body, headers={"authorization": f"Bearer {key}"}, timeout=20)
 
 
 def test_each_api_answers_with_the_headers_and_refuses_in_its_own_shape(limited, upstream) -> None:

@@ -6,7 +6,6 @@ from __future__ import annotations
 import json
 from typing import Any
 
-import httpx
 import orjson
 import pytest
 from learning_support import learning_block
@@ -71,7 +70,7 @@ def test_no_request_costs_more_than_its_reservation(
 
     # First, what the translation sends upstream for this request (deterministic).
     upstream.script("up-small", ok("Lyon?", confidence=0.3))
-    assert httpx.post(gateway.url + "/v1/responses", **post).status_code == 200
+    assert gateway.http.post("/v1/responses", **post).status_code == 200
     sent = [
         len(orjson.dumps({k: v for k, v in call.body.items() if k in PROMPT})) for call in upstream.calls()
     ]
@@ -84,7 +83,7 @@ def test_no_request_costs_more_than_its_reservation(
     assert len(captured_request_lines(capfd, 1)) == 1  # the first request's line, written after its response
     upstream.script("up-small", ok("Lyon?", confidence=0.3, usage=(sent[0], cap)))
     upstream.script("up-large", ok("Paris.", usage=(sent[1], cap)))
-    response = httpx.post(gateway.url + "/v1/responses", **post)
+    response = gateway.http.post("/v1/responses", **post)
     assert response.status_code == 200
     assert response.headers["x-cascade-escalated"] == "true"
     true_cost = (sent[0] * 0.1 + cap * 0.2) / 1e6 + (sent[1] * 3.0 + cap * 15.0) / 1e6
@@ -111,7 +110,7 @@ def test_metrics_and_log_lines_are_labelled_by_endpoint(
     client.responses.create(model="cascade", input=QUESTION)  # accepted
     client.responses.create(model="cascade", input=QUESTION)  # escalated
     client.chat.completions.create(model="cascade", messages=[{"role": "user", "content": QUESTION}])
-    httpx.post(gateway.url + "/v1/responses", json={"model": "cascade"}, timeout=5)  # refused
+    gateway.http.post("/v1/responses", json={"model": "cascade"}, timeout=5)  # refused
     sample = gateway.sample
     assert sample("cascade_requests_total", tier="balanced", outcome="accepted", endpoint="responses") == 1
     assert sample("cascade_requests_total", tier="balanced", outcome="escalated", endpoint="responses") == 1

@@ -3,7 +3,6 @@ hints it accepts without forwarding (what Codex CLI and the Agents SDK send rout
 
 from __future__ import annotations
 
-import httpx
 import openai
 import pytest
 
@@ -97,22 +96,20 @@ def test_an_unknown_field_is_refused_by_name(gateway, upstream) -> None:
     ],
 )
 def test_malformed_requests_name_the_field(gateway, upstream, payload, param) -> None:
-    response = httpx.post(gateway.url + "/v1/responses", json=payload, timeout=10)
+    response = gateway.http.post("/v1/responses", json=payload, timeout=10)
     assert response.status_code == 400
     assert response.json()["error"]["param"] == param
     assert response.headers["x-request-id"]
 
 
 def test_routing_errors_keep_the_openai_shape(gateway, upstream) -> None:
-    response = httpx.post(
-        gateway.url + "/v1/responses", json={"model": "cascade/no-such-tier", "input": QUESTION}, timeout=10
+    response = gateway.http.post(
+        "/v1/responses", json={"model": "cascade/no-such-tier", "input": QUESTION}, timeout=10
     )
     assert response.status_code == 400 and response.json()["error"]["code"] == "unknown_tier"
-    response = httpx.post(
-        gateway.url + "/v1/responses", json={"model": "gpt-9", "input": QUESTION}, timeout=10
-    )
+    response = gateway.http.post("/v1/responses", json={"model": "gpt-9", "input": QUESTION}, timeout=10)
     assert response.status_code == 404 and response.json()["error"]["code"] == "model_not_found"
-    assert httpx.get(gateway.url + "/v1/responses", timeout=10).status_code == 405
+    assert gateway.http.get("/v1/responses", timeout=10).status_code == 405
 
 
 def test_what_codex_sends_is_served(gateway, upstream) -> None:
@@ -153,7 +150,7 @@ def test_what_codex_sends_is_served(gateway, upstream) -> None:
         "prompt_cache_key": "3f1c9a52-session",
         "client_metadata": {"originator": "codex_exec"},
     }
-    with httpx.stream("POST", gateway.url + "/v1/responses", json=body, timeout=20) as response:
+    with gateway.http.stream("POST", "/v1/responses", json=body, timeout=20) as response:
         text = response.read().decode()
     assert response.status_code == 200, text
     assert "event: response.completed" in text and "Hello!" in text

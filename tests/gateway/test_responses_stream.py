@@ -29,8 +29,8 @@ TEXT_EVENTS = [
 def sse_events(gateway, body: dict, headers: dict | None = None) -> tuple[httpx.Response, list[dict]]:
     """POST a streamed request; the response and its events (``event:`` name checked against ``type``)."""
     events = []
-    with httpx.stream(
-        "POST", gateway.url + "/v1/responses", json={**body, "stream": True}, headers=headers, timeout=20
+    with gateway.http.stream(
+        "POST", "/v1/responses", json={**body, "stream": True}, headers=headers, timeout=20
     ) as response:
         name = None
         for line in response.iter_lines():

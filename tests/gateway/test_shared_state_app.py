@@ -10,7 +10,6 @@ import time
 from pathlib import Path
 from typing import Any
 
-import httpx
 import openai
 import pytest
 
@@ -100,7 +99,7 @@ def test_wrong_or_missing_key_is_an_openai_authentication_error(
     assert error["code"] == "invalid_api_key" and error["type"] == "invalid_request_error"
     assert "sk-wrong" not in caught.value.response.text
     body = {"model": "cascade", "messages": MESSAGES}
-    missing = httpx.post(gateway.url + "/v1/chat/completions", json=body)
+    missing = gateway.http.post("/v1/chat/completions", json=body)
     assert missing.status_code == 401 and missing.json()["error"]["code"] == "missing_api_key"
     assert ask(gateway, api_key="sk-beta").parse().choices[0].message.content
 
@@ -130,22 +129,22 @@ def test_admin_reload_needs_the_admin_key_and_reports_an_invalid_policy(
     monkeypatch.setenv("CASCADE_ADMIN_KEY", "sk-admin")
     path, first_id = policy_file(tmp_path, 0.5)
     gateway = start_gateway(make_settings(policy=path))
-    url = gateway.url + "/admin/reload"
-    assert httpx.post(url).status_code == 401
-    assert httpx.post(url, headers={"Authorization": "Bearer sk-client"}).status_code == 401
+    url = "/admin/reload"
+    assert gateway.http.post(url).status_code == 401
+    assert gateway.http.post(url, headers={"Authorization": "Bearer sk-client"}).status_code == 401
     admin = {"Authorization": "Bearer sk-admin"}
-    reloaded = httpx.post(url, headers=admin)
+    reloaded = gateway.http.post(url, headers=admin)
     assert reloaded.status_code == 200 and reloaded.json()["policy_id"] == first_id
 
     path.write_text("{ broken")
-    rejected = httpx.post(url, headers=admin)
+    rejected = gateway.http.post(url, headers=admin)
     assert rejected.status_code == 422
     assert rejected.json()["error"]["code"] == "policy_invalid"
     assert f"still serving policy {first_id}" in rejected.json()["error"]["message"]
     assert gateway.gateway.policy.policy_id == first_id
 
     _, second_id = policy_file(tmp_path, 0.7)  # same path, now valid
-    accepted = httpx.post(url, headers=admin)
+    accepted = gateway.http.post(url, headers=admin)
     assert accepted.status_code == 200 and accepted.json()["policy_id"] == second_id
 
 

@@ -33,21 +33,19 @@ SLOW_S = 1.2  # within the test models' 2 s timeout
 
 
 @pytest.fixture
-def early_gateway(
-    start_gateway: Callable[..., RunningGateway], make_settings: Callable[..., Any]
-) -> RunningGateway:
-    """The test gateway with a stream start after 0.2 s and a keep-alive every 0.1 s."""
+def early_gateway(start_gateway: Callable[..., Any], make_settings: Callable[..., Any]) -> Any:
+    """The test gateway (in-process) with a stream start after 0.2 s and a keep-alive every 0.1 s."""
     return start_gateway(make_settings(limits=EARLY))
 
 
-def raw_stream(gateway: RunningGateway, path: str, body: dict[str, Any]) -> tuple[httpx.Response, bytes]:
+def raw_stream(gateway: Any, path: str, body: dict[str, Any]) -> tuple[httpx.Response, bytes]:
     """The response (headers as received) and its whole body."""
-    with httpx.Client(timeout=20) as client, client.stream("POST", gateway.url + path, json=body) as response:
+    with gateway.http.stream("POST", path, json=body) as response:
         return response, response.read()
 
 
 def test_a_late_chat_stream_starts_with_keepalives_and_the_decision_as_comments(
-    early_gateway: RunningGateway, upstream: ScriptedUpstream
+    early_gateway: Any, upstream: ScriptedUpstream
 ) -> None:
     upstream.script("up-small", ok("Paris is lovely.", confidence=0.99, delay_s=SLOW_S))
     response, body = raw_stream(
@@ -64,7 +62,7 @@ def test_a_late_chat_stream_starts_with_keepalives_and_the_decision_as_comments(
 
 
 def test_the_openai_sdk_reads_a_late_chat_stream_as_any_other(
-    early_gateway: RunningGateway, upstream: ScriptedUpstream
+    early_gateway: Any, upstream: ScriptedUpstream
 ) -> None:
     upstream.script("up-small", ok(confidence=0.3, delay_s=SLOW_S))
     upstream.script("up-large", ok("Paris , for sure .", confidence=0.99, usage=(20, 6)))
@@ -77,9 +75,7 @@ def test_the_openai_sdk_reads_a_late_chat_stream_as_any_other(
     assert cascade["cost_usd"] == pytest.approx(2e-6 + 0.001)  # the charge of the same stream started late
 
 
-def test_the_openai_sdk_reads_a_late_responses_stream(
-    early_gateway: RunningGateway, upstream: ScriptedUpstream
-) -> None:
+def test_the_openai_sdk_reads_a_late_responses_stream(early_gateway: Any, upstream: ScriptedUpstream) -> None:
     upstream.script("up-small", ok("Paris is lovely.", confidence=0.99, delay_s=SLOW_S))
     events = list(
         early_gateway.client().responses.create(model="cascade", input="Capital of France?", stream=True)
@@ -90,10 +86,16 @@ def test_the_openai_sdk_reads_a_late_responses_stream(
 
 
 def test_the_anthropic_sdk_reads_a_late_messages_stream_after_pings(
-    early_gateway: RunningGateway, upstream: ScriptedUpstream
+    early_gateway: Any, upstream: ScriptedUpstream
 ) -> None:
     upstream.script("up-small", ok("Paris is lovely.", confidence=0.99, delay_s=SLOW_S))
-    client = anthropic.Anthropic(base_url=early_gateway.url, api_key="none", max_retries=0, timeout=20)
+    client = anthropic.Anthropic(
+        base_url=early_gateway.url,
+        http_client=early_gateway.anthropic_http_client(),
+        api_key="none",
+        max_retries=0,
+        timeout=20,
+    )
     with client.messages.stream(model="cascade", max_tokens=64, messages=MESSAGES) as stream:
         message = stream.get_final_message()
     assert message.content[0].type == "text" and message.content[0].text == "Paris is lovely."
@@ -106,7 +108,7 @@ def test_the_anthropic_sdk_reads_a_late_messages_stream_after_pings(
 
 
 def test_a_failure_after_an_early_start_is_the_apis_error_event(
-    early_gateway: RunningGateway, upstream: ScriptedUpstream
+    early_gateway: Any, upstream: ScriptedUpstream
 ) -> None:
     upstream.script("up-small", error(400, delay_s=SLOW_S))  # every stage refuses: nothing can answer
     upstream.script("up-large", error(400))
@@ -115,7 +117,13 @@ def test_a_failure_after_an_early_start_is_the_apis_error_event(
     assert not isinstance(raised.value, openai.APIStatusError)  # an SSE error event, not a status
     upstream.script("up-small", error(400, delay_s=SLOW_S))
     upstream.script("up-large", error(400))
-    client = anthropic.Anthropic(base_url=early_gateway.url, api_key="none", max_retries=0, timeout=20)
+    client = anthropic.Anthropic(
+        base_url=early_gateway.url,
+        http_client=early_gateway.anthropic_http_client(),
+        api_key="none",
+        max_retries=0,
+        timeout=20,
+    )
     # The SDK raises an error event as APIStatusError (of the stream's 200) with the error body.
     with (
         pytest.raises(anthropic.APIStatusError) as anthropic_raised,
@@ -127,7 +135,7 @@ def test_a_failure_after_an_early_start_is_the_apis_error_event(
 
 
 def test_the_log_line_keeps_the_decision_and_the_status_of_a_late_stream(
-    early_gateway: RunningGateway, upstream: ScriptedUpstream, caplog: pytest.LogCaptureFixture
+    early_gateway: Any, upstream: ScriptedUpstream, caplog: pytest.LogCaptureFixture
 ) -> None:
     upstream.script("up-small", error(400, delay_s=SLOW_S))
     upstream.script("up-large", error(400))
@@ -150,8 +158,11 @@ def test_the_log_line_keeps_the_decision_and_the_status_of_a_late_stream(
 
 
 def test_a_client_gone_during_the_keepalive_cancels_the_upstream_call(
-    early_gateway: RunningGateway, upstream: ScriptedUpstream
+    start_served_gateway: Callable[..., RunningGateway],
+    make_settings: Callable[..., Any],
+    upstream: ScriptedUpstream,
 ) -> None:
+    early_gateway = start_served_gateway(make_settings(limits=EARLY))  # a real socket: the client goes away
     upstream.script("up-small", ok("Paris is lovely.", confidence=0.99, delay_s=1.8))
     body = {"model": "cascade", "messages": MESSAGES, "stream": True}
     with (
@@ -163,7 +174,7 @@ def test_a_client_gone_during_the_keepalive_cancels_the_upstream_call(
 
 
 def test_a_stream_that_starts_in_time_carries_its_decision_as_headers(
-    early_gateway: RunningGateway, upstream: ScriptedUpstream
+    early_gateway: Any, upstream: ScriptedUpstream
 ) -> None:
     upstream.script("up-small", ok("Paris is lovely.", confidence=0.99))
     response, body = raw_stream(

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import httpx
 import openai
 import orjson
 import pytest
@@ -122,9 +121,9 @@ def test_expensive_stream_refused_before_start_falls_back_to_degraded_cheap_answ
 def test_stream_cut_mid_way_ends_with_sse_error_event(gateway, upstream) -> None:
     upstream.script("up-small", ok(confidence=0.3))
     upstream.script("up-large", ok("a b c d e f", break_stream_after=3))
-    with httpx.stream(
+    with gateway.http.stream(
         "POST",
-        gateway.url + "/v1/chat/completions",
+        "/v1/chat/completions",
         timeout=10,
         json={"model": "cascade", "messages": MESSAGES, "stream": True},
     ) as response:

@@ -121,7 +121,13 @@ def test_the_responses_api_returns_a_function_call_item(content_models, upstream
 
 def test_the_messages_api_returns_a_tool_use_block(content_models, upstream) -> None:
     upstream.script("up-small", reply())
-    client = anthropic.Anthropic(base_url=content_models.url, api_key="none", max_retries=0, timeout=20)
+    client = anthropic.Anthropic(
+        base_url=content_models.url,
+        http_client=content_models.anthropic_http_client(),
+        api_key="none",
+        max_retries=0,
+        timeout=20,
+    )
     tool = {"name": FUNCTION["name"], "input_schema": FUNCTION["parameters"]}
     message = client.messages.create(
         model="cascade",
@@ -148,7 +154,13 @@ def test_a_streamed_responses_call_arrives_as_a_function_call_item(content_model
 
 def test_a_streamed_messages_call_arrives_as_a_tool_use_block(content_models, upstream) -> None:
     upstream.script("up-small", reply())
-    client = anthropic.Anthropic(base_url=content_models.url, api_key="none", max_retries=0, timeout=20)
+    client = anthropic.Anthropic(
+        base_url=content_models.url,
+        http_client=content_models.anthropic_http_client(),
+        api_key="none",
+        max_retries=0,
+        timeout=20,
+    )
     tool = {"name": FUNCTION["name"], "input_schema": FUNCTION["parameters"]}
     with client.messages.stream(
         model="cascade",

@@ -40,14 +40,14 @@ def two_keys(start_gateway, make_settings, keys, sync_redis):
 def usage(gateway, key: str | None, **headers: str) -> httpx.Response:
     if key is not None:
         headers["authorization"] = f"Bearer {key}"
-    return httpx.get(gateway.url + "/v1/me/usage", headers=headers, timeout=10)
+    return gateway.http.get("/v1/me/usage", headers=headers, timeout=10)
 
 
 def test_a_key_sees_its_own_spend_period_and_rate_limits(two_keys, upstream) -> None:
     gateway, (key_a, id_a), (key_b, id_b) = two_keys
     upstream.set_default("up-large", ok("Paris.", usage=(12, 3)))
-    answer = httpx.post(
-        gateway.url + "/v1/chat/completions",
+    answer = gateway.http.post(
+        "/v1/chat/completions",
         json={"model": "cascade/direct", "messages": MESSAGES},
         headers={"authorization": f"Bearer {key_a}"},
         timeout=10,
@@ -77,7 +77,7 @@ def test_a_key_sees_its_own_spend_period_and_rate_limits(two_keys, upstream) -> 
 def test_nothing_in_the_request_can_show_another_key(two_keys) -> None:
     gateway, (key_a, id_a), (_, id_b) = two_keys
     for query in (f"?key_id={id_b}", f"?key={id_b}&name=team-b"):
-        answer = httpx.get(gateway.url + "/v1/me/usage" + query, headers={"authorization": f"Bearer {key_a}"})
+        answer = gateway.http.get("/v1/me/usage" + query, headers={"authorization": f"Bearer {key_a}"})
         assert answer.json()["key_id"] == id_a
     assert usage(gateway, None).status_code == 401
     refused = usage(gateway, "sk-not-a-key")

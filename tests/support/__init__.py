@@ -5,6 +5,9 @@
 * ``deploy_upstream``: ``running_deploy_upstream()``, the shipped deploy/tools/scripted_upstream.py
   as a process (what the deploy examples run against).
 * ``gateway_testkit``: the test policy document, the test models, the app under uvicorn.
+* ``in_process_gateway``: the app in-process (``serve_in_process``, ``InProcessGateway``), its upstream
+  sessions reaching the scripted upstream in memory (``scripted_transport``); ``asgi_bridge``: the
+  loop thread and the httpx transports it is reached through.
 * ``policy_files``: the test policy with changes, and writing it as a policy file.
 * ``ports``: ``free_port()``.
 * ``postgres``: the test PostgreSQL and ``drop_schema()``.

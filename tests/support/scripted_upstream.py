@@ -260,6 +260,15 @@ class ScriptedUpstream:
 
     # -- lifecycle -------------------------------------------------------------------------------
 
+    def application(self) -> web.Application:
+        """A new aiohttp application answering as this upstream (one per event loop it runs on:
+        the loopback server's, or a gateway's reaching it in-process, tests/support/in_process_gateway.py)."""
+        app = web.Application()
+        app.router.add_post("/v1/chat/completions", self._handle)
+        app.router.add_post("/v1/completions", self._handle)
+        app.router.add_get("/v1/models", self._models)
+        return app
+
     def start(self, port: int = 0) -> None:
         """Start serving on loopback ``port`` (0: a free one); returns once listening."""
         ready = threading.Event()
@@ -268,11 +277,7 @@ class ScriptedUpstream:
             loop = asyncio.new_event_loop()
             self._loop = loop
             asyncio.set_event_loop(loop)
-            app = web.Application()
-            app.router.add_post("/v1/chat/completions", self._handle)
-            app.router.add_post("/v1/completions", self._handle)
-            app.router.add_get("/v1/models", self._models)
-            self._runner = web.AppRunner(app, handler_cancellation=True, access_log=None)
+            self._runner = web.AppRunner(self.application(), handler_cancellation=True, access_log=None)
             loop.run_until_complete(self._runner.setup())
             site = web.TCPSite(self._runner, "127.0.0.1", port)
             loop.run_until_complete(site.start())
