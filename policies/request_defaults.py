@@ -32,6 +32,7 @@ import orjson
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
 from money.charges import COMPLETION_CAP_FIELDS, TEMPLATE_FIELDS
+from money.usage import positive_int
 
 # Fields the gateway or the client's request shape owns; a default for one would be ignored or wrong.
 RESERVED_FIELDS = frozenset(
@@ -66,11 +67,8 @@ class RequestDefaults(BaseModel):
 
     def completion_cap(self) -> int | None:
         """The default completion-token cap, if the defaults set one."""
-        for name in COMPLETION_CAP_FIELDS:
-            value = self.fields().get(name)
-            if isinstance(value, int) and not isinstance(value, bool) and value > 0:
-                return value
-        return None
+        fields = self.fields()
+        return next((cap for name in COMPLETION_CAP_FIELDS if (cap := positive_int(fields.get(name)))), None)
 
     def prompt_bytes(self) -> int:
         """Bytes the defaults may add to a request's prompt, for cost bounds: the system message

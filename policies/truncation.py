@@ -20,6 +20,7 @@ from collections.abc import Mapping
 from typing import Any
 
 from money.charges import COMPLETION_CAP_FIELDS
+from money.usage import is_count, positive_int
 
 
 def client_cap(request: Mapping[str, Any]) -> int | None:
@@ -27,11 +28,7 @@ def client_cap(request: Mapping[str, Any]) -> int | None:
 
     The smallest, when it sets several: an upstream honours one of them, and an answer that
     reached the smallest stopped at a cap the client chose whichever that was."""
-    caps = [
-        value
-        for name in COMPLETION_CAP_FIELDS
-        if isinstance(value := request.get(name), int) and not isinstance(value, bool) and value > 0
-    ]
+    caps = [cap for name in COMPLETION_CAP_FIELDS if (cap := positive_int(request.get(name)))]
     return min(caps) if caps else None
 
 
@@ -48,4 +45,4 @@ def cut_short(request: Mapping[str, Any], answer: Mapping[str, Any]) -> bool:
     usage = answer.get("usage")
     completion = usage.get("completion_tokens") if isinstance(usage, Mapping) else None
     # Without a token count the stop is taken to be at the client's cap (today's rule).
-    return isinstance(completion, int) and not isinstance(completion, bool) and completion < cap
+    return is_count(completion) and completion < cap

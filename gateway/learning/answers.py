@@ -15,7 +15,8 @@ from typing import Any
 
 import orjson
 
-from gateway.wire.requests import ParsedRequest, positive_int
+from gateway.wire.requests import ParsedRequest
+from money.usage import positive_int
 from policies import Policy
 from policies.blackbox import content_text
 from policies.scorers import legacy_to_content
