@@ -34,6 +34,7 @@ from typing import ClassVar
 
 from gateway.config.key_settings import RateLimit
 from gateway.redis.keys import RedisKeys
+from gateway.wire.exchange import Headers
 
 # Counters outlive their window a little so a late settlement still finds them.
 _TTL_MARGIN_S = 60
@@ -207,10 +208,10 @@ class RateState:
                 return "tokens", i
         return None
 
-    def headers(self, now: float) -> list[tuple[bytes, bytes]]:
+    def headers(self, now: float) -> Headers:
         """``x-ratelimit-{limit,remaining,reset}-{requests,tokens}`` of the binding windows (the
         least remaining; among those, the one ending last)."""
-        out: list[tuple[bytes, bytes]] = []
+        out: Headers = []
         windows = self.windows
         for names, caps, counts in (
             (_REQUEST_HEADERS, windows.request_caps, self.requests),

@@ -11,6 +11,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
+from gateway.wire.exchange import Headers
 from policies.answer_checks import AnswerProblem
 
 # Keeps one scored stage's answer: (model, upstream body, seconds, score, USD its call was charged).
@@ -56,7 +57,7 @@ class CascadeFacts:
     commit_rule: str | None = None
     commit_tokens: int | None = None
 
-    def headers(self, overhead_ms: float) -> list[tuple[bytes, bytes]]:
+    def headers(self, overhead_ms: float) -> Headers:
         """The ``x-cascade-*`` response headers (docs/contracts.md#response-headers)."""
         out = [
             (b"x-cascade-tier", self.tier.encode()),
