@@ -136,7 +136,7 @@ def main() -> None:
                 else:
                     url, body = direct_url, direct_body
                 timed = timed_stream(client, url, {**body, **extra})
-                seconds, called = timed.ttft_s, timed.headers.get("x-cascade-models-called")
+                seconds, called = timed.ttft_s, ",".join(timed.decision.models_called)
                 if arm == "routed" and called != strong:
                     elsewhere += 1
                     print(f"  {row['query_id']}: routed to {called}, not {strong}")

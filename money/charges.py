@@ -56,7 +56,7 @@ Only the contract package's dependencies are used, so the gateway and traffic/ b
 from __future__ import annotations
 
 import math
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from types import MappingProxyType
 from typing import Any
@@ -393,6 +393,20 @@ def cancelled_stream_charge(
     bound = cap * choices
     completion = bound if overrun_tokens is None else min(bound, streamed_tokens + overrun_tokens * choices)
     return estimated_charge(price, prompt_bytes + extra_prompt_tokens, completion)
+
+
+def total_charge(charges: Sequence[Charge]) -> Charge:
+    """The charges of several attempts of one call as one: every amount and count summed."""
+    if len(charges) == 1:
+        return charges[0]
+    return Charge(
+        sum(c.usd for c in charges),
+        sum(c.prompt_tokens for c in charges),
+        sum(c.completion_tokens for c in charges),
+        sum(c.cache_read_tokens for c in charges),
+        sum(c.cache_write_tokens for c in charges),
+        sum(c.reasoning_tokens for c in charges),
+    )
 
 
 def attempt_charge(price: Price, attempt: Attempt, limits: CallLimits = DEFAULT_LIMITS) -> Charge:

@@ -121,6 +121,12 @@ def is_count(value: Any) -> TypeGuard[int]:
     return isinstance(value, int) and not isinstance(value, bool) and value >= 0
 
 
+def positive_int(value: Any) -> int:
+    """``value`` if it is a positive integer (a JSON bool is not one), else 0: the one reading of a
+    count field that must be positive (a cap, ``n``, ``top_logprobs``, a reported token count)."""
+    return value if isinstance(value, int) and not isinstance(value, bool) and value > 0 else 0
+
+
 def _count(value: Any) -> int:
     return value if is_count(value) else 0
 

@@ -42,25 +42,29 @@ class CommitRule(StrictModel):
         return self.model_dump(mode="json", exclude_none=True)
 
 
-def _ends_line(entry: Mapping[str, Any]) -> bool:
-    token = entry.get("token")
-    return isinstance(token, str) and "\n" in token
+def line_end(content: Sequence[Any], tokens: int, start: int = 0) -> int | None:
+    """The index of the first entry of ``content`` from ``start`` on, within the first ``tokens``,
+    whose token holds a newline: where a ``boundary: line`` prefix ends. The very first entry is not
+    counted (docs/contracts.md#policy-file). None: no such entry.
+
+    ``start`` lets a reader of a growing list (the gateway's held stream) look at new entries only.
+    """
+    for index in range(max(start, 1), min(tokens, len(content))):
+        entry = content[index]
+        if isinstance(entry, Mapping) and isinstance(token := entry.get("token"), str) and "\n" in token:
+            return index
+    return None
 
 
 def prefix_length(content: Sequence[Any], tokens: int, boundary: str | None = None) -> int:
     """How many leading entries of ``content`` (``logprobs.content``) the prefix rule reads.
 
     At most ``tokens``; with ``boundary="line"``, stops after the first entry whose token holds a
-    newline when that comes first. Never more than the entries there are (a short answer is read
-    whole).
+    newline when that comes first (``line_end``). Never more than the entries there are (a short
+    answer is read whole).
     """
-    limit = min(tokens, len(content))
-    if boundary == "line":
-        for index in range(limit):
-            entry = content[index]
-            if isinstance(entry, Mapping) and _ends_line(entry) and index > 0:
-                return index + 1
-    return limit
+    end = line_end(content, tokens) if boundary == "line" else None
+    return min(tokens, len(content)) if end is None else end + 1
 
 
 def prefix_entries(content: Sequence[Any] | None, tokens: int, boundary: str | None = None) -> list[Any]:

@@ -84,22 +84,9 @@ class BudgetIndex:
         return self.routes[self.best_upto[affordable - 1]], True
 
 
-# A handful of recent policies (the current one and the one being replaced); keyed by identity
-# because policies are immutable once loaded.
-_BUDGET_INDEXES: dict[int, tuple[Policy, BudgetIndex]] = {}
-_MAX_CACHED_INDEXES = 4
-
-
 def budget_index(policy: Policy) -> BudgetIndex:
-    """The (cached) BudgetIndex of a loaded policy."""
-    cached = _BUDGET_INDEXES.get(id(policy))
-    if cached is not None and cached[0] is policy:
-        return cached[1]
-    index = BudgetIndex(policy)
-    if len(_BUDGET_INDEXES) >= _MAX_CACHED_INDEXES:
-        _BUDGET_INDEXES.pop(next(iter(_BUDGET_INDEXES)))
-    _BUDGET_INDEXES[id(policy)] = (policy, index)
-    return index
+    """The BudgetIndex of a loaded policy, built once and kept by the policy object."""
+    return policy.derived("budget_index", lambda: BudgetIndex(policy))
 
 
 def choose_for_budget(policy: Policy, max_cost_usd: float) -> RouteChoice:

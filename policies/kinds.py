@@ -12,15 +12,10 @@ from __future__ import annotations
 
 from collections.abc import Iterator
 
-from policies.schema import Policy, Tier
+from policies.schema import KindSection, Policy, Tier
 from policies.tool_calls import REQUEST_KINDS, RequestKind
 
 TOP_LEVEL_KIND: RequestKind = "text"
-
-# Views are built once per (policy, kind) and reused: the budget index (policies.decision) is
-# cached by the identity of the policy object it is given, so a view must keep its identity.
-_VIEWS: dict[tuple[int, str], tuple[Policy, Policy]] = {}
-_MAX_CACHED_VIEWS = 8
 
 
 def kind_policy(policy: Policy, kind: str) -> Policy:
@@ -35,11 +30,13 @@ def kind_policy(policy: Policy, kind: str) -> Policy:
     section = (policy.kinds or {}).get(kind)  # type: ignore[call-overload]
     if section is None:
         return policy
-    key = (id(policy), kind)
-    cached = _VIEWS.get(key)
-    if cached is not None and cached[0] is policy:
-        return cached[1]
-    view = Policy.model_construct(
+    # Built once per (policy, kind) and kept by the policy: the view's own derived values (its
+    # budget index) are then built once too.
+    return policy.derived(("kind_view", kind), lambda: _section_view(policy, section))
+
+
+def _section_view(policy: Policy, section: KindSection) -> Policy:
+    return Policy.model_construct(
         schema_version=policy.schema_version,
         policy_id=policy.policy_id,
         created_at=policy.created_at,
@@ -54,10 +51,6 @@ def kind_policy(policy: Policy, kind: str) -> Policy:
         kinds=None,
         router=section.router,
     )
-    if len(_VIEWS) >= _MAX_CACHED_VIEWS:
-        _VIEWS.pop(next(iter(_VIEWS)))
-    _VIEWS[key] = (policy, view)
-    return view
 
 
 def served_kinds(policy: Policy) -> list[str]:

@@ -9,9 +9,10 @@ Precedence, from lowest to highest (``merge_request_defaults``):
 
 1. the member's default fields (``max_tokens``, ``temperature``, ``reasoning_effort``, any other
    top-level field of the upstream API);
-2. the client's own fields: a field present in the client's body wins over its default. The two
-   completion caps are one setting: a client that sends ``max_tokens`` or
-   ``max_completion_tokens`` replaces both defaults;
+2. the client's own fields: a field present in the client's body wins over its default. The
+   completion cap's spellings (``money.charges.COMPLETION_CAP_FIELDS``: ``max_tokens``,
+   ``max_completion_tokens``, ``n_predict``) are one setting: a client that sends any of them
+   replaces every default cap;
 3. what the gateway itself controls, always: ``model`` (the upstream id), ``stream`` and
    ``stream_options``, and ``logprobs``/``top_logprobs`` on scored stages. These, ``n``,
    ``messages`` and ``prompt`` cannot be defaults (a config naming one is refused).
@@ -30,14 +31,13 @@ from typing import Any
 import orjson
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
-from money.charges import TEMPLATE_FIELDS
+from money.charges import COMPLETION_CAP_FIELDS, TEMPLATE_FIELDS
+from money.usage import positive_int
 
 # Fields the gateway or the client's request shape owns; a default for one would be ignored or wrong.
 RESERVED_FIELDS = frozenset(
     {"model", "messages", "prompt", "stream", "stream_options", "logprobs", "top_logprobs", "n"}
 )
-# The completion cap has two spellings; a client setting either overrides both defaults.
-COMPLETION_CAP_FIELDS = ("max_tokens", "max_completion_tokens")
 _SYSTEM_ROLES = frozenset({"system", "developer"})
 # Tokens a chat template wraps one message in (e.g. "<|im_start|>system\n ... <|im_end|>\n"), generously.
 _ROLE_MARKER_BYTES = 32
@@ -67,11 +67,8 @@ class RequestDefaults(BaseModel):
 
     def completion_cap(self) -> int | None:
         """The default completion-token cap, if the defaults set one."""
-        for name in COMPLETION_CAP_FIELDS:
-            value = self.fields().get(name)
-            if isinstance(value, int) and not isinstance(value, bool) and value > 0:
-                return value
-        return None
+        fields = self.fields()
+        return next((cap for name in COMPLETION_CAP_FIELDS if (cap := positive_int(fields.get(name)))), None)
 
     def prompt_bytes(self) -> int:
         """Bytes the defaults may add to a request's prompt, for cost bounds: the system message

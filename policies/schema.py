@@ -7,7 +7,9 @@ Everything here is a contract. Field names and meanings must not change without 
 from __future__ import annotations
 
 import math
-from typing import TYPE_CHECKING, Any, Literal
+from collections.abc import Callable, Hashable
+from functools import cached_property
+from typing import TYPE_CHECKING, Any, Literal, Self, TypeVar
 
 from pydantic import (
     Field,
@@ -320,6 +322,9 @@ class KindSection(StrictModel):
         return without_absent(self, handler, ("router",))
 
 
+_Derived = TypeVar("_Derived")
+
+
 class Policy(StrictModel):
     """A complete, servable cascade policy (docs/contracts.md#policy-file)."""
 
@@ -369,6 +374,33 @@ class Policy(StrictModel):
                 except ValueError as exc:
                     raise ValueError(f"{where}{exc}") from None
         return self
+
+    # Values derived from this policy object (its kind views, its budget index), each built once:
+    # a loaded policy is never changed. Kept in the instance's __dict__ (not a pydantic field or
+    # private attribute, so equality and dumps ignore it); a copy starts without them, since
+    # ``model_copy(update=...)`` may change what they were derived from.
+    @cached_property
+    def _derived(self) -> dict[Hashable, Any]:
+        return {}
+
+    def derived(self, key: Hashable, build: Callable[[], _Derived]) -> _Derived:
+        """``build()``, called the first time ``key`` is asked of this policy object and kept by it
+        (``policies.kinds.kind_policy``, ``policies.decision.budget_index``)."""
+        derived = self._derived
+        if key not in derived:
+            derived[key] = build()
+        value: _Derived = derived[key]
+        return value
+
+    def __copy__(self) -> Self:
+        copied = super().__copy__()
+        copied.__dict__.pop("_derived", None)
+        return copied
+
+    def __deepcopy__(self, memo: dict[int, Any] | None = None) -> Self:
+        copied = super().__deepcopy__(memo)
+        copied.__dict__.pop("_derived", None)
+        return copied
 
 
 def _check_routes(

@@ -2,11 +2,12 @@
 
 ``cut_short(request, answer)`` is true when a choice of ``answer`` (a chat or legacy completions
 body) has ``finish_reason: "length"`` at a cap the client did not ask for: the request sets no
-``max_tokens`` / ``max_completion_tokens`` (the cap came from the model's request defaults or the
-upstream's own limit), or it sets one and the answer stopped before reaching it (the upstream's
-context ran out first). An answer cut at the client's own cap is what the client asked for, so it is
-not cut short. The Responses (``max_output_tokens``) and Messages (``max_tokens``) caps reach here as
-``max_tokens``: their edges translate them into the chat body.
+cap under any name an upstream may honour (``money.charges.COMPLETION_CAP_FIELDS``: ``max_tokens``,
+``max_completion_tokens``, llama.cpp's ``n_predict``; the cap came from the model's request defaults
+or the upstream's own limit), or it sets one and the answer stopped before reaching it (the
+upstream's context ran out first). An answer cut at the client's own cap is what the client asked
+for, so it is not cut short. The Responses (``max_output_tokens``) and Messages (``max_tokens``)
+caps reach here as ``max_tokens``: their edges translate them into the chat body.
 
 Shared by the gateway (a scored stage whose answer was cut short escalates as ``truncated``),
 ``cascade collect`` (the runs table's ``truncated`` column) and calibration (such a row is never
@@ -18,16 +19,17 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
-from policies.request_defaults import COMPLETION_CAP_FIELDS
+from money.charges import COMPLETION_CAP_FIELDS
+from money.usage import is_count, positive_int
 
 
 def client_cap(request: Mapping[str, Any]) -> int | None:
-    """The completion cap the request itself sets (``max_tokens`` or ``max_completion_tokens``), if any."""
-    for name in COMPLETION_CAP_FIELDS:
-        value = request.get(name)
-        if isinstance(value, int) and not isinstance(value, bool) and value > 0:
-            return value
-    return None
+    """The completion cap the request itself sets under any of ``COMPLETION_CAP_FIELDS``, if any.
+
+    The smallest, when it sets several: an upstream honours one of them, and an answer that
+    reached the smallest stopped at a cap the client chose whichever that was."""
+    caps = [cap for name in COMPLETION_CAP_FIELDS if (cap := positive_int(request.get(name)))]
+    return min(caps) if caps else None
 
 
 def cut_short(request: Mapping[str, Any], answer: Mapping[str, Any]) -> bool:
@@ -43,4 +45,4 @@ def cut_short(request: Mapping[str, Any], answer: Mapping[str, Any]) -> bool:
     usage = answer.get("usage")
     completion = usage.get("completion_tokens") if isinstance(usage, Mapping) else None
     # Without a token count the stop is taken to be at the client's cap (today's rule).
-    return isinstance(completion, int) and not isinstance(completion, bool) and completion < cap
+    return is_count(completion) and completion < cap

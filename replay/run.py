@@ -20,7 +20,7 @@ from __future__ import annotations
 import asyncio
 import random
 import time
-from collections.abc import Callable, Mapping
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -29,6 +29,7 @@ import httpx
 from collection.answers import answer_fields, grade_message
 from collection.prompts import Prompt
 from collection.runs_writer import RunsWriter
+from policies.response_decision import DecisionReader, ResponseDecision
 from replay.streamed import StreamedAnswer, read_stream
 
 RETRY_STATUSES = {429, 500, 502, 503, 504}
@@ -166,10 +167,7 @@ def request_body(prompt: Prompt, options: ReplayOptions) -> dict[str, Any]:
 
 
 def _float_header(response: httpx.Response, name: str) -> float | None:
-    return _float_value(response.headers.get(name))
-
-
-def _float_value(value: str | None) -> float | None:
+    value = response.headers.get(name)
     try:
         return float(value) if value is not None and value not in ("", "none", "nan") else None
     except ValueError:
@@ -180,9 +178,8 @@ def result_row(
     prompt: Prompt, arm: Arm, response: httpx.Response, latency_ms: float, options: ReplayOptions
 ) -> dict[str, Any]:
     """One result row from a 200 response: grade, cost, escalation, served tier/policy/model."""
-    cost = _float_header(response, "x-cascade-cost-usd")
-    escalated = response.headers.get("x-cascade-escalated")
-    if cost is None or escalated not in ("true", "false"):
+    decision = DecisionReader(response.headers).decision()
+    if decision.cost_usd is None or decision.escalated is None:
         raise ReplayError(
             f"{response.request.url} answered without x-cascade-cost-usd / x-cascade-escalated "
             "headers; is this a cascade gateway?"
@@ -194,39 +191,37 @@ def result_row(
         message.get("content")
     except (ValueError, KeyError, IndexError, TypeError, AttributeError) as exc:
         raise ReplayError(f"{response.request.url} answered 200 without choices[0].message") from exc
-    return row_fields(prompt, arm, response.headers, message, body.get("usage") or {}, latency_ms, options)
+    return row_fields(prompt, arm, decision, message, body.get("usage") or {}, latency_ms, options)
 
 
 def row_fields(
     prompt: Prompt,
     arm: Arm,
-    headers: Mapping[str, str],
+    decision: ResponseDecision,
     message: dict[str, Any],
     usage: dict[str, Any],
     latency_ms: float,
     options: ReplayOptions,
 ) -> dict[str, Any]:
-    """One result row: the graded ``message`` and the ``x-cascade-*`` facts in ``headers``."""
+    """One result row: the graded ``message`` and the response's ``decision``."""
     text = message.get("content") or ""
-    models_called = headers.get("x-cascade-models-called", "")
-    cost = _float_value(headers.get("x-cascade-cost-usd"))
     return {
         "arm": arm.key,
         "query_id": prompt.query_id,
         "correct": grade_message(prompt, message),
-        "cost_usd": cost,
-        "escalated": headers.get("x-cascade-escalated") == "true",
+        "cost_usd": decision.cost_usd,
+        "escalated": bool(decision.escalated),
         "latency_ms": round(latency_ms, 1),
-        "tier": headers.get("x-cascade-tier"),
-        "policy_id": headers.get("x-cascade-policy"),
-        "model": headers.get("x-cascade-model"),
-        "models_called": [m for m in models_called.split(",") if m],
-        "score": _float_value(headers.get("x-cascade-score")),
-        "overhead_ms": _float_value(headers.get("x-cascade-overhead-ms")),
-        "degraded": headers.get("x-cascade-degraded") == "true",
-        "over_budget": headers.get("x-cascade-over-budget") == "true",
+        "tier": decision.tier,
+        "policy_id": decision.policy_id,
+        "model": decision.model,
+        "models_called": list(decision.models_called),
+        "score": decision.score,
+        "overhead_ms": decision.overhead_ms,
+        "degraded": decision.degraded,
+        "over_budget": decision.over_budget,
         # A routed tier's decision (routed, hybrid_direct, hybrid_cascade, fallback); None on a cascade.
-        "mechanism": headers.get("x-cascade-mechanism"),
+        "mechanism": decision.mechanism,
         "prompt_tokens": int(usage.get("prompt_tokens") or 0),
         "completion_tokens": int(usage.get("completion_tokens") or 0),
         "response": text,
@@ -236,22 +231,17 @@ def row_fields(
 
 
 def streamed_row(prompt: Prompt, arm: Arm, answer: StreamedAnswer, options: ReplayOptions) -> dict[str, Any]:
-    """One result row from a streamed answer: the final facts from its last chunk's ``cascade``
-    object (the headers left before a live stage ended), and its time to the first content token."""
-    facts = answer.facts
-    if "cost_usd" not in facts:
+    """One result row from a streamed answer: its decision as the stream carried it (the final
+    facts from its last chunk's ``cascade`` object: the headers left before a live stage ended, or
+    before the decision), and its time to the first content token."""
+    decision = answer.decision.decision()
+    if not decision.final or decision.cost_usd is None:
         raise ReplayError("a streamed answer ended without its cascade facts; is this a cascade gateway?")
-    row = row_fields(prompt, arm, answer.headers, answer.message, answer.usage, answer.latency_ms, options)
+    row = row_fields(prompt, arm, decision, answer.message, answer.usage, answer.latency_ms, options)
     row.update(
-        cost_usd=facts["cost_usd"],
-        escalated=bool(facts.get("escalated")),
-        model=facts.get("model"),
-        models_called=list(facts.get("models_called") or []),
-        score=facts.get("score"),
-        degraded=bool(facts.get("degraded")),
         ttft_ms=None if answer.ttft_ms is None else round(answer.ttft_ms, 1),
-        commit=(facts.get("commit") or {}).get("rule"),
-        commit_tokens=(facts.get("commit") or {}).get("tokens"),
+        commit=decision.commit,
+        commit_tokens=decision.commit_tokens,
     )
     return row
 

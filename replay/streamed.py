@@ -3,8 +3,9 @@
 ``cascade replay --stream`` sends every question with ``stream: true`` (and
 ``stream_options.include_usage``), as a chat client does, and records when the first content token
 arrived (``ttft_ms``) next to when the whole answer had (``latency_ms``). A streamed response's
-headers leave before a live stage has ended, so the request's final facts (its cost, the model that
-answered) come from the last chunk's ``cascade`` object (docs/serving.md#streaming), not the headers.
+headers leave before a live stage has ended (and before the decision itself, on a stream the
+gateway started early), so the request's decision is read wherever it travelled: headers, SSE
+comment lines, the last chunk's ``cascade`` object (``policies.response_decision``).
 """
 
 from __future__ import annotations
@@ -16,6 +17,8 @@ from typing import Any
 import httpx
 import orjson
 
+from policies.response_decision import DecisionReader
+
 
 class StreamFailedError(httpx.HTTPError):
     """The stream started and then ended with an error event, or without its end (a transient failure)."""
@@ -23,12 +26,11 @@ class StreamFailedError(httpx.HTTPError):
 
 @dataclass
 class StreamedAnswer:
-    """A streamed answer as a client assembles it."""
+    """A streamed answer as a client assembles it, and the reader of its decision."""
 
-    headers: httpx.Headers
+    decision: DecisionReader
     message: dict[str, Any] = field(default_factory=lambda: {"role": "assistant", "content": ""})
     usage: dict[str, Any] = field(default_factory=dict)
-    facts: dict[str, Any] = field(default_factory=dict)
     ttft_ms: float | None = None
     latency_ms: float = 0.0
 
@@ -43,13 +45,14 @@ async def read_stream(
         if response.status_code != 200:
             await response.aread()
             return response
-        answer = StreamedAnswer(response.headers)
+        answer = StreamedAnswer(DecisionReader(response.headers))
         calls: dict[int, dict[str, Any]] = {}
         done = False
         async for line in response.aiter_lines():
             if line.startswith("event: error"):
                 raise StreamFailedError("the stream ended with an error event")
             if not line.startswith("data: "):
+                answer.decision.comment(line)  # a stream started early: its decision comes here
                 continue
             data = line[6:].strip()
             if data == "[DONE]":
@@ -78,8 +81,7 @@ def _has_output(chunk: dict[str, Any]) -> bool:
 def _add_chunk(answer: StreamedAnswer, calls: dict[int, dict[str, Any]], chunk: dict[str, Any]) -> None:
     if isinstance(chunk.get("usage"), dict):
         answer.usage = chunk["usage"]
-    if isinstance(chunk.get("cascade"), dict):
-        answer.facts = chunk["cascade"]
+    answer.decision.chunk(chunk)
     for choice in chunk.get("choices") or ():
         if choice.get("index", 0) != 0:
             continue

@@ -91,14 +91,14 @@ def bench_policy(policy: Path, tier: str, out: Path, buffered_from: Path | None 
 def stream_once(client: httpx.Client, url: str, body: dict[str, Any]) -> dict[str, Any]:
     """Stream one request: seconds to the first content token and to ``[DONE]``, tokens, outcome."""
     timed = timed_stream(client, url, body)
-    escalated = timed.headers.get("x-cascade-escalated")
-    outcome = None if escalated is None else ("escalated" if escalated == "true" else "accepted")
+    escalated = timed.decision.escalated
+    outcome = None if escalated is None else ("escalated" if escalated else "accepted")
     return {
         "ttft_s": timed.ttft_s,
         "whole_s": timed.whole_s,
         "chunks": timed.chunks,
         "outcome": outcome,
-        "commit_tokens": timed.headers.get("x-cascade-commit-tokens"),
+        "commit_tokens": timed.decision.commit_tokens,
     }
 
 

@@ -28,7 +28,7 @@ from typing import TYPE_CHECKING, Any
 
 from starlette.types import Receive, Scope, Send
 
-from gateway.api.edges.base import ApiEdge, Headers, StreamTranslator, Translated, openai_error_parts
+from gateway.api.edges.base import ApiEdge, StreamTranslator, Translated, openai_error_parts
 from gateway.api.serving import BODY_TIMED_OUT
 from gateway.assembly.runtime import Gateway
 from gateway.engine.cascade import client_body
@@ -46,7 +46,7 @@ from gateway.wire.errors import (
     InternalError,
     ShuttingDownError,
 )
-from gateway.wire.exchange import ClientGone, Exchange, read_body, watch_disconnect
+from gateway.wire.exchange import ClientGone, Exchange, Headers, read_body, watch_disconnect
 from gateway.wire.facts import CascadeFacts
 from gateway.wire.logs import log_event, log_exception
 from gateway.wire.requests import ParsedRequest, check_client_schemas

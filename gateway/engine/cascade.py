@@ -254,7 +254,7 @@ class CascadeEngine:
                     reason = decision.unreadable(model, facts, exc)
                 else:
                     reason = decision.decide(
-                        plan, stage, request, reply, scored, facts, called.seconds, charge.usd
+                        plan, stage, request, reply, scored, facts, called.seconds, charge
                     )
             if reason is None:
                 assert reply is not None
@@ -342,7 +342,8 @@ class CascadeEngine:
     def record(self, facts: CascadeFacts, model: str, charge: Charge) -> None:
         """Add one charge to the facts and the metrics."""
         facts.cost_usd += charge.usd
-        facts.tokens += charge.prompt_tokens + charge.completion_tokens
+        facts.prompt_tokens += charge.prompt_tokens
+        facts.completion_tokens += charge.completion_tokens
         if not (charge.prompt_tokens or charge.completion_tokens):
             facts.tokens_unknown = True  # charged without counts: rate limits keep the reserved tokens
         metrics = self._metrics

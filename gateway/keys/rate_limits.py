@@ -19,10 +19,11 @@ them: ``x-ratelimit-{limit,remaining,reset}-{requests,tokens}`` of the binding w
 remaining, after this request); ``reset`` is the time until that window ends (``1s``, ``6m0s``).
 A refusal is a 429 with ``Retry-After`` (whole seconds until the refusing window ends).
 
-The script fragments here are composed with the spend scripts in gateway.keys.spend_store; they read
-their arguments from the *end* of ``KEYS`` and ``ARGV`` (the last ``ARGV`` is the number of
-windows), so the spend part's own arguments keep their positions. Without Redis, and during a Redis
-outage, ``LocalRateCounter`` applies the same rule in process (per replica).
+The script fragments here are composed with the spend scripts in gateway.keys.spend_store, and
+both parts read their arguments by name (``gateway.redis.batch.ScriptSlots``): the spend part's
+slots, then this part's (``RESERVE_RATE_SLOTS``, ``FINISH_RATE_SLOTS``), then one hash per window
+in ``KEYS`` and (on reserve) three arguments per window in ``ARGV``. Without Redis, and during a
+Redis outage, ``LocalRateCounter`` applies the same rule in process (per replica).
 """
 
 from __future__ import annotations
@@ -33,52 +34,55 @@ from dataclasses import dataclass, field
 from typing import ClassVar
 
 from gateway.config.key_settings import RateLimit
+from gateway.redis.batch import ScriptSlots
 from gateway.redis.keys import RedisKeys
+from gateway.wire.exchange import Headers
 
 # Counters outlive their window a little so a late settlement still finds them.
 _TTL_MARGIN_S = 60
 
-# Reserve side. Tail of KEYS: the previous period's spend counter (rollover, gateway.keys.budget_periods),
-# then one hash per window. Tail of ARGV: rollover cap in nano-USD (-1: none), the request's
-# worst-case tokens, (requests limit, tokens limit, ttl) per window (-1: no limit), the window count.
-# The spend part's limit is ARGV[2]: a rollover raises it before the spend part reads it.
+# Reserve side: this part's slots, after the spend part's. ``rollover_key``: the previous period's
+# spend counter (rollover, gateway.keys.budget_periods); ``rollover_cap``: the most of its unused
+# limit carried over, in nano-USD (-1: none); ``rate_tokens``: the request's worst-case tokens;
+# ``rate_n``: the window count. After the fixed slots: one hash per window (KEYS), and its
+# requests limit, tokens limit (-1: no limit) and ttl (ARGV).
+RESERVE_RATE_SLOTS = ScriptSlots(keys=("rollover_key",), args=("rollover_cap", "rate_tokens", "rate_n"))
+# Reads the spend part's ``spend_limit`` (a rollover raises it before the spend part reads it) and,
+# to report a refusal, its ``spend_key``.
 RESERVE_PRELUDE = """
-local rate_n = tonumber(ARGV[#ARGV])
-local rate_arg = #ARGV - 1 - 3 * rate_n
-local rate_key = #KEYS - rate_n
-local rate_tokens = tonumber(ARGV[rate_arg])
-local rollover_cap = tonumber(ARGV[rate_arg - 1])
-if rollover_cap >= 0 then
-  local base = tonumber(ARGV[2])
-  local unused = base - tonumber(redis.call('GET', KEYS[rate_key]) or '0')
+local windows = tonumber(rate_n)
+local carried = tonumber(rollover_cap)
+if carried >= 0 then
+  local base = tonumber(spend_limit)
+  local unused = base - tonumber(redis.call('GET', rollover_key) or '0')
   if unused < 0 then unused = 0 end
-  if unused > rollover_cap then unused = rollover_cap end
-  ARGV[2] = string.format('%.0f', base + unused)
+  if unused > carried then unused = carried end
+  spend_limit = string.format('%.0f', base + unused)
 end
 local function rate_counts()
   local counts = {}
-  for i = 1, rate_n do
-    local c = redis.call('HMGET', KEYS[rate_key + i], 'r', 't')
+  for i = 1, windows do
+    local c = redis.call('HMGET', KEYS[keys_end + i], 'r', 't')
     counts[2 * i - 1] = tonumber(c[1] or '0')
     counts[2 * i] = tonumber(c[2] or '0')
   end
   return counts
 end
 local function rate_admits(counts)
-  for i = 1, rate_n do
-    local requests = tonumber(ARGV[rate_arg + 3 * i - 2])
-    local tokens = tonumber(ARGV[rate_arg + 3 * i - 1])
+  for i = 1, windows do
+    local requests = tonumber(ARGV[args_end + 3 * i - 2])
+    local tokens = tonumber(ARGV[args_end + 3 * i - 1])
     if requests >= 0 and counts[2 * i - 1] + 1 > requests then return false end
     if tokens >= 0 and counts[2 * i] >= tokens then return false end
   end
   return true
 end
 local function rate_add(counts)
-  for i = 1, rate_n do
-    local key = KEYS[rate_key + i]
+  for i = 1, windows do
+    local key = KEYS[keys_end + i]
     counts[2 * i - 1] = redis.call('HINCRBY', key, 'r', 1)
     counts[2 * i] = redis.call('HINCRBY', key, 't', rate_tokens)
-    if redis.call('TTL', key) < 0 then redis.call('EXPIRE', key, tonumber(ARGV[rate_arg + 3 * i])) end
+    if redis.call('TTL', key) < 0 then redis.call('EXPIRE', key, tonumber(ARGV[args_end + 3 * i])) end
   end
 end
 """
@@ -92,23 +96,24 @@ if rate_admits(counts) then
   reply = spend_reserve()
   if reply[1] == 1 then rate_add(counts) end
 else
-  reply = {-3, redis.call('GET', KEYS[1]) or '0'}
+  reply = {-3, redis.call('GET', spend_key) or '0'}
 end
 for i = 1, #counts do reply[#reply + 1] = counts[i] end
 return reply
 """
 
-# Settle side. Tail of KEYS: one hash per window; tail of ARGV: tokens delta, requests delta, count.
-# Applied only when the spend part settled a pending reservation (returned 1): once per request.
+# Settle side: this part's slots, after the spend part's (the tokens and requests to add to each
+# window, the window count), then one hash per window (KEYS). Applied only when the spend part
+# settled a pending reservation (returned 1): once per request.
+FINISH_RATE_SLOTS = ScriptSlots(args=("tokens_delta", "requests_delta", "rate_n"))
 FINISH_MAIN = """
 local result = spend_finish()
 if result == 1 then
-  local n = tonumber(ARGV[#ARGV])
-  for i = 1, n do
-    local key = KEYS[#KEYS - n + i]
+  for i = 1, tonumber(rate_n) do
+    local key = KEYS[keys_end + i]
     if redis.call('EXISTS', key) == 1 then
-      if redis.call('HINCRBY', key, 't', ARGV[#ARGV - 2]) < 0 then redis.call('HSET', key, 't', 0) end
-      if ARGV[#ARGV - 1] ~= '0' and redis.call('HINCRBY', key, 'r', ARGV[#ARGV - 1]) < 0 then
+      if redis.call('HINCRBY', key, 't', tokens_delta) < 0 then redis.call('HSET', key, 't', 0) end
+      if requests_delta ~= '0' and redis.call('HINCRBY', key, 'r', requests_delta) < 0 then
         redis.call('HSET', key, 'r', 0)
       end
     end
@@ -180,7 +185,7 @@ class RateWindows:
         return windows
 
     def args(self, tokens: int, now: float) -> list[int]:
-        """The script's per-window ARGV (after the tokens): requests limit, tokens limit, ttl."""
+        """The script's per-window ARGV (after the fixed slots): requests limit, tokens limit, ttl."""
         return self.args_tail
 
 
@@ -207,10 +212,10 @@ class RateState:
                 return "tokens", i
         return None
 
-    def headers(self, now: float) -> list[tuple[bytes, bytes]]:
+    def headers(self, now: float) -> Headers:
         """``x-ratelimit-{limit,remaining,reset}-{requests,tokens}`` of the binding windows (the
         least remaining; among those, the one ending last)."""
-        out: list[tuple[bytes, bytes]] = []
+        out: Headers = []
         windows = self.windows
         for names, caps, counts in (
             (_REQUEST_HEADERS, windows.request_caps, self.requests),

@@ -65,6 +65,7 @@ from gateway.keys.sync import FallbackReason, SpendSync
 from gateway.redis.batch import RedisBatcher
 from gateway.redis.keys import RedisKeys
 from gateway.wire.errors import RateLimitExceededError, SpendUnavailableError
+from gateway.wire.exchange import Headers
 from gateway.wire.logs import log_event
 
 log = logging.getLogger("cascade.spend")
@@ -316,7 +317,7 @@ class SpendLimiter(SpendSync):
         source = "memory" if self._store is None else "replica"
         return KeyUsage(win, limit, ledger_total(ledger) if ledger else 0, state, source, now)
 
-    def rate_headers(self, reservation: Reservation | None) -> list[tuple[bytes, bytes]]:
+    def rate_headers(self, reservation: Reservation | None) -> Headers:
         """The ``x-ratelimit-*`` headers of a rate-limited key's admitted request (else none)."""
         if reservation is None or reservation.rate is None:
             return []

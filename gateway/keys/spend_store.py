@@ -13,7 +13,8 @@ counting twice:
 * ``apply_once(op_id, amount)``: adds spend counted elsewhere (in process during an outage) once.
 
 The reservation also checks and counts the key's rate limits, and ``finish`` settles their tokens,
-in the same scripts (gateway.keys.rate_limits: their keys and arguments follow the spend ones), so a
+in the same scripts (gateway.keys.rate_limits: their slots follow the spend ones, each part reading
+them by name, ``gateway.redis.batch.ScriptSlots``), so a
 keyed request still costs one round trip to admit and one to settle. A key without rate limits or a
 budget period runs the spend part alone (``extras=None``, no ``rate_keys``): it sends none of their
 arguments.
@@ -42,7 +43,7 @@ from redis.asyncio import Redis
 
 from gateway.keys import rate_limits
 from gateway.keys.rate_limits import RateWindows
-from gateway.redis.batch import Arg, LuaScript, RedisBatcher
+from gateway.redis.batch import Arg, LuaScript, RedisBatcher, ScriptSlots
 from gateway.redis.keys import RedisKeys
 
 EPOCH_CHANGED = -2
@@ -65,26 +66,32 @@ local function add(key, delta)
 end
 """
 
+# The slots of the spend part of every script: the counter, the pending reservations, the
+# cancellation tombstone of the operation, the epoch marker.
+_SPEND_KEYS = ("spend_key", "pending_key", "cancelled_key", "epoch_key")
+_RESERVE_SLOTS = ScriptSlots(keys=_SPEND_KEYS, args=("amount", "spend_limit", "ttl", "op_id", "epoch"))
 _RESERVE_BODY = """
-if redis.call('GET', KEYS[4]) ~= ARGV[5] then return {-2, '0'} end
-if redis.call('EXISTS', KEYS[3]) == 1 then return {-1, '0'} end
-local counted = redis.call('GET', KEYS[1]) or '0'
+if redis.call('GET', epoch_key) ~= epoch then return {-2, '0'} end
+if redis.call('EXISTS', cancelled_key) == 1 then return {-1, '0'} end
+local counted = redis.call('GET', spend_key) or '0'
 local spent = tonumber(counted)
-local limit = tonumber(ARGV[2])
-if spent >= limit or spent + tonumber(ARGV[1]) > limit then
+local limit = tonumber(spend_limit)
+if spent >= limit or spent + tonumber(amount) > limit then
   return {0, counted}
 end
-add(KEYS[1], ARGV[1])
-redis.call('HSET', KEYS[2], ARGV[4], ARGV[1])
-for i = 1, 2 do
-  if redis.call('TTL', KEYS[i]) < 0 then redis.call('EXPIRE', KEYS[i], tonumber(ARGV[3])) end
+add(spend_key, amount)
+redis.call('HSET', pending_key, op_id, amount)
+for _, key in ipairs({spend_key, pending_key}) do
+  if redis.call('TTL', key) < 0 then redis.call('EXPIRE', key, tonumber(ttl)) end
 end
-return {1, redis.call('GET', KEYS[1])}
+return {1, redis.call('GET', spend_key)}
 """
 # The key's rate limits (and a budget period's rollover) are checked in the same script, around the
 # spend part (gateway.keys.rate_limits): one round trip admits both or neither.
+_RESERVE_RATED_SLOTS = _RESERVE_SLOTS + rate_limits.RESERVE_RATE_SLOTS
 _RESERVE_LUA = LuaScript.of(
-    _SATURATING_ADD
+    _RESERVE_RATED_SLOTS.lua()
+    + _SATURATING_ADD
     + rate_limits.RESERVE_PRELUDE
     + "local function spend_reserve()"
     + _RESERVE_BODY
@@ -94,29 +101,36 @@ _RESERVE_LUA = LuaScript.of(
 
 # A key without rate limits or a budget period (most keys): the spend part alone, without the
 # rate-limit arguments and rollover key the script above always takes.
-_RESERVE_PLAIN_LUA = LuaScript.of(_SATURATING_ADD + _RESERVE_BODY)
+_RESERVE_PLAIN_LUA = LuaScript.of(_RESERVE_SLOTS.lua() + _SATURATING_ADD + _RESERVE_BODY)
 
+_FINISH_SLOTS = ScriptSlots(keys=_SPEND_KEYS, args=("op_id", "actual", "epoch", "marker_ttl", "cancel"))
 _FINISH_BODY = """
-if redis.call('GET', KEYS[4]) ~= ARGV[3] then return -2 end
-local amount = redis.call('HGET', KEYS[2], ARGV[1])
+if redis.call('GET', epoch_key) ~= epoch then return -2 end
+local amount = redis.call('HGET', pending_key, op_id)
 if not amount then
-  if ARGV[5] == '1' then redis.call('SET', KEYS[3], '1', 'EX', tonumber(ARGV[4])) end
+  if cancel == '1' then redis.call('SET', cancelled_key, '1', 'EX', tonumber(marker_ttl)) end
   return 0
 end
-redis.call('HDEL', KEYS[2], ARGV[1])
-if redis.call('EXISTS', KEYS[1]) == 1 then
-  redis.call('DECRBY', KEYS[1], amount)
-  if add(KEYS[1], ARGV[2]) < 0 then redis.call('SET', KEYS[1], 0, 'KEEPTTL') end
+redis.call('HDEL', pending_key, op_id)
+if redis.call('EXISTS', spend_key) == 1 then
+  redis.call('DECRBY', spend_key, amount)
+  if add(spend_key, actual) < 0 then redis.call('SET', spend_key, 0, 'KEEPTTL') end
 end
 return 1
 """
 # A settled reservation's tokens are settled in its rate-limit windows in the same script.
+_FINISH_RATED_SLOTS = _FINISH_SLOTS + rate_limits.FINISH_RATE_SLOTS
 _FINISH_LUA = LuaScript.of(
-    _SATURATING_ADD + "local function spend_finish()" + _FINISH_BODY + "end" + rate_limits.FINISH_MAIN
+    _FINISH_RATED_SLOTS.lua()
+    + _SATURATING_ADD
+    + "local function spend_finish()"
+    + _FINISH_BODY
+    + "end"
+    + rate_limits.FINISH_MAIN
 )
 
 # A reservation without rate-limit windows: the spend part alone.
-_FINISH_PLAIN_LUA = LuaScript.of(_SATURATING_ADD + _FINISH_BODY)
+_FINISH_PLAIN_LUA = LuaScript.of(_FINISH_SLOTS.lua() + _SATURATING_ADD + _FINISH_BODY)
 
 _APPLY_ONCE_LUA = LuaScript.of(
     _SATURATING_ADD
@@ -173,13 +187,14 @@ class RedisSpendStore:
         self.timeout_s = timeout_s
         self._counter_ttl_s = counter_ttl_s
 
-    def _spend_keys(self, key_id: str, window: int, op_id: str) -> list[str]:
-        return [
-            self.keys.spend(key_id, window),
-            self.keys.spend_pending(key_id, window),
-            self.keys.spend_cancelled(op_id),
-            self.keys.spend_epoch,
-        ]
+    def _spend_keys(self, key_id: str, window: int, op_id: str) -> dict[str, str]:
+        """The spend part's keys of every script, by slot name."""
+        return {
+            "spend_key": self.keys.spend(key_id, window),
+            "pending_key": self.keys.spend_pending(key_id, window),
+            "cancelled_key": self.keys.spend_cancelled(op_id),
+            "epoch_key": self.keys.spend_epoch,
+        }
 
     async def establish_epoch(self) -> str:
         """The current epoch, creating one if Redis has none (new or wiped)."""
@@ -202,20 +217,31 @@ class RedisSpendStore:
     ) -> ReserveReply:
         """Admit ``amount`` nano-USD if it fits under ``limit`` (and the key's rate limits admit the
         request, ``extras``); see the module docstring."""
-        keys = self._spend_keys(key_id, window, op_id)
+        spend_keys = self._spend_keys(key_id, window, op_id)
         if extras is None:
-            reply = await self._batch.run_script(
-                _RESERVE_PLAIN_LUA, keys, [amount, limit, self._counter_ttl_s, op_id, epoch]
+            keys = _RESERVE_SLOTS.keys_of(**spend_keys)
+            args = _RESERVE_SLOTS.args_of(
+                amount=amount, spend_limit=limit, ttl=self._counter_ttl_s, op_id=op_id, epoch=epoch
             )
+            reply = await self._batch.run_script(_RESERVE_PLAIN_LUA, keys, args)
             return ReserveReply(int(reply[0]), int(reply[1]))
         windows = extras.rate
-        keys.append(extras.rollover_from or keys[0])
-        args: list[Arg] = [amount, limit, extras.ttl_s or self._counter_ttl_s, op_id, epoch]
-        args += [extras.rollover_cap_nano if extras.rollover_from else -1, extras.tokens]
+        keys = _RESERVE_RATED_SLOTS.keys_of(
+            **spend_keys, rollover_key=extras.rollover_from or spend_keys["spend_key"]
+        )
+        args = _RESERVE_RATED_SLOTS.args_of(
+            amount=amount,
+            spend_limit=limit,
+            ttl=extras.ttl_s or self._counter_ttl_s,
+            op_id=op_id,
+            epoch=epoch,
+            rollover_cap=extras.rollover_cap_nano if extras.rollover_from else -1,
+            rate_tokens=extras.tokens,
+            rate_n=len(windows.keys) if windows is not None else 0,
+        )
         if windows is not None:
             keys += windows.keys
             args += windows.args(extras.tokens, extras.now)
-        args.append(len(windows.keys) if windows is not None else 0)
         reply = await self._batch.run_script(_RESERVE_LUA, keys, args)
         return ReserveReply(
             int(reply[0]), int(reply[1]), tuple(map(int, reply[2:])) if len(reply) > 2 else ()
@@ -236,14 +262,18 @@ class RedisSpendStore:
     ) -> int:
         """Replace reservation ``op_id`` by ``actual`` (and its reserved tokens by ``tokens_delta``
         more in the windows ``rate_keys``): 1 done, 0 nothing pending, -2 epoch changed."""
-        keys = [*self._spend_keys(key_id, window, op_id), *rate_keys]
-        args: list[Arg] = [op_id, actual, epoch, _MARKER_TTL_S, 1 if cancel else 0]
-        if not rate_keys:
-            return int(await self._batch.run_script(_FINISH_PLAIN_LUA, keys, args))
-        result = await self._batch.run_script(
-            _FINISH_LUA, keys, [*args, tokens_delta, requests_delta, len(rate_keys)]
+        keys = _FINISH_SLOTS.keys_of(**self._spend_keys(key_id, window, op_id))
+        spend_args: dict[str, Arg] = dict(
+            op_id=op_id, actual=actual, epoch=epoch, marker_ttl=_MARKER_TTL_S, cancel=1 if cancel else 0
         )
-        return int(result)
+        if not rate_keys:
+            return int(
+                await self._batch.run_script(_FINISH_PLAIN_LUA, keys, _FINISH_SLOTS.args_of(**spend_args))
+            )
+        args = _FINISH_RATED_SLOTS.args_of(
+            **spend_args, tokens_delta=tokens_delta, requests_delta=requests_delta, rate_n=len(rate_keys)
+        )
+        return int(await self._batch.run_script(_FINISH_LUA, [*keys, *rate_keys], args))
 
     async def apply_once(
         self, key_id: str, window: int, op_id: str, amount: int, epoch: str, ttl_s: int | None = None

@@ -15,7 +15,8 @@ from typing import Any
 
 import orjson
 
-from gateway.wire.requests import ParsedRequest, positive_int
+from gateway.wire.requests import ParsedRequest
+from money.charges import Charge
 from policies import Policy
 from policies.blackbox import content_text
 from policies.scorers import legacy_to_content
@@ -23,7 +24,9 @@ from policies.scorers import legacy_to_content
 
 @dataclass(slots=True, frozen=True)
 class StageAnswer:
-    """One model's answer: its first choice, usage, latency, score and what the call was charged."""
+    """One model's answer: its first choice, latency, score, and the tokens and USD its call was
+    charged (a traffic row is re-priced by these counts: ``money.charges.Charge``'s, which the
+    charging rule read from any usage form or estimated without one)."""
 
     choice: dict[str, Any]
     prompt_tokens: int
@@ -38,26 +41,25 @@ class StageAnswer:
         body: dict[str, Any],
         seconds: float,
         score: float | None,
+        charge: Charge,
         *,
-        cost_usd: float = 0.0,
         copy: bool = False,
     ) -> StageAnswer:
-        """From an upstream completion body. ``copy``: keep a private copy of the first choice, for
-        a body that is also the client's answer to a request for logprobs (``cascade.client_body``
-        trims its alternatives in place). Otherwise the choice is shared, not copied: copying a
-        25 KB logprob tree costs as much as parsing it. ``cost_usd``: what the call was charged
-        (``money.charges.call_charge``)."""
+        """From an upstream completion body and the charge of its call (``money.charges``: the
+        tokens it was priced by, whatever form the upstream's usage took, or none; its USD may
+        include what the answer cost beyond that call, a black-box scorer's calls). ``copy``: keep a private
+        copy of the first choice, for a body that is also the client's answer to a request for
+        logprobs (``cascade.client_body`` trims its alternatives in place). Otherwise the choice is
+        shared, not copied: copying a 25 KB logprob tree costs as much as parsing it."""
         choices = body.get("choices")
         first = choices[0] if isinstance(choices, list) and choices and isinstance(choices[0], dict) else {}
-        usage = body.get("usage")
-        usage = usage if isinstance(usage, dict) else {}
         return cls(
             choice=orjson.loads(orjson.dumps(first)) if copy else first,
-            prompt_tokens=positive_int(usage.get("prompt_tokens")),
-            completion_tokens=positive_int(usage.get("completion_tokens")),
+            prompt_tokens=charge.prompt_tokens,
+            completion_tokens=charge.completion_tokens,
             seconds=seconds,
             score=score,
-            cost_usd=cost_usd,
+            cost_usd=charge.usd,
         )
 
     def text(self) -> str:
@@ -141,14 +143,19 @@ class DrawnRequest:
     routed: RoutedAs | None = None
 
     def keep(
-        self, model: str, body: dict[str, Any], seconds: float, score: float | None, cost_usd: float
+        self,
+        model: str,
+        body: dict[str, Any],
+        seconds: float,
+        score: float | None,
+        charge: Charge,
     ) -> None:
-        """Keep ``model``'s scored answer and what its call was charged (``CascadeFacts.keep_answer``).
+        """Keep ``model``'s scored answer and the stage's charge (``CascadeFacts.keep_answer``).
 
         A request for logprobs gets a private copy of the choice: the client's answer is trimmed
         in place afterwards (``cascade.client_body``)."""
         self.answers[model] = StageAnswer.from_reply(
-            body, seconds, score, cost_usd=cost_usd, copy=self.request.wants_logprobs
+            body, seconds, score, charge, copy=self.request.wants_logprobs
         )
 
 

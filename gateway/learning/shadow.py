@@ -37,7 +37,7 @@ from gateway.learning.router_inputs import Featurize, route_record
 from gateway.telemetry.metrics import LearningMetrics
 from gateway.upstream.client import UpstreamFailure, UpstreamPool
 from gateway.wire.logs import log_event
-from money.charges import Attempt, attempt_charge, call_bound, sent_bound, undeclared_part
+from money.charges import Attempt, attempt_charge, call_bound, sent_bound, total_charge, undeclared_part
 from policies import Policy, score_response
 from traffic.judges.base import Judge, JudgeError, Verdict, label_answers
 from traffic.rows import TrafficRow
@@ -185,9 +185,9 @@ class ShadowRunner:
             finally:
                 # Every attempt that may have been billed (a timeout, a cut answer, a cancellation:
                 # its worst case) is charged by the one rule, whatever happened to the call.
-                cost = sum(attempt_charge(config.price, a, config.limits).usd for a in attempts)
-                tally.usd += cost
-                metrics.child(metrics.shadow_cost, model).inc(cost)
+                charge = total_charge([attempt_charge(config.price, a, config.limits) for a in attempts])
+                tally.usd += charge.usd
+                metrics.child(metrics.shadow_cost, model).inc(charge.usd)
         policy = sample.policy
         # A black-box scorer's extra calls are not made for a shadow row: it is kept unscored.
         scorer = policy.scorer
@@ -196,7 +196,7 @@ class ShadowRunner:
             if scorer.is_blackbox
             else score_response(reply.body, scorer.name, scorer.top_k, scorer.tokens)
         )
-        answer = StageAnswer.from_reply(reply.body, reply.seconds, score, cost_usd=cost)
+        answer = StageAnswer.from_reply(reply.body, reply.seconds, score, charge)
         metrics.child(metrics.shadow_calls, model, "ok").inc()
         return answer
 

@@ -54,6 +54,46 @@ class LuaScript:
         return cls(text, hashlib.sha1(text.encode(), usedforsecurity=False).hexdigest())
 
 
+@dataclass(frozen=True, slots=True)
+class ScriptSlots:
+    """The fixed ``KEYS`` and ``ARGV`` of a Lua script, by name.
+
+    A script made of fragments from several modules starts with ``lua()``, which binds each slot
+    to a Lua local of its name (``local spend_key = KEYS[1]``) and names where the lists after the
+    fixed slots start (``keys_end``, ``args_end``: ``KEYS[keys_end + i]``); its caller fills the
+    slots by name (``keys_of``, ``args_of``). So no fragment and no caller counts positions, and
+    a fragment that reads a slot of another module's part names it. ``+`` appends one part's slots
+    to another's.
+    """
+
+    keys: tuple[str, ...] = ()
+    args: tuple[str, ...] = ()
+
+    def __add__(self, other: ScriptSlots) -> ScriptSlots:
+        return ScriptSlots(self.keys + other.keys, self.args + other.args)
+
+    def lua(self) -> str:
+        """The Lua prelude binding every slot to a local of its name, and the lists' starts."""
+        lines = [f"local {name} = KEYS[{i}]" for i, name in enumerate(self.keys, 1)]
+        lines += [f"local {name} = ARGV[{i}]" for i, name in enumerate(self.args, 1)]
+        lines.append(f"local keys_end, args_end = {len(self.keys)}, {len(self.args)}")
+        return "\n".join(lines) + "\n"
+
+    def keys_of(self, **named: str) -> list[str]:
+        """The fixed ``KEYS``, in order, from one value per slot name (exactly these names)."""
+        return _in_order(self.keys, named)
+
+    def args_of(self, **named: Arg) -> list[Arg]:
+        """The fixed ``ARGV``, in order, from one value per slot name (exactly these names)."""
+        return _in_order(self.args, named)
+
+
+def _in_order(names: tuple[str, ...], named: dict[str, Any]) -> list[Any]:
+    if len(named) != len(names) or not all(name in named for name in names):
+        raise TypeError(f"script slots {names} given {tuple(named)}")
+    return [named[name] for name in names]
+
+
 @dataclass(slots=True)
 class _Command:
     args: tuple[Arg, ...]

@@ -14,8 +14,9 @@ from typing import Any
 import orjson
 
 from gateway.config.settings import ModelConfig
-from gateway.wire.requests import ParsedRequest, positive_int
+from gateway.wire.requests import ParsedRequest
 from money.charges import DEFAULT_COMPLETION_BOUND, with_output_cap
+from money.usage import positive_int
 from policies.capabilities import ModelCapabilities, logprob_fields
 from policies.request_defaults import RequestDefaults, merge_request_defaults
 from policies.schema import ScorerSpec

@@ -21,6 +21,7 @@ degraded, if the policy allows it, else the timeout's 504.
 from __future__ import annotations
 
 from collections.abc import Mapping
+from dataclasses import replace
 from typing import Any
 
 from gateway.config.settings import ModelConfig
@@ -32,6 +33,7 @@ from gateway.upstream.client import UpstreamFailure
 from gateway.wire.answer_reading import READ_FAILURES, unreadable
 from gateway.wire.facts import CascadeFacts
 from gateway.wire.requests import ParsedRequest
+from money.charges import Charge
 from policies import should_escalate
 from policies.schema import Policy
 
@@ -64,17 +66,17 @@ class StageDecision:
         scored: StageScore,
         facts: CascadeFacts,
         seconds: float,
-        charge_usd: float,
+        charge: Charge,
     ) -> EscalationReason | None:
         """Decide stage ``stage`` of ``plan``'s route on its answer ``reply`` and its score: None
-        keeps it, else why it escalates. ``seconds`` and ``charge_usd``: its call's time and
-        charge, kept with the answer for the traffic sampler (with the scorer's calls' charge). An
+        keeps it, else why it escalates. ``seconds`` and ``charge``: its call's time and
+        charge, kept with the answer for the traffic sampler (with the scorer's calls' USD). An
         answer the review cannot read is the stage's failure (``upstream_error``)."""
         route, policy = plan.route, plan.policy
         assert route is not None and policy is not None
         model, threshold, score = route.models[stage], route.thresholds[stage], scored.score
         if facts.keep_answer is not None:  # asked to: the traffic sampler drew this request
-            facts.keep_answer(model, reply, seconds, score, charge_usd + scored.usd)
+            facts.keep_answer(model, reply, seconds, score, replace(charge, usd=charge.usd + scored.usd))
         self._record_score(plan, model, score, threshold, facts)
         try:  # checking the answer reads it
             reason = self._review.scored(

@@ -24,7 +24,7 @@ import asyncio
 import contextlib
 from collections.abc import Awaitable, Callable
 
-Headers = list[tuple[bytes, bytes]]
+from gateway.wire.exchange import Headers
 
 
 class EarlyStart:

@@ -39,7 +39,7 @@ from gateway.wire.errors import UnreadableAnswerError
 from gateway.wire.facts import CascadeFacts
 from gateway.wire.requests import ParsedRequest
 from money import Price
-from money.charges import Attempt, Charge, attempt_charge
+from money.charges import NOT_BILLED, Attempt, Charge, attempt_charge
 
 # The engine's settlement of one call's attempts: (facts, model, attempts) -> their charge.
 Settle = Callable[[CascadeFacts, str, list[Attempt]], Charge]
@@ -67,21 +67,21 @@ class PrefixRejected:
 @dataclass(slots=True, frozen=True)
 class ShortAnswer:
     """The stream ended before the prefix's decision point: its whole answer, to decide as a buffered
-    one; ``seconds`` and ``usd``: the call's time and charge (for the traffic sampler)."""
+    one; ``seconds`` and ``charge``: the call's time and charge (for the traffic sampler)."""
 
     body: dict[str, Any]
     seconds: float
-    usd: float
+    charge: Charge
 
 
 @dataclass(slots=True, frozen=True)
 class WholeAnswer:
     """The upstream ignored ``stream`` and sent one JSON completion (the engine replays it, or decides
-    it as a cheap stage's); ``seconds`` and ``usd``: the call's time and charge."""
+    it as a cheap stage's); ``seconds`` and ``charge``: the call's time and charge."""
 
     body: dict[str, Any]
     seconds: float
-    usd: float
+    charge: Charge
 
 
 # What a relay yields: client events, or (before the start) what a prefix stage decides on.
@@ -210,9 +210,9 @@ class LiveCall:
         self.charge = self.settle(self.facts, self.model, self.attempts)
 
     @property
-    def usd(self) -> float:
-        """What the call was charged (0 before it ended)."""
-        return self.charge.usd if self.charge is not None else 0.0
+    def charged(self) -> Charge:
+        """What the call was charged (nothing before it ended)."""
+        return self.charge if self.charge is not None else NOT_BILLED
 
 
 class LiveRelay:
@@ -304,7 +304,7 @@ class LiveRelay:
         call.whole = await read_completion(response, call.model)
         call.end(Ending.WHOLE)
         self._facts.answered_by = call.model
-        return WholeAnswer(call.whole, call.seconds, call.usd)
+        return WholeAnswer(call.whole, call.seconds, call.charged)
 
     async def _opening(
         self, chunks: AsyncIterator[dict[str, Any]], call: LiveCall, response: Any
@@ -331,7 +331,7 @@ class LiveRelay:
         if short is None:
             raise UpstreamFailure(call.model, "malformed", "stream carried no choices")
         call.end(Ending.COMPLETE)  # charged as the stream it was (its usage, else its chunks)
-        return ShortAnswer(short, call.seconds, call.usd)
+        return ShortAnswer(short, call.seconds, call.charged)
 
     def _closing(self, call: LiveCall, out: ClientChunks) -> StreamChunk:
         """The stream ran to its end: charged, its watched answer checked, the last chunk with the

@@ -34,7 +34,7 @@ from typing import Any
 
 from gateway.routing.tier_choice import RoutePlan
 from policies import score_logprobs
-from policies.commit import CommitRule, prefix_entries
+from policies.commit import CommitRule, line_end, prefix_entries
 from policies.schema import ScorerSpec
 from policies.scorers import legacy_to_content
 
@@ -88,8 +88,7 @@ class PrefixGate:
                 start = len(self.entries)
                 self.entries.extend(entries)
                 self.reached = len(self.entries) >= self._limit or (
-                    self._boundary == "line"
-                    and any(_ends_line(e) for e in self.entries[max(start, 1) : self._limit])
+                    self._boundary == "line" and line_end(self.entries, self._limit, start) is not None
                 )
             if choice.get("finish_reason"):
                 self._finish = choice["finish_reason"]
@@ -152,11 +151,6 @@ class PrefixGate:
         if usage is not None:
             body["usage"] = usage
         return body
-
-
-def _ends_line(entry: Mapping[str, Any]) -> bool:
-    token = entry.get("token")
-    return isinstance(token, str) and "\n" in token
 
 
 def _legacy_logprobs(entries: list[Mapping[str, Any]]) -> dict[str, Any]:

@@ -178,7 +178,7 @@ class PrefixStage:
         except READ_FAILURES as exc:
             reason: EscalationReason | None = decision.unreadable(cheap, facts, exc)
         else:
-            reason = decision.decide(plan, 0, request, reply, scored, facts, answer.seconds, answer.usd)
+            reason = decision.decide(plan, 0, request, reply, scored, facts, answer.seconds, answer.charge)
         if reason is None:
             facts.answered_by, facts.outcome = cheap, "accepted"
             return reply
@@ -197,8 +197,8 @@ class KeptStream:
     keeps nothing: its answer was never generated whole."""
 
     __slots__ = (
+        "_before",
         "_copy",
-        "_cost",
         "_facts",
         "_finish",
         "_legacy",
@@ -222,7 +222,7 @@ class KeptStream:
         )
         self._finish: Any = None
         self._usage: dict[str, Any] | None = None
-        self._cost, self._seconds = facts.cost_usd, facts.upstream_s  # before the stage's call
+        self._before, self._seconds = facts.charged(), facts.upstream_s  # before the stage's call
 
     def observe(self, event: dict[str, Any]) -> None:
         """One upstream chunk: its first choice's text, logprobs and finish reason, its usage."""
@@ -259,5 +259,5 @@ class KeptStream:
         facts = self._facts
         assert facts.keep_answer is not None
         # The stage's call is the only one made since this began: the facts' growth is its time and charge.
-        seconds, usd = facts.upstream_s - self._seconds, facts.cost_usd - self._cost
-        facts.keep_answer(self._model, body, seconds, facts.score, usd)
+        seconds, charge = facts.upstream_s - self._seconds, facts.charged_since(self._before)
+        facts.keep_answer(self._model, body, seconds, facts.score, charge)

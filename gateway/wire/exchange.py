@@ -11,6 +11,9 @@ from starlette.types import Receive, Send
 
 from gateway.wire.errors import BodyTooLargeError
 
+# Response headers as the ASGI send takes them: (lower-case name, value) pairs, in order.
+Headers = list[tuple[bytes, bytes]]
+
 
 class ClientGone(Exception):
     """The client disconnected before its request body arrived."""
@@ -27,7 +30,7 @@ class Exchange:
         self.done = False
         self.gone = False
 
-    async def start(self, status: int, headers: list[tuple[bytes, bytes]]) -> None:
+    async def start(self, status: int, headers: Headers) -> None:
         self.started = True
         await self.send({"type": "http.response.start", "status": status, "headers": headers})
 

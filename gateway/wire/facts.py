@@ -11,10 +11,13 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
+from gateway.wire.exchange import Headers
+from money.charges import Charge
 from policies.answer_checks import AnswerProblem
 
-# Keeps one scored stage's answer: (model, upstream body, seconds, score, USD its call was charged).
-AnswerKeeper = Callable[[str, dict[str, Any], float, float | None, float], None]
+# Keeps one scored stage's answer: (model, upstream body, seconds, score, the stage's charge: its
+# call's token counts, and USD with a black-box scorer's own calls).
+AnswerKeeper = Callable[[str, dict[str, Any], float, float | None, Charge], None]
 
 
 @dataclass(slots=True)
@@ -29,8 +32,9 @@ class CascadeFacts:
     score: float | None = None
     threshold: float | None = None
     cost_usd: float = 0.0
-    # Tokens of every call (prompt + completion, as charged); unknown when a call had no counts.
-    tokens: int = 0
+    # Tokens of every call, as charged; unknown when a call had no counts.
+    prompt_tokens: int = 0
+    completion_tokens: int = 0
     tokens_unknown: bool = False
     upstream_s: float = 0.0
     degraded: bool = False
@@ -56,7 +60,24 @@ class CascadeFacts:
     commit_rule: str | None = None
     commit_tokens: int | None = None
 
-    def headers(self, overhead_ms: float) -> list[tuple[bytes, bytes]]:
+    @property
+    def tokens(self) -> int:
+        """Tokens of every call so far (prompt + completion, as charged)."""
+        return self.prompt_tokens + self.completion_tokens
+
+    def charged(self) -> Charge:
+        """Everything charged so far as one charge: its USD and token counts."""
+        return Charge(self.cost_usd, self.prompt_tokens, self.completion_tokens)
+
+    def charged_since(self, before: Charge) -> Charge:
+        """What was charged since ``charged()`` returned ``before`` (e.g. one stage's call)."""
+        return Charge(
+            self.cost_usd - before.usd,
+            self.prompt_tokens - before.prompt_tokens,
+            self.completion_tokens - before.completion_tokens,
+        )
+
+    def headers(self, overhead_ms: float) -> Headers:
         """The ``x-cascade-*`` response headers (docs/contracts.md#response-headers)."""
         out = [
             (b"x-cascade-tier", self.tier.encode()),

@@ -13,6 +13,7 @@ from typing import Any, Literal, TypeGuard
 import orjson
 
 from gateway.wire.errors import BadRequestError
+from money.usage import positive_int
 from policies.client_schemas import schema_problem
 
 # Which OpenAI completion API a request is on, and so the upstream endpoint it is forwarded to:
@@ -163,11 +164,6 @@ def _encodable(document: Any) -> bool:
     except orjson.JSONEncodeError:
         return False
     return True
-
-
-def positive_int(value: Any) -> int:
-    """``value`` if it is a positive integer (a JSON bool is not one), else 0."""
-    return value if isinstance(value, int) and not isinstance(value, bool) and value > 0 else 0
 
 
 def is_int(value: object) -> TypeGuard[int]:

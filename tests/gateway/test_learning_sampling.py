@@ -10,6 +10,7 @@ from __future__ import annotations
 import uuid
 from collections.abc import Callable, Iterator
 from pathlib import Path
+from typing import Any
 
 import pytest
 from learning_support import learning_block, postgres_store_url, registry_value
@@ -17,7 +18,7 @@ from learning_support import learning_block, postgres_store_url, registry_value
 from policies import score_logprobs
 from tests.support.gateway_testkit import until
 from tests.support.postgres import drop_schema
-from tests.support.scripted_upstream import error, ok
+from tests.support.scripted_upstream import Reply, error, ok
 from tests.support.traffic_rows import stored_rows
 from traffic.rows import TrafficRow
 
@@ -227,3 +228,54 @@ def test_a_client_asking_for_fewer_alternatives_does_not_trim_the_stored_row(
     small = {model: row for (_, model), row in rows_when(url, 3).items()}["small"]
     assert small.logprobs and all(len(entry["top_logprobs"]) == 5 for entry in small.logprobs)
     assert small.score == pytest.approx(score_logprobs(small.logprobs, "mean_token_negentropy", 5))
+
+
+def confident_body(usage: dict[str, Any]) -> dict[str, Any]:
+    """A confident chat answer ("Paris", five alternatives per token) carrying ``usage`` as given."""
+    alternatives = [{"token": "Paris", "logprob": -0.01}] + [
+        {"token": f"alt{j}", "logprob": -6.0} for j in range(4)
+    ]
+    entry = {"token": "Paris", "logprob": -0.01, "top_logprobs": alternatives}
+    choice = {"index": 0, "message": {"role": "assistant", "content": "Paris"}, "finish_reason": "stop"}
+    return {
+        "id": "cmpl-usage-form",
+        "object": "chat.completion",
+        "created": 1700000000,
+        "model": "up-small",
+        "choices": [{**choice, "logprobs": {"content": [entry]}}],
+        "usage": usage,
+    }
+
+
+def small_row(
+    start_gateway: Callable, make_settings: Callable, upstream, tmp_path: Path, small: Reply
+) -> TrafficRow:
+    """The traffic row of the cheap stage ``small`` of one accepted, sampled request."""
+    url = f"file://{tmp_path / 'traffic.jsonl'}"
+    upstream.set_default("up-small", small)
+    upstream.set_default("up-medium", ok("Lyon", confidence=0.99))
+    upstream.set_default("up-large", ok("Paris", confidence=0.99))
+    running = start_gateway(make_settings(learning=learning_block(url)))
+    raw = running.client().chat.completions.with_raw_response.create(model="cascade", messages=MESSAGES)
+    assert raw.headers["x-cascade-models-called"] == "small"
+    return {model: row for (_, model), row in rows_when(url, 3).items()}["small"]
+
+
+def test_a_row_whose_upstream_reported_no_usage_carries_the_counts_it_was_charged(
+    start_gateway: Callable, make_settings: Callable, upstream, tmp_path: Path
+) -> None:
+    small = small_row(
+        start_gateway, make_settings, upstream, tmp_path, ok("Paris", confidence=0.99, usage=None)
+    )
+    # Charged its estimate (the prompt's byte bound, the answer's bytes): re-priced by the same counts.
+    assert small.prompt_tokens > 0 and small.completion_tokens > 0
+    assert small.cost_usd == pytest.approx((small.prompt_tokens * 0.1 + small.completion_tokens * 0.2) / 1e6)
+
+
+def test_a_row_whose_upstream_reported_the_additive_anthropic_usage_form_carries_its_counts(
+    start_gateway: Callable, make_settings: Callable, upstream, tmp_path: Path
+) -> None:
+    usage = {"input_tokens": 4, "cache_read_input_tokens": 6, "output_tokens": 5}
+    small = small_row(start_gateway, make_settings, upstream, tmp_path, Reply(body=confident_body(usage)))
+    assert (small.prompt_tokens, small.completion_tokens) == (10, 5)  # cached prompt tokens included
+    assert small.cost_usd > 0

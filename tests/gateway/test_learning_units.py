@@ -14,6 +14,7 @@ from gateway.learning.answers import DrawnRequest, StageAnswer, question_text
 from gateway.learning.budget import ShadowBudget
 from gateway.learning.writer import RowWriter
 from gateway.wire.requests import parse_request
+from money.charges import NOT_BILLED, Charge
 from policies import build_policy
 from tests.support.gateway_testkit import POLICY_DOCUMENT
 from traffic.file_store import FileStore
@@ -201,14 +202,14 @@ def test_question_and_answer_texts() -> None:
     legacy = parse_request(b'{"model": "cascade", "prompt": ["a", "b"]}', "completions")
     assert question_text(legacy) == "a\nb"
     tool = {"choices": [{"message": {"content": None, "tool_calls": [{"id": "1", "type": "function"}]}}]}
-    answer = StageAnswer.from_reply(tool, 0.1, None)
+    answer = StageAnswer.from_reply(tool, 0.1, None, NOT_BILLED)
     assert answer.text() == '[{"id":"1","type":"function"}]' and answer.logprobs() is None
 
 
 def test_stage_answer_copy_is_one_the_client_view_cannot_trim() -> None:
     entry = {"token": "a", "logprob": -0.1, "top_logprobs": [{"token": "a", "logprob": -0.1}] * 5}
     body = {"choices": [{"message": {"content": "a"}, "logprobs": {"content": [entry]}}], "usage": {}}
-    answer = StageAnswer.from_reply(body, 0.1, 0.9, copy=True)
+    answer = StageAnswer.from_reply(body, 0.1, 0.9, NOT_BILLED, copy=True)
     entry["top_logprobs"] = entry["top_logprobs"][:1]  # what cascade.client_body does for top_logprobs=1
     logprobs = answer.logprobs()
     assert logprobs is not None and len(logprobs[0]["top_logprobs"]) == 5
@@ -222,13 +223,14 @@ def test_a_drawn_request_keeps_each_scored_answer_with_its_charge_copied_only_fo
         parse_request(b'{"model": "cascade", "messages": [{"role": "user", "content": "a?"}]}', "chat"),
         policy,
     )
-    plain.keep("small", body, 0.2, 0.9, 0.00125)
+    plain.keep("small", body, 0.2, 0.9, Charge(0.00125, 12, 4))
     kept = plain.answers["small"]
     assert (kept.seconds, kept.score, kept.cost_usd) == (0.2, 0.9, 0.00125)
+    assert (kept.prompt_tokens, kept.completion_tokens) == (12, 4)  # the charge's, not the empty usage
     assert kept.choice is body["choices"][0]  # shared: no client view trims it
     raw = b'{"model": "cascade", "messages": [{"role": "user", "content": "a?"}], "logprobs": true, '
     raw += b'"top_logprobs": 1}'
     asking = DrawnRequest(parse_request(raw, "chat"), policy)
-    asking.keep("small", body, 0.2, 0.9, 0.00125)
+    asking.keep("small", body, 0.2, 0.9, Charge(0.00125, 12, 4))
     assert asking.answers["small"].choice == body["choices"][0]
     assert asking.answers["small"].choice is not body["choices"][0]  # private: the client view is trimmed

@@ -14,7 +14,7 @@ from redis.exceptions import ConnectionError as RedisConnectionError
 from redis.exceptions import ResponseError
 from redis.exceptions import TimeoutError as RedisTimeoutError
 
-from gateway.redis.batch import LuaScript, RedisBatcher
+from gateway.redis.batch import LuaScript, RedisBatcher, ScriptSlots
 from tests.support.shared_redis import REDIS_URL, RedisLink
 
 
@@ -147,3 +147,23 @@ async def test_commands_answered_before_a_timeout_keep_their_replies(keys: Any) 
         assert isinstance(results[1], RedisTimeoutError) and isinstance(results[2], RedisTimeoutError)
     finally:
         await client.aclose()
+
+
+def test_script_slots_bind_each_slot_to_a_local_of_its_name_and_name_where_the_lists_start() -> None:
+    slots = ScriptSlots(keys=("counter",), args=("amount", "limit")) + ScriptSlots(args=("window_count",))
+    assert slots.lua().splitlines() == [
+        "local counter = KEYS[1]",
+        "local amount = ARGV[1]",
+        "local limit = ARGV[2]",
+        "local window_count = ARGV[3]",
+        "local keys_end, args_end = 1, 3",
+    ]
+    assert slots.args_of(window_count=2, limit=10, amount=1) == [1, 10, 2]  # packed by name
+
+
+@pytest.mark.parametrize(
+    "named", [{"amount": 1}, {"amount": 1, "limit": 2, "extra": 3}, {"amount": 1, "limt": 2}]
+)
+def test_script_slots_refuse_arguments_that_are_not_exactly_their_names(named: dict[str, int]) -> None:
+    with pytest.raises(TypeError):
+        ScriptSlots(args=("amount", "limit")).args_of(**named)

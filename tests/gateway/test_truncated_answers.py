@@ -53,6 +53,18 @@ def test_an_answer_cut_at_the_clients_own_cap_is_what_it_asked_for(gateway, upst
     assert reasons(gateway) == 0.0
 
 
+def test_an_answer_cut_at_the_clients_own_n_predict_is_not_truncated(gateway, upstream) -> None:
+    # llama.cpp's spelling of the cap, sent through as an extra field of the client's body.
+    upstream.script("up-small", cut(completion_tokens=8))
+    raw = gateway.client().chat.completions.with_raw_response.create(
+        model="cascade", messages=QUESTION, extra_body={"n_predict": 8}
+    )
+    assert raw.headers["x-cascade-models-called"] == "small"
+    assert raw.headers["x-cascade-escalation-reason"] == "none"
+    assert raw.parse().choices[0].finish_reason == "length"
+    assert reasons(gateway) == 0.0
+
+
 def test_an_answer_cut_below_the_clients_cap_was_cut_by_something_else(gateway, upstream) -> None:
     # The client allowed 512 tokens; the upstream stopped at 40 with `length` (its context ran out).
     upstream.script("up-small", cut(completion_tokens=40))

@@ -21,6 +21,7 @@ from money.charges import (
     TEMPLATE_TOKENS,
     Attempt,
     CallLimits,
+    Charge,
     attempt_charge,
     bound_usd,
     call_charge,
@@ -31,6 +32,7 @@ from money.charges import (
     prompt_tokens_bound,
     reported_counts,
     sent_bound,
+    total_charge,
 )
 
 PER_TOKEN = Price(input_per_mtok=0.1, output_per_mtok=0.2)
@@ -311,3 +313,10 @@ def test_a_cancelled_stream_is_charged_the_same_from_its_numbers_as_from_its_req
     assert cancelled_stream_charge(PER_TOKEN, 100, 7, 5, 40).completion_tokens == 12
     assert cancelled_stream_charge(PER_TOKEN, 100, 7, None, 40).completion_tokens == 40
     assert cancelled_stream_charge(BOTH, 100, 7, 5, 40).usd == 0.003  # the flat price, larger
+
+
+def test_the_total_of_several_attempts_sums_every_amount_and_count() -> None:
+    first, second = Charge(0.5, 10, 2, 4, 1, 1), Charge(0.25, 3, 1, 0, 2, 0)
+    assert total_charge([first, second]) == Charge(0.75, 13, 3, 4, 3, 1)
+    assert total_charge([first]) is first
+    assert total_charge([]) == Charge(0.0, 0, 0)

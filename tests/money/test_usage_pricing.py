@@ -14,7 +14,7 @@ from pydantic import ValidationError
 
 from money import Price, PriceError, parse_price
 from money.charges import call_charge, reported_counts
-from money.usage import Usage, normalize_usage
+from money.usage import Usage, normalize_usage, positive_int
 
 SENT = b'{"model":"m","messages":[{"role":"user","content":"hi"}]}'
 
@@ -212,3 +212,10 @@ def test_a_column_of_calls_is_priced_as_each_call_by_its_usage() -> None:
     each = [SONNET.usage_cost_usd(u) for u in calls]
     assert SONNET.parts_cost_usd(*columns).tolist() == pytest.approx(each)
     assert SONNET.parts_cost_usd(10**6, 0, 0, 0, 10**6) == pytest.approx(6.0)  # 1-hour writes: their rate
+
+
+@pytest.mark.parametrize(
+    ("value", "read"), [(5, 5), (1, 1), (0, 0), (-3, 0), (True, 0), (2.0, 0), ("5", 0), (None, 0)]
+)
+def test_a_positive_count_is_a_positive_integer_and_nothing_else(value: object, read: int) -> None:
+    assert positive_int(value) == read

@@ -8,7 +8,7 @@ from pathlib import Path
 import pytest
 from pydantic import ValidationError
 
-from policies.commit import CommitRule, prefix_entries, prefix_length
+from policies.commit import CommitRule, line_end, prefix_entries, prefix_length
 from policies.schema import Policy
 from policies.store import build_policy, policy_as_document
 
@@ -33,6 +33,14 @@ def test_the_line_boundary_stops_after_the_first_line_unless_k_comes_first() -> 
     assert prefix_length(answer, 2, "line") == 2
     # A newline as the very first token does not end a line of content.
     assert prefix_length(entries("\n", "a", "b\n", "c"), 32, "line") == 3
+
+
+def test_a_line_end_is_looked_for_from_start_within_k_and_never_at_the_first_token() -> None:
+    answer = entries("\n", "12", "\n", " 4", ".\n")
+    assert line_end(answer, 8) == 2  # the leading newline is not counted
+    assert line_end(answer, 8, start=3) == 4  # a growing list: only the new entries are read
+    assert line_end(answer, 2) is None  # past K: the prefix ends at K instead
+    assert prefix_length(answer, 8, "line") == 3
 
 
 def test_the_rule_shape_refuses_a_prefix_without_tokens_and_a_buffer_with_them() -> None:

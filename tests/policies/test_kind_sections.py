@@ -10,6 +10,7 @@ from typing import Any
 import pytest
 
 from policies import PolicyInvalidError, build_policy, check_content_hash, choose_for_budget, choose_for_tier
+from policies.decision import budget_index
 from policies.kinds import kind_policy, kind_tiers, served_kinds
 from policies.store import dump_policy, load_policy, parse_policy
 from tests.support.policy_files import heldout_expectation
@@ -104,6 +105,20 @@ def test_a_kind_section_is_served_for_its_kind_and_the_top_level_for_the_others(
     assert {(kind, name) for kind, name, _ in kind_tiers(policy)} == {
         (kind, name) for kind in ("text", "tool_call") for name in ("balanced", "economy")
     }
+
+
+def test_a_policys_kind_views_are_its_own_and_a_copy_builds_its_own(
+    policy_document: dict[str, Any],
+) -> None:
+    policy_document["kinds"] = {"tool_call": tool_section(policy_document)}
+    policy = build_policy(policy_document)
+    tools = kind_policy(policy, "tool_call")
+    assert budget_index(tools) is budget_index(kind_policy(policy, "tool_call"))
+    renamed = policy.model_copy(update={"policy_id": "0" * 16})
+    assert kind_policy(renamed, "tool_call").policy_id == "0" * 16  # not the original's view
+    assert kind_policy(copy.deepcopy(policy), "tool_call") is not tools
+    assert renamed == policy.model_copy(update={"policy_id": "0" * 16})  # equality ignores the views
+    assert kind_policy(policy, "tool_call") is tools
 
 
 def test_a_section_without_a_scorer_uses_the_top_levels(policy_document: dict[str, Any]) -> None:

@@ -5,6 +5,7 @@ from __future__ import annotations
 import pytest
 from pydantic import ValidationError
 
+from money.charges import COMPLETION_CAP_FIELDS
 from policies.request_defaults import RequestDefaults, merge_request_defaults
 
 USER = [{"role": "user", "content": "What is 6 * 7?"}]
@@ -34,11 +35,11 @@ def test_client_fields_win_over_defaults() -> None:
     assert (merged["temperature"], merged["reasoning_effort"], merged["seed"]) == (0, "low", None)
 
 
-@pytest.mark.parametrize("client_cap", ["max_tokens", "max_completion_tokens"])
-def test_a_client_cap_in_either_spelling_replaces_both_default_caps(client_cap: str) -> None:
-    defaults = _defaults(max_tokens=256, max_completion_tokens=300)
+@pytest.mark.parametrize("client_cap", COMPLETION_CAP_FIELDS)
+def test_a_client_cap_in_any_spelling_replaces_every_default_cap(client_cap: str) -> None:
+    defaults = _defaults(max_tokens=256, max_completion_tokens=300, n_predict=320)
     merged = merge_request_defaults({"messages": USER, client_cap: 5}, defaults)
-    assert {k: v for k, v in merged.items() if k.startswith("max_")} == {client_cap: 5}
+    assert {k: v for k, v in merged.items() if k in COMPLETION_CAP_FIELDS} == {client_cap: 5}
 
 
 @pytest.mark.parametrize("role", ["system", "developer"])

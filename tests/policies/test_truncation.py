@@ -28,6 +28,8 @@ def answer(finish: str | None, completion_tokens: int | None = 8, *, legacy: boo
         ({}, answer("tool_calls"), False),
         ({"max_tokens": 8}, answer("length", 8), False),  # the client's own cap: asked for
         ({"max_completion_tokens": 8}, answer("length", 8), False),
+        ({"n_predict": 8}, answer("length", 8), False),  # llama.cpp's spelling of the client's cap
+        ({"n_predict": -1}, answer("length", 8), True),  # unbounded to llama.cpp: no client cap
         ({"max_tokens": 8}, answer("length", None), False),  # no count: taken as the client's cap
         ({"max_tokens": 512}, answer("length", 40), True),  # stopped below it: the context ran out
         ({"max_tokens": 0}, answer("length"), True),  # not a cap
@@ -45,8 +47,15 @@ def test_any_choice_cut_counts() -> None:
     assert cut_short({}, reply)
 
 
-def test_client_cap_reads_either_spelling() -> None:
+def test_client_cap_reads_every_spelling_the_charging_rule_reads() -> None:
     assert client_cap({"max_tokens": 5}) == 5
     assert client_cap({"max_completion_tokens": 7}) == 7
+    assert client_cap({"n_predict": 9}) == 9
     assert client_cap({"max_tokens": "5"}) is None
     assert client_cap({}) is None
+
+
+def test_the_client_cap_of_a_request_setting_several_is_the_smallest() -> None:
+    # An upstream honours one of them; an answer that reached the smallest stopped at the client's cap.
+    assert client_cap({"max_tokens": 8, "n_predict": 100}) == 8
+    assert not cut_short({"max_tokens": 8, "n_predict": 100}, answer("length", 8))

@@ -7,8 +7,9 @@ real policy file; only the upstream models are the scripted seam double (tests/s
   (models ``up-small``, ``up-medium``, ``up-large``).
 * ``policy_file(**tier_changes)``: the test policy with some tiers' fields replaced, written to tmp
   and returned as a path.
-* ``start_replay_gateway(policy_path, api_keys=None)``: the gateway serving that policy in front of
-  ``upstream`` (``small``/``medium``/``large`` priced as in gateway_testkit); stopped after the test.
+* ``start_replay_gateway(policy_path, api_keys=None, limits=None)``: the gateway serving that policy
+  in front of ``upstream`` (``small``/``medium``/``large`` priced as in gateway_testkit), with
+  ``limits`` added to its own; stopped after the test.
 """
 
 from __future__ import annotations
@@ -46,14 +47,16 @@ def start_replay_gateway(
         monkeypatch.delenv(name, raising=False)
     running: list[RunningGateway] = []
 
-    def start(policy_path: Path, api_keys: str | None = None) -> RunningGateway:
+    def start(
+        policy_path: Path, api_keys: str | None = None, limits: dict[str, Any] | None = None
+    ) -> RunningGateway:
         if api_keys is not None:
             monkeypatch.setenv("CASCADE_API_KEYS", api_keys)
         settings = Settings.from_mapping(
             {
                 "models": model_configs(upstream.base_url),
                 "policy": str(policy_path),
-                "limits": {"max_body_bytes": 65536, "request_timeout_s": 10},
+                "limits": {"max_body_bytes": 65536, "request_timeout_s": 10, **(limits or {})},
                 "logging": {"level": "warning"},
                 "auth": {"open": True},  # no client key configured: every caller is served
             }

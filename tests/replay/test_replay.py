@@ -14,11 +14,14 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+import httpx
 import pytest
 from typer.testing import CliRunner
 
 from cascade_cli.main import app
 from collection.prompts import load_prompts
+from policies import load_policy
+from policies.response_decision import DecisionReader
 from tests.support.scripted_upstream import ok
 
 SMALL_COST = (10 * 0.1 + 5 * 0.2) / 1e6
@@ -155,6 +158,46 @@ def write_yes_prompts(path: Path, n: int) -> Path:
             for i in range(n)]  # fmt: skip
     path.write_text("".join(json.dumps(r) + "\n" for r in rows))
     return path
+
+
+def test_a_streamed_replay_reads_the_decision_of_streams_the_gateway_started_early(
+    tmp_path, upstream, policy_file, start_replay_gateway
+):
+    # The cheap stage answers after 0.5 s; the gateway starts the stream after 0.05 s, so its
+    # decision travels as SSE comment lines and the last chunk's cascade object, not as headers.
+    policy = policy_file()
+    served_id = load_policy(policy).policy_id
+    gateway = start_replay_gateway(policy, limits={"stream_start_after_s": 0.05, "stream_keepalive_s": 0.05})
+    upstream.set_default("up-small", ok("yes", confidence=0.99, delay_s=0.5))
+    body = {"model": "cascade/balanced", "messages": [{"role": "user", "content": "Is 1 an integer?"}]}
+    with (
+        httpx.Client(timeout=10) as client,
+        client.stream(
+            "POST", gateway.url + "/v1/chat/completions", json={**body, "stream": True}
+        ) as response,
+    ):
+        assert "x-cascade-policy" not in response.headers  # started before the decision
+        reader = DecisionReader(response.headers)
+        for line in response.iter_lines():
+            if not reader.comment(line) and line.startswith("data: {"):
+                reader.chunk(json.loads(line[6:]))
+    decision = reader.decision()
+    assert decision.policy_id == served_id and decision.final
+    assert (decision.tier, decision.model, decision.escalated) == ("balanced", "small", False)
+
+    out = tmp_path / "r.json"
+    prompts = write_yes_prompts(tmp_path / "yes.jsonl", 2)
+    result = invoke(
+        str(prompts), "-g", gateway.url, "-p", str(policy), "-t", "balanced", "-o", str(out), "--stream"
+    )
+    assert result.exit_code == 0, result.output
+    report = json.loads(out.read_text())
+    assert report["policy"]["served_policy_ids"] == [served_id] and report["policy"]["matches"] is True
+    rows = [json.loads(line) for line in (tmp_path / "r.requests.jsonl").read_text().splitlines()]
+    assert [(row["policy_id"], row["tier"], row["model"]) for row in rows] == [
+        (served_id, "balanced", "small")
+    ] * 2
+    assert "POLICY MISMATCH" not in result.stdout
 
 
 def test_a_budget_is_checked_against_the_envelope_point_the_gateway_picks(

@@ -54,6 +54,7 @@ from typing import Any
 import orjson
 from aiohttp import web
 
+from money.usage import positive_int
 from tests.support.provider_bills import (
     GARBAGE_BODY,
     GARBAGE_EVENTS,
@@ -513,10 +514,6 @@ def _legacy_logprobs(body: dict[str, Any], reply: Reply) -> dict[str, Any] | Non
     }
 
 
-def _positive_int(value: Any) -> int:
-    return value if isinstance(value, int) and not isinstance(value, bool) and value > 0 else 1
-
-
 def _prompts(body: dict[str, Any]) -> int:
     """Prompts of a request: the length of a ``prompt`` list of strings or token arrays, else 1."""
     prompt = body.get("prompt")
@@ -527,7 +524,7 @@ def _prompts(body: dict[str, Any]) -> int:
 
 def _billed_choices(body: dict[str, Any]) -> int:
     """Choices generated (and billed) for a request: ``max(n, best_of)`` per prompt."""
-    return max(_positive_int(body.get("n")), _positive_int(body.get("best_of"))) * _prompts(body)
+    return max(positive_int(body.get("n")) or 1, positive_int(body.get("best_of")) or 1) * _prompts(body)
 
 
 _CAP_FIELDS = ("n_predict", "max_completion_tokens", "max_tokens")
@@ -559,7 +556,7 @@ def _images(body: dict[str, Any]) -> int:
 
 
 def _completion(path: str, body: dict[str, Any], reply: Reply) -> dict[str, Any]:
-    returned = _positive_int(body.get("n")) * _prompts(body)
+    returned = (positive_int(body.get("n")) or 1) * _prompts(body)
     billed = _usage_of(body, reply)
     completion_tokens = billed[1] * _billed_choices(body)
     usage = {

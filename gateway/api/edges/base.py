@@ -30,9 +30,8 @@ from typing import Any, Generic, TypeVar
 import orjson
 
 from gateway.wire.errors import GatewayError
+from gateway.wire.exchange import Headers
 from gateway.wire.requests import CompletionApi, ParsedRequest, encoded_size, parse_request
-
-Headers = list[tuple[bytes, bytes]]
 
 JSON_HEADER = (b"content-type", b"application/json")
 _DONE_PAYLOAD = b"[DONE]"

@@ -17,11 +17,12 @@ from typing import Any
 
 import orjson
 
-from gateway.api.edges.base import JSON_HEADER, ApiEdge, Headers, Translated, translated
+from gateway.api.edges.base import JSON_HEADER, ApiEdge, Translated, translated
 from gateway.api.edges.messages_request import MessagesRequest, translate_request
 from gateway.api.edges.messages_response import error_body, render_message
 from gateway.api.edges.messages_stream import PING, MessagesStreamTranslator
 from gateway.wire.errors import AuthenticationError, BudgetExceededError, GatewayError
+from gateway.wire.exchange import Headers
 
 COUNT_TOKENS_PATH = "/v1/messages/count_tokens"
 COUNT_TOKENS_REFUSAL = (

@@ -18,8 +18,7 @@ import orjson
 
 from gateway.api.edges.fields import JSONObject, first_choice
 from gateway.wire.errors import GatewayError, UpstreamError
-from gateway.wire.requests import positive_int
-from money.usage import normalize_usage
+from money.usage import normalize_usage, positive_int
 
 # Anthropic's error type per HTTP status (https://docs.claude.com/en/api/errors; the table in
 # docs/contracts.md#http-surface is checked against this).

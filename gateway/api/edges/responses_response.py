@@ -13,6 +13,7 @@ from typing import TypedDict
 
 from gateway.api.edges.fields import JSONObject, first_choice
 from gateway.api.edges.responses_request import ResponsesRequest
+from money.usage import positive_int
 
 
 class ResponseUsage(TypedDict):
@@ -144,25 +145,23 @@ def response_usage(usage: object) -> ResponseUsage | None:
     """Chat usage in the Responses form (None when the upstream reported none)."""
     if not isinstance(usage, dict):
         return None
-    prompt = _count(usage.get("prompt_tokens"))
-    completion = _count(usage.get("completion_tokens"))
+    prompt = positive_int(usage.get("prompt_tokens"))
+    completion = positive_int(usage.get("completion_tokens"))
     prompt_details = usage.get("prompt_tokens_details")
     completion_details = usage.get("completion_tokens_details")
-    cached = _count(prompt_details.get("cached_tokens")) if isinstance(prompt_details, dict) else 0
+    cached = positive_int(prompt_details.get("cached_tokens")) if isinstance(prompt_details, dict) else 0
     reasoning = (
-        _count(completion_details.get("reasoning_tokens")) if isinstance(completion_details, dict) else 0
+        positive_int(completion_details.get("reasoning_tokens"))
+        if isinstance(completion_details, dict)
+        else 0
     )
     return {
         "input_tokens": prompt,
         "input_tokens_details": {"cached_tokens": cached},
         "output_tokens": completion,
         "output_tokens_details": {"reasoning_tokens": reasoning},
-        "total_tokens": _count(usage.get("total_tokens")) or prompt + completion,
+        "total_tokens": positive_int(usage.get("total_tokens")) or prompt + completion,
     }
-
-
-def _count(value: object) -> int:
-    return value if isinstance(value, int) and not isinstance(value, bool) and value > 0 else 0
 
 
 def response_object(
