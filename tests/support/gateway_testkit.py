@@ -13,6 +13,8 @@ from __future__ import annotations
 import socket
 import threading
 import time
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from typing import Any
 
 import httpx
@@ -186,3 +188,20 @@ def stop(running: RunningGateway) -> None:
     """Stop uvicorn and wait for its lifespan shutdown."""
     running.server.should_exit = True
     running.thread.join(15)
+
+
+@contextmanager
+def serving() -> Iterator[Callable[[Any], RunningGateway]]:
+    """``start(app)`` -> the app served (``serve``); every app it started is stopped on exit."""
+    running: list[RunningGateway] = []
+
+    def start(app: Any) -> RunningGateway:
+        gateway = serve(app)
+        running.append(gateway)
+        return gateway
+
+    try:
+        yield start
+    finally:
+        for gateway in running:
+            stop(gateway)
