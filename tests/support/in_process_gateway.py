@@ -17,6 +17,7 @@ from __future__ import annotations
 from types import ModuleType
 from typing import Any
 
+import anthropic
 import httpx
 import httpx2
 from openai import AsyncOpenAI, OpenAI
@@ -72,11 +73,21 @@ class InProcessGateway(MetricsView):
 
     def client(self, api_key: str = "none", **kw: Any) -> OpenAI:
         """Official sync SDK client (no retries, short timeout), in-process."""
-        return OpenAI(**_sdk_options(api_key, self.http_client()), **kw)
+        return OpenAI(**_sdk_options(self.url + "/v1", api_key, self.http_client()), **kw)
 
     def async_client(self, api_key: str = "none", **kw: Any) -> AsyncOpenAI:
         """Official async SDK client (no retries, short timeout), in-process."""
-        return AsyncOpenAI(**_sdk_options(api_key, self.async_http_client()), **kw)
+        return AsyncOpenAI(**_sdk_options(self.url + "/v1", api_key, self.async_http_client()), **kw)
+
+    def anthropic_client(self, api_key: str = "none", **kw: Any) -> anthropic.Anthropic:
+        """The anthropic SDK (it appends /v1/messages) of the app: no retries, short timeout."""
+        return anthropic.Anthropic(**_sdk_options(self.url, api_key, self.anthropic_http_client()), **kw)
+
+    def async_anthropic_client(self, api_key: str = "none", **kw: Any) -> anthropic.AsyncAnthropic:
+        """The async anthropic SDK of the app: no retries, short timeout."""
+        return anthropic.AsyncAnthropic(
+            **_sdk_options(self.url, api_key, self.async_anthropic_http_client()), **kw
+        )
 
     def readiness(self, admin_key: str = ADMIN_KEY) -> httpx.Response:
         """``GET /readyz`` with the admin key: the detailed view (policy, Redis, upstreams)."""
@@ -91,10 +102,10 @@ class InProcessGateway(MetricsView):
         self.app_loop.stop()
 
 
-def _sdk_options(api_key: str, http_client: Any) -> dict[str, Any]:
-    """What an openai SDK client of the app is made with: no retries, a short timeout."""
+def _sdk_options(base_url: str, api_key: str, http_client: Any) -> dict[str, Any]:
+    """What an SDK client of the app is made with: no retries, a short timeout."""
     return {
-        "base_url": IN_PROCESS_URL + "/v1",
+        "base_url": base_url,
         "api_key": api_key,
         "max_retries": 0,
         "timeout": 20,
