@@ -12,12 +12,19 @@ from __future__ import annotations
 from collections.abc import Iterator
 from pathlib import Path
 
-import httpx
 import orjson
 import pytest
-from local_cascade_support import CHEAP, QUESTIONS, STRONG, chat_body, threshold_of, two_model_policy
+from local_cascade_support import (
+    CHEAP,
+    QUESTIONS,
+    STRONG,
+    chat_body,
+    metric_families,
+    requests_by_outcome,
+    threshold_of,
+    two_model_policy,
+)
 from openai import OpenAI
-from prometheus_client.parser import text_string_to_metric_families
 
 from localpool.demo_config import pool_gateway_config, write_gateway_config
 from localpool.manifest import Manifest
@@ -73,14 +80,8 @@ def test_confident_answers_are_accepted_and_the_others_escalated(
         outcomes[question] = "escalated" if escalated else "accepted"
     assert set(outcomes.values()) == {"accepted", "escalated"}, outcomes
 
-    families = {f.name: f for f in text_string_to_metric_families(httpx.get(f"{gateway}/metrics").text)}
-    requests = {
-        s.labels["outcome"]: s.value
-        for s in families["cascade_requests"].samples
-        if s.name == "cascade_requests_total"
-        and s.labels.get("tier") == "balanced"
-        and s.labels.get("endpoint") == "chat"
-    }
+    families = metric_families(gateway)
+    requests = requests_by_outcome(families, "chat", tier="balanced")
     assert requests.get("accepted") == list(outcomes.values()).count("accepted")
     assert requests.get("escalated") == list(outcomes.values()).count("escalated")
     escalations = [
@@ -123,12 +124,7 @@ def test_streamed_responses_are_accepted_and_escalated_with_the_decision_in_head
     assert all(e["endpoint"] == "responses" and e["path"] == "/v1/responses" for e in logged.values())
     assert all(e["stream"] is True and e["tier"] == "balanced" for e in logged.values())
 
-    families = {f.name: f for f in text_string_to_metric_families(httpx.get(f"{gateway}/metrics").text)}
-    requests = {
-        s.labels["outcome"]: s.value
-        for s in families["cascade_requests"].samples
-        if s.name == "cascade_requests_total" and s.labels.get("endpoint") == "responses"
-    }
+    requests = requests_by_outcome(metric_families(gateway), "responses")
     assert requests == {
         "accepted": list(outcomes.values()).count("accepted"),
         "escalated": list(outcomes.values()).count("escalated"),

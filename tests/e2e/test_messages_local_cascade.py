@@ -15,10 +15,16 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import anthropic
-import httpx
 import pytest
-from local_cascade_support import CHEAP, QUESTIONS, STRONG, threshold_of, two_model_policy
-from prometheus_client.parser import text_string_to_metric_families
+from local_cascade_support import (
+    CHEAP,
+    QUESTIONS,
+    STRONG,
+    metric_families,
+    requests_by_outcome,
+    threshold_of,
+    two_model_policy,
+)
 
 from localpool.demo_config import pool_gateway_config, write_gateway_config
 from localpool.manifest import Manifest
@@ -89,14 +95,7 @@ def test_streamed_messages_are_accepted_or_escalated_with_the_decision_in_header
         assert line["escalated"] is (outcome == "escalated") and line["stream"] is True
         assert line["models_called"] == ([CHEAP, STRONG] if outcome == "escalated" else [CHEAP])
 
-    families = {f.name: f for f in text_string_to_metric_families(httpx.get(f"{url}/metrics").text)}
-    requests = {
-        s.labels["outcome"]: s.value
-        for s in families["cascade_requests"].samples
-        if s.name == "cascade_requests_total"
-        and s.labels.get("endpoint") == "messages"
-        and s.labels.get("tier") == "balanced"
-    }
+    requests = requests_by_outcome(metric_families(url), "messages", tier="balanced")
     assert requests == {
         "accepted": list(outcomes.values()).count("accepted"),
         "escalated": list(outcomes.values()).count("escalated"),
