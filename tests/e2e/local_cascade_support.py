@@ -1,16 +1,12 @@
 """What tests/e2e/test_local_cascade.py and test_messages_local_cascade.py share (with the session
 fixtures ``cascade_pool`` and ``cheap_scores`` of tests/e2e/conftest.py): the two pool models, the
 questions, the request every question is asked as, and the threshold that splits the cheap model's
-scores; the gateway's requests by outcome in its metrics; the policy over the two models that both
-serve (test_demo.py's too)."""
+scores; the policy over the two models that both serve (test_demo.py's too)."""
 
 from __future__ import annotations
 
 import itertools
 from typing import Any
-
-import httpx
-from prometheus_client.parser import text_string_to_metric_families
 
 from policies import Policy, build_policy
 
@@ -69,19 +65,3 @@ def two_model_policy(
             "envelope": [{"cost_usd": 3e-6, "quality": expected_quality, **route}],
         }
     )
-
-
-def metric_families(url: str) -> dict[str, Any]:
-    """The gateway's ``/metrics`` at ``url``, parsed: family name -> family."""
-    return {f.name: f for f in text_string_to_metric_families(httpx.get(f"{url}/metrics").text)}
-
-
-def requests_by_outcome(families: dict[str, Any], endpoint: str, tier: str | None = None) -> dict[str, float]:
-    """``cascade_requests_total`` of ``endpoint`` (and of ``tier`` if given), outcome -> count."""
-    return {
-        s.labels["outcome"]: s.value
-        for s in families["cascade_requests"].samples
-        if s.name == "cascade_requests_total"
-        and s.labels.get("endpoint") == endpoint
-        and (tier is None or s.labels.get("tier") == tier)
-    }

@@ -14,16 +14,8 @@ from pathlib import Path
 
 import orjson
 import pytest
-from local_cascade_support import (
-    CHEAP,
-    QUESTIONS,
-    STRONG,
-    chat_body,
-    metric_families,
-    requests_by_outcome,
-    threshold_of,
-    two_model_policy,
-)
+from cascade_metrics import metric_families, requests_by_outcome
+from local_cascade_support import CHEAP, QUESTIONS, STRONG, chat_body, threshold_of, two_model_policy
 from openai import OpenAI
 
 from localpool.demo_config import pool_gateway_config, write_gateway_config

@@ -16,15 +16,8 @@ from pathlib import Path
 
 import anthropic
 import pytest
-from local_cascade_support import (
-    CHEAP,
-    QUESTIONS,
-    STRONG,
-    metric_families,
-    requests_by_outcome,
-    threshold_of,
-    two_model_policy,
-)
+from cascade_metrics import metric_families, requests_by_outcome
+from local_cascade_support import CHEAP, QUESTIONS, STRONG, threshold_of, two_model_policy
 
 from localpool.demo_config import pool_gateway_config, write_gateway_config
 from localpool.manifest import Manifest
