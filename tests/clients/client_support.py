@@ -69,16 +69,8 @@ def run_claude(
         "DISABLE_ERROR_REPORTING": "1",
         **(env or {}),
     }
-    return subprocess.run(
-        [str(cli("claude")), "-p", prompt, "--model", model, *args],
-        cwd=workdir,
-        env=environment,
-        stdin=subprocess.DEVNULL,
-        capture_output=True,
-        text=True,
-        timeout=timeout_s,
-        check=False,
-    )
+    command = [str(cli("claude")), "-p", prompt, "--model", model, *args]
+    return _run_cli(command, workdir, environment, timeout_s)
 
 
 def codex_home(
@@ -129,8 +121,17 @@ def run_codex(
     first one ``resume`` continues the last session)."""
     workdir.mkdir(parents=True, exist_ok=True)
     environment = {**_base_env(codex.parent), "CODEX_HOME": str(codex), "CASCADE_CLIENT_KEY": CLIENT_KEY}
+    return _run_cli(
+        [str(cli("codex")), "exec", "--skip-git-repo-check", *args, prompt], workdir, environment, timeout_s
+    )
+
+
+def _run_cli(
+    command: list[str], workdir: Path, environment: dict[str, str], timeout_s: float
+) -> subprocess.CompletedProcess[str]:
+    """Run an agent CLI in ``workdir``, no stdin, its output captured as text; no check of its exit."""
     return subprocess.run(
-        [str(cli("codex")), "exec", "--skip-git-repo-check", *args, prompt],
+        command,
         cwd=workdir,
         env=environment,
         stdin=subprocess.DEVNULL,

@@ -26,7 +26,7 @@ from client_support import CLIENT_KEY
 
 from gateway.api.app import create_app
 from gateway.config.settings import Settings
-from tests.support.gateway_testkit import ADMIN_KEY, RunningGateway, model_configs, serve, stop
+from tests.support.gateway_testkit import ADMIN_KEY, RunningGateway, model_configs, serving
 from tests.support.local_demo import LocalDemo, running_demo
 from tests.support.local_pool import LocalPool
 from tests.support.policy_files import write_policy
@@ -42,24 +42,20 @@ def start_gateway(
         monkeypatch.delenv(name, raising=False)
     monkeypatch.setenv("CASCADE_ADMIN_KEY", ADMIN_KEY)
     policy = write_policy(tmp_path / "policy.json")
-    running: list[RunningGateway] = []
+    with serving() as serve_app:
 
-    def start(**changes: Any) -> RunningGateway:
-        document: dict[str, Any] = {
-            "models": model_configs(upstream.base_url),
-            "policy": str(policy),
-            "limits": {"request_timeout_s": 20},
-            "logging": {"level": "warning"},
-            "auth": {"open": True},
-            **changes,
-        }
-        gateway = serve(create_app(Settings.from_mapping(document)))
-        running.append(gateway)
-        return gateway
+        def start(**changes: Any) -> RunningGateway:
+            document: dict[str, Any] = {
+                "models": model_configs(upstream.base_url),
+                "policy": str(policy),
+                "limits": {"request_timeout_s": 20},
+                "logging": {"level": "warning"},
+                "auth": {"open": True},
+                **changes,
+            }
+            return serve_app(create_app(Settings.from_mapping(document)))
 
-    yield start
-    for gateway in running:
-        stop(gateway)
+        yield start
 
 
 @pytest.fixture

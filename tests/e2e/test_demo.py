@@ -8,16 +8,15 @@ import sys
 from pathlib import Path
 
 import pytest
+from local_cascade_support import CHEAP, STRONG, two_model_policy
 
 from localpool.manifest import load_manifest
 from localpool.paths import PoolPaths
 from localpool.process import read_record
-from policies import build_policy, save_policy
+from policies import save_policy
 from tests.support.ports import free_port
 
 pytestmark = pytest.mark.e2e
-
-CHEAP, STRONG = "smollm2-135m", "qwen2.5-coder-0.5b"
 
 
 def _pool_paths(repo_root: Path) -> PoolPaths:
@@ -27,26 +26,7 @@ def _pool_paths(repo_root: Path) -> PoolPaths:
 
 
 def test_demo_smoke_serves_one_cascade_request_and_cleans_up(repo_root: Path, tmp_path: Path) -> None:
-    policy = build_policy(
-        {
-            "schema_version": 1,
-            "scorer": {"name": "mean_token_negentropy", "top_k": 15},
-            "models": {
-                CHEAP: {"mean_cost_usd": 1e-6, "quality": 0.2},
-                STRONG: {"mean_cost_usd": 5e-6, "quality": 0.3},
-            },
-            "default_tier": "balanced",
-            "tiers": {
-                "balanced": {
-                    "objective": {"max_cost_usd": 1e-5},
-                    "routes": [{"weight": 1.0, "models": [CHEAP, STRONG], "thresholds": [0.5]}],
-                    "expected": {"cost_usd": 3e-6, "quality": 0.25, "escalation_rate": 0.5},
-                    "shadow_price": 1.0,
-                }
-            },
-            "envelope": [{"cost_usd": 3e-6, "quality": 0.25, "models": [CHEAP, STRONG], "thresholds": [0.5]}],
-        }
-    )
+    policy = two_model_policy(0.5, top_k=15, qualities=(0.2, 0.3), expected_quality=0.25)
     policy_path = tmp_path / "policy.json"
     save_policy(policy, policy_path)
     paths = _pool_paths(repo_root)

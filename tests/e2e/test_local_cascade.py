@@ -9,23 +9,20 @@ test_messages_local_cascade.py. Needs scripts/setup.sh (llama-server + models).
 
 from __future__ import annotations
 
-import subprocess
-import sys
 from collections.abc import Iterator
 from pathlib import Path
 
-import httpx
 import orjson
 import pytest
-from local_cascade_support import CHEAP, QUESTIONS, STRONG, TOP_K, chat_body, threshold_of
+from cascade_metrics import metric_families, requests_by_outcome
+from local_cascade_support import CHEAP, QUESTIONS, STRONG, chat_body, threshold_of, two_model_policy
 from openai import OpenAI
-from prometheus_client.parser import text_string_to_metric_families
 
 from localpool.demo_config import pool_gateway_config, write_gateway_config
 from localpool.manifest import Manifest
-from localpool.process import wait_healthy
-from policies import build_policy, save_policy
+from policies import save_policy
 from tests.support.gateway_logs import request_lines
+from tests.support.local_demo import serving_gateway
 from tests.support.ports import free_port
 from tests.support.readme_blocks import bash_block, run_block, scratch_checkout
 
@@ -43,53 +40,13 @@ def gateway(cascade_pool: Manifest, cheap_scores: dict[str, float], gateway_work
     """`cascade serve` with a generated config and a policy whose threshold splits the questions."""
     threshold, _ = threshold_of(cheap_scores)
     work = gateway_work
-    policy = build_policy(
-        {
-            "schema_version": 1,
-            "scorer": {"name": "mean_token_negentropy", "top_k": TOP_K},
-            "models": {
-                CHEAP: {"mean_cost_usd": 1e-6, "quality": 0.3},
-                STRONG: {"mean_cost_usd": 5e-6, "quality": 0.5},
-            },
-            "default_tier": "balanced",
-            "tiers": {
-                "balanced": {
-                    "objective": {"max_cost_usd": 1e-5},
-                    "routes": [{"weight": 1.0, "models": [CHEAP, STRONG], "thresholds": [threshold]}],
-                    "expected": {"cost_usd": 3e-6, "quality": 0.4, "escalation_rate": 0.5},
-                    "shadow_price": 1.0,
-                }
-            },
-            "envelope": [
-                {"cost_usd": 3e-6, "quality": 0.4, "models": [CHEAP, STRONG], "thresholds": [threshold]}
-            ],
-        }
-    )
     policy_path = work / "policy.json"
-    save_policy(policy, policy_path)
+    save_policy(two_model_policy(threshold), policy_path)
     config = write_gateway_config(
         work / "gateway.yaml", pool_gateway_config(cascade_pool, [CHEAP, STRONG], policy_path)
     )
-    port = free_port()
-    log = work / "gateway.log"
-    with log.open("wb") as out:
-        process = subprocess.Popen(
-            [sys.executable, "-m", "cascade_cli.main", "serve", "--config", str(config), "--port", str(port)],
-            stdout=out,
-            stderr=subprocess.STDOUT,
-        )
-    try:
-        wait_healthy(
-            f"http://127.0.0.1:{port}/readyz", pid=process.pid, log_path=log, timeout_s=60, name="gateway"
-        )
-        yield f"http://127.0.0.1:{port}"
-    finally:
-        process.terminate()
-        try:
-            process.wait(timeout=10)
-        except subprocess.TimeoutExpired:
-            process.kill()
-            process.wait()
+    with serving_gateway(config, work / "gateway.log") as url:
+        yield url
 
 
 def test_confident_answers_are_accepted_and_the_others_escalated(
@@ -115,14 +72,8 @@ def test_confident_answers_are_accepted_and_the_others_escalated(
         outcomes[question] = "escalated" if escalated else "accepted"
     assert set(outcomes.values()) == {"accepted", "escalated"}, outcomes
 
-    families = {f.name: f for f in text_string_to_metric_families(httpx.get(f"{gateway}/metrics").text)}
-    requests = {
-        s.labels["outcome"]: s.value
-        for s in families["cascade_requests"].samples
-        if s.name == "cascade_requests_total"
-        and s.labels.get("tier") == "balanced"
-        and s.labels.get("endpoint") == "chat"
-    }
+    families = metric_families(gateway)
+    requests = requests_by_outcome(families, "chat", tier="balanced")
     assert requests.get("accepted") == list(outcomes.values()).count("accepted")
     assert requests.get("escalated") == list(outcomes.values()).count("escalated")
     escalations = [
@@ -165,12 +116,7 @@ def test_streamed_responses_are_accepted_and_escalated_with_the_decision_in_head
     assert all(e["endpoint"] == "responses" and e["path"] == "/v1/responses" for e in logged.values())
     assert all(e["stream"] is True and e["tier"] == "balanced" for e in logged.values())
 
-    families = {f.name: f for f in text_string_to_metric_families(httpx.get(f"{gateway}/metrics").text)}
-    requests = {
-        s.labels["outcome"]: s.value
-        for s in families["cascade_requests"].samples
-        if s.name == "cascade_requests_total" and s.labels.get("endpoint") == "responses"
-    }
+    requests = requests_by_outcome(metric_families(gateway), "responses")
     assert requests == {
         "accepted": list(outcomes.values()).count("accepted"),
         "escalated": list(outcomes.values()).count("escalated"),

@@ -11,23 +11,19 @@ all labelled as the `messages` endpoint.
 
 from __future__ import annotations
 
-import subprocess
-import sys
 from collections.abc import Iterator
 from pathlib import Path
 
 import anthropic
-import httpx
 import pytest
-from local_cascade_support import CHEAP, QUESTIONS, STRONG, TOP_K, threshold_of
-from prometheus_client.parser import text_string_to_metric_families
+from cascade_metrics import metric_families, requests_by_outcome
+from local_cascade_support import CHEAP, QUESTIONS, STRONG, threshold_of, two_model_policy
 
 from localpool.demo_config import pool_gateway_config, write_gateway_config
 from localpool.manifest import Manifest
-from localpool.process import wait_healthy
-from policies import build_policy, save_policy
+from policies import save_policy
 from tests.support.gateway_logs import request_lines
-from tests.support.ports import free_port
+from tests.support.local_demo import serving_gateway
 
 pytestmark = pytest.mark.e2e
 
@@ -39,61 +35,14 @@ def messages_gateway(
     """`cascade serve` over both models with a threshold between the cheap scores; (url, its log)."""
     threshold, _ = threshold_of(cheap_scores)
     work = tmp_path_factory.mktemp("messages-gateway")
-    route = {"models": [CHEAP, STRONG], "thresholds": [threshold]}
-    policy = build_policy(
-        {
-            "schema_version": 1,
-            "scorer": {"name": "mean_token_negentropy", "top_k": TOP_K},
-            "models": {
-                CHEAP: {"mean_cost_usd": 1e-6, "quality": 0.3},
-                STRONG: {"mean_cost_usd": 5e-6, "quality": 0.5},
-            },
-            "default_tier": "balanced",
-            "tiers": {
-                "balanced": {
-                    "objective": {"max_cost_usd": 1e-5},
-                    "routes": [{"weight": 1.0, **route}],
-                    "expected": {"cost_usd": 3e-6, "quality": 0.4, "escalation_rate": 0.5},
-                    "shadow_price": 1.0,
-                }
-            },
-            "envelope": [{"cost_usd": 3e-6, "quality": 0.4, **route}],
-        }
-    )
     policy_path = work / "policy.json"
-    save_policy(policy, policy_path)
+    save_policy(two_model_policy(threshold), policy_path)
     config = pool_gateway_config(cascade_pool, [CHEAP, STRONG], policy_path)
     config["logging"] = {"level": "info"}
     config_path = write_gateway_config(work / "gateway.yaml", config)
-    port = free_port()
     log = work / "gateway.log"
-    with log.open("wb") as out:
-        process = subprocess.Popen(
-            [
-                sys.executable,
-                "-m",
-                "cascade_cli.main",
-                "serve",
-                "--config",
-                str(config_path),
-                "--port",
-                str(port),
-            ],
-            stdout=out,
-            stderr=subprocess.STDOUT,
-        )
-    try:
-        wait_healthy(
-            f"http://127.0.0.1:{port}/readyz", pid=process.pid, log_path=log, timeout_s=60, name="gateway"
-        )
-        yield f"http://127.0.0.1:{port}", log
-    finally:
-        process.terminate()
-        try:
-            process.wait(timeout=10)
-        except subprocess.TimeoutExpired:
-            process.kill()
-            process.wait()
+    with serving_gateway(config_path, log) as url:
+        yield url, log
 
 
 def test_streamed_messages_are_accepted_or_escalated_with_the_decision_in_headers_logs_and_metrics(
@@ -139,14 +88,7 @@ def test_streamed_messages_are_accepted_or_escalated_with_the_decision_in_header
         assert line["escalated"] is (outcome == "escalated") and line["stream"] is True
         assert line["models_called"] == ([CHEAP, STRONG] if outcome == "escalated" else [CHEAP])
 
-    families = {f.name: f for f in text_string_to_metric_families(httpx.get(f"{url}/metrics").text)}
-    requests = {
-        s.labels["outcome"]: s.value
-        for s in families["cascade_requests"].samples
-        if s.name == "cascade_requests_total"
-        and s.labels.get("endpoint") == "messages"
-        and s.labels.get("tier") == "balanced"
-    }
+    requests = requests_by_outcome(metric_families(url), "messages", tier="balanced")
     assert requests == {
         "accepted": list(outcomes.values()).count("accepted"),
         "escalated": list(outcomes.values()).count("escalated"),

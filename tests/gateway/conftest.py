@@ -47,7 +47,7 @@ import redis.asyncio as aioredis
 
 from gateway.api.app import create_app
 from gateway.config.settings import Settings
-from tests.support.gateway_testkit import ADMIN_KEY, RunningGateway, model_configs, serve, stop
+from tests.support.gateway_testkit import ADMIN_KEY, RunningGateway, model_configs, serving
 from tests.support.in_process_gateway import InProcessGateway, scripted_transport, serve_in_process
 from tests.support.policy_files import write_policy as write_policy_file
 from tests.support.scripted_upstream import ScriptedUpstream
@@ -115,17 +115,12 @@ def gateway(start_gateway: Callable[..., InProcessGateway]) -> InProcessGateway:
 def start_served_gateway(make_settings: Callable[..., Settings]) -> Iterator[Callable[..., RunningGateway]]:
     """Factory: ``start_served_gateway(settings=None, rng=None)`` -> RunningGateway under uvicorn on
     loopback (stopped after the test)."""
-    running: list[RunningGateway] = []
+    with serving() as serve_app:
 
-    def start(settings: Settings | None = None, rng: random.Random | None = None) -> RunningGateway:
-        app = create_app(settings or make_settings(), rng=rng)
-        gateway = serve(app)
-        running.append(gateway)
-        return gateway
+        def start(settings: Settings | None = None, rng: random.Random | None = None) -> RunningGateway:
+            return serve_app(create_app(settings or make_settings(), rng=rng))
 
-    yield start
-    for gateway in running:
-        stop(gateway)
+        yield start
 
 
 @pytest.fixture

@@ -54,13 +54,7 @@ def test_a_schema_ref_to_a_url_is_a_400_on_every_api_and_nothing_is_fetched(
             text={"format": {"type": "json_schema", "name": "city", "schema": remote}},
         )
     assert responses.value.body["code"] == "invalid_schema"  # type: ignore[index]
-    sdk = anthropic.Anthropic(
-        base_url=gateway.url,
-        http_client=gateway.anthropic_http_client(),
-        api_key="none",
-        max_retries=0,
-        timeout=20,
-    )
+    sdk = gateway.anthropic_client()
     with pytest.raises(anthropic.BadRequestError) as messages:
         sdk.messages.create(
             model="cascade",
@@ -161,13 +155,7 @@ def test_a_finish_reason_that_is_a_list_is_a_502_in_the_messages_shape(gateway, 
     body = _answer()
     body["choices"][0]["finish_reason"] = ["stop"]
     upstream.script("up-large", Reply(body=body))
-    sdk = anthropic.Anthropic(
-        base_url=gateway.url,
-        http_client=gateway.anthropic_http_client(),
-        api_key="none",
-        max_retries=0,
-        timeout=20,
-    )
+    sdk = gateway.anthropic_client()
     with pytest.raises(anthropic.APIStatusError) as failed:
         sdk.messages.create(model="cascade/direct", max_tokens=50, messages=QUESTION)  # type: ignore[arg-type]
     assert failed.value.status_code == 502
@@ -256,13 +244,7 @@ def test_a_streamed_finish_reason_that_is_a_list_ends_a_messages_stream_with_an_
 ) -> None:
     events = _chunks("up-large", [{"role": "assistant", "content": "Sunny"}], finish=["stop"])
     upstream.script("up-large", Reply(stream_events=events))
-    sdk = anthropic.Anthropic(
-        base_url=gateway.url,
-        http_client=gateway.anthropic_http_client(),
-        api_key="none",
-        max_retries=0,
-        timeout=20,
-    )
+    sdk = gateway.anthropic_client()
     try:
         with sdk.messages.stream(model="cascade/direct", max_tokens=50, messages=QUESTION) as stream:  # type: ignore[arg-type]
             list(stream)

@@ -4,13 +4,14 @@ from __future__ import annotations
 
 import asyncio
 import time
+from contextlib import AbstractContextManager
 
 import httpx
 import openai
 import pytest
 
 from tests.support.data_files import UPSTREAM_ANSWERS
-from tests.support.gateway_testkit import model_configs
+from tests.support.gateway_testkit import RunningGateway, model_configs
 from tests.support.ports import free_port
 from tests.support.scripted_upstream import Reply, error, ok
 
@@ -227,16 +228,21 @@ def test_a_call_cut_by_a_client_disconnect_is_charged_its_bound(served_gateway, 
     assert gateway.sample("cascade_tokens_total", model="small", kind="completion") == 1000
 
 
-def test_client_disconnect_mid_stream_cancels_the_upstream_stream(served_gateway, upstream) -> None:
-    gateway = served_gateway  # a real socket: the client goes away
-    upstream.script("up-small", ok(confidence=0.3))
-    upstream.script("up-large", ok(" ".join(["tok"] * 50), chunk_delay_s=0.1))
-    with httpx.stream(
+def _chat_stream(gateway: RunningGateway) -> AbstractContextManager[httpx.Response]:
+    """A streamed chat request to the served gateway over its socket, read as the caller goes."""
+    return httpx.stream(
         "POST",
         gateway.url + "/v1/chat/completions",
         timeout=10,
         json={"model": "cascade", "messages": MESSAGES, "stream": True},
-    ) as response:
+    )
+
+
+def test_client_disconnect_mid_stream_cancels_the_upstream_stream(served_gateway, upstream) -> None:
+    gateway = served_gateway  # a real socket: the client goes away
+    upstream.script("up-small", ok(confidence=0.3))
+    upstream.script("up-large", ok(" ".join(["tok"] * 50), chunk_delay_s=0.1))
+    with _chat_stream(gateway) as response:
         seen = 0
         for line in response.iter_lines():
             if line.startswith("data:"):
@@ -272,12 +278,7 @@ def test_disconnects_leave_no_tasks_or_connections_behind(served_gateway, upstre
                 timeout=0.3,
             )
     upstream.script("up-small", ok(confidence=0.3))
-    with httpx.stream(
-        "POST",
-        gateway.url + "/v1/chat/completions",
-        timeout=10,
-        json={"model": "cascade", "messages": MESSAGES, "stream": True},
-    ) as response:
+    with _chat_stream(gateway) as response:
         next(response.iter_lines())
     assert upstream.wait_for(lambda: len(upstream.cancelled) == 3, timeout_s=5)
     assert upstream.wait_for(lambda: _in_flight(gateway) == (baseline_tasks, 0), timeout_s=5), _in_flight(

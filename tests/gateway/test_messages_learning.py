@@ -6,7 +6,6 @@ from __future__ import annotations
 from collections.abc import Callable
 from pathlib import Path
 
-import anthropic
 import pytest
 from learning_support import learning_block
 
@@ -25,13 +24,7 @@ def test_a_sampled_messages_request_gets_one_labelled_row_per_pool_model(
     upstream.set_default("up-medium", ok("Lyon", confidence=0.99))
     upstream.set_default("up-large", ok("Paris", confidence=0.99))
     running = start_gateway(make_settings(learning=learning_block(store)))
-    client = anthropic.Anthropic(
-        base_url=running.url,
-        http_client=running.anthropic_http_client(),
-        api_key="none",
-        max_retries=0,
-        timeout=20,
-    )
+    client = running.anthropic_client()
     raw = client.messages.with_raw_response.create(
         model="cascade",
         max_tokens=16,

@@ -11,7 +11,6 @@ from __future__ import annotations
 
 from typing import Any
 
-import anthropic
 import orjson
 import pytest
 
@@ -123,13 +122,7 @@ def test_an_escalated_request_heavy_with_tools_costs_no_more_than_its_reservatio
     assert prompt > len(raw)  # what the translation sends outweighs what the client wrote
     upstream.script("up-small", ok(confidence=0.3, usage=(prompt, MAX_TOKENS)))  # unsure: escalates
     upstream.script("up-large", ok("All done.", usage=(prompt, MAX_TOKENS)))
-    sdk = anthropic.Anthropic(
-        base_url=gateway.url,
-        http_client=gateway.anthropic_http_client(),
-        api_key="sk-money",
-        max_retries=0,
-        timeout=20,
-    )
+    sdk = gateway.anthropic_client("sk-money")
     body = orjson.loads(raw)
     if stream:
         body.pop("stream")

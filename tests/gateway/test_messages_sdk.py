@@ -10,7 +10,7 @@ import orjson
 import pytest
 
 from gateway.api.edges.messages import COUNT_TOKENS_REFUSAL
-from tests.support.gateway_testkit import RunningGateway
+from tests.support.in_process_gateway import InProcessGateway
 from tests.support.scripted_upstream import error, ok
 
 QUESTION = [{"role": "user", "content": "What is the capital of France?"}]
@@ -26,26 +26,13 @@ CALL = {
 }
 
 
-def client(gateway: RunningGateway, api_key: str = "none", **kw: Any) -> anthropic.Anthropic:
+def client(gateway: InProcessGateway, api_key: str = "none", **kw: Any) -> anthropic.Anthropic:
     """The anthropic SDK pointed at the gateway (it appends /v1/messages), no retries."""
-    return anthropic.Anthropic(
-        base_url=gateway.url,
-        http_client=gateway.anthropic_http_client(),
-        api_key=api_key,
-        max_retries=0,
-        timeout=20,
-        **kw,
-    )
+    return gateway.anthropic_client(api_key, **kw)
 
 
-def async_client(gateway: RunningGateway, api_key: str = "none") -> anthropic.AsyncAnthropic:
-    return anthropic.AsyncAnthropic(
-        base_url=gateway.url,
-        http_client=gateway.async_anthropic_http_client(),
-        api_key=api_key,
-        max_retries=0,
-        timeout=20,
-    )
+def async_client(gateway: InProcessGateway, api_key: str = "none") -> anthropic.AsyncAnthropic:
+    return gateway.async_anthropic_client(api_key)
 
 
 def tool_call_stream(model: str, arguments: list[str]) -> list[dict[str, Any]]:
@@ -253,7 +240,7 @@ def test_the_tier_header_picks_the_tier(gateway, upstream) -> None:
 
 
 @pytest.fixture
-def keyed_gateway(start_gateway, make_settings, monkeypatch) -> RunningGateway:
+def keyed_gateway(start_gateway, make_settings, monkeypatch) -> InProcessGateway:
     monkeypatch.setenv("TEST_CLIENT_KEYS", "sk-client-1")
     return start_gateway(make_settings(auth={"api_keys_env": "TEST_CLIENT_KEYS", "admin_key_env": None}))
 

@@ -6,7 +6,6 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
-import anthropic
 import httpx
 import orjson
 import pytest
@@ -163,13 +162,7 @@ def test_anthropic_and_responses_streams_through_a_prefix_tier(
 ) -> None:
     gateway = prefix_gateway(start_gateway, make_settings, tmp_path)
     upstream.script("up-small", ok(LONG, confidence=0.99))
-    client = anthropic.Anthropic(
-        base_url=gateway.url,
-        http_client=gateway.anthropic_http_client(),
-        api_key="none",
-        max_retries=0,
-        timeout=20,
-    )
+    client = gateway.anthropic_client()
     with client.messages.stream(model="cascade", max_tokens=64, messages=MESSAGES) as stream:
         assert stream.response.headers["x-cascade-commit"] == "prefix"
         text = "".join(stream.text_stream)

@@ -89,13 +89,7 @@ def test_the_anthropic_sdk_reads_a_late_messages_stream_after_pings(
     early_gateway: Any, upstream: ScriptedUpstream
 ) -> None:
     upstream.script("up-small", ok("Paris is lovely.", confidence=0.99, delay_s=SLOW_S))
-    client = anthropic.Anthropic(
-        base_url=early_gateway.url,
-        http_client=early_gateway.anthropic_http_client(),
-        api_key="none",
-        max_retries=0,
-        timeout=20,
-    )
+    client = early_gateway.anthropic_client()
     with client.messages.stream(model="cascade", max_tokens=64, messages=MESSAGES) as stream:
         message = stream.get_final_message()
     assert message.content[0].type == "text" and message.content[0].text == "Paris is lovely."
@@ -117,13 +111,7 @@ def test_a_failure_after_an_early_start_is_the_apis_error_event(
     assert not isinstance(raised.value, openai.APIStatusError)  # an SSE error event, not a status
     upstream.script("up-small", error(400, delay_s=SLOW_S))
     upstream.script("up-large", error(400))
-    client = anthropic.Anthropic(
-        base_url=early_gateway.url,
-        http_client=early_gateway.anthropic_http_client(),
-        api_key="none",
-        max_retries=0,
-        timeout=20,
-    )
+    client = early_gateway.anthropic_client()
     # The SDK raises an error event as APIStatusError (of the stream's 200) with the error body.
     with (
         pytest.raises(anthropic.APIStatusError) as anthropic_raised,

@@ -7,7 +7,6 @@ from __future__ import annotations
 import json
 from typing import Any
 
-import anthropic
 import pytest
 from openai.types.chat import ChatCompletionMessageToolCall
 
@@ -121,13 +120,7 @@ def test_the_responses_api_returns_a_function_call_item(content_models, upstream
 
 def test_the_messages_api_returns_a_tool_use_block(content_models, upstream) -> None:
     upstream.script("up-small", reply())
-    client = anthropic.Anthropic(
-        base_url=content_models.url,
-        http_client=content_models.anthropic_http_client(),
-        api_key="none",
-        max_retries=0,
-        timeout=20,
-    )
+    client = content_models.anthropic_client()
     tool = {"name": FUNCTION["name"], "input_schema": FUNCTION["parameters"]}
     message = client.messages.create(
         model="cascade",
@@ -154,13 +147,7 @@ def test_a_streamed_responses_call_arrives_as_a_function_call_item(content_model
 
 def test_a_streamed_messages_call_arrives_as_a_tool_use_block(content_models, upstream) -> None:
     upstream.script("up-small", reply())
-    client = anthropic.Anthropic(
-        base_url=content_models.url,
-        http_client=content_models.anthropic_http_client(),
-        api_key="none",
-        max_retries=0,
-        timeout=20,
-    )
+    client = content_models.anthropic_client()
     tool = {"name": FUNCTION["name"], "input_schema": FUNCTION["parameters"]}
     with client.messages.stream(
         model="cascade",

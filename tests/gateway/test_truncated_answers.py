@@ -8,8 +8,6 @@ from __future__ import annotations
 
 from typing import Any
 
-import anthropic
-
 from tests.support.gateway_logs import captured_request_line
 from tests.support.gateway_testkit import RunningGateway
 from tests.support.scripted_upstream import error, ok
@@ -127,13 +125,7 @@ def test_the_responses_api_escalates_a_cut_stage_unless_max_output_tokens_was_th
 
 
 def test_the_messages_api_escalates_a_stage_cut_below_the_clients_max_tokens(gateway, upstream) -> None:
-    client = anthropic.Anthropic(
-        base_url=gateway.url,
-        http_client=gateway.anthropic_http_client(),
-        api_key="none",
-        max_retries=0,
-        timeout=20,
-    )
+    client = gateway.anthropic_client()
     # max_tokens is required on Messages: a stop below it is a cap the client did not set.
     upstream.script("up-small", cut(completion_tokens=8))
     upstream.script("up-large", ok(FULL))

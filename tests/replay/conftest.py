@@ -22,7 +22,7 @@ import pytest
 
 from gateway.api.app import create_app
 from gateway.config.settings import Settings
-from tests.support.gateway_testkit import RunningGateway, model_configs, serve, stop
+from tests.support.gateway_testkit import RunningGateway, model_configs, serving
 from tests.support.policy_files import write_policy
 from tests.support.scripted_upstream import ScriptedUpstream
 
@@ -45,26 +45,22 @@ def start_replay_gateway(
     """Factory: the real gateway serving ``policy_path`` in front of ``upstream``."""
     for name in ("CASCADE_API_KEYS", "CASCADE_ADMIN_KEY", "CASCADE_POLICY", "CASCADE_REDIS_URL"):
         monkeypatch.delenv(name, raising=False)
-    running: list[RunningGateway] = []
+    with serving() as serve_app:
 
-    def start(
-        policy_path: Path, api_keys: str | None = None, limits: dict[str, Any] | None = None
-    ) -> RunningGateway:
-        if api_keys is not None:
-            monkeypatch.setenv("CASCADE_API_KEYS", api_keys)
-        settings = Settings.from_mapping(
-            {
-                "models": model_configs(upstream.base_url),
-                "policy": str(policy_path),
-                "limits": {"max_body_bytes": 65536, "request_timeout_s": 10, **(limits or {})},
-                "logging": {"level": "warning"},
-                "auth": {"open": True},  # no client key configured: every caller is served
-            }
-        )
-        gateway = serve(create_app(settings))
-        running.append(gateway)
-        return gateway
+        def start(
+            policy_path: Path, api_keys: str | None = None, limits: dict[str, Any] | None = None
+        ) -> RunningGateway:
+            if api_keys is not None:
+                monkeypatch.setenv("CASCADE_API_KEYS", api_keys)
+            settings = Settings.from_mapping(
+                {
+                    "models": model_configs(upstream.base_url),
+                    "policy": str(policy_path),
+                    "limits": {"max_body_bytes": 65536, "request_timeout_s": 10, **(limits or {})},
+                    "logging": {"level": "warning"},
+                    "auth": {"open": True},  # no client key configured: every caller is served
+                }
+            )
+            return serve_app(create_app(settings))
 
-    yield start
-    for gateway in running:
-        stop(gateway)
+        yield start

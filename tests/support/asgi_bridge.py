@@ -24,7 +24,7 @@ import queue
 import threading
 from collections.abc import AsyncIterator, Callable, Iterator
 from types import ModuleType
-from typing import Any
+from typing import Any, Generic, TypeVar
 from urllib.parse import unquote
 
 import httpx
@@ -33,6 +33,7 @@ import uvloop
 # What the bridge passes from the app's loop to the client: ("start", status, headers),
 # ("body", bytes), ("end",) or ("error", exception).
 Event = tuple[Any, ...]
+Q = TypeVar("Q", queue.Queue[Event], asyncio.Queue[Event])  # a body's events: sync or async
 _NO_RESPONSE = (500, [(b"content-type", b"text/plain; charset=utf-8")], b"Internal Server Error")
 
 
@@ -189,14 +190,32 @@ def _read_timeout(request: Any) -> float | None:
     return (request.extensions.get("timeout") or {}).get("read")
 
 
-class _SyncBody:
-    """A response body read from the exchange's events (mixed into the package's SyncByteStream)."""
+class _Body(Generic[Q]):
+    """A response body read from the exchange's events ``Q`` (sync or async)."""
 
     x: ModuleType  # the httpx-compatible package
 
-    def __init__(self, events: queue.Queue[Event], request: Any, close: Callable[[], None]):
+    def __init__(self, events: Q, request: Any, close: Callable[[], None]):
         self._events, self._request, self._close = events, request, close
         self._done = False
+
+    def _chunk(self, event: Event) -> bytes | None:
+        """The body chunk ``event`` carries; None once the body ended (raised if the app broke off)."""
+        if event[0] == "body":
+            return event[1]
+        self._done = True
+        if event[0] == "error":
+            raise _broken(self.x, event, self._request)
+        return None
+
+    def _release(self) -> None:
+        if not self._done:
+            self._done = True
+            self._close()
+
+
+class _SyncBody(_Body[queue.Queue[Event]]):
+    """The body for a sync client (mixed into the package's SyncByteStream)."""
 
     def __iter__(self) -> Iterator[bytes]:
         while not self._done:
@@ -204,27 +223,15 @@ class _SyncBody:
                 event = self._events.get(timeout=_read_timeout(self._request))
             except queue.Empty:
                 raise self.x.ReadTimeout("no body chunk in time", request=self._request) from None
-            if event[0] == "body":
-                yield event[1]
-                continue
-            self._done = True
-            if event[0] == "error":
-                raise _broken(self.x, event, self._request)
+            if (chunk := self._chunk(event)) is not None:
+                yield chunk
 
     def close(self) -> None:
-        if not self._done:
-            self._done = True
-            self._close()
+        self._release()
 
 
-class _AsyncBody:
+class _AsyncBody(_Body[asyncio.Queue[Event]]):
     """The same for an async client (mixed into the package's AsyncByteStream)."""
-
-    x: ModuleType
-
-    def __init__(self, events: asyncio.Queue[Event], request: Any, close: Callable[[], None]):
-        self._events, self._request, self._close = events, request, close
-        self._done = False
 
     async def __aiter__(self) -> AsyncIterator[bytes]:
         while not self._done:
@@ -232,25 +239,19 @@ class _AsyncBody:
                 event = await asyncio.wait_for(self._events.get(), _read_timeout(self._request))
             except TimeoutError:
                 raise self.x.ReadTimeout("no body chunk in time", request=self._request) from None
-            if event[0] == "body":
-                yield event[1]
-                continue
-            self._done = True
-            if event[0] == "error":
-                raise _broken(self.x, event, self._request)
+            if (chunk := self._chunk(event)) is not None:
+                yield chunk
 
     async def aclose(self) -> None:
-        if not self._done:
-            self._done = True
-            self._close()
+        self._release()
 
 
 def _broken(x: ModuleType, event: Event, request: Any) -> Exception:
     return x.RemoteProtocolError(f"the app broke off its response ({event[1]!r})", request=request)
 
 
-class _AppTransport:
-    """A sync transport that serves every request with the app on ``app_loop``."""
+class _Transport:
+    """A transport that serves every request with the app on ``app_loop``."""
 
     x: ModuleType
     body: type
@@ -258,6 +259,10 @@ class _AppTransport:
     def __init__(self, app_loop: AppLoop, server: tuple[str, int] = ("127.0.0.1", 80)) -> None:
         self.app_loop = app_loop
         self.server = server
+
+
+class _AppTransport(_Transport):
+    """The sync transport."""
 
     def handle_request(self, request: Any) -> Any:
         """Start the request on the app's loop; return once its response headers arrived."""
@@ -272,15 +277,8 @@ class _AppTransport:
         return self.x.Response(event[1], headers=event[2], stream=self.body(events, request, close))
 
 
-class _AsyncAppTransport:
-    """An async transport, for a client on its own loop, serving with the app on ``app_loop``."""
-
-    x: ModuleType
-    body: type
-
-    def __init__(self, app_loop: AppLoop, server: tuple[str, int] = ("127.0.0.1", 80)) -> None:
-        self.app_loop = app_loop
-        self.server = server
+class _AsyncAppTransport(_Transport):
+    """The async transport, for a client on its own loop."""
 
     async def handle_async_request(self, request: Any) -> Any:
         """Start the request on the app's loop; return once its response headers arrived."""

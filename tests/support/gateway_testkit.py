@@ -13,6 +13,8 @@ from __future__ import annotations
 import socket
 import threading
 import time
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from typing import Any
 
 import httpx
@@ -101,7 +103,27 @@ def model_configs(base_url: str) -> dict[str, Any]:
     }
 
 
-class RunningGateway:
+class MetricsView:
+    """A gateway's ``/metrics``, read by ``metrics_text()``, parsed."""
+
+    def metrics_text(self) -> str:
+        """The ``/metrics`` page."""
+        raise NotImplementedError
+
+    def metrics(self) -> dict[str, Any]:
+        """``/metrics`` parsed with prometheus_client.parser: family name -> family."""
+        return {family.name: family for family in text_string_to_metric_families(self.metrics_text())}
+
+    def sample(self, name: str, **labels: str) -> float:
+        """Value of one sample (0.0 when absent); ``name`` is the full sample name."""
+        for family in self.metrics().values():
+            for sample in family.samples:
+                if sample.name == name and all(sample.labels.get(k) == v for k, v in labels.items()):
+                    return sample.value
+        return 0.0
+
+
+class RunningGateway(MetricsView):
     """The app served by uvicorn in a background thread."""
 
     def __init__(self, app: Any, server: uvicorn.Server, thread: threading.Thread, port: int):
@@ -128,18 +150,8 @@ class RunningGateway:
         """``GET /readyz`` with the admin key: the detailed view (policy, Redis, upstreams)."""
         return httpx.get(self.url + "/readyz", headers={"authorization": f"Bearer {admin_key}"}, timeout=5)
 
-    def metrics(self) -> dict[str, Any]:
-        """``/metrics`` parsed with prometheus_client.parser: family name -> family."""
-        text = httpx.get(self.url + "/metrics", timeout=5).text
-        return {family.name: family for family in text_string_to_metric_families(text)}
-
-    def sample(self, name: str, **labels: str) -> float:
-        """Value of one sample (0.0 when absent); ``name`` is the full sample name."""
-        for family in self.metrics().values():
-            for sample in family.samples:
-                if sample.name == name and all(sample.labels.get(k) == v for k, v in labels.items()):
-                    return sample.value
-        return 0.0
+    def metrics_text(self) -> str:
+        return httpx.get(self.url + "/metrics", timeout=5).text
 
 
 def until(predicate: Any, timeout_s: float = 5.0) -> bool:
@@ -176,3 +188,20 @@ def stop(running: RunningGateway) -> None:
     """Stop uvicorn and wait for its lifespan shutdown."""
     running.server.should_exit = True
     running.thread.join(15)
+
+
+@contextmanager
+def serving() -> Iterator[Callable[[Any], RunningGateway]]:
+    """``start(app)`` -> the app served (``serve``); every app it started is stopped on exit."""
+    running: list[RunningGateway] = []
+
+    def start(app: Any) -> RunningGateway:
+        gateway = serve(app)
+        running.append(gateway)
+        return gateway
+
+    try:
+        yield start
+    finally:
+        for gateway in running:
+            stop(gateway)

@@ -17,14 +17,14 @@ from __future__ import annotations
 from types import ModuleType
 from typing import Any
 
+import anthropic
 import httpx
 import httpx2
 from openai import AsyncOpenAI, OpenAI
-from prometheus_client.parser import text_string_to_metric_families
 
 from gateway.upstream.in_process import InProcessUpstreams
 from tests.support.asgi_bridge import AppLoop, transports
-from tests.support.gateway_testkit import ADMIN_KEY
+from tests.support.gateway_testkit import ADMIN_KEY, MetricsView
 from tests.support.scripted_upstream import ScriptedUpstream
 
 # The address an in-process gateway answers as (no socket listens there).
@@ -37,7 +37,7 @@ def scripted_transport(upstream: ScriptedUpstream) -> InProcessUpstreams:
     return InProcessUpstreams({upstream.base_url: upstream.application})
 
 
-class InProcessGateway:
+class InProcessGateway(MetricsView):
     """The app served in-process; what a test used of a ``RunningGateway``, without the socket."""
 
     def __init__(self, app: Any, app_loop: AppLoop):
@@ -73,47 +73,44 @@ class InProcessGateway:
 
     def client(self, api_key: str = "none", **kw: Any) -> OpenAI:
         """Official sync SDK client (no retries, short timeout), in-process."""
-        return OpenAI(
-            base_url=self.url + "/v1",
-            api_key=api_key,
-            max_retries=0,
-            timeout=20,
-            http_client=self.http_client(),
-            **kw,
-        )
+        return OpenAI(**_sdk_options(self.url + "/v1", api_key, self.http_client()), **kw)
 
     def async_client(self, api_key: str = "none", **kw: Any) -> AsyncOpenAI:
         """Official async SDK client (no retries, short timeout), in-process."""
-        return AsyncOpenAI(
-            base_url=self.url + "/v1",
-            api_key=api_key,
-            max_retries=0,
-            timeout=20,
-            http_client=self.async_http_client(),
-            **kw,
+        return AsyncOpenAI(**_sdk_options(self.url + "/v1", api_key, self.async_http_client()), **kw)
+
+    def anthropic_client(self, api_key: str = "none", **kw: Any) -> anthropic.Anthropic:
+        """The anthropic SDK (it appends /v1/messages) of the app: no retries, short timeout."""
+        return anthropic.Anthropic(**_sdk_options(self.url, api_key, self.anthropic_http_client()), **kw)
+
+    def async_anthropic_client(self, api_key: str = "none", **kw: Any) -> anthropic.AsyncAnthropic:
+        """The async anthropic SDK of the app: no retries, short timeout."""
+        return anthropic.AsyncAnthropic(
+            **_sdk_options(self.url, api_key, self.async_anthropic_http_client()), **kw
         )
 
     def readiness(self, admin_key: str = ADMIN_KEY) -> httpx.Response:
         """``GET /readyz`` with the admin key: the detailed view (policy, Redis, upstreams)."""
         return self.http.get("/readyz", headers={"authorization": f"Bearer {admin_key}"})
 
-    def metrics(self) -> dict[str, Any]:
-        """``/metrics`` parsed with prometheus_client.parser: family name -> family."""
-        text = self.http.get("/metrics").text
-        return {family.name: family for family in text_string_to_metric_families(text)}
-
-    def sample(self, name: str, **labels: str) -> float:
-        """Value of one sample (0.0 when absent); ``name`` is the full sample name."""
-        for family in self.metrics().values():
-            for sample in family.samples:
-                if sample.name == name and all(sample.labels.get(k) == v for k, v in labels.items()):
-                    return sample.value
-        return 0.0
+    def metrics_text(self) -> str:
+        return self.http.get("/metrics").text
 
     def stop(self) -> None:
         """Close the clients and run the app's shutdown."""
         self.http.close()
         self.app_loop.stop()
+
+
+def _sdk_options(base_url: str, api_key: str, http_client: Any) -> dict[str, Any]:
+    """What an SDK client of the app is made with: no retries, a short timeout."""
+    return {
+        "base_url": base_url,
+        "api_key": api_key,
+        "max_retries": 0,
+        "timeout": 20,
+        "http_client": http_client,
+    }
 
 
 def serve_in_process(app: Any) -> InProcessGateway:

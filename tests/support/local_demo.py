@@ -7,7 +7,8 @@ and started once per run): the servers of the pool models the policy names, and 
 on the config ``localpool.demo_config`` writes (without ``policy``: the committed demo policy with
 the demo's ``coverage``). It yields a ``LocalDemo``; the gateway is stopped on exit, the servers
 stay up for the next test. ``pool_env`` is the environment of a CLI run beside it (``cascade
-replay``). Needs scripts/setup.sh (llama-server and the models, in ``$CASCADE_HOME`` or the
+replay``); ``serving_gateway(config, log)`` is ``cascade serve`` on any config, stopped on exit.
+Needs scripts/setup.sh (llama-server and the models, in ``$CASCADE_HOME`` or the
 repository's ``.cascade``).
 """
 
@@ -61,20 +62,28 @@ def running_demo(
     work.mkdir(parents=True, exist_ok=True)
     gateway_config = pool_gateway_config(served, names, policy, coverage=coverage, prices=prices)
     config = write_gateway_config(work / "demo-gateway.yaml", gateway_config)
-    port = free_port()
     gateway_log = work / "gateway.log"
-    with gateway_log.open("ab") as out:
+    with serving_gateway(config, gateway_log, cwd=repo_root) as url:
+        yield LocalDemo(url, config, gateway_log, served)
+
+
+@contextmanager
+def serving_gateway(config: Path, log: Path, cwd: Path | None = None) -> Iterator[str]:
+    """``cascade serve --config config`` on a free port, its output appended to ``log``, until it is
+    ready; yields its URL and stops it on exit."""
+    port = free_port()
+    with log.open("ab") as out:
         gateway = subprocess.Popen(
             [sys.executable, "-m", "cascade_cli.main", "serve", "--config", str(config), "--port", str(port)],
-            cwd=repo_root,
+            cwd=cwd,
             stdin=subprocess.DEVNULL,
             stdout=out,
             stderr=subprocess.STDOUT,
         )
     try:
         url = f"http://127.0.0.1:{port}"
-        wait_healthy(f"{url}/readyz", pid=gateway.pid, log_path=gateway_log, timeout_s=60, name="gateway")
-        yield LocalDemo(url, config, gateway_log, served)
+        wait_healthy(f"{url}/readyz", pid=gateway.pid, log_path=log, timeout_s=60, name="gateway")
+        yield url
     finally:
         _terminate(gateway)
 
