@@ -66,7 +66,7 @@ def parse_request(raw: bytes, api: CompletionApi) -> ParsedRequest:
 
     if api == "chat":
         _check_messages(body.get("messages"))
-        wants_logprobs = _optional_bool(body, "logprobs")
+        wants_logprobs = optional_bool(body, "logprobs")
         top = body.get("top_logprobs")
         if top is not None and (not is_int(top) or not 0 <= top <= 20):
             raise BadRequestError("'top_logprobs' must be an integer in 0..20", param="top_logprobs")
@@ -77,7 +77,7 @@ def parse_request(raw: bytes, api: CompletionApi) -> ParsedRequest:
             raise BadRequestError("'logprobs' must be an integer in 0..20 or null", param="logprobs")
         wants_logprobs = logprobs is not None
 
-    stream = _optional_bool(body, "stream")
+    stream = optional_bool(body, "stream")
     n = body.get("n")
     n = 1 if n is None else positive_int(n)
     if not n:
@@ -96,7 +96,7 @@ def parse_request(raw: bytes, api: CompletionApi) -> ParsedRequest:
     if options is not None:
         if not isinstance(options, dict):
             raise BadRequestError("'stream_options' must be an object", param="stream_options")
-        include_usage = _optional_bool(options, "include_usage")
+        include_usage = optional_bool(options, "include_usage")
     return ParsedRequest(api, body, model, stream, n, wants_logprobs, include_usage)
 
 
@@ -176,7 +176,8 @@ def is_number(value: object) -> TypeGuard[int | float]:
     return isinstance(value, int | float) and not isinstance(value, bool)
 
 
-def _optional_bool(body: dict[str, Any], name: str) -> bool:
+def optional_bool(body: dict[str, Any], name: str) -> bool:
+    """``body[name]``: a boolean, absent or null meaning false (400 naming the field otherwise)."""
     value = body.get(name)
     if value is None:
         return False

@@ -23,7 +23,6 @@ from gateway.api.edges.fields import (
     JSONObject,
     chat_tool,
     chat_tool_choice_function,
-    optional_bool,
     optional_int,
     optional_str,
     required_model,
@@ -32,7 +31,7 @@ from gateway.api.edges.fields import (
 )
 from gateway.api.edges.responses_content import UNSUPPORTED, input_messages
 from gateway.wire.errors import BadRequestError
-from gateway.wire.requests import load_json_object
+from gateway.wire.requests import load_json_object, optional_bool
 
 # Accepted and not forwarded: they steer OpenAI's own caching, abuse monitoring, billing tier or
 # stream padding, or are a client's own bookkeeping; none can change an answer.
