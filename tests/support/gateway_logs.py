@@ -43,10 +43,13 @@ def captured_request_lines(
     there are ``count`` of them (waiting up to ``timeout_s``; what is there at the deadline
     otherwise, for the caller's assertion to show)."""
     lines: list[dict[str, Any]] = []
+    pending = ""  # a line being written when it was read: completed by the next read, not dropped
     end = time.monotonic() + timeout_s
     while len(lines) < count and time.monotonic() < end:
-        err = capfd.readouterr().err
-        lines += [orjson.loads(x) for x in err.splitlines() if x.startswith("{") and '"event":"request"' in x]
+        whole, _, pending = (pending + capfd.readouterr().err).rpartition("\n")
+        lines += [
+            orjson.loads(x) for x in whole.splitlines() if x.startswith("{") and '"event":"request"' in x
+        ]
         time.sleep(0.02)
     return lines
 
