@@ -34,7 +34,6 @@ from gateway.api.usage import usage_router
 from gateway.assembly.runtime import Gateway, StateEvents, build_traffic_sampler
 from gateway.assembly.state import build_shared_state
 from gateway.config.settings import Settings
-from gateway.keys.auth import client_address
 from gateway.routing.tier_choice import CASCADE_MODEL
 from gateway.telemetry.metrics import CONTENT_TYPE, GatewayMetrics
 from gateway.upstream.transport import SessionOpener, open_pooled_session
@@ -90,6 +89,7 @@ def build_gateway(
         on_spend_fallback=events.spend_fallback,
         on_rate_limited=events.rate_limited,
         on_auth_failure=events.auth_failed,
+        trusted_proxies=settings.trusted_proxies,
     )
     # The traffic sampler, only when enabled: its stores and judges are imported only then.
     # Every secret the config refers to: kept out of any upstream text the gateway relays or logs.
@@ -164,9 +164,7 @@ def _add_info_routes(app: FastAPI, gateway: Gateway) -> None:
 
     @app.get("/v1/models")
     async def list_models(request: Request) -> Response:
-        await gateway.shared.authenticator.authenticate(
-            request.headers.get("authorization"), client_address(request.scope)
-        )
+        await gateway.shared.authenticator.authenticate(request.headers.get("authorization"), request.scope)
         policy = gateway.policy
         names = [CASCADE_MODEL]
         if policy is not None:

@@ -32,7 +32,6 @@ from gateway.api.edges.base import ApiEdge, StreamTranslator, Translated, openai
 from gateway.api.serving import BODY_TIMED_OUT
 from gateway.assembly.runtime import Gateway
 from gateway.engine.cascade import client_body
-from gateway.keys.auth import client_address
 from gateway.keys.ledger import NANO_PER_USD, Reservation
 from gateway.routing.tier_choice import RoutePlan
 from gateway.stages.outcomes import StreamFailed, StreamStart, sse_error
@@ -161,7 +160,7 @@ class ApiEndpoint:
         gw, edge = self.gateway, self.edge
         headers = {k: v for k, v in scope["headers"] if k in self.wanted_headers}
         raw = await read_body(receive, headers.get(b"content-length"), gw.limits.max_body_bytes)
-        identity = await gw.shared.authenticator.authenticate(edge.credential(headers), client_address(scope))
+        identity = await gw.shared.authenticator.authenticate(edge.credential(headers), scope)
         try:
             translated = edge.translate(raw, request.request_id)
         except _UNREADABLE_REQUEST as exc:

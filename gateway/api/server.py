@@ -74,6 +74,10 @@ def run(settings: Settings, host: str, port: int, **options: Any) -> None:
         "loop": "uvloop",
         "http": gateway_http_protocol(settings.limits),
         "workers": 1,
+        # Client addresses are read by the gateway alone, from `trusted_proxies`
+        # (gateway.keys.client_address): uvicorn would otherwise believe X-Forwarded-For from
+        # 127.0.0.1 (its default `forwarded_allow_ips`) and rewrite the peer before the app sees it.
+        "proxy_headers": False,
         "lifespan": "on",
         "access_log": False,
         "log_level": "warning",

@@ -16,7 +16,7 @@ from fastapi import APIRouter, Request
 from fastapi.responses import Response
 
 from gateway.assembly.state import SharedState
-from gateway.keys.auth import ClientIdentity, client_address
+from gateway.keys.auth import ClientIdentity
 from gateway.keys.budget_periods import NEVER
 from gateway.keys.ledger import NANO_PER_USD, KeyUsage
 from gateway.keys.rate_limits import duration
@@ -35,7 +35,7 @@ def usage_router(shared: SharedState, window_s: int) -> APIRouter:
         api_key = request.headers.get("x-api-key")
         if api_key:
             authorization = f"Bearer {api_key}"
-        identity = await shared.authenticator.authenticate(authorization, client_address(request.scope))
+        identity = await shared.authenticator.authenticate(authorization, request.scope)
         document = await usage_document(shared.spend, identity, window_s)
         return Response(orjson.dumps(document), media_type="application/json")
 

@@ -37,6 +37,7 @@ from gateway.assembly.policy_store import FilePolicyStore, PolicyStore, RedisPol
 from gateway.config.settings import AuthConfig, BudgetConfig
 from gateway.keys.auth import Authenticator, AuthFailed, ClientIdentity, authenticator_from_env
 from gateway.keys.auth_throttle import AuthFailureThrottle
+from gateway.keys.client_address import ClientAddresses, Network
 from gateway.keys.ledger import Reservation
 from gateway.keys.spend import SpendLimiter
 from gateway.redis.batch import RedisBatcher
@@ -221,6 +222,7 @@ def _authenticator(
     clients: _RedisClients,
     keys: RedisKeys,
     on_failure: AuthFailed | None,
+    trusted_proxies: Collection[Network],
 ) -> Authenticator:
     return authenticator_from_env(
         api_keys_env=auth.api_keys_env,
@@ -233,6 +235,7 @@ def _authenticator(
         throttle=AuthFailureThrottle(auth.failure_limit, auth.failure_window_s),
         default_rate_limits=tuple(budgets.rate_limits),
         default_period=budgets.period,
+        addresses=ClientAddresses(trusted_proxies),
     )
 
 
@@ -273,13 +276,15 @@ def build_shared_state(
     on_spend_fallback: Callable[[str], None] | None = None,
     on_rate_limited: Callable[[str], None] | None = None,
     on_auth_failure: AuthFailed | None = None,
+    trusted_proxies: Collection[Network] = (),
     keys: RedisKeys | None = None,
     file_poll_interval_s: float = 0.25,
 ) -> SharedState:
     """Wire policy store, authenticator and spend limiter (call start() next).
 
-    ``policy``, ``redis_url``, ``redis_timeout_s``, ``auth`` and ``budgets`` are the config's fields of
-    those names; ``known_models`` the configured model names (a policy routing elsewhere is refused),
+    ``policy``, ``redis_url``, ``redis_timeout_s``, ``auth``, ``budgets`` and ``trusted_proxies`` are
+    the config's fields of those names; ``known_models`` the configured model names (a policy
+    routing elsewhere is refused),
     ``capabilities`` their declared capabilities (a policy whose scorer needs more is refused).
     ``keys`` defaults to the contract names (prefix ``cascade``, or ``$CASCADE_REDIS_PREFIX``).
     Creating Redis clients does not connect; nothing touches the network before ``start()``.
@@ -298,7 +303,7 @@ def build_shared_state(
         known_models=known_models,
         capabilities=capabilities,
     )
-    authenticator = _authenticator(auth, budgets, clients, keys, on_auth_failure)
+    authenticator = _authenticator(auth, budgets, clients, keys, on_auth_failure, trusted_proxies)
     spend = _spend_limiter(
         budgets, clients, keys, redis_timeout_s, report_redis, on_spend_fallback, on_rate_limited
     )

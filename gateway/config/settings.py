@@ -19,7 +19,15 @@ from pathlib import Path
 from typing import Any, Literal
 
 import yaml
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
+from pydantic import (
+    BaseModel,
+    ConfigDict,
+    Field,
+    IPvAnyNetwork,
+    ValidationError,
+    field_validator,
+    model_validator,
+)
 from pydantic_settings import BaseSettings, PydanticBaseSettingsSource, SettingsConfigDict
 
 from gateway.config.coverage import CoverageConfig
@@ -172,7 +180,8 @@ class AuthConfig(_Section):
         20,
         ge=0,
         description="refused keys per address within failure_window_s after which the address gets 429 "
-        "too_many_auth_failures until the window ends (a key the replica knows valid still passes); 0: never",
+        "too_many_auth_failures for its refused keys until the window ends (every key is still checked and "
+        "a valid one served); 0: never",
     )
     failure_window_s: float = Field(60.0, gt=0)
 
@@ -263,6 +272,12 @@ class Settings(BaseSettings):
     redis_url: str | None = None
     redis_timeout_s: float = Field(
         0.1, gt=0, le=5, description="bound of every Redis call on the request path (keys, spend), seconds"
+    )
+    trusted_proxies: tuple[IPvAnyNetwork, ...] = Field(
+        (),
+        description="addresses or CIDR networks of the proxies in front of the gateway whose "
+        "X-Forwarded-For is believed (right-most untrusted entry); empty: the connection's peer is "
+        "the client (gateway.keys.client_address)",
     )
     auth: AuthConfig = AuthConfig()
     budgets: BudgetConfig = BudgetConfig()

@@ -32,7 +32,8 @@ from gateway.config.key_settings import (
     parse_period,
     parse_rate_limits,
 )
-from gateway.keys.auth_throttle import AuthFailureThrottle, client_host
+from gateway.keys.auth_throttle import AuthFailureThrottle
+from gateway.keys.client_address import ClientAddress, ClientAddresses
 from gateway.redis.batch import RedisBatcher
 from gateway.redis.keys import RedisKeys
 from gateway.wire.errors import AuthenticationError, AuthThrottledError, AuthUnavailableError
@@ -88,15 +89,6 @@ def bearer_token(authorization: str | None) -> str | None:
     return token.strip()
 
 
-def client_address(scope: Mapping[str, Any]) -> str | None:
-    """``host:port`` of an ASGI connection's peer (what a refused key is logged with), or None."""
-    peer = scope.get("client")
-    if not peer:
-        return None
-    host, port = peer[0], peer[1] if len(peer) > 1 else None
-    return f"{host}:{port}" if port is not None else str(host)
-
-
 def parse_env_keys(value: str | None) -> list[str]:
     """Comma-separated keys of an environment variable (blank entries ignored)."""
     return [k.strip() for k in (value or "").split(",") if k.strip()]
@@ -126,10 +118,12 @@ class Authenticator:
         throttle: AuthFailureThrottle | None = None,
         default_rate_limits: tuple[RateLimit, ...] = (),
         default_period: BudgetPeriod | None = None,
+        addresses: ClientAddresses | None = None,
     ):
         """``on_failure(reason, client)`` is told of every refused client key (see ``authenticate``);
         ``throttle`` holds off addresses that keep sending refused keys (None: never);
-        ``default_*``: what a key without its own limits gets (the config's ``budgets``)."""
+        ``default_*``: what a key without its own limits gets (the config's ``budgets``);
+        ``addresses``: how a caller's address is read (default: the peer, no proxy trusted)."""
         default_rate_limits = merge_windows(default_rate_limits)
         self._default_rates = default_rate_limits
         self._default_period = default_period
@@ -156,6 +150,7 @@ class Authenticator:
         self._empty_logged_at = float("-inf")
         self._on_failure = on_failure
         self._throttle = throttle
+        self._addresses = addresses or ClientAddresses()
 
     @property
     def is_open(self) -> bool:
@@ -182,41 +177,45 @@ class Authenticator:
         if self._admin_hash is None:
             log.info("no admin key (%s unset): admin endpoints are disabled", self._admin_key_env)
 
-    async def authenticate(self, authorization: str | None, client: str | None = None) -> ClientIdentity:
+    async def authenticate(
+        self, authorization: str | None, scope: Mapping[str, Any] | None = None
+    ) -> ClientIdentity:
         """The caller's identity from its Authorization header; AuthenticationError (401) if refused.
 
         A refusal is reported to ``on_failure`` with its reason (``missing``: no bearer key;
-        ``unknown``: a key that is not stored) and ``client``, the caller's address (for the log;
-        the key itself is never passed on). An address the throttle holds off gets
-        AuthThrottledError (429) unless its key is one this replica already knows to be valid.
+        ``unknown``: a key that is not stored) and the caller's address read from ``scope`` (the
+        ASGI connection; for the log, the key itself is never passed on). A key is always checked,
+        whatever its address: a valid one is served; a refused one from an address the throttle
+        holds off gets AuthThrottledError (429) instead of 401 (``gateway.keys.auth_throttle``).
         """
         await self._refresh_closed()
         if self.is_open:
             return ANONYMOUS  # open by config and no key exists: any or no key is fine
         token = bearer_token(authorization)
-        key_hash = hash_key(token) if token is not None else None
-        if self._throttle is not None and self._throttle.tracking:
-            self._check_throttle(key_hash, client)
-        if key_hash is None:
-            if self._closed is False:
-                self._log_empty_store("key store empty")
+        if token is not None:
+            key_hash = hash_key(token)
+            identity = self._static.get(key_hash) or await self._lookup(key_hash)
+            if identity is not None:
+                return identity
+        # Refused: only now is the caller's address read (nothing of it on a valid key's path).
+        client = self._addresses.of(scope)
+        self._check_throttle(client)
+        if self._closed is False:  # no key exists at all and the config does not allow open
+            self._log_empty_store("key store empty")
+        if token is None:
             self._refused("missing", client)
             raise AuthenticationError(
                 "Missing API key: send it as 'Authorization: Bearer <key>'.", code="missing_api_key"
             )
-        identity = self._static.get(key_hash) or await self._lookup(key_hash)
-        if identity is not None:
-            return identity
-        if self._closed is False:  # no key exists at all and the config does not allow open
-            self._log_empty_store("key store empty")
         self._refused("unknown", client)
         raise AuthenticationError("Incorrect API key provided.")
 
-    def _check_throttle(self, key_hash: str | None, client: str | None) -> None:
-        """AuthThrottledError if ``client``'s address is held off and its key is not known valid."""
-        assert self._throttle is not None
-        wait = self._throttle.held_off_s(client_host(client))
-        if wait <= 0 or (key_hash is not None and self._known_valid(key_hash)):
+    def _check_throttle(self, client: ClientAddress | None) -> None:
+        """AuthThrottledError if the throttle holds ``client``'s address off (its key was refused)."""
+        if self._throttle is None or client is None:
+            return
+        wait = self._throttle.held_off_s(client.host)
+        if wait <= 0:
             return
         self._report("throttled", client)
         raise AuthThrottledError(
@@ -224,22 +223,15 @@ class Authenticator:
             headers={"retry-after": str(max(1, round(wait)))},
         )
 
-    def _known_valid(self, key_hash: str) -> bool:
-        """A configured key, or a stored one this replica found within the cache TTL (no I/O)."""
-        if key_hash in self._static:
-            return True
-        cached = self._cache.get(key_hash)
-        return cached is not None and cached[0] is not None and cached[1] > self._clock()
-
-    def _refused(self, reason: str, client: str | None) -> None:
-        if self._throttle is not None:
-            self._throttle.refused(client_host(client))
+    def _refused(self, reason: str, client: ClientAddress | None) -> None:
+        if self._throttle is not None and client is not None:
+            self._throttle.refused(client.host)
         self._report(reason, client)
 
-    def _report(self, reason: str, client: str | None) -> None:
+    def _report(self, reason: str, client: ClientAddress | None) -> None:
         if self._on_failure is not None:
             try:
-                self._on_failure(reason, client)
+                self._on_failure(reason, str(client) if client is not None else None)
             except Exception:  # a metrics/log hook must never turn a 401 into a 500
                 log.exception("auth-failure hook failed")
 
@@ -347,6 +339,7 @@ def authenticator_from_env(
     throttle: AuthFailureThrottle | None = None,
     default_rate_limits: tuple[RateLimit, ...] = (),
     default_period: BudgetPeriod | None = None,
+    addresses: ClientAddresses | None = None,
 ) -> Authenticator:
     """An Authenticator reading keys from the named environment variables (at call time)."""
     return Authenticator(
@@ -362,6 +355,7 @@ def authenticator_from_env(
         throttle=throttle,
         default_rate_limits=default_rate_limits,
         default_period=default_period,
+        addresses=addresses,
     )
 
 

@@ -1,11 +1,12 @@
 """Slowing down key guessing: per-address counts of refused client keys (bounded memory).
 
-An address (the connection's host, whatever its port) whose requests were refused for their key
-``limit`` times within ``window_s`` seconds is refused with 429 ``too_many_auth_failures`` (and a
-``Retry-After`` of the rest of the window) before its key is looked up, until that window ends: a
-scanner costs the gateway no key-store lookup and learns nothing more. A key the replica already
-knows to be valid (a configured key, or one it found in Redis within the auth cache's TTL) is
-still served from that address, so clients behind the same NAT keep working.
+An address (the client's host, whatever its port: ``gateway.keys.client_address``) whose requests
+were refused for their key ``limit`` times within ``window_s`` seconds has every further refused key
+answered 429 ``too_many_auth_failures`` (with a ``Retry-After`` of the rest of the window) instead of
+401, until that window ends. The throttle judges only keys that failed: a key is always checked,
+and one that is valid is served whatever its address's count, so clients behind the same NAT, proxy
+or SNAT as a guesser keep working, and nobody can lock a client out by sending wrong keys under its
+address (``Authenticator.authenticate``).
 
 Fixed windows per address, at most ``max_addresses`` tracked: expired ones are dropped first,
 then the oldest (an attacker rotating addresses only evicts itself).
@@ -36,11 +37,6 @@ class AuthFailureThrottle:
         self.max_addresses = max_addresses
         self._clock = clock
         self._entries: dict[str, list[float]] = {}  # host -> [window start, refusals in it]
-
-    @property
-    def tracking(self) -> bool:
-        """Whether any address has refusals counted (nothing to check on the request path if not)."""
-        return bool(self._entries)
 
     def held_off_s(self, host: str | None) -> float:
         """Seconds ``host`` is still held off (0.0: it is not)."""
@@ -74,11 +70,3 @@ class AuthFailureThrottle:
 
     def __len__(self) -> int:
         return len(self._entries)
-
-
-def client_host(client: str | None) -> str | None:
-    """The host of a ``host:port`` address (``client_address``), the unit a throttle counts."""
-    if not client:
-        return None
-    host, colon, port = client.rpartition(":")
-    return host if colon and port.isdigit() else client

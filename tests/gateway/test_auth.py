@@ -9,7 +9,8 @@ import redis.asyncio as aioredis
 
 from gateway.commands.keys import add_key, revoke_key
 from gateway.keys.auth import Authenticator, hash_key, key_id_of
-from gateway.wire.errors import AuthenticationError, AuthUnavailableError
+from gateway.keys.auth_throttle import AuthFailureThrottle
+from gateway.wire.errors import AuthenticationError, AuthThrottledError, AuthUnavailableError
 from tests.support.shared_redis import RedisLink
 
 
@@ -47,8 +48,8 @@ async def test_a_refused_key_is_reported_with_its_reason_and_the_client_never_th
     auth = Authenticator(env_keys=["sk-alpha"], on_failure=lambda *failure: reported.append(failure))
     await auth.start()
     with pytest.raises(AuthenticationError):
-        await auth.authenticate(header, "203.0.113.7:51234")
-    await auth.authenticate("Bearer sk-alpha", "203.0.113.7:51235")  # accepted: not reported
+        await auth.authenticate(header, {"client": ("203.0.113.7", 51234)})
+    await auth.authenticate("Bearer sk-alpha", {"client": ("203.0.113.7", 51235)})  # accepted: not reported
     assert reported == [(reason, "203.0.113.7:51234")]
 
 
@@ -158,6 +159,37 @@ async def test_cached_key_survives_a_redis_outage_and_unknown_keys_get_503(keys,
     finally:
         await client.aclose()
         await link.down()
+
+
+async def test_an_address_over_its_failure_count_still_gets_its_stored_key_checked_and_served(
+    keys, sync_redis, async_redis
+) -> None:
+    """Behind one NAT: a guesser's wrong keys hold the shared address off, and a stored key used from
+    it is still served after its cache entry lapsed (and one this replica never saw, too)."""
+    now = [0.0]
+    key, _ = add_key(sync_redis, "behind-the-nat", None, keys)
+    fresh, _ = add_key(sync_redis, "first-seen-later", None, keys)
+    throttle = AuthFailureThrottle(3, 60.0, clock=lambda: now[0])
+    auth = Authenticator(
+        redis=async_redis, keys=keys, cache_ttl_s=5.0, clock=lambda: now[0], throttle=throttle
+    )
+    await auth.start()
+    nat = {"client": ("198.51.100.20", 40000)}
+    assert (await auth.authenticate(f"Bearer {key}", nat)).name == "behind-the-nat"
+    for i in range(3):
+        with pytest.raises(AuthenticationError):
+            await auth.authenticate(f"Bearer sk-guess-{i}", nat)
+    with pytest.raises(AuthThrottledError) as held:
+        await auth.authenticate("Bearer sk-guess-again", nat)
+    assert held.value.headers["retry-after"] == "60"
+    now[0] += 5.1  # the key's cache entry lapsed; the address is held off for 55 s more
+    assert throttle.held_off_s("198.51.100.20") > 0
+    assert (await auth.authenticate(f"Bearer {key}", nat)).name == "behind-the-nat"
+    assert (await auth.authenticate(f"Bearer {fresh}", nat)).name == "first-seen-later"
+    revoke_key(sync_redis, "behind-the-nat", keys)
+    now[0] += 5.1  # a revoked key is refused like any wrong one once its cache entry lapsed
+    with pytest.raises(AuthThrottledError):
+        await auth.authenticate(f"Bearer {key}", nat)
 
 
 def test_admin_key_is_checked_and_admin_is_disabled_without_one() -> None:

@@ -3,7 +3,7 @@ within a window, released when it ends, bounded memory whatever the number of ad
 
 from __future__ import annotations
 
-from gateway.keys.auth_throttle import AuthFailureThrottle, client_host
+from gateway.keys.auth_throttle import AuthFailureThrottle
 
 
 class Clock:
@@ -49,10 +49,3 @@ def test_a_limit_of_zero_never_holds_off() -> None:
     for _ in range(100):
         throttle.refused("10.0.0.1")
     assert throttle.held_off_s("10.0.0.1") == 0.0 and len(throttle) == 0
-
-
-def test_the_port_is_not_part_of_the_address() -> None:
-    assert client_host("10.0.0.1:5555") == "10.0.0.1"
-    assert client_host("::1:5555") == "::1"
-    assert client_host("unix-socket") == "unix-socket"
-    assert client_host(None) is None

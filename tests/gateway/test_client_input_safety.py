@@ -2,7 +2,8 @@
 official openai and anthropic SDKs in front of the scripted upstream: schema refs never leave the
 request (400), patterns run in linear time, an answer the gateway cannot read is a 502 in the API's
 own shape with its call charged, malformed Responses/Messages bodies are 400s, upstream errors are
-redacted however they split a key, and an address that keeps sending wrong keys is held off."""
+redacted however they split a key, and an address that keeps sending wrong keys is held off (the
+forwarded address counting only from a trusted proxy, a valid key never locked out)."""
 
 from __future__ import annotations
 
@@ -342,3 +343,26 @@ def test_an_address_that_keeps_sending_wrong_keys_is_held_off_and_a_valid_key_st
     assert answer.choices[0].message.content
     assert gateway.sample("cascade_auth_failures_total", reason="unknown") == 5
     assert gateway.sample("cascade_auth_failures_total", reason="throttled") == 2
+
+
+@pytest.mark.parametrize("trusted", [[], ["127.0.0.1"]], ids=["no-proxy", "trusted-proxy"])
+def test_a_forwarded_address_counts_only_from_a_trusted_proxy_and_never_locks_a_valid_key_out(
+    start_gateway, make_settings, upstream, monkeypatch, trusted: list[str]
+) -> None:
+    monkeypatch.setenv("TEST_CLIENT_KEYS", "sk-client-good")
+    auth = {"api_keys_env": "TEST_CLIENT_KEYS", "admin_key_env": None, "failure_limit": 5}
+    gateway = start_gateway(make_settings(auth=auth, trusted_proxies=trusted))
+
+    def ask(key: str, forwarded_for: str) -> Any:
+        client = gateway.client(api_key=key, default_headers={"x-forwarded-for": forwarded_for})
+        return client.chat.completions.create(model="cascade", messages=QUESTION)
+
+    for i in range(5):  # five wrong keys claiming the address of another client
+        with pytest.raises(openai.AuthenticationError):
+            ask(f"sk-guess-{i}", "198.51.100.7")
+    # A wrong key claiming a fresh address: held off with the peer when no proxy is trusted (the
+    # claim is ignored), counted apart behind a trusted proxy.
+    fresh = openai.RateLimitError if not trusted else openai.AuthenticationError
+    with pytest.raises(fresh):
+        ask("sk-guess-5", "198.51.100.8")
+    assert ask("sk-client-good", "198.51.100.7").choices[0].message.content  # never locked out

@@ -138,6 +138,11 @@ def test_a_free_model_says_so() -> None:
         ("models:\n  a: {base_url: 'http://x', model: m, price: {}}\npolicy: p\n", "price needs"),
         ("models:\n  a: {base_url: 'http://x', model: m, price: {input_per_mtok: 1}}\npolicy: p\n", "pair"),
         ("models:\n  a: {base_url: 'http://x', model: m, price: {per_query_usd: -1}}\npolicy: p\n", "price"),
+        (
+            "models:\n  a: {base_url: 'http://x', model: m, price: {per_query_usd: 0}}\npolicy: p\n"
+            "trusted_proxies: [10.0.0.1/8]\n",
+            "trusted_proxies",
+        ),
         ("models: {a: [\n", "not valid YAML"),
         ("- 1\n", "mapping"),
     ],

@@ -171,7 +171,13 @@ def serve(app: Any) -> RunningGateway:
     sock.bind(("127.0.0.1", 0))
     port = sock.getsockname()[1]
     config = uvicorn.Config(
-        app, loop="uvloop", http="httptools", lifespan="on", log_level="warning", access_log=False
+        app,
+        loop="uvloop",
+        http="httptools",
+        lifespan="on",
+        log_level="warning",
+        access_log=False,
+        proxy_headers=False,  # as `cascade serve`: the gateway alone reads forwarded addresses
     )
     server = uvicorn.Server(config)
     thread = threading.Thread(target=server.run, kwargs={"sockets": [sock]}, daemon=True)
