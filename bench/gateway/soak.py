@@ -34,19 +34,20 @@ from pathlib import Path
 from typing import Any
 
 REPO = Path(__file__).resolve().parents[2]
-sys.path.insert(0, str(REPO / "tests" / "reliability"))
+sys.path.insert(0, str(REPO))
 
 import openai  # noqa: E402
-from processes import (  # noqa: E402
+
+from tests.reliability.processes import (  # noqa: E402
     NANO_PER_USD,
-    GatewayProcess,
     RedisServer,
     key_id,
     true_cost_usd,
     write_gateway_config,
-    write_policy,
 )
-from scripted_upstream import Produced, ScriptedUpstream, ok  # noqa: E402
+from tests.support.gateway_process import GatewayProcess  # noqa: E402
+from tests.support.policy_files import write_policy  # noqa: E402
+from tests.support.scripted_upstream import Produced, ScriptedUpstream, ok  # noqa: E402
 
 MESSAGES = [{"role": "user", "content": "Name the capital of France and one fact about it."}]
 LONG = " ".join(f"word{i}" for i in range(40))  # 40 streamed chunks
@@ -186,7 +187,7 @@ def main() -> None:
             config = write_gateway_config(
                 directory,
                 upstream_base_url=upstream.base_url,
-                policy=write_policy(directory),
+                policy=write_policy(directory / "policy.json"),
                 redis_url=redis_server.url,
                 budgets={"window_s": 3600},
                 logging={"level": "warning"},
