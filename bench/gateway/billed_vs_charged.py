@@ -13,6 +13,9 @@ request settled (charged), the key's limit and the HTTP statuses:
 * ``cut_body``: a 200 whose body is cut half-way (the connection closed), ``max_retries: 2``;
 * ``images``: 500 image URLs per request, billed 1,600 prompt tokens each, ten concurrent requests
   on a $10 key (``--declare-images``: the model declares ``part_tokens.image: 1600``);
+* ``audio_url``: 300 ``audio_url`` parts per request (a part type vLLM takes), billed 1,500 prompt
+  tokens each, ten concurrent requests on a $5 key (a part type the gateway prices at no declared
+  bound is refused, docs/contracts.md#content-parts);
 * ``uncapped_*``: an upstream that writes 20,000 tokens when no cap is sent (and honours a cap),
   twelve concurrent requests without a cap on a $2 key, on chat and Responses.
 
@@ -41,7 +44,6 @@ sys.path[:0] = [str(REPO), str(REPO / "tests" / "reliability")]
 from processes import (  # noqa: E402
     NANO_PER_USD,
     PRICES,
-    GatewayProcess,
     RedisServer,
     model_configs,
     spend_counter_nano,
@@ -49,6 +51,7 @@ from processes import (  # noqa: E402
     write_gateway_config,
 )
 
+from tests.support.gateway_process import GatewayProcess  # noqa: E402
 from tests.support.policy_files import write_policy  # noqa: E402
 from tests.support.scripted_upstream import ScriptedUpstream, ok  # noqa: E402
 
@@ -81,6 +84,16 @@ def responses(model: str = "large", **fields: Any) -> tuple[str, dict[str, Any]]
 def images(count: int) -> tuple[str, dict[str, Any]]:
     parts: list[dict[str, Any]] = [{"type": "text", "text": "Which of these show a cat?"}]
     parts += [{"type": "image_url", "image_url": {"url": f"https://i.example/{i}.png"}} for i in range(count)]
+    return "/v1/chat/completions", {
+        "model": "large",
+        "messages": [{"role": "user", "content": parts}],
+        "max_tokens": 16,
+    }
+
+
+def audio_urls(count: int) -> tuple[str, dict[str, Any]]:
+    parts: list[dict[str, Any]] = [{"type": "text", "text": "Transcribe these."}]
+    parts += [{"type": "audio_url", "audio_url": {"url": f"https://a.example/{i}.wav"}} for i in range(count)]
     return "/v1/chat/completions", {
         "model": "large",
         "messages": [{"role": "user", "content": parts}],
@@ -135,6 +148,16 @@ def scenarios(declare_images: bool) -> list[Scenario]:
             10.0,
             lambda u: u.set_default("up-large", ok(usage=(20, 16), image_tokens=1600, honour_cap=True)),
             [images(500)] * 10,
+            concurrent=True,
+            models=image_models,
+        ),
+        Scenario(
+            "audio_url",
+            5.0,
+            lambda u: u.set_default(
+                "up-large", ok(usage=(20, 16), part_tokens={"audio_url": 1500}, honour_cap=True)
+            ),
+            [audio_urls(300)] * 10,
             concurrent=True,
             models=image_models,
         ),
