@@ -6,7 +6,8 @@ bills whatever the client did (``ScriptedUpstream.billed``: a non-streamed answe
 is billed even when the client timed out, the body was cut or the connection dropped). Prices are
 the test models' (USD per million prompt / completion tokens: small 0.5 / 1, large 10 / 30). A
 scenario prints the USD billed (priced ``billed``), the key's Redis spend counter after every
-request settled (charged), the key's limit and the HTTP statuses:
+request settled (charged), the key's limit, the upstream calls and the HTTP statuses (with the error
+code of an error):
 
 * ``timeout_*``: ``timeout_s: 2`` and an upstream answering after 4 s (six requests; passthrough on
   chat and Responses, and the cheap stage of a cascade whose escalation answers);
@@ -178,13 +179,20 @@ def scenarios(declare_images: bool) -> list[Scenario]:
     ]
 
 
-async def post(url: str, path: str, body: dict[str, Any]) -> int:
+async def post(url: str, path: str, body: dict[str, Any]) -> str:
+    """The answer's status, with its error code when it is an OpenAI-shaped error."""
     async with httpx.AsyncClient(timeout=60) as client:
         response = await client.post(url + path, json=body, headers={"authorization": f"Bearer {KEY}"})
-    return response.status_code
+    if response.status_code < 400:
+        return str(response.status_code)
+    try:
+        code = response.json()["error"]["code"]
+    except (ValueError, KeyError, TypeError):
+        code = None
+    return f"{response.status_code} {code}" if code else str(response.status_code)
 
 
-async def send_all(url: str, scenario: Scenario) -> list[int]:
+async def send_all(url: str, scenario: Scenario) -> list[str]:
     if scenario.concurrent:
         return list(await asyncio.gather(*(post(url, p, b) for p, b in scenario.requests)))
     return [await post(url, p, b) for p, b in scenario.requests]
