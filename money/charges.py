@@ -228,6 +228,8 @@ def part_counts(body: dict[str, Any]) -> dict[str, int]:
         return counts
     for message in messages:
         content = message.get("content") if isinstance(message, dict) else None
+        if isinstance(content, str):  # text, the common case: nothing more to look at
+            continue
         if isinstance(content, list):
             for part in content:
                 kind = part_kind(part)

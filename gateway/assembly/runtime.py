@@ -244,7 +244,7 @@ class Gateway:
         starting requests it might not be able to pay for.
         """
         parts = part_counts(request.body)  # {} for a request of text only: nothing to check
-        if UNPRICED in parts:
+        if parts and UNPRICED in parts:
             raise _unpriced(request.body)
         total = 0.0
         for model, tokens in self._route_tokens(plan, request, body_bytes, parts):
