@@ -123,8 +123,9 @@ def _unsupported_block(
     kind: str, at: str, takes: str = "text, image, tool_use and tool_result"
 ) -> BadRequestError:
     return UnsupportedInputError(
-        f"content block type {kind!r} at '{at}' is not taken by this gateway's /v1/messages: it takes "
-        f"{takes} blocks there, each priced (unsupported_input, docs/apis.md#content-parts)",
+        f"content block type {kind!r} at '{at}' is not taken by this gateway's /v1/messages "
+        f"(unsupported_input): it takes {takes} blocks there, the input it can price "
+        "(docs/apis.md#content-parts)",
         param=at,
     )
 
