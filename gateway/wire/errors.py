@@ -51,6 +51,14 @@ class BadRequestError(GatewayError):
     code = "invalid_request"
 
 
+class UnsupportedInputError(BadRequestError):
+    """400: a content part the gateway cannot price (a type it has no declared bound for, on every
+    API, or a kind the route's models declare no bound for): refused before any call, never
+    forwarded unpriced (docs/contracts.md#content-parts)."""
+
+    code = "unsupported_input"
+
+
 class UnknownTierRequestError(BadRequestError):
     """400: the request named a tier the current policy does not define."""
 
