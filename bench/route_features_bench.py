@@ -140,7 +140,8 @@ def main() -> None:
 
     async def through_pool() -> list[float]:
         pool = EmbeddingPool(workers=1, max_pending=4, timeout_s=120.0)
-        await pool.embed("warm up")  # the worker loads the model once
+        pool.start()
+        assert await pool.wait_warm()  # the worker loads the model once
         latencies = []
         for body in bodies[: args.pool_requests]:
             text, _, _ = request_parts(body, request_kind(body))

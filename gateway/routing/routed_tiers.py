@@ -15,8 +15,9 @@ other: a routed request is a one-stage route, so a stream is relayed live from i
 Features: ``cheap-v1`` costs tens of microseconds and runs inline. ``minilm-v1`` costs tens of
 milliseconds of CPU, so it runs in a bounded process pool (real parallelism, the event loop never
 waits on it). When the pool is saturated (``max_pending`` embeddings in flight), slow (over
-``timeout_s``) or broken, the request is served by the tier's calibrated cascade (its ``routes``),
-counted as ``fallback``: a request is never refused or delayed for want of a feature.
+``timeout_s``), still warming up or broken, the request is served by the tier's calibrated cascade
+(its ``routes``), counted as ``fallback``: a request is never refused or delayed for want of a
+feature. The pool is warmed at boot and replaced when a worker dies (``gateway.routing.embedding_pool``).
 """
 
 from __future__ import annotations
@@ -25,10 +26,10 @@ import time
 from typing import Any
 
 import numpy as np
-from prometheus_client import Counter, Histogram
+from prometheus_client import Counter, Gauge, Histogram
 
 from gateway.config.drift import ROUTER_DRIFT_MODEL
-from gateway.routing.embedding_pool import EmbeddingPool
+from gateway.routing.embedding_pool import READY, EmbeddingPool
 from gateway.routing.tier_choice import RoutePlan
 from gateway.telemetry.metrics import GatewayMetrics
 from gateway.wire.requests import ParsedRequest
@@ -58,7 +59,7 @@ class RouterRuntime:
         self.fallbacks = Counter(
             "cascade_router_fallbacks",
             "Requests of routed tiers served by the tier's cascade because the features were not "
-            "computed (saturated, timeout, error).",
+            "computed (saturated, timeout, warming, error).",
             ["tier", "reason"],
             registry=registry,
         )
@@ -77,7 +78,19 @@ class RouterRuntime:
             buckets=_PROBABILITY_BUCKETS,
             registry=registry,
         )
-        self.embeddings = embeddings or EmbeddingPool()
+        self.embedding_restarts = Counter(
+            "cascade_embedding_pool_restarts",
+            "Restarts of the minilm-v1 embedding pool after a worker died or failed to warm up.",
+            registry=registry,
+        )
+        self.embedding_warm = Gauge(
+            "cascade_embedding_pool_warm",
+            "1 when the minilm-v1 embedding workers have loaded the model and take embeddings, "
+            "0 while they warm up, are down or were not started.",
+            registry=registry,
+        )
+        self.embeddings = embeddings or EmbeddingPool(restarts=self.embedding_restarts)
+        self.embedding_warm.set_function(lambda: float(self.embeddings.state == READY))
         self._routers: dict[int, tuple[RouterSpec, LinearRouter]] = {}
 
     @staticmethod
