@@ -9,12 +9,13 @@ The pool heals. ``start`` (at boot, when the policy has a ``minilm-v1`` router) 
 and warms them (each loads the model) in the background; until they are warm a request is not
 queued behind the load but answered ``warming`` at once, and ``booting`` holds the replica's
 readiness. A policy with such a router that arrives later starts the pool on its first embedding,
-warmed the same way without holding readiness. A worker that dies (an OOM kill, a crash) breaks a ``ProcessPoolExecutor`` for good:
-the broken pool is seen on the next submit or by the embedding it failed, and replaced by a new
-one, warmed the same way. Restarts are rate-bounded so a worker that dies on every request does
-not spin: the first is immediate, then each waits ``restart_backoff_s`` doubled per restart
-without a successful embedding in between (at most ``max_backoff_s``); while a restart waits,
-requests fall back with ``error``. Each restart is counted (``restarts``, a Counter) and logged.
+warmed the same way without holding readiness. A worker that dies (an OOM kill, a crash) breaks a
+``ProcessPoolExecutor`` for good: the broken pool is seen on the next submit or by the embedding
+it failed, and replaced by a new one, warmed the same way. Restarts are rate-bounded so a worker
+that dies on every request does not spin: the first is immediate, then each waits
+``restart_backoff_s`` doubled per restart without a successful embedding in between (at most
+``max_backoff_s``); while a restart waits, requests fall back with ``error``. Each restart is
+counted (``restarts``, a Counter) and logged.
 """
 
 from __future__ import annotations
