@@ -147,7 +147,7 @@ class Gateway:
         policy = self.policy
         routers = [policy.router, *(s.router for s in (policy.kinds or {}).values())] if policy else []
         if any(router is not None and router.features == "minilm-v1" for router in routers):
-            self.router_runtime.embeddings.start()  # the workers load the model before the first request
+            self.router_runtime.embeddings.start()  # warmed in the background; /readyz waits for it
         log_event(
             "gateway_started",
             models=sorted(self.models),
