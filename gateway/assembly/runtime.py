@@ -73,6 +73,12 @@ class StateEvents:
         """A keyed request's spend could not be checked in Redis (``reason``)."""
         self._metrics.child(self._metrics.spend_fallbacks, reason).inc()
 
+    def limits_degraded(self, degraded: bool) -> None:
+        """The replica entered (True) or left degraded mode (gateway.keys.outage; it logs both)."""
+        self._metrics.limits_degraded.set(1 if degraded else 0)
+        if degraded:
+            self._metrics.limits_degraded_entered.inc()
+
     def rate_limited(self, limit: str) -> None:
         """A keyed request was refused by its ``limit`` (requests or tokens) rate limit."""
         self._metrics.child(self._metrics.rate_limit_rejections, limit).inc()

@@ -16,7 +16,8 @@ spend limiter reconcile (write back spend counted in process during an outage, s
 
 Metrics the app exports from here: ``redis_up`` (-> ``cascade_redis_up``; updated by a 1 s PING loop
 and by every Redis operation), ``on_policy_failure`` (-> ``cascade_policy_reload_failures_total``)
-and ``on_spend_fallback`` (-> ``cascade_spend_fallback_total{reason}``).
+``on_spend_fallback`` (-> ``cascade_spend_fallback_total{reason}``) and ``on_limits_degraded``
+(-> ``cascade_limits_degraded``, ``cascade_limits_degraded_entered_total``).
 """
 
 from __future__ import annotations
@@ -244,6 +245,7 @@ def _spend_limiter(
     report_redis: Callable[[bool], None],
     on_fallback: Callable[[str], None] | None,
     on_rate_limited: Callable[[str], None] | None,
+    on_degraded: Callable[[bool], None] | None,
 ) -> SpendLimiter:
     return SpendLimiter(
         window_s=budgets.window_s,
@@ -255,6 +257,8 @@ def _spend_limiter(
         timeout_s=redis_timeout_s,
         on_redis_down=budgets.on_redis_down,
         outage_share=budgets.outage_share,
+        outage_after_s=budgets.outage_after_s,
+        on_degraded=on_degraded,
         maintenance_redis=clients.redis,
     )
 
@@ -272,6 +276,7 @@ def build_shared_state(
     on_policy_failure: Callable[[str], None],
     on_spend_fallback: Callable[[str], None] | None = None,
     on_rate_limited: Callable[[str], None] | None = None,
+    on_limits_degraded: Callable[[bool], None] | None = None,
     on_auth_failure: AuthFailed | None = None,
     keys: RedisKeys | None = None,
     file_poll_interval_s: float = 0.25,
@@ -300,7 +305,14 @@ def build_shared_state(
     )
     authenticator = _authenticator(auth, budgets, clients, keys, on_auth_failure)
     spend = _spend_limiter(
-        budgets, clients, keys, redis_timeout_s, report_redis, on_spend_fallback, on_rate_limited
+        budgets,
+        clients,
+        keys,
+        redis_timeout_s,
+        report_redis,
+        on_spend_fallback,
+        on_rate_limited,
+        on_limits_degraded,
     )
     report_redis.state = SharedState(
         policy_store=store,
