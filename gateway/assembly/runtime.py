@@ -128,6 +128,7 @@ class Gateway:
         self.health = UpstreamHealth(self.pool, self.metrics)
         self.shared = shared
         self.metrics.spend_unsynced.set_function(self.shared.spend.unsynced_usd)
+        self.metrics.replicas_live.set_function(self.shared.spend.live_replicas)
         self.learning = learning
         self.loop: asyncio.AbstractEventLoop | None = None  # the serving loop, once started
         # Completion requests being served (their tasks), for the shutdown drain.

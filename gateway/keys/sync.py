@@ -188,6 +188,10 @@ class SpendSync:
         self._rates.forget_redis()
         self._epoch = epoch
 
+    def live_replicas(self) -> float:
+        """The replicas heard from in Redis, as this replica last read it (0: not known)."""
+        return float(self._outage.live_replicas)
+
     def unsynced_usd(self) -> float:
         """Spend counted in process that Redis does not hold yet (0 without Redis)."""
         if self._store is None:

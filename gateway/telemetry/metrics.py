@@ -230,6 +230,12 @@ class GatewayMetrics:
             "Times this replica entered degraded mode (a pause shorter than the outage rule never does).",
             registry=r,
         )
+        self.replicas_live = Gauge(
+            "cascade_replicas_live",
+            "Replicas heard from in Redis in the last 5 s, as this replica last read it (0: not known); "
+            "in degraded mode each admits at most 1/this of a key's headroom.",
+            registry=r,
+        )
         self.spend_unsynced = Gauge(
             "cascade_spend_unsynced_usd",
             "Spend counted in process that Redis does not hold yet (written back when it answers).",
