@@ -25,6 +25,7 @@ from pathlib import Path
 
 from tests.reliability.processes import RedisServer
 from tests.reliability.redis_pause import (
+    all_live,
     burst,
     client_pause,
     degraded_entries,
@@ -70,6 +71,7 @@ def main() -> None:
             for case, (n, count, before) in CASES.items():
                 replicas = rated_replicas(n, server.url, upstream, Path(workdir), requests=RPM)
                 try:
+                    all_live(replicas)  # (a tree without the heartbeat never says so: go on after 5 s)
                     for _ in range(args.repeat):
                         key = keys.pop()
                         entries = sum(degraded_entries(r) for r in replicas)
@@ -86,8 +88,8 @@ def main() -> None:
                         print(
                             f"{case}: {count} requests, rpm {RPM}, {args.pause_ms} ms pause: admitted "
                             f"{statuses.count(200)} (429: {statuses.count(429)}), Redis counted {counted}; "
-                            f"degraded entries {sum(degraded_entries(r) for r in replicas) - entries:.0f}, "
-                            f"requests decided without Redis {sum(fallbacks(r) for r in replicas) - local:.0f}"
+                            f"degraded entries {sum(map(degraded_entries, replicas)) - entries:.0f}, "
+                            f"requests decided without Redis {sum(map(fallbacks, replicas)) - local:.0f}"
                         )
                 finally:
                     for replica in replicas:

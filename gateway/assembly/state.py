@@ -107,6 +107,7 @@ class SharedState:
             self._health_task.cancel()
             await asyncio.gather(self._health_task, return_exceptions=True)
             self._health_task = None
+            await self.spend.leave()
         for client in (self.redis, self.policy_redis, self.request_redis):
             if client is not None:
                 with contextlib.suppress(RedisError, OSError):

@@ -329,6 +329,10 @@ class RedisSpendStore:
         args = (replica_id, str(ttl_s))
         return int(await self._batch.run_script(_HEARTBEAT_LUA, (self.keys.replicas,), args))
 
+    async def leave(self, replica_id: str) -> None:
+        """Take replica ``replica_id`` off the live replicas (it is shutting down)."""
+        await self._batch.execute("ZREM", self.keys.replicas, replica_id)
+
     async def read(
         self, counters: Sequence[str], windows: Sequence[str]
     ) -> tuple[list[int], list[list[int]]]:

@@ -20,6 +20,7 @@ once it says degraded, the request path skips Redis for ``_RETRY_S`` seconds aft
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
 import time
 from collections.abc import Awaitable, Callable
@@ -188,6 +189,13 @@ class SpendSync:
         self._rates.forget_redis()
         self._epoch = epoch
 
+    async def leave(self) -> None:
+        """Take this replica off the live replicas (at shutdown: the others' outage shares grow at
+        once, not after ``REPLICA_TTL_S``). Never raises."""
+        if self._background_store is not None:
+            with contextlib.suppress(RedisError, OSError, TimeoutError):
+                await self._background_store.leave(self._replica_id)
+
     def live_replicas(self) -> float:
         """The replicas heard from in Redis, as this replica last read it (0: not known)."""
         return float(self._outage.live_replicas)
@@ -221,25 +229,30 @@ class SpendSync:
         self, attempt: Callable[[], Awaitable[T | FallbackReason]]
     ) -> T | FallbackReason:
         """What ``attempt`` (one request-path Redis operation) returned once Redis decided, else why
-        Redis cannot decide. A failed attempt is made again (it takes a new op id itself), at most
-        once per ``redis_timeout_s``, until Redis answers or the outage rule says degraded; a request
-        waits no longer than ``outage_after_s`` and one timeout in all (gateway.keys.outage)."""
+        Redis cannot decide. A failed attempt is made again (it takes a new op id itself) until Redis
+        answers or the outage rule says degraded; a request waits no longer than ``outage_after_s``
+        and one timeout in all (gateway.keys.outage)."""
+        reason: FallbackReason | None = await self._usable_epoch()
+        if reason is None:
+            result = await attempt()
+            if not isinstance(result, str):
+                return result
+            reason = cast(FallbackReason, result)
         assert self._store is not None
-        timeout_s = self._store.timeout_s
-        give_up = time.monotonic() + self._outage.after_s + timeout_s
-        while True:
-            started = time.monotonic()
-            reason: FallbackReason | None = await self._usable_epoch()
+        give_up = time.monotonic() + self._outage.after_s + self._store.timeout_s
+        while reason in ("timeout", "error") and not self._outage.degraded and not self._last_refused:
+            left = give_up - time.monotonic()
+            if left <= 0:
+                break
+            if reason == "error":  # a refused connection fails at once: one attempt per timeout
+                await asyncio.sleep(min(self._store.timeout_s, left))
+            reason = await self._usable_epoch()
             if reason is None:
                 result = await attempt()
                 if not isinstance(result, str):
                     return result
                 reason = cast(FallbackReason, result)
-            retry = reason in ("timeout", "error") and not self._outage.degraded and not self._last_refused
-            if not retry or time.monotonic() >= give_up:
-                return reason
-            # A refused connection fails at once: no more than one attempt per timeout.
-            await asyncio.sleep(max(0.0, min(started + timeout_s, give_up) - time.monotonic()))
+        return reason
 
     def _finished(self, reservation: Reservation, actual: int, result: int) -> None:
         ledger = self._ledger_of(reservation)

@@ -12,6 +12,7 @@ bench/gateway/redis_pause_limits.py use it).
   (through Redis), then ``pause()`` (a callable that starts the pause), then the other
   ``count - k`` at once, round-robin over the replicas; the statuses, in order.
 * ``rate_requests(server, key)``: the requests Redis counted in the key's current minute window.
+* ``all_live(replicas)``: waits until each replica has read that all are live.
 * ``live_replicas(replica)``, ``degraded_entries(replica)``, ``fallbacks(replica)``: its metrics.
 """
 
@@ -116,6 +117,17 @@ def rate_requests(server: RedisServer, key: str) -> int:
 def live_replicas(replica: InProcessGateway) -> float:
     """The live replicas ``replica`` last read from Redis (``cascade_replicas_live``)."""
     return replica.sample("cascade_replicas_live")
+
+
+def all_live(replicas: Sequence[InProcessGateway], timeout_s: float = 5.0) -> bool:
+    """Wait until every replica has read that all of them are live (their heartbeats go to Redis
+    about once a second); whether they did within ``timeout_s``."""
+    deadline = time.monotonic() + timeout_s
+    while any(live_replicas(r) != len(replicas) for r in replicas):
+        if time.monotonic() > deadline:
+            return False
+        time.sleep(0.05)
+    return True
 
 
 def degraded_entries(replica: InProcessGateway) -> float:
