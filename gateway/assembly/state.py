@@ -305,16 +305,8 @@ def build_shared_state(
         capabilities=capabilities,
     )
     authenticator = _authenticator(auth, budgets, clients, keys, on_auth_failure)
-    spend = _spend_limiter(
-        budgets,
-        clients,
-        keys,
-        redis_timeout_s,
-        report_redis,
-        on_spend_fallback,
-        on_rate_limited,
-        on_limits_degraded,
-    )
+    hooks = (on_spend_fallback, on_rate_limited, on_limits_degraded)
+    spend = _spend_limiter(budgets, clients, keys, redis_timeout_s, report_redis, *hooks)
     report_redis.state = SharedState(
         policy_store=store,
         authenticator=authenticator,
