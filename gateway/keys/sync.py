@@ -40,6 +40,8 @@ log = logging.getLogger("cascade.spend")
 # In degraded mode, after a failed Redis call the request path skips Redis for this long (the
 # maintenance loop probes).
 _RETRY_S = 1.0
+# How long a replica shutting down tries to take itself off the live replicas.
+_LEAVE_S = 0.5
 # At most one failure line per this many seconds for an outage's timeouts and connection errors.
 _LOG_EVERY_S = 10.0
 
@@ -194,7 +196,8 @@ class SpendSync:
         once, not after ``REPLICA_TTL_S``). Never raises."""
         if self._background_store is not None:
             with contextlib.suppress(RedisError, OSError, TimeoutError):
-                await self._background_store.leave(self._replica_id)
+                # Bounded: a shutdown with Redis down must not wait for the maintenance timeout.
+                await asyncio.wait_for(self._background_store.leave(self._replica_id), _LEAVE_S)
 
     def live_replicas(self) -> float:
         """The replicas heard from in Redis, as this replica last read it (0: not known)."""
