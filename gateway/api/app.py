@@ -88,6 +88,7 @@ def build_gateway(
         on_policy_failure=events.policy_failed,
         on_spend_fallback=events.spend_fallback,
         on_rate_limited=events.rate_limited,
+        on_limits_degraded=events.limits_degraded,
         on_auth_failure=events.auth_failed,
         trusted_proxies=settings.trusted_proxies,
     )

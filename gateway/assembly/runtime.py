@@ -76,6 +76,12 @@ class StateEvents:
         """A keyed request's spend could not be checked in Redis (``reason``)."""
         self._metrics.child(self._metrics.spend_fallbacks, reason).inc()
 
+    def limits_degraded(self, degraded: bool) -> None:
+        """The replica entered (True) or left degraded mode (gateway.keys.outage; it logs both)."""
+        self._metrics.limits_degraded.set(1 if degraded else 0)
+        if degraded:
+            self._metrics.limits_degraded_entered.inc()
+
     def rate_limited(self, limit: str) -> None:
         """A keyed request was refused by its ``limit`` (requests or tokens) rate limit."""
         self._metrics.child(self._metrics.rate_limit_rejections, limit).inc()
@@ -125,6 +131,7 @@ class Gateway:
         self.health = UpstreamHealth(self.pool, self.metrics)
         self.shared = shared
         self.metrics.spend_unsynced.set_function(self.shared.spend.unsynced_usd)
+        self.metrics.replicas_live.set_function(self.shared.spend.live_replicas)
         self.learning = learning
         self.loop: asyncio.AbstractEventLoop | None = None  # the serving loop, once started
         # Completion requests being served (their tasks), for the shutdown drain.

@@ -204,6 +204,14 @@ class BudgetConfig(_Section):
         description="share of a key's remaining budget one replica may admit on its own "
         "during an outage (1/N for N replicas: never above the limit)",
     )
+    outage_after_s: float = Field(
+        0.5,
+        gt=0,
+        le=30,
+        description="how long Redis must fail to answer before a replica decides limits in process "
+        "(degraded mode); until then a failed call is tried again and the request waits "
+        "(gateway.keys.outage)",
+    )
     rate_limits: list[RateLimit] = Field(
         default_factory=list,
         description="default request/token rate limits of a key without its own: "
