@@ -78,6 +78,13 @@ class GatewayMetrics:
             ["tier", "model", "reason"],
             registry=r,
         )
+        self.content_refusals = Counter(
+            "cascade_content_refusals",
+            "Content-policy refusals by an upstream, by what the gateway did: returned to the client, "
+            "escalated to the next stage, or served the degraded answer (upstream_errors.content_policy).",
+            ["tier", "model", "action"],
+            registry=r,
+        )
         self.invalid_answers = Counter(
             "cascade_invalid_answers",
             "Answers that failed a structural check (final stages included), by check.",
