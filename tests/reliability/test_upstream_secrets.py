@@ -1,10 +1,10 @@
 """A lying upstream that echoes the gateway's secrets in its error text, against a real `cascade serve`.
 
 The scripted upstream answers 400/422 with a message quoting the ``Authorization`` header it
-received (the upstream key), the client key and the admin key, and with the upstream key as its
-error ``code`` (relayed codes are the provider's own, so they pass the same redaction). Whatever the client asked for
-(a configured model, a stream, a cascade), the relayed error says why without any of them, and the
-gateway's log holds none of them either.
+received (the upstream key), the client key and the admin key, and with secrets as its error
+``code`` and ``param`` (relayed codes are the provider's own: they pass the same redaction).
+Whatever the client asked for (a configured model, a stream, a cascade), the relayed error says why
+without any of them, and the gateway's log holds none of them either.
 """
 
 from __future__ import annotations
