@@ -29,7 +29,13 @@ import orjson
 
 from gateway.config.settings import ModelConfig
 from gateway.telemetry.metrics import GatewayMetrics
-from gateway.upstream.provider_errors import ProviderError, is_content_refusal, read_provider_error
+from gateway.upstream.provider_errors import (
+    ProviderError,
+    is_content_refusal,
+    provider_error_of,
+    read_provider_error,
+    stated_status,
+)
 from gateway.upstream.transport import SessionOpener, open_pooled_session
 from gateway.wire.errors import (
     GatewayError,
@@ -155,6 +161,11 @@ class UpstreamClient:
         if self._session is not None:
             await self._session.close()
             self._session = None
+
+    @property
+    def redact(self) -> Redactor:
+        """The redaction of every upstream text this client keeps (its pool's)."""
+        return self._redact
 
     @property
     def auth_headers(self) -> dict[str, str]:
@@ -400,6 +411,20 @@ async def read_completion(response: aiohttp.ClientResponse, model: str) -> dict[
     if parsed is None:
         raise UpstreamFailure(model, "malformed", _NOT_A_COMPLETION)
     return parsed
+
+
+def error_event_failure(model: str, event: dict[str, Any], redact: Redactor) -> UpstreamFailure:
+    """An upstream's in-stream ``{"error": ...}`` event as a failure: a refusal of the request
+    (``rejected``) when it states a refusal's status, or is a content-policy refusal (400: its
+    status everywhere else), else an upstream failure (``http``). The provider's words either way."""
+    said = provider_error_of(event, redact)
+    status = stated_status(event)
+    if status is None and is_content_refusal(said):
+        status = 400
+    if status in _REJECTED_STATUS:
+        message = said.message or "upstream sent an error event"
+        return UpstreamFailure(model, "rejected", message, status=status, provider=said)
+    return UpstreamFailure(model, "http", "upstream sent an error event", provider=said)
 
 
 def _broken(exc: BaseException, status: int | None) -> str:

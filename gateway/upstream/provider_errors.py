@@ -13,6 +13,10 @@ An upstream that refuses a request (400, 404, 413, 422) says why in its body. Th
 * vLLM before 0.6: the same fields at the top level, ``{"object": "error", "message", "type", ...}``;
 * ``{"error": "<text>"}``: a message only.
 
+A live stream may carry the same object as an event (``data: {"error": {...}}``, as OpenAI, vLLM
+and Azure's content filter send one): ``provider_error_of`` reads it, ``stated_status`` the 4xx it
+states (an integer ``code`` or ``status``), since the stream's own status was a 200.
+
 The message is redacted, then cut (``redaction``: a cut must not leave part of a secret behind);
 ``type``, ``code`` and ``param`` are kept only when they look like identifiers (at most 64
 characters of letters, digits and ``_ . - : [ ]``) and survive the same redaction unchanged, so a
@@ -60,6 +64,11 @@ def read_provider_error(payload: bytes, redact: Redactor) -> ProviderError:
         parsed = orjson.loads(payload)
     except orjson.JSONDecodeError:
         return ProviderError()
+    return provider_error_of(parsed, redact)
+
+
+def provider_error_of(parsed: object, redact: Redactor) -> ProviderError:
+    """The error of a parsed body or stream event (``read_provider_error``)."""
     if not isinstance(parsed, dict):
         return ProviderError()
     error = parsed.get("error")
@@ -77,6 +86,17 @@ def read_provider_error(payload: bytes, redact: Redactor) -> ProviderError:
         _identifier(fields.get("code"), redact),
         _identifier(fields.get("param"), redact),
     )
+
+
+def stated_status(parsed: dict[str, Any]) -> int | None:
+    """The client-error status (4xx) a parsed error body or event states in an integer ``code`` or
+    ``status`` (llama.cpp, vLLM, Azure), else None."""
+    error = parsed.get("error")
+    fields = error if isinstance(error, dict) else parsed
+    for value in (fields.get("status"), fields.get("code")):
+        if isinstance(value, int) and not isinstance(value, bool) and 400 <= value < 500:
+            return value
+    return None
 
 
 def is_content_refusal(error: ProviderError | None) -> bool:

@@ -220,3 +220,34 @@ def test_a_content_refusal_is_recognised_by_the_providers_code_or_type(
     said: ProviderError | None, refusal: bool
 ) -> None:
     assert is_content_refusal(said) is refusal
+
+
+FILTERED = {"message": "filtered", "type": None, "param": "prompt", "code": "content_filter", "status": 400}
+OPENING = {
+    "id": "c1",
+    "object": "chat.completion.chunk",
+    "model": "up-large",
+    "choices": [{"index": 0, "delta": {"role": "assistant", "content": "Par"}, "finish_reason": None}],
+}
+
+
+def test_an_error_event_opening_a_live_stream_is_the_providers_refusal(
+    gateway: InProcessGateway, upstream: ScriptedUpstream
+) -> None:
+    upstream.script("up-large", ok(stream_events=[{"error": FILTERED}]))
+    with pytest.raises(openai.BadRequestError) as raised:
+        list(gateway.client().chat.completions.create(model="large", messages=MESSAGES, stream=True))
+    assert raised.value.code == "content_filter" and raised.value.param == "prompt"
+    assert raised.value.body["upstream"]["model"] == "large"  # type: ignore[index]
+
+
+def test_an_error_event_inside_a_live_stream_ends_it_with_the_providers_code(
+    gateway: InProcessGateway, upstream: ScriptedUpstream
+) -> None:
+    upstream.script("up-large", ok(stream_events=[OPENING, {"error": FILTERED}]))
+    stream = gateway.client().chat.completions.create(model="large", messages=MESSAGES, stream=True)
+    with pytest.raises(openai.APIError) as raised:
+        for chunk in stream:
+            assert chunk.choices[0].delta.content == "Par"  # what came before the error
+    assert not isinstance(raised.value, openai.APIStatusError)  # an SSE error event of the 200
+    assert raised.value.code == "content_filter" and raised.value.type == "invalid_request_error"
