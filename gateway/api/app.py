@@ -114,6 +114,7 @@ def build_gateway(
         redact=redact,
         coverage=settings.coverage,
         transport=transport,
+        upstream_errors=settings.upstream_errors,
     )
 
 

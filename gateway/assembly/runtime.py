@@ -18,7 +18,13 @@ from typing import TYPE_CHECKING, Any
 from gateway.assembly.state import SharedState
 from gateway.config.coverage import CoverageConfig
 from gateway.config.learning import LearningConfig
-from gateway.config.settings import ConfigError, LimitsConfig, LoggingConfig, ModelConfig
+from gateway.config.settings import (
+    ConfigError,
+    LimitsConfig,
+    LoggingConfig,
+    ModelConfig,
+    UpstreamErrorsConfig,
+)
 from gateway.engine.cascade import CascadeEngine, scored_stage_body
 from gateway.routing.routed_tiers import RouterRuntime
 from gateway.routing.tier_choice import RoutePlan, RoutePlanner
@@ -101,7 +107,8 @@ class Gateway:
     is the traffic sampler (``build_traffic_sampler``), None unless ``learning.enabled``; ``redact`` cleans
     upstream error text of every configured secret (``Settings.secret_values``); ``coverage`` is
     the config's ``coverage`` section (gateway.config.coverage), None when absent; ``transport``
-    opens the upstream sessions (gateway.upstream.transport).
+    opens the upstream sessions (gateway.upstream.transport); ``upstream_errors`` says what a
+    provider's content-policy refusal does at a stage (the engine's).
     """
 
     def __init__(
@@ -117,6 +124,7 @@ class Gateway:
         redact: Redactor | None = None,
         coverage: CoverageConfig | None = None,
         transport: SessionOpener = open_pooled_session,
+        upstream_errors: UpstreamErrorsConfig | None = None,
     ):
         self.models = models
         self.limits = limits
@@ -124,7 +132,8 @@ class Gateway:
         self.metrics = metrics
         self.pool = UpstreamPool(models, self.metrics, redact, transport)
         self.planner = RoutePlanner(models, rng, coverage)
-        self.engine = CascadeEngine(models, self.pool, self.metrics)
+        content_policy = (upstream_errors or UpstreamErrorsConfig()).content_policy
+        self.engine = CascadeEngine(models, self.pool, self.metrics, content_policy)
         self.router_runtime = RouterRuntime(self.metrics)
         if learning is not None:  # sampled requests of a policy with a router carry its features
             learning.runner.featurize = self.router_runtime.features

@@ -268,6 +268,16 @@ class LoggingConfig(_Section):
         return value.lower() if isinstance(value, str) else value
 
 
+class UpstreamErrorsConfig(_Section):
+    """What an upstream's refusal of a request does at a stage (docs/contracts.md#upstream-errors)."""
+
+    content_policy: Literal["return", "escalate"] = Field(
+        "return",
+        description="a provider's content-policy refusal (gateway.upstream.provider_errors): `return` it to "
+        "the client at once, or `escalate` to the next stage like any failed call",
+    )
+
+
 class Settings(BaseSettings):
     """The whole gateway config (docs/contracts.md#config)."""
 
@@ -291,6 +301,7 @@ class Settings(BaseSettings):
     budgets: BudgetConfig = BudgetConfig()
     limits: LimitsConfig = LimitsConfig()
     logging: LoggingConfig = LoggingConfig()
+    upstream_errors: UpstreamErrorsConfig = UpstreamErrorsConfig()
     drift: DriftConfig = DriftConfig()
     learning: LearningConfig = LearningConfig()
     # What the policy was calibrated on; other cascade requests go to one model directly

@@ -131,11 +131,18 @@ class GatewayMetrics:
         )
 
     def _register_upstream_metrics(self, r: CollectorRegistry) -> None:
-        """Upstream call attempts, their durations, spend and tokens."""
+        """Upstream call attempts, their durations, spend and tokens; content-policy refusals."""
         self.upstream_requests = Counter(
             "cascade_upstream_requests",
             "Upstream call attempts by status class.",
             ["model", "status"],
+            registry=r,
+        )
+        self.content_refusals = Counter(
+            "cascade_content_refusals",
+            "Content-policy refusals by an upstream, by what the gateway did: returned to the client, "
+            "escalated to the next stage, or served the degraded answer (upstream_errors.content_policy).",
+            ["tier", "model", "action"],
             registry=r,
         )
         self.upstream_duration = Histogram(
