@@ -37,6 +37,7 @@ from referencing.exceptions import NoSuchResource
 from policies.schema_graph import SchemaGraph, in_place_paths, walk
 from policies.schema_limits import (
     MAX_IN_PLACE_PATHS,
+    MAX_SCHEMA_BYTES,
     MAX_SCHEMA_NODES,
     SchemaAllowance,
     draft_of,
@@ -281,6 +282,8 @@ def _examine(schema: dict[str, Any], allowance: SchemaAllowance) -> tuple[Schema
         size = len(orjson.dumps(schema))
     except orjson.JSONEncodeError:
         return "the schema nests too deeply to be read"
+    if size > allowance.bytes:  # before any walk: a schema's bytes bound its work
+        return f"the request's schemas are larger than {MAX_SCHEMA_BYTES} bytes of JSON together"
     if draft_of(schema) is None:
         shown = str(schema.get("$schema"))[:80]
         return f"$schema {shown!r} is not a draft the gateway runs (draft-04, -06, -07, 2019-09, 2020-12)"
@@ -294,11 +297,13 @@ def _examine(schema: dict[str, Any], allowance: SchemaAllowance) -> tuple[Schema
         return problem
     if graph.pattern_properties and graph.unevaluated_properties:
         return "patternProperties beside unevaluatedProperties is not supported"
-    for pattern in graph.patterns:
+    for pattern in set(graph.patterns):  # each compiled once, its program charged
         try:
-            regex(pattern)
+            problem = allowance.take_pattern(regex(pattern).programsize)
         except UnrunnablePattern as exc:
             return str(exc)
+        if problem is not None:
+            return problem
     paths = in_place_paths(graph)
     if paths is None:
         return "the schema's $ref loops back to itself without validating anything in between"
