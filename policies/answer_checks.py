@@ -52,8 +52,9 @@ def check_answer(request: Mapping[str, Any], message: Mapping[str, Any] | None) 
 
     Its schema checks share one budget of steps (``policies.schema_work.MAX_CHECK_STEPS``): an
     answer that would take more is a problem (not shown to satisfy its schema)."""
-    budget = WorkBudget()
     functions = declared_functions(request)
+    # Made only where a schema may be checked: a request without one does no such work.
+    budget = WorkBudget() if functions or "response_format" in request else None
     # Content that merely looks like a call is text when the request declares no function (a JSON
     # answer to a json_schema asking for {"name": ..., "arguments": ...} is no call).
     calls = answer_calls(message, in_content=bool(functions))
@@ -100,7 +101,9 @@ def _tool_choice_problem(choice: Any, calls: list[ToolCall], declared: bool) -> 
     return None
 
 
-def _call_problem(call: ToolCall, functions: dict[str, Any], budget: WorkBudget) -> AnswerProblem | None:
+def _call_problem(
+    call: ToolCall, functions: dict[str, Any], budget: WorkBudget | None
+) -> AnswerProblem | None:
     if call.name not in functions:
         return AnswerProblem(
             "invalid_tool_call", f"a call to {call.name!r}, which the request does not declare"
@@ -122,7 +125,7 @@ def _call_problem(call: ToolCall, functions: dict[str, Any], budget: WorkBudget)
 
 
 def _structured_output_problem(
-    response_format: Any, message: Mapping[str, Any] | None, budget: WorkBudget
+    response_format: Any, message: Mapping[str, Any] | None, budget: WorkBudget | None
 ) -> AnswerProblem | None:
     if not isinstance(response_format, Mapping):
         return None

@@ -1,14 +1,18 @@
-"""A client's JSON Schema as data, never code: local refs only, linear-time patterns, bounded memory.
+"""A client's JSON Schema as data, never code: local refs only, bounded work, bounded memory.
 
 Schemas reach the gateway in tool ``parameters`` and ``response_format`` (and the Responses and
 Messages fields translated into them); answers are checked against them (``policies.answer_checks``).
-Three rules keep such a schema from reaching past the gateway:
+Four rules keep such a schema from reaching past the gateway or holding its event loop:
 
-* **No network or file access.** A ``$ref`` (``$dynamicRef``, ``$recursiveRef``) must point inside
-  the schema (``#``, ``#/json/pointer``, ``#anchor``); validators resolve refs in a registry whose
-  retrieve function refuses every URI, so even a ref that slips past the check (an ``$id`` that
-  changes the base URI) is an unresolvable ref, never a fetch. A ref loop that never consumes the
-  instance (``{"$ref": "#"}``, ``a -> b -> a`` through refs and in-place applicators) is refused.
+* **No network or file access.** A ``$ref`` must point inside the schema (``#``,
+  ``#/json/pointer``, ``#anchor``; ``$dynamicRef`` and ``$recursiveRef`` are refused); validators
+  resolve refs in a registry whose retrieve function refuses every URI, so even a ref that slips
+  past the check (an ``$id`` that changes the base URI) is an unresolvable ref, never a fetch. A
+  ref loop that never consumes the instance (``{"$ref": "#"}``, ``a -> b -> a`` through refs and
+  in-place applicators) is refused.
+* **Bounded work.** A schema is accepted within the limits of ``policies.schema_limits``, checked
+  in one walk linear in its size (``policies.schema_graph``), and compiled in linear time; each
+  answer check is counted against a budget of steps (``policies.schema_work``).
 * **Linear-time matching.** ``pattern`` and ``patternProperties`` run on RE2 (google-re2): time
   linear in the text, whatever the pattern. A pattern RE2 cannot run (lookaround, backreferences)
   is refused, and so is ``unevaluatedProperties`` beside ``patternProperties`` (jsonschema would
@@ -16,8 +20,8 @@ Three rules keep such a schema from reaching past the gateway:
 * **Bounded memory.** Compiled validators and regexes are kept by the bytes of their source, not by
   count (``ByteBoundedCache``).
 
-``schema_problem(schema)`` says why a schema is refused (the gateway answers 400), or None;
-``cached_validator(schema_json)`` is the compiled validator of a schema (None: not checkable).
+``schema_problem(schema, allowance)`` says why a schema is refused (the gateway answers 400), or
+None; ``cached_validator(schema_json)`` is the compiled schema (None: not checkable).
 """
 
 from __future__ import annotations
