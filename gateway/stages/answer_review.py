@@ -53,6 +53,8 @@ class EscalationReason(StrEnum):
     INVALID_STRUCTURED_OUTPUT = "invalid_structured_output"
     TRUNCATED = "truncated"  # cut at a completion cap the client did not set (policies.truncation)
     UPSTREAM_ERROR = "upstream_error"
+    # No first token within the model's ``first_token_timeout_s`` (the stage was cancelled).
+    SLOW_FIRST_TOKEN = "slow_first_token"
     SCORER_FAILED = "scorer_failed"  # a black-box scorer's own call failed (gateway.stages.blackbox_scoring)
 
     @property
@@ -80,6 +82,7 @@ _NO_FALLBACK = frozenset(
         EscalationReason.INVALID_TOOL_CALL,
         EscalationReason.INVALID_STRUCTURED_OUTPUT,
         EscalationReason.UPSTREAM_ERROR,
+        EscalationReason.SLOW_FIRST_TOKEN,
     }
 )
 

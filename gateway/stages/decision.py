@@ -31,11 +31,27 @@ from gateway.stages.blackbox_scoring import StageScore
 from gateway.telemetry.metrics import GatewayMetrics
 from gateway.upstream.client import UpstreamFailure
 from gateway.wire.answer_reading import READ_FAILURES, unreadable
+from gateway.wire.errors import GatewayError, UpstreamTimeoutError
 from gateway.wire.facts import CascadeFacts
 from gateway.wire.requests import ParsedRequest
 from money.charges import Charge
 from policies import should_escalate
 from policies.schema import Policy
+
+SLOW_FIRST_TOKEN = "slow_first_token"
+
+
+class SlowFirstToken(UpstreamFailure):
+    """A stage's first token did not arrive within its model's ``first_token_timeout_s``: the gateway
+    cancelled the call (charged by the one rule). A stage before the last escalates
+    (``slow_first_token``); at the last stage, a timeout error (504)."""
+
+    def __init__(self, model: str, seconds: float):
+        super().__init__(model, SLOW_FIRST_TOKEN, f"no first token within {seconds:g}s")
+
+    def to_gateway_error(self) -> GatewayError:
+        """The client-facing timeout."""
+        return UpstreamTimeoutError(f"upstream model {self.model!r} sent no first token in time")
 
 
 class Timeouts:
@@ -118,6 +134,13 @@ class StageDecision:
         like a malformed answer."""
         unreadable(model, exc)
         facts.failures.append("unreadable")
+        return EscalationReason.UPSTREAM_ERROR
+
+    @staticmethod
+    def failure_reason(failure: UpstreamFailure) -> EscalationReason:
+        """Why a failed stage escalates: a late first token, or any other failure of its call."""
+        if failure.kind == SLOW_FIRST_TOKEN:
+            return EscalationReason.SLOW_FIRST_TOKEN
         return EscalationReason.UPSTREAM_ERROR
 
     def failed(
