@@ -80,9 +80,12 @@ def test_a_cheap_stage_whose_first_token_is_late_escalates_and_is_charged_by_the
     assert float(raw.headers["x-cascade-cost-bound-usd"]) == pytest.approx(charge.usd, rel=1e-6)
     billed = float(raw.headers["x-cascade-cost-usd"]) - float(raw.headers["x-cascade-cost-bound-usd"])
     assert billed == pytest.approx(0.001)  # large's answer, billed by its usage
-    assert gateway.sample(
-        "cascade_escalation_reasons_total", tier="balanced", model="small", reason="slow_first_token"
-    ) == 1
+    assert (
+        gateway.sample(
+            "cascade_escalation_reasons_total", tier="balanced", model="small", reason="slow_first_token"
+        )
+        == 1
+    )
 
 
 @pytest.mark.parametrize("stream", [False, True])
