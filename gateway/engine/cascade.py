@@ -27,6 +27,10 @@ counted; every escalation records its reason. Each scored stage is decided by
 gateway.stages.decision (``StageDecision``: the score, the sampler's copy, the review, the reason,
 and which stage follows a timeout), the one decision of the buffered and the prefix paths.
 
+A model with a ``first_token_timeout_s`` is called streamed, even where its answer is read whole
+(gateway.streaming.first_token): a late first token cancels the stage (``slow_first_token``). A
+``fallback`` tier is served by gateway.engine.fallback (no score: the first answer that comes).
+
 A streamed request is served by ``CascadeEngine.stream`` as client-ready SSE events: the scored
 stages are the same, an accepted answer is replayed, the final stage is relayed live by
 gateway.streaming.live (which charges it however the stream ends). On a tier with the ``prefix`` commit rule
