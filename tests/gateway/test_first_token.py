@@ -19,6 +19,7 @@ import pytest
 from money import Price
 from money.charges import Attempt, CallLimits, attempt_charge, sent_bound
 from tests.support.gateway_testkit import model_configs
+from tests.support.policy_files import write_policy
 from tests.support.scripted_upstream import ScriptedUpstream, ok
 
 MESSAGES = [{"role": "user", "content": "What is the capital of France?"}]
@@ -120,3 +121,24 @@ def test_a_last_stage_whose_first_token_is_late_is_a_clean_timeout(
     assert raised.value.status_code == 504
     assert raised.value.body["code"] == "upstream_timeout"  # type: ignore[index]
     assert "first token" in raised.value.message
+
+
+def test_a_prefix_tiers_cheap_stage_whose_first_token_is_late_escalates(
+    start_gateway, make_settings, upstream: ScriptedUpstream, released: threading.Event, tmp_path
+) -> None:
+    configs = model_configs(upstream.base_url)
+    configs["small"].update(first_token_timeout_s=FIRST_TOKEN_S, cancel_overrun_tokens=8)
+    policy = write_policy(tmp_path / "prefix.json", {"balanced": {"commit": {"rule": "prefix", "tokens": 3}}})
+    gateway = start_gateway(make_settings(policy, models=configs))
+    upstream.script("up-small", ok(LONG_ANSWER, hold_first=released))
+    upstream.script("up-large", ok("Paris, from large."))
+    raw = _create(gateway, stream=True)
+    text = "".join(c.choices[0].delta.content or "" for c in raw.parse() if c.choices)
+
+    assert text == "Paris, from large."
+    assert raw.headers["x-cascade-escalation-reason"] == "slow_first_token"
+    assert raw.headers["x-cascade-models-called"] == "small,large"
+    (call,) = upstream.calls("up-small")
+    cancelled = Attempt(orjson.dumps(call.body), streamed_tokens=0, cancelled=True)
+    charge = attempt_charge(SMALL_PRICE, cancelled, CallLimits(cancel_overrun_tokens=8))
+    assert float(raw.headers["x-cascade-cost-bound-usd"]) == pytest.approx(charge.usd, rel=1e-6)
