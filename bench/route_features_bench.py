@@ -4,7 +4,7 @@ For each feature set (``policies.route_features``): CPU time and wall time per r
 exactly as the gateway does (``request_parts`` of the chat body, then the features), median and
 90th percentile over every prompt (repeated ``--repeat`` times for the cheap set); then the router
 itself (``LinearRouter.probabilities`` + ``routed_choice`` for 3 models); then one MiniLM embedding
-through the gateway's process pool (``gateway.routing.routed_tiers.EmbeddingPool``), submit to result, one
+through the gateway's process pool (``gateway.routing.embedding_pool.EmbeddingPool``), submit to result, one
 at a time: the latency a routed request pays before its first upstream call.
 
     .venv/bin/python bench/route_features_bench.py
@@ -84,7 +84,8 @@ def main() -> None:
             times.append(time.perf_counter() - t0)
         print(f"router on {name:10s} (3 models, {dims} features): {_percentiles(times)}")
 
-    from gateway.routing.routed_tiers import EmbeddingPool, RouterRuntime
+    from gateway.routing.embedding_pool import EmbeddingPool
+    from gateway.routing.routed_tiers import RouterRuntime
     from gateway.routing.tier_choice import RoutePlanner
     from gateway.telemetry.metrics import GatewayMetrics
     from gateway.wire.requests import parse_request
@@ -139,7 +140,8 @@ def main() -> None:
 
     async def through_pool() -> list[float]:
         pool = EmbeddingPool(workers=1, max_pending=4, timeout_s=120.0)
-        await pool.embed("warm up")  # the worker loads the model once
+        pool.start()
+        assert await pool.wait_warm()  # the worker loads the model once
         latencies = []
         for body in bodies[: args.pool_requests]:
             text, _, _ = request_parts(body, request_kind(body))

@@ -50,6 +50,11 @@ defaults set a positive one, and each content part priced by something other tha
 audio, a file) is bounded by the model's declared ``part_tokens`` (``CallLimits``); a request with
 a part its model declares no bound for is refused before any call (``undeclared_part``).
 
+**Content parts are an allowlist** (``CHAT_PARTS``): a part is text, priced by its bytes, or of a
+kind a model declares a bound for; a part of any other type (one an upstream may take and bill, as
+vLLM takes ``audio_url``, or one an API adds later) is ``UNPRICED``: no bound can be declared for
+it, and a request carrying one is refused before any call (``unpriced_part`` says where).
+
 Only the contract package's dependencies are used, so the gateway and traffic/ both import it.
 """
 
@@ -87,10 +92,18 @@ SENT_FIELDS_BYTES = 160
 # The field a completion cap is sent under when the request sets none: chat and legacy completions
 # take it on OpenAI (non-reasoning models), vLLM and llama.cpp (an alias of n_predict there).
 SENT_CAP_FIELD = "max_tokens"
-# Chat content parts a provider prices by something other than their bytes (an image by its
-# pixels, audio by its length, a file by its pages), by the kind a model declares a bound for.
-PRICED_PARTS = {"image_url": "image", "input_audio": "audio", "file": "file"}
+# Every chat content part type the gateway forwards, by how a provider prices it: None, by its
+# bytes (text, an assistant's refusal); else the kind of part a model declares a bound for, priced
+# by something other than its bytes (an image by its pixels, audio by its length, a file by its
+# pages). The one list of the part types that exist: every API edge translates into these.
+CHAT_PARTS: Mapping[str, str | None] = MappingProxyType(
+    {"text": None, "refusal": None, "image_url": "image", "input_audio": "audio", "file": "file"}
+)
+PRICED_PARTS = {part_type: kind for part_type, kind in CHAT_PARTS.items() if kind is not None}
 PART_KINDS = ("image", "audio", "file")
+# The kind of a part of any other type, of no type, or that is no object: no model can declare a
+# bound for it (it is not in ``PART_KINDS``), so a request carrying one is refused.
+UNPRICED = "unpriced"
 
 
 @dataclass(frozen=True, slots=True)
@@ -200,21 +213,55 @@ def with_output_cap(body: dict[str, Any], default_cap: int = DEFAULT_COMPLETION_
     return body
 
 
+def part_kind(part: object) -> str | None:
+    """How a chat content part is priced (``CHAT_PARTS``): None for text (by its bytes; a bare
+    string in a content array is text too), the kind of a priced part, else ``UNPRICED``."""
+    if isinstance(part, dict):
+        part_type = part.get("type")
+        return CHAT_PARTS.get(part_type, UNPRICED) if isinstance(part_type, str) else UNPRICED
+    return None if isinstance(part, str) else UNPRICED
+
+
 def part_counts(body: dict[str, Any]) -> dict[str, int]:
-    """Content parts of each kind of ``PRICED_PARTS`` in a chat body's messages (empty if none)."""
+    """Content parts of each priced kind in a chat body's messages (empty for text only), those of
+    a type no price is known for counted under ``UNPRICED`` (as is a content that is one object)."""
     counts: dict[str, int] = {}
     messages = body.get("messages")
     if not isinstance(messages, list):
         return counts
     for message in messages:
         content = message.get("content") if isinstance(message, dict) else None
+        if isinstance(content, str):  # text, the common case: nothing more to look at
+            continue
         if isinstance(content, list):
             for part in content:
-                kind = part.get("type") if isinstance(part, dict) else None
-                kind = PRICED_PARTS.get(kind) if isinstance(kind, str) else None
+                kind = part_kind(part)
                 if kind is not None:
                     counts[kind] = counts.get(kind, 0) + 1
+        elif isinstance(content, dict):  # one part, not in an array: a server may read it as one
+            counts[UNPRICED] = counts.get(UNPRICED, 0) + 1
     return counts
+
+
+def unpriced_part(body: dict[str, Any]) -> tuple[str, str] | None:
+    """(where, its type) of the first ``UNPRICED`` content part of a chat body, None if it has none
+    (the refusal's words: ``part_counts`` says whether there is one)."""
+    messages = body.get("messages")
+    for index, message in enumerate(messages if isinstance(messages, list) else ()):
+        content = message.get("content") if isinstance(message, dict) else None
+        where = f"messages[{index}].content"
+        if isinstance(content, list):
+            for number, part in enumerate(content):
+                if part_kind(part) == UNPRICED:
+                    return f"{where}[{number}]", _type_name(part)
+        elif isinstance(content, dict):  # one part, not in an array
+            return where, _type_name(content)
+    return None
+
+
+def _type_name(part: object) -> str:
+    part_type = part.get("type") if isinstance(part, dict) else None
+    return part_type if isinstance(part_type, str) else f"(none: {type(part).__name__})"
 
 
 def undeclared_part(body: dict[str, Any], limits: CallLimits) -> str | None:

@@ -24,12 +24,16 @@ import orjson
 from referencing.exceptions import Unresolvable
 
 from policies.client_schemas import UnrunnablePattern, cached_validator
+from policies.schema_work import MAX_CHECK_STEPS, OverBudget, WorkBudget, run_counted
 from policies.tool_calls import ToolCall, answer_calls
 
 ProblemKind = Literal["invalid_tool_call", "invalid_structured_output"]
 PROBLEM_KINDS: tuple[ProblemKind, ...] = ("invalid_tool_call", "invalid_structured_output")
 
 _NOT_JSON = object()  # content that does not parse (JSON null does, and a schema may allow it)
+
+# The check of an answer stopped by its budget: the answer is not shown to satisfy its schema.
+TOO_MUCH_WORK = f"not checked: checking it against its schema takes more than {MAX_CHECK_STEPS} steps"
 
 # Schema errors are reported by their first message only, cut to this length (it names a value).
 _DETAIL_CHARS = 200
@@ -44,8 +48,13 @@ class AnswerProblem:
 
 
 def check_answer(request: Mapping[str, Any], message: Mapping[str, Any] | None) -> AnswerProblem | None:
-    """The first structural problem of the chat ``message`` answering ``request``, or None."""
+    """The first structural problem of the chat ``message`` answering ``request``, or None.
+
+    Its schema checks share one budget of steps (``policies.schema_work.MAX_CHECK_STEPS``): an
+    answer that would take more is a problem (not shown to satisfy its schema)."""
     functions = declared_functions(request)
+    # Made only where a schema may be checked: a request without one does no such work.
+    budget = WorkBudget() if functions or "response_format" in request else None
     # Content that merely looks like a call is text when the request declares no function (a JSON
     # answer to a json_schema asking for {"name": ..., "arguments": ...} is no call).
     calls = answer_calls(message, in_content=bool(functions))
@@ -53,11 +62,11 @@ def check_answer(request: Mapping[str, Any], message: Mapping[str, Any] | None) 
     if problem is not None:
         return problem
     for call in calls:
-        problem = _call_problem(call, functions)
+        problem = _call_problem(call, functions, budget)
         if problem is not None:
             return problem
     if not calls:
-        return _structured_output_problem(request.get("response_format"), message)
+        return _structured_output_problem(request.get("response_format"), message, budget)
     return None
 
 
@@ -92,7 +101,9 @@ def _tool_choice_problem(choice: Any, calls: list[ToolCall], declared: bool) -> 
     return None
 
 
-def _call_problem(call: ToolCall, functions: dict[str, Any]) -> AnswerProblem | None:
+def _call_problem(
+    call: ToolCall, functions: dict[str, Any], budget: WorkBudget | None
+) -> AnswerProblem | None:
     if call.name not in functions:
         return AnswerProblem(
             "invalid_tool_call", f"a call to {call.name!r}, which the request does not declare"
@@ -103,7 +114,9 @@ def _call_problem(call: ToolCall, functions: dict[str, Any]) -> AnswerProblem | 
         return AnswerProblem("invalid_tool_call", f"the arguments of {call.name!r} are not JSON")
     if not isinstance(arguments, dict):
         return AnswerProblem("invalid_tool_call", f"the arguments of {call.name!r} are not a JSON object")
-    violation = schema_violation(functions[call.name], arguments)
+    violation = schema_violation(functions[call.name], arguments, budget)
+    if violation == TOO_MUCH_WORK:
+        return AnswerProblem("invalid_tool_call", f"the arguments of {call.name!r}: {violation}")
     if violation is not None:
         return AnswerProblem(
             "invalid_tool_call", f"the arguments of {call.name!r} violate its schema: {violation}"
@@ -112,7 +125,7 @@ def _call_problem(call: ToolCall, functions: dict[str, Any]) -> AnswerProblem | 
 
 
 def _structured_output_problem(
-    response_format: Any, message: Mapping[str, Any] | None
+    response_format: Any, message: Mapping[str, Any] | None, budget: WorkBudget | None
 ) -> AnswerProblem | None:
     if not isinstance(response_format, Mapping):
         return None
@@ -132,14 +145,18 @@ def _structured_output_problem(
         return None
     spec = response_format.get("json_schema")
     schema = spec.get("schema") if isinstance(spec, Mapping) else None
-    violation = schema_violation(schema, value)
+    violation = schema_violation(schema, value, budget)
+    if violation == TOO_MUCH_WORK:
+        return AnswerProblem("invalid_structured_output", f"the content: {violation}")
     if violation is not None:
         return AnswerProblem("invalid_structured_output", f"the content violates the schema: {violation}")
     return None
 
 
-def schema_violation(schema: Any, value: Any) -> str | None:
-    """The first way ``value`` violates the JSON Schema ``schema`` (one line), or None.
+def schema_violation(schema: Any, value: Any, budget: WorkBudget | None = None) -> str | None:
+    """The first way ``value`` violates the JSON Schema ``schema`` (one line), or None;
+    ``TOO_MUCH_WORK`` when checking it would take more than ``budget``'s steps (a fresh one: the
+    whole ``MAX_CHECK_STEPS``).
 
     No schema, or one that is not valid JSON Schema itself or cannot be run safely
     (``policies.client_schemas``: refs outside it, patterns RE2 cannot run), accepts everything:
@@ -152,13 +169,17 @@ def schema_violation(schema: Any, value: Any) -> str | None:
         schema_json = orjson.dumps(schema, option=orjson.OPT_SORT_KEYS)
     except orjson.JSONEncodeError:  # nested past what can be written: not checked
         return None
-    validator = cached_validator(schema_json)
-    if validator is None:
+    compiled = cached_validator(schema_json)
+    if compiled is None:
         return None
+    budget = budget or WorkBudget()
+    budget.paths = compiled.paths
     try:
-        error = next(iter(validator.iter_errors(value)), None)
+        error = run_counted(budget, lambda: next(iter(compiled.validator.iter_errors(value)), None))
     except RecursionError:
         return "the value nests too deeply to be checked"
+    except OverBudget:
+        return TOO_MUCH_WORK
     except (Unresolvable, UnrunnablePattern):
         return None  # a ref that leads nowhere here (never fetched): the schema cannot be checked
     if error is None:

@@ -1,14 +1,18 @@
-"""A client's JSON Schema as data, never code: local refs only, linear-time patterns, bounded memory.
+"""A client's JSON Schema as data, never code: local refs only, bounded work, bounded memory.
 
 Schemas reach the gateway in tool ``parameters`` and ``response_format`` (and the Responses and
 Messages fields translated into them); answers are checked against them (``policies.answer_checks``).
-Three rules keep such a schema from reaching past the gateway:
+Four rules keep such a schema from reaching past the gateway or holding its event loop:
 
-* **No network or file access.** A ``$ref`` (``$dynamicRef``, ``$recursiveRef``) must point inside
-  the schema (``#``, ``#/json/pointer``, ``#anchor``); validators resolve refs in a registry whose
-  retrieve function refuses every URI, so even a ref that slips past the check (an ``$id`` that
-  changes the base URI) is an unresolvable ref, never a fetch. A ref loop that never consumes the
-  instance (``{"$ref": "#"}``, ``a -> b -> a`` through refs and in-place applicators) is refused.
+* **No network or file access.** A ``$ref`` must point inside the schema (``#``,
+  ``#/json/pointer``, ``#anchor``; ``$dynamicRef`` and ``$recursiveRef`` are refused); validators
+  resolve refs in a registry whose retrieve function refuses every URI, so even a ref that slips
+  past the check (an ``$id`` that changes the base URI) is an unresolvable ref, never a fetch. A
+  ref loop that never consumes the instance (``{"$ref": "#"}``, ``a -> b -> a`` through refs and
+  in-place applicators) is refused.
+* **Bounded work.** A schema is accepted within the limits of ``policies.schema_limits``, checked
+  in one walk linear in its size (``policies.schema_graph``), and compiled in linear time; each
+  answer check is counted against a budget of steps (``policies.schema_work``).
 * **Linear-time matching.** ``pattern`` and ``patternProperties`` run on RE2 (google-re2): time
   linear in the text, whatever the pattern. A pattern RE2 cannot run (lookaround, backreferences)
   is refused, and so is ``unevaluatedProperties`` beside ``patternProperties`` (jsonschema would
@@ -16,23 +20,42 @@ Three rules keep such a schema from reaching past the gateway:
 * **Bounded memory.** Compiled validators and regexes are kept by the bytes of their source, not by
   count (``ByteBoundedCache``).
 
-``schema_problem(schema)`` says why a schema is refused (the gateway answers 400), or None;
-``cached_validator(schema_json)`` is the compiled validator of a schema (None: not checkable).
+``schema_problem(schema, allowance)`` says why a schema is refused (the gateway answers 400), or
+None; ``cached_validator(schema_json)`` is the compiled schema (None: not checkable).
 """
 
 from __future__ import annotations
 
 from collections import OrderedDict
 from collections.abc import Callable, Iterator
+from dataclasses import dataclass
 from typing import Any, Generic, TypeVar
-from urllib.parse import unquote
 
 import orjson
 import re2
-from jsonschema import SchemaError, ValidationError
-from jsonschema.validators import extend, validator_for
+from jsonschema import ValidationError
+from jsonschema.validators import extend
 from referencing import Registry, Resource
 from referencing.exceptions import NoSuchResource
+
+from policies.schema_graph import SchemaGraph, in_place_paths, walk
+from policies.schema_limits import (
+    MAX_IN_PLACE_PATHS,
+    MAX_SCHEMA_BYTES,
+    MAX_SCHEMA_NODES,
+    SchemaAllowance,
+    draft_of,
+    keyword_malformed,
+)
+from policies.schema_work import (
+    MATCH_STEPS,
+    HashedEnum,
+    charge,
+    counted,
+    counted_unevaluated,
+    enum,
+    unique_items,
+)
 
 # Bytes of schema JSON whose compiled validators are kept (a validator's objects are a small
 # multiple of its JSON). A schema larger than this is compiled for each use, never kept.
@@ -41,29 +64,8 @@ VALIDATOR_CACHE_BYTES = 8 * 1024 * 1024
 # and what the regex cache counts it as, on top of the pattern's own length.
 _RE2_MAX_MEM = 256 * 1024
 _REGEX_CACHE_BYTES = 16 * 1024 * 1024
-# The most schema nodes one schema may hold (a request body bounds it anyway; this bounds the work).
-MAX_SCHEMA_NODES = 100_000
-
-_REF_KEYWORDS = ("$ref", "$dynamicRef", "$recursiveRef")
-# Keywords whose value maps names to subschemas, holds a list of them, or is one.
-_SCHEMA_MAPS = ("properties", "patternProperties", "$defs", "definitions", "dependentSchemas", "dependencies")
-_SCHEMA_LISTS = ("allOf", "anyOf", "oneOf", "prefixItems", "items")
-_SCHEMA_ONE = (
-    "not",
-    "if",
-    "then",
-    "else",
-    "items",
-    "additionalItems",
-    "additionalProperties",
-    "unevaluatedItems",
-    "unevaluatedProperties",
-    "contains",
-    "propertyNames",
-)
-# Applicators that validate the same instance (a cycle through only these never ends).
-_IN_PLACE_LISTS = ("allOf", "anyOf", "oneOf")
-_IN_PLACE_ONE = ("not", "if", "then", "else")
+# A schema nested deeper than this is not checked: jsonschema's recursion would stop before it.
+MAX_CHECKED_DEPTH = 100
 
 K = TypeVar("K")
 V = TypeVar("V")
@@ -165,6 +167,7 @@ def _pattern_properties(
 ) -> Iterator[ValidationError]:
     if not validator.is_type(instance, "object"):
         return
+    charge(MATCH_STEPS * len(patterns) * len(instance))  # every pattern is matched against every key
     for pattern, subschema in patterns.items():
         for key, value in instance.items():
             if _matches(pattern, key):
@@ -178,6 +181,7 @@ def _additional_properties(
         return
     properties = schema.get("properties", {})
     patterns = list(schema.get("patternProperties", {}))
+    charge(MATCH_STEPS * len(patterns) * len(instance))  # every pattern is matched against every key
     extras = [
         key
         for key in instance
@@ -204,154 +208,109 @@ def _refuse_retrieval(uri: str) -> Resource[Any]:
 
 
 _NO_RETRIEVAL: Registry[Any] = Registry(retrieve=_refuse_retrieval)  # type: ignore[call-arg]
-_linear_classes: dict[type, Any] = {}
-_validators: ByteBoundedCache[bytes, Any] = ByteBoundedCache(VALIDATOR_CACHE_BYTES)
+_counted_classes: dict[type, Any] = {}
+_validators: ByteBoundedCache[bytes, CompiledSchema | None] = ByteBoundedCache(VALIDATOR_CACHE_BYTES)
 
 
-def cached_validator(schema_json: bytes) -> Any:
-    """The validator of a schema given as JSON (cached by the bytes of that JSON), or None when the
-    schema is not valid JSON Schema or cannot be run safely (``schema_problem``)."""
-    return _validators.get_or_make(schema_json, len(schema_json), lambda: _make_validator(schema_json))
+@dataclass(frozen=True, slots=True)
+class CompiledSchema:
+    """A client schema ready to check answers: its validator (every keyword counted, ``pattern`` on
+    RE2, ``enum`` and ``uniqueItems`` hashed) and its in-place paths by subschema."""
+
+    validator: Any
+    paths: dict[int, int]
 
 
-def _make_validator(schema_json: bytes) -> Any:
+def cached_validator(schema_json: bytes) -> CompiledSchema | None:
+    """The compiled schema given as JSON (cached by the bytes of that JSON), or None when the schema
+    is not valid JSON Schema or cannot be run safely (``schema_problem``)."""
+    return _validators.get_or_make(schema_json, len(schema_json), lambda: _compile_schema(schema_json))
+
+
+def _compile_schema(schema_json: bytes) -> CompiledSchema | None:
+    """Compile a schema in time linear in its size: the up-front check, the keywords' types
+    (``keyword_malformed``, instead of jsonschema's far slower ``check_schema``), enums hashed."""
     schema = orjson.loads(schema_json)
-    if schema_problem(schema) is not None:
+    if not isinstance(schema, dict):
         return None
-    cls = validator_for(schema)
-    try:
-        cls.check_schema(schema)
-    except (SchemaError, RecursionError):  # invalid, or nested past what jsonschema can walk
+    examined = _examine(schema, SchemaAllowance())
+    draft = draft_of(schema)
+    if isinstance(examined, str) or draft is None:
         return None
-    linear = _linear_classes.get(cls)
-    if linear is None:
-        linear = _linear_classes[cls] = extend(cls, _RE2_KEYWORDS)
-    return linear(schema, registry=_NO_RETRIEVAL)
+    graph, paths = examined
+    if graph.depth > MAX_CHECKED_DEPTH:
+        return None
+    if any(keyword_malformed(node, draft) is not None for node in graph.nodes):
+        return None
+    schema.pop("$schema", None)  # this copy is ours: a ref back to the root must not switch class
+    for node in graph.nodes:
+        if isinstance(node.get("enum"), list):
+            node["enum"] = HashedEnum(node["enum"])
+    return CompiledSchema(_counted_class(draft)(schema, registry=_NO_RETRIEVAL), paths)
+
+
+def _counted_class(draft: Any) -> Any:
+    """``draft``'s validator with every keyword charged to the running check (``schema_work``)."""
+    found = _counted_classes.get(draft)
+    if found is None:
+        keywords = {name: counted(name, keyword) for name, keyword in draft.VALIDATORS.items()}
+        keywords.update({name: counted(name, keyword) for name, keyword in _RE2_KEYWORDS.items()})
+        keywords["enum"] = counted("enum", enum)
+        keywords["uniqueItems"] = counted("uniqueItems", unique_items)
+        for name in ("unevaluatedItems", "unevaluatedProperties"):
+            if name in draft.VALIDATORS:
+                keywords[name] = counted_unevaluated(draft.VALIDATORS[name])
+        found = _counted_classes[draft] = extend(draft, keywords)
+    return found
 
 
 # --- the up-front check ----------------------------------------------------------------------------
 
 
-def schema_problem(schema: Any) -> str | None:
-    """Why a client's JSON Schema is refused, or None: a ``$ref`` outside it, a ref loop, a pattern
-    RE2 cannot run, ``unevaluatedProperties`` beside ``patternProperties``, or too many nodes."""
+def schema_problem(schema: Any, allowance: SchemaAllowance | None = None) -> str | None:
+    """Why a client's JSON Schema is refused, or None: over a limit (``policies.schema_limits``;
+    ``allowance``: what the request's other schemas left), a draft the gateway does not run, a ref
+    outside it or dynamic, a ref loop, a pattern RE2 cannot run, ``unevaluatedProperties`` beside
+    ``patternProperties``. Time linear in the schema, stopped at the limits."""
     if isinstance(schema, bool):
         return None
     if not isinstance(schema, dict):
         return "a schema must be an object or a boolean"
-    nodes = _schema_nodes(schema)
-    if nodes is None:
-        return f"the schema has more than {MAX_SCHEMA_NODES} subschemas"
-    anchors = {
-        node[key]: node
-        for node in nodes
-        for key in ("$anchor", "$dynamicAnchor")
-        if isinstance(node.get(key), str)
-    }
-    uses_unevaluated = any("unevaluatedProperties" in node for node in nodes)
-    edges: dict[int, list[dict[str, Any]]] = {}
-    for node in nodes:
-        problem = _node_problem(node, uses_unevaluated)
-        if problem is not None:
-            return problem
-        targets = [_resolve(node[key], schema, anchors) for key in _REF_KEYWORDS if key in node]
-        targets += [s for key in _IN_PLACE_LISTS for s in _listed(node.get(key))]
-        targets += [node[key] for key in _IN_PLACE_ONE if isinstance(node.get(key), dict)]
-        edges[id(node)] = [t for t in targets if isinstance(t, dict)]
-    if _has_cycle(nodes, edges):
-        return "the schema's $ref loops back to itself without validating anything in between"
-    return None
+    examined = _examine(schema, allowance or SchemaAllowance())
+    return examined if isinstance(examined, str) else None
 
 
-def _node_problem(node: dict[str, Any], uses_unevaluated: bool) -> str | None:
-    for key in _REF_KEYWORDS:
-        ref = node.get(key)
-        if key in node and (not isinstance(ref, str) or not ref.startswith("#")):
-            shown = str(ref)[:60]
-            return f"{key} {shown!r} refers outside the schema (only refs inside it, '#...', are allowed)"
-    patterns: list[Any] = []
-    if "pattern" in node:
-        patterns.append(node["pattern"])
-    if isinstance(node.get("patternProperties"), dict):
-        if uses_unevaluated:
-            return "patternProperties beside unevaluatedProperties is not supported"
-        patterns.extend(node["patternProperties"])
-    for pattern in patterns:
-        if not isinstance(pattern, str):
-            continue  # not valid JSON Schema: the schema is not checked at all
+def _examine(schema: dict[str, Any], allowance: SchemaAllowance) -> tuple[SchemaGraph, dict[int, int]] | str:
+    """The schema's walk and in-place paths, or why it is refused."""
+    try:
+        size = len(orjson.dumps(schema))
+    except orjson.JSONEncodeError:
+        return "the schema nests too deeply to be read"
+    if size > allowance.bytes:  # before any walk: a schema's bytes bound its work
+        return f"the request's schemas are larger than {MAX_SCHEMA_BYTES} bytes of JSON together"
+    if draft_of(schema) is None:
+        shown = str(schema.get("$schema"))[:80]
+        return f"$schema {shown!r} is not a draft the gateway runs (draft-04, -06, -07, 2019-09, 2020-12)"
+    graph = walk(schema, max(allowance.nodes, 0))
+    if graph is None:
+        return f"the request's schemas have more than {MAX_SCHEMA_NODES} subschemas together"
+    problem = graph.problem or allowance.take(
+        size=size, nodes=len(graph.nodes), defs=graph.defs, enum_values=graph.enum_values
+    )
+    if problem is not None:
+        return problem
+    if graph.pattern_properties and graph.unevaluated_properties:
+        return "patternProperties beside unevaluatedProperties is not supported"
+    for pattern in set(graph.patterns):  # each compiled once, its program charged
         try:
-            regex(pattern)
+            problem = allowance.take_pattern(regex(pattern).programsize)
         except UnrunnablePattern as exc:
             return str(exc)
-    return None
-
-
-def _schema_nodes(schema: dict[str, Any]) -> list[dict[str, Any]] | None:
-    """Every subschema object of ``schema`` (iteratively, each once), or None past the bound."""
-    seen: set[int] = set()
-    found: list[dict[str, Any]] = []
-    stack: list[Any] = [schema]
-    while stack:
-        node = stack.pop()
-        if not isinstance(node, dict) or id(node) in seen:
-            continue
-        seen.add(id(node))
-        found.append(node)
-        if len(found) > MAX_SCHEMA_NODES:
-            return None
-        # A pointer may name a subschema outside the keywords walked (``#/x``): walk it too.
-        stack.extend(_resolve(node[key], schema, {}) for key in _REF_KEYWORDS if key in node)
-        for key in _SCHEMA_MAPS:
-            value = node.get(key)
-            if isinstance(value, dict):
-                stack.extend(value.values())
-        for key in _SCHEMA_LISTS:
-            stack.extend(_listed(node.get(key)))
-        stack.extend(node[key] for key in _SCHEMA_ONE if isinstance(node.get(key), dict))
-    return found
-
-
-def _listed(value: Any) -> list[Any]:
-    return value if isinstance(value, list) else []
-
-
-def _resolve(ref: Any, root: dict[str, Any], anchors: dict[str, dict[str, Any]]) -> Any:
-    """The subschema a local ref names (a JSON pointer or an anchor), or None if it names none here."""
-    fragment = unquote(ref[1:]) if isinstance(ref, str) else ""
-    if not fragment:
-        return root
-    if not fragment.startswith("/"):
-        return anchors.get(fragment)
-    node: Any = root
-    for token in fragment[1:].split("/"):
-        token = token.replace("~1", "/").replace("~0", "~")
-        if isinstance(node, dict) and token in node:
-            node = node[token]
-        elif isinstance(node, list) and token.isdigit() and int(token) < len(node):
-            node = node[int(token)]
-        else:
-            return None
-    return node
-
-
-def _has_cycle(nodes: list[dict[str, Any]], edges: dict[int, list[dict[str, Any]]]) -> bool:
-    """Whether the in-place graph (refs and same-instance applicators) has a cycle (iterative DFS)."""
-    state: dict[int, int] = {}  # 1: on the current path, 2: done
-    for start in nodes:
-        if id(start) in state:
-            continue
-        state[id(start)] = 1
-        path: list[tuple[dict[str, Any], Iterator[dict[str, Any]]]] = [(start, iter(edges[id(start)]))]
-        while path:
-            _, children = path[-1]
-            child = next(children, None)
-            if child is None:
-                state[id(path.pop()[0])] = 2
-                continue
-            mark = state.get(id(child))
-            if mark == 1:
-                return True
-            if mark is None:
-                state[id(child)] = 1
-                path.append((child, iter(edges.get(id(child), ()))))
-    return False
+        if problem is not None:
+            return problem
+    paths = in_place_paths(graph)
+    if paths is None:
+        return "the schema's $ref loops back to itself without validating anything in between"
+    if max(paths.values(), default=0) > MAX_IN_PLACE_PATHS:
+        return f"more than {MAX_IN_PLACE_PATHS} paths of refs and allOf/anyOf/oneOf check one value"
+    return graph, paths

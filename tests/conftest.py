@@ -14,6 +14,18 @@ REPO_ROOT = Path(__file__).resolve().parents[1]
 pytest_plugins = ["tests.support.fixtures", "tests.support.traffic_stores", "tests.support.local_pool"]
 
 
+def pytest_terminal_summary(terminalreporter: Any) -> None:
+    """After a run of the fault matrix (tests/gateway/test_fault_matrix.py, and its Redis cases in
+    tests/reliability/test_rate_limits_redis_pause.py): its cell count and its failing cells by
+    fault, call, endpoint and invariant, and the limit cases."""
+    from tests.support.fault_matrix import RECORD
+
+    if RECORD.outcomes or RECORD.limits:
+        terminalreporter.section("fault matrix")
+        for line in RECORD.summary():
+            terminalreporter.write_line(line)
+
+
 @pytest.fixture(scope="session")
 def repo_root() -> Path:
     """The repository root."""

@@ -9,6 +9,7 @@ from pathlib import Path
 
 from gateway.api.app import api_edges
 from gateway.api.edges import responses_request
+from money.charges import CHAT_PARTS
 
 
 def test_every_api_path_is_on_the_http_surface(repo_root: Path) -> None:
@@ -26,3 +27,12 @@ def test_every_responses_field_the_edge_knows_is_documented(repo_root: Path) -> 
     assert known - named == set()
     includables = {responses_request._INCLUDABLE_LOGPROBS, "reasoning.encrypted_content"}
     assert all(f"`{value}`" in section for value in includables)
+
+
+def test_every_content_part_type_forwarded_is_documented(repo_root: Path) -> None:
+    """The allowlist of content parts (money.charges.CHAT_PARTS) is the one the docs list."""
+    for doc, heading in (("apis.md", "## Content parts"), ("contracts.md", "### Content parts")):
+        text = (repo_root / "docs" / doc).read_text()
+        section = text.split(heading, 1)[1].split("\n## ", 1)[0]
+        assert all(f"`{part_type}`" in section for part_type in CHAT_PARTS), doc
+        assert "`unsupported_input`" in section, doc

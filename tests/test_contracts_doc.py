@@ -145,7 +145,7 @@ def test_redis_keys_are_documented(sections: dict[str, str]) -> None:
     names = {keys.policy_current, keys.policy_version, keys.policy_updates, keys.client_keys}
     names.add(keys.spend("<key_id>", "<window_start>"))  # type: ignore[arg-type]
     names.add(keys.spend_pending("<key_id>", "<window_start>"))  # type: ignore[arg-type]
-    names |= {keys.spend_cancelled("<id>"), keys.spend_applied("<id>"), keys.spend_epoch}
+    names |= {keys.spend_cancelled("<id>"), keys.spend_applied("<id>"), keys.spend_epoch, keys.replicas}
     names.add(keys.rate("<key_id>", "<window_s>", "<window_start>"))  # type: ignore[arg-type]
     assert names == set(table_rows(sections["Redis keys"]))
 

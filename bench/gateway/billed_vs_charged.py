@@ -6,13 +6,17 @@ bills whatever the client did (``ScriptedUpstream.billed``: a non-streamed answe
 is billed even when the client timed out, the body was cut or the connection dropped). Prices are
 the test models' (USD per million prompt / completion tokens: small 0.5 / 1, large 10 / 30). A
 scenario prints the USD billed (priced ``billed``), the key's Redis spend counter after every
-request settled (charged), the key's limit and the HTTP statuses:
+request settled (charged), the key's limit, the upstream calls and the HTTP statuses (with the error
+code of an error):
 
 * ``timeout_*``: ``timeout_s: 2`` and an upstream answering after 4 s (six requests; passthrough on
   chat and Responses, and the cheap stage of a cascade whose escalation answers);
 * ``cut_body``: a 200 whose body is cut half-way (the connection closed), ``max_retries: 2``;
 * ``images``: 500 image URLs per request, billed 1,600 prompt tokens each, ten concurrent requests
   on a $10 key (``--declare-images``: the model declares ``part_tokens.image: 1600``);
+* ``audio_url``: 300 ``audio_url`` parts per request (a part type vLLM takes), billed 1,500 prompt
+  tokens each, ten concurrent requests on a $5 key (a part type the gateway prices at no declared
+  bound is refused, docs/contracts.md#content-parts);
 * ``uncapped_*``: an upstream that writes 20,000 tokens when no cap is sent (and honours a cap),
   twelve concurrent requests without a cap on a $2 key, on chat and Responses.
 
@@ -41,7 +45,6 @@ sys.path[:0] = [str(REPO), str(REPO / "tests" / "reliability")]
 from processes import (  # noqa: E402
     NANO_PER_USD,
     PRICES,
-    GatewayProcess,
     RedisServer,
     model_configs,
     spend_counter_nano,
@@ -49,6 +52,7 @@ from processes import (  # noqa: E402
     write_gateway_config,
 )
 
+from tests.support.gateway_process import GatewayProcess  # noqa: E402
 from tests.support.policy_files import write_policy  # noqa: E402
 from tests.support.scripted_upstream import ScriptedUpstream, ok  # noqa: E402
 
@@ -81,6 +85,16 @@ def responses(model: str = "large", **fields: Any) -> tuple[str, dict[str, Any]]
 def images(count: int) -> tuple[str, dict[str, Any]]:
     parts: list[dict[str, Any]] = [{"type": "text", "text": "Which of these show a cat?"}]
     parts += [{"type": "image_url", "image_url": {"url": f"https://i.example/{i}.png"}} for i in range(count)]
+    return "/v1/chat/completions", {
+        "model": "large",
+        "messages": [{"role": "user", "content": parts}],
+        "max_tokens": 16,
+    }
+
+
+def audio_urls(count: int) -> tuple[str, dict[str, Any]]:
+    parts: list[dict[str, Any]] = [{"type": "text", "text": "Transcribe these."}]
+    parts += [{"type": "audio_url", "audio_url": {"url": f"https://a.example/{i}.wav"}} for i in range(count)]
     return "/v1/chat/completions", {
         "model": "large",
         "messages": [{"role": "user", "content": parts}],
@@ -139,6 +153,16 @@ def scenarios(declare_images: bool) -> list[Scenario]:
             models=image_models,
         ),
         Scenario(
+            "audio_url",
+            5.0,
+            lambda u: u.set_default(
+                "up-large", ok(usage=(20, 16), part_tokens={"audio_url": 1500}, honour_cap=True)
+            ),
+            [audio_urls(300)] * 10,
+            concurrent=True,
+            models=image_models,
+        ),
+        Scenario(
             "uncapped_chat",
             2.0,
             lambda u: u.set_default("up-large", long_answer),
@@ -155,13 +179,20 @@ def scenarios(declare_images: bool) -> list[Scenario]:
     ]
 
 
-async def post(url: str, path: str, body: dict[str, Any]) -> int:
+async def post(url: str, path: str, body: dict[str, Any]) -> str:
+    """The answer's status, with its error code when it is an OpenAI-shaped error."""
     async with httpx.AsyncClient(timeout=60) as client:
         response = await client.post(url + path, json=body, headers={"authorization": f"Bearer {KEY}"})
-    return response.status_code
+    if response.status_code < 400:
+        return str(response.status_code)
+    try:
+        code = response.json()["error"]["code"]
+    except (ValueError, KeyError, TypeError):
+        code = None
+    return f"{response.status_code} {code}" if code else str(response.status_code)
 
 
-async def send_all(url: str, scenario: Scenario) -> list[int]:
+async def send_all(url: str, scenario: Scenario) -> list[str]:
     if scenario.concurrent:
         return list(await asyncio.gather(*(post(url, p, b) for p, b in scenario.requests)))
     return [await post(url, p, b) for p, b in scenario.requests]

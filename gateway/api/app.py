@@ -88,6 +88,7 @@ def build_gateway(
         on_policy_failure=events.policy_failed,
         on_spend_fallback=events.spend_fallback,
         on_rate_limited=events.rate_limited,
+        on_limits_degraded=events.limits_degraded,
         on_auth_failure=events.auth_failed,
         trusted_proxies=settings.trusted_proxies,
     )
@@ -113,6 +114,7 @@ def build_gateway(
         redact=redact,
         coverage=settings.coverage,
         transport=transport,
+        upstream_errors=settings.upstream_errors,
     )
 
 
@@ -186,13 +188,17 @@ def _add_info_routes(app: FastAPI, gateway: Gateway) -> None:
 
     @app.get("/readyz")
     async def readyz(request: Request) -> Response:
-        # "Can this replica serve?": a policy is loaded. Redis down is served by the documented
-        # fallback and upstream health is a metric (gateway.upstream.health), so neither makes it unready.
-        ready = gateway.policy is not None
+        # "Can this replica serve?": a policy is loaded, and a minilm-v1 router's embedding workers
+        # finished their boot warm-up (their later restarts serve the documented fallback meanwhile).
+        # Redis down is served by the documented fallback and upstream health is a metric
+        # (gateway.upstream.health), so neither makes it unready.
+        embeddings = gateway.router_runtime.embeddings
+        ready = gateway.policy is not None and not embeddings.booting
         document: dict[str, Any] = {"ready": ready}
         if gateway.shared.authenticator.is_admin(request.headers.get("authorization")):
             document.update(gateway.shared.readiness())
             document.update(gateway.health.status())
+            document["embeddings"] = embeddings.status()
         return _json(document, status=200 if ready else 503)
 
     @app.get("/metrics")

@@ -18,7 +18,13 @@ from typing import TYPE_CHECKING, Any
 from gateway.assembly.state import SharedState
 from gateway.config.coverage import CoverageConfig
 from gateway.config.learning import LearningConfig
-from gateway.config.settings import ConfigError, LimitsConfig, LoggingConfig, ModelConfig
+from gateway.config.settings import (
+    ConfigError,
+    LimitsConfig,
+    LoggingConfig,
+    ModelConfig,
+    UpstreamErrorsConfig,
+)
 from gateway.engine.cascade import CascadeEngine, scored_stage_body
 from gateway.routing.routed_tiers import RouterRuntime
 from gateway.routing.tier_choice import RoutePlan, RoutePlanner
@@ -27,11 +33,13 @@ from gateway.telemetry.metrics import GatewayMetrics
 from gateway.upstream.client import UpstreamPool
 from gateway.upstream.health import UpstreamHealth
 from gateway.upstream.transport import SessionOpener, open_pooled_session
-from gateway.wire.errors import BadRequestError
+from gateway.wire.errors import UnsupportedInputError
 from gateway.wire.logs import configure_logging, log_event
 from gateway.wire.requests import ParsedRequest
 from money.charges import (
+    CHAT_PARTS,
     SENT_FIELDS_BYTES,
+    UNPRICED,
     CallLimits,
     bound_usd,
     generated_choices,
@@ -41,6 +49,7 @@ from money.charges import (
     prompt_count,
     prompt_tokens_bound,
     sending_tokens_bound,
+    unpriced_part,
 )
 from policies import Policy
 from policies.request_defaults import merge_request_defaults
@@ -73,6 +82,12 @@ class StateEvents:
         """A keyed request's spend could not be checked in Redis (``reason``)."""
         self._metrics.child(self._metrics.spend_fallbacks, reason).inc()
 
+    def limits_degraded(self, degraded: bool) -> None:
+        """The replica entered (True) or left degraded mode (gateway.keys.outage; it logs both)."""
+        self._metrics.limits_degraded.set(1 if degraded else 0)
+        if degraded:
+            self._metrics.limits_degraded_entered.inc()
+
     def rate_limited(self, limit: str) -> None:
         """A keyed request was refused by its ``limit`` (requests or tokens) rate limit."""
         self._metrics.child(self._metrics.rate_limit_rejections, limit).inc()
@@ -92,7 +107,8 @@ class Gateway:
     is the traffic sampler (``build_traffic_sampler``), None unless ``learning.enabled``; ``redact`` cleans
     upstream error text of every configured secret (``Settings.secret_values``); ``coverage`` is
     the config's ``coverage`` section (gateway.config.coverage), None when absent; ``transport``
-    opens the upstream sessions (gateway.upstream.transport).
+    opens the upstream sessions (gateway.upstream.transport); ``upstream_errors`` says what a
+    provider's content-policy refusal does at a stage (the engine's).
     """
 
     def __init__(
@@ -108,6 +124,7 @@ class Gateway:
         redact: Redactor | None = None,
         coverage: CoverageConfig | None = None,
         transport: SessionOpener = open_pooled_session,
+        upstream_errors: UpstreamErrorsConfig | None = None,
     ):
         self.models = models
         self.limits = limits
@@ -115,13 +132,15 @@ class Gateway:
         self.metrics = metrics
         self.pool = UpstreamPool(models, self.metrics, redact, transport)
         self.planner = RoutePlanner(models, rng, coverage)
-        self.engine = CascadeEngine(models, self.pool, self.metrics)
+        content_policy = (upstream_errors or UpstreamErrorsConfig()).content_policy
+        self.engine = CascadeEngine(models, self.pool, self.metrics, content_policy)
         self.router_runtime = RouterRuntime(self.metrics)
         if learning is not None:  # sampled requests of a policy with a router carry its features
             learning.runner.featurize = self.router_runtime.features
         self.health = UpstreamHealth(self.pool, self.metrics)
         self.shared = shared
         self.metrics.spend_unsynced.set_function(self.shared.spend.unsynced_usd)
+        self.metrics.replicas_live.set_function(self.shared.spend.live_replicas)
         self.learning = learning
         self.loop: asyncio.AbstractEventLoop | None = None  # the serving loop, once started
         # Completion requests being served (their tasks), for the shutdown drain.
@@ -144,7 +163,7 @@ class Gateway:
         policy = self.policy
         routers = [policy.router, *(s.router for s in (policy.kinds or {}).values())] if policy else []
         if any(router is not None and router.features == "minilm-v1" for router in routers):
-            self.router_runtime.embeddings.start()  # the workers load the model before the first request
+            self.router_runtime.embeddings.start()  # warmed in the background; /readyz waits for it
         log_event(
             "gateway_started",
             models=sorted(self.models),
@@ -234,12 +253,15 @@ class Gateway:
         with (``money.charges.with_output_cap``: the largest the client or the defaults set,
         else the model's ``default_max_tokens``) for every generated choice of every prompt; with
         a black-box scorer, the extra calls of every scored stage too
-        (``gateway.stages.blackbox_scoring``). BadRequestError (400) when a model of the route declares
-        no bound for a priced part the request carries. Settling charges the actual
+        (``gateway.stages.blackbox_scoring``). UnsupportedInputError (400) when the request carries a
+        content part of a type no price is known for (``money.charges.CHAT_PARTS``), or one of a
+        kind a model of the route declares no bound for. Settling charges the actual
         cost and releases the rest, so over-reserving never overcharges; it only keeps a key from
         starting requests it might not be able to pay for.
         """
         parts = part_counts(request.body)  # {} for a request of text only: nothing to check
+        if parts and UNPRICED in parts:
+            raise _unpriced(request.body)
         total = 0.0
         for model, tokens in self._route_tokens(plan, request, body_bytes, parts):
             total += bound_usd(model.price, *tokens)
@@ -256,7 +278,8 @@ class Gateway:
         self, plan: RoutePlan, request: ParsedRequest, body_bytes: int, parts: dict[str, int]
     ) -> Iterator[tuple[ModelConfig, tuple[int, int]]]:
         """(model, (prompt, completion) token bound) of every model of the route, as
-        ``reserve_estimate`` describes; BadRequestError (400) for a priced part a model cannot bound."""
+        ``reserve_estimate`` describes; UnsupportedInputError (400) for a priced part a model cannot
+        bound."""
         models = plan.route.models if plan.route is not None else [plan.model]
         body = request.body
         # The client's body as it is (no defaults): prompt bytes, largest cap, choices x prompts.
@@ -305,16 +328,28 @@ class Gateway:
 
 
 def _check_parts(name: str, parts: Mapping[str, int], limits: CallLimits) -> None:
-    """BadRequestError (400) when model ``name`` declares no bound for a kind of priced content
+    """UnsupportedInputError (400) when model ``name`` declares no bound for a kind of priced content
     part the request carries: what it would be billed for the part could not be reserved."""
     for kind in parts:
         if kind not in limits.part_tokens:
-            raise BadRequestError(
+            raise UnsupportedInputError(
                 f"model {name!r} does not take {kind} input here: its gateway config declares no "
                 f"token bound for {kind} parts (models.{name}.part_tokens.{kind})",
                 param="messages",
-                code="unsupported_input",
             )
+
+
+_FORWARDED = ", ".join(CHAT_PARTS)
+
+
+def _unpriced(body: dict[str, Any]) -> UnsupportedInputError:
+    """The refusal of a chat body carrying a content part of a type no price is known for."""
+    where, part_type = unpriced_part(body) or ("messages", "(unknown)")
+    return UnsupportedInputError(
+        f"'{where}': content parts of type {part_type!r} are not taken by this gateway: it forwards "
+        f"only parts it can price ({_FORWARDED}; docs/apis.md#content-parts)",
+        param=where,
+    )
 
 
 def build_traffic_sampler(

@@ -16,7 +16,8 @@ spend limiter reconcile (write back spend counted in process during an outage, s
 
 Metrics the app exports from here: ``redis_up`` (-> ``cascade_redis_up``; updated by a 1 s PING loop
 and by every Redis operation), ``on_policy_failure`` (-> ``cascade_policy_reload_failures_total``)
-and ``on_spend_fallback`` (-> ``cascade_spend_fallback_total{reason}``).
+``on_spend_fallback`` (-> ``cascade_spend_fallback_total{reason}``) and ``on_limits_degraded``
+(-> ``cascade_limits_degraded``, ``cascade_limits_degraded_entered_total``).
 """
 
 from __future__ import annotations
@@ -107,6 +108,7 @@ class SharedState:
             self._health_task.cancel()
             await asyncio.gather(self._health_task, return_exceptions=True)
             self._health_task = None
+            await self.spend.leave()
         for client in (self.redis, self.policy_redis, self.request_redis):
             if client is not None:
                 with contextlib.suppress(RedisError, OSError):
@@ -247,6 +249,7 @@ def _spend_limiter(
     report_redis: Callable[[bool], None],
     on_fallback: Callable[[str], None] | None,
     on_rate_limited: Callable[[str], None] | None,
+    on_degraded: Callable[[bool], None] | None,
 ) -> SpendLimiter:
     return SpendLimiter(
         window_s=budgets.window_s,
@@ -258,6 +261,8 @@ def _spend_limiter(
         timeout_s=redis_timeout_s,
         on_redis_down=budgets.on_redis_down,
         outage_share=budgets.outage_share,
+        outage_after_s=budgets.outage_after_s,
+        on_degraded=on_degraded,
         maintenance_redis=clients.redis,
     )
 
@@ -275,6 +280,7 @@ def build_shared_state(
     on_policy_failure: Callable[[str], None],
     on_spend_fallback: Callable[[str], None] | None = None,
     on_rate_limited: Callable[[str], None] | None = None,
+    on_limits_degraded: Callable[[bool], None] | None = None,
     on_auth_failure: AuthFailed | None = None,
     trusted_proxies: Collection[Network] = (),
     keys: RedisKeys | None = None,
@@ -304,9 +310,8 @@ def build_shared_state(
         capabilities=capabilities,
     )
     authenticator = _authenticator(auth, budgets, clients, keys, on_auth_failure, trusted_proxies)
-    spend = _spend_limiter(
-        budgets, clients, keys, redis_timeout_s, report_redis, on_spend_fallback, on_rate_limited
-    )
+    hooks = (on_spend_fallback, on_rate_limited, on_limits_degraded)
+    spend = _spend_limiter(budgets, clients, keys, redis_timeout_s, report_redis, *hooks)
     report_redis.state = SharedState(
         policy_store=store,
         authenticator=authenticator,

@@ -221,6 +221,14 @@ class BudgetConfig(_Section):
         description="share of a key's remaining budget one replica may admit on its own "
         "during an outage (1/N for N replicas: never above the limit)",
     )
+    outage_after_s: float = Field(
+        0.5,
+        gt=0,
+        le=30,
+        description="how long Redis must fail to answer before a replica decides limits in process "
+        "(degraded mode); until then a failed call is tried again and the request waits "
+        "(gateway.keys.outage)",
+    )
     rate_limits: list[RateLimit] = Field(
         default_factory=list,
         description="default request/token rate limits of a key without its own: "
@@ -277,6 +285,16 @@ class LoggingConfig(_Section):
         return value.lower() if isinstance(value, str) else value
 
 
+class UpstreamErrorsConfig(_Section):
+    """What an upstream's refusal of a request does at a stage (docs/contracts.md#upstream-errors)."""
+
+    content_policy: Literal["return", "escalate"] = Field(
+        "return",
+        description="a provider's content-policy refusal (gateway.upstream.provider_errors): `return` it to "
+        "the client at once, or `escalate` to the next stage like any failed call",
+    )
+
+
 class Settings(BaseSettings):
     """The whole gateway config (docs/contracts.md#config)."""
 
@@ -300,6 +318,7 @@ class Settings(BaseSettings):
     budgets: BudgetConfig = BudgetConfig()
     limits: LimitsConfig = LimitsConfig()
     logging: LoggingConfig = LoggingConfig()
+    upstream_errors: UpstreamErrorsConfig = UpstreamErrorsConfig()
     drift: DriftConfig = DriftConfig()
     learning: LearningConfig = LearningConfig()
     # What the policy was calibrated on; other cascade requests go to one model directly

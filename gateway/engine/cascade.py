@@ -10,7 +10,9 @@ thresholds[i])``. The last stage is not scored. A black-box scorer (``verifier``
 every call (gateway.stages.blackbox_scoring). Faults:
 
 * a non-final stage fails (timeout, 5xx, refused, malformed JSON, 429 past the deadline):
-  escalate to the next stage and count the escalation;
+  escalate to the next stage and count the escalation; a provider's content-policy refusal is
+  returned to the client instead unless ``upstream_errors.content_policy`` is ``escalate``
+  (gateway.stages.decision);
 * after a timeout, every later stage served by the same upstream (``ModelConfig.upstream``: two
   pool members of one llama-server) is skipped: it would wait behind the abandoned call under the
   same deadline. With no stage left: the last good answer (degraded) if allowed, else the 504;
@@ -88,13 +90,20 @@ class CascadeEngine:
     share the scored stages, the degraded-fallback rule (``_fall_back``) and the accounting.
     """
 
-    def __init__(self, models: Mapping[str, ModelConfig], pool: UpstreamPool, metrics: GatewayMetrics):
+    def __init__(
+        self,
+        models: Mapping[str, ModelConfig],
+        pool: UpstreamPool,
+        metrics: GatewayMetrics,
+        content_policy: str = "return",
+    ):
+        """``content_policy``: the config's ``upstream_errors.content_policy`` (gateway.stages.decision)."""
         self._models = models
         self._pool = pool
         self._metrics = metrics
         self._review = AnswerReview(models, metrics)
         self._scorer = StageScorer(models, self._call)
-        self._decision = StageDecision(models, metrics, self._review)
+        self._decision = StageDecision(models, metrics, self._review, content_policy)
         self._prefix = PrefixStage(models, pool, metrics, self._decision, self._scorer, self.settle)
         self._fallback = FallbackStages(
             models, pool, self._decision, self._review, self.settle, self.whole_answer, self.live_body
@@ -293,7 +302,7 @@ class CascadeEngine:
                 reply, seconds, charge = await self._answer(model, request, body, deadline, facts, streamed)
             except UpstreamFailure as failure:
                 timeouts = decision.failed(model, failure, facts, timeouts)
-                reason: EscalationReason | None = decision.failure_reason(failure)
+                reason: EscalationReason | None = decision.failure_reason(model, failure, facts)
             except UnreadableAnswerError:  # a streamed answer (logged and listed by the relay)
                 reason = EscalationReason.UPSTREAM_ERROR
             else:
@@ -323,12 +332,14 @@ class CascadeEngine:
             fallback = fallback_model = None
         return FinalStage(models[last], fallback, fallback_model)
 
-    @staticmethod
-    def _fall_back(stage: FinalStage, failure: UpstreamFailure, facts: CascadeFacts) -> dict[str, Any]:
-        """The final stage failed: the last good answer marked degraded, if allowed; else the error."""
+    def _fall_back(self, stage: FinalStage, failure: UpstreamFailure, facts: CascadeFacts) -> dict[str, Any]:
+        """The final stage failed: the last good answer marked degraded, if allowed; else the error
+        (also for a content-policy refusal the config returns)."""
         facts.failures.append(failure.kind)
-        if stage.fallback is None:
+        fallback = stage.fallback is not None
+        if self._decision.final_failure_returned(stage.model, failure, facts, fallback):
             raise failure.to_gateway_error() from None
+        assert stage.fallback is not None
         facts.answered_by, facts.degraded = stage.fallback_model, True
         return stage.fallback
 

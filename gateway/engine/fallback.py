@@ -162,7 +162,7 @@ class FallbackStages:
         reason = EscalationReason.UPSTREAM_ERROR  # an unreadable answer (already in the failures)
         if isinstance(failure, UpstreamFailure):
             timeouts = decision.failed(models[stage], failure, facts, timeouts)
-            reason = decision.failure_reason(failure)
+            reason = decision.failure_reason(models[stage], failure, facts)  # a refusal may be returned
         following = decision.next_stage(models, stage, timeouts)
         if following is None:
             decision.no_stage_left(timeouts, None, None, plan.policy, facts)

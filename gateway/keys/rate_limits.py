@@ -23,13 +23,14 @@ The script fragments here are composed with the spend scripts in gateway.keys.sp
 both parts read their arguments by name (``gateway.redis.batch.ScriptSlots``): the spend part's
 slots, then this part's (``RESERVE_RATE_SLOTS``, ``FINISH_RATE_SLOTS``), then one hash per window
 in ``KEYS`` and (on reserve) three arguments per window in ``ARGV``. Without Redis, and during a
-Redis outage, ``LocalRateCounter`` applies the same rule in process (per replica).
+Redis outage, ``LocalRateCounter`` applies the same rule in process (per replica), counting on from
+what Redis last returned for each window (gateway.keys.outage).
 """
 
 from __future__ import annotations
 
 import math
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import ClassVar
 
@@ -241,56 +242,133 @@ class RateState:
         return max(1, math.ceil(self.windows.ends[index] - now))
 
 
+class RateTally:
+    """What one replica knows of one rate window: Redis's counts as last returned (``seen_*``), what
+    it admitted in process since (``local_*``, not in Redis yet) and its write-backs in flight."""
+
+    __slots__ = ("end", "local_r", "local_t", "seen_r", "seen_t", "sending", "ttl_s")
+
+    def __init__(self, end: float, ttl_s: int):
+        self.seen_r = self.seen_t = self.local_r = self.local_t = 0
+        self.sending: dict[str, tuple[int, int]] = {}  # op id -> (requests, tokens)
+        self.end, self.ttl_s = end, ttl_s
+
+    def own(self) -> tuple[int, int]:
+        """(requests, tokens) this replica admitted that Redis's last counts do not hold."""
+        r, t = self.local_r, self.local_t
+        for sent_r, sent_t in self.sending.values():
+            r, t = r + sent_r, t + sent_t
+        return r, t
+
+
 @dataclass(slots=True)
 class LocalRateCounter:
-    """The admission rule in process: one replica without Redis, or each replica in an outage
-    (limits scaled by ``share``, as the spend allowance)."""
+    """The admission rule in process: one replica without Redis, or each replica while Redis cannot
+    decide, counting on from the counts Redis last returned for each window plus its own admissions
+    since, within ``share`` of the headroom Redis left (gateway.keys.outage). What it admitted is
+    written back to Redis when it answers (``to_write_back``, ``written_back``)."""
 
-    counts: dict[str, list[int]] = field(default_factory=dict)  # window key -> [requests, tokens, end]
+    counts: dict[str, RateTally] = field(default_factory=dict)  # window key -> tally
+
+    def saw(self, state: RateState) -> None:
+        """Redis's counts of the windows after a reservation (admitted or refused)."""
+        counts, windows = self.counts, state.windows
+        for i, key in enumerate(windows.keys):
+            tally = counts.get(key)
+            if tally is None:
+                tally = counts[key] = RateTally(windows.ends[i], windows.args_tail[3 * i + 2])
+            tally.seen_r, tally.seen_t = state.requests[i], state.tokens[i]
 
     def admit(
         self, windows: RateWindows, tokens: int, now: float, share: float = 1.0
     ) -> tuple[bool, RateState]:
         """Admit and count one request of ``tokens`` worst-case tokens; (admitted, counts)."""
-        self._expire(now)
-        rows = [self.counts.get(key) or [0, 0, 0] for key in windows.keys]
-        state = RateState(windows, [r[0] for r in rows], [r[1] for r in rows])
+        tallies = self._tallies(windows, now)
+        state = _state_of(windows, tallies)
         for i, limit in enumerate(windows.limits):
-            if limit.requests is not None and state.requests[i] + 1 > math.floor(limit.requests * share):
+            seen_r, seen_t = tallies[i].seen_r, tallies[i].seen_t
+            # This replica's own count since Redis's, against its share of the headroom Redis left.
+            own_r, own_t = state.requests[i] - seen_r, state.tokens[i] - seen_t
+            if limit.requests is not None and own_r + 1 > math.floor(share * max(0, limit.requests - seen_r)):
                 return False, state
-            if limit.tokens is not None and state.tokens[i] >= math.floor(limit.tokens * share):
+            if limit.tokens is not None and own_t >= math.floor(share * max(0, limit.tokens - seen_t)):
                 return False, state
-        for i, key in enumerate(windows.keys):
-            end = windows.starts[i] + windows.limits[i].window_s
-            row = self.counts.setdefault(key, [0, 0, end])
-            row[0] += 1
-            row[1] += tokens
-            state.requests[i], state.tokens[i] = row[0], row[1]
+        for i, tally in enumerate(tallies):
+            tally.local_r += 1
+            tally.local_t += tokens
+            state.requests[i] += 1
+            state.tokens[i] += tokens
         return True, state
 
     def counts_of(self, windows: RateWindows, now: float) -> RateState:
-        """The windows' counts (nothing admitted)."""
-        self._expire(now)
-        rows = [self.counts.get(key) or [0, 0, 0] for key in windows.keys]
-        return RateState(windows, [r[0] for r in rows], [r[1] for r in rows])
+        """The windows' counts as this replica knows them (nothing admitted)."""
+        return _state_of(windows, self._tallies(windows, now))
 
     def undo(self, windows: RateWindows, tokens: int) -> None:
         """Take back an admission (its request was refused by the spend limit after all)."""
         for key in windows.keys:
-            row = self.counts.get(key)
-            if row is not None:
-                row[0], row[1] = max(0, row[0] - 1), max(0, row[1] - tokens)
+            tally = self.counts.get(key)
+            if tally is not None:
+                tally.local_r, tally.local_t = max(0, tally.local_r - 1), max(0, tally.local_t - tokens)
 
     def settle(self, keys: Sequence[str], tokens_delta: int) -> None:
         """Replace reserved tokens by the real count in the windows still counted."""
         for key in keys:
-            row = self.counts.get(key)
-            if row is not None:
-                row[1] = max(0, row[1] + tokens_delta)
+            tally = self.counts.get(key)
+            if tally is not None:
+                tally.local_t = max(0, tally.local_t + tokens_delta)
 
-    def _expire(self, now: float) -> None:
-        if len(self.counts) > 64 and any(row[2] <= now for row in self.counts.values()):
-            self.counts = {k: row for k, row in self.counts.items() if row[2] > now}
+    def to_write_back(self, now: float, new_id: Callable[[], str]) -> list[tuple[str, str, RateTally]]:
+        """(window key, op id, tally) of every write-back to send: what each live window admitted
+        in process moves to its ``sending`` under a new id (once; an unanswered one is resent)."""
+        out: list[tuple[str, str, RateTally]] = []
+        for key, tally in list(self.counts.items()):
+            if tally.end <= now:
+                if not tally.sending:
+                    del self.counts[key]  # over: its count no longer decides anything
+                continue
+            if (tally.local_r or tally.local_t) and not tally.sending:
+                tally.sending[new_id()] = (tally.local_r, tally.local_t)
+                tally.local_r = tally.local_t = 0
+            out.extend((key, op_id, tally) for op_id in tally.sending)
+        return out
+
+    @staticmethod
+    def written_back(tally: RateTally, op_id: str) -> None:
+        """Redis holds write-back ``op_id`` now: its counts are part of what Redis said."""
+        r, t = tally.sending.pop(op_id)
+        tally.seen_r, tally.seen_t = tally.seen_r + r, tally.seen_t + t
+
+    def forget_redis(self) -> None:
+        """Redis lost its data: nothing it said holds, and every write-back is to be sent again."""
+        for tally in self.counts.values():
+            tally.local_r, tally.local_t = tally.own()
+            tally.sending.clear()
+            tally.seen_r = tally.seen_t = 0
+
+    def unsynced(self) -> bool:
+        """Whether some window holds admissions Redis does not have yet."""
+        return any(t.local_r or t.local_t or t.sending for t in self.counts.values())
+
+    def _tallies(self, windows: RateWindows, now: float) -> list[RateTally]:
+        if len(self.counts) > 64 and any(t.end <= now and not t.sending for t in self.counts.values()):
+            self.counts = {k: t for k, t in self.counts.items() if t.end > now or t.sending}
+        counts, tallies = self.counts, []
+        for i, key in enumerate(windows.keys):
+            tally = counts.get(key)
+            if tally is None:
+                tally = counts[key] = RateTally(windows.ends[i], windows.args_tail[3 * i + 2])
+            tallies.append(tally)
+        return tallies
+
+
+def _state_of(windows: RateWindows, tallies: list[RateTally]) -> RateState:
+    own = [t.own() for t in tallies]
+    return RateState(
+        windows,
+        [t.seen_r + o[0] for t, o in zip(tallies, own, strict=True)],
+        [t.seen_t + o[1] for t, o in zip(tallies, own, strict=True)],
+    )
 
 
 def duration(seconds: float) -> str:

@@ -7,16 +7,16 @@ billed more than the worst case (the counter may then pass the limit, and the ke
 it is back under). Amounts are integer nano-USD so counters never drift.
 
 With Redis every replica shares one counter per key and window (``gateway.keys.spend_store``: atomic,
-idempotent scripts, each bounded by ``redis_timeout_s``). When Redis cannot be used (an error, a
-timeout, or it failed less than a second ago so it is not even tried: ``gateway.keys.sync``) the
-outage policy applies:
+idempotent scripts, each bounded by ``redis_timeout_s``). A failed call is tried again until Redis
+answers or the outage rule (gateway.keys.outage: Redis silent for ``outage_after_s``) says the
+replica is degraded; then the outage policy applies:
 
 * ``on_redis_down: local`` (default): the replica admits on its own, against what it last saw in
-  Redis for the key plus what it counted since, up to ``outage_share`` of the key's remaining
-  budget. What it counts in process is written back to Redis (once, idempotently) as soon as
-  Redis answers, so the window total is right afterwards. Over N replicas a key can spend at most
-  ``N * outage_share`` times its remaining budget during an outage (``outage_share = 1/N``: never
-  more than the limit).
+  Redis for the key plus what it counted since, up to its share of the key's remaining budget
+  (``outage_share``, at most 1 / the live replicas: gateway.keys.outage). What it counts in process
+  is written back to Redis (once, idempotently) as soon as Redis answers, so the window total is
+  right afterwards. Over N live replicas a key spends at most its remaining budget during an
+  outage, plus what each replica's last view had missed.
 * ``on_redis_down: refuse``: keyed requests get 503 ``spend_unavailable`` while spend cannot be
   checked; nothing is overspent.
 
@@ -36,6 +36,7 @@ counts in is its budget period's (gateway.keys.budget_periods) or the fixed ``wi
 
 from __future__ import annotations
 
+import functools
 import logging
 import math
 import time
@@ -58,7 +59,7 @@ from gateway.keys.ledger import (
     nano_limit,
     to_nano,
 )
-from gateway.keys.rate_limits import RATE_REFUSED, LocalRateCounter, RateState, RateWindows
+from gateway.keys.rate_limits import RATE_REFUSED, RateState, RateWindows
 from gateway.keys.refusals import budget_exceeded, rate_exceeded
 from gateway.keys.spend_store import EPOCH_CHANGED, MAX_NANO, RedisSpendStore, ReserveExtras, new_op_id
 from gateway.keys.sync import FallbackReason, SpendSync
@@ -96,11 +97,14 @@ class SpendLimiter(SpendSync):
         outage_share: float = 1.0,
         maintenance_redis: Redis | None = None,
         maintenance_timeout_s: float = 2.0,
+        outage_after_s: float = 0.5,
+        on_degraded: Callable[[bool], None] | None = None,
     ):
         """``redis``: the request-path client (every call bounded by ``timeout_s``), or the request
         path's ``RedisBatcher`` shared with the key lookups;
         ``maintenance_redis``: the client the periodic ``maintain()`` uses, off the request path, so
-        a slow-but-alive Redis is not mistaken for an outage (default: ``redis``)."""
+        a slow-but-alive Redis is not mistaken for an outage (default: ``redis``);
+        ``outage_after_s``, ``on_degraded``: the outage rule's (gateway.keys.outage)."""
         self.window_s = window_s
         ttl = window_s + _TTL_MARGIN_S
         keys = keys or RedisKeys()
@@ -111,7 +115,15 @@ class SpendLimiter(SpendSync):
                 background = RedisSpendStore(
                     maintenance_redis, keys, timeout_s=maintenance_timeout_s, counter_ttl_s=ttl
                 )
-        super().__init__(store, background, clock=clock, default_ttl_s=ttl, on_redis_status=on_redis_status)
+        super().__init__(
+            store,
+            background,
+            clock=clock,
+            default_ttl_s=ttl,
+            on_redis_status=on_redis_status,
+            outage_after_s=outage_after_s,
+            on_degraded=on_degraded,
+        )
         self._on_fallback = on_fallback
         self._on_rate_limited = on_rate_limited
         self._policy = on_redis_down
@@ -119,7 +131,6 @@ class SpendLimiter(SpendSync):
         self._last_log = float("-inf")
         self._unlogged = 0
         self._keys = keys
-        self._rates = LocalRateCounter()
         self._periods = PeriodClock()
         self._fixed = SpendWindow(0, 0, 0)  # the current fixed window, made once per window
 
@@ -169,12 +180,12 @@ class SpendLimiter(SpendSync):
         if self._store is None:
             limit = self._local_limit(identity, win, limit, known=True)
             return self._reserve_locally(identity, base, ledger, win, limit, limit, rates, now)
-        reason = await self._usable_epoch()
-        if reason is None:
-            admitted = await self._reserve_in_redis(identity, base, ledger, win, limit, rates, now)
-            if isinstance(admitted, Reservation):
-                return admitted
-            reason = admitted
+        admitted = await self._until_redis_decides(
+            functools.partial(self._reserve_in_redis, identity, base, ledger, win, limit, rates, now)
+        )
+        if isinstance(admitted, Reservation):
+            return admitted
+        reason = admitted
         if self._policy == "refuse":
             self._fallback("refused", key_id)
             raise SpendUnavailableError(
@@ -183,7 +194,7 @@ class SpendLimiter(SpendSync):
             )
         self._fallback(reason, key_id)
         limit = self._local_limit(identity, win, limit, known=False)
-        allowance = ledger.seen + math.floor(self._share * max(0, limit - ledger.seen))
+        allowance = ledger.seen + math.floor(self._outage.share(self._share) * max(0, limit - ledger.seen))
         base.epoch = None
         return self._reserve_locally(identity, base, ledger, win, limit, allowance, rates, now)
 
@@ -213,12 +224,16 @@ class SpendLimiter(SpendSync):
             # It may still land when Redis resumes: cancel it by id then (tokens and request too).
             self._retries.append(Retry(replace(base), 0, cancel=True, tokens_delta=-tokens))
             self._dirty = True
+            base.op_id = new_op_id()  # tried again under a new id: the cancel must not reach it
             return self._failed(exc, "reserve")
         self._report_redis(True)
         if reply.status == EPOCH_CHANGED:
             self._lost_epoch(epoch)  # the next reconcile adopts the new one and writes back
             return "epoch"
-        state = RateState.from_reply(rates, reply.rate_counts) if rates is not None else None
+        state = None
+        if rates is not None:
+            state = RateState.from_reply(rates, reply.rate_counts)
+            self._rates.saw(state)  # an outage counts on from here
         if reply.status == RATE_REFUSED:
             assert state is not None
             raise self._rate_exceeded(state, tokens, now)
@@ -352,10 +367,11 @@ class SpendLimiter(SpendSync):
         spent = ledger_total(ledger)
         state = None
         if rates is not None:
-            share = 1.0 if self._store is None else self._share
+            share = 1.0 if self._store is None else self._outage.share(self._share)
             admitted, state = self._rates.admit(rates, reservation.tokens, now, share)
             if not admitted:
                 raise self._rate_exceeded(state, reservation.tokens, now)
+            self._dirty = self._store is not None  # written back before Redis admits again
         if spent >= limit or spent + amount > allowance:
             if rates is not None:
                 self._rates.undo(rates, reservation.tokens)

@@ -144,6 +144,33 @@ return 1
 )
 
 
+# Adds requests and tokens admitted in process to a rate window once per op id (the write-back
+# after an outage, gateway.keys.outage); the window's hash keeps its TTL, or gets one.
+_APPLY_RATE_ONCE_LUA = LuaScript.of(
+    """
+if redis.call('GET', KEYS[3]) ~= ARGV[3] then return -2 end
+if not redis.call('SET', KEYS[2], '1', 'NX', 'EX', tonumber(ARGV[5])) then return 0 end
+redis.call('HINCRBY', KEYS[1], 'r', ARGV[1])
+redis.call('HINCRBY', KEYS[1], 't', ARGV[2])
+if redis.call('TTL', KEYS[1]) < 0 then redis.call('EXPIRE', KEYS[1], tonumber(ARGV[4])) end
+return 1
+"""
+)
+
+# A replica's heartbeat (scored by Redis's own clock, so replicas' clocks need not agree): the
+# replicas heard from within ARGV[2] seconds are counted, older ones dropped.
+_HEARTBEAT_LUA = LuaScript.of(
+    """
+local time = redis.call('TIME')
+local now = tonumber(time[1]) + tonumber(time[2]) / 1000000
+redis.call('ZADD', KEYS[1], now, ARGV[1])
+redis.call('ZREMRANGEBYSCORE', KEYS[1], '-inf', now - tonumber(ARGV[2]))
+redis.call('EXPIRE', KEYS[1], math.ceil(2 * tonumber(ARGV[2])))
+return redis.call('ZCARD', KEYS[1])
+"""
+)
+
+
 @dataclass(frozen=True, slots=True)
 class ReserveReply:
     """``status``: 1 admitted, 0 refused (over the limit), -1 cancelled already, -2 epoch changed,
@@ -286,6 +313,25 @@ class RedisSpendStore:
             (amount, epoch, ttl_s or self._counter_ttl_s, _MARKER_TTL_S),
         )
         return int(result)
+
+    async def apply_rate_once(
+        self, window_key: str, op_id: str, requests: int, tokens: int, epoch: str, ttl_s: int
+    ) -> int:
+        """Add ``requests`` and ``tokens`` to rate window ``window_key`` once per ``op_id``: 1 added,
+        0 added before, -2 epoch changed."""
+        keys = (window_key, self.keys.spend_applied(op_id), self.keys.spend_epoch)
+        args = (requests, tokens, epoch, ttl_s, _MARKER_TTL_S)
+        return int(await self._batch.run_script(_APPLY_RATE_ONCE_LUA, keys, args))
+
+    async def heartbeat(self, replica_id: str, ttl_s: float) -> int:
+        """Record that replica ``replica_id`` is live; how many replicas were heard from within
+        ``ttl_s`` seconds (this one included)."""
+        args = (replica_id, str(ttl_s))
+        return int(await self._batch.run_script(_HEARTBEAT_LUA, (self.keys.replicas,), args))
+
+    async def leave(self, replica_id: str) -> None:
+        """Take replica ``replica_id`` off the live replicas (it is shutting down)."""
+        await self._batch.execute("ZREM", self.keys.replicas, replica_id)
 
     async def read(
         self, counters: Sequence[str], windows: Sequence[str]

@@ -7,36 +7,46 @@ per key and window (``gateway.keys.ledger.Ledger``) and brings Redis up to date 
   charge this replica made in the current windows be written back (``_adopt_epoch``);
 * operations whose outcome is unknown (a timed-out reservation, a settlement while Redis was
   down) are repeated by id once Redis answers (``Retry``), idempotently;
-* what was counted in process during an outage is written back once (``apply_once``).
+* what was counted in process during an outage is written back once (``apply_once``, and the rate
+  windows' requests and tokens by ``apply_rate_once``);
+* the replica's heartbeat tells how many replicas share a key's headroom during an outage.
 
 ``maintain()`` runs that round about once a second off the request path; the request path runs it
-too before it uses Redis again after an outage or data loss (``_usable_epoch``). A failed Redis call
-makes the request path skip Redis for ``_RETRY_S`` seconds (``_failed``).
+too before it uses Redis again after an outage or data loss (``_usable_epoch``). Failed Redis calls
+count towards the outage rule (gateway.keys.outage.OutageRule, one rule for spend and rate limits);
+once it says degraded, the request path skips Redis for ``_RETRY_S`` seconds after each failure.
 """
 
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
 import time
-from collections.abc import Callable
-from typing import Literal
+from collections.abc import Awaitable, Callable
+from typing import Literal, TypeVar, cast
 
 from redis.exceptions import RedisError, ResponseError
 
 from gateway.keys.budget_periods import SpendWindow
 from gateway.keys.ledger import NANO_PER_USD, Ledger, Reservation, Retry
+from gateway.keys.outage import REPLICA_TTL_S, OutageRule
+from gateway.keys.rate_limits import LocalRateCounter
 from gateway.keys.spend_store import EPOCH_CHANGED, RedisSpendStore, new_op_id
 from gateway.wire.logs import log_event
 
 log = logging.getLogger("cascade.spend")
 
-# After a failed Redis call the request path skips Redis for this long (the maintenance loop probes).
+# In degraded mode, after a failed Redis call the request path skips Redis for this long (the
+# maintenance loop probes).
 _RETRY_S = 1.0
+# How long a replica shutting down tries to take itself off the live replicas.
+_LEAVE_S = 0.5
 # At most one failure line per this many seconds for an outage's timeouts and connection errors.
 _LOG_EVERY_S = 10.0
 
 FallbackReason = Literal["timeout", "error", "down", "epoch", "refused"]
+T = TypeVar("T")
 
 
 class SpendSync:
@@ -50,9 +60,12 @@ class SpendSync:
         clock: Callable[[], float],
         default_ttl_s: int,
         on_redis_status: Callable[[bool], None] | None,
+        outage_after_s: float = 0.5,
+        on_degraded: Callable[[bool], None] | None = None,
     ):
         """``store``: the request path's (None: no Redis); ``background_store``: the one
-        ``maintain()`` uses; ``default_ttl_s``: a fixed window's counter lifetime."""
+        ``maintain()`` uses; ``default_ttl_s``: a fixed window's counter lifetime;
+        ``outage_after_s``, ``on_degraded``: the outage rule's (gateway.keys.outage)."""
         self._store = store
         self._background_store = background_store
         self._clock = clock
@@ -66,6 +79,11 @@ class SpendSync:
         self._last_failure: FallbackReason = "error"
         self._maintaining = asyncio.Lock()
         self._last_failure_log = float("-inf")
+        self._outage = OutageRule(outage_after_s, on_degraded)
+        self._rates = LocalRateCounter()
+        self._replica_id = new_op_id()
+        self._round_failed = False  # the last reconcile round failed
+        self._last_refused = False  # the last failure was an error reply (trying again will not help)
 
     async def maintain(self) -> None:
         """Reconcile with Redis (call about once a second): adopt a new epoch after data loss,
@@ -81,16 +99,26 @@ class SpendSync:
             return False
         try:
             settled = not self._dirty and self._epoch is not None
-            if not probe and (time.monotonic() < self._down_until or settled):
+            down = time.monotonic() < self._down_until
+            if not probe and (down or settled):
+                self._round_failed = down
                 return True  # another request just did it, or found Redis down
+            store = self._background_store if probe else self._store
             try:
-                await self._reconcile(self._background_store if probe else self._store)
+                await self._reconcile(store)
+                if probe:
+                    assert store is not None
+                    self._outage.live_replicas = await store.heartbeat(self._replica_id, REPLICA_TTL_S)
             except (RedisError, OSError, TimeoutError) as exc:
                 self._failed(exc, "reconcile")
+                self._round_failed = True
             else:
                 self._down_until = 0.0
-                self._dirty = bool(self._retries) or any(
-                    led.local or led.sending for led in self._ledgers.values()
+                self._round_failed = False
+                self._dirty = (
+                    bool(self._retries)
+                    or any(led.local or led.sending for led in self._ledgers.values())
+                    or self._rates.unsynced()
                 )
             return True
         finally:
@@ -140,6 +168,13 @@ class SpendSync:
                 del ledger.sending[op_id]
                 ledger.synced += amount
                 ledger.seen += amount
+        for window_key, op_id, tally in self._rates.to_write_back(now, new_op_id):
+            requests, tokens = tally.sending[op_id]
+            result = await store.apply_rate_once(window_key, op_id, requests, tokens, epoch, tally.ttl_s)
+            if result == EPOCH_CHANGED:
+                self._lost_epoch(epoch)
+                return
+            self._rates.written_back(tally, op_id)
         self._drop_old_windows()
 
     def _adopt_epoch(self, epoch: str) -> None:
@@ -153,7 +188,20 @@ class SpendSync:
             if not retry.cancel and retry.reservation.epoch != epoch:
                 self._ledger_of(retry.reservation).local += retry.actual
         self._retries = [r for r in self._retries if r.reservation.epoch == epoch]
+        self._rates.forget_redis()
         self._epoch = epoch
+
+    async def leave(self) -> None:
+        """Take this replica off the live replicas (at shutdown: the others' outage shares grow at
+        once, not after ``REPLICA_TTL_S``). Never raises."""
+        if self._background_store is not None:
+            with contextlib.suppress(RedisError, OSError, TimeoutError):
+                # Bounded: a shutdown with Redis down must not wait for the maintenance timeout.
+                await asyncio.wait_for(self._background_store.leave(self._replica_id), _LEAVE_S)
+
+    def live_replicas(self) -> float:
+        """The replicas heard from in Redis, as this replica last read it (0: not known)."""
+        return float(self._outage.live_replicas)
 
     def unsynced_usd(self) -> float:
         """Spend counted in process that Redis does not hold yet (0 without Redis)."""
@@ -165,7 +213,7 @@ class SpendSync:
 
     async def _usable_epoch(self) -> FallbackReason | None:
         """None when Redis may be tried now, else why not."""
-        if time.monotonic() < self._down_until:
+        if self._outage.degraded and time.monotonic() < self._down_until:
             return "down"
         if self._epoch is None or self._dirty:
             # First use, after data loss, or after an outage: learn the epoch and write back first,
@@ -174,11 +222,40 @@ class SpendSync:
             assert self._store is not None
             if not await self._maintain(probe=False, wait_s=self._store.timeout_s):
                 return "down" if self._epoch is None else None
-            if time.monotonic() < self._down_until:
+            if self._round_failed:
                 return self._last_failure
             if self._epoch is None:
                 return "epoch"
         return None
+
+    async def _until_redis_decides(
+        self, attempt: Callable[[], Awaitable[T | FallbackReason]]
+    ) -> T | FallbackReason:
+        """What ``attempt`` (one request-path Redis operation) returned once Redis decided, else why
+        Redis cannot decide. A failed attempt is made again (it takes a new op id itself) until Redis
+        answers or the outage rule says degraded; a request waits no longer than ``outage_after_s``
+        and one timeout in all (gateway.keys.outage)."""
+        reason: FallbackReason | None = await self._usable_epoch()
+        if reason is None:
+            result = await attempt()
+            if not isinstance(result, str):
+                return result
+            reason = cast(FallbackReason, result)
+        assert self._store is not None
+        give_up = time.monotonic() + self._outage.after_s + self._store.timeout_s
+        while reason in ("timeout", "error") and not self._outage.degraded and not self._last_refused:
+            left = give_up - time.monotonic()
+            if left <= 0:
+                break
+            if reason == "error":  # a refused connection fails at once: one attempt per timeout
+                await asyncio.sleep(min(self._store.timeout_s, left))
+            reason = await self._usable_epoch()
+            if reason is None:
+                result = await attempt()
+                if not isinstance(result, str):
+                    return result
+                reason = cast(FallbackReason, result)
+        return reason
 
     def _finished(self, reservation: Reservation, actual: int, result: int) -> None:
         ledger = self._ledger_of(reservation)
@@ -221,14 +298,17 @@ class SpendSync:
             del self._ledgers[slot]
 
     def _failed(self, exc: BaseException, operation: str) -> FallbackReason:
-        """Redis failed ``operation``: skip it for ``_RETRY_S`` and log why. An error reply (Redis
-        answered and refused the command) is logged every time: it is no outage and retrying will
-        not cure it; an outage's timeouts and connection errors at most once per ``_LOG_EVERY_S``."""
+        """Redis failed ``operation``: count it towards the outage rule (degraded: skip Redis for
+        ``_RETRY_S``) and log why. An error reply (Redis answered and refused the command) is logged
+        every time: it is no outage and retrying will not cure it; an outage's timeouts and
+        connection errors at most once per ``_LOG_EVERY_S``."""
         self._report_redis(False)
-        self._down_until = time.monotonic() + _RETRY_S
         timed_out = isinstance(exc, TimeoutError) or "Timeout" in type(exc).__name__
         self._last_failure = "timeout" if timed_out else "error"
-        refused = isinstance(exc, ResponseError)
+        refused = self._last_refused = isinstance(exc, ResponseError)
+        # An error reply is no outage (Redis answered): it neither starts nor ends one.
+        if not refused and self._outage.failed(operation, f"{type(exc).__name__}: {exc}"):
+            self._down_until = time.monotonic() + _RETRY_S
         now = time.monotonic()
         if refused or now - self._last_failure_log >= _LOG_EVERY_S:
             self._last_failure_log = now
@@ -241,5 +321,7 @@ class SpendSync:
         return self._last_failure
 
     def _report_redis(self, up: bool) -> None:
+        if up:
+            self._outage.answered()
         if self._on_redis_status is not None:
             self._on_redis_status(up)

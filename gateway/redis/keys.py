@@ -51,6 +51,12 @@ class RedisKeys(PolicyKeys):
         return f"{self.prefix}:rate:{key_id}:{window_s}:{window_start}"
 
     @property
+    def replicas(self) -> str:
+        """Sorted set: replica id -> when it last said it is live (Redis time, unix seconds);
+        the replicas split a key's headroom between them during an outage (gateway.keys.outage)."""
+        return f"{self.prefix}:replicas"
+
+    @property
     def spend_epoch(self) -> str:
         """Random id of this Redis's spend data; missing or new means the data was lost."""
         return f"{self.prefix}:spend:epoch"

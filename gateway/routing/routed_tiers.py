@@ -15,22 +15,21 @@ other: a routed request is a one-stage route, so a stream is relayed live from i
 Features: ``cheap-v1`` costs tens of microseconds and runs inline. ``minilm-v1`` costs tens of
 milliseconds of CPU, so it runs in a bounded process pool (real parallelism, the event loop never
 waits on it). When the pool is saturated (``max_pending`` embeddings in flight), slow (over
-``timeout_s``) or broken, the request is served by the tier's calibrated cascade (its ``routes``),
-counted as ``fallback``: a request is never refused or delayed for want of a feature.
+``timeout_s``), still warming up or broken, the request is served by the tier's calibrated cascade
+(its ``routes``), counted as ``fallback``: a request is never refused or delayed for want of a
+feature. The pool is warmed at boot and replaced when a worker dies (``gateway.routing.embedding_pool``).
 """
 
 from __future__ import annotations
 
-import asyncio
-import contextlib
 import time
-from concurrent.futures import Executor, ProcessPoolExecutor
 from typing import Any
 
 import numpy as np
-from prometheus_client import Counter, Histogram
+from prometheus_client import Counter, Gauge, Histogram
 
 from gateway.config.drift import ROUTER_DRIFT_MODEL
+from gateway.routing.embedding_pool import READY, EmbeddingPool
 from gateway.routing.tier_choice import RoutePlan
 from gateway.telemetry.metrics import GatewayMetrics
 from gateway.wire.requests import ParsedRequest
@@ -41,74 +40,6 @@ from policies.schema import Route
 
 _FEATURE_BUCKETS = (0.00001, 0.00003, 0.0001, 0.0003, 0.001, 0.003, 0.01, 0.03, 0.1, 0.3, 1)
 _PROBABILITY_BUCKETS = (0.05, 0.1, 0.2, 0.3, 0.4, 0.5, 0.6, 0.7, 0.8, 0.9, 0.95)
-
-
-def embed_text(text: str) -> np.ndarray:
-    """The MiniLM embedding of ``text`` (run in a pool process; the encoder loads once per process)."""
-    from traffic.judges.similarity import load_encoder
-
-    try:
-        from threadpoolctl import threadpool_limits
-    except ImportError:  # one BLAS thread per worker either way is what the pool size counts on
-        return np.asarray(load_encoder().encode(text), dtype=np.float64)
-    with threadpool_limits(limits=1):
-        return np.asarray(load_encoder().encode(text), dtype=np.float64)
-
-
-def _warm_worker() -> None:
-    embed_text("warm up")
-
-
-class EmbeddingPool:
-    """At most ``max_pending`` embeddings in flight on ``workers`` processes; None when it cannot."""
-
-    def __init__(self, workers: int = 1, max_pending: int = 4, timeout_s: float = 0.25):
-        self.workers = workers
-        self.max_pending = max_pending
-        self.timeout_s = timeout_s
-        self.pending = 0
-        self._executor: Executor | None = None
-
-    def _pool(self) -> Executor:
-        if self._executor is None:
-            import multiprocessing
-
-            # spawn: a fork of a process running an event loop and threads is not safe.
-            self._executor = ProcessPoolExecutor(
-                self.workers, mp_context=multiprocessing.get_context("spawn"), initializer=_warm_worker
-            )
-        return self._executor
-
-    def start(self) -> None:
-        """Start the worker processes now (they load the model before the first request needs it)."""
-        self._pool()
-
-    async def embed(self, text: str) -> tuple[np.ndarray | None, str]:
-        """``(embedding, "ok")``, or ``(None, why)`` with why ``saturated``, ``timeout`` or ``error``."""
-        if self.pending >= self.max_pending:
-            return None, "saturated"
-        try:
-            future = self._pool().submit(embed_text, text)
-        except RuntimeError:  # the pool is shut down or broken
-            return None, "error"
-        self.pending += 1
-        loop = asyncio.get_running_loop()
-        future.add_done_callback(lambda _: _on_loop(loop, self._release))
-        try:
-            return await asyncio.wait_for(asyncio.wrap_future(future), self.timeout_s), "ok"
-        except TimeoutError:
-            return None, "timeout"
-        except Exception:
-            return None, "error"
-
-    def _release(self) -> None:
-        self.pending -= 1
-
-    def close(self) -> None:
-        """Stop the worker processes (pending embeddings are abandoned)."""
-        if self._executor is not None:
-            self._executor.shutdown(wait=False, cancel_futures=True)
-            self._executor = None
 
 
 class RouterRuntime:
@@ -128,7 +59,7 @@ class RouterRuntime:
         self.fallbacks = Counter(
             "cascade_router_fallbacks",
             "Requests of routed tiers served by the tier's cascade because the features were not "
-            "computed (saturated, timeout, error).",
+            "computed (saturated, timeout, warming, error).",
             ["tier", "reason"],
             registry=registry,
         )
@@ -147,7 +78,19 @@ class RouterRuntime:
             buckets=_PROBABILITY_BUCKETS,
             registry=registry,
         )
-        self.embeddings = embeddings or EmbeddingPool()
+        self.embedding_restarts = Counter(
+            "cascade_embedding_pool_restarts",
+            "Restarts of the minilm-v1 embedding pool after a worker died or failed to warm up.",
+            registry=registry,
+        )
+        self.embedding_warm = Gauge(
+            "cascade_embedding_pool_warm",
+            "1 when the minilm-v1 embedding workers have loaded the model and take embeddings, "
+            "0 while they warm up, are down or were not started.",
+            registry=registry,
+        )
+        self.embeddings = embeddings or EmbeddingPool(restarts=self.embedding_restarts)
+        self.embedding_warm.set_function(lambda: float(self.embeddings.state == READY))
         self._routers: dict[int, tuple[RouterSpec, LinearRouter]] = {}
 
     @staticmethod
@@ -235,12 +178,6 @@ class RouterRuntime:
     def close(self) -> None:
         """Stop the embedding processes."""
         self.embeddings.close()
-
-
-def _on_loop(loop: asyncio.AbstractEventLoop, callback: Any) -> None:
-    """Run ``callback`` on ``loop`` (the pool's callbacks run on its own thread); nothing once it closed."""
-    with contextlib.suppress(RuntimeError):
-        loop.call_soon_threadsafe(callback)
 
 
 def _legacy_message(body: dict[str, Any]) -> dict[str, Any]:

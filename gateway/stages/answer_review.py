@@ -20,8 +20,9 @@ Reasons (``EscalationReason``, the ``reason`` label of ``cascade_escalation_reas
 (no content), ``no_logprobs`` (content, but no usable logprobs); ``invalid_tool_call`` /
 ``invalid_structured_output`` (a failed check); ``truncated`` (the answer stopped at a completion
 cap the client did not set, ``policies.truncation.cut_short``: the stage did not finish, whatever its
-score); ``upstream_error`` (the call failed); ``scorer_failed`` (a black-box scorer's own call
-failed: the score is missing).
+score); ``upstream_error`` (the call failed); ``content_policy`` (the provider's safety system
+refused the request and ``upstream_errors.content_policy`` is ``escalate``); ``scorer_failed`` (a
+black-box scorer's own call failed: the score is missing).
 """
 
 from __future__ import annotations
@@ -53,6 +54,7 @@ class EscalationReason(StrEnum):
     INVALID_STRUCTURED_OUTPUT = "invalid_structured_output"
     TRUNCATED = "truncated"  # cut at a completion cap the client did not set (policies.truncation)
     UPSTREAM_ERROR = "upstream_error"
+    CONTENT_POLICY = "content_policy"  # a content-policy refusal, escalated (upstream_errors.content_policy)
     # No first token within the model's ``first_token_timeout_s`` (the stage was cancelled).
     SLOW_FIRST_TOKEN = "slow_first_token"
     SCORER_FAILED = "scorer_failed"  # a black-box scorer's own call failed (gateway.stages.blackbox_scoring)
@@ -82,6 +84,7 @@ _NO_FALLBACK = frozenset(
         EscalationReason.INVALID_TOOL_CALL,
         EscalationReason.INVALID_STRUCTURED_OUTPUT,
         EscalationReason.UPSTREAM_ERROR,
+        EscalationReason.CONTENT_POLICY,
         EscalationReason.SLOW_FIRST_TOKEN,
     }
 )

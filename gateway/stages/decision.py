@@ -15,7 +15,11 @@ After a failed call both paths follow one rule (docs/contracts.md#faults): a tim
 upstream (``Timeouts``), a later stage served by an upstream that timed out in this request is
 skipped (``next_stage``: two pool members of one llama-server; it would queue behind the abandoned
 call under the same deadline), and with no stage left ``no_stage_left`` serves the last good answer
-degraded, if the policy allows it, else the timeout's 504.
+degraded, if the policy allows it, else the timeout's 504. A provider's content-policy refusal
+(gateway.upstream.provider_errors) is the operator's call (``upstream_errors.content_policy``):
+``return`` makes it the client's answer at once, at any stage (no later stage is called, no degraded
+answer stands in for it); ``escalate`` treats it as any failed call (reason ``content_policy``).
+Either way it is counted (``cascade_content_refusals_total``).
 """
 
 from __future__ import annotations
@@ -68,10 +72,18 @@ class Timeouts:
 class StageDecision:
     """Decides scored stages and records their escalations (see the module docstring)."""
 
-    def __init__(self, models: Mapping[str, ModelConfig], metrics: GatewayMetrics, review: AnswerReview):
+    def __init__(
+        self,
+        models: Mapping[str, ModelConfig],
+        metrics: GatewayMetrics,
+        review: AnswerReview,
+        content_policy: str = "return",
+    ):
+        """``content_policy``: the config's ``upstream_errors.content_policy`` (return, escalate)."""
         self._models = models
         self._metrics = metrics
         self._review = review
+        self._returns_refusals = content_policy == "return"
 
     def decide(
         self,
@@ -136,13 +148,6 @@ class StageDecision:
         facts.failures.append("unreadable")
         return EscalationReason.UPSTREAM_ERROR
 
-    @staticmethod
-    def failure_reason(failure: UpstreamFailure) -> EscalationReason:
-        """Why a failed stage escalates: a late first token, or any other failure of its call."""
-        if failure.kind == SLOW_FIRST_TOKEN:
-            return EscalationReason.SLOW_FIRST_TOKEN
-        return EscalationReason.UPSTREAM_ERROR
-
     def failed(
         self, model: str, failure: UpstreamFailure, facts: CascadeFacts, timeouts: Timeouts | None
     ) -> Timeouts | None:
@@ -157,6 +162,36 @@ class StageDecision:
         timeouts.last = failure
         timeouts.upstreams.add(upstream)
         return timeouts
+
+    def failure_reason(self, model: str, failure: UpstreamFailure, facts: CascadeFacts) -> EscalationReason:
+        """Why a stage whose call to ``model`` failed escalates: ``slow_first_token`` for a first
+        token later than its model's deadline, ``content_policy`` for a content-policy refusal the
+        config escalates, else ``upstream_error``. A refusal the config returns is raised as the
+        client's error instead."""
+        if failure.kind == SLOW_FIRST_TOKEN:
+            return EscalationReason.SLOW_FIRST_TOKEN
+        if not failure.content_refusal:
+            return EscalationReason.UPSTREAM_ERROR
+        if self._returns_refusals:
+            self._refusal(facts.tier, model, "returned")
+            raise failure.to_gateway_error() from None
+        self._refusal(facts.tier, model, "escalated")
+        return EscalationReason.CONTENT_POLICY
+
+    def final_failure_returned(
+        self, model: str, failure: UpstreamFailure, facts: CascadeFacts, fallback: bool
+    ) -> bool:
+        """The final stage's call to ``model`` failed: whether its error is the client's answer
+        rather than the degraded ``fallback`` (when there is one): with none, or for a
+        content-policy refusal the config returns."""
+        if not failure.content_refusal:
+            return not fallback
+        returned = not fallback or self._returns_refusals
+        self._refusal(facts.tier, model, "returned" if returned else "degraded")
+        return returned
+
+    def _refusal(self, tier: str, model: str, action: str) -> None:
+        self._metrics.child(self._metrics.content_refusals, tier, model, action).inc()
 
     def next_stage(self, models: list[str], stage: int, timeouts: Timeouts | None) -> int | None:
         """The stage after ``stage`` to call: the first whose upstream has not timed out in this

@@ -149,14 +149,14 @@ class PrefixStage:
     ) -> FinalStage:
         """The cheap stage failed before the first byte (an unreadable answer is already in the
         facts' failures): escalate, unless a timeout leaves no stage (the final stage's upstream
-        timed out): then its 504."""
+        timed out): then its 504; a content-policy refusal the config returns is the client's error."""
         assert plan.route is not None and plan.policy is not None
         models = plan.route.models
         decision = self._decision
         timeouts, reason = None, EscalationReason.UPSTREAM_ERROR
         if isinstance(failure, UpstreamFailure):
             timeouts = decision.failed(models[0], failure, facts, None)
-            reason = decision.failure_reason(failure)
+            reason = decision.failure_reason(models[0], failure, facts)  # a refusal may be returned
         if decision.next_stage(models, 0, timeouts) is None:  # the final stage would queue behind it
             decision.no_stage_left(timeouts, None, None, plan.policy, facts)
         facts.outcome = "escalated"

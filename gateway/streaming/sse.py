@@ -16,8 +16,9 @@ import aiohttp
 import aiohttp.http_exceptions
 import orjson
 
-from gateway.upstream.client import UpstreamFailure
+from gateway.upstream.client import UpstreamFailure, error_event_failure
 from gateway.wire.requests import ParsedRequest
+from redaction import Redactor
 
 SSE_HEADERS = [
     (b"content-type", b"text/event-stream; charset=utf-8"),
@@ -115,12 +116,19 @@ def _chat_content(choice: dict[str, Any]) -> dict[str, Any]:
     }
 
 
-async def upstream_events(response: aiohttp.ClientResponse, model: str) -> AsyncIterator[dict[str, Any]]:
+# Without the pool's redaction (tests): credentials and URL passwords are still masked.
+_NO_SECRETS = Redactor()
+
+
+async def upstream_events(
+    response: aiohttp.ClientResponse, model: str, redact: Redactor = _NO_SECRETS
+) -> AsyncIterator[dict[str, Any]]:
     """Parsed ``data:`` objects of a live upstream stream, until ``[DONE]``.
 
     Raises UpstreamFailure if an event is not JSON, its ``choices`` are not a list of objects, the
     stream stops before ``[DONE]`` without any ``finish_reason`` (a truncated stream is never passed
-    off as a complete answer), or it outlasts its timeout (kind ``timeout``).
+    off as a complete answer), or it outlasts its timeout (kind ``timeout``); an error event is
+    the provider's failure in its own words (``error_event_failure``, its text through ``redact``).
     """
     finished = False
     try:
@@ -138,7 +146,7 @@ async def upstream_events(response: aiohttp.ClientResponse, model: str) -> Async
             if not isinstance(event, dict):
                 raise UpstreamFailure(model, "malformed", "stream event is not a JSON object")
             if event.get("error"):
-                raise UpstreamFailure(model, "http", "upstream sent an error event")
+                raise error_event_failure(model, event, redact)
             choices = event.get("choices", [])
             if not isinstance(choices, list) or not all(isinstance(c, dict) for c in choices):
                 raise UpstreamFailure(model, "malformed", "stream event choices are not a list of objects")

@@ -131,11 +131,18 @@ class GatewayMetrics:
         )
 
     def _register_upstream_metrics(self, r: CollectorRegistry) -> None:
-        """Upstream call attempts, their durations, spend and tokens."""
+        """Upstream call attempts, their durations, spend and tokens; content-policy refusals."""
         self.upstream_requests = Counter(
             "cascade_upstream_requests",
             "Upstream call attempts by status class.",
             ["model", "status"],
+            registry=r,
+        )
+        self.content_refusals = Counter(
+            "cascade_content_refusals",
+            "Content-policy refusals by an upstream, by what the gateway did: returned to the client, "
+            "escalated to the next stage, or served the degraded answer (upstream_errors.content_policy).",
+            ["tier", "model", "action"],
             registry=r,
         )
         self.upstream_duration = Histogram(
@@ -219,6 +226,23 @@ class GatewayMetrics:
         )
         for reason in ("missing", "unknown", "throttled"):
             self.auth_failures.labels(reason)  # both series exist from the start (alert on a rise)
+        self.limits_degraded = Gauge(
+            "cascade_limits_degraded",
+            "1 while this replica decides spend and rate limits in process, counting on from what Redis "
+            "last returned (Redis silent past budgets.outage_after_s: gateway.keys.outage), else 0.",
+            registry=r,
+        )
+        self.limits_degraded_entered = Counter(
+            "cascade_limits_degraded_entered",
+            "Times this replica entered degraded mode (a pause shorter than the outage rule never does).",
+            registry=r,
+        )
+        self.replicas_live = Gauge(
+            "cascade_replicas_live",
+            "Replicas heard from in Redis in the last 5 s, as this replica last read it (0: not known); "
+            "in degraded mode each admits at most 1/this of a key's headroom.",
+            registry=r,
+        )
         self.spend_unsynced = Gauge(
             "cascade_spend_unsynced_usd",
             "Spend counted in process that Redis does not hold yet (written back when it answers).",

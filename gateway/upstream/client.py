@@ -29,12 +29,19 @@ import orjson
 
 from gateway.config.settings import ModelConfig
 from gateway.telemetry.metrics import GatewayMetrics
+from gateway.upstream.provider_errors import (
+    ProviderError,
+    is_content_refusal,
+    provider_error_of,
+    read_provider_error,
+    stated_status,
+)
 from gateway.upstream.transport import SessionOpener, open_pooled_session
 from gateway.wire.errors import (
-    BadRequestError,
     GatewayError,
     RateLimitedError,
     UpstreamError,
+    UpstreamRejectedError,
     UpstreamTimeoutError,
 )
 from money.charges import Attempt
@@ -42,7 +49,8 @@ from redaction import Redactor, url_secrets
 
 _RETRYABLE_STATUS = frozenset({429, 500, 502, 503, 504})
 # Client-side faults an upstream reports about the request itself: retried never, escalated as a
-# failure at a cheap stage, and reported as 400 to the client when nothing else can answer.
+# failure at a cheap stage (a content-policy refusal: as ``upstream_errors.content_policy`` says),
+# and reported to the client with the upstream's status and error when nothing else can answer.
 _REJECTED_STATUS = frozenset({400, 404, 413, 422})
 _BACKOFF_BASE_S = 0.05
 _BACKOFF_CAP_S = 2.0
@@ -58,7 +66,8 @@ _NEVER_SENT = (aiohttp.ClientConnectorError, aiohttp.ConnectionTimeoutError)
 class UpstreamFailure(Exception):
     """One upstream call failed for good (after retries).
 
-    ``kind``: timeout | connect | http | rate_limited | rejected | malformed.
+    ``kind``: timeout | connect | http | rate_limited | rejected | malformed. ``provider``: what a
+    ``rejected`` call's upstream said (gateway.upstream.provider_errors).
     The message never contains the request body, nor any secret: an upstream's own error text is
     passed through the pool's ``Redactor`` before it is kept.
     """
@@ -71,6 +80,7 @@ class UpstreamFailure(Exception):
         *,
         status: int | None = None,
         retry_after: float | None = None,
+        provider: ProviderError | None = None,
     ):
         super().__init__(f"upstream {model!r} {kind}: {detail}")
         self.model = model
@@ -78,6 +88,12 @@ class UpstreamFailure(Exception):
         self.detail = detail
         self.status = status
         self.retry_after = retry_after
+        self.provider = provider
+
+    @property
+    def content_refusal(self) -> bool:
+        """The upstream's safety system refused the request (gateway.upstream.provider_errors)."""
+        return is_content_refusal(self.provider)
 
     def to_gateway_error(self) -> GatewayError:
         """The client-facing error when nothing else can answer."""
@@ -86,8 +102,16 @@ class UpstreamFailure(Exception):
         if self.kind == "rate_limited":
             headers = {"retry-after": str(max(1, round(self.retry_after)))} if self.retry_after else None
             return RateLimitedError(f"upstream model {self.model!r} is rate limited", headers=headers)
-        if self.kind == "rejected":
-            return BadRequestError(f"upstream model {self.model!r} rejected the request: {self.detail}")
+        if self.kind == "rejected" and self.status is not None:
+            said = self.provider or ProviderError()
+            return UpstreamRejectedError(
+                f"upstream model {self.model!r} rejected the request: {self.detail}",
+                model=self.model,
+                status=self.status,
+                type=said.type,
+                code=said.code,
+                param=said.param,
+            )
         return UpstreamError(f"upstream model {self.model!r} failed: {self.detail}")
 
 
@@ -137,6 +161,11 @@ class UpstreamClient:
         if self._session is not None:
             await self._session.close()
             self._session = None
+
+    @property
+    def redact(self) -> Redactor:
+        """The redaction of every upstream text this client keeps (its pool's)."""
+        return self._redact
 
     @property
     def auth_headers(self) -> dict[str, str]:
@@ -332,8 +361,9 @@ class UpstreamClient:
                 self.name, "rate_limited", detail, status=status, retry_after=_parse_retry_after(retry_after)
             )
         if status in _REJECTED_STATUS:
-            message = _error_message(payload, self._redact)
-            return UpstreamFailure(self.name, "rejected", message or detail, status=status)
+            said = read_provider_error(payload, self._redact)
+            message = said.message or detail
+            return UpstreamFailure(self.name, "rejected", message, status=status, provider=said)
         return UpstreamFailure(
             self.name, "http", detail, status=status, retry_after=_parse_retry_after(retry_after)
         )
@@ -343,8 +373,6 @@ class UpstreamClient:
         self._duration.observe(time.monotonic() - started)
 
 
-# The longest upstream error message relayed to a client.
-_MESSAGE_CHARS = 300
 _NOT_A_COMPLETION = "response is not a completion JSON object with choices"
 
 
@@ -385,6 +413,20 @@ async def read_completion(response: aiohttp.ClientResponse, model: str) -> dict[
     return parsed
 
 
+def error_event_failure(model: str, event: dict[str, Any], redact: Redactor) -> UpstreamFailure:
+    """An upstream's in-stream ``{"error": ...}`` event as a failure: a refusal of the request
+    (``rejected``) when it states a refusal's status, or is a content-policy refusal (400: its
+    status everywhere else), else an upstream failure (``http``). The provider's words either way."""
+    said = provider_error_of(event, redact)
+    status = stated_status(event)
+    if status is None and is_content_refusal(said):
+        status = 400
+    if status in _REJECTED_STATUS:
+        message = said.message or "upstream sent an error event"
+        return UpstreamFailure(model, "rejected", message, status=status, provider=said)
+    return UpstreamFailure(model, "http", "upstream sent an error event", provider=said)
+
+
 def _broken(exc: BaseException, status: int | None) -> str:
     """What ended an attempt after its request was sent (a dropped connection, a cut body)."""
     where = "before an answer" if status is None else f"in the body of an HTTP {status} answer"
@@ -419,19 +461,6 @@ def _parse_retry_after(value: str | None) -> float | None:
     except (TypeError, ValueError):
         return None
     return max(0.0, when.timestamp() - time.time())
-
-
-def _error_message(payload: bytes, redact: Redactor) -> str | None:
-    """The upstream's OpenAI error message, redacted then truncated, to tell a client why its request
-    was refused (redacted first: a cut must not leave part of a secret behind)."""
-    try:
-        error = orjson.loads(payload).get("error")
-    except (orjson.JSONDecodeError, AttributeError):
-        return None
-    message = error.get("message") if isinstance(error, dict) else error
-    # Redacted on a bounded prefix (redaction reads every character; a cut at 8x the kept length
-    # cannot leave part of a secret inside the part kept).
-    return redact(str(message)[: _MESSAGE_CHARS * 8])[:_MESSAGE_CHARS] if message else None
 
 
 class UpstreamPool:

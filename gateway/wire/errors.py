@@ -1,7 +1,9 @@
 """The gateway's one error hierarchy, mapped once to OpenAI-shaped JSON error bodies.
 
 Every failure a client can see is a ``GatewayError`` subclass; the app installs one exception
-handler that renders ``{"error": {"message", "type", "param", "code"}}`` with ``status``.
+handler that renders ``{"error": {"message", "type", "param", "code"}}`` with ``status``. An error
+an upstream answered (``UpstreamRejectedError``) carries the upstream's own ``type``, ``code`` and
+``param`` and says so in an ``upstream`` object; every other error is the gateway's own.
 """
 
 from __future__ import annotations
@@ -15,6 +17,8 @@ class GatewayError(Exception):
     status: int = 500
     type: str = "server_error"
     code: str | None = None
+    # Set only on an error an upstream answered: ``{"model", "status", "type", "code", "param"}``.
+    upstream: dict[str, Any] | None = None
 
     def __init__(
         self,
@@ -32,15 +36,16 @@ class GatewayError(Exception):
         self.headers = headers or {}
 
     def body(self) -> dict[str, Any]:
-        """The OpenAI error body."""
-        return {
-            "error": {
-                "message": self.message,
-                "type": self.type,
-                "param": self.param,
-                "code": self.code,
-            }
+        """The OpenAI error body (with the ``upstream`` object of an upstream's error)."""
+        error: dict[str, Any] = {
+            "message": self.message,
+            "type": self.type,
+            "param": self.param,
+            "code": self.code,
         }
+        if self.upstream is not None:
+            error["upstream"] = self.upstream
+        return {"error": error}
 
 
 class BadRequestError(GatewayError):
@@ -49,6 +54,14 @@ class BadRequestError(GatewayError):
     status = 400
     type = "invalid_request_error"
     code = "invalid_request"
+
+
+class UnsupportedInputError(BadRequestError):
+    """400: a content part the gateway cannot price (a type it has no declared bound for, on every
+    API, or a kind the route's models declare no bound for): refused before any call, never
+    forwarded unpriced (docs/contracts.md#content-parts)."""
+
+    code = "unsupported_input"
 
 
 class UnknownTierRequestError(BadRequestError):
@@ -142,6 +155,32 @@ class UpstreamError(GatewayError):
     status = 502
     type = "upstream_error"
     code = "upstream_failed"
+
+
+class UpstreamRejectedError(GatewayError):
+    """An upstream refused the request itself (400, 404, 413, 422) and nothing else answered: its
+    status, and its own ``type``, ``code`` and ``param`` (``None`` where it gave none: never a code
+    of the gateway's), with the ``upstream`` object naming the model that answered it
+    (docs/contracts.md#upstream-errors)."""
+
+    type = "invalid_request_error"
+
+    def __init__(
+        self,
+        message: str,
+        *,
+        model: str,
+        status: int,
+        type: str | None,
+        code: str | None,
+        param: str | None,
+    ):
+        super().__init__(message, param=param, headers={"x-cascade-error-source": "upstream"})
+        self.status = status
+        self.code = code
+        if type is not None:
+            self.type = type
+        self.upstream = {"model": model, "status": status, "type": type, "code": code, "param": param}
 
 
 class UpstreamTimeoutError(GatewayError):

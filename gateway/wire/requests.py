@@ -15,6 +15,7 @@ import orjson
 from gateway.wire.errors import BadRequestError
 from money.usage import positive_int
 from policies.client_schemas import schema_problem
+from policies.schema_limits import SchemaAllowance
 
 # Which OpenAI completion API a request is on, and so the upstream endpoint it is forwarded to:
 # ``chat`` (/v1/chat/completions; every other edge translates into it) or ``completions`` (the
@@ -130,11 +131,14 @@ def encoded_size(body: dict[str, Any]) -> int:
 def check_client_schemas(body: dict[str, Any]) -> None:
     """BadRequestError (400, code ``invalid_schema``) for a JSON Schema of the chat ``body`` (tool
     ``parameters``, legacy ``functions``, ``response_format``) that reaches outside itself, loops
-    through its refs or has a pattern that cannot run in linear time (``policies.client_schemas``).
+    through its refs, has a pattern that cannot run in linear time, declares a draft the gateway
+    does not run, or passes the limits the request's schemas share (``policies.client_schemas``,
+    ``policies.schema_limits``).
 
     Called only for a body that has ``tools``, ``functions`` or ``response_format``."""
+    allowance = SchemaAllowance()
     for where, schema in _client_schemas(body):
-        problem = schema_problem(schema)
+        problem = schema_problem(schema, allowance)
         if problem is not None:
             raise BadRequestError(f"'{where}': {problem}", param=where, code="invalid_schema")
 

@@ -129,17 +129,6 @@ def served_gateway(start_served_gateway: Callable[..., RunningGateway]) -> Runni
     return start_served_gateway()
 
 
-def pytest_terminal_summary(terminalreporter: Any) -> None:
-    """After a run of the fault matrix (test_fault_matrix.py): its cell count and its failing cells
-    by fault, call, endpoint and invariant."""
-    from tests.support.fault_matrix import RECORD
-
-    if RECORD.outcomes or RECORD.limits:
-        terminalreporter.section("fault matrix")
-        for line in RECORD.summary():
-            terminalreporter.write_line(line)
-
-
 def run(coro: Any) -> Any:
     """Run a coroutine to completion from a sync test."""
     return asyncio.run(coro)

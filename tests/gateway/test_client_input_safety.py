@@ -75,6 +75,11 @@ def test_a_schema_ref_to_a_url_is_a_400_on_every_api_and_nothing_is_fetched(
         {"$ref": "file:///etc/passwd"},
         {"$defs": {"a": {"$ref": "#/$defs/b"}, "b": {"$ref": "#/$defs/a"}}, "$ref": "#/$defs/a"},
         {"type": "string", "pattern": "(?=a)a"},
+        # Refs where no draft the gateway runs follows them, and draft 3 itself: a 400, never a
+        # schema accepted on arrival that the answer check cannot run.
+        {"$schema": "http://json-schema.org/draft-03/schema#", "extends": {"$ref": "http://x/s.json"}},
+        {"$schema": "http://json-schema.org/draft-04/schema#", "type": [{"$ref": "http://x/s.json"}]},
+        {"type": "string", "contentSchema": {"$ref": "http://x/s.json"}},
     ],
 )
 def test_a_file_ref_a_ref_loop_or_a_backtracking_only_pattern_is_a_400(gateway, upstream, schema) -> None:

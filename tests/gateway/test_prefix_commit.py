@@ -141,6 +141,19 @@ def test_cheap_stream_failing_before_the_decision_escalates(
     assert text_of(chunks) == "Seven."
 
 
+def test_a_content_refusal_of_the_cheap_stream_is_returned_not_escalated(
+    start_gateway, make_settings, upstream: ScriptedUpstream, tmp_path: Path
+) -> None:
+    gateway = prefix_gateway(start_gateway, make_settings, tmp_path)
+    filtered = {"message": "filtered", "type": None, "param": "prompt", "code": "content_filter"}
+    upstream.script("up-small", error(400, body={"error": filtered}))
+    body = {"model": "cascade", "messages": MESSAGES, "stream": True}
+    response = gateway.http.post("/v1/chat/completions", json=body, timeout=20)
+    assert response.status_code == 400 and response.json()["error"]["code"] == "content_filter"
+    assert response.json()["error"]["upstream"]["model"] == "small"
+    assert upstream.calls("up-large") == []
+
+
 def test_non_streamed_and_tool_requests_keep_the_buffer_rule(
     start_gateway, make_settings, upstream: ScriptedUpstream, tmp_path: Path
 ) -> None:

@@ -219,14 +219,18 @@ def test_rate_limit_specs_and_reset_durations() -> None:
     ]
 
 
-async def test_during_a_redis_outage_each_replica_applies_its_share_of_the_limit_in_process(keys) -> None:
+async def test_during_a_redis_outage_a_replica_counts_on_from_redis_and_writes_its_admissions_back(
+    keys, async_redis
+) -> None:
     link = RedisLink()
     await link.up()
     client = aioredis.from_url(
         link.url, decode_responses=True, socket_connect_timeout=0.5, socket_timeout=0.5
     )
     clock = Clock(1_800_000_000.0)
-    limiter = SpendLimiter(window_s=3600, redis=client, keys=keys, clock=clock, outage_share=0.5)
+    limiter = SpendLimiter(
+        window_s=3600, redis=client, keys=keys, clock=clock, outage_share=0.5, outage_after_s=0.2
+    )
     identity = ClientIdentity("k-outage", 10.0, rate_limits=(RateLimit(window_s=60, requests=10),))
     try:
         first = await limiter.reserve(identity, 0.001)
@@ -234,9 +238,18 @@ async def test_during_a_redis_outage_each_replica_applies_its_share_of_the_limit
         await link.down()
         results = [await attempt(limiter, identity) for _ in range(8)]
         admitted = [r for r in results if not isinstance(r, Exception)]
-        # Half of the limit in process (this replica's share), refused with the same 429 after.
-        assert len(admitted) == 5 and {r.backend for r in admitted} == {"memory"}
-        assert all(isinstance(r, RateLimitExceededError) for r in results[5:])
+        # Redis last said 1 of 10: this replica's share of the nine left, four whole requests (never
+        # the limit counted from zero), refused with the same 429 after.
+        assert len(admitted) == 4 and {r.backend for r in admitted} == {"memory"}
+        assert all(isinstance(r, RateLimitExceededError) for r in results[4:])
+        await link.up()
+        await limiter.maintain()
+        await limiter.maintain()  # a second round writes nothing twice
+        window = keys.rate("k-outage", 60, 1_800_000_000 // 60 * 60)
+        assert await async_redis.hget(window, "r") == "5"  # Redis's one and the four counted in process
+        after = await attempt(limiter, identity)  # Redis decides again, from 5 of 10
+        assert not isinstance(after, Exception) and after.backend == "redis"
+        assert after.rate is not None and after.rate.requests == [6]
     finally:
         await client.aclose()
         await link.down()

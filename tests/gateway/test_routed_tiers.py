@@ -10,14 +10,14 @@ never called); a hybrid tier cascades the easy one and sends the hard one straig
 from __future__ import annotations
 
 import math
+import os
 from pathlib import Path
 from typing import Any
 
 import pytest
 
-from policies.route_features import MINILM_DIMS
 from tests.support.gateway_testkit import until
-from tests.support.routed_policy import EASY, HARD, HYBRID, ROUTED, router_section
+from tests.support.routed_policy import EASY, HARD, HYBRID, ROUTED, minilm_policy, router_section
 from tests.support.scripted_upstream import ok
 
 
@@ -119,8 +119,7 @@ def test_decisions_are_counted_per_tier_mechanism_and_model(routed_gateway: Any,
 def test_a_saturated_embedding_pool_serves_the_tiers_cascade(
     start_gateway: Any, make_settings: Any, write_policy: Any, upstream: Any
 ) -> None:
-    policy = write_policy(tier_changes={"balanced": {"routing": ROUTED}}, router=router_section("minilm-v1"))
-    running = start_gateway(make_settings(policy=policy))
+    running = start_gateway(make_settings(policy=minilm_policy(write_policy)))
     running.gateway.router_runtime.embeddings.max_pending = 0  # every embedding refused: saturated
     upstream.script("up-small", ok("4", confidence=0.99))
     reply = running.client().chat.completions.with_raw_response.create(
@@ -132,21 +131,20 @@ def test_a_saturated_embedding_pool_serves_the_tiers_cascade(
     assert running.sample("cascade_router_fallbacks_total", tier="balanced", reason="saturated") == 1.0
 
 
-def test_a_minilm_router_embeds_in_a_worker_process(
+def test_a_minilm_router_is_warm_once_the_replica_is_ready(
     start_gateway: Any, make_settings: Any, write_policy: Any, upstream: Any
 ) -> None:
-    router = router_section("minilm-v1")
-    router["coef"][0] = [0.0] * MINILM_DIMS
-    policy = write_policy(tier_changes={"balanced": {"routing": ROUTED}}, router=router)
-    running = start_gateway(make_settings(policy=policy))
+    running = start_gateway(make_settings(policy=minilm_policy(write_policy)))
+    assert until(lambda: running.readiness().status_code == 200, timeout_s=90.0)  # the model loads
     pool = running.gateway.router_runtime.embeddings
-    pool.timeout_s = 60.0  # the first embedding waits for the worker to load the model
+    (worker,) = running.readiness().json()["embeddings"]["workers"]
+    assert worker != os.getpid()  # a worker process of its own
+    assert running.sample("cascade_embedding_pool_warm") == 1.0
+    pool.timeout_s = 30.0  # on a loaded machine: the point is the route, not the embedding's speed
     upstream.set_default("up-small", ok("4", confidence=0.99))
     reply = running.client().chat.completions.with_raw_response.create(
         model="cascade/balanced", messages=EASY
     )
-    assert reply.headers["x-cascade-mechanism"] == "routed"
+    assert reply.headers["x-cascade-mechanism"] == "routed"  # the first request after readiness
     assert reply.headers["x-cascade-models-called"] == "small"
     assert until(lambda: pool.pending == 0, timeout_s=5.0)
-    executor = pool._executor
-    assert executor is not None and len(executor._processes) == 1  # type: ignore[attr-defined]

@@ -104,13 +104,23 @@ def test_the_anthropic_sdk_reads_a_late_messages_stream_after_pings(
 def test_a_failure_after_an_early_start_is_the_apis_error_event(
     early_gateway: Any, upstream: ScriptedUpstream
 ) -> None:
-    upstream.script("up-small", error(400, delay_s=SLOW_S))  # every stage refuses: nothing can answer
-    upstream.script("up-large", error(400))
+    # Every stage refuses: nothing can answer. The last one says why, in words the event carries.
+    too_long = {"message": "too long", "type": "invalid_request_error", "code": "context_length_exceeded"}
+    said = {"model": "large", "status": 400, "type": "invalid_request_error", "code": too_long["code"]}
+    upstream.script("up-small", error(400, delay_s=SLOW_S))
+    upstream.script("up-large", error(400, body={"error": too_long}))
     with pytest.raises(openai.APIError) as raised:
         list(early_gateway.client().chat.completions.create(model="cascade", messages=MESSAGES, stream=True))
     assert not isinstance(raised.value, openai.APIStatusError)  # an SSE error event, not a status
+    assert raised.value.code == "context_length_exceeded" and raised.value.type == "invalid_request_error"
+    assert raised.value.body["upstream"] == {**said, "param": None}  # type: ignore[index]
     upstream.script("up-small", error(400, delay_s=SLOW_S))
-    upstream.script("up-large", error(400))
+    upstream.script("up-large", error(400, body={"error": too_long}))
+    events = list(early_gateway.client().responses.create(model="cascade", input="Capital?", stream=True))
+    failure = next(event for event in events if event.type == "error")
+    assert failure.code == "context_length_exceeded" and events[-1].type == "response.failed"
+    upstream.script("up-small", error(400, delay_s=SLOW_S))
+    upstream.script("up-large", error(400, body={"error": too_long}))
     client = early_gateway.anthropic_client()
     # The SDK raises an error event as APIStatusError (of the stream's 200) with the error body.
     with (
@@ -120,6 +130,7 @@ def test_a_failure_after_an_early_start_is_the_apis_error_event(
         stream.get_final_message()
     assert anthropic_raised.value.body["type"] == "error"  # type: ignore[index]
     assert anthropic_raised.value.body["error"]["type"] == "invalid_request_error"  # type: ignore[index]
+    assert anthropic_raised.value.body["error"]["upstream"]["code"] == "context_length_exceeded"  # type: ignore[index]
 
 
 def test_the_log_line_keeps_the_decision_and_the_status_of_a_late_stream(

@@ -7,8 +7,10 @@ Two real replicas share a private redis-server. The outage policy (docs/redis-an
   answers, so afterwards the counter holds the window's true spend. With ``outage_share = 1/N`` the
   key never spends more than its limit plus one request's worst case.
 * ``on_redis_down: refuse``: keyed requests get 503 while spend cannot be checked.
-* Every Redis call on the request path is bounded by ``redis_timeout_s`` (0.1 s): a frozen Redis
-  costs a request milliseconds, and the reservations it executes when it resumes are cancelled.
+* Every Redis call on the request path is bounded by ``redis_timeout_s`` (0.1 s), and a failed one is
+  tried again until Redis has been silent for ``budgets.outage_after_s`` (0.5 s, the outage rule:
+  gateway.keys.outage): a frozen Redis costs the requests at its start at most about 0.6 s, later
+  ones milliseconds, and the reservations it executes when it resumes are cancelled.
 * A Redis that comes back empty gets every replica's charges of the window written back.
 
 Each test checks money: the key's Redis counter against what the scripted upstream produced,

@@ -1,9 +1,10 @@
 """A lying upstream that echoes the gateway's secrets in its error text, against a real `cascade serve`.
 
 The scripted upstream answers 400/422 with a message quoting the ``Authorization`` header it
-received (the upstream key), the client key and the admin key. Whatever the client asked for
-(a configured model, a stream, a cascade), the relayed error says why without any of them, and the
-gateway's log holds none of them either.
+received (the upstream key), the client key and the admin key, and with secrets as its error
+``code`` and ``param`` (relayed codes are the provider's own: they pass the same redaction).
+Whatever the client asked for (a configured model, a stream, a cascade), the relayed error says why
+without any of them, and the gateway's log holds none of them either.
 """
 
 from __future__ import annotations
@@ -33,7 +34,8 @@ def _lying_rejection(status: int, padding: int = 0) -> Reply:
     message = (
         "x" * padding + f"bad key Bearer {UPSTREAM_KEY}; the caller used {CLIENT_KEY}, the admin {ADMIN_KEY}"
     )
-    return Reply(status=status, body={"error": {"message": message, "type": "invalid_request_error"}})
+    error = {"message": message, "type": "invalid_request_error", "code": UPSTREAM_KEY, "param": ADMIN_KEY}
+    return Reply(status=status, body={"error": error})
 
 
 def _leaks(text: str) -> list[str]:
@@ -70,9 +72,10 @@ def test_upstream_error_text_is_relayed_without_any_configured_secret(
 
     # The upstream really got the key it then quoted back.
     assert {call.authorization for call in upstream.calls()} == {f"Bearer {UPSTREAM_KEY}"}
-    assert response.status_code == 400
-    message = response.json()["error"]["message"]
-    assert f"upstream model '{failing[-1]}' rejected the request: bad key Bearer ***" in message
+    assert response.status_code == status  # the upstream's own status
+    error = response.json()["error"]
+    assert f"upstream model '{failing[-1]}' rejected the request: bad key Bearer ***" in error["message"]
+    assert error["type"] == "invalid_request_error" and error["code"] is None and error["param"] is None
     assert _leaks(response.text) == [] and _leaks(str(response.headers)) == []
     assert _leaks(gateway.log_text()) == []
 

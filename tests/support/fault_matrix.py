@@ -16,6 +16,10 @@ cancels its stream mid-way; its upstream stops when the stream is closed and bil
 wrote (as llama-server does), and the prefix setup's models declare ``CANCEL_OVERRUN_TOKENS``, so the
 gateway charges the chunks it read plus that many (``money.charges.cancelled_stream_charge``).
 tests/gateway/test_fault_matrix.py runs the cells.
+
+The limit cases (``RECORD.add_limit``) also cover Redis: ``REDIS_FAULTS`` are the faults of the
+shared Redis a rate limit must hold through, run by tests/reliability/test_rate_limits_redis_pause.py
+on a private redis-server under two replicas (case ``redis-<fault>``).
 """
 
 from __future__ import annotations
@@ -50,6 +54,11 @@ FAULTS = (
     "hostile_nesting",
     "cancelled_on_escalation",
 )
+# Redis faults in the middle of a burst on a rate-limited key (gateway.keys.outage): one pipeline past
+# ``redis_timeout_s`` (a 150 ms CLIENT PAUSE), a 250 ms CLIENT PAUSE (both shorter than the outage
+# rule: Redis decides every admission), and a Redis frozen (SIGSTOP) past the outage rule (degraded
+# mode: each replica counts on from what Redis last said, within its share of the headroom).
+REDIS_FAULTS = ("slow_pipeline", "pause_250ms", "frozen_past_outage_rule")
 # The prefix setup's commit rule (its default tier small -> large decides on this many tokens) and
 # the length of an answer cancelled on escalation, streamed slowly enough to be cut mid-way.
 PREFIX_TOKENS = 3

@@ -2,12 +2,15 @@
 
 The router reads the ``cheap-v1`` features; its coefficients make the word "hard" (its hashed
 bucket) drive the small model's predicted correctness to ~0, so an easy and a hard prompt take
-different routes (tests/gateway/test_routed_tiers.py).
+different routes (tests/gateway/test_routed_tiers.py). ``minilm_policy``: a tier routed on the
+``minilm-v1`` embedding (its coefficients zero: one route for every prompt).
 """
 
 from __future__ import annotations
 
 import zlib
+from collections.abc import Callable
+from pathlib import Path
 from typing import Any
 
 from policies.route_features import HASH_DIMS, feature_dims
@@ -35,3 +38,9 @@ def router_section(features: str = "cheap-v1") -> dict[str, Any]:
 
 ROUTED = {"mechanism": "routed", "price_weight": 100.0}
 HYBRID = {"mechanism": "hybrid", "models": ["small", "large"], "threshold": 0.5, "direct_below": 0.5}
+
+
+def minilm_policy(write_policy: Callable[..., Path]) -> Path:
+    """The test policy with tier ``balanced`` routed by a ``minilm-v1`` router (written by the
+    ``write_policy`` fixture): every prompt routes to ``small`` (p_small 0.881)."""
+    return write_policy(tier_changes={"balanced": {"routing": ROUTED}}, router=router_section("minilm-v1"))

@@ -26,7 +26,8 @@ streams (SSE, optionally slow per chunk, cut off after N chunks, or of verbatim 
 faults of a network or a provider after the request was sent: a body cut mid-way (200, part of the
 body, connection closed), a body that stalls mid-way, a connection dropped without an answer. A
 reply can honour the completion cap the request sends (``honour_cap``: what a provider does; its
-answer is otherwise as long as scripted) and bill image parts (``image_tokens`` each). Every
+answer is otherwise as long as scripted) and bill content parts (``image_tokens`` per image,
+``part_tokens`` per part of any other type a provider may take, ``audio_url`` say). Every
 stream is recorded with the tokens it wrote before it stopped (``streams``), so tests know what an
 abandoned stream really cost.
 
@@ -113,6 +114,8 @@ class Reply:
             (``n_predict``, ``max_completion_tokens``, ``max_tokens``: the first one set), as a
             provider does; without a cap the scripted usage stands (an answer of any length).
         image_tokens: prompt tokens billed (and reported) per ``image_url`` part of the messages.
+        part_tokens: prompt tokens billed (and reported) per content part of each type named (as
+            vLLM bills the ``audio_url`` and ``video_url`` parts it takes).
         finish_reason: the answer's ``finish_reason`` (e.g. ``length``: cut at a cap); None: ``stop``
             (``tool_calls`` with calls).
         hold_first: the first chunk of a stream (after its 200 headers), or a whole answer, waits
@@ -146,6 +149,7 @@ class Reply:
     honour_cap: bool = False
     stops_on_close: bool = False
     image_tokens: int = 0
+    part_tokens: dict[str, int] = field(default_factory=dict)
     finish_reason: str | None = None
     hold_first: threading.Event | None = None
 
@@ -549,11 +553,13 @@ _CAP_FIELDS = ("n_predict", "max_completion_tokens", "max_tokens")
 
 def _usage_of(body: dict[str, Any], reply: Reply) -> tuple[int, int]:
     """(prompt tokens, completion tokens per choice) of the answer to ``body``: the scripted usage
-    (10, 5 when None), plus ``image_tokens`` per image part, the completion within the request's
-    cap when the reply ``honour_cap``s."""
+    (10, 5 when None), plus ``image_tokens`` per image part and ``part_tokens`` per part of each type
+    named, the completion within the request's cap when the reply ``honour_cap``s."""
     prompt, completion = reply.usage or (10, 5)
     if reply.image_tokens:
-        prompt += reply.image_tokens * _images(body)
+        prompt += reply.image_tokens * _parts(body, "image_url")
+    for part_type, tokens in reply.part_tokens.items():
+        prompt += tokens * _parts(body, part_type)
     if reply.honour_cap:
         cap = next((body[f] for f in _CAP_FIELDS if body.get(f) is not None), None)
         if isinstance(cap, int | float) and not isinstance(cap, bool) and cap >= 0:
@@ -561,14 +567,14 @@ def _usage_of(body: dict[str, Any], reply: Reply) -> tuple[int, int]:
     return prompt, completion
 
 
-def _images(body: dict[str, Any]) -> int:
-    """``image_url`` parts in the messages of a chat request."""
+def _parts(body: dict[str, Any], part_type: str) -> int:
+    """Content parts of type ``part_type`` in the messages of a chat request."""
     return sum(
         1
         for message in body.get("messages") or []
         if isinstance(message, dict) and isinstance(message.get("content"), list)
         for part in message["content"]
-        if isinstance(part, dict) and part.get("type") == "image_url"
+        if isinstance(part, dict) and part.get("type") == part_type
     )
 
 

@@ -4,7 +4,9 @@ Text blocks of one message or of ``system`` become one string (blocks are separa
 images become ``image_url`` parts; assistant ``tool_use`` blocks become ``tool_calls``; user
 ``tool_result`` blocks become ``tool`` messages in place, splitting the user turn around them;
 a ``system`` message inside ``messages`` (Claude Code sends one) stays a system message in place.
-Any other block type is a 400 naming where it is.
+A block of any other type, wherever it is (``system``, a message, a ``tool_result``'s content), is
+input the gateway cannot price: a 400 naming where it is (``UnsupportedInputError``,
+docs/contracts.md#content-parts).
 """
 
 from __future__ import annotations
@@ -12,7 +14,7 @@ from __future__ import annotations
 import orjson
 
 from gateway.api.edges.fields import ChatMessage, JSONObject, chat_tool_call
-from gateway.wire.errors import BadRequestError
+from gateway.wire.errors import BadRequestError, UnsupportedInputError
 from gateway.wire.tool_call_fragments import ChatToolCall
 
 _BLOCK_EXTRAS = frozenset({"type", "cache_control", "citations"})  # keys every block may carry
@@ -26,7 +28,7 @@ def system_messages(system: object) -> list[ChatMessage]:
         return [{"role": "system", "content": system}] if system else []
     if not isinstance(system, list):
         raise BadRequestError("'system' must be a string or an array of text blocks", param="system")
-    texts = [_text_block(block, f"system[{i}]") for i, block in enumerate(system)]
+    texts = [_system_text(block, f"system[{i}]") for i, block in enumerate(system)]
     return [{"role": "system", "content": _joined(texts)}] if texts else []
 
 
@@ -52,7 +54,7 @@ def chat_messages(messages: object) -> list[ChatMessage]:
         if role == "assistant":
             out.append(_assistant(content, where))
         elif role == "system":
-            texts = [_text_block(b, f"{where}.content[{i}]") for i, b in enumerate(content)]
+            texts = [_system_text(b, f"{where}.content[{i}]") for i, b in enumerate(content)]
             out.append({"role": "system", "content": _joined(texts)})
         else:
             out.extend(_user(content, where))
@@ -117,12 +119,23 @@ def _block(block: object, at: str) -> tuple[str, JSONObject]:
     return block["type"], block
 
 
-def _unsupported_block(kind: str, at: str) -> BadRequestError:
-    return BadRequestError(
-        f"content block type {kind!r} at '{at}' is not supported by this gateway's /v1/messages: the "
-        "cascade's chat models take text, images, tool_use and tool_result blocks (docs/apis.md#v1messages)",
+def _unsupported_block(
+    kind: str, at: str, takes: str = "text, image, tool_use and tool_result"
+) -> BadRequestError:
+    return UnsupportedInputError(
+        f"content block type {kind!r} at '{at}' is not taken by this gateway's /v1/messages "
+        f"(unsupported_input): it takes {takes} blocks there, the input it can price "
+        "(docs/apis.md#content-parts)",
         param=at,
     )
+
+
+def _system_text(block: object, at: str) -> str:
+    """The text of a block of ``system`` (text only: a block of another type is refused as input)."""
+    kind = _block(block, at)[0]
+    if kind != "text":
+        raise _unsupported_block(kind, at, "only text")
+    return _text_block(block, at)
 
 
 def _text_block(block: object, at: str) -> str:
@@ -173,11 +186,9 @@ def _tool_result(block: JSONObject, at: str) -> ChatMessage:
         texts = []
         for i, part in enumerate(content):
             inner = f"{at}.content[{i}]"
-            if _block(part, inner)[0] != "text":
-                raise BadRequestError(
-                    f"'{inner}': a tool_result may carry only text here (chat tool messages are text)",
-                    param=inner,
-                )
+            kind = _block(part, inner)[0]
+            if kind != "text":  # chat tool messages are text
+                raise _unsupported_block(kind, inner, "only text")
             texts.append(_text_block(part, inner))
         text = _joined(texts)
     else:

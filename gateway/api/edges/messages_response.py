@@ -6,13 +6,14 @@
   ``tool_use`` / ``refusal``. OpenAI-compatible chat answers do not say which stop sequence ended
   them (vLLM does, as ``stop_reason``): without that, an answer that stopped is ``end_turn``;
 * ``error_body``: a GatewayError -> ``{"type": "error", "error": {"type", "message"}}`` with the
-  Anthropic error ``type`` of its HTTP status.
+  Anthropic error ``type`` of its HTTP status; an upstream's error adds its ``upstream`` object
+  (the provider's own ``type`` and ``code``: Anthropic's shape has no field for them).
 """
 
 from __future__ import annotations
 
 import os
-from typing import NotRequired, TypedDict
+from typing import Any, NotRequired, TypedDict
 
 import orjson
 
@@ -46,10 +47,11 @@ _FINISH_TO_STOP = {
 
 
 class ErrorDetail(TypedDict):
-    """An Anthropic error's ``error`` object."""
+    """An Anthropic error's ``error`` object (``upstream``: an upstream's error, as it said it)."""
 
     type: str
     message: str
+    upstream: NotRequired[dict[str, Any]]
 
 
 class ErrorBody(TypedDict):
@@ -66,8 +68,11 @@ def error_type(status: int) -> str:
 
 
 def error_body(error: GatewayError, request_id: str | None = None) -> ErrorBody:
-    """The Anthropic error body of ``error`` (its message; never a traceback or upstream text)."""
+    """The Anthropic error body of ``error`` (its message, never a traceback; an upstream's text
+    only as its redacted message)."""
     detail: ErrorDetail = {"type": error_type(error.status), "message": error.message}
+    if error.upstream is not None:
+        detail["upstream"] = error.upstream
     body: ErrorBody = {"type": "error", "error": detail}
     if request_id:
         body["request_id"] = request_id

@@ -4,13 +4,15 @@ A string is one user message. Items: a ``message`` (roles user, assistant, syste
 refusal and ``input_image`` URL parts) becomes a chat message, its text parts one string unless it
 carries images; consecutive ``function_call`` items (and the assistant text before them) become one
 assistant turn's ``tool_calls``; a ``function_call_output`` becomes a ``tool`` message (its text).
-Item references and reasoning items need stored responses and are refused, as is any other type.
+Item references and reasoning items need stored responses and are refused (``unsupported_parameter``);
+an item or content part of any other type is input the gateway cannot price and is refused as such
+(``unsupported_input``, docs/contracts.md#content-parts), wherever it is.
 """
 
 from __future__ import annotations
 
 from gateway.api.edges.fields import ChatMessage, JSONObject, chat_tool_call, required_str
-from gateway.wire.errors import BadRequestError
+from gateway.wire.errors import BadRequestError, UnsupportedInputError
 
 UNSUPPORTED = "unsupported_parameter"
 
@@ -62,9 +64,10 @@ def _unsupported_item(kind: object, where: str) -> BadRequestError:
     elif kind == "reasoning":
         reason = "reasoning items are not supported (this gateway returns none)"
     else:
-        reason = (
-            f"input items of type '{kind}' are not supported (messages, function_call and "
-            "function_call_output are)"
+        return UnsupportedInputError(
+            f"'{where}': input items of type '{kind}' are not taken (message, function_call and "
+            "function_call_output are: docs/apis.md#content-parts)",
+            param=where,
         )
     return BadRequestError(f"'{where}': {reason}", param=where, code=UNSUPPORTED)
 
@@ -94,10 +97,10 @@ def _message(item: JSONObject, where: str) -> ChatMessage:
         elif kind == "input_image" and role == "user":
             parts.append(_image(part, at))
         else:
-            raise BadRequestError(
-                f"'{at}': content parts of type '{kind}' are not supported in a {item.get('role')} message",
+            raise UnsupportedInputError(
+                f"'{at}': content parts of type '{kind}' are not taken in a {item.get('role')} message "
+                "(docs/apis.md#content-parts)",
                 param=at,
-                code=UNSUPPORTED,
             )
     message: ChatMessage = {"role": role}
     if role == "assistant" or all(p["type"] == "text" for p in parts):
@@ -113,10 +116,8 @@ def _message(item: JSONObject, where: str) -> ChatMessage:
 def _image(part: JSONObject, at: str) -> JSONObject:
     url = part.get("image_url")
     if not isinstance(url, str) or part.get("file_id"):
-        raise BadRequestError(
-            f"'{at}': images are accepted as 'image_url' only (file ids need the Files API)",
-            param=at,
-            code=UNSUPPORTED,
+        raise UnsupportedInputError(
+            f"'{at}': images are accepted as 'image_url' only (file ids need the Files API)", param=at
         )
     image: JSONObject = {"url": url}
     if part.get("detail") is not None:
@@ -126,10 +127,17 @@ def _image(part: JSONObject, at: str) -> JSONObject:
 
 def _tool_output(output: object, where: str) -> str:
     """A function call's output given as content parts: its text (chat tool results are text)."""
-    if isinstance(output, list) and all(isinstance(p, dict) and p.get("type") in _TEXT_PARTS for p in output):
-        return "".join(required_str(p, "text", f"{where}.output") for p in output)
-    raise BadRequestError(
-        f"'{where}.output' must be a string or an array of input_text parts (a chat tool result is text)",
-        param=f"{where}.output",
-        code=UNSUPPORTED,
-    )
+    if not isinstance(output, list):
+        raise BadRequestError(
+            f"'{where}.output' must be a string or an array of input_text parts", param=f"{where}.output"
+        )
+    for number, part in enumerate(output):
+        kind = part.get("type") if isinstance(part, dict) else None
+        if kind not in _TEXT_PARTS:
+            at = f"{where}.output[{number}]"
+            raise UnsupportedInputError(
+                f"'{at}': content parts of type '{kind}' are not taken in a function call's output "
+                "(a chat tool result is text: docs/apis.md#content-parts)",
+                param=at,
+            )
+    return "".join(required_str(p, "text", f"{where}.output") for p in output)

@@ -10,7 +10,8 @@ then at the end ``response.function_call_arguments.done`` and ``response.output_
 ``response.completed`` (``response.incomplete`` when the answer hit ``max_output_tokens``) with the
 whole response, its usage and a ``cascade`` object with the request's facts (as the last chunk of a
 chat stream has). A stream that fails after it started ends with an ``error`` event and
-``response.failed``.
+``response.failed``; an upstream's error event carries its ``upstream`` object
+(docs/contracts.md#upstream-errors).
 """
 
 from __future__ import annotations
@@ -217,7 +218,10 @@ class ResponsesStream(ChatStreamTranslator):
     def fail(self, error: GatewayError) -> bytes:
         """An ``error`` event, then ``response.failed`` with what was streamed so far."""
         out = self._start()
-        out.append(self._event("error", code=error.code, message=error.message, param=error.param))
+        fields: dict[str, Any] = {"code": error.code, "message": error.message, "param": error.param}
+        if error.upstream is not None:
+            fields["upstream"] = error.upstream
+        out.append(self._event("error", **fields))
         failure = {
             "code": "rate_limit_exceeded" if error.status == 429 else "server_error",
             "message": error.message,
