@@ -11,7 +11,10 @@ from typing import Any
 
 import pytest
 
+from gateway.commands.policy import tier_lines
+from policies import build_policy
 from tests.support.gateway_testkit import POLICY_DOCUMENT, model_configs
+from tests.support.policy_files import policy_document
 from tests.support.scripted_upstream import ScriptedUpstream, error, ok
 
 QUESTION = "What is the capital of France?"
@@ -144,3 +147,13 @@ def test_a_fallback_tier_whose_last_model_fails_answers_its_error(
     assert response.status_code == 502
     assert response.json()["error"]["type"] == "upstream_error"
     assert len(upstream.calls("up-small")) == 3 and len(upstream.calls("up-large")) == 2
+
+
+def test_policy_show_names_a_fallback_tier() -> None:
+    tiers = {**copy.deepcopy(POLICY_DOCUMENT["tiers"]), "reliable": FALLBACK_TIER}
+    document = build_policy(policy_document(tiers=tiers)).model_dump(mode="json")
+
+    lines = {line.split(":")[0]: line for line in tier_lines(document["tiers"])}
+
+    assert "1x small -> large (fallback)" in lines["tier reliable"]
+    assert "(fallback)" not in lines["tier balanced"]
