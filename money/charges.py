@@ -157,6 +157,9 @@ class Charge:
     cache_read_tokens: int = 0
     cache_write_tokens: int = 0
     reasoning_tokens: int = 0
+    # Charged without a reported usage (``estimated_charge``): what it may have cost at most, not a
+    # bill. Not compared: two charges of the same amount and counts are the same charge.
+    bound: bool = field(default=False, compare=False)
 
 
 # -- the worst case -------------------------------------------------------------------------------
@@ -409,12 +412,13 @@ def call_charge(
 def estimated_charge(price: Price, prompt_tokens: int, completion_tokens: int) -> Charge:
     """What a call without usage that may have used these tokens is charged: the flat price when
     the price has only that form, else the tokens' price, or the flat price when it is larger (an
-    upstream billing by tokens is never charged less than it may have spent)."""
-    flat = Charge(float(price.per_query_usd), 0, 0) if price.per_query_usd is not None else None
+    upstream billing by tokens is never charged less than it may have spent). It is marked
+    ``bound``: no bill was read, so it says what the call may have cost at most."""
+    flat = Charge(float(price.per_query_usd), 0, 0, bound=True) if price.per_query_usd is not None else None
     if flat is not None and not price.has_token_prices:
         return flat
     usd = float(price.cost_usd(prompt_tokens, completion_tokens))
-    estimate = Charge(usd, prompt_tokens, completion_tokens)
+    estimate = Charge(usd, prompt_tokens, completion_tokens, bound=True)
     return flat if flat is not None and flat.usd >= estimate.usd else estimate
 
 

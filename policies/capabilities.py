@@ -155,8 +155,11 @@ def stage_problems(
 
 
 def _chains(section: Any, where: str) -> Iterator[tuple[str, list[str]]]:
-    """(where, models) of every route of every tier and every envelope point of a policy section."""
+    """(where, models) of every route of every scored tier (not ``fallback``) and every envelope
+    point of a policy section."""
     for name, tier in section.tiers.items():
+        if tier.mechanism == "fallback":
+            continue  # nothing is scored: no capability is needed
         for i, route in enumerate(tier.routes):
             yield f"{where}tier {name!r} route {i + 1} ({' -> '.join(route.models)})", route.models
     for i, point in enumerate(section.envelope or ()):

@@ -160,7 +160,10 @@ class Objective(StrictModel):
 
 
 class Route(StrictModel):
-    """A chain of models; stage i escalates to stage i+1 iff its score < thresholds[i]."""
+    """A chain of models; stage i escalates to stage i+1 iff its score < thresholds[i].
+
+    A ``fallback`` tier's route has no thresholds: stage i goes on to stage i+1 only when its call
+    fails (``Tier``, which checks its routes' thresholds against its mechanism)."""
 
     weight: float = Field(1.0, gt=0, le=1)
     models: list[str] = Field(min_length=1)
@@ -168,7 +171,7 @@ class Route(StrictModel):
 
     @model_validator(mode="after")
     def _thresholds_match_stages(self) -> Route:
-        if len(self.thresholds) != len(self.models) - 1:
+        if self.thresholds and len(self.thresholds) != len(self.models) - 1:
             raise ValueError(
                 f"a route of {len(self.models)} model(s) needs {len(self.models) - 1} "
                 f"threshold(s), got {len(self.thresholds)}"
@@ -246,10 +249,14 @@ class Tier(StrictModel):
     routing: TierRouting | None = None
     # Optional: when a streamed request decides (policies.commit); absent = buffer, today's rule.
     commit: CommitRule | None = None
+    # Optional: how the routes' stages follow each other. Absent or ``cascade``: scored, escalating
+    # under a threshold. ``fallback``: the first stage that answers is served, the next is called
+    # only when a call fails; nothing is scored (routes without thresholds).
+    mechanism: Literal["cascade", "fallback"] | None = None
 
     @model_serializer(mode="wrap")
     def _dump(self, handler: SerializerFunctionWrapHandler) -> dict[str, Any]:
-        document = without_absent(self, handler, ("routing", "commit"))
+        document = without_absent(self, handler, ("routing", "commit", "mechanism"))
         if self.commit is not None:  # only the rule's own fields, as written
             document["commit"] = self.commit.document()
         return document
@@ -263,6 +270,24 @@ class Tier(StrictModel):
                 f"a tier with routing ({self.routing.mechanism}) streams natively: "
                 "it takes no prefix commit rule"
             )
+        return self
+
+    @model_validator(mode="after")
+    def _routes_fit_mechanism(self) -> Tier:
+        # A cascade's stage escalates under its threshold: one per stage but the last. A fallback
+        # stage is not scored: a threshold would be a number that does nothing.
+        fallback = self.mechanism == "fallback"
+        for i, route in enumerate(self.routes):
+            wanted = 0 if fallback else len(route.models) - 1
+            if len(route.thresholds) != wanted:
+                raise ValueError(
+                    f"route {i + 1}: a {'fallback' if fallback else 'cascade'} route of "
+                    f"{len(route.models)} model(s) needs {wanted} threshold(s), got {len(route.thresholds)}"
+                )
+        if fallback and self.routing is not None:
+            raise ValueError("a fallback tier takes no routing: it serves the first model that answers")
+        if fallback and self.commit is not None and self.commit.rule == "prefix":
+            raise ValueError("a fallback tier scores nothing: it takes no prefix commit rule")
         return self
 
     @field_validator("routes")

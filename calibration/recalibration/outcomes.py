@@ -32,19 +32,23 @@ class TierOutcomes:
 
 
 def tier_outcomes(tier: Tier, matrix: RunsMatrix, rows: np.ndarray) -> TierOutcomes:
-    """Outcome of every query of ``rows`` under ``tier``'s routes (weights summed per query)."""
+    """Outcome of every query of ``rows`` under ``tier``'s routes (weights summed per query). A
+    ``fallback`` tier serves its first model's answer: a recorded answer is one whose call did not
+    fail, so offline the next model is never called."""
     rows = np.asarray(rows)
     cost = np.zeros(rows.size)
     quality = np.zeros(rows.size)
     escalated = np.zeros(rows.size)
+    fallback = tier.mechanism == "fallback"
     for route in tier.routes:  # one or two routes; each is vectorized over queries
-        columns = np.array([matrix.model_index(name) for name in route.models])
+        served = route.models[:1] if fallback else route.models
+        columns = np.array([matrix.model_index(name) for name in served])
         block = np.ix_(rows, columns)
         route_cost, route_quality, route_escalated = chain_per_query(
             matrix.score[block],
             matrix.cost[block],
             matrix.quality[block],
-            route.thresholds,
+            [] if fallback else route.thresholds,
             scoring=matrix.scoring(rows, columns.tolist()),
             saving=matrix.saving(rows, columns.tolist()),
         )

@@ -110,7 +110,8 @@ def policy_show(
 
 
 def tier_lines(tiers: dict[str, Any]) -> list[str]:
-    """One line per tier: its routes and what it expects (in-sample, then held out when present)."""
+    """One line per tier: its routes (``(fallback)`` for a fallback tier) and what it expects
+    (in-sample, then held out when present)."""
     lines = []
     for name, tier in tiers.items():
         routes = " | ".join(
@@ -119,6 +120,8 @@ def tier_lines(tiers: dict[str, Any]) -> list[str]:
             + (f" @ {', '.join(f'{t:.4g}' for t in r.get('thresholds', []))}" if r.get("thresholds") else "")
             for r in tier.get("routes", [])
         )
+        if tier.get("mechanism") == "fallback":  # unscored: the next model only when a call fails
+            routes += " (fallback)"
         expected = tier.get("expected", {})
         line = (
             f"tier {name}: {routes}  (expected cost ${expected.get('cost_usd', 0):.6g}, "

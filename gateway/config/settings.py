@@ -82,6 +82,13 @@ class ModelConfig(_Section):
     api_key_env: str | None = Field(None, description="name of the env var holding the upstream key")
     price: Price = Field(description="what a call costs (money/prices.py); required, never free by omission")
     timeout_s: float = Field(30.0, gt=0, description="per upstream call, seconds")
+    first_token_timeout_s: float | None = Field(
+        None,
+        gt=0,
+        description="a stage of this model whose first token has not arrived this many seconds after "
+        "its call began is cancelled (and charged) and the request goes on to the next stage "
+        "(slow_first_token); its stages are then requested streamed; unset: no such deadline",
+    )
     max_retries: int = Field(2, ge=0, le=10, description="retries for 429/5xx/connect errors")
     request_defaults: RequestDefaults | None = Field(
         None, description="fields merged under the client's own (policies/request_defaults.py)"
@@ -141,6 +148,16 @@ class ModelConfig(_Section):
             raise ValueError("tool_calls is set twice: keep capabilities.tool_calls only")
         data["capabilities"] = {**capabilities, "tool_calls": form}
         return data
+
+    @model_validator(mode="after")
+    def _first_token_within_timeout(self) -> ModelConfig:
+        """A first-token deadline past ``timeout_s`` could never fire: a mistake, not a setting."""
+        if self.first_token_timeout_s is not None and self.first_token_timeout_s >= self.timeout_s:
+            raise ValueError(
+                f"first_token_timeout_s ({self.first_token_timeout_s:g}) must be below timeout_s "
+                f"({self.timeout_s:g})"
+            )
+        return self
 
     @field_validator("base_url")
     @classmethod

@@ -29,6 +29,10 @@ counted; every escalation records its reason. Each scored stage is decided by
 gateway.stages.decision (``StageDecision``: the score, the sampler's copy, the review, the reason,
 and which stage follows a timeout), the one decision of the buffered and the prefix paths.
 
+A model with a ``first_token_timeout_s`` is called streamed, even where its answer is read whole
+(gateway.streaming.first_token): a late first token cancels the stage (``slow_first_token``). A
+``fallback`` tier is served by gateway.engine.fallback (no score: the first answer that comes).
+
 A streamed request is served by ``CascadeEngine.stream`` as client-ready SSE events: the scored
 stages are the same, an accepted answer is replayed, the final stage is relayed live by
 gateway.streaming.live (which charges it however the stream ends). On a tier with the ``prefix`` commit rule
@@ -50,12 +54,14 @@ from dataclasses import dataclass
 from typing import Any
 
 from gateway.config.settings import ModelConfig
+from gateway.engine.fallback import FallbackStages, fallback_tier
 from gateway.routing.tier_choice import RoutePlan
 from gateway.stages.answer_review import AnswerReview, EscalationReason
 from gateway.stages.blackbox_scoring import StageScorer
 from gateway.stages.bodies import client_body, scored_stage_body, upstream_body
 from gateway.stages.decision import StageDecision, Timeouts
 from gateway.stages.outcomes import FinalStage, StreamChunk, StreamEvent, StreamStart
+from gateway.streaming.first_token import streamed_answer
 from gateway.streaming.live import LiveRelay, WholeAnswer
 from gateway.streaming.prefix_commit import prefix_rule
 from gateway.streaming.prefix_stream import Committed, PrefixStage
@@ -99,6 +105,9 @@ class CascadeEngine:
         self._scorer = StageScorer(models, self._call)
         self._decision = StageDecision(models, metrics, self._review, content_policy)
         self._prefix = PrefixStage(models, pool, metrics, self._decision, self._scorer, self.settle)
+        self._fallback = FallbackStages(
+            models, pool, self._decision, self._review, self.settle, self.whole_answer, self.live_body
+        )
 
     @staticmethod
     def new_facts(
@@ -130,7 +139,10 @@ class CascadeEngine:
         answer can be served.
         """
         facts = facts or self.new_facts(plan)
-        stage = await self._scored_stages(plan, request, deadline, facts)
+        if fallback_tier(plan):
+            stage = await self._fallback.run(plan, request, deadline, facts)
+        else:
+            stage = await self._scored_stages(plan, request, deadline, facts)
         if isinstance(stage, dict):
             return CascadeResult(facts, stage)
         return CascadeResult(facts, await self._final_answer(stage, request, deadline, facts))
@@ -138,8 +150,25 @@ class CascadeEngine:
     async def _final_answer(
         self, stage: FinalStage, request: ParsedRequest, deadline: float, facts: CascadeFacts
     ) -> dict[str, Any]:
-        """Call the final stage non-streamed: its (reviewed) answer, or the fallback if it fails."""
-        config = self._models[stage.model]
+        """Call the final stage read whole: its (reviewed) answer, or the fallback if it fails."""
+        try:
+            reply = await self.whole_answer(stage.model, request, deadline, facts)
+        except UpstreamFailure as failure:
+            return self._fall_back(stage, failure, facts)
+        except UnreadableAnswerError as error:  # a streamed answer: the relay listed the failure
+            return self._fall_back_unreadable(stage, error, facts, listed=True)
+        facts.answered_by = stage.model
+        try:
+            self._review.final(stage.model, request, reply, facts)
+        except READ_FAILURES as exc:
+            return self._fall_back_unreadable(stage, unreadable(stage.model, exc), facts)
+        return reply
+
+    async def whole_answer(
+        self, model: str, request: ParsedRequest, deadline: float, facts: CascadeFacts
+    ) -> dict[str, Any]:
+        """An unscored stage's whole answer (no logprobs of the scorer's); charged into ``facts``."""
+        config = self._models[model]
         body = upstream_body(
             request,
             config.model,
@@ -149,16 +178,28 @@ class CascadeEngine:
             capabilities=config.capabilities,
             default_cap=config.default_max_tokens,
         )
-        try:
-            reply, _ = await self._call(stage.model, request, body, deadline, facts)
-        except UpstreamFailure as failure:
-            return self._fall_back(stage, failure, facts)
-        facts.answered_by = stage.model
-        try:
-            self._review.final(stage.model, request, reply.body, facts)
-        except READ_FAILURES as exc:
-            return self._fall_back_unreadable(stage, unreadable(stage.model, exc), facts)
-        return reply.body
+        streamed = self.live_body(model, request) if config.first_token_timeout_s else None
+        reply, _, _ = await self._answer(model, request, body, deadline, facts, streamed)
+        return reply
+
+    async def _answer(
+        self,
+        model: str,
+        request: ParsedRequest,
+        body: bytes,
+        deadline: float,
+        facts: CascadeFacts,
+        streamed: bytes | None,
+    ) -> tuple[dict[str, Any], float, Charge]:
+        """One stage's whole answer, its call's seconds and charge: ``body`` sent non-streamed, or
+        for a model with a first-token deadline ``streamed`` (the same request, streamed) read
+        whole under that deadline (gateway.streaming.first_token: ``SlowFirstToken`` when late)."""
+        first_token_s = self._models[model].first_token_timeout_s
+        if first_token_s is None or streamed is None:
+            reply, charge = await self._call(model, request, body, deadline, facts)
+            return reply.body, reply.seconds, charge
+        pool, settle = self._pool[model], self.settle
+        return await streamed_answer(pool, request, streamed, deadline, facts, settle, first_token_s)
 
     async def stream(
         self, plan: RoutePlan, request: ParsedRequest, deadline: float, facts: CascadeFacts, started: float
@@ -173,9 +214,12 @@ class CascadeEngine:
         """
         rule = prefix_rule(plan)
         stage: Committed | dict[str, Any] | FinalStage
-        if rule is not None:
-            stage = await self._prefix.decide(plan, request, deadline, facts, started, rule)
-            if isinstance(stage, Committed):  # the cheap stage streams on to its end
+        if rule is not None or fallback_tier(plan):
+            if rule is not None:
+                stage = await self._prefix.decide(plan, request, deadline, facts, started, rule)
+            else:
+                stage = await self._fallback.stream(plan, request, deadline, facts, started)
+            if isinstance(stage, Committed):  # the stage streams on to its end
                 async with aclosing(stage.events):
                     yield stage.start
                     async for event in stage.events:
@@ -193,8 +237,10 @@ class CascadeEngine:
                 yield event
             return
         watch = self._review.watch(stage.model, request, facts)
-        relay = LiveRelay(self._pool[stage.model], request, facts, self.settle, started, watch)
-        events = relay.events(self._live_body(stage.model, request), deadline)
+        first_token_s = self._models[stage.model].first_token_timeout_s
+        client = self._pool[stage.model]
+        relay = LiveRelay(client, request, facts, self.settle, started, watch, None, first_token_s)
+        events = relay.events(self.live_body(stage.model, request), deadline)
         async with aclosing(events):
             try:
                 async for live in events:
@@ -215,7 +261,7 @@ class CascadeEngine:
                 for replayed in self._replay(fallback, facts, request, started):
                     yield replayed
 
-    def _live_body(self, model: str, request: ParsedRequest) -> bytes:
+    def live_body(self, model: str, request: ParsedRequest) -> bytes:
         """The upstream body of a final stage relayed live (streamed, no scorer's logprobs)."""
         config = self._models[model]
         return upstream_body(
@@ -245,15 +291,21 @@ class CascadeEngine:
         last, stage = len(models) - 1, 0
         while stage < last:
             model = models[stage]
-            body = scored_stage_body(request, self._models[model], policy.scorer)
+            config = self._models[model]
+            body = scored_stage_body(request, config, policy.scorer)
+            # A first-token deadline is seen on a stream only: the stage is requested streamed.
+            streamed = None
+            if config.first_token_timeout_s is not None:
+                streamed = scored_stage_body(request, config, policy.scorer, stream=True)
             reply: dict[str, Any] | None = None
             try:
-                called, charge = await self._call(model, request, body, deadline, facts)
+                reply, seconds, charge = await self._answer(model, request, body, deadline, facts, streamed)
             except UpstreamFailure as failure:
                 timeouts = decision.failed(model, failure, facts, timeouts)
                 reason: EscalationReason | None = decision.failure_reason(model, failure, facts)
+            except UnreadableAnswerError:  # a streamed answer (logged and listed by the relay)
+                reason = EscalationReason.UPSTREAM_ERROR
             else:
-                reply = called.body
                 try:  # scoring reads the answer: one it cannot read is the stage's failure
                     # A black-box scorer's extra calls are charged here; their cost is the stage's too.
                     scored = await self._scorer.score(
@@ -262,9 +314,7 @@ class CascadeEngine:
                 except READ_FAILURES as exc:
                     reason = decision.unreadable(model, facts, exc)
                 else:
-                    reason = decision.decide(
-                        plan, stage, request, reply, scored, facts, called.seconds, charge
-                    )
+                    reason = decision.decide(plan, stage, request, reply, scored, facts, seconds, charge)
             if reason is None:
                 assert reply is not None
                 facts.answered_by = model
@@ -295,11 +345,12 @@ class CascadeEngine:
 
     @staticmethod
     def _fall_back_unreadable(
-        stage: FinalStage, error: UnreadableAnswerError, facts: CascadeFacts
+        stage: FinalStage, error: UnreadableAnswerError, facts: CascadeFacts, *, listed: bool = False
     ) -> dict[str, Any]:
         """The final stage's answer cannot be read (its call is charged): the last good answer
-        marked degraded, if allowed; else the 502."""
-        facts.failures.append("unreadable")
+        marked degraded, if allowed; else the 502. ``listed``: already in the facts' failures."""
+        if not listed:
+            facts.failures.append("unreadable")
         if stage.fallback is None:
             raise error
         facts.answered_by, facts.degraded = stage.fallback_model, True
@@ -353,6 +404,8 @@ class CascadeEngine:
     def record(self, facts: CascadeFacts, model: str, charge: Charge) -> None:
         """Add one charge to the facts and the metrics."""
         facts.cost_usd += charge.usd
+        if charge.bound:  # no bill was read: the part of the cost that is a bound (docs/contracts.md)
+            facts.cost_bound_usd += charge.usd
         facts.prompt_tokens += charge.prompt_tokens
         facts.completion_tokens += charge.completion_tokens
         if not (charge.prompt_tokens or charge.completion_tokens):

@@ -55,6 +55,8 @@ class EscalationReason(StrEnum):
     TRUNCATED = "truncated"  # cut at a completion cap the client did not set (policies.truncation)
     UPSTREAM_ERROR = "upstream_error"
     CONTENT_POLICY = "content_policy"  # a content-policy refusal, escalated (upstream_errors.content_policy)
+    # No first token within the model's ``first_token_timeout_s`` (the stage was cancelled).
+    SLOW_FIRST_TOKEN = "slow_first_token"
     SCORER_FAILED = "scorer_failed"  # a black-box scorer's own call failed (gateway.stages.blackbox_scoring)
 
     @property
@@ -83,6 +85,7 @@ _NO_FALLBACK = frozenset(
         EscalationReason.INVALID_STRUCTURED_OUTPUT,
         EscalationReason.UPSTREAM_ERROR,
         EscalationReason.CONTENT_POLICY,
+        EscalationReason.SLOW_FIRST_TOKEN,
     }
 )
 

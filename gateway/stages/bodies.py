@@ -22,15 +22,18 @@ from policies.request_defaults import RequestDefaults, merge_request_defaults
 from policies.schema import ScorerSpec
 
 
-def scored_stage_body(request: ParsedRequest, config: ModelConfig, scorer: ScorerSpec) -> bytes:
+def scored_stage_body(
+    request: ParsedRequest, config: ModelConfig, scorer: ScorerSpec, *, stream: bool = False
+) -> bytes:
     """A scored stage's upstream body: logprobs asked for a logprob scorer, never for a black-box
-    one (its score comes from extra calls, and the scored model may give no logprobs)."""
+    one (its score comes from extra calls, and the scored model may give no logprobs). ``stream``:
+    requested streamed (a model with a first-token deadline, gateway.streaming.first_token)."""
     top_k = None if scorer.is_blackbox else scorer.top_k
     return upstream_body(
         request,
         config.model,
         top_k=top_k,
-        stream=False,
+        stream=stream,
         defaults=config.request_defaults,
         capabilities=config.capabilities,
         default_cap=config.default_max_tokens,

@@ -35,11 +35,27 @@ from gateway.stages.blackbox_scoring import StageScore
 from gateway.telemetry.metrics import GatewayMetrics
 from gateway.upstream.client import UpstreamFailure
 from gateway.wire.answer_reading import READ_FAILURES, unreadable
+from gateway.wire.errors import GatewayError, UpstreamTimeoutError
 from gateway.wire.facts import CascadeFacts
 from gateway.wire.requests import ParsedRequest
 from money.charges import Charge
 from policies import should_escalate
 from policies.schema import Policy
+
+SLOW_FIRST_TOKEN = "slow_first_token"
+
+
+class SlowFirstToken(UpstreamFailure):
+    """A stage's first token did not arrive within its model's ``first_token_timeout_s``: the gateway
+    cancelled the call (charged by the one rule). A stage before the last escalates
+    (``slow_first_token``); at the last stage, a timeout error (504)."""
+
+    def __init__(self, model: str, seconds: float):
+        super().__init__(model, SLOW_FIRST_TOKEN, f"no first token within {seconds:g}s")
+
+    def to_gateway_error(self) -> GatewayError:
+        """The client-facing timeout."""
+        return UpstreamTimeoutError(f"upstream model {self.model!r} sent no first token in time")
 
 
 class Timeouts:
@@ -148,9 +164,12 @@ class StageDecision:
         return timeouts
 
     def failure_reason(self, model: str, failure: UpstreamFailure, facts: CascadeFacts) -> EscalationReason:
-        """Why a scored stage whose call to ``model`` failed escalates: ``content_policy`` for a
-        content-policy refusal the config escalates, else ``upstream_error``. A refusal the config
-        returns is raised as the client's error instead."""
+        """Why a stage whose call to ``model`` failed escalates: ``slow_first_token`` for a first
+        token later than its model's deadline, ``content_policy`` for a content-policy refusal the
+        config escalates, else ``upstream_error``. A refusal the config returns is raised as the
+        client's error instead."""
+        if failure.kind == SLOW_FIRST_TOKEN:
+            return EscalationReason.SLOW_FIRST_TOKEN
         if not failure.content_refusal:
             return EscalationReason.UPSTREAM_ERROR
         if self._returns_refusals:

@@ -23,6 +23,7 @@ them. ``LiveRelay`` is the part of that iterator that relays one upstream stream
 
 from __future__ import annotations
 
+import asyncio
 import time
 from collections.abc import AsyncGenerator, AsyncIterator, Callable
 from dataclasses import dataclass
@@ -30,6 +31,7 @@ from enum import Enum
 from typing import Any, Protocol
 
 from gateway.stages.bodies import trim_alternatives
+from gateway.stages.decision import SlowFirstToken
 from gateway.stages.outcomes import StreamChunk, StreamEvent, StreamFailed, StreamStart
 from gateway.streaming.prefix_commit import PrefixGate
 from gateway.streaming.sse import DONE, SSE_HEADERS, client_chunk, sse, upstream_events
@@ -227,6 +229,7 @@ class LiveRelay:
         started: float,
         watch: Watch | None = None,
         gate: tuple[PrefixGate, Decide] | None = None,
+        first_token_s: float | None = None,
     ):
         """``settle(facts, model, attempts)`` charges the stage's attempts; ``started`` is the
         request's perf_counter; ``watch`` sees every upstream chunk before it is made the client's
@@ -236,7 +239,11 @@ class LiveRelay:
         cheap stage under the ``prefix`` rule (gateway.streaming.prefix_commit): its chunks are held
         until the gate's decision point, then ``decide(gate)`` commits (they are relayed, the stream
         goes on live) or not (``PrefixRejected``: the call is cancelled); a stream that ends first is
-        a ``ShortAnswer``."""
+        a ``ShortAnswer``. ``first_token_s``: the model's first-token deadline (None: none), from
+        the call's start to the response's start (or the decision before it): past it the call is
+        cancelled, charged as a stream the gateway closed (``Ending.REJECTED``; before its 200, its
+        worst case) and ``SlowFirstToken`` raised; the rest of the stream has the whole timeout."""
+        self._first_token_s = first_token_s
         self._client = client
         self._request = request
         self._facts = facts
@@ -254,16 +261,20 @@ class LiveRelay:
         call = LiveCall(self._client.name, body, self._facts, self._settle)
         facts, started = self._facts, False
         facts.models_called.append(call.model)
+        first_token = asyncio.timeout(self._first_token_s)  # None: no first-token deadline
         try:
-            async with self._client.stream(self._request.api, body, deadline, call.attempts) as response:
+            opened = self._client.stream(self._request.api, body, deadline, call.attempts)
+            async with first_token, opened as response:
                 if response.content_type == "application/json":
+                    first_token.reschedule(None)  # one whole answer: no first token to wait for
                     yield await self._whole(response, call)
                     return
                 call.interrupted = Ending.BROKEN
                 # Reading the answer (its chunks, the watched answer): a failure is one error.
                 with reading_answer(call.model):
                     chunks = upstream_events(response, call.model, self._client.redact)
-                    opening = await self._opening(chunks, call, response)
+                    opening = await self._opening(chunks, call, response, first_token)
+                    first_token.reschedule(None)  # the start (or the decision) came in time
                     if not isinstance(opening, list):  # decided before the start (and charged)
                         yield opening
                         return
@@ -287,6 +298,12 @@ class LiveRelay:
             facts.failures.append(failure.kind)
             facts.outcome = "error"
             yield StreamFailed(failure.to_gateway_error())
+        except TimeoutError:
+            if not first_token.expired():
+                raise
+            # Closed by the gateway: a stream that started is charged as a rejected prefix is.
+            call.end(Ending.REJECTED if call.interrupted is Ending.BROKEN else call.interrupted)
+            raise SlowFirstToken(call.model, self._first_token_s or 0.0) from None
         except UnreadableAnswerError as error:
             call.end(call.interrupted)
             facts.failures.append("unreadable")
@@ -307,26 +324,39 @@ class LiveRelay:
         return WholeAnswer(call.whole, call.seconds, call.charged)
 
     async def _opening(
-        self, chunks: AsyncIterator[dict[str, Any]], call: LiveCall, response: Any
+        self,
+        chunks: AsyncIterator[dict[str, Any]],
+        call: LiveCall,
+        response: Any,
+        first_token: asyncio.Timeout,
     ) -> list[dict[str, Any]] | PrefixRejected | ShortAnswer:
         """Read up to the response's start: the chunks to relay first (the first that carries a
-        choice; under a gate, the chunks held to its decision point, committed to), or what ends the
-        stream before the start: a rejected prefix (the call cancelled) or an answer that ended before
-        the gate's decision point. Nothing is sent to the client before."""
-        gate = self._gate
+        choice; with a first-token deadline, up to the first that carries output; under a gate, the
+        chunks held to its decision point, committed to), or what ends the stream before the start:
+        a rejected prefix (the call cancelled) or an answer that ended before the gate's decision
+        point. Nothing is sent to the client before. The first output token ends ``first_token``."""
+        gate, held = self._gate, []
+        waiting = first_token.when() is not None
         async for event in chunks:
             call.tally.observe(event)
             if self._watch is not None:
                 self._watch.observe(event)
+            if waiting and call.tally.completion_tokens:
+                first_token.reschedule(None)  # it came in time: the rest has the whole timeout
+                waiting = False
             if gate is None:
                 if event.get("choices"):  # a usage-only or empty chunk: nothing for the client yet
-                    return [event]
+                    held.append(event)
+                    if not waiting:
+                        return held
             elif gate[0].hold(event):  # the decision point
                 if gate[1](gate[0]):
                     return gate[0].events
                 call.end(Ending.REJECTED)
                 response.close()  # the upstream stops generating what nobody reads
                 return PrefixRejected()
+        if held:  # choices without output (an empty answer): relayed as they are
+            return held
         short = gate[0].answer(call.tally.usage) if gate is not None else None
         if short is None:
             raise UpstreamFailure(call.model, "malformed", "stream carried no choices")

@@ -29,10 +29,12 @@ affected.
 
 from __future__ import annotations
 
+import sys
 from collections.abc import Mapping
 from typing import Any
 
 from gateway.routing.tier_choice import RoutePlan
+from gateway.wire.tool_call_fragments import ToolCallFragments
 from policies import score_logprobs
 from policies.commit import CommitRule, line_end, prefix_entries
 from policies.schema import ScorerSpec
@@ -62,14 +64,27 @@ class PrefixGate:
     scored live is the prefix scored offline. ``events`` are the held chunks, as received.
     """
 
-    __slots__ = ("_boundary", "_finish", "_legacy", "_limit", "_text", "entries", "events", "reached")
+    __slots__ = (
+        "_boundary",
+        "_calls",
+        "_finish",
+        "_legacy",
+        "_limit",
+        "_text",
+        "entries",
+        "events",
+        "reached",
+    )
 
-    def __init__(self, rule: CommitRule, legacy: bool = False):
-        """``legacy``: the stream is a ``/v1/completions`` one (``text`` and parallel logprob lists)."""
-        assert rule.tokens is not None
-        self._limit = rule.tokens
-        self._boundary = rule.boundary
+    def __init__(self, rule: CommitRule | None, legacy: bool = False):
+        """``legacy``: the stream is a ``/v1/completions`` one (``text`` and parallel logprob lists).
+        ``rule`` None: no decision point, the whole stream is held (a buffered stage requested
+        streamed for its first-token deadline: ``answer`` is its whole answer)."""
+        assert rule is None or rule.tokens is not None
+        self._limit = sys.maxsize if rule is None or rule.tokens is None else rule.tokens
+        self._boundary = None if rule is None else rule.boundary
         self._legacy = legacy
+        self._calls: ToolCallFragments | None = None  # a chat answer's tool calls, when it has some
         self._text: list[str] = []
         self._finish: Any = None
         self.entries: list[Mapping[str, Any]] = []
@@ -83,6 +98,9 @@ class PrefixGate:
             if choice.get("index", 0) != 0:
                 continue  # one answer per cascade request (n > 1 is refused)
             self._text.append(self._choice_text(choice))
+            delta = choice.get("delta")
+            if not self._legacy and isinstance(delta, Mapping) and delta.get("tool_calls"):
+                self._hold_calls(delta["tool_calls"])
             entries = self._choice_entries(choice)
             if entries and not self.reached:
                 start = len(self.entries)
@@ -93,6 +111,13 @@ class PrefixGate:
             if choice.get("finish_reason"):
                 self._finish = choice["finish_reason"]
         return self.reached
+
+    def _hold_calls(self, fragments: Any) -> None:
+        """Join a chat delta's tool-call fragments (gateway.wire.tool_call_fragments)."""
+        calls = self._calls = self._calls or ToolCallFragments()
+        for fragment in fragments if isinstance(fragments, list) else ():
+            if isinstance(fragment, Mapping):
+                calls.add(fragment)
 
     @property
     def prefix(self) -> list[Mapping[str, Any]]:
@@ -136,9 +161,10 @@ class PrefixGate:
         if self._legacy:
             choice.update(text=text, logprobs=_legacy_logprobs(self.entries))
         else:
-            choice.update(
-                message={"role": "assistant", "content": text}, logprobs={"content": list(self.entries)}
-            )
+            message: dict[str, Any] = {"role": "assistant", "content": text}
+            if self._calls:
+                message.update(content=text or None, tool_calls=self._calls.as_chat())
+            choice.update(message=message, logprobs={"content": list(self.entries)})
         body: dict[str, Any] = {
             "id": first.get("id"),
             "object": "text_completion" if self._legacy else "chat.completion",

@@ -9,8 +9,9 @@ escalation and its reason, the cancelled tokens). Committed to, the engine strea
 relay (``Committed``); rejected, the call is cancelled and charged by the relay, however it ends,
 and the final stage streams live. An answer that ends before the decision point is decided as under
 ``buffer``, by the same decision as the engine's buffered stages. A failure before the first byte
-escalates as under ``buffer`` (``upstream_error``; a timeout skips a final stage on the same
-upstream: ``StageDecision.next_stage``).
+escalates as under ``buffer`` (``upstream_error``, or ``slow_first_token`` past the model's
+first-token deadline; a timeout skips a final stage on the same upstream:
+``StageDecision.next_stage``).
 """
 
 from __future__ import annotations
@@ -103,7 +104,10 @@ class PrefixStage:
         decide = self._decider(plan, facts)
         # A request the traffic sampler drew keeps the committed stream's whole answer.
         kept = KeptStream(cheap, request, facts) if facts.keep_answer is not None else None
-        relay = LiveRelay(self._pool[cheap], request, facts, self._settle, started, kept, (gate, decide))
+        first_token_s = config.first_token_timeout_s
+        relay = LiveRelay(
+            self._pool[cheap], request, facts, self._settle, started, kept, (gate, decide), first_token_s
+        )
         events = relay.events(body, deadline)
         try:
             first = await anext(events)

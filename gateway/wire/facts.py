@@ -32,6 +32,9 @@ class CascadeFacts:
     score: float | None = None
     threshold: float | None = None
     cost_usd: float = 0.0
+    # The part of ``cost_usd`` charged without a reported usage (``Charge.bound``: a worst case or an
+    # estimate that errs high, not a bill); ``cost_usd - cost_bound_usd`` is what usage billed.
+    cost_bound_usd: float = 0.0
     # Tokens of every call, as charged; unknown when a call had no counts.
     prompt_tokens: int = 0
     completion_tokens: int = 0
@@ -89,6 +92,7 @@ class CascadeFacts:
             (b"x-cascade-score", _number(self.score)),
             (b"x-cascade-threshold", _number(self.threshold)),
             (b"x-cascade-cost-usd", f"{self.cost_usd:.10g}".encode()),
+            (b"x-cascade-cost-bound-usd", f"{self.cost_bound_usd:.10g}".encode()),
             (b"x-cascade-overhead-ms", f"{overhead_ms:.3f}".encode()),
         ]
         if self.degraded:
@@ -124,6 +128,7 @@ class CascadeFacts:
             "score": self.score,
             "threshold": self.threshold,
             "cost_usd": self.cost_usd,
+            "cost_bound_usd": self.cost_bound_usd,
             "overhead_ms": round(overhead_ms, 3),
             "degraded": self.degraded,
             **routed,
@@ -142,6 +147,7 @@ class CascadeFacts:
             score=self.score,
             threshold=self.threshold,
             cost_usd=self.cost_usd,
+            cost_bound_usd=self.cost_bound_usd,
             worst_case_usd=worst_case_usd,
             upstream_ms=round(upstream_s * 1000, 3),
             degraded=self.degraded,

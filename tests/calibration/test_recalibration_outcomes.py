@@ -13,6 +13,7 @@ from calibration.frontier import chain_per_query
 from calibration.policy.calibrate import calibrate
 from calibration.recalibration.outcomes import PolicyOutcomeError, policy_outcomes
 from calibration.tiers import parse_tiers
+from policies.schema import Route
 
 TIERS = parse_tiers(
     {
@@ -59,3 +60,18 @@ def test_a_policy_routing_to_a_model_the_runs_lack_is_named() -> None:
     fewer = replace(matrix, models=("m0", "m1", "other"))
     with pytest.raises(PolicyOutcomeError, match="routes to m2, which the traffic has no rows for"):
         policy_outcomes(policy, fewer, np.arange(200))
+
+
+def test_a_fallback_tier_is_its_first_model_on_recorded_rows() -> None:
+    matrix = replace(random_matrix(200, k=3, seed=2), scorer="mean_token_negentropy", top_k=15)
+    policy = calibrate(matrix, TIERS.__class__("mid", {"mid": TIERS.tiers["mid"]})).policy
+    mid = policy.tiers["mid"]
+    fallback = mid.model_copy(update={"mechanism": "fallback", "routes": [Route(models=["m0", "m2"])]})
+    policy = policy.model_copy(update={"tiers": {"mid": fallback}})
+    rows = np.arange(200)
+
+    outcome = policy_outcomes(policy, matrix, rows)["mid"]
+
+    assert outcome.cost == pytest.approx(matrix.cost[rows, matrix.model_index("m0")])
+    assert outcome.quality == pytest.approx(matrix.quality[rows, matrix.model_index("m0")])
+    assert not outcome.escalated.any()

@@ -157,6 +157,42 @@ def test_a_cheap_stage_that_times_out_is_charged_and_so_is_its_escalation(
     assert charged >= billed(upstream) and line["cost_usd"] == pytest.approx(charged)
 
 
+@pytest.mark.parametrize("stream", [False, True])
+def test_the_worst_case_of_a_reset_attempt_is_told_apart_from_the_billed_cost(
+    serve, upstream: ScriptedUpstream, capfd, stream: bool
+) -> None:
+    upstream.set_default("up-small", FAULTS["connection_drop"])
+    upstream.set_default("up-large", ok("42", usage=(20, 2)))
+    gateway = serve()
+    body = {"model": "cascade", "messages": MESSAGES, "max_tokens": 64, "stream": stream}
+    response = post(gateway, body)
+
+    assert response.status_code == 200
+    line = captured_request_line(capfd)
+    # large's answer, priced by the usage it reported (the usage its stream reported, streamed)
+    billed_usd = priced_usd([p for p in upstream.produced if p.model == "up-large"], PRICES)
+    bound = worst_case(upstream, "up-small")
+    assert float(response.headers["x-cascade-cost-bound-usd"]) == pytest.approx(bound, rel=1e-9)
+    # A stream's headers are its start: the cost so far (the final chunk and the log have it all).
+    so_far = bound if stream else bound + billed_usd
+    assert float(response.headers["x-cascade-cost-usd"]) == pytest.approx(so_far, rel=1e-9)
+    assert line["cost_bound_usd"] == pytest.approx(bound, rel=1e-9)
+    assert line["cost_usd"] - line["cost_bound_usd"] == pytest.approx(billed_usd, rel=1e-6)
+
+
+def test_a_request_whose_attempts_all_reported_usage_has_no_bound_in_its_cost(
+    serve, upstream: ScriptedUpstream, capfd
+) -> None:
+    upstream.set_default("up-small", ok("42", confidence=0.2, usage=(20, 2)))
+    upstream.set_default("up-large", ok("42", usage=(20, 2)))
+    response = post(serve(), {"model": "cascade", "messages": MESSAGES, "max_tokens": 64})
+
+    assert response.headers["x-cascade-models-called"] == "small,large"
+    assert response.headers["x-cascade-cost-bound-usd"] == "0"
+    assert float(response.headers["x-cascade-cost-usd"]) > 0
+    assert captured_request_line(capfd)["cost_bound_usd"] == 0
+
+
 def test_attempts_answered_with_an_error_status_are_retried_and_cost_nothing(
     serve, upstream: ScriptedUpstream
 ) -> None:

@@ -106,3 +106,35 @@ def test_an_answer_shorter_than_the_prefix_is_assembled_whole() -> None:
     assert whole["choices"][0]["logprobs"]["content"] == ANSWER[:2]
     assert whole["usage"]["completion_tokens"] == 2
     assert PrefixGate(CommitRule(rule="prefix", tokens=5)).answer(None) is None  # nothing held
+
+
+def test_a_gate_without_a_decision_point_holds_a_whole_answer_with_its_tool_calls() -> None:
+    gate = PrefixGate(None)
+    call = {"index": 0, "id": "call_1", "type": "function", "function": {"name": "weather", "arguments": ""}}
+    chunks = [
+        {"id": "c", "created": 1, "model": "m", "choices": [{"index": 0, "delta": {"role": "assistant"}}]},
+        {"choices": [{"index": 0, "delta": {"tool_calls": [call]}}]},
+        {
+            "choices": [
+                {"index": 0, "delta": {"tool_calls": [{"index": 0, "function": {"arguments": '{"city":'}}]}}
+            ]
+        },
+        {
+            "choices": [
+                {"index": 0, "delta": {"tool_calls": [{"index": 0, "function": {"arguments": '"Paris"}'}}]}}
+            ]
+        },
+        {"choices": [{"index": 0, "delta": {}, "finish_reason": "tool_calls"}]},
+    ]
+
+    assert not any(gate.hold(chunk) for chunk in chunks)  # never decides: the stream is held whole
+    answer = gate.answer({"prompt_tokens": 7, "completion_tokens": 3})
+
+    assert answer is not None
+    (choice,) = answer["choices"]
+    assert choice["finish_reason"] == "tool_calls"
+    assert choice["message"]["content"] is None
+    assert choice["message"]["tool_calls"] == [
+        {"id": "call_1", "type": "function", "function": {"name": "weather", "arguments": '{"city":"Paris"}'}}
+    ]
+    assert answer["usage"] == {"prompt_tokens": 7, "completion_tokens": 3}

@@ -118,6 +118,9 @@ class Reply:
             vLLM bills the ``audio_url`` and ``video_url`` parts it takes).
         finish_reason: the answer's ``finish_reason`` (e.g. ``length``: cut at a cap); None: ``stop``
             (``tool_calls`` with calls).
+        hold_first: the first chunk of a stream (after its 200 headers), or a whole answer, waits
+            until this event is set (at most ``HOLD_LIMIT_S``): a first token as late as the test
+            makes it, without a clock. Set it before the test ends.
     """
 
     status: int = 200
@@ -148,6 +151,7 @@ class Reply:
     image_tokens: int = 0
     part_tokens: dict[str, int] = field(default_factory=dict)
     finish_reason: str | None = None
+    hold_first: threading.Event | None = None
 
 
 def ok(content: str = "Paris is the capital of France.", confidence: float | None = 0.99, **kw: Any) -> Reply:
@@ -333,6 +337,8 @@ class ScriptedUpstream:
         try:
             if reply.delay_s:
                 await asyncio.sleep(reply.delay_s)
+            if reply.hold_first is not None and not streamed:
+                await _held(reply.hold_first)
             if reply.drop_connection:
                 request.transport.close()  # type: ignore[union-attr]
                 self.completed.append(model)
@@ -449,6 +455,8 @@ class ScriptedUpstream:
                 return response
             if reply.chunk_delay_s and index:
                 await asyncio.sleep(reply.chunk_delay_s)
+            if reply.hold_first is not None and not index:
+                await _held(reply.hold_first)
             if reply.stall_body_s and index == 2:
                 await asyncio.sleep(reply.stall_body_s)
             await response.write(chunk)
@@ -461,6 +469,15 @@ class ScriptedUpstream:
         prompt, per_choice = _usage_of(body, reply)
         self.produced.append(Produced(model, prompt, per_choice * _billed_choices(body)))
         return response
+
+
+# The longest a held reply waits for its test's event (a test that forgot to set it still ends).
+HOLD_LIMIT_S = 10.0
+
+
+async def _held(event: threading.Event) -> None:
+    """Wait, off the server's loop, until the test sets ``event`` (at most ``HOLD_LIMIT_S``)."""
+    await asyncio.get_running_loop().run_in_executor(None, event.wait, HOLD_LIMIT_S)
 
 
 @contextlib.contextmanager
