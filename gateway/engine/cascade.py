@@ -242,7 +242,7 @@ class CascadeEngine:
                 called, charge = await self._call(model, request, body, deadline, facts)
             except UpstreamFailure as failure:
                 timeouts = decision.failed(model, failure, facts, timeouts)
-                reason: EscalationReason | None = EscalationReason.UPSTREAM_ERROR
+                reason: EscalationReason | None = EscalationReason.failed_call(failure.kind)
             else:
                 reply = called.body
                 try:  # scoring reads the answer: one it cannot read is the stage's failure

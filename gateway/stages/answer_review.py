@@ -21,7 +21,8 @@ Reasons (``EscalationReason``, the ``reason`` label of ``cascade_escalation_reas
 ``invalid_structured_output`` (a failed check); ``truncated`` (the answer stopped at a completion
 cap the client did not set, ``policies.truncation.cut_short``: the stage did not finish, whatever its
 score); ``upstream_error`` (the call failed); ``scorer_failed`` (a black-box scorer's own call
-failed: the score is missing).
+failed: the score is missing); ``circuit_open`` (the model was not called: its circuit breaker is
+open).
 """
 
 from __future__ import annotations
@@ -54,6 +55,12 @@ class EscalationReason(StrEnum):
     TRUNCATED = "truncated"  # cut at a completion cap the client did not set (policies.truncation)
     UPSTREAM_ERROR = "upstream_error"
     SCORER_FAILED = "scorer_failed"  # a black-box scorer's own call failed (gateway.stages.blackbox_scoring)
+    CIRCUIT_OPEN = "circuit_open"  # not called: its circuit breaker is open (gateway.upstream.breaker)
+
+    @classmethod
+    def failed_call(cls, kind: str) -> EscalationReason:
+        """The reason of a stage whose call failed with ``UpstreamFailure.kind`` ``kind``."""
+        return cls.CIRCUIT_OPEN if kind == "circuit_open" else cls.UPSTREAM_ERROR
 
     @property
     def missing_score(self) -> bool:
@@ -80,6 +87,7 @@ _NO_FALLBACK = frozenset(
         EscalationReason.INVALID_TOOL_CALL,
         EscalationReason.INVALID_STRUCTURED_OUTPUT,
         EscalationReason.UPSTREAM_ERROR,
+        EscalationReason.CIRCUIT_OPEN,
     }
 )
 

@@ -155,7 +155,10 @@ class PrefixStage:
         if decision.next_stage(models, 0, timeouts) is None:  # the final stage would queue behind it
             decision.no_stage_left(timeouts, None, None, plan.policy, facts)
         facts.outcome = "escalated"
-        decision.escalate(plan.tier, models[0], models[1], facts, EscalationReason.UPSTREAM_ERROR)
+        reason = EscalationReason.UPSTREAM_ERROR
+        if isinstance(failure, UpstreamFailure):
+            reason = EscalationReason.failed_call(failure.kind)
+        decision.escalate(plan.tier, models[0], models[1], facts, reason)
         return FinalStage(models[1])
 
     async def _decide_whole(

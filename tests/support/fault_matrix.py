@@ -49,7 +49,10 @@ FAULTS = (
     "uncapped_answer",
     "hostile_nesting",
     "cancelled_on_escalation",
+    "reset_before_byte",
 )
+# Faults met by the call's first attempt only: its retry is answered.
+TRANSIENT_FAULTS = frozenset({"reset_before_byte"})
 # The prefix setup's commit rule (its default tier small -> large decides on this many tokens) and
 # the length of an answer cancelled on escalation, streamed slowly enough to be cut mid-way.
 PREFIX_TOKENS = 3
@@ -146,6 +149,7 @@ def fault_reply(fault: str, *, uncapped_tokens: int | None = None) -> Reply:
         "timeout_mid_body": {"stall_body_s": STALL_S},
         "cut_body": {"cut_body": True},
         "connection_drop": {"drop_connection": True},
+        "reset_before_byte": {"drop_connection": True},
         "http_5xx": {"status": 503},
         "garbage_json": {"garbage": True},
         "no_usage": {"usage_report": "absent"},
@@ -165,27 +169,32 @@ def fault_reply(fault: str, *, uncapped_tokens: int | None = None) -> Reply:
 
 def script_cell(upstream: ScriptedUpstream, cell: Cell) -> None:
     """Script the upstream so that the cell's call, and only it, meets the cell's fault (every
-    attempt of it: retries meet the fault too)."""
+    attempt of it: retries meet the fault too; a transient fault only its first attempt)."""
     fault = fault_reply(cell.fault)
     small, medium, large = "up-small", "up-medium", "up-large"
     upstream.set_default(medium, answer())
     upstream.set_default(large, answer(content="Paris."))
     if cell.call in ("cheap", "prefix_cheap"):
-        upstream.set_default(small, fault)
+        faulted = small
     elif cell.call == "final":
         upstream.set_default(small, answer(confidence=0.3))  # unsure: escalates
-        upstream.set_default(large, fault)
+        faulted = large
     elif cell.call == "verifier":  # the policy's verifier is ``medium``
         upstream.set_default(small, answer(confidence=None))
-        upstream.set_default(medium, fault)
+        faulted = medium
     elif cell.call in ("consistency", "self_report"):  # extra calls to the stage's own model
         upstream.script(small, answer(confidence=None))
-        upstream.set_default(small, fault)
+        faulted = small
     elif cell.call == "shadow":  # accepted at ``small``; the sampler then calls ``medium`` and ``large``
         upstream.set_default(small, answer())
-        upstream.set_default(medium, fault)
+        faulted = medium
     else:
         raise ValueError(f"unknown call {cell.call!r}")
+    if cell.fault in TRANSIENT_FAULTS:
+        upstream.script(faulted, fault)
+        upstream.set_default(faulted, answer(content="Paris.") if faulted == large else answer())
+    else:
+        upstream.set_default(faulted, fault)
 
 
 def client_body(endpoint: str, stream: bool) -> dict[str, Any]:
