@@ -167,9 +167,10 @@ def fault_reply(fault: str, *, uncapped_tokens: int | None = None) -> Reply:
     return Reply(**{**base, **changes})
 
 
-def script_cell(upstream: ScriptedUpstream, cell: Cell) -> None:
+def script_cell(upstream: ScriptedUpstream, cell: Cell) -> str:
     """Script the upstream so that the cell's call, and only it, meets the cell's fault (every
-    attempt of it: retries meet the fault too; a transient fault only its first attempt)."""
+    attempt of it: retries meet the fault too; a transient fault only its first attempt); returns
+    the upstream id of the model that meets it."""
     fault = fault_reply(cell.fault)
     small, medium, large = "up-small", "up-medium", "up-large"
     upstream.set_default(medium, answer())
@@ -195,6 +196,7 @@ def script_cell(upstream: ScriptedUpstream, cell: Cell) -> None:
         upstream.set_default(faulted, answer(content="Paris.") if faulted == large else answer())
     else:
         upstream.set_default(faulted, fault)
+    return faulted
 
 
 def client_body(endpoint: str, stream: bool) -> dict[str, Any]:
