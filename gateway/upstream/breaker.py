@@ -100,10 +100,10 @@ class Breaker:
         return True
 
     def failed(self, consecutive: int | None = None) -> bool:
-        """A call failed (``consecutive``: the replicas' shared count, when known); True when the
-        circuit opened."""
+        """A call failed (``consecutive``: the replicas' shared count with it, when Redis answered);
+        True when the circuit opened."""
         self._count(failed=True)
-        self.consecutive = max(self.consecutive + 1, consecutive or 0)
+        self.consecutive = self.consecutive + 1 if consecutive is None else consecutive
         self._probing = False
         if self.state is CircuitState.OPEN:
             return False  # a call admitted before it opened
@@ -124,9 +124,11 @@ class Breaker:
         if self.state is not CircuitState.OPEN:
             self._move(CircuitState.OPEN, why)
 
-    def adopt(self, open_until: float | None) -> None:
-        """Another replica's view (gateway.upstream.breaker_share): an opening later than this one's
-        is taken; a closing is not (each replica probes once the shared open period is over)."""
+    def adopt(self, open_until: float | None, failures: int) -> None:
+        """The replicas' shared view (gateway.upstream.breaker_share): their consecutive failed calls
+        (this replica's next success resets them) and an opening later than this one's; a closing is
+        not taken (each replica probes once the shared open period is over)."""
+        self.consecutive = failures
         if open_until is not None and open_until > self.clock() and open_until > self.open_until:
             self.open(open_until, "opened by another replica")
 

@@ -4,8 +4,8 @@ Written only off the happy path: a failed call increments the model's shared con
 (the breaker opens when the replicas' failures together reach ``failures``), an opening writes its
 ``open_until``, and the first success after failures resets the count (a closing also clears
 ``open_until``). Read once a second by ``refresh`` (the shared state's Redis loop), which makes every
-replica adopt an opening. Redis down or slow (each write bounded by ``timeout_s``): each replica
-goes on with its own counts.
+replica adopt an opening and the shared count (so a success on any replica resets it). Redis down
+or slow (each write bounded by ``timeout_s``): each replica goes on with its own counts.
 """
 
 from __future__ import annotations
@@ -70,12 +70,13 @@ class SharedBreakers:
             async with asyncio.timeout(self._timeout_s * 10):
                 async with self._redis.pipeline(transaction=False) as pipe:
                     for breaker in breakers:
-                        pipe.hget(self._keys.breaker(breaker.model), _OPEN_UNTIL)
+                        pipe.hmget(self._keys.breaker(breaker.model), [_OPEN_UNTIL, _FAILURES])
                     values = await pipe.execute()
         except (RedisError, OSError, TimeoutError):
             return
-        for breaker, value in zip(breakers, values, strict=True):
-            breaker.adopt(_seconds(value))
+        for breaker, (open_until, failures) in zip(breakers, values, strict=True):
+            count = _seconds(failures)
+            breaker.adopt(_seconds(open_until), int(count) if count is not None else 0)
 
     async def _write(self, model: str, fields: dict[str, str]) -> None:
         try:

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 from typing import Any
 
+import anthropic
 import openai
 import pytest
 
@@ -126,6 +127,17 @@ def test_a_one_stage_tier_whose_circuit_is_open_answers_503_with_retry_after(
     assert info.value.status_code == 503
     assert info.value.body["code"] == "upstream_circuit_open"
     assert info.value.response.headers["retry-after"] == "30"
+    with pytest.raises(openai.APIStatusError) as info:  # streamed: the same 503 before the stream starts
+        gateway.client().chat.completions.create(
+            model="cascade", messages=MESSAGES, stream=True, extra_headers={"x-cascade-tier": "direct"}
+        )
+    assert info.value.status_code == 503 and info.value.body["code"] == "upstream_circuit_open"
+    messages = gateway.anthropic_client().messages  # the Messages API's own error shape
+    with pytest.raises(anthropic.APIStatusError) as refused:
+        messages.create(
+            model="cascade", max_tokens=16, messages=MESSAGES, extra_headers={"x-cascade-tier": "direct"}
+        )
+    assert refused.value.status_code == 503 and refused.value.body["type"] == "error"
 
 
 def test_two_replicas_share_an_opening_through_redis(keys, start_gateway, make_settings, upstream) -> None:
@@ -147,3 +159,17 @@ def test_failures_on_two_replicas_count_together(keys, start_gateway, make_setti
     _create(first)
     _create(second)  # the second failed call of the two replicas together: it opens
     assert second.sample("cascade_upstream_circuit_state", model="small") == 1
+
+
+def test_a_success_on_either_replica_resets_the_shared_count(
+    keys, start_gateway, make_settings, upstream
+) -> None:
+    first, second = (start_gateway(_settings(make_settings, upstream, redis_url=REDIS_URL)) for _ in range(2))
+    upstream.script("up-small", error(503), error(503), error(503))  # one failed call: 3 attempts
+    _create(first)
+    shared = second.gateway.breakers.by_model["small"]
+    assert until(lambda: shared.consecutive == 1, 10)  # read at the second's refresh
+    assert _create(second).headers["x-cascade-models-called"] == "small"  # answered: the count resets
+    upstream.set_default("up-small", error(503))
+    _create(first)  # one failure since the reset: below the 2 that open it
+    assert first.sample("cascade_upstream_circuit_state", model="small") == 0
