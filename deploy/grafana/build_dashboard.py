@@ -326,6 +326,15 @@ def panels() -> list[dict[str, Any]]:
             "reqps",
             stack=True,
         ),
+        timeseries(
+            "Circuit breaker state by model",
+            "cascade_upstream_circuit_state: 0 closed, 1 open (the model is skipped: a cascade escalates "
+            "with reason circuit_open, a last stage answers 503), 2 half-open (one probe let through). "
+            "The highest of the replicas.",
+            [(f"max by (model) (cascade_upstream_circuit_state{{{SEL}}})", "{{model}}")],
+            "short",
+            max_value=2,
+        ),
         *learning_panels(),
     ]
 

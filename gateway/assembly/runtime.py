@@ -30,6 +30,8 @@ from gateway.routing.routed_tiers import RouterRuntime
 from gateway.routing.tier_choice import RoutePlan, RoutePlanner
 from gateway.stages.blackbox_scoring import reserve_scoring_usd
 from gateway.telemetry.metrics import GatewayMetrics
+from gateway.upstream.breaker import Breakers
+from gateway.upstream.breaker_share import SharedBreakers
 from gateway.upstream.client import UpstreamPool
 from gateway.upstream.health import UpstreamHealth
 from gateway.upstream.transport import SessionOpener, open_pooled_session
@@ -130,7 +132,12 @@ class Gateway:
         self.limits = limits
         self.logs = logs
         self.metrics = metrics
-        self.pool = UpstreamPool(models, self.metrics, redact, transport)
+        self.breakers = Breakers({name: model.breaker for name, model in models.items()}, metrics)
+        share = None
+        if shared.redis is not None:
+            share = SharedBreakers(self.breakers, shared.redis, shared.keys)
+            shared.ticks.append(share.refresh)  # the state's once-a-second Redis loop reads it
+        self.pool = UpstreamPool(models, self.metrics, redact, transport, self.breakers, share)
         self.planner = RoutePlanner(models, rng, coverage)
         content_policy = (upstream_errors or UpstreamErrorsConfig()).content_policy
         self.engine = CascadeEngine(models, self.pool, self.metrics, content_policy)
@@ -264,7 +271,7 @@ class Gateway:
             raise _unpriced(request.body)
         total = 0.0
         for model, tokens in self._route_tokens(plan, request, body_bytes, parts):
-            total += bound_usd(model.price, *tokens)
+            total += bound_usd(model.price, *tokens) * model.billed_attempts
         return total + self._scoring_bound_usd(plan, request, parts)
 
     def reserve_tokens(self, plan: RoutePlan, request: ParsedRequest, body_bytes: int) -> int:
@@ -272,7 +279,8 @@ class Gateway:
         token rate limits at admission: every model of the route called, each bounded exactly as
         ``reserve_estimate`` bounds it."""
         parts = part_counts(request.body)
-        return sum(sum(tokens) for _, tokens in self._route_tokens(plan, request, body_bytes, parts))
+        route = self._route_tokens(plan, request, body_bytes, parts)
+        return sum(sum(tokens) * model.billed_attempts for model, tokens in route)
 
     def _route_tokens(
         self, plan: RoutePlan, request: ParsedRequest, body_bytes: int, parts: dict[str, int]

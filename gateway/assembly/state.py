@@ -25,7 +25,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
-from collections.abc import Callable, Collection, Mapping
+from collections.abc import Awaitable, Callable, Collection, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -90,6 +90,8 @@ class SharedState:
     keys: RedisKeys = field(default_factory=RedisKeys)
     health_interval_s: float = 1.0
     redis_up: bool | None = None
+    # Run after every good check of the 1 s loop (the circuit breakers' refresh: breaker_share).
+    ticks: list[Callable[[], Awaitable[None]]] = field(default_factory=list)
     _health_task: asyncio.Task[None] | None = None
 
     async def start(self) -> None:
@@ -160,6 +162,8 @@ class SharedState:
             await asyncio.sleep(self.health_interval_s)
             if await self._ping():
                 await self.spend.maintain()
+                for tick in self.ticks:
+                    await tick()
 
 
 @dataclass(frozen=True)

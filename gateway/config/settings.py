@@ -32,6 +32,7 @@ from pydantic_settings import BaseSettings, PydanticBaseSettingsSource, Settings
 
 from gateway.config.coverage import CoverageConfig
 from gateway.config.drift import DriftConfig
+from gateway.config.fail_over import BreakerPolicy, RetryPolicy
 from gateway.config.key_settings import BudgetPeriod, RateLimit
 from gateway.config.learning import LearningConfig
 from gateway.redis.keys import is_redis_url
@@ -90,6 +91,14 @@ class ModelConfig(_Section):
         "(slow_first_token); its stages are then requested streamed; unset: no such deadline",
     )
     max_retries: int = Field(2, ge=0, le=10, description="retries for 429/5xx/connect errors")
+    retry: RetryPolicy = Field(
+        default_factory=lambda: RetryPolicy(),
+        description="backoff, Retry-After cap, retry deadline, uncertain retries (gateway.config.fail_over)",
+    )
+    breaker: BreakerPolicy = Field(
+        default_factory=lambda: BreakerPolicy(),
+        description="when the model's circuit opens and for how long (gateway.config.fail_over)",
+    )
     request_defaults: RequestDefaults | None = Field(
         None, description="fields merged under the client's own (policies/request_defaults.py)"
     )
@@ -175,6 +184,13 @@ class ModelConfig(_Section):
     def api_key(self) -> str | None:
         """The upstream key, read from the environment at call-site (never stored in settings)."""
         return os.environ.get(self.api_key_env) if self.api_key_env else None
+
+    @property
+    def billed_attempts(self) -> int:
+        """Attempts of one call that may each be billed: ``max_retries + 1`` when uncertain attempts
+        are retried (each is charged its worst case), else 1 (a retry follows only an attempt that
+        provably was not served). The reservation holds this many worst cases of a call."""
+        return self.max_retries + 1 if self.retry.uncertain else 1
 
     @cached_property
     def limits(self) -> CallLimits:

@@ -378,6 +378,10 @@ class CascadeEngine:
         attempts: list[Attempt] = []
         try:
             reply = await self._pool[model].complete(request.api, body, deadline, attempts)
+        except UpstreamFailure as failure:
+            if failure.kind == "circuit_open":  # skipped, never called
+                facts.models_called.pop()
+            raise
         finally:
             charge = self.settle(facts, model, attempts)
         facts.upstream_s += reply.seconds

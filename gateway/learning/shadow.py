@@ -8,7 +8,8 @@ request defaults, ``logprobs``/``top_logprobs`` of the policy's scorer, not stre
 without logprobs, and a row without a score is dropped by calibration.
 
 Money: the calls' worst case (``money.charges.sent_bound``, the bound a spend reservation uses,
-of each upstream request: every prompt, every choice, the completion cap it sends) is reserved in
+of each upstream request: every prompt, every choice, the completion cap it sends; times
+``ModelConfig.billed_attempts`` for a model that retries uncertain attempts) is reserved in
 the shadow budget before any call; a sample that does not fit is dropped
 (``SampleDroppedError("spend_cap")``). Every attempt of each call is charged by the one rule
 (``money.charges.attempt_charge``: its usage, else its worst case: a timeout, a cut answer, a
@@ -126,7 +127,9 @@ class ShadowRunner:
             capabilities=config.capabilities,
             default_cap=config.default_max_tokens,
         )
-        return ShadowCall(model, body, sent_bound(config.price, body, config.limits).usd)
+        # Every attempt that may be billed (a model retrying uncertain attempts: each of them).
+        bound = sent_bound(config.price, body, config.limits).usd * config.billed_attempts
+        return ShadowCall(model, body, bound)
 
     async def rows(self, sample: Sample) -> list[TrafficRow]:
         """Call, label and build the sample's rows; SampleDroppedError when the budget refuses it."""

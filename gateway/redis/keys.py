@@ -50,6 +50,11 @@ class RedisKeys(PolicyKeys):
         (gateway.keys.rate_limits; expires with the window)."""
         return f"{self.prefix}:rate:{key_id}:{window_s}:{window_start}"
 
+    def breaker(self, model: str) -> str:
+        """Hash {"failures": consecutive failed calls, "open_until": unix seconds} of one configured
+        model's circuit breaker, shared by the replicas (gateway.upstream.breaker_share)."""
+        return f"{self.prefix}:breaker:{model}"
+
     @property
     def replicas(self) -> str:
         """Sorted set: replica id -> when it last said it is live (Redis time, unix seconds);

@@ -21,8 +21,10 @@ Reasons (``EscalationReason``, the ``reason`` label of ``cascade_escalation_reas
 ``invalid_structured_output`` (a failed check); ``truncated`` (the answer stopped at a completion
 cap the client did not set, ``policies.truncation.cut_short``: the stage did not finish, whatever its
 score); ``upstream_error`` (the call failed); ``content_policy`` (the provider's safety system
-refused the request and ``upstream_errors.content_policy`` is ``escalate``); ``scorer_failed`` (a
-black-box scorer's own call failed: the score is missing).
+refused the request and ``upstream_errors.content_policy`` is ``escalate``); ``slow_first_token`` (no
+first token within the model's ``first_token_timeout_s``); ``circuit_open`` (the model was not
+called: its circuit breaker is open); ``scorer_failed`` (a black-box scorer's own call failed: the
+score is missing).
 """
 
 from __future__ import annotations
@@ -58,6 +60,7 @@ class EscalationReason(StrEnum):
     # No first token within the model's ``first_token_timeout_s`` (the stage was cancelled).
     SLOW_FIRST_TOKEN = "slow_first_token"
     SCORER_FAILED = "scorer_failed"  # a black-box scorer's own call failed (gateway.stages.blackbox_scoring)
+    CIRCUIT_OPEN = "circuit_open"  # not called: its circuit breaker is open (gateway.upstream.breaker)
 
     @property
     def missing_score(self) -> bool:
@@ -86,6 +89,7 @@ _NO_FALLBACK = frozenset(
         EscalationReason.UPSTREAM_ERROR,
         EscalationReason.CONTENT_POLICY,
         EscalationReason.SLOW_FIRST_TOKEN,
+        EscalationReason.CIRCUIT_OPEN,
     }
 )
 

@@ -181,7 +181,8 @@ def stage_scoring_bound_usd(
     """Worst-case USD of the scorer calls of stage ``model`` whose upstream body is ``sent``.
 
     Per call: a request quoting the answer is bounded by ``quoting_bound`` (a larger one is not
-    sent), any other is the very body sent; times the number of calls."""
+    sent), any other is the very body sent; times the number of calls, times the attempts of a call
+    that may be billed (``ModelConfig.billed_attempts``)."""
     calls = blackbox_calls(spec.name)
     if calls is None:
         return 0.0
@@ -193,7 +194,7 @@ def stage_scoring_bound_usd(
         one = call_bound(callee.price, empty, quoting_bound(empty, stage_body), callee.limits).usd
     else:
         one = sent_bound(callee.price, orjson.dumps(empty), callee.limits).usd
-    return calls.calls(settings) * one
+    return calls.calls(settings) * one * callee.billed_attempts  # each may retry an uncertain attempt
 
 
 def reserve_scoring_usd(

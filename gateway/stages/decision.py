@@ -165,11 +165,14 @@ class StageDecision:
 
     def failure_reason(self, model: str, failure: UpstreamFailure, facts: CascadeFacts) -> EscalationReason:
         """Why a stage whose call to ``model`` failed escalates: ``slow_first_token`` for a first
-        token later than its model's deadline, ``content_policy`` for a content-policy refusal the
+        token later than its model's deadline, ``circuit_open`` for a model its breaker skipped,
+        ``content_policy`` for a content-policy refusal the
         config escalates, else ``upstream_error``. A refusal the config returns is raised as the
         client's error instead."""
         if failure.kind == SLOW_FIRST_TOKEN:
             return EscalationReason.SLOW_FIRST_TOKEN
+        if failure.kind == EscalationReason.CIRCUIT_OPEN:  # the kind the breaker raises
+            return EscalationReason.CIRCUIT_OPEN
         if not failure.content_refusal:
             return EscalationReason.UPSTREAM_ERROR
         if self._returns_refusals:

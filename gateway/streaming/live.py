@@ -293,6 +293,8 @@ class LiveRelay:
                     yield self._closing(call, out)
         except UpstreamFailure as failure:
             if not started:
+                if failure.kind == "circuit_open":  # skipped, never called
+                    facts.models_called.remove(call.model)
                 raise  # the engine falls back to the cheap answer or answers with an HTTP error
             call.end(call.interrupted)
             facts.failures.append(failure.kind)

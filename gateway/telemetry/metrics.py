@@ -187,6 +187,12 @@ class GatewayMetrics:
             ["model"],
             registry=r,
         )
+        self.circuit_state = Gauge(
+            "cascade_upstream_circuit_state",
+            "The model's circuit breaker: 0 closed, 1 open (skipped), 2 half-open (one probe let through).",
+            ["model"],
+            registry=r,
+        )
         self.redis_up: Gauge | None = None
         if with_redis:
             self.redis_up = Gauge(

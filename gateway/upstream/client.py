@@ -3,12 +3,16 @@
 aiohttp + orjson because the request path is measured (docs/benchmarks.md): httpx was ~10x slower
 as a proxy client on this machine. Every call is bounded by the model's ``timeout_s`` and by the
 request deadline. Money (docs/contracts.md#charges): every attempt is reported to the caller
-(``money.charges.Attempt``), which charges each one that may have been billed. Retries, with
-exponential backoff (an upstream ``Retry-After`` honoured) while the deadline allows, follow only
-attempts that provably were not served: a 429 or 5xx answer (an error status carries no completion
-and no usage; providers bill none) and a connection that failed before the request was sent. A
-timeout, a dropped connection or a body cut after the request was sent is charged its worst case
-and ends the call: retrying it would spend a second worst case the reservation does not hold.
+(``money.charges.Attempt``), which charges each one that may have been billed. Retries follow the
+model's ``RetryPolicy`` (gateway.upstream.retry: full-jitter backoff, an upstream's
+``retry-after-ms``/``Retry-After`` honoured up to a cap, a retry deadline) and only attempts that
+provably were not served: a 429 or 5xx answer (an error status carries no completion and no usage;
+providers bill none) and a connection that failed before the request was sent. A connection reset
+after the request was sent but before a byte of an answer is retried only where the model's
+``retry.uncertain`` says so: it is charged its worst case, and such a model's reservation holds a
+worst case for every attempt (``ModelConfig.billed_attempts``). A timeout, or any other break after
+the request was sent, is charged its worst case and ends the call. Each call's outcome feeds the
+model's circuit breaker (gateway.upstream.breaker); an open circuit ends a call before any attempt.
 Task cancellation (client gone) propagates into aiohttp, which closes the connection: nothing is
 left running, and the attempt in flight is reported as billable.
 """
@@ -17,6 +21,7 @@ from __future__ import annotations
 
 import asyncio
 import email.utils
+import math
 import random
 import time
 from collections.abc import AsyncIterator, Mapping
@@ -29,6 +34,8 @@ import orjson
 
 from gateway.config.settings import ModelConfig
 from gateway.telemetry.metrics import GatewayMetrics
+from gateway.upstream.breaker import Breaker, Breakers, CircuitOpenError
+from gateway.upstream.breaker_share import SharedBreakers
 from gateway.upstream.provider_errors import (
     ProviderError,
     is_content_refusal,
@@ -36,6 +43,7 @@ from gateway.upstream.provider_errors import (
     read_provider_error,
     stated_status,
 )
+from gateway.upstream.retry import retry_delay
 from gateway.upstream.transport import SessionOpener, open_pooled_session
 from gateway.wire.errors import (
     GatewayError,
@@ -52,8 +60,6 @@ _RETRYABLE_STATUS = frozenset({429, 500, 502, 503, 504})
 # failure at a cheap stage (a content-policy refusal: as ``upstream_errors.content_policy`` says),
 # and reported to the client with the upstream's status and error when nothing else can answer.
 _REJECTED_STATUS = frozenset({400, 404, 413, 422})
-_BACKOFF_BASE_S = 0.05
-_BACKOFF_CAP_S = 2.0
 _PATHS = {"chat": "/chat/completions", "completions": "/completions"}
 # Failures that end an attempt before a byte of its request was sent (no connection was made, or
 # its TLS handshake failed): the only connection errors that are provably not served, so the only
@@ -61,13 +67,17 @@ _PATHS = {"chat": "/chat/completions", "completions": "/completions"}
 # cut mid-way) may have been served and billed: it is charged its worst case and never retried,
 # so a call costs at most one attempt's worst case and its reservation covers it.
 _NEVER_SENT = (aiohttp.ClientConnectorError, aiohttp.ConnectionTimeoutError)
+# A connection reset or closed after the request was sent, before any byte of an answer: maybe
+# served (a load balancer's reset usually is not), retried only where ``retry.uncertain`` allows.
+_RESET = (aiohttp.ServerDisconnectedError, aiohttp.ClientOSError)
 
 
 class UpstreamFailure(Exception):
     """One upstream call failed for good (after retries).
 
-    ``kind``: timeout | connect | http | rate_limited | rejected | malformed. ``provider``: what a
-    ``rejected`` call's upstream said (gateway.upstream.provider_errors).
+    ``kind``: timeout | connect | http | rate_limited | rejected | malformed | circuit_open (the
+    model's circuit breaker is open: nothing was sent). ``provider``: what a ``rejected`` call's
+    upstream said (gateway.upstream.provider_errors).
     The message never contains the request body, nor any secret: an upstream's own error text is
     passed through the pool's ``Redactor`` before it is kept.
     """
@@ -102,6 +112,9 @@ class UpstreamFailure(Exception):
         if self.kind == "rate_limited":
             headers = {"retry-after": str(max(1, round(self.retry_after)))} if self.retry_after else None
             return RateLimitedError(f"upstream model {self.model!r} is rate limited", headers=headers)
+        if self.kind == "circuit_open":
+            wait = {"retry-after": str(max(1, round(self.retry_after or 1)))}
+            return CircuitOpenError(f"upstream model {self.model!r} is skipped: {self.detail}", headers=wait)
         if self.kind == "rejected" and self.status is not None:
             said = self.provider or ProviderError()
             return UpstreamRejectedError(
@@ -133,10 +146,16 @@ class UpstreamClient:
         metrics: GatewayMetrics,
         redact: Redactor,
         transport: SessionOpener = open_pooled_session,
+        breaker: Breaker | None = None,
+        share: SharedBreakers | None = None,
     ):
         """``redact`` cleans an upstream's error text of every secret before it is kept;
-        ``transport`` opens the session every request is sent through (gateway.upstream.transport)."""
+        ``transport`` opens the session every request is sent through (gateway.upstream.transport);
+        ``breaker`` is the model's circuit breaker (None: none), ``share`` shares it through Redis."""
         self.name = name
+        self.breaker = breaker
+        self._share = share
+        self.uniform = random.uniform  # the backoff's random draw (tests pass their own)
         self.config = config
         self._redact = redact
         self._metrics = metrics
@@ -185,9 +204,43 @@ class UpstreamClient:
 
         Every attempt made is appended to ``attempts`` (``money.charges.Attempt``) as it ends,
         whether by an answer, a failure or a cancellation, for the caller to charge them all
-        (``money.charges.attempt_charge``). Retries follow only attempts that provably were not
-        served (see the module docstring), so a call costs at most one attempt's worst case.
+        (``money.charges.attempt_charge``). Retries follow the module docstring's rule, so a call
+        costs at most ``ModelConfig.billed_attempts`` worst cases of an attempt.
         """
+        if self.breaker is None:
+            return await self._complete(kind, body, deadline, attempts)
+        self._admit(self.breaker)
+        try:
+            reply = await self._complete(kind, body, deadline, attempts)
+        except UpstreamFailure as failure:
+            await self._call_ended(self.breaker, failure)
+            raise
+        except BaseException:
+            self.breaker.released()
+            raise
+        await self._call_ended(self.breaker, None)
+        return reply
+
+    def _admit(self, breaker: Breaker) -> None:
+        """UpstreamFailure ``circuit_open`` unless the model's circuit lets a call through now."""
+        if not breaker.admit():
+            wait = breaker.retry_after_s()
+            raise UpstreamFailure(self.name, "circuit_open", "circuit open", retry_after=wait)
+
+    async def _call_ended(self, breaker: Breaker, failure: UpstreamFailure | None) -> None:
+        """Report a call's outcome to the breaker (and through Redis to the other replicas): a
+        refused request is the upstream's answer, a success for the circuit."""
+        if failure is None or failure.kind == "rejected":
+            if breaker.succeeded() and self._share is not None:
+                await self._share.succeeded(breaker)
+        elif self._share is not None:
+            await self._share.failed(breaker)
+        else:
+            breaker.failed()
+
+    async def _complete(
+        self, kind: str, body: bytes, deadline: float, attempts: list[Attempt]
+    ) -> UpstreamReply:
         started = time.monotonic()
         attempt = 0
         while True:
@@ -205,12 +258,14 @@ class UpstreamClient:
                     status = response.status
                     payload = await response.read()
                     retry_after = response.headers.get("retry-after")
+                    asked = _asked_wait(response.headers) if status != 200 else None
             except asyncio.CancelledError:
                 attempts.append(Attempt(body, billable=status in (None, 200)))
                 raise
             except (aiohttp.ClientError, TimeoutError) as exc:
                 late = f"no answer within {timeout:.1f}s"
-                attempt = await self._retry_unsent(exc, body, attempts, t0, status, late, attempt, deadline)
+                failure = self._unanswered(exc, body, attempts, t0, status, late)
+                attempt = await self._backoff_or_raise(failure, attempt, deadline, None, started)
                 continue
             if status == 200:
                 answer = _json_object(payload)
@@ -226,7 +281,7 @@ class UpstreamClient:
             self._observe(_status_label(status), t0)
             if status not in _RETRYABLE_STATUS:
                 raise failure
-            attempt = await self._backoff_or_raise(failure, attempt, deadline, failure.retry_after)
+            attempt = await self._backoff_or_raise(failure, attempt, deadline, asked, started)
 
     @asynccontextmanager
     async def stream(
@@ -238,7 +293,41 @@ class UpstreamClient:
         Every attempt that ended before the 200 is appended to ``attempts`` (as ``complete`` does);
         the 200 one is the caller's to charge by what it reads (gateway.streaming.live).
         """
-        attempt = 0
+        breaker = self.breaker
+        if breaker is not None:
+            self._admit(breaker)
+        try:
+            response, t0 = await self._open_stream(kind, body, deadline, attempts)
+        except UpstreamFailure as failure:
+            if breaker is not None:
+                await self._call_ended(breaker, failure)
+            raise
+        except BaseException:
+            if breaker is not None:
+                breaker.released()
+            raise
+        if breaker is not None:
+            await self._call_ended(breaker, None)
+        status = "error"
+        try:
+            yield response
+            status = "2xx"
+        except UpstreamFailure as failure:
+            status = _FAILURE_STATUS.get(failure.kind, "error")
+            raise
+        finally:
+            # An unfinished stream (client gone, error) must not go back to the pool half-read.
+            if status == "2xx":
+                response.release()
+            else:
+                response.close()
+            self._observe(status, t0)
+
+    async def _open_stream(
+        self, kind: str, body: bytes, deadline: float, attempts: list[Attempt]
+    ) -> tuple[aiohttp.ClientResponse, float]:
+        """Attempts of a streamed request until one answers 200: that response and when it was sent."""
+        attempt, first = 0, time.monotonic()
         while True:
             t0 = time.monotonic()
             remaining = deadline - t0
@@ -260,28 +349,15 @@ class UpstreamClient:
                 attempts.append(Attempt(body))  # sent, maybe served, and no answer seen
                 raise
             except (aiohttp.ClientError, TimeoutError) as exc:
-                late = "no answer in time"
-                attempt = await self._retry_unsent(exc, body, attempts, t0, None, late, attempt, deadline)
+                failure = self._unanswered(exc, body, attempts, t0, None, "no answer in time")
+                attempt = await self._backoff_or_raise(failure, attempt, deadline, None, first)
                 continue
             if response.status == 200:
-                break
-            attempt = await self._retry_refused(response, body, attempts, t0, attempt, deadline)
-        status = "error"
-        try:
-            yield response
-            status = "2xx"
-        except UpstreamFailure as failure:
-            status = _FAILURE_STATUS.get(failure.kind, "error")
-            raise
-        finally:
-            # An unfinished stream (client gone, error) must not go back to the pool half-read.
-            if status == "2xx":
-                response.release()
-            else:
-                response.close()
-            self._observe(status, t0)
+                return response, t0
+            failure, asked = await self._refused(response, body, attempts, t0)
+            attempt = await self._backoff_or_raise(failure, attempt, deadline, asked, first)
 
-    async def _retry_unsent(
+    def _unanswered(
         self,
         exc: BaseException,
         body: bytes,
@@ -289,36 +365,31 @@ class UpstreamClient:
         started: float,
         status: int | None,
         late: str,
-        attempt: int,
-        deadline: float,
-    ) -> int:
+    ) -> UpstreamFailure:
         """An attempt ended by ``exc`` before its answer was read (``status``: the answer's, when its
-        headers came): the next attempt's number if it provably was never sent, else its failure
-        (``late`` tells a timeout's). Charged as the module docstring says."""
+        headers came): its failure, returned when it may be retried (never sent; or reset before any
+        answer byte where ``retry.uncertain``), else raised (``late`` tells a timeout's). Charged as
+        the module docstring says."""
         if isinstance(exc, _NEVER_SENT):
             attempts.append(Attempt(body, billable=False))
             self._observe("error", started)
-            failure = UpstreamFailure(self.name, "connect", type(exc).__name__)
-            return await self._backoff_or_raise(failure, attempt, deadline, None)
+            return UpstreamFailure(self.name, "connect", type(exc).__name__)
         # Sent, then it timed out, the connection dropped or the body was cut: maybe billed.
         attempts.append(Attempt(body, billable=status in (None, 200)))
         if isinstance(exc, TimeoutError):
             self._observe("timeout", started)
             raise UpstreamFailure(self.name, "timeout", late) from None
         self._observe("error", started)
-        raise UpstreamFailure(self.name, "connect", _broken(exc, status)) from None
+        failure = UpstreamFailure(self.name, "connect", _broken(exc, status))
+        if status is None and isinstance(exc, _RESET) and self.config.retry.uncertain:
+            return failure  # charged its worst case above; the reservation holds one per attempt
+        raise failure from None
 
-    async def _retry_refused(
-        self,
-        response: aiohttp.ClientResponse,
-        body: bytes,
-        attempts: list[Attempt],
-        started: float,
-        attempt: int,
-        deadline: float,
-    ) -> int:
-        """A stream answered with an error status (nothing served): the next attempt's number when
-        the status is retryable and time allows, else its failure."""
+    async def _refused(
+        self, response: aiohttp.ClientResponse, body: bytes, attempts: list[Attempt], started: float
+    ) -> tuple[UpstreamFailure, float | None]:
+        """A stream answered with an error status (nothing served): its failure and the wait it
+        asks for when the status is retryable, else the failure raised."""
         attempts.append(Attempt(body, billable=False))
         try:
             payload = await response.read()
@@ -330,7 +401,7 @@ class UpstreamClient:
         self._observe(_status_label(response.status), started)
         if response.status not in _RETRYABLE_STATUS:
             raise failure
-        return await self._backoff_or_raise(failure, attempt, deadline, failure.retry_after)
+        return failure, _asked_wait(response.headers)
 
     def _attempt_timeout(self, deadline: float) -> float:
         remaining = deadline - time.monotonic()
@@ -339,15 +410,23 @@ class UpstreamClient:
         return min(self.config.timeout_s, remaining)
 
     async def _backoff_or_raise(
-        self, failure: UpstreamFailure, attempt: int, deadline: float, retry_after: float | None
+        self, failure: UpstreamFailure, attempt: int, deadline: float, asked: float | None, first: float
     ) -> int:
-        """Sleep before the next attempt, or raise ``failure`` if out of retries or of time."""
-        if attempt >= self.config.max_retries:
-            raise failure
-        delay = min(_BACKOFF_CAP_S, _BACKOFF_BASE_S * 2**attempt) * (0.5 + random.random() / 2)
-        if retry_after is not None:
-            delay = max(delay, retry_after)
-        if time.monotonic() + delay >= deadline:
+        """Sleep before the next attempt (gateway.upstream.retry), or raise ``failure`` when the
+        policy allows no retry now (out of retries, of time, or asked to wait past its cap);
+        ``first`` is when the call's first attempt started."""
+        config = self.config
+        delay = retry_delay(
+            config.retry,
+            config.max_retries - attempt,
+            attempt,
+            asked,
+            first,
+            deadline,
+            now=time.monotonic(),
+            uniform=self.uniform,
+        )
+        if delay is None:
             raise failure
         await asyncio.sleep(delay)
         return attempt + 1
@@ -448,6 +527,20 @@ def _status_label(status: int) -> str:
     return "5xx" if status >= 500 else "4xx"
 
 
+def _asked_wait(headers: Mapping[str, str]) -> float | None:
+    """The wait an error answer asks for, seconds: ``retry-after-ms`` (OpenAI's, more precise),
+    else ``Retry-After``; None when neither is present and valid."""
+    millis = headers.get("retry-after-ms")
+    if millis:
+        try:
+            value = float(millis)
+        except ValueError:
+            value = math.nan
+        if value >= 0:
+            return value / 1000
+    return _parse_retry_after(headers.get("retry-after"))
+
+
 def _parse_retry_after(value: str | None) -> float | None:
     """Seconds from a Retry-After header (delta-seconds or HTTP date); None if absent or bad."""
     if not value:
@@ -472,14 +565,20 @@ class UpstreamPool:
         metrics: GatewayMetrics,
         redact: Redactor | None = None,
         transport: SessionOpener = open_pooled_session,
+        breakers: Breakers | None = None,
+        share: SharedBreakers | None = None,
     ):
         """``redact``: the gateway's (every configured secret); by default the models' own keys and
-        URL passwords. ``transport`` opens each client's session (gateway.upstream.transport)."""
+        URL passwords. ``transport`` opens each client's session (gateway.upstream.transport).
+        ``breakers``: the models' circuit breakers (None: calls are never skipped), shared through
+        Redis by ``share`` when given."""
         redact = redact or Redactor(
             secret for cfg in models.values() for secret in [cfg.api_key(), *url_secrets(cfg.base_url)]
         )
+        circuits = breakers.by_model if breakers is not None else {}
         self.clients = {
-            name: UpstreamClient(name, cfg, metrics, redact, transport) for name, cfg in models.items()
+            name: UpstreamClient(name, cfg, metrics, redact, transport, circuits.get(name), share)
+            for name, cfg in models.items()
         }
 
     async def start(self) -> None:

@@ -34,6 +34,7 @@ def test_dashboard_has_the_panels_operators_read() -> None:
     assert "histogram_quantile(0.99" in exprs["Gateway overhead quantiles"]
     assert "cascade_upstream_duration_seconds_bucket" in exprs["Upstream latency by model"]
     assert 'status!~"2.."' in exprs["Upstream error rate by model"]
+    assert "cascade_upstream_circuit_state" in exprs["Circuit breaker state by model"]
 
 
 def test_dashboard_has_a_learning_row_reading_what_the_learning_alerts_read() -> None:

@@ -99,6 +99,10 @@ class Matrix:
             prompt, completion = fm.PRICES[config["model"]]
             config["price"] = {"input_per_mtok": prompt, "output_per_mtok": completion}
             config["timeout_s"] = fm.MODEL_TIMEOUT_S
+            # A reset before any answer byte is retried (charged its worst case, reserved for every
+            # attempt); no circuit opens: every cell meets its fault, whatever the cells before it.
+            config["retry"] = {"base_s": 0.001, "uncertain": True}
+            config["breaker"] = {"failures": 0, "failure_rate": None}
             if setup == "prefix":
                 config["cancel_overrun_tokens"] = fm.CANCEL_OVERRUN_TOKENS
         tiers = PREFIX_TIER if setup == "prefix" else None
@@ -330,7 +334,7 @@ def run_cell(matrix: Matrix, cell: fm.Cell) -> CellRun:
     """Run one cell: script, send, wait for the settlement (and a shadow sample's end), measure."""
     upstream = matrix.upstream
     upstream.reset()
-    fm.script_cell(upstream, cell)
+    faulted = fm.script_cell(upstream, cell)
     running = matrix.gateway(cell.setup)
     key, key_id = matrix.new_key()
     shadow = cell.call == "shadow"
@@ -350,6 +354,10 @@ def run_cell(matrix: Matrix, cell: fm.Cell) -> CellRun:
         run.shadow_bills = [b for b in upstream.bills if b.at > line["ts"]]
         run.shadow_counted_usd = shadow_cost(running) - shadow_before
     run.check(cell.endpoint)
+    if cell.fault in fm.TRANSIENT_FAULTS:  # the reset attempt and its retry, answered
+        retried = len(upstream.calls(faulted)) >= 2
+        if not retried or exchange.status != 200 or exchange.stream_error is not None:
+            run.violations.append(f"a reset before any byte was not retried and answered: {exchange.status}")
     if cell.fault == "cancelled_on_escalation":
         if line.get("commit_tokens") != fm.PREFIX_TOKENS or line.get("escalation_reasons") != ["low_score"]:
             run.violations.append(f"not cancelled on its prefix: {line.get('commit_tokens')} tokens held")

@@ -35,6 +35,7 @@ def model(base_url: str, max_retries: int = 1) -> ModelConfig:
         model="up-small",
         timeout_s=0.5,
         max_retries=max_retries,
+        retry={"base_s": 0.001},  # the default 0.5 s backoff base would only slow the test
         price={"per_query_usd": 0.001},
     )
 

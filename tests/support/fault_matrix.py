@@ -53,12 +53,15 @@ FAULTS = (
     "uncapped_answer",
     "hostile_nesting",
     "cancelled_on_escalation",
+    "reset_before_byte",
 )
 # Redis faults in the middle of a burst on a rate-limited key (gateway.keys.outage): one pipeline past
 # ``redis_timeout_s`` (a 150 ms CLIENT PAUSE), a 250 ms CLIENT PAUSE (both shorter than the outage
 # rule: Redis decides every admission), and a Redis frozen (SIGSTOP) past the outage rule (degraded
 # mode: each replica counts on from what Redis last said, within its share of the headroom).
 REDIS_FAULTS = ("slow_pipeline", "pause_250ms", "frozen_past_outage_rule")
+# Faults met by the call's first attempt only: its retry is answered.
+TRANSIENT_FAULTS = frozenset({"reset_before_byte"})
 # The prefix setup's commit rule (its default tier small -> large decides on this many tokens) and
 # the length of an answer cancelled on escalation, streamed slowly enough to be cut mid-way.
 PREFIX_TOKENS = 3
@@ -155,6 +158,7 @@ def fault_reply(fault: str, *, uncapped_tokens: int | None = None) -> Reply:
         "timeout_mid_body": {"stall_body_s": STALL_S},
         "cut_body": {"cut_body": True},
         "connection_drop": {"drop_connection": True},
+        "reset_before_byte": {"drop_connection": True},
         "http_5xx": {"status": 503},
         "garbage_json": {"garbage": True},
         "no_usage": {"usage_report": "absent"},
@@ -172,29 +176,36 @@ def fault_reply(fault: str, *, uncapped_tokens: int | None = None) -> Reply:
     return Reply(**{**base, **changes})
 
 
-def script_cell(upstream: ScriptedUpstream, cell: Cell) -> None:
+def script_cell(upstream: ScriptedUpstream, cell: Cell) -> str:
     """Script the upstream so that the cell's call, and only it, meets the cell's fault (every
-    attempt of it: retries meet the fault too)."""
+    attempt of it: retries meet the fault too; a transient fault only its first attempt); returns
+    the upstream id of the model that meets it."""
     fault = fault_reply(cell.fault)
     small, medium, large = "up-small", "up-medium", "up-large"
     upstream.set_default(medium, answer())
     upstream.set_default(large, answer(content="Paris."))
     if cell.call in ("cheap", "prefix_cheap"):
-        upstream.set_default(small, fault)
+        faulted = small
     elif cell.call == "final":
         upstream.set_default(small, answer(confidence=0.3))  # unsure: escalates
-        upstream.set_default(large, fault)
+        faulted = large
     elif cell.call == "verifier":  # the policy's verifier is ``medium``
         upstream.set_default(small, answer(confidence=None))
-        upstream.set_default(medium, fault)
+        faulted = medium
     elif cell.call in ("consistency", "self_report"):  # extra calls to the stage's own model
         upstream.script(small, answer(confidence=None))
-        upstream.set_default(small, fault)
+        faulted = small
     elif cell.call == "shadow":  # accepted at ``small``; the sampler then calls ``medium`` and ``large``
         upstream.set_default(small, answer())
-        upstream.set_default(medium, fault)
+        faulted = medium
     else:
         raise ValueError(f"unknown call {cell.call!r}")
+    if cell.fault in TRANSIENT_FAULTS:
+        upstream.script(faulted, fault)
+        upstream.set_default(faulted, answer(content="Paris.") if faulted == large else answer())
+    else:
+        upstream.set_default(faulted, fault)
+    return faulted
 
 
 def client_body(endpoint: str, stream: bool) -> dict[str, Any]:

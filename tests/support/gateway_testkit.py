@@ -77,13 +77,15 @@ POLICY_DOCUMENT: dict[str, Any] = {
 
 
 def model_configs(base_url: str) -> dict[str, Any]:
-    """The test models: per-token price for small, per-query for medium and large."""
+    """The test models: per-token price for small, per-query for medium and large; retries back off
+    from 1 ms (the default 0.5 s base would only slow the tests that retry)."""
     return {
         "small": {
             "base_url": base_url,
             "model": "up-small",
             "timeout_s": 2,
             "max_retries": 2,
+            "retry": {"base_s": 0.001},
             "price": {"input_per_mtok": 0.1, "output_per_mtok": 0.2},
         },
         "medium": {
@@ -91,6 +93,7 @@ def model_configs(base_url: str) -> dict[str, Any]:
             "model": "up-medium",
             "timeout_s": 2,
             "max_retries": 1,
+            "retry": {"base_s": 0.001},
             "price": {"per_query_usd": 0.0001},
         },
         "large": {
@@ -98,6 +101,7 @@ def model_configs(base_url: str) -> dict[str, Any]:
             "model": "up-large",
             "timeout_s": 2,
             "max_retries": 1,
+            "retry": {"base_s": 0.001},
             "price": {"per_query_usd": 0.001},
         },
     }
