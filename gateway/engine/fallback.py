@@ -29,7 +29,8 @@ from gateway.stages.decision import StageDecision, Timeouts
 from gateway.stages.outcomes import FinalStage, StreamStart
 from gateway.streaming.live import LiveRelay, Settle, WholeAnswer
 from gateway.streaming.prefix_stream import Committed
-from gateway.upstream.client import UpstreamFailure, UpstreamPool
+from gateway.upstream.failure import UpstreamFailure
+from gateway.upstream.pool import UpstreamPool
 from gateway.wire.answer_reading import READ_FAILURES, unreadable
 from gateway.wire.errors import UnreadableAnswerError
 from gateway.wire.facts import CascadeFacts

@@ -35,7 +35,9 @@ from gateway.stages.decision import SlowFirstToken
 from gateway.stages.outcomes import StreamChunk, StreamEvent, StreamFailed, StreamStart
 from gateway.streaming.prefix_commit import PrefixGate
 from gateway.streaming.sse import DONE, SSE_HEADERS, client_chunk, sse, upstream_events
-from gateway.upstream.client import UpstreamClient, UpstreamFailure, read_completion
+from gateway.upstream.client import UpstreamClient
+from gateway.upstream.completion import read_completion
+from gateway.upstream.failure import UpstreamFailure
 from gateway.wire.answer_reading import reading_answer
 from gateway.wire.errors import UnreadableAnswerError
 from gateway.wire.facts import CascadeFacts

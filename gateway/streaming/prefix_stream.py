@@ -38,7 +38,8 @@ from gateway.streaming.live import (
 )
 from gateway.streaming.prefix_commit import PrefixGate
 from gateway.telemetry.metrics import GatewayMetrics
-from gateway.upstream.client import UpstreamFailure, UpstreamPool
+from gateway.upstream.failure import UpstreamFailure
+from gateway.upstream.pool import UpstreamPool
 from gateway.wire.answer_reading import READ_FAILURES
 from gateway.wire.errors import UnreadableAnswerError
 from gateway.wire.facts import CascadeFacts
