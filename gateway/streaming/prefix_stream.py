@@ -32,10 +32,10 @@ from gateway.streaming.live import (
     LiveRelay,
     PrefixRejected,
     RelayEvent,
-    Settle,
     ShortAnswer,
     WholeAnswer,
 )
+from gateway.streaming.live_charge import Settle
 from gateway.streaming.prefix_commit import PrefixGate
 from gateway.telemetry.metrics import GatewayMetrics
 from gateway.upstream.failure import UpstreamFailure
