@@ -32,8 +32,8 @@ from gateway.stages.blackbox_scoring import reserve_scoring_usd
 from gateway.telemetry.metrics import GatewayMetrics
 from gateway.upstream.breaker import Breakers
 from gateway.upstream.breaker_share import SharedBreakers
-from gateway.upstream.client import UpstreamPool
 from gateway.upstream.health import UpstreamHealth
+from gateway.upstream.pool import UpstreamPool
 from gateway.upstream.transport import SessionOpener, open_pooled_session
 from gateway.wire.errors import UnsupportedInputError
 from gateway.wire.logs import configure_logging, log_event

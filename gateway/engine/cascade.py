@@ -67,7 +67,9 @@ from gateway.streaming.prefix_commit import prefix_rule
 from gateway.streaming.prefix_stream import Committed, PrefixStage
 from gateway.streaming.sse import SSE_HEADERS, replay
 from gateway.telemetry.metrics import GatewayMetrics
-from gateway.upstream.client import UpstreamFailure, UpstreamPool, UpstreamReply
+from gateway.upstream.client import UpstreamReply
+from gateway.upstream.failure import UpstreamFailure
+from gateway.upstream.pool import UpstreamPool
 from gateway.wire.answer_reading import READ_FAILURES, reading_answer, unreadable
 from gateway.wire.errors import UnreadableAnswerError
 from gateway.wire.facts import AnswerKeeper, CascadeFacts

@@ -27,9 +27,11 @@ from gateway.routing.tier_choice import RoutePlan
 from gateway.stages.answer_review import AnswerReview, EscalationReason
 from gateway.stages.decision import StageDecision, Timeouts
 from gateway.stages.outcomes import FinalStage, StreamStart
-from gateway.streaming.live import LiveRelay, Settle, WholeAnswer
+from gateway.streaming.live import LiveRelay, WholeAnswer
+from gateway.streaming.live_charge import Settle
 from gateway.streaming.prefix_stream import Committed
-from gateway.upstream.client import UpstreamFailure, UpstreamPool
+from gateway.upstream.failure import UpstreamFailure
+from gateway.upstream.pool import UpstreamPool
 from gateway.wire.answer_reading import READ_FAILURES, unreadable
 from gateway.wire.errors import UnreadableAnswerError
 from gateway.wire.facts import CascadeFacts

@@ -32,7 +32,7 @@ from gateway.learning.budget import ShadowBudget
 from gateway.learning.shadow import SampleDroppedError, ShadowRunner
 from gateway.learning.writer import RowWriter
 from gateway.telemetry.metrics import LearningMetrics
-from gateway.upstream.client import UpstreamPool
+from gateway.upstream.pool import UpstreamPool
 from gateway.upstream.transport import SessionOpener, open_pooled_session
 from gateway.wire.logs import log_event, log_exception
 from redaction import Redactor

@@ -36,7 +36,8 @@ from gateway.learning.answers import Sample, StageAnswer, question_text
 from gateway.learning.budget import ShadowBudget
 from gateway.learning.router_inputs import Featurize, route_record
 from gateway.telemetry.metrics import LearningMetrics
-from gateway.upstream.client import UpstreamFailure, UpstreamPool
+from gateway.upstream.failure import UpstreamFailure
+from gateway.upstream.pool import UpstreamPool
 from gateway.wire.logs import log_event
 from money.charges import Attempt, attempt_charge, call_bound, sent_bound, total_charge, undeclared_part
 from policies import Policy, score_response

@@ -42,7 +42,8 @@ from typing import Any
 import orjson
 
 from gateway.config.settings import ModelConfig
-from gateway.upstream.client import UpstreamFailure, UpstreamReply
+from gateway.upstream.client import UpstreamReply
+from gateway.upstream.failure import UpstreamFailure
 from gateway.wire.facts import CascadeFacts
 from gateway.wire.logs import log_event
 from gateway.wire.requests import ParsedRequest

@@ -19,9 +19,11 @@ from __future__ import annotations
 import time
 from typing import Any
 
-from gateway.streaming.live import LiveRelay, Settle, ShortAnswer, WholeAnswer
+from gateway.streaming.live import LiveRelay, ShortAnswer, WholeAnswer
+from gateway.streaming.live_charge import Settle
 from gateway.streaming.prefix_commit import PrefixGate
-from gateway.upstream.client import UpstreamClient, UpstreamFailure
+from gateway.upstream.client import UpstreamClient
+from gateway.upstream.failure import UpstreamFailure
 from gateway.wire.facts import CascadeFacts
 from gateway.wire.requests import ParsedRequest
 from money.charges import Charge

@@ -32,13 +32,14 @@ from gateway.streaming.live import (
     LiveRelay,
     PrefixRejected,
     RelayEvent,
-    Settle,
     ShortAnswer,
     WholeAnswer,
 )
+from gateway.streaming.live_charge import Settle
 from gateway.streaming.prefix_commit import PrefixGate
 from gateway.telemetry.metrics import GatewayMetrics
-from gateway.upstream.client import UpstreamFailure, UpstreamPool
+from gateway.upstream.failure import UpstreamFailure
+from gateway.upstream.pool import UpstreamPool
 from gateway.wire.answer_reading import READ_FAILURES
 from gateway.wire.errors import UnreadableAnswerError
 from gateway.wire.facts import CascadeFacts

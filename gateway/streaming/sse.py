@@ -16,7 +16,7 @@ import aiohttp
 import aiohttp.http_exceptions
 import orjson
 
-from gateway.upstream.client import UpstreamFailure, error_event_failure
+from gateway.upstream.failure import UpstreamFailure, error_event_failure
 from gateway.wire.requests import ParsedRequest
 from redaction import Redactor
 

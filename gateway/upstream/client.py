@@ -20,46 +20,26 @@ left running, and the attempt in flight is reported as billable.
 from __future__ import annotations
 
 import asyncio
-import email.utils
-import math
 import random
 import time
-from collections.abc import AsyncIterator, Mapping
+from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 from dataclasses import dataclass
 from typing import Any
 
 import aiohttp
-import orjson
 
 from gateway.config.settings import ModelConfig
 from gateway.telemetry.metrics import GatewayMetrics
-from gateway.upstream.breaker import Breaker, Breakers, CircuitOpenError
+from gateway.upstream.breaker import Breaker
 from gateway.upstream.breaker_share import SharedBreakers
-from gateway.upstream.provider_errors import (
-    ProviderError,
-    is_content_refusal,
-    provider_error_of,
-    read_provider_error,
-    stated_status,
-)
+from gateway.upstream.completion import NOT_A_COMPLETION, completion_of, json_object
+from gateway.upstream.failure import RETRYABLE_STATUS, UpstreamFailure, asked_wait, status_failure
 from gateway.upstream.retry import retry_delay
 from gateway.upstream.transport import SessionOpener, open_pooled_session
-from gateway.wire.errors import (
-    GatewayError,
-    RateLimitedError,
-    UpstreamError,
-    UpstreamRejectedError,
-    UpstreamTimeoutError,
-)
 from money.charges import Attempt
-from redaction import Redactor, url_secrets
+from redaction import Redactor
 
-_RETRYABLE_STATUS = frozenset({429, 500, 502, 503, 504})
-# Client-side faults an upstream reports about the request itself: retried never, escalated as a
-# failure at a cheap stage (a content-policy refusal: as ``upstream_errors.content_policy`` says),
-# and reported to the client with the upstream's status and error when nothing else can answer.
-_REJECTED_STATUS = frozenset({400, 404, 413, 422})
 _PATHS = {"chat": "/chat/completions", "completions": "/completions"}
 # Failures that end an attempt before a byte of its request was sent (no connection was made, or
 # its TLS handshake failed): the only connection errors that are provably not served, so the only
@@ -70,62 +50,6 @@ _NEVER_SENT = (aiohttp.ClientConnectorError, aiohttp.ConnectionTimeoutError)
 # A connection reset or closed after the request was sent, before any byte of an answer: maybe
 # served (a load balancer's reset usually is not), retried only where ``retry.uncertain`` allows.
 _RESET = (aiohttp.ServerDisconnectedError, aiohttp.ClientOSError)
-
-
-class UpstreamFailure(Exception):
-    """One upstream call failed for good (after retries).
-
-    ``kind``: timeout | connect | http | rate_limited | rejected | malformed | circuit_open (the
-    model's circuit breaker is open: nothing was sent). ``provider``: what a ``rejected`` call's
-    upstream said (gateway.upstream.provider_errors).
-    The message never contains the request body, nor any secret: an upstream's own error text is
-    passed through the pool's ``Redactor`` before it is kept.
-    """
-
-    def __init__(
-        self,
-        model: str,
-        kind: str,
-        detail: str,
-        *,
-        status: int | None = None,
-        retry_after: float | None = None,
-        provider: ProviderError | None = None,
-    ):
-        super().__init__(f"upstream {model!r} {kind}: {detail}")
-        self.model = model
-        self.kind = kind
-        self.detail = detail
-        self.status = status
-        self.retry_after = retry_after
-        self.provider = provider
-
-    @property
-    def content_refusal(self) -> bool:
-        """The upstream's safety system refused the request (gateway.upstream.provider_errors)."""
-        return is_content_refusal(self.provider)
-
-    def to_gateway_error(self) -> GatewayError:
-        """The client-facing error when nothing else can answer."""
-        if self.kind == "timeout":
-            return UpstreamTimeoutError(f"upstream model {self.model!r} timed out")
-        if self.kind == "rate_limited":
-            headers = {"retry-after": str(max(1, round(self.retry_after)))} if self.retry_after else None
-            return RateLimitedError(f"upstream model {self.model!r} is rate limited", headers=headers)
-        if self.kind == "circuit_open":
-            wait = {"retry-after": str(max(1, round(self.retry_after or 1)))}
-            return CircuitOpenError(f"upstream model {self.model!r} is skipped: {self.detail}", headers=wait)
-        if self.kind == "rejected" and self.status is not None:
-            said = self.provider or ProviderError()
-            return UpstreamRejectedError(
-                f"upstream model {self.model!r} rejected the request: {self.detail}",
-                model=self.model,
-                status=self.status,
-                type=said.type,
-                code=said.code,
-                param=said.param,
-            )
-        return UpstreamError(f"upstream model {self.model!r} failed: {self.detail}")
 
 
 @dataclass(slots=True)
@@ -258,7 +182,7 @@ class UpstreamClient:
                     status = response.status
                     payload = await response.read()
                     retry_after = response.headers.get("retry-after")
-                    asked = _asked_wait(response.headers) if status != 200 else None
+                    asked = asked_wait(response.headers) if status != 200 else None
             except asyncio.CancelledError:
                 attempts.append(Attempt(body, billable=status in (None, 200)))
                 raise
@@ -268,18 +192,18 @@ class UpstreamClient:
                 attempt = await self._backoff_or_raise(failure, attempt, deadline, None, started)
                 continue
             if status == 200:
-                answer = _json_object(payload)
+                answer = json_object(payload)
                 attempts.append(Attempt(body, answer=answer))
                 parsed = completion_of(answer)
                 if parsed is None:
                     self._observe("malformed", t0)
-                    raise UpstreamFailure(self.name, "malformed", _NOT_A_COMPLETION)
+                    raise UpstreamFailure(self.name, "malformed", NOT_A_COMPLETION)
                 self._observe("2xx", t0)
                 return UpstreamReply(parsed, time.monotonic() - started)
             attempts.append(Attempt(body, billable=False))  # an error status: nothing was served
-            failure = self._status_failure(status, payload, retry_after)
+            failure = status_failure(self.name, status, payload, retry_after, self._redact)
             self._observe(_status_label(status), t0)
-            if status not in _RETRYABLE_STATUS:
+            if status not in RETRYABLE_STATUS:
                 raise failure
             attempt = await self._backoff_or_raise(failure, attempt, deadline, asked, started)
 
@@ -397,11 +321,13 @@ class UpstreamClient:
             payload = b""
         finally:
             response.release()
-        failure = self._status_failure(response.status, payload, response.headers.get("retry-after"))
+        failure = status_failure(
+            self.name, response.status, payload, response.headers.get("retry-after"), self._redact
+        )
         self._observe(_status_label(response.status), started)
-        if response.status not in _RETRYABLE_STATUS:
+        if response.status not in RETRYABLE_STATUS:
             raise failure
-        return failure, _asked_wait(response.headers)
+        return failure, asked_wait(response.headers)
 
     def _attempt_timeout(self, deadline: float) -> float:
         remaining = deadline - time.monotonic()
@@ -431,79 +357,9 @@ class UpstreamClient:
         await asyncio.sleep(delay)
         return attempt + 1
 
-    def _status_failure(self, status: int, payload: bytes, retry_after: str | None) -> UpstreamFailure:
-        detail = f"HTTP {status}"
-        if 300 <= status < 400:
-            detail += " (a redirect; upstream redirects are never followed)"
-        if status == 429:
-            return UpstreamFailure(
-                self.name, "rate_limited", detail, status=status, retry_after=_parse_retry_after(retry_after)
-            )
-        if status in _REJECTED_STATUS:
-            said = read_provider_error(payload, self._redact)
-            message = said.message or detail
-            return UpstreamFailure(self.name, "rejected", message, status=status, provider=said)
-        return UpstreamFailure(
-            self.name, "http", detail, status=status, retry_after=_parse_retry_after(retry_after)
-        )
-
     def _observe(self, status: str, started: float) -> None:
         self._requests[status].inc()
         self._duration.observe(time.monotonic() - started)
-
-
-_NOT_A_COMPLETION = "response is not a completion JSON object with choices"
-
-
-def parse_completion(payload: bytes) -> dict[str, Any] | None:
-    """An upstream completion as a dict; None unless it is JSON with a non-empty list of choice objects."""
-    return completion_of(_json_object(payload))
-
-
-def _json_object(payload: bytes) -> dict[str, Any] | None:
-    """``payload`` parsed, when it is a JSON object (what an answer's usage can be read from)."""
-    try:
-        parsed = orjson.loads(payload)
-    except orjson.JSONDecodeError:
-        return None
-    return parsed if isinstance(parsed, dict) else None
-
-
-def completion_of(parsed: dict[str, Any] | None) -> dict[str, Any] | None:
-    """``parsed`` when it is a completion: a JSON object with a non-empty list of choice objects."""
-    if parsed is None:
-        return None
-    choices = parsed.get("choices")
-    # ``choices: []`` or non-object choices answer nothing: malformed, never passed to a client.
-    if not isinstance(choices, list) or not choices or not all(isinstance(c, dict) for c in choices):
-        return None
-    return parsed
-
-
-async def read_completion(response: aiohttp.ClientResponse, model: str) -> dict[str, Any]:
-    """Read a whole (non-streamed) completion from an open response; UpstreamFailure if malformed."""
-    try:
-        payload = await response.read()
-    except aiohttp.ClientError as exc:
-        raise UpstreamFailure(model, "connect", f"body broke ({type(exc).__name__})") from None
-    parsed = parse_completion(payload)
-    if parsed is None:
-        raise UpstreamFailure(model, "malformed", _NOT_A_COMPLETION)
-    return parsed
-
-
-def error_event_failure(model: str, event: dict[str, Any], redact: Redactor) -> UpstreamFailure:
-    """An upstream's in-stream ``{"error": ...}`` event as a failure: a refusal of the request
-    (``rejected``) when it states a refusal's status, or is a content-policy refusal (400: its
-    status everywhere else), else an upstream failure (``http``). The provider's words either way."""
-    said = provider_error_of(event, redact)
-    status = stated_status(event)
-    if status is None and is_content_refusal(said):
-        status = 400
-    if status in _REJECTED_STATUS:
-        message = said.message or "upstream sent an error event"
-        return UpstreamFailure(model, "rejected", message, status=status, provider=said)
-    return UpstreamFailure(model, "http", "upstream sent an error event", provider=said)
 
 
 def _broken(exc: BaseException, status: int | None) -> str:
@@ -525,70 +381,3 @@ def _status_label(status: int) -> str:
     if status < 400:
         return "error"  # a redirect (never followed) or another non-final answer
     return "5xx" if status >= 500 else "4xx"
-
-
-def _asked_wait(headers: Mapping[str, str]) -> float | None:
-    """The wait an error answer asks for, seconds: ``retry-after-ms`` (OpenAI's, more precise),
-    else ``Retry-After``; None when neither is present and valid."""
-    millis = headers.get("retry-after-ms")
-    if millis:
-        try:
-            value = float(millis)
-        except ValueError:
-            value = math.nan
-        if value >= 0:
-            return value / 1000
-    return _parse_retry_after(headers.get("retry-after"))
-
-
-def _parse_retry_after(value: str | None) -> float | None:
-    """Seconds from a Retry-After header (delta-seconds or HTTP date); None if absent or bad."""
-    if not value:
-        return None
-    try:
-        return max(0.0, float(value))
-    except ValueError:
-        pass
-    try:
-        when = email.utils.parsedate_to_datetime(value)
-    except (TypeError, ValueError):
-        return None
-    return max(0.0, when.timestamp() - time.time())
-
-
-class UpstreamPool:
-    """All configured upstreams, by configured model name."""
-
-    def __init__(
-        self,
-        models: Mapping[str, ModelConfig],
-        metrics: GatewayMetrics,
-        redact: Redactor | None = None,
-        transport: SessionOpener = open_pooled_session,
-        breakers: Breakers | None = None,
-        share: SharedBreakers | None = None,
-    ):
-        """``redact``: the gateway's (every configured secret); by default the models' own keys and
-        URL passwords. ``transport`` opens each client's session (gateway.upstream.transport).
-        ``breakers``: the models' circuit breakers (None: calls are never skipped), shared through
-        Redis by ``share`` when given."""
-        redact = redact or Redactor(
-            secret for cfg in models.values() for secret in [cfg.api_key(), *url_secrets(cfg.base_url)]
-        )
-        circuits = breakers.by_model if breakers is not None else {}
-        self.clients = {
-            name: UpstreamClient(name, cfg, metrics, redact, transport, circuits.get(name), share)
-            for name, cfg in models.items()
-        }
-
-    async def start(self) -> None:
-        """Open every session (inside the app lifespan, never at import)."""
-        for client in self.clients.values():
-            await client.start()
-
-    async def close(self) -> None:
-        """Close every session."""
-        await asyncio.gather(*(client.close() for client in self.clients.values()), return_exceptions=True)
-
-    def __getitem__(self, name: str) -> UpstreamClient:
-        return self.clients[name]

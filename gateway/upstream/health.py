@@ -22,7 +22,7 @@ from typing import Any
 import aiohttp
 
 from gateway.telemetry.metrics import GatewayMetrics
-from gateway.upstream.client import UpstreamPool
+from gateway.upstream.pool import UpstreamPool
 
 log = logging.getLogger("cascade.health")
 

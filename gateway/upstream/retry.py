@@ -3,7 +3,7 @@
 Exponential backoff with full jitter: retry ``n`` (0-based) waits a uniform draw in
 ``[0, min(cap_s, base_s * 2**n)]``, so replicas that failed together do not retry together. A wait
 the upstream asks for (``retry-after-ms``, else ``Retry-After`` in seconds or as an HTTP date;
-read by gateway.upstream.client) replaces the draw when it is at most ``retry_after_cap_s``; a
+read by gateway.upstream.failure) replaces the draw when it is at most ``retry_after_cap_s``; a
 longer one is not waited at all: the call fails over at once (the next stage, or the client's
 error with the upstream's Retry-After).
 No retry starts past the request's deadline nor later than ``deadline_s`` after the call's first

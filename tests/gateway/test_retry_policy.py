@@ -16,7 +16,7 @@ from gateway.api.app import build_gateway
 from gateway.config.fail_over import RetryPolicy
 from gateway.config.settings import Settings
 from gateway.routing.tier_choice import RoutePlan
-from gateway.upstream.client import _asked_wait
+from gateway.upstream.failure import asked_wait
 from gateway.upstream.retry import backoff_delay, retry_delay
 from gateway.wire.requests import parse_request
 from tests.support.gateway_testkit import model_configs
@@ -59,12 +59,12 @@ def test_no_retry_past_the_retries_the_request_deadline_or_the_retry_deadline() 
 
 
 def test_retry_after_ms_wins_over_retry_after_and_an_http_date_is_read() -> None:
-    assert _asked_wait({"retry-after-ms": "250", "retry-after": "7"}) == 0.25
-    assert _asked_wait({"retry-after-ms": "soon", "retry-after": "7"}) == 7.0
+    assert asked_wait({"retry-after-ms": "250", "retry-after": "7"}) == 0.25
+    assert asked_wait({"retry-after-ms": "soon", "retry-after": "7"}) == 7.0
     date = email.utils.formatdate(time.time() + 30, usegmt=True)
-    wait = _asked_wait({"retry-after": date})
+    wait = asked_wait({"retry-after": date})
     assert wait is not None and 25 < wait <= 30
-    assert _asked_wait({}) is None
+    assert asked_wait({}) is None
 
 
 def _create(gateway: Any, tier: str | None = None) -> Any:

@@ -1,4 +1,4 @@
-"""How a live stream ended is what its 200 attempt is charged (``gateway.streaming.live``): every
+"""How a live stream ended is what its 200 attempt is charged (``gateway.streaming.live_charge``): every
 ``Ending`` against its row of docs/contracts.md#charges, through ``ending_attempt`` and the one
 charging rule (``money.charges.attempt_charge``)."""
 
@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import pytest
 
-from gateway.streaming.live import Ending, StreamTally, ending_attempt
+from gateway.streaming.live_charge import Ending, StreamTally, ending_attempt
 from money import Price
 from money.charges import Attempt, attempt_charge, sent_bound
 

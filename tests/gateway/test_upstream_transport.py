@@ -18,7 +18,8 @@ import pytest
 from gateway.config.settings import ModelConfig
 from gateway.streaming.sse import upstream_events
 from gateway.telemetry.metrics import GatewayMetrics
-from gateway.upstream.client import UpstreamClient, UpstreamFailure
+from gateway.upstream.client import UpstreamClient
+from gateway.upstream.failure import UpstreamFailure
 from gateway.upstream.in_process import InProcessUpstreams
 from gateway.upstream.transport import open_pooled_session
 from redaction import Redactor
