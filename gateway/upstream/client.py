@@ -142,7 +142,9 @@ class UpstreamClient:
         except BaseException:
             self.breaker.released()
             raise
-        await self._call_ended(self.breaker, None)
+        # A success changes what the replicas share only after failures: no await on the usual path.
+        if self.breaker.succeeded() and self._share is not None:
+            await self._share.succeeded(self.breaker)
         return reply
 
     def _admit(self, breaker: Breaker) -> None:

@@ -92,7 +92,11 @@ class CascadeFacts:
             (b"x-cascade-score", _number(self.score)),
             (b"x-cascade-threshold", _number(self.threshold)),
             (b"x-cascade-cost-usd", f"{self.cost_usd:.10g}".encode()),
-            (b"x-cascade-cost-bound-usd", f"{self.cost_bound_usd:.10g}".encode()),
+            # Zero on almost every request (every attempt reported usage): no float to format.
+            (
+                b"x-cascade-cost-bound-usd",
+                f"{self.cost_bound_usd:.10g}".encode() if self.cost_bound_usd else b"0",
+            ),
             (b"x-cascade-overhead-ms", f"{overhead_ms:.3f}".encode()),
         ]
         if self.degraded:
