@@ -8,6 +8,15 @@ those tiers against the real 0.5B and 1.5B servers, must show realized quality, 
 escalation rate whose intervals contain the tier's held-out expectation: the gateway scores the same
 prefix (`policies.commit.prefix_entries`) with the same scorer, and charges a cancelled cheap stage
 by the same rule (`money.charges.cancelled_stream_charge`) at the same prices as calibration.
+
+What is the gateway's is checked exactly: every request decided on its 8-token prefix, escalated
+iff its score is below the tier's threshold, and the tiers' escalation rates and costs within
+their intervals. Quality is checked one way only (not below the expectation): these six questions
+are fixed, and whether a few of their answers are right varies from run to run with the same
+upstream requests (llama-server's results at temperature 0 depend on how it batches the two
+concurrent requests and reuses its prompt cache; the same question's prefix score moved by up to
+0.03 between tiers of one run), so an all-right economy arm (6/6, whose 99% interval starts at
+0.475, above the 0.445 expected) is these questions' luck, not the gateway's doing.
 """
 
 from __future__ import annotations
@@ -16,7 +25,7 @@ from pathlib import Path
 
 import pytest
 
-from policies import load_policy
+from policies import load_policy, should_escalate
 from tests.support.local_demo import replay_through, running_demo
 from tests.support.local_pool import LocalPool
 
@@ -27,6 +36,7 @@ pytestmark = pytest.mark.e2e
 # a longer run is in docs/streaming.md. Few, because an accepted answer streams ~15-25 s here.
 REPLAY_QUESTIONS = 6
 CONFIDENCE = 0.99
+PREFIX_TOKENS = 8  # the hosted policy's prefix rule (its tiers' ``commit.tokens``)
 
 
 def test_prefix_tiers_replay_streamed_within_their_heldout_expectations(
@@ -51,8 +61,16 @@ def test_prefix_tiers_replay_streamed_within_their_heldout_expectations(
             str(CONFIDENCE),
             "--stream",
         )
-    run.assert_within_heldout(prefix_tiers, REPLAY_QUESTIONS)
+    run.assert_within_heldout(prefix_tiers, REPLAY_QUESTIONS, ("cost_usd", "escalation_rate"))
     output, report, rows = run.output, run.report, run.rows
+    missing = policy.on_missing_score
+    thresholds = {f"tier:{name}": policy.tiers[name].routes[0].thresholds[0] for name in prefix_tiers}
     for row in rows:  # every request was decided on its prefix (none of these answers is shorter)
-        assert row["commit"] == "prefix" and row["commit_tokens"], row
-    assert report["ok"] and run.returncode == 0, output
+        assert row["commit"] == "prefix" and row["commit_tokens"] == PREFIX_TOKENS, row
+        # ... by the policy's rule on the score the gateway reports
+        assert row["escalated"] is should_escalate(row["score"], thresholds[row["arm"]], missing), row
+    for arm in report["arms"]:  # served no worse than promised
+        assert arm["quality"]["high"] >= arm["quality"]["expected"], (arm["tier"], arm["quality"], output)
+    # --strict exits 3 on any flag: the only ones allowed are a quality above its expectation.
+    above = [arm["arm"] for arm in report["arms"] if "quality" in arm["outside"]]
+    assert len(report["flags"]) == len(above) and run.returncode == (3 if above else 0), output

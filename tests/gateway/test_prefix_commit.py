@@ -10,9 +10,10 @@ import httpx
 import orjson
 import pytest
 
+from localpool.manifest import load_manifest
 from money import Price
 from money.charges import sent_bound
-from tests.support.gateway_testkit import RunningGateway
+from tests.support.gateway_testkit import RunningGateway, model_configs
 from tests.support.policy_files import write_policy
 from tests.support.scripted_upstream import ScriptedUpstream, error, ok
 
@@ -205,3 +206,30 @@ def test_a_committed_stream_gives_the_client_the_alternatives_it_asked_for(
     assert len(entries) == 12  # every token of the answer, the held prefix included
     assert {len(e["top_logprobs"]) for e in entries} == {2}  # the scorer asked 5
     assert upstream.calls("up-small")[0].body["top_logprobs"] == 5
+
+
+def test_prefix_stage_sends_the_cheap_member_what_calibration_collected(
+    start_gateway, make_settings, upstream: ScriptedUpstream, tmp_path: Path
+) -> None:
+    # The word-problem member of the hosted prefix policy (tests/e2e/test_prefix_replay_local.py), as
+    # `cascade replay --stream` asks it: its defaults (system message, 320-token cap), the client's
+    # temperature and usage, the scorer's logprobs; nothing else (no sampler or cache field), so the
+    # prefix scored live is scored on the answer calibration recorded.
+    defaults = load_manifest().members["qwen0.5b-steps"].request_defaults.model_dump(exclude_none=True)
+    models = model_configs(upstream.base_url)
+    models["small"]["request_defaults"] = defaults
+    policy = write_policy(tmp_path / "prefix.json", {"balanced": {"commit": {"rule": "prefix", "tokens": 3}}})
+    gateway = start_gateway(make_settings(policy, models=models))
+    upstream.script("up-small", ok(LONG, confidence=0.99))
+    response, _ = stream_chat(gateway, temperature=0.0, stream_options={"include_usage": True})
+    assert response.headers["x-cascade-commit"] == "prefix"
+    assert upstream.calls("up-small")[0].body == {
+        "model": "up-small",
+        "messages": [{"role": "system", "content": defaults["system"]}, *MESSAGES],
+        "max_tokens": 320,
+        "temperature": 0.0,
+        "stream": True,
+        "stream_options": {"include_usage": True},
+        "logprobs": True,
+        "top_logprobs": 5,
+    }

@@ -106,16 +106,22 @@ class ReplayRun:
     output: str
     returncode: int
 
-    def assert_within_heldout(self, tiers: Iterable[str], requests: int) -> None:
+    def assert_within_heldout(
+        self,
+        tiers: Iterable[str],
+        requests: int,
+        metrics: Iterable[str] = ("quality", "cost_usd", "escalation_rate"),
+    ) -> None:
         """The policy served is the one replayed, and each tier's arm has every request and realized
-        quality, cost and escalation intervals that contain its held-out expectation."""
+        intervals of ``metrics`` (by default quality, cost and escalation) that contain its held-out
+        expectation."""
         assert self.report["policy"]["matches"] is True, self.output
         arms = {arm["tier"]: arm for arm in self.report["arms"]}
         assert set(arms) == set(tiers), self.output
         for tier, arm in arms.items():
             assert arm["requests"] == requests and not arm["missing"], (tier, self.output)
             assert arm["expected_basis"] == "heldout", tier
-            for metric in ("quality", "cost_usd", "escalation_rate"):
+            for metric in metrics:
                 assert arm[metric]["outside"] is False, (tier, metric, arm[metric], self.output)
 
 
