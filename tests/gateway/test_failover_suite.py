@@ -9,12 +9,14 @@ Every cell: the client gets a whole answer (from any model) or a clean error in 
 never a truncated success, a hang past the deadline or a 500, and the request is charged at least
 what the scripted upstream billed; and the answer is the one the fail-over rules give (the primary's
 after a retry, the fallback's after a fail-over, the refusal returned: docs/contracts.md#faults).
+The judge is tested too: an answer served whole whose words are cut is ``TRUNCATED``.
 The table of verdicts is printed after the run (tests/conftest.py); bench/gateway/failover_table.py
 prints the same table against any checkout (docs/benchmarks.md, before and after).
 """
 
 from __future__ import annotations
 
+import threading
 from collections.abc import Iterator
 
 import pytest
@@ -60,3 +62,22 @@ def test_a_failing_primary_gives_a_whole_answer_or_a_clean_error_charged_at_leas
     if scenario.requests > 1:  # steady traffic: the breaker opened after its failed calls
         primary_attempts = len(suite.upstream.calls(fs.PRIMARY))
         assert primary_attempts <= fs.BREAKER_FAILURES * PRIMARY_ATTEMPTS_PER_CALL, verdict
+
+
+def _cut_answer_served(upstream: ScriptedUpstream, released: threading.Event) -> None:
+    """The primary answers 40 of its 60 words and says it finished (a lying upstream)."""
+    upstream.set_default(fs.PRIMARY, fs.answer(" ".join(fs.PRIMARY_TEXT.split()[:40])))
+
+
+CUT_ANSWER_SERVED = fs.Scenario("a cut answer served as whole", _cut_answer_served)
+
+
+@pytest.mark.parametrize(("api", "stream"), [("chat", False), ("responses", True), ("messages", True)])
+def test_the_verdict_of_a_served_answer_missing_words_is_truncated(
+    suite: Suite, api: str, stream: bool
+) -> None:
+    """The judge itself: an answer the gateway serves whole but whose text is cut is a failure."""
+    verdict = suite.run(Cell(CUT_ANSWER_SERVED, api, stream))
+
+    assert verdict == "TRUNCATED"
+    assert failed_verdict(verdict)
