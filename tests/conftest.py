@@ -17,12 +17,18 @@ pytest_plugins = ["tests.support.fixtures", "tests.support.traffic_stores", "tes
 def pytest_terminal_summary(terminalreporter: Any) -> None:
     """After a run of the fault matrix (tests/gateway/test_fault_matrix.py, and its Redis cases in
     tests/reliability/test_rate_limits_redis_pause.py): its cell count and its failing cells by
-    fault, call, endpoint and invariant, and the limit cases."""
+    fault, call, endpoint and invariant, and the limit cases; after a run of the fail-over suite
+    (tests/gateway/test_failover_suite.py): its table of verdicts."""
+    from tests.support.failover_suite import RECORD as FAILOVER
     from tests.support.fault_matrix import RECORD
 
     if RECORD.outcomes or RECORD.limits:
         terminalreporter.section("fault matrix")
         for line in RECORD.summary():
+            terminalreporter.write_line(line)
+    if FAILOVER.verdicts:  # tests/gateway/test_failover_suite.py: scenario x API x streamed -> verdict
+        terminalreporter.section("fail-over suite")
+        for line in FAILOVER.table():
             terminalreporter.write_line(line)
 
 

@@ -217,22 +217,6 @@ async def send_async(
     return Exchange(response.status_code, response.content, response.headers.get("x-request-id"))
 
 
-def error_shape_problem(endpoint: str, exchange: Exchange) -> str | None:
-    """Why an error response is not in the API's own shape (None: it is, or it is no error)."""
-    if exchange.status < 400:
-        return None
-    try:
-        payload = orjson.loads(exchange.body)
-    except orjson.JSONDecodeError:
-        return f"error body is not JSON: {exchange.body[:80]!r}"
-    error = payload.get("error") if isinstance(payload, dict) else None
-    if not isinstance(error, dict) or not isinstance(error.get("message"), str):
-        return f"error body has no error.message: {exchange.body[:80]!r}"
-    if endpoint == "messages" and payload.get("type") != "error":
-        return "a Messages error without type 'error'"
-    return None
-
-
 def shadow_cost(running: RunningGateway) -> float:
     """USD the learning sampler counted for shadow calls so far (every model)."""
     return _metric_sum(running, "cascade_shadow_cost_usd_total")
@@ -298,7 +282,7 @@ class CellRun:
             self.violations.append(f"500: HTTP {self.exchange.status}, logged {self.line.get('status')}")
         elif self.exchange.stream_error is not None and _internal(self.exchange.stream_error):
             self.violations.append("500: an internal error event inside the stream")
-        shape = error_shape_problem(endpoint, self.exchange)
+        shape = fm.error_shape_problem(endpoint, self.exchange.status, self.exchange.body)
         if shape is not None:
             self.violations.append(f"error shape: {shape}")
         shadow_billed = billed_usd(self.shadow_bills, fm.PRICES)

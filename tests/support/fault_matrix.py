@@ -29,6 +29,8 @@ from collections import Counter
 from dataclasses import dataclass
 from typing import Any
 
+import orjson
+
 from tests.support.scripted_upstream import Reply, ScriptedUpstream
 
 ENDPOINTS = ("chat", "completions", "responses", "messages")
@@ -220,6 +222,23 @@ def client_body(endpoint: str, stream: bool) -> dict[str, Any]:
     if stream:
         body["stream"] = True
     return body
+
+
+def error_shape_problem(endpoint: str, status: int, body: bytes) -> str | None:
+    """Why an error response (``status``, ``body``) on ``endpoint`` is not in the API's own shape
+    (None: it is, or it is no error)."""
+    if status < 400:
+        return None
+    try:
+        payload = orjson.loads(body)
+    except orjson.JSONDecodeError:
+        return f"error body is not JSON: {body[:80]!r}"
+    error = payload.get("error") if isinstance(payload, dict) else None
+    if not isinstance(error, dict) or not isinstance(error.get("message"), str):
+        return f"error body has no error.message: {body[:80]!r}"
+    if endpoint == "messages" and payload.get("type") != "error":
+        return "a Messages error without type 'error'"
+    return None
 
 
 # -- the record of a run ---------------------------------------------------------------------------

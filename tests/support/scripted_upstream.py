@@ -121,6 +121,12 @@ class Reply:
         hold_first: the first chunk of a stream (after its 200 headers), or a whole answer, waits
             until this event is set (at most ``HOLD_LIMIT_S``): a first token as late as the test
             makes it, without a clock. Set it before the test ends.
+        stall_at_chunk: the streamed chunk a ``stall_body_s`` stall comes before (a stall after
+            that many chunks: the role chunk and the tokens before it).
+        garbage_at_chunk: that streamed chunk is replaced by an event that is not JSON (a
+            malformed chunk in the middle of a stream).
+        omit_done: a stream writes every event, its finish reason and usage included, and ends its
+            body cleanly without ``[DONE]``.
     """
 
     status: int = 200
@@ -152,6 +158,9 @@ class Reply:
     part_tokens: dict[str, int] = field(default_factory=dict)
     finish_reason: str | None = None
     hold_first: threading.Event | None = None
+    stall_at_chunk: int = 2
+    garbage_at_chunk: int | None = None
+    omit_done: bool = False
 
 
 def ok(content: str = "Paris is the capital of France.", confidence: float | None = 0.99, **kw: Any) -> Reply:
@@ -457,12 +466,13 @@ class ScriptedUpstream:
                 await asyncio.sleep(reply.chunk_delay_s)
             if reply.hold_first is not None and not index:
                 await _held(reply.hold_first)
-            if reply.stall_body_s and index == 2:
+            if reply.stall_body_s and index == reply.stall_at_chunk:
                 await asyncio.sleep(reply.stall_body_s)
-            await response.write(chunk)
+            await response.write(GARBAGE_EVENTS[0] if index == reply.garbage_at_chunk else chunk)
             if first_token <= index < first_token + tokens:
                 record.completion_tokens += 1  # one token per content chunk, as real servers stream
-        await response.write(b"data: [DONE]\n\n")
+        if not reply.omit_done:
+            await response.write(b"data: [DONE]\n\n")
         record.finished = True
         await response.write_eof()
         self.completed.append(model)
