@@ -26,6 +26,7 @@ from __future__ import annotations
 import asyncio
 import time
 from collections.abc import AsyncGenerator, AsyncIterator, Callable
+from contextlib import aclosing
 from dataclasses import dataclass
 from enum import Enum
 from typing import Any, Protocol
@@ -55,6 +56,17 @@ class Watch(Protocol):
 
     def close(self) -> None:
         """The stream ran to its end (and is charged)."""
+
+
+class Finish(Protocol):
+    """Finishes a committed stream that broke (gateway.streaming.stream_finish.StreamFinish)."""
+
+    def observe(self, event: dict[str, Any]) -> None:
+        """One upstream chunk of the stream, before it is made the client's."""
+
+    def rest(self, failure: UpstreamFailure, deadline: float) -> AsyncGenerator[dict[str, Any], None] | None:
+        """The rest of the answer from the next stage (its chunks, charged however it ends), or
+        None when the stream cannot be finished."""
 
 
 # The engine's decision on a held prefix (gateway.streaming.prefix_commit): True commits to the stage.
@@ -230,6 +242,7 @@ class LiveRelay:
         watch: Watch | None = None,
         gate: tuple[PrefixGate, Decide] | None = None,
         first_token_s: float | None = None,
+        finish: Finish | None = None,
     ):
         """``settle(facts, model, attempts)`` charges the stage's attempts; ``started`` is the
         request's perf_counter; ``watch`` sees every upstream chunk before it is made the client's
@@ -242,8 +255,11 @@ class LiveRelay:
         a ``ShortAnswer``. ``first_token_s``: the model's first-token deadline (None: none), from
         the call's start to the response's start (or the decision before it): past it the call is
         cancelled, charged as a stream the gateway closed (``Ending.REJECTED``; before its 200, its
-        worst case) and ``SlowFirstToken`` raised; the rest of the stream has the whole timeout."""
+        worst case) and ``SlowFirstToken`` raised; the rest of the stream has the whole timeout.
+        ``finish``: a committed stream that breaks after its start is finished by the next stage
+        when it can (gateway.streaming.stream_finish), else it ends with the error event."""
         self._first_token_s = first_token_s
+        self._finish = finish
         self._client = client
         self._request = request
         self._facts = facts
@@ -284,13 +300,25 @@ class LiveRelay:
                     for event in opening:
                         if (data := out.relay(event)) is not None:
                             yield StreamChunk(data)
-                    async for event in chunks:
-                        call.tally.observe(event)
-                        if self._watch is not None:
-                            self._watch.observe(event)
-                        if (data := out.relay(event)) is not None:
-                            yield StreamChunk(data)
-                    yield self._closing(call, out)
+                    finished = False
+                    try:
+                        async for event in chunks:
+                            call.tally.observe(event)
+                            self._observe(event)
+                            if (data := out.relay(event)) is not None:
+                                yield StreamChunk(data)
+                    except UpstreamFailure as failure:
+                        rest = None if self._finish is None else self._finish.rest(failure, deadline)
+                        if rest is None:
+                            raise  # no continuation: the error event
+                        call.end(call.interrupted)  # the broken call, charged as broken
+                        facts.failures.append(failure.kind)
+                        async with aclosing(rest):
+                            async for event in rest:  # its failure is the stream's error event
+                                if (data := out.relay(event)) is not None:
+                                    yield StreamChunk(data)
+                        finished = True
+                    yield self._closing(call, out, finished)
         except UpstreamFailure as failure:
             if not started:
                 if failure.kind == "circuit_open":  # skipped, never called
@@ -341,8 +369,7 @@ class LiveRelay:
         waiting = first_token.when() is not None
         async for event in chunks:
             call.tally.observe(event)
-            if self._watch is not None:
-                self._watch.observe(event)
+            self._observe(event)
             if waiting and call.tally.completion_tokens:
                 first_token.reschedule(None)  # it came in time: the rest has the whole timeout
                 waiting = False
@@ -365,11 +392,19 @@ class LiveRelay:
         call.end(Ending.COMPLETE)  # charged as the stream it was (its usage, else its chunks)
         return ShortAnswer(short, call.seconds, call.charged)
 
-    def _closing(self, call: LiveCall, out: ClientChunks) -> StreamChunk:
-        """The stream ran to its end: charged, its watched answer checked, the last chunk with the
-        request's facts."""
-        call.end(Ending.COMPLETE)
+    def _observe(self, event: dict[str, Any]) -> None:
+        """Show one upstream chunk to the watch and the finish, before it is made the client's."""
         if self._watch is not None:
+            self._watch.observe(event)
+        if self._finish is not None:
+            self._finish.observe(event)
+
+    def _closing(self, call: LiveCall, out: ClientChunks, finished: bool = False) -> StreamChunk:
+        """The stream ran to its end: charged, its watched answer checked, the last chunk with the
+        request's facts. ``finished``: it broke and was finished by the next stage (its watch sees
+        no whole answer of the model)."""
+        call.end(Ending.COMPLETE)
+        if self._watch is not None and not finished:
             self._watch.close()
         return StreamChunk(out.last(self._facts.as_dict(self._overhead_ms())), last=True)
 
