@@ -8,7 +8,9 @@ them. ``LiveRelay`` is the part of that iterator that relays one upstream stream
   upstream that answers 200 and then sends nothing usable (``choices: []``, non-object choices,
   broken JSON, an error event) fails *before* the client saw a byte and can still fall back to
   the cheap answer (or a 502/504);
-* a failure after the start ends the stream with an SSE ``error`` event (never a silent cut);
+* a failure after the start ends the stream with an SSE ``error`` event (never a silent cut),
+  unless the relay has a ``finish`` that continues the answer from the next stage
+  (gateway.streaming.stream_finish: a committed prefix stream);
 * every attempt of the stage is charged, however the stream ends, by the one charging rule
   (``money.charges.attempt_charge``, through the engine's ``settle``). Each exit of the relay
   names its ``Ending`` and ``ending_attempt`` alone turns it into the 200 attempt's charge: the
@@ -296,29 +298,8 @@ class LiveRelay:
                         return
                     started = True
                     yield self._start(call)
-                    out = ClientChunks(call.model, self._request, trim=self._gate is not None)
-                    for event in opening:
-                        if (data := out.relay(event)) is not None:
-                            yield StreamChunk(data)
-                    finished = False
-                    try:
-                        async for event in chunks:
-                            call.tally.observe(event)
-                            self._observe(event)
-                            if (data := out.relay(event)) is not None:
-                                yield StreamChunk(data)
-                    except UpstreamFailure as failure:
-                        rest = None if self._finish is None else self._finish.rest(failure, deadline)
-                        if rest is None:
-                            raise  # no continuation: the error event
-                        call.end(call.interrupted)  # the broken call, charged as broken
-                        facts.failures.append(failure.kind)
-                        async with aclosing(rest):
-                            async for event in rest:  # its failure is the stream's error event
-                                if (data := out.relay(event)) is not None:
-                                    yield StreamChunk(data)
-                        finished = True
-                    yield self._closing(call, out, finished)
+                    async for chunk in self._started_stream(opening, chunks, call, deadline):
+                        yield chunk
         except UpstreamFailure as failure:
             if not started:
                 if failure.kind == "circuit_open":  # skipped, never called
@@ -344,6 +325,40 @@ class LiveRelay:
         finally:
             # Every ending passes here: done, failed, client gone, deadline, shutdown (cancellation).
             call.end(call.interrupted)
+
+    async def _started_stream(
+        self,
+        opening: list[dict[str, Any]],
+        chunks: AsyncIterator[dict[str, Any]],
+        call: LiveCall,
+        deadline: float,
+    ) -> AsyncGenerator[StreamChunk, None]:
+        """The client's chunks after the start, to the last one. A break raises UpstreamFailure
+        (the caller's error event), unless the ``finish`` continues the answer: the broken call is
+        charged as broken and the continuation's chunks follow (its own failure raises)."""
+        out = ClientChunks(call.model, self._request, trim=self._gate is not None)
+        for event in opening:
+            if (data := out.relay(event)) is not None:
+                yield StreamChunk(data)
+        finished = False
+        try:
+            async for event in chunks:
+                call.tally.observe(event)
+                self._observe(event)
+                if (data := out.relay(event)) is not None:
+                    yield StreamChunk(data)
+        except UpstreamFailure as failure:
+            rest = None if self._finish is None else self._finish.rest(failure, deadline)
+            if rest is None:
+                raise  # no continuation: the error event
+            call.end(call.interrupted)  # the broken call, charged as broken
+            self._facts.failures.append(failure.kind)
+            async with aclosing(rest):
+                async for event in rest:
+                    if (data := out.relay(event)) is not None:
+                        yield StreamChunk(data)
+            finished = True
+        yield self._closing(call, out, finished)
 
     async def _whole(self, response: Any, call: LiveCall) -> WholeAnswer:
         """An upstream that ignored ``stream``: its one JSON answer, read and charged as such."""
