@@ -27,7 +27,8 @@ from gateway.routing.tier_choice import RoutePlan
 from gateway.stages.answer_review import AnswerReview, EscalationReason
 from gateway.stages.decision import StageDecision, Timeouts
 from gateway.stages.outcomes import FinalStage, StreamStart
-from gateway.streaming.live import LiveRelay, Settle, WholeAnswer
+from gateway.streaming.live import LiveRelay, WholeAnswer
+from gateway.streaming.live_call import Settle
 from gateway.streaming.prefix_stream import Committed
 from gateway.upstream.client import UpstreamFailure, UpstreamPool
 from gateway.wire.answer_reading import READ_FAILURES, unreadable

@@ -19,7 +19,8 @@ from __future__ import annotations
 import time
 from typing import Any
 
-from gateway.streaming.live import LiveRelay, Settle, ShortAnswer, WholeAnswer
+from gateway.streaming.live import LiveRelay, ShortAnswer, WholeAnswer
+from gateway.streaming.live_call import Settle
 from gateway.streaming.prefix_commit import PrefixGate
 from gateway.upstream.client import UpstreamClient, UpstreamFailure
 from gateway.wire.facts import CascadeFacts

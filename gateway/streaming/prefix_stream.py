@@ -33,10 +33,10 @@ from gateway.streaming.live import (
     LiveRelay,
     PrefixRejected,
     RelayEvent,
-    Settle,
     ShortAnswer,
     WholeAnswer,
 )
+from gateway.streaming.live_call import Settle
 from gateway.streaming.prefix_commit import PrefixGate
 from gateway.streaming.stream_finish import StreamFinish
 from gateway.telemetry.metrics import GatewayMetrics

@@ -31,7 +31,7 @@ import orjson
 
 from gateway.config.settings import ModelConfig
 from gateway.stages.bodies import upstream_body
-from gateway.streaming.live import Ending, LiveCall, Settle
+from gateway.streaming.live_call import Ending, LiveCall, Settle
 from gateway.streaming.sse import upstream_events
 from gateway.upstream.client import UpstreamClient, UpstreamFailure, read_completion
 from gateway.wire.facts import CascadeFacts

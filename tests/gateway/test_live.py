@@ -8,7 +8,7 @@ from typing import Any
 import orjson
 import pytest
 
-from gateway.streaming.live import StreamTally
+from gateway.streaming.live_call import StreamTally
 from money import Price
 
 PER_TOKEN = Price(input_per_mtok=1.0, output_per_mtok=2.0)

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import pytest
 
-from gateway.streaming.live import Ending, StreamTally, ending_attempt
+from gateway.streaming.live_call import Ending, StreamTally, ending_attempt
 from money import Price
 from money.charges import Attempt, attempt_charge, sent_bound
 
