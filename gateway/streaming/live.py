@@ -211,9 +211,13 @@ class LiveRelay:
                 yield StreamChunk(data)
         finished = False
         try:
+            watch, finish = self._watch, self._finish
             async for event in chunks:
                 call.tally.observe(event)
-                self._observe(event)
+                if watch is not None:
+                    watch.observe(event)
+                if finish is not None:
+                    finish.observe(event)
                 if (data := out.relay(event)) is not None:
                     yield StreamChunk(data)
         except UpstreamFailure as failure:

@@ -158,6 +158,10 @@ class StreamFinish:
                     call.tally.observe(event)
                     yield self._aligned(event, echo)
                 call.end(Ending.COMPLETE)
+        except UpstreamFailure as failure:
+            if failure.kind == "circuit_open":  # skipped, never called
+                self._facts.models_called.remove(call.model)
+            raise
         finally:
             call.end(call.interrupted)
 
