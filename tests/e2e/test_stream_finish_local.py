@@ -26,7 +26,8 @@ from money import Price
 from money.charges import Attempt, attempt_charge, sent_bound
 from policies import build_policy, save_policy
 from tests.e2e.test_prefix_streams_local import CHEAP, FINAL, MESSAGES, PREFIX_TOKENS, policy_document
-from tests.support.cutting_proxy import running_proxy
+from tests.support.cutting_proxy import CuttingProxy, running_proxy
+from tests.support.gateway_logs import request_lines
 from tests.support.local_demo import serving_gateway
 from tests.support.local_pool import LocalPool
 
@@ -54,19 +55,22 @@ def test_a_cut_committed_stream_of_the_0_5b_model_is_finished_by_the_1_5b_model(
         path = write_gateway_config(tmp_path / "gateway.yaml", config)
         with serving_gateway(path, tmp_path / "gateway.log", cwd=repo_root) as url:
             client = OpenAI(base_url=f"{url}/v1", api_key="unused", max_retries=0, timeout=600)
-            chunks = list(
-                client.chat.completions.create(
-                    model="cascade/accept",
-                    messages=MESSAGES,
-                    temperature=0,
-                    max_tokens=MAX_TOKENS,
-                    stream=True,
-                    stream_options={"include_usage": True},
-                )
+            raw = client.chat.completions.with_raw_response.create(
+                model="cascade/accept",
+                messages=MESSAGES,
+                temperature=0,
+                max_tokens=MAX_TOKENS,
+                stream=True,
+                stream_options={"include_usage": True},
             )
+            chunks = list(raw.parse())
+            request_id = raw.headers["x-request-id"]
+            line = request_lines(tmp_path / "gateway.log", [request_id])[request_id]
         received = "".join(c.choices[0].delta.content or "" for c in chunks if c.choices)
         facts = chunks[-1].model_extra["cascade"]
-        transcript(received, cheap.texts[0], final.requests, final.texts, facts, chunks[-1].usage)
+        transcript(received, cheap.texts[0], final, chunks, line)
+        assert line["continued_by"] == FINAL and line["cost_usd"] == pytest.approx(facts["cost_usd"])
+        assert raw.headers["x-cascade-model"] == CHEAP  # sent at the start: the cheap model's stream
         sent = cheap.texts[0]  # what the 0.5B wrote before its connection was cut
         assert len(cheap.requests) == 1 and facts["commit"] == {"rule": "prefix", "tokens": PREFIX_TOKENS}
         assert facts["continued"] == {"model": FINAL, "after_tokens": CUT_AFTER - 1}
@@ -89,20 +93,20 @@ def test_a_cut_committed_stream_of_the_0_5b_model_is_finished_by_the_1_5b_model(
 
 
 def transcript(
-    received: str,
-    sent: str,
-    asked: list[dict[str, Any]],
-    answered: list[str],
-    facts: dict[str, Any],
-    usage: Any,
+    received: str, sent: str, final: CuttingProxy, chunks: list[Any], line: dict[str, Any]
 ) -> None:
     """What the client received, which part came from which model, and the charge (``-s``)."""
+    facts = chunks[-1].model_extra["cascade"]
+    finish = [c.choices[0].finish_reason for c in chunks if c.choices and c.choices[0].finish_reason]
     print("\n--- stream finish, e2e transcript ---")
-    print(f"client received ({len(received)} chars): {received!r}")
-    print(f"  from {CHEAP} (cut after {CUT_AFTER} events): {sent!r}")
-    print(f"  from {FINAL} (continuation): {received[len(sent) :]!r}")
-    print(f"{FINAL} was asked, last message: {json.dumps(asked[0]['messages'][-1])}")
-    print(f"{FINAL} streamed back (its raw content): {answered[0]!r}")
-    print(f"client usage (the continuation's): {usage}")
+    print(f"client received ({len(chunks)} chunks, one id, finish_reason {finish}): {received!r}")
+    print(f"  from {CHEAP} (its connection cut after {CUT_AFTER} events): {sent!r}")
+    print(f"  from {FINAL} (the continuation): {received[len(sent) :]!r}")
+    print(f"{FINAL} was asked, last message: {json.dumps(final.requests[0]['messages'][-1])}")
+    print(f"{FINAL} was asked max_tokens {final.requests[0].get('max_tokens')} (of {MAX_TOKENS})")
+    print(f"{FINAL} streamed back (its raw content): {final.texts[0]!r}")
+    print(f"client usage (the continuation's): {chunks[-1].usage}")
     keys = ("models_called", "commit", "continued", "cost_usd", "cost_bound_usd")
     print("final chunk cascade facts:", json.dumps({k: facts.get(k) for k in keys}))
+    keys = ("models_called", "continued_by", "continued_after_tokens", "upstream_failures", "cost_usd")
+    print("log line:", json.dumps({k: line.get(k) for k in (*keys, "cost_bound_usd")}))
