@@ -21,10 +21,14 @@ REQUEST_TIMEOUT_S = 900
 # What llama-server gives a scorer (docs/serving.md#models-without-logprobs): logprobs on chat and
 # legacy completions, as many alternatives as asked (top_logprobs 100 gave 100 per position), in
 # either form (`logprobs: true, top_logprobs: K` or `logprobs: K`); the commands are in that section.
+# It continues a last assistant message of `messages` (a prefill; it sends the prefill back at the
+# start of its answer), which finishes a committed stream that broke (docs/contracts.md#faults).
 LLAMA_SERVER_CAPABILITIES: dict[str, Any] = {
     "logprobs": True,
     "max_top_logprobs": None,
     "logprobs_form": "chat",
+    "continue_assistant": True,
+    "continue_form": "prefill",
 }
 
 

@@ -1,14 +1,16 @@
 """What a model can give a scorer, and whether a policy's scorer asks more of a model than it gives.
 
 A gateway config declares each model's ``capabilities`` (docs/contracts.md#config): whether it
-returns token logprobs at all, the largest ``top_logprobs`` it accepts, the request form it
-wants them asked in, and how it writes function calls (``tool_calls``, read by
-``gateway.stages.answer_review``). The gateway asks every model in that form and within that cap
-(``logprob_fields``), and refuses (``cascade serve``, ``cascade policy push``, every hot reload) a
-policy whose scorer needs more than a scored model gives (``capability_problems``): a scorer that
-reads logprobs on a scored stage whose model has none, or one that reads K alternatives per
-position on a model that gives fewer. A stage that cannot be scored would otherwise follow
-``on_missing_score`` on every request: escalate everything (or accept everything), silently.
+returns token logprobs at all, the largest ``top_logprobs`` it accepts, the request form it wants
+them asked in, how it writes function calls (``tool_calls``, read by
+``gateway.stages.answer_review``), and whether it continues a last assistant message
+(``continue_assistant``, in ``continue_form``: gateway.streaming.stream_finish). The gateway asks
+every model for logprobs in its form and within its cap (``logprob_fields``), and refuses (``cascade
+serve``, ``cascade policy push``, every hot reload) a policy whose scorer needs more than a scored
+model gives (``capability_problems``): a scorer that reads logprobs on a scored stage whose model
+has none, or one that reads K alternatives per position on a model that gives fewer. A stage that
+cannot be scored would otherwise follow ``on_missing_score`` on every request: escalate everything
+(or accept everything), silently.
 
 Only the stages before the last are scored; the last stage's model needs nothing. Scorers that
 need no logprobs from the scored model (the black-box ones) are accepted on any model; a scorer's
@@ -28,7 +30,8 @@ from policies.scorers import REGISTRY
 
 
 class ModelCapabilities(BaseModel):
-    """What one upstream model returns and accepts: token logprobs, and the form of its function calls."""
+    """What one upstream model returns and accepts: token logprobs, the form of its function calls,
+    and whether it continues a last assistant message."""
 
     # A typo in a hand-written config must be an error, not a silently ignored key.
     model_config = ConfigDict(extra="forbid", frozen=True)
@@ -52,6 +55,17 @@ class ModelCapabilities(BaseModel):
         "native",
         description="how the model writes function calls: native (message.tool_calls) or content "
         "(JSON in message.content, normalized into tool_calls by the gateway; docs/tool-calls.md)",
+    )
+
+    continue_assistant: bool = Field(
+        False,
+        description="the model continues a last assistant message (a prefill) instead of answering "
+        "it: a committed prefix stream that breaks is finished by it (docs/contracts.md#faults)",
+    )
+    continue_form: Literal["prefill", "continue_final_message"] = Field(
+        "prefill",
+        description="prefill: the last assistant message alone is continued (llama.cpp's llama-server); "
+        "continue_final_message: also `continue_final_message: true, add_generation_prompt: false` (vLLM)",
     )
 
     @model_validator(mode="after")

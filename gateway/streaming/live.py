@@ -8,7 +8,9 @@ them. ``LiveRelay`` is the part of that iterator that relays one upstream stream
   upstream that answers 200 and then sends nothing usable (``choices: []``, non-object choices,
   broken JSON, an error event) fails *before* the client saw a byte and can still fall back to
   the cheap answer (or a 502/504);
-* a failure after the start ends the stream with an SSE ``error`` event (never a silent cut);
+* a failure after the start ends the stream with an SSE ``error`` event (never a silent cut),
+  unless the relay has a ``finish`` that continues the answer from the next stage
+  (gateway.streaming.stream_finish: a committed prefix stream);
 * every attempt of the stage is charged, however the stream ends, by the one charging rule
   (``money.charges.attempt_charge``, through the engine's ``settle``). Each exit of the relay
   names its ``Ending`` and ``ending_attempt`` alone (gateway.streaming.live_charge, with
@@ -27,6 +29,7 @@ from __future__ import annotations
 import asyncio
 import time
 from collections.abc import AsyncGenerator, AsyncIterator, Callable
+from contextlib import aclosing
 from dataclasses import dataclass
 from typing import Any, Protocol
 
@@ -54,6 +57,17 @@ class Watch(Protocol):
 
     def close(self) -> None:
         """The stream ran to its end (and is charged)."""
+
+
+class Finish(Protocol):
+    """Finishes a committed stream that broke (gateway.streaming.stream_finish.StreamFinish)."""
+
+    def observe(self, event: dict[str, Any]) -> None:
+        """One upstream chunk of the stream, before it is made the client's."""
+
+    def rest(self, failure: UpstreamFailure, deadline: float) -> AsyncGenerator[dict[str, Any], None] | None:
+        """The rest of the answer from the next stage (its chunks, charged however it ends), or
+        None when the stream cannot be finished."""
 
 
 # The engine's decision on a held prefix (gateway.streaming.prefix_commit): True commits to the stage.
@@ -102,6 +116,7 @@ class LiveRelay:
         watch: Watch | None = None,
         gate: tuple[PrefixGate, Decide] | None = None,
         first_token_s: float | None = None,
+        finish: Finish | None = None,
     ):
         """``settle(facts, model, attempts)`` charges the stage's attempts; ``started`` is the
         request's perf_counter; ``watch`` sees every upstream chunk before it is made the client's
@@ -114,8 +129,11 @@ class LiveRelay:
         a ``ShortAnswer``. ``first_token_s``: the model's first-token deadline (None: none), from
         the call's start to the response's start (or the decision before it): past it the call is
         cancelled, charged as a stream the gateway closed (``Ending.REJECTED``; before its 200, its
-        worst case) and ``SlowFirstToken`` raised; the rest of the stream has the whole timeout."""
+        worst case) and ``SlowFirstToken`` raised; the rest of the stream has the whole timeout.
+        ``finish``: a committed stream that breaks after its start is finished by the next stage
+        when it can (gateway.streaming.stream_finish), else it ends with the error event."""
         self._first_token_s = first_token_s
+        self._finish = finish
         self._client = client
         self._request = request
         self._facts = facts
@@ -152,17 +170,8 @@ class LiveRelay:
                         return
                     started = True
                     yield self._start(call)
-                    out = ClientChunks(call.model, self._request, trim=self._gate is not None)
-                    for event in opening:
-                        if (data := out.relay(event)) is not None:
-                            yield StreamChunk(data)
-                    async for event in chunks:
-                        call.tally.observe(event)
-                        if self._watch is not None:
-                            self._watch.observe(event)
-                        if (data := out.relay(event)) is not None:
-                            yield StreamChunk(data)
-                    yield self._closing(call, out)
+                    async for chunk in self._started_stream(opening, chunks, call, deadline):
+                        yield chunk
         except UpstreamFailure as failure:
             if not started:
                 if failure.kind == "circuit_open":  # skipped, never called
@@ -189,6 +198,44 @@ class LiveRelay:
             # Every ending passes here: done, failed, client gone, deadline, shutdown (cancellation).
             call.end(call.interrupted)
 
+    async def _started_stream(
+        self,
+        opening: list[dict[str, Any]],
+        chunks: AsyncIterator[dict[str, Any]],
+        call: LiveCall,
+        deadline: float,
+    ) -> AsyncGenerator[StreamChunk, None]:
+        """The client's chunks after the start, to the last one. A break raises UpstreamFailure
+        (the caller's error event), unless the ``finish`` continues the answer: the broken call is
+        charged as broken and the continuation's chunks follow (its own failure raises)."""
+        out = ClientChunks(call.model, self._request, trim=self._gate is not None)
+        for event in opening:
+            if (data := out.relay(event)) is not None:
+                yield StreamChunk(data)
+        finished = False
+        try:
+            watch, finish = self._watch, self._finish
+            async for event in chunks:
+                call.tally.observe(event)
+                if watch is not None:
+                    watch.observe(event)
+                if finish is not None:
+                    finish.observe(event)
+                if (data := out.relay(event)) is not None:
+                    yield StreamChunk(data)
+        except UpstreamFailure as failure:
+            rest = None if self._finish is None else self._finish.rest(failure, deadline)
+            if rest is None:
+                raise  # no continuation: the error event
+            call.end(call.interrupted)  # the broken call, charged as broken
+            self._facts.failures.append(failure.kind)
+            async with aclosing(rest):
+                async for event in rest:
+                    if (data := out.relay(event)) is not None:
+                        yield StreamChunk(data)
+            finished = True
+        yield self._closing(call, out, finished)
+
     async def _whole(self, response: Any, call: LiveCall) -> WholeAnswer:
         """An upstream that ignored ``stream``: its one JSON answer, read and charged as such."""
         call.interrupted = Ending.CUT_JSON
@@ -213,8 +260,7 @@ class LiveRelay:
         waiting = first_token.when() is not None
         async for event in chunks:
             call.tally.observe(event)
-            if self._watch is not None:
-                self._watch.observe(event)
+            self._observe(event)
             if waiting and call.tally.completion_tokens:
                 first_token.reschedule(None)  # it came in time: the rest has the whole timeout
                 waiting = False
@@ -237,11 +283,19 @@ class LiveRelay:
         call.end(Ending.COMPLETE)  # charged as the stream it was (its usage, else its chunks)
         return ShortAnswer(short, call.seconds, call.charged)
 
-    def _closing(self, call: LiveCall, out: ClientChunks) -> StreamChunk:
-        """The stream ran to its end: charged, its watched answer checked, the last chunk with the
-        request's facts."""
-        call.end(Ending.COMPLETE)
+    def _observe(self, event: dict[str, Any]) -> None:
+        """Show one upstream chunk to the watch and the finish, before it is made the client's."""
         if self._watch is not None:
+            self._watch.observe(event)
+        if self._finish is not None:
+            self._finish.observe(event)
+
+    def _closing(self, call: LiveCall, out: ClientChunks, finished: bool = False) -> StreamChunk:
+        """The stream ran to its end: charged, its watched answer checked, the last chunk with the
+        request's facts. ``finished``: it broke and was finished by the next stage (its watch sees
+        no whole answer of the model)."""
+        call.end(Ending.COMPLETE)
+        if self._watch is not None and not finished:
             self._watch.close()
         return StreamChunk(out.last(self._facts.as_dict(self._overhead_ms())), last=True)
 

@@ -6,12 +6,13 @@ streamed request of such a tier: the cheap stage is relayed by ``gateway.streami
 with a ``PrefixGate``; at the gate's decision point the held tokens are scored and decided
 (``gateway.stages.decision.StageDecision.decide_prefix``: score, threshold, commit position,
 escalation and its reason, the cancelled tokens). Committed to, the engine streams the rest of the
-relay (``Committed``); rejected, the call is cancelled and charged by the relay, however it ends,
-and the final stage streams live. An answer that ends before the decision point is decided as under
-``buffer``, by the same decision as the engine's buffered stages. A failure before the first byte
-escalates as under ``buffer`` (``upstream_error``, or ``slow_first_token`` past the model's
-first-token deadline; a timeout skips a final stage on the same upstream:
-``StageDecision.next_stage``).
+relay (``Committed``; a committed stream that breaks is finished by the final stage where its model
+can continue it: gateway.streaming.stream_finish); rejected, the call is cancelled and charged by
+the relay, however it ends, and the final stage streams live. An answer that ends before the
+decision point is decided as under ``buffer``, by the same decision as the engine's buffered stages.
+A failure before the first byte escalates as under ``buffer`` (``upstream_error``, or
+``slow_first_token`` past the model's first-token deadline; a timeout skips a final stage on the
+same upstream: ``StageDecision.next_stage``).
 """
 
 from __future__ import annotations
@@ -37,6 +38,7 @@ from gateway.streaming.live import (
 )
 from gateway.streaming.live_charge import Settle
 from gateway.streaming.prefix_commit import PrefixGate
+from gateway.streaming.stream_finish import StreamFinish
 from gateway.telemetry.metrics import GatewayMetrics
 from gateway.upstream.failure import UpstreamFailure
 from gateway.upstream.pool import UpstreamPool
@@ -106,8 +108,17 @@ class PrefixStage:
         # A request the traffic sampler drew keeps the committed stream's whole answer.
         kept = KeptStream(cheap, request, facts) if facts.keep_answer is not None else None
         first_token_s = config.first_token_timeout_s
+        finish = self._finish(cheap, final, request, facts)
         relay = LiveRelay(
-            self._pool[cheap], request, facts, self._settle, started, kept, (gate, decide), first_token_s
+            self._pool[cheap],
+            request,
+            facts,
+            self._settle,
+            started,
+            kept,
+            (gate, decide),
+            first_token_s,
+            finish,
         )
         events = relay.events(body, deadline)
         try:
@@ -124,6 +135,19 @@ class PrefixStage:
             return await self._decide_whole(plan, request, body, first, deadline, facts)
         assert isinstance(first, PrefixRejected)
         return FinalStage(final)
+
+    def _finish(
+        self, cheap: str, final: str, request: ParsedRequest, facts: CascadeFacts
+    ) -> StreamFinish | None:
+        """What finishes the committed stream if it breaks: the final stage, when its model declares
+        it continues an assistant message (``capabilities.continue_assistant``) and the request is a
+        chat one (Responses and Messages are served as chat); None: a break is the error event."""
+        final_config = self._models[final]
+        if not final_config.capabilities.continue_assistant or request.api != "chat":
+            return None
+        return StreamFinish(
+            self._models[cheap], final_config, self._pool[final], request, facts, self._settle
+        )
 
     def _decider(self, plan: RoutePlan, facts: CascadeFacts) -> Decide:
         """The gate's decision on the held prefix: True commits to the stage (the ``Decide`` of

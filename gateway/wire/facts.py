@@ -62,6 +62,10 @@ class CascadeFacts:
     # how many content tokens of the cheap stage were held when it was decided (None: the whole answer).
     commit_rule: str | None = None
     commit_tokens: int | None = None
+    # A committed stream that broke and was finished by the next stage (gateway.streaming.stream_finish):
+    # the model that continued it and the content chunks the broken stream had sent.
+    continued_by: str | None = None
+    continued_after_tokens: int | None = None
 
     @property
     def tokens(self) -> int:
@@ -121,6 +125,8 @@ class CascadeFacts:
         )
         if self.commit_rule is not None:
             routed = {**routed, "commit": {"rule": self.commit_rule, "tokens": self.commit_tokens}}
+        if self.continued_by is not None:
+            routed["continued"] = {"model": self.continued_by, "after_tokens": self.continued_after_tokens}
         return {
             "tier": self.tier,
             "policy": self.policy_id,
@@ -161,6 +167,8 @@ class CascadeFacts:
             fields.update(mechanism=self.mechanism, router_probability=self.router_probability)
         if self.commit_rule is not None:
             fields.update(commit=self.commit_rule, commit_tokens=self.commit_tokens)
+        if self.continued_by is not None:
+            fields.update(continued_by=self.continued_by, continued_after_tokens=self.continued_after_tokens)
         if self.failures:
             fields["upstream_failures"] = self.failures
         if self.escalation_reasons:
