@@ -125,6 +125,24 @@ def _both_down(upstream: ScriptedUpstream, released: threading.Event) -> None:
 _CUT = answer(break_stream_after=ROLE_CHUNKS + CUT_AFTER_TOKENS, cut_body_at=200)
 _STALL = answer(stall_body_s=STALL_S, stall_at_chunk=ROLE_CHUNKS + STALL_AFTER_TOKENS)
 _PREFIX_TIER_MODELS = {"small": {"cancel_overrun_tokens": 16}}
+# The same with a fallback that declares it can continue an assistant message (llama-server's
+# prefill): a committed stream that breaks is finished by it (gateway.streaming.stream_finish).
+_FINISHING_MODELS = {**_PREFIX_TIER_MODELS, "large": {"capabilities": {"continue_assistant": True}}}
+
+
+def _finished_by_fallback(broken: Reply) -> Script:
+    """The primary breaks as ``broken`` after its 40th or 20th token; the fallback, asked to continue
+    the text sent, answers the rest of the primary's words: the client's whole text is then the
+    primary's whole answer."""
+    sent = CUT_AFTER_TOKENS if broken.break_stream_after is not None else STALL_AFTER_TOKENS
+    rest = "".join(f" w{i}" for i in range(sent + 1, PRIMARY_TOKENS + 1))
+
+    def script(upstream: ScriptedUpstream, released: threading.Event) -> None:
+        upstream.set_default(FALLBACK, answer(rest))
+        upstream.set_default(PRIMARY, broken)
+
+    return script
+
 
 SCENARIOS: tuple[Scenario, ...] = (
     Scenario("429 + Retry-After, once", _primary(provider_error(429, RETRY_AFTER_S)), served_by="small"),
@@ -177,5 +195,21 @@ SCENARIOS: tuple[Scenario, ...] = (
         tier="prefix",
         streamed_only=True,
         models=_PREFIX_TIER_MODELS,
+    ),
+    Scenario(
+        "prefix committed, then cut; the fallback continues",
+        _finished_by_fallback(_CUT),
+        tier="prefix",
+        streamed_only=True,
+        served_by="small",
+        models=_FINISHING_MODELS,
+    ),
+    Scenario(
+        "prefix committed, then stall; the fallback continues",
+        _finished_by_fallback(_STALL),
+        tier="prefix",
+        streamed_only=True,
+        served_by="small",
+        models=_FINISHING_MODELS,
     ),
 )
