@@ -22,9 +22,10 @@ Why portable is every CPU level and not one baseline: llama.cpp's ``GGML_BACKEND
 ``GGML_CPU_ALL_VARIANTS`` builds one CPU backend per x86-64 level (x64 = SSE2 up to zen4 = AVX-512
 VNNI/BF16) and loads the best one the CPU's CPUID allows at start, so an old node runs and a new one
 is not held to an old baseline (docs/local-models.md has the measurement). It picks from CPUID
-alone, so its AMX level (``sapphirerapids``) dies on the VMs above (measured: SIGILL on this
-project's VM): a portable install deletes it (``portable_excluded_variants``). A portable install is also smoke-tested under ``qemu-x86_64
--cpu Nehalem`` (``localpool.smoke.emulated_smoke_test``), where a native build dies at once.
+alone, so its AMX level (``sapphirerapids``) dies on the VMs above (measured: SIGILL on a test
+VM): a portable install deletes it (``portable_excluded_variants``). A portable install is also
+smoke-tested under ``qemu-x86_64 -cpu Nehalem`` (``localpool.smoke.emulated_smoke_test``), where a
+native build dies at once.
 
 Every build is smoke-tested (``localpool.smoke``) before it is recorded as installed.
 """

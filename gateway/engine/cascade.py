@@ -58,7 +58,7 @@ from gateway.engine.fallback import FallbackStages, fallback_tier
 from gateway.routing.tier_choice import RoutePlan
 from gateway.stages.answer_review import AnswerReview, EscalationReason
 from gateway.stages.blackbox_scoring import StageScorer
-from gateway.stages.bodies import client_body, scored_stage_body, upstream_body
+from gateway.stages.bodies import client_body, scored_stage_body, stage_body
 from gateway.stages.decision import StageDecision, Timeouts
 from gateway.stages.outcomes import FinalStage, StreamChunk, StreamEvent, StreamStart
 from gateway.streaming.first_token import streamed_answer
@@ -171,15 +171,7 @@ class CascadeEngine:
     ) -> dict[str, Any]:
         """An unscored stage's whole answer (no logprobs of the scorer's); charged into ``facts``."""
         config = self._models[model]
-        body = upstream_body(
-            request,
-            config.model,
-            top_k=None,
-            stream=False,
-            defaults=config.request_defaults,
-            capabilities=config.capabilities,
-            default_cap=config.default_max_tokens,
-        )
+        body = stage_body(request, config, top_k=None, stream=False)
         streamed = self.live_body(model, request) if config.first_token_timeout_s else None
         reply, _, _ = await self._answer(model, request, body, deadline, facts, streamed)
         return reply
@@ -266,15 +258,7 @@ class CascadeEngine:
     def live_body(self, model: str, request: ParsedRequest) -> bytes:
         """The upstream body of a final stage relayed live (streamed, no scorer's logprobs)."""
         config = self._models[model]
-        return upstream_body(
-            request,
-            config.model,
-            top_k=None,
-            stream=True,
-            defaults=config.request_defaults,
-            capabilities=config.capabilities,
-            default_cap=config.default_max_tokens,
-        )
+        return stage_body(request, config, top_k=None, stream=True)
 
     async def _scored_stages(
         self, plan: RoutePlan, request: ParsedRequest, deadline: float, facts: CascadeFacts

@@ -4,7 +4,7 @@ For a sample, every model of the serving policy's pool (its ``models`` that the 
 plus the reference model) gets a row. The request's own scored answers are reused; every other
 model is called now, as the cascade calls a scored stage: the client's fields over that model's
 request defaults, ``logprobs``/``top_logprobs`` of the policy's scorer, not streamed
-(``cascade.upstream_body``). The request's final stage is among those called again: it was sent
+(``gateway.stages.bodies.stage_body``). The request's final stage is among those called again: it was sent
 without logprobs, and a row without a score is dropped by calibration.
 
 Money: the calls' worst case (``money.charges.sent_bound``, the bound a spend reservation uses,
@@ -31,10 +31,10 @@ import orjson
 
 from gateway.config.learning import LearningConfig
 from gateway.config.settings import ModelConfig
-from gateway.engine.cascade import upstream_body
 from gateway.learning.answers import Sample, StageAnswer, question_text
 from gateway.learning.budget import ShadowBudget
 from gateway.learning.router_inputs import Featurize, route_record
+from gateway.stages.bodies import stage_body
 from gateway.telemetry.metrics import LearningMetrics
 from gateway.upstream.failure import UpstreamFailure
 from gateway.upstream.pool import UpstreamPool
@@ -119,15 +119,7 @@ class ShadowRunner:
     def plan_call(self, sample: Sample, model: str) -> ShadowCall:
         """The call the cascade would make to ``model`` as a scored stage, and its worst case."""
         config = self.models[model]
-        body = upstream_body(
-            sample.request,
-            config.model,
-            top_k=sample.policy.scorer.top_k,
-            stream=False,
-            defaults=config.request_defaults,
-            capabilities=config.capabilities,
-            default_cap=config.default_max_tokens,
-        )
+        body = stage_body(sample.request, config, top_k=sample.policy.scorer.top_k, stream=False)
         # Every attempt that may be billed (a model retrying uncertain attempts: each of them).
         bound = sent_bound(config.price, body, config.limits).usd * config.billed_attempts
         return ShadowCall(model, body, bound)

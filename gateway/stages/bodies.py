@@ -29,6 +29,13 @@ def scored_stage_body(
     one (its score comes from extra calls, and the scored model may give no logprobs). ``stream``:
     requested streamed (a model with a first-token deadline, gateway.streaming.first_token)."""
     top_k = None if scorer.is_blackbox else scorer.top_k
+    return stage_body(request, config, top_k=top_k, stream=stream)
+
+
+def stage_body(request: ParsedRequest, config: ModelConfig, *, top_k: int | None, stream: bool) -> bytes:
+    """The upstream body of a stage of ``config``'s model: ``top_k`` alternatives per token asked
+    (None: no logprobs of a scorer's; a final stage relayed live, a ``fallback`` tier's stage),
+    over its request defaults and capabilities, with its default completion cap."""
     return upstream_body(
         request,
         config.model,

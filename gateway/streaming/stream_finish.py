@@ -30,7 +30,7 @@ from typing import Any
 import orjson
 
 from gateway.config.settings import ModelConfig
-from gateway.stages.bodies import upstream_body
+from gateway.stages.bodies import stage_body
 from gateway.streaming.live_charge import Ending, LiveCall, Settle
 from gateway.streaming.sse import upstream_events
 from gateway.upstream.client import UpstreamClient
@@ -121,17 +121,7 @@ class StreamFinish:
         """The final stage's live request with the sent text as a last assistant message, its cap
         what is left of the one the cheap stream was sent (None: nothing is left)."""
         config, request = self._config, self._request
-        sent = orjson.loads(
-            upstream_body(
-                request,
-                config.model,
-                top_k=None,
-                stream=True,
-                defaults=config.request_defaults,
-                capabilities=config.capabilities,
-                default_cap=config.default_max_tokens,
-            )
-        )
+        sent = orjson.loads(stage_body(request, config, top_k=None, stream=True))
         left = output_cap(sent, config.default_max_tokens) - self._tokens
         if left < 1:
             return None

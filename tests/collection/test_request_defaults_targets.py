@@ -10,7 +10,7 @@ import yaml
 from collection.collector import CollectOptions, request_body
 from collection.prompts import Prompt
 from collection.targets import Target, targets_from_config, targets_from_pool
-from gateway.engine.cascade import upstream_body
+from gateway.stages.bodies import upstream_body
 from gateway.wire.requests import parse_request
 from localpool.manifest import load_manifest
 from money import Price

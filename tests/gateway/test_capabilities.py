@@ -20,7 +20,7 @@ from typer.testing import CliRunner
 
 from cascade_cli.main import app
 from gateway.config.settings import ConfigError, Settings
-from gateway.engine.cascade import upstream_body
+from gateway.stages.bodies import upstream_body
 from gateway.wire.requests import parse_request
 from money.charges import DEFAULT_COMPLETION_BOUND
 from policies import load_policy

@@ -16,11 +16,11 @@ from hypothesis import strategies as st
 from gateway.api.app import build_gateway
 from gateway.config.learning import LearningConfig
 from gateway.config.settings import Settings
-from gateway.engine.cascade import upstream_body
 from gateway.learning.answers import Sample
 from gateway.learning.budget import ShadowBudget
 from gateway.learning.shadow import ShadowRunner
 from gateway.routing.tier_choice import RoutePlan
+from gateway.stages.bodies import upstream_body
 from gateway.telemetry.metrics import GatewayMetrics
 from gateway.wire.requests import parse_request
 from money.charges import (
