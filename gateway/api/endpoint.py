@@ -31,9 +31,9 @@ from starlette.types import Receive, Scope, Send
 from gateway.api.edges.base import ApiEdge, StreamTranslator, Translated, openai_error_parts
 from gateway.api.serving import BODY_TIMED_OUT
 from gateway.assembly.runtime import Gateway
-from gateway.engine.cascade import client_body
 from gateway.keys.ledger import NANO_PER_USD, Reservation
 from gateway.routing.tier_choice import RoutePlan
+from gateway.stages.bodies import client_body
 from gateway.stages.outcomes import StreamFailed, StreamStart, sse_error
 from gateway.streaming.early_start import EarlyStart, decision_comment
 from gateway.streaming.sse import SSE_HEADERS

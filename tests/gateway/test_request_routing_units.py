@@ -10,8 +10,8 @@ import orjson
 import pytest
 
 from gateway.config.settings import Settings
-from gateway.engine.cascade import client_body, upstream_body
 from gateway.routing.tier_choice import RoutePlanner
+from gateway.stages.bodies import client_body, upstream_body
 from gateway.upstream.failure import _parse_retry_after
 from gateway.wire.errors import (
     BadRequestError,
