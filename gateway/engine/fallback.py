@@ -20,7 +20,7 @@ from __future__ import annotations
 
 from collections.abc import Awaitable, Callable, Mapping
 from contextlib import aclosing
-from typing import Any
+from typing import Any, TypeVar
 
 from gateway.config.settings import ModelConfig
 from gateway.routing.tier_choice import RoutePlan
@@ -41,6 +41,8 @@ from gateway.wire.requests import ParsedRequest
 WholeAnswerCall = Callable[[str, ParsedRequest, float, CascadeFacts], Awaitable[dict[str, Any]]]
 # The engine's upstream body of a live stage: (model, request) -> bytes.
 LiveBody = Callable[[str, ParsedRequest], bytes]
+# What a stage served: a whole answer (``run``) or a live stage's start or answer (``stream``).
+Served = TypeVar("Served")
 
 
 def fallback_tier(plan: RoutePlan) -> bool:
@@ -79,33 +81,35 @@ class FallbackStages:
         self, plan: RoutePlan, request: ParsedRequest, deadline: float, facts: CascadeFacts
     ) -> dict[str, Any] | FinalStage:
         """Serve as one answer: the first stage's answer that came, or the last stage to call."""
-        assert plan.route is not None
-        models, stage, timeouts = plan.route.models, 0, None
-        facts.outcome = "direct" if len(models) == 1 else "escalated"
-        while stage < len(models) - 1:
-            model = models[stage]
-            try:
-                reply = await self._whole_answer(model, request, deadline, facts)
-                self._reviewed(model, request, reply, facts)
-            except (UpstreamFailure, UnreadableAnswerError) as failure:
-                timeouts, stage = self._fail_over(plan, stage, failure, facts, timeouts)
-                continue
-            facts.answered_by, facts.outcome = model, "accepted" if stage == 0 else "escalated"
+
+        async def answer(model: str) -> dict[str, Any]:
+            reply = await self._whole_answer(model, request, deadline, facts)
+            self._reviewed(model, request, reply, facts)
             return reply
-        return FinalStage(models[-1])
+
+        return await self._first_served(plan, facts, answer)
 
     async def stream(
         self, plan: RoutePlan, request: ParsedRequest, deadline: float, facts: CascadeFacts, started: float
     ) -> Committed | dict[str, Any] | FinalStage:
         """Serve streamed: the live stage that started (``Committed``: its response's start and the
         rest of its relay), a whole answer to replay, or the last stage to stream."""
+        return await self._first_served(
+            plan, facts, lambda model: self._live(model, request, deadline, facts, started)
+        )
+
+    async def _first_served(
+        self, plan: RoutePlan, facts: CascadeFacts, serve: Callable[[str], Awaitable[Served]]
+    ) -> Served | FinalStage:
+        """``serve`` each stage but the last in turn until one serves (its failure fails over to the
+        next); else the last stage, for the caller to call."""
         assert plan.route is not None
         models, stage, timeouts = plan.route.models, 0, None
         facts.outcome = "direct" if len(models) == 1 else "escalated"
         while stage < len(models) - 1:
             model = models[stage]
             try:
-                served = await self._live(model, request, deadline, facts, started)
+                served = await serve(model)
             except (UpstreamFailure, UnreadableAnswerError) as failure:
                 timeouts, stage = self._fail_over(plan, stage, failure, facts, timeouts)
                 continue

@@ -37,6 +37,7 @@ from __future__ import annotations
 
 import asyncio
 import random
+import threading
 from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
@@ -157,3 +158,12 @@ async def async_redis() -> Any:
     client = aioredis.from_url(REDIS_URL, decode_responses=True)
     yield client
     await client.aclose()
+
+
+@pytest.fixture
+def released() -> Iterator[threading.Event]:
+    """The event a held reply (``Reply.hold_first``) waits for, set when the test ends (the
+    upstream's handler then ends)."""
+    event = threading.Event()
+    yield event
+    event.set()

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import copy
 import threading
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from typing import Any
 
 import pytest
@@ -25,14 +25,6 @@ FALLBACK_TIER = {
     "routes": [{"models": ["small", "large"]}],
     "expected": {"cost_usd": 0.0001, "quality": 0.5, "escalation_rate": 0.05},
 }
-
-
-@pytest.fixture
-def released() -> Iterator[threading.Event]:
-    """The event a held reply waits for, set when the test ends."""
-    event = threading.Event()
-    yield event
-    event.set()
 
 
 @pytest.fixture

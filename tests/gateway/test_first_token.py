@@ -9,7 +9,7 @@ upstream holds the first chunk until the test releases it, after the gateway gav
 from __future__ import annotations
 
 import threading
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from typing import Any
 
 import openai
@@ -26,14 +26,6 @@ MESSAGES = [{"role": "user", "content": "What is the capital of France?"}]
 FIRST_TOKEN_S = 0.2
 SMALL_PRICE = Price(input_per_mtok=0.1, output_per_mtok=0.2)  # model_configs' price of small
 LONG_ANSWER = "Paris is the capital of France and it has been for a very long time indeed."
-
-
-@pytest.fixture
-def released() -> Iterator[threading.Event]:
-    """The event a held reply waits for, set when the test ends (the upstream's handler then ends)."""
-    event = threading.Event()
-    yield event
-    event.set()
 
 
 @pytest.fixture
