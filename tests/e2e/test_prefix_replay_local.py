@@ -25,7 +25,7 @@ from pathlib import Path
 
 import pytest
 
-from policies import load_policy, should_escalate
+from policies import Policy, load_policy, should_escalate
 from tests.support.local_demo import replay_through, running_demo
 from tests.support.local_pool import LocalPool
 
@@ -39,13 +39,23 @@ CONFIDENCE = 0.99
 PREFIX_TOKENS = 8  # the hosted policy's prefix rule (its tiers' ``commit.tokens``)
 
 
+def _distinct_prefix_tiers(policy: Policy) -> list[str]:
+    """The prefix tiers, one per distinct route and prefix rule: tiers that decide alike (the hosted
+    policy's balanced and quality tiers share a route) would replay the same requests twice."""
+    seen: dict[str, str] = {}
+    for name, tier in policy.tiers.items():
+        if tier.commit is not None:
+            seen.setdefault(repr((tier.routes, tier.commit)), name)
+    return list(seen.values())
+
+
 def test_prefix_tiers_replay_streamed_within_their_heldout_expectations(
     local_pool: LocalPool, repo_root: Path, tmp_path: Path
 ) -> None:
     policy_file = repo_root / "policies" / "local-steps-hosted.json"
     prices = repo_root / "data" / "local" / "word-problems-hosted-prices.yaml"
     policy = load_policy(policy_file)
-    prefix_tiers = [name for name, tier in policy.tiers.items() if tier.commit is not None]
+    prefix_tiers = _distinct_prefix_tiers(policy)
     assert prefix_tiers, "the hosted word-problem policy has no prefix tier"
     prompts = repo_root / "collection" / "data" / "word-problems-heldout.jsonl"
     with running_demo(local_pool, repo_root, tmp_path / "demo", policy_file, prices=prices) as demo:
