@@ -13,8 +13,8 @@ from pydantic import BaseModel
 
 from gateway.api.edges.messages_response import ERROR_TYPES
 from gateway.config.drift import ScoreDriftMonitor
-from gateway.config.shift_alarm import ShiftAlarms
 from gateway.config.settings import Settings
+from gateway.config.shift_alarm import ShiftAlarms
 from gateway.keys.spend_store import MAX_NANO
 from gateway.redis.keys import RedisKeys
 from gateway.routing.routed_tiers import RouterRuntime

@@ -17,7 +17,12 @@ ESCALATION = 0.3
 
 @pytest.mark.parametrize(
     ("x", "df", "p"),
-    [(3.841458820694124, 1, 0.05), (16.918977604620448, 9, 0.05), (21.665994333461924, 9, 0.01), (0.0, 3, 1.0)],
+    [
+        (3.841458820694124, 1, 0.05),
+        (16.918977604620448, 9, 0.05),
+        (21.665994333461924, 9, 0.01),
+        (0.0, 3, 1.0),
+    ],
 )
 def test_the_chi_square_tail_matches_published_quantiles(x: float, df: int, p: float) -> None:
     assert chi_square_sf(x, df) == pytest.approx(p, rel=1e-9)
