@@ -100,3 +100,24 @@ def test_the_buffered_safe_route_turns_the_prefix_rule_off_and_keeps_the_cascade
     safe = SafeRoutes(alarms).plan(RoutePlan("balanced", policy, route))
     assert safe.route == route and safe.policy is not None and safe.policy.policy_id == policy.policy_id
     assert safe.policy.tiers["balanced"].commit is None and policy.tiers["balanced"].commit is not None
+
+
+def test_a_new_policy_clears_the_alarms_and_reloading_the_same_one_keeps_them() -> None:
+    policy = build_policy(policy_document(shift_reference=REFERENCE))
+    recalibrated = build_policy(
+        policy_document({"balanced": {"routes": _routes(0.6)}}, shift_reference=REFERENCE)
+    )
+    assert recalibrated.policy_id != policy.policy_id
+    alarms = ShiftAlarms(ShiftAlarmConfig(**ALARM))
+    alarms.reset(policy)
+    for _ in range(20):  # every score in the top bin, none escalated: a window unlike the reference
+        alarms.observe(policy.policy_id, "balanced", "text", "accepted", "small", 0.96, False)
+    assert alarms.alarmed == {"balanced"}
+    alarms.reset(policy)  # the same policy reloaded
+    assert alarms.alarmed == {"balanced"}
+    alarms.reset(recalibrated)
+    assert alarms.alarmed == set() and alarms.status()["balanced"]["last_p_values"] == []
+
+
+def _routes(threshold: float) -> list[dict[str, Any]]:
+    return [{"weight": 1.0, "models": ["small", "large"], "thresholds": [threshold]}]
