@@ -26,7 +26,7 @@ from typing import Literal
 
 from prometheus_client.metrics_core import GaugeMetricFamily, Metric
 from prometheus_client.registry import Collector
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, ConfigDict, Field, model_validator
 
 from gateway.wire.logs import log_event
 from policies import Policy
@@ -68,6 +68,12 @@ class ShiftAlarmConfig(BaseModel):
     combine: Literal["fisher", "bonferroni"] = "fisher"
     default: TierAlarmConfig = TierAlarmConfig()
     tiers: dict[str, TierAlarmConfig] = Field(default_factory=dict)
+
+    @model_validator(mode="after")
+    def _blocks_divide_the_window(self) -> ShiftAlarmConfig:
+        if self.window % self.blocks or self.window < self.blocks:
+            raise ValueError(f"shift_alarm.window {self.window} must be a multiple of blocks {self.blocks}")
+        return self
 
     def for_tier(self, tier: str) -> TierAlarmConfig:
         """The action of ``tier``."""

@@ -7,6 +7,8 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
+import pytest
+
 from gateway.config.shift_alarm import ShiftAlarmConfig, ShiftAlarms
 from gateway.routing.safe_routes import SafeRoutes
 from gateway.routing.tier_choice import RoutePlan
@@ -121,3 +123,8 @@ def test_a_new_policy_clears_the_alarms_and_reloading_the_same_one_keeps_them() 
 
 def _routes(threshold: float) -> list[dict[str, Any]]:
     return [{"weight": 1.0, "models": ["small", "large"], "thresholds": [threshold]}]
+
+
+def test_a_window_the_blocks_do_not_divide_is_a_config_error() -> None:
+    with pytest.raises(ValueError, match="multiple of blocks"):
+        ShiftAlarmConfig(window=50, blocks=4)
