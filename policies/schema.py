@@ -26,6 +26,7 @@ from policies.routing_schema import RouterSpec, TierRouting, check_routing
 from policies.schema_base import StrictModel, without_absent
 from policies.score_distribution import ScoreDistribution
 from policies.scorers import REGISTRY, SCORE_RANGES, SCORER_NAMES
+from policies.shift_reference import ShiftReference
 
 SCHEMA_VERSION: Literal[1] = 1
 
@@ -371,10 +372,12 @@ class Policy(StrictModel):
     kinds: dict[SectionKind, KindSection] | None = None
     # Optional: the pre-generation router the tiers with ``routing`` read (docs/routing.md).
     router: RouterSpec | None = None
+    # Optional: the calibration's histograms the gateway's shift alarm tests live traffic against.
+    shift_reference: ShiftReference | None = None
 
     @model_serializer(mode="wrap")
     def _dump(self, handler: SerializerFunctionWrapHandler) -> dict[str, Any]:
-        return without_absent(self, handler, ("router",))
+        return without_absent(self, handler, ("router", "shift_reference"))
 
     @model_validator(mode="after")
     def _references_resolve(self) -> Policy:
@@ -382,6 +385,8 @@ class Policy(StrictModel):
         check_routing("", self.router, self.models, {name: tier.routing for name, tier in self.tiers.items()})
         if self.score_distribution is not None:
             self.score_distribution.check_references(list(self.models), list(self.tiers))
+        if self.shift_reference is not None:
+            self.shift_reference.check_references(list(self.models), list(self.tiers))
         for kind, section in (self.kinds or {}).items():
             where = f"kinds.{kind}: "
             if set(section.tiers) != set(self.tiers) or section.default_tier != self.default_tier:

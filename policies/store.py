@@ -20,7 +20,7 @@ from policies.schema import Policy
 _HASH_EXCLUDED = ("policy_id", "created_at")
 # Optional fields added to schema version 1 after it was published: when absent (null) they are left
 # out of the file and of the hash, so a policy written before them keeps its bytes and policy_id.
-_OPTIONAL_FIELDS = ("score_distribution", "kinds", "router")
+_OPTIONAL_FIELDS = ("score_distribution", "kinds", "router", "shift_reference")
 # The same inside a kind section, and inside every tier's ``expected`` (top level and sections).
 _OPTIONAL_SECTION_FIELDS = ("scorer", "score_distribution", "router")
 _OPTIONAL_TIER_FIELDS = ("routing", "commit", "mechanism")

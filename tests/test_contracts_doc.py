@@ -14,6 +14,7 @@ from pydantic import BaseModel
 from gateway.api.edges.messages_response import ERROR_TYPES
 from gateway.config.drift import ScoreDriftMonitor
 from gateway.config.settings import Settings
+from gateway.config.shift_alarm import ShiftAlarms
 from gateway.keys.spend_store import MAX_NANO
 from gateway.redis.keys import RedisKeys
 from gateway.routing.routed_tiers import RouterRuntime
@@ -72,7 +73,7 @@ def exported_metrics() -> dict[str, Any]:
         if isinstance(value, Counter | Gauge | Histogram):
             (family,) = value.describe()
             found[family.name + ("_total" if family.type == "counter" else "")] = value
-        elif isinstance(value, ScoreDriftMonitor):
+        elif isinstance(value, ScoreDriftMonitor | ShiftAlarms):
             # A custom collector (computed at scrape time): its families, label names fixed.
             for family in value.describe():
                 found[family.name] = Gauge(
@@ -148,6 +149,7 @@ def test_redis_keys_are_documented(sections: dict[str, str]) -> None:
     names |= {keys.spend_cancelled("<id>"), keys.spend_applied("<id>"), keys.spend_epoch, keys.replicas}
     names.add(keys.rate("<key_id>", "<window_s>", "<window_start>"))  # type: ignore[arg-type]
     names.add(keys.breaker("<model>"))
+    names.add(keys.shift_alarms("<policy_id>"))
     assert names == set(table_rows(sections["Redis keys"]))
 
 

@@ -177,6 +177,17 @@ def nginx_upstream(tmp: Path, cpu: str) -> Iterator[int]:
         yield port
 
 
+def shift_reference_for(score: float) -> dict[str, Any]:
+    """A ``shift_reference`` of tier ``accept`` whose calibration scored ``score`` on every row and
+    never escalated: the benchmark's traffic matches it, so the alarm tests every block and stays
+    quiet (ten decile edges around the score, as calibration writes them)."""
+    edges = [round(score - 0.5 + 0.1 * i, 4) for i in range(9)]
+    counts = [0.0] * 10
+    counts[sum(1 for edge in edges if edge <= score)] = 1000.0
+    reference = {"model": "small", "score": {"edges": edges, "counts": counts}, "escalation": [1000.0, 0.0]}
+    return {"calibration_rows": 1000, "tiers": {"accept": reference}}
+
+
 def write_gateway_files(
     tmp: Path,
     upstream: str,
@@ -217,18 +228,19 @@ def write_gateway_files(
     }
     tiers["routed"] = {**tiers["accept"], "routing": {"mechanism": "routed", "price_weight": 0.0}}
     tiers["single"] = {**tiers["accept"], "routes": [{"weight": 1.0, "models": ["small"], "thresholds": []}]}
-    policy = build_policy(
-        {
-            "scorer": {"name": "mean_token_negentropy", "top_k": top_k},
-            "models": {
-                "small": {"mean_cost_usd": 0.0001, "quality": 0.5},
-                "large": {"mean_cost_usd": 0.001, "quality": 0.8},
-            },
-            "default_tier": "accept",
-            "tiers": tiers,
-            "router": router,
-        }
-    )
+    document: dict[str, Any] = {
+        "scorer": {"name": "mean_token_negentropy", "top_k": top_k},
+        "models": {
+            "small": {"mean_cost_usd": 0.0001, "quality": 0.5},
+            "large": {"mean_cost_usd": 0.001, "quality": 0.8},
+        },
+        "default_tier": "accept",
+        "tiers": tiers,
+        "router": router,
+    }
+    if os.environ.get("BENCH_SHIFT_REFERENCE"):  # tier accept watched by the shift alarm
+        document["shift_reference"] = shift_reference_for(score)
+    policy = build_policy(document)
     save_policy(policy, tmp / f"policy-{body}.json")
     model = {"base_url": upstream, "timeout_s": 30, "max_retries": 0}
     config = {

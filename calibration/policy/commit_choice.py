@@ -246,4 +246,21 @@ def apply_choice(document: dict[str, Any], study: CommitStudy) -> dict[str, Any]
         prefix_tier["commit"] = result.rule.document()
         tiers[tier] = prefix_tier
     out["tiers"] = tiers
-    return out
+    return with_prefix_shift_references(out, study)
+
+
+def with_prefix_shift_references(document: dict[str, Any], study: CommitStudy) -> dict[str, Any]:
+    """``document`` whose prefix tiers' shift references (``calibration.policy.shift_reference``) are
+    their rule's: the gateway watches the scores of the prefixes it decides on."""
+    if "shift_reference" not in document:
+        return document
+    references = dict(document["shift_reference"]["tiers"])
+    for tier, result in study.chosen.items():
+        if result.rule is None:
+            continue
+        prefix = result.calibrated.document.get("shift_reference", {}).get("tiers", {}).get(tier)
+        if prefix is None:
+            references.pop(tier, None)
+        else:
+            references[tier] = prefix
+    return {**document, "shift_reference": {**document["shift_reference"], "tiers": references}}

@@ -13,6 +13,7 @@ from typing import Any
 from calibration.envelope import Envelope
 from calibration.heldout_expected import attach_heldout
 from calibration.policy.score_distribution import score_distribution_document
+from calibration.policy.shift_reference import shift_reference_document
 from calibration.runs import RunsMatrix
 from calibration.tiers import TierSolution
 from policies.schema import Policy
@@ -79,6 +80,9 @@ def policy_document(
     distribution = score_distribution_document(matrix, tiers)
     if distribution is not None:
         document["score_distribution"] = distribution
+    reference = shift_reference_document(matrix, tiers)  # the gateway's shift alarm
+    if reference is not None:
+        document["shift_reference"] = reference
     return document
 
 

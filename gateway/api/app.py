@@ -74,6 +74,7 @@ def build_gateway(
         with_redis=bool(settings.redis_url or settings.policy_is_redis),
         with_learning=settings.learning.enabled,
         drift=settings.drift,
+        shift_alarm=settings.shift_alarm,
     )
     events = StateEvents(metrics)
     shared = build_shared_state(
@@ -150,7 +151,7 @@ def create_app(
         title="cascade gateway", lifespan=lifespan, docs_url=None, redoc_url=None, openapi_url=None
     )
     app.state.gateway = gateway
-    app.include_router(admin_router(gateway.shared))
+    app.include_router(admin_router(gateway.shared, gateway))
     app.include_router(usage_router(gateway.shared, settings.budgets.window_s))
     app.fast_paths = {edge.path: ApiEndpoint(gateway, edge) for edge in api_edges()}
     for path, endpoint in app.fast_paths.items():  # also routed normally (405 on other methods)

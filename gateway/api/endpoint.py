@@ -182,6 +182,8 @@ class ApiEndpoint:
         )
         if gw.router_runtime.applies(plan):  # a routed tier: the router picks the route (before reserving)
             plan = request.plan = await gw.router_runtime.apply(plan, parsed)
+        if gw.metrics.shift_alarms.alarmed:  # a tier's shift alarm is set: its safe route, if declared
+            plan = request.plan = gw.safe_routes.plan(plan)
         request.tier = plan.tier
         try:
             # The prompt bound is the request the engine sends, with all a translation added.
@@ -368,8 +370,19 @@ class ApiEndpoint:
         upstream_s = facts.upstream_s if facts else 0.0
         endpoint = self.edge.name
         metrics.child(metrics.requests, tier, outcome, endpoint).inc()
-        kind = request.plan.kind if request.plan is not None else "none"
+        plan = request.plan
+        kind = plan.kind if plan is not None else "none"
         metrics.child(metrics.requests_by_kind, tier, kind).inc()
+        if facts is not None and facts.models_called and plan is not None and plan.policy is not None:
+            metrics.shift_alarms.observe(
+                plan.policy.policy_id,
+                tier,
+                kind,
+                outcome,
+                facts.models_called[0],
+                facts.score,
+                facts.escalated,
+            )
         metrics.child(metrics.request_duration, tier, endpoint).observe(duration)
         metrics.child(metrics.overhead, endpoint).observe(max(0.0, duration - upstream_s))
         if request.first_byte_s is not None:

@@ -25,8 +25,10 @@ from gateway.config.settings import (
     ModelConfig,
     UpstreamErrorsConfig,
 )
+from gateway.config.shift_alarm_share import SharedShiftAlarms
 from gateway.engine.cascade import CascadeEngine, scored_stage_body
 from gateway.routing.routed_tiers import RouterRuntime
+from gateway.routing.safe_routes import SafeRoutes
 from gateway.routing.tier_choice import RoutePlan, RoutePlanner
 from gateway.stages.blackbox_scoring import reserve_scoring_usd
 from gateway.telemetry.metrics import GatewayMetrics
@@ -138,6 +140,12 @@ class Gateway:
             share = SharedBreakers(self.breakers, shared.redis, shared.keys)
             shared.ticks.append(share.refresh)  # the state's once-a-second Redis loop reads it
         self.pool = UpstreamPool(models, self.metrics, redact, transport, self.breakers, share)
+        # Shift alarms (gateway.config.shift_alarm): their safe routes, and their Redis side.
+        self.safe_routes = SafeRoutes(metrics.shift_alarms)
+        self.shift_share: SharedShiftAlarms | None = None
+        if shared.redis is not None:
+            self.shift_share = SharedShiftAlarms(metrics.shift_alarms, shared.redis, shared.keys)
+            shared.ticks.append(self.shift_share.refresh)
         self.planner = RoutePlanner(models, rng, coverage)
         content_policy = (upstream_errors or UpstreamErrorsConfig()).content_policy
         self.engine = CascadeEngine(models, self.pool, self.metrics, content_policy)

@@ -35,6 +35,7 @@ from gateway.config.drift import DriftConfig
 from gateway.config.fail_over import BreakerPolicy, RetryPolicy
 from gateway.config.key_settings import BudgetPeriod, RateLimit
 from gateway.config.learning import LearningConfig
+from gateway.config.shift_alarm import ShiftAlarmConfig
 from gateway.redis.keys import is_redis_url
 from money import Price
 from money.charges import DEFAULT_COMPLETION_BOUND, CallLimits
@@ -336,6 +337,7 @@ class Settings(BaseSettings):
     logging: LoggingConfig = LoggingConfig()
     upstream_errors: UpstreamErrorsConfig = UpstreamErrorsConfig()
     drift: DriftConfig = DriftConfig()
+    shift_alarm: ShiftAlarmConfig = ShiftAlarmConfig()
     learning: LearningConfig = LearningConfig()
     # What the policy was calibrated on; other cascade requests go to one model directly
     # (gateway.config.coverage).

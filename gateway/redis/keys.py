@@ -55,6 +55,11 @@ class RedisKeys(PolicyKeys):
         model's circuit breaker, shared by the replicas (gateway.upstream.breaker_share)."""
         return f"{self.prefix}:breaker:{model}"
 
+    def shift_alarms(self, policy_id: str) -> str:
+        """Hash: alarmed tier -> unix seconds of its shift alarm, for one policy, shared by the
+        replicas (gateway.config.shift_alarm_share; expires a week after its last write)."""
+        return f"{self.prefix}:shift_alarm:{policy_id}"
+
     @property
     def replicas(self) -> str:
         """Sorted set: replica id -> when it last said it is live (Redis time, unix seconds);

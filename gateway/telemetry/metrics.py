@@ -15,6 +15,7 @@ from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, gene
 from prometheus_client.exposition import CONTENT_TYPE_LATEST
 
 from gateway.config.drift import DriftConfig, ScoreDriftMonitor
+from gateway.config.shift_alarm import ShiftAlarmConfig, ShiftAlarms
 from policies import Policy
 from policies.kinds import kind_tiers
 
@@ -35,11 +36,17 @@ class GatewayMetrics:
     """Every metric the gateway exports, registered in ``self.registry``."""
 
     def __init__(
-        self, *, with_redis: bool = False, with_learning: bool = False, drift: DriftConfig | None = None
+        self,
+        *,
+        with_redis: bool = False,
+        with_learning: bool = False,
+        drift: DriftConfig | None = None,
+        shift_alarm: ShiftAlarmConfig | None = None,
     ) -> None:
         """``with_redis``: export ``cascade_redis_up`` (only meaningful when Redis is configured);
         ``with_learning``: export the traffic sampler's metrics (``learning``, when it is enabled);
-        ``drift``: the window of the score drift metric (``gateway.config.drift``)."""
+        ``drift``: the window of the score drift metric (``gateway.config.drift``); ``shift_alarm``:
+        the shift alarm's settings (``gateway.config.shift_alarm``)."""
         self.registry = CollectorRegistry(auto_describe=True)
         self._children: dict[tuple[int, tuple[str, ...]], Any] = {}
         # Registered in this order, which is the exposition's.
@@ -50,6 +57,8 @@ class GatewayMetrics:
         self._register_client_metrics(self.registry)
         self.drift = ScoreDriftMonitor(drift)
         self.registry.register(self.drift)
+        self.shift_alarms = ShiftAlarms(shift_alarm)
+        self.registry.register(self.shift_alarms)
         self.learning = LearningMetrics(self.registry, self.child) if with_learning else None
 
     def _register_request_metrics(self, r: CollectorRegistry) -> None:
@@ -280,6 +289,7 @@ class GatewayMetrics:
             for measure, value in (("quality", quality), ("cost_usd", cost), ("escalation_rate", escalation)):
                 self.expected_by_kind.labels(name, kind, measure).set(value)
         self.drift.reset(policy)
+        self.shift_alarms.reset(policy)
 
     def render(self) -> bytes:
         """The Prometheus text exposition of this registry."""

@@ -309,6 +309,11 @@ def test_calibrate_writes_the_chosen_commit_into_the_tier_and_the_study_beside_t
     assert policy.tiers["mid"].commit is not None
     assert policy.tiers["mid"].commit.document() == {"rule": "prefix", "tokens": 64, "boundary": "line"}
     assert policy.tiers["low"].commit is None  # the cheap model alone: nothing to decide
+    # The shift alarm's reference of the prefix tier is its rule's: its escalations are the tier's.
+    reference = policy.shift_reference
+    assert reference is not None and set(reference.tiers) == {"mid"}
+    escalation = reference.tiers["mid"].escalation
+    assert escalation[1] / sum(escalation) == pytest.approx(policy.tiers["mid"].expected.escalation_rate)
     table = (tmp_path / "report" / "commit.md").read_text()
     assert "| mid | prefix-line-64 |" in table and "| mid | buffer |" in table
 

@@ -117,6 +117,15 @@ def test_learning_unit_tests_fail_when_an_alert_is_changed(
     assert alert in _failing_unit_tests(tmp_path, rules.replace(original, changed))
 
 
+def test_shift_alarm_unit_test_fails_when_the_alert_waits_longer(tmp_path: Path) -> None:
+    # Alarmed from minute 5: with a 10-minute wait it no longer fires at minute 12.
+    rules = RULES.read_text()
+    original = "max by (job, tier) (cascade_shift_alarm) >= 1\n        for: 2m"
+    assert rules.count(original) == 1
+    changed = rules.replace(original, original.replace("2m", "10m"))
+    assert "CascadeShiftAlarm" in _failing_unit_tests(tmp_path, changed)
+
+
 def test_compose_prometheus_config_is_valid_and_loads_the_rules() -> None:
     result = _promtool("check", "config", "prometheus.yml", cwd=DEPLOY / "prometheus")
     assert result.returncode == 0, result.stdout + result.stderr

@@ -36,7 +36,7 @@ def test_prometheus_sees_both_replicas_count_and_switch_policy_on_push() -> None
     assert set(report["escalation_rate_expected"]) == {"economy", "balanced", "quality"}
     assert report["escalation_rate_observed"]["quality"] == 0
     alerts = [name for name, _ in rule_expressions() if not name.startswith("cascade:")]
-    assert report["alert_rules_loaded"] == len(alerts) == 15
+    assert report["alert_rules_loaded"] == len(alerts) == 16
     # The score drift gauges of the policy's cascading tiers reached Prometheus (80 requests are
     # too few for a PSI in a 100-score window, so only the sample counts are checked).
     assert set(report["score_drift_samples"]) == {"economy", "balanced"}
