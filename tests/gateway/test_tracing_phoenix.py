@@ -24,7 +24,13 @@ from tests.support.scripted_upstream import ScriptedUpstream, ok
 
 TRACE_ID = "5bf92f3577b34da6a3ce929d0e0e4736"
 PARENT_ID = "10f067aa0ba902b7"
-CONTENT_KEYS = ("gen_ai.input.messages", "gen_ai.output.messages", "llm.input_messages", "llm.output_messages")
+# The conventions' content attributes, and what Phoenix would have made of them.
+CONTENT_KEYS = (
+    "gen_ai.input.messages",
+    "gen_ai.output.messages",
+    "llm.input_messages",
+    "llm.output_messages",
+)
 
 
 @pytest.fixture(scope="module")
