@@ -142,6 +142,15 @@ class RequestTrace:
         span = tracing.tracer.start_span(name, kind=SpanKind.CLIENT, attributes=attributes)
         return AttemptSpan(span, tracing.capture_content, tracing.redact)
 
+    def embedding(self, feature_set: str) -> AttemptSpan:
+        """The span of the router's embedding of the request (a local model, computed in its
+        worker processes: INTERNAL, no provider); ended with the pool's reason when it gave none."""
+        attributes = {"gen_ai.operation.name": "embeddings", "gen_ai.request.model": feature_set}
+        span = self.tracing.tracer.start_span(
+            f"embeddings {feature_set}", kind=SpanKind.INTERNAL, attributes=attributes
+        )
+        return AttemptSpan(span, False, self.tracing.redact)
+
     def stage(self, model: str, score: float | None, threshold: float) -> None:
         """A scored stage's score against its threshold (an event on the request's span)."""
         attributes: dict[str, Any] = {"cascade.stage.model": model, "cascade.threshold": threshold}
