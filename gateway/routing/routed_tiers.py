@@ -32,7 +32,7 @@ from gateway.config.drift import ROUTER_DRIFT_MODEL
 from gateway.routing.embedding_pool import READY, EmbeddingPool
 from gateway.routing.tier_choice import RoutePlan
 from gateway.telemetry.metrics import GatewayMetrics
-from gateway.telemetry.tracing import REQUEST_TRACE
+from gateway.telemetry.trace_context import REQUEST_TRACE
 from gateway.wire.requests import ParsedRequest
 from policies.route_features import CHEAP, MINILM, cheap_features, request_parts
 from policies.router import LinearRouter, goes_direct, routed_choice

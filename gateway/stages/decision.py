@@ -33,7 +33,7 @@ from gateway.routing.tier_choice import RoutePlan
 from gateway.stages.answer_review import AnswerReview, EscalationReason
 from gateway.stages.blackbox_scoring import StageScore
 from gateway.telemetry.metrics import GatewayMetrics
-from gateway.telemetry.tracing import REQUEST_TRACE
+from gateway.telemetry.trace_context import REQUEST_TRACE
 from gateway.upstream.failure import UpstreamFailure
 from gateway.wire.answer_reading import READ_FAILURES, unreadable
 from gateway.wire.errors import GatewayError, UpstreamTimeoutError

@@ -16,7 +16,7 @@ import aiohttp
 import aiohttp.http_exceptions
 import orjson
 
-from gateway.telemetry.tracing import STREAM_ATTEMPT
+from gateway.telemetry.trace_context import STREAM_ATTEMPT
 from gateway.upstream.failure import UpstreamFailure, error_event_failure
 from gateway.wire.requests import ParsedRequest
 from redaction import Redactor

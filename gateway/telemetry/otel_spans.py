@@ -30,7 +30,7 @@ from opentelemetry.trace import Span, SpanKind, Status, StatusCode
 from opentelemetry.trace.propagation.tracecontext import TraceContextTextMapPropagator
 
 from gateway.config.settings import ModelConfig, TracingConfig
-from gateway.telemetry.tracing import REQUEST_TRACE
+from gateway.telemetry.trace_context import REQUEST_TRACE, RequestObserver
 from redaction import Redactor
 
 SEMCONV_VERSION = "1.37.0"
@@ -112,7 +112,7 @@ class RequestTrace:
         self.tracing = tracing
         self.span = span
         self._context_token = otel_context.attach(trace.set_span_in_context(span))
-        self._trace_token: Token[RequestTrace | None] = REQUEST_TRACE.set(self)
+        self._trace_token: Token[RequestObserver | None] = REQUEST_TRACE.set(self)
 
     def attempt(self, model: str, config: ModelConfig, kind: str, body: bytes, number: int) -> AttemptSpan:
         """The CLIENT span of attempt ``number`` (0: the first) of a call to ``model``."""

@@ -5,27 +5,21 @@ the standard ``OTEL_EXPORTER_OTLP_ENDPOINT`` / ``OTEL_EXPORTER_OTLP_TRACES_ENDPO
 This module imports no opentelemetry: ``build_tracing`` imports it (gateway.telemetry.otel_spans)
 only when tracing is on, so a gateway without tracing pays neither its import nor its calls.
 
-The request path sees one observer, the request's trace in ``REQUEST_TRACE`` (None when off): the
-endpoint sets it with the request's SERVER span, the upstream client opens one CLIENT span per
-attempt under it (``RequestTrace.attempt``), the stage decision adds each scored stage's score
-(``RequestTrace.stage``). A streamed attempt's open span is in ``STREAM_ATTEMPT`` while its
-chunks are read (gateway.streaming.sse shows it each chunk).
+The request path sees one observer, the request's trace in ``REQUEST_TRACE`` (None when off;
+gateway.telemetry.trace_context): the endpoint sets it with the request's SERVER span, the upstream
+client opens one CLIENT span per attempt under it, the stage decision adds each scored stage's score.
 """
 
 from __future__ import annotations
 
 import os
-from contextvars import ContextVar
 from typing import TYPE_CHECKING
 
 from gateway.config.settings import TracingConfig
 
 if TYPE_CHECKING:
-    from gateway.telemetry.otel_spans import AttemptSpan, RequestTrace, Tracing
+    from gateway.telemetry.otel_spans import Tracing
     from redaction import Redactor
-
-REQUEST_TRACE: ContextVar[RequestTrace | None] = ContextVar("cascade_request_trace", default=None)
-STREAM_ATTEMPT: ContextVar[AttemptSpan | None] = ContextVar("cascade_stream_attempt", default=None)
 
 _ENDPOINT_VARIABLES = ("OTEL_EXPORTER_OTLP_TRACES_ENDPOINT", "OTEL_EXPORTER_OTLP_ENDPOINT")
 

@@ -25,13 +25,13 @@ import time
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 import aiohttp
 
 from gateway.config.settings import ModelConfig
 from gateway.telemetry.metrics import GatewayMetrics
-from gateway.telemetry.tracing import REQUEST_TRACE, STREAM_ATTEMPT
+from gateway.telemetry.trace_context import REQUEST_TRACE, STREAM_ATTEMPT, AttemptObserver
 from gateway.upstream.breaker import Breaker
 from gateway.upstream.breaker_share import SharedBreakers
 from gateway.upstream.completion import NOT_A_COMPLETION, completion_of, json_object
@@ -40,9 +40,6 @@ from gateway.upstream.retry import retry_delay
 from gateway.upstream.transport import SessionOpener, open_pooled_session
 from money.charges import Attempt
 from redaction import Redactor
-
-if TYPE_CHECKING:
-    from gateway.telemetry.otel_spans import AttemptSpan
 
 _PATHS = {"chat": "/chat/completions", "completions": "/completions"}
 # Failures that end an attempt before a byte of its request was sent (no connection was made, or
@@ -263,7 +260,7 @@ class UpstreamClient:
 
     async def _open_stream(
         self, kind: str, body: bytes, deadline: float, attempts: list[Attempt]
-    ) -> tuple[aiohttp.ClientResponse, float, AttemptSpan | None]:
+    ) -> tuple[aiohttp.ClientResponse, float, AttemptObserver | None]:
         """Attempts of a streamed request until one answers 200: that response, when it was sent
         and its span (None unless the request is traced)."""
         attempt, first = 0, time.monotonic()
@@ -307,7 +304,7 @@ class UpstreamClient:
         started: float,
         status: int | None,
         late: str,
-        span: AttemptSpan | None = None,
+        span: AttemptObserver | None = None,
     ) -> UpstreamFailure:
         """An attempt ended by ``exc`` before its answer was read (``status``: the answer's, when its
         headers came): its failure, returned when it may be retried (never sent; or reset before any
@@ -334,7 +331,7 @@ class UpstreamClient:
         body: bytes,
         attempts: list[Attempt],
         started: float,
-        span: AttemptSpan | None = None,
+        span: AttemptObserver | None = None,
     ) -> tuple[UpstreamFailure, float | None]:
         """A stream answered with an error status (nothing served): its failure and the wait it
         asks for when the status is retryable, else the failure raised."""
@@ -381,7 +378,7 @@ class UpstreamClient:
         await asyncio.sleep(delay)
         return attempt + 1
 
-    def _attempt_span(self, kind: str, body: bytes, attempt: int) -> AttemptSpan | None:
+    def _attempt_span(self, kind: str, body: bytes, attempt: int) -> AttemptObserver | None:
         """The CLIENT span of an attempt of a traced request (gateway.telemetry.tracing), else None."""
         traced = REQUEST_TRACE.get()
         return traced.attempt(self.name, self.config, kind, body, attempt) if traced is not None else None
@@ -390,7 +387,7 @@ class UpstreamClient:
         self,
         status: str,
         started: float,
-        span: AttemptSpan | None = None,
+        span: AttemptObserver | None = None,
         error_type: str | None = None,
         answer: dict[str, Any] | None = None,
     ) -> None:
