@@ -66,12 +66,14 @@ def traced(
     """``traced(capture_content=False, **settings_changes)``: an in-process gateway whose spans go to
     a ``Spans`` exporter, as each ends."""
 
-    def start(capture_content: bool = False, **changes: Any) -> tuple[InProcessGateway, Spans]:
+    def start(
+        capture_content: bool = False, batch: bool = False, **changes: Any
+    ) -> tuple[InProcessGateway, Spans]:
         gateway = start_gateway(make_settings(**changes))
         spans = Spans()
         config = TracingConfig(enabled=True, capture_content=capture_content)
         redact = gateway.gateway.pool.clients["small"].redact
-        gateway.gateway.tracing = Tracing.with_exporter(spans, config, redact, batch=False)
+        gateway.gateway.tracing = Tracing.with_exporter(spans, config, redact, batch=batch)
         return gateway, spans
 
     return start
@@ -177,6 +179,20 @@ def test_a_streamed_escalation_traces_the_scored_stage_and_the_live_stage_with_i
     attrs = _attrs(server)
     assert attrs["cascade.outcome"] == "escalated" and attrs["cascade.score"] < attrs["cascade.threshold"]
     assert not [name for name in attrs if name.startswith("gen_ai.")]
+
+
+def test_the_batched_spans_are_flushed_when_the_server_stops(
+    traced: Callable[..., tuple[InProcessGateway, Spans]],
+    upstream: ScriptedUpstream,
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    monkeypatch.setenv("OTEL_BSP_SCHEDULE_DELAY", "600000")  # no export on the batch's timer
+    gateway, spans = traced(batch=True)
+    _ask(gateway)
+    assert spans.get_finished_spans() == ()
+    gateway.stop()
+    server, (call,) = spans.request()
+    assert call.parent is not None and call.parent.span_id == server.context.span_id
 
 
 def test_an_incoming_traceparent_makes_the_server_span_its_child(
