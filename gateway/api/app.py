@@ -36,6 +36,7 @@ from gateway.assembly.state import build_shared_state
 from gateway.config.settings import Settings
 from gateway.routing.tier_choice import CASCADE_MODEL
 from gateway.telemetry.metrics import CONTENT_TYPE, GatewayMetrics
+from gateway.telemetry.tracing import build_tracing
 from gateway.upstream.transport import SessionOpener, open_pooled_session
 from gateway.wire.errors import GatewayError, InternalError, NotServedError
 from gateway.wire.logs import log_exception
@@ -116,6 +117,7 @@ def build_gateway(
         coverage=settings.coverage,
         transport=transport,
         upstream_errors=settings.upstream_errors,
+        tracing=build_tracing(settings.tracing, redact),  # None (and no opentelemetry import) when off
     )
 
 

@@ -52,6 +52,7 @@ from gateway.wire.requests import ParsedRequest, check_client_schemas
 
 if TYPE_CHECKING:
     from gateway.learning.answers import DrawnRequest
+    from gateway.telemetry.otel_spans import RequestTrace
 
 _JSON_HEADER = (b"content-type", b"application/json")
 _SHUTDOWN_MESSAGE = "the gateway is shutting down and this request outlasted its grace; retry it"
@@ -90,6 +91,7 @@ class _Request:
     drawn: DrawnRequest | None = None
     # A stream's first body bytes written, seconds after ``started`` (time to first token).
     first_byte_s: float | None = None
+    trace: RequestTrace | None = None  # its SERVER span, when tracing is on (gateway.telemetry.tracing)
 
 
 class ApiEndpoint:
@@ -112,6 +114,8 @@ class ApiEndpoint:
 
     async def _serve(self, scope: Scope, receive: Receive, send: Send, current: asyncio.Task[Any]) -> None:
         request = _Request(Exchange(send))
+        if self.gateway.tracing is not None:
+            request.trace = self.gateway.tracing.request(scope, self.path)
         try:
             await self._handle(request, scope, receive, current)
         except asyncio.CancelledError:
@@ -266,6 +270,8 @@ class ApiEndpoint:
                 reserved_usd=reservation.amount_nano / NANO_PER_USD if reservation is not None else None,
             )
         self._record(request)
+        if request.trace is not None:
+            request.trace.end(request)
         if request.drawn is not None and request.status == 200 and request.outcome != "error":
             # The response has been sent in full: the sample goes on no client's clock.
             assert gw.learning is not None

@@ -61,6 +61,7 @@ from redaction import Redactor
 
 if TYPE_CHECKING:
     from gateway.learning.sampler import TrafficSampler
+    from gateway.telemetry.otel_spans import Tracing
 
 # How long closing waits for requests that are still settling (cut by the drain, or cancelled).
 _CLOSE_WAIT_S = 5.0
@@ -129,8 +130,11 @@ class Gateway:
         coverage: CoverageConfig | None = None,
         transport: SessionOpener = open_pooled_session,
         upstream_errors: UpstreamErrorsConfig | None = None,
+        tracing: Tracing | None = None,
     ):
+        """``tracing``: the request and attempt spans' exporter (gateway.telemetry.tracing), None: off."""
         self.models = models
+        self.tracing = tracing
         self.limits = limits
         self.logs = logs
         self.metrics = metrics
@@ -243,6 +247,8 @@ class Gateway:
         await self.shared.close()
         await self.pool.close()
         self.router_runtime.close()
+        if self.tracing is not None:  # export the spans still queued (a blocking flush: in a thread)
+            await asyncio.to_thread(self.tracing.shutdown)
 
     @property
     def policy(self) -> Policy | None:

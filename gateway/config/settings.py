@@ -302,6 +302,23 @@ class LoggingConfig(_Section):
         return value.lower() if isinstance(value, str) else value
 
 
+class TracingConfig(_Section):
+    """OpenTelemetry traces (docs/operations.md#tracing): off unless ``enabled`` or, when it is unset,
+    an ``OTEL_EXPORTER_OTLP_ENDPOINT``/``OTEL_EXPORTER_OTLP_TRACES_ENDPOINT`` is set."""
+
+    enabled: bool | None = Field(
+        None, description="true/false; null: on when an OTEL_EXPORTER_OTLP_*ENDPOINT variable is set"
+    )
+    endpoint: str | None = Field(
+        None,
+        description="OTLP/HTTP traces URL (e.g. http://127.0.0.1:6006/v1/traces); null: the OTEL_* variables",
+    )
+    service_name: str = Field("cascade-gateway", description="service.name unless OTEL_SERVICE_NAME is set")
+    capture_content: bool = Field(
+        False, description="record prompts and answers (gen_ai.input/output.messages, secrets redacted)"
+    )
+
+
 class UpstreamErrorsConfig(_Section):
     """What an upstream's refusal of a request does at a stage (docs/contracts.md#upstream-errors)."""
 
@@ -336,6 +353,7 @@ class Settings(BaseSettings):
     limits: LimitsConfig = LimitsConfig()
     logging: LoggingConfig = LoggingConfig()
     upstream_errors: UpstreamErrorsConfig = UpstreamErrorsConfig()
+    tracing: TracingConfig = TracingConfig()
     drift: DriftConfig = DriftConfig()
     shift_alarm: ShiftAlarmConfig = ShiftAlarmConfig()
     learning: LearningConfig = LearningConfig()

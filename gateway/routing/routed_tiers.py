@@ -32,6 +32,7 @@ from gateway.config.drift import ROUTER_DRIFT_MODEL
 from gateway.routing.embedding_pool import READY, EmbeddingPool
 from gateway.routing.tier_choice import RoutePlan
 from gateway.telemetry.metrics import GatewayMetrics
+from gateway.telemetry.trace_context import REQUEST_TRACE
 from gateway.wire.requests import ParsedRequest
 from policies.route_features import CHEAP, MINILM, cheap_features, request_parts
 from policies.router import LinearRouter, goes_direct, routed_choice
@@ -126,7 +127,11 @@ class RouterRuntime:
             why = "ok"
         else:
             assert feature_set == MINILM
+            traced = REQUEST_TRACE.get()  # the request's trace (gateway.telemetry.tracing), None when off
+            span = traced.embedding(MINILM) if traced is not None else None
             features, why = await self.embeddings.embed(text)
+            if span is not None:
+                span.end(None if why == "ok" else why)
         self._child(self.feature_seconds, feature_set).observe(time.perf_counter() - started)
         return features, why
 

@@ -33,6 +33,7 @@ from gateway.routing.tier_choice import RoutePlan
 from gateway.stages.answer_review import AnswerReview, EscalationReason
 from gateway.stages.blackbox_scoring import StageScore
 from gateway.telemetry.metrics import GatewayMetrics
+from gateway.telemetry.trace_context import REQUEST_TRACE
 from gateway.upstream.failure import UpstreamFailure
 from gateway.wire.answer_reading import READ_FAILURES, unreadable
 from gateway.wire.errors import GatewayError, UpstreamTimeoutError
@@ -135,6 +136,8 @@ class StageDecision:
         """A scored stage's score and threshold in the facts, the confidence histogram and the
         drift window."""
         facts.score, facts.threshold = score, threshold
+        if (traced := REQUEST_TRACE.get()) is not None:  # the request's span (gateway.telemetry.tracing)
+            traced.stage(model, score, threshold)
         if score is not None:
             assert plan.policy is not None
             self._metrics.child(self._metrics.confidence, plan.tier, model).observe(score)

@@ -16,6 +16,7 @@ import aiohttp
 import aiohttp.http_exceptions
 import orjson
 
+from gateway.telemetry.trace_context import STREAM_ATTEMPT
 from gateway.upstream.failure import UpstreamFailure, error_event_failure
 from gateway.wire.requests import ParsedRequest
 from redaction import Redactor
@@ -131,6 +132,7 @@ async def upstream_events(
     the provider's failure in its own words (``error_event_failure``, its text through ``redact``).
     """
     finished = False
+    traced = STREAM_ATTEMPT.get()  # the attempt's span, when the request is traced
     try:
         async for raw_line in response.content:
             line = raw_line.strip()
@@ -153,6 +155,8 @@ async def upstream_events(
             for choice in choices:
                 if choice.get("finish_reason"):
                     finished = True
+            if traced is not None:
+                traced.chunk(event)
             yield event
     except TimeoutError:
         # The request deadline (the stream's total timeout) or the per-read timeout passed.

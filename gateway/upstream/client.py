@@ -31,6 +31,7 @@ import aiohttp
 
 from gateway.config.settings import ModelConfig
 from gateway.telemetry.metrics import GatewayMetrics
+from gateway.telemetry.trace_context import REQUEST_TRACE, STREAM_ATTEMPT, AttemptObserver
 from gateway.upstream.breaker import Breaker
 from gateway.upstream.breaker_share import SharedBreakers
 from gateway.upstream.completion import NOT_A_COMPLETION, completion_of, json_object
@@ -172,6 +173,7 @@ class UpstreamClient:
         while True:
             timeout = self._attempt_timeout(deadline)
             t0 = time.monotonic()
+            span = self._attempt_span(kind, body, attempt)  # None unless the request is traced
             status: int | None = None  # the answer's status, once its headers arrived
             try:
                 async with self.session.post(
@@ -187,10 +189,12 @@ class UpstreamClient:
                     asked = asked_wait(response.headers) if status != 200 else None
             except asyncio.CancelledError:
                 attempts.append(Attempt(body, billable=status in (None, 200)))
+                if span is not None:
+                    span.end("cancelled")
                 raise
             except (aiohttp.ClientError, TimeoutError) as exc:
                 late = f"no answer within {timeout:.1f}s"
-                failure = self._unanswered(exc, body, attempts, t0, status, late)
+                failure = self._unanswered(exc, body, attempts, t0, status, late, span)
                 attempt = await self._backoff_or_raise(failure, attempt, deadline, None, started)
                 continue
             if status == 200:
@@ -198,13 +202,13 @@ class UpstreamClient:
                 attempts.append(Attempt(body, answer=answer))
                 parsed = completion_of(answer)
                 if parsed is None:
-                    self._observe("malformed", t0)
+                    self._observe("malformed", t0, span, "malformed")
                     raise UpstreamFailure(self.name, "malformed", NOT_A_COMPLETION)
-                self._observe("2xx", t0)
+                self._observe("2xx", t0, span, None, parsed)
                 return UpstreamReply(parsed, time.monotonic() - started)
             attempts.append(Attempt(body, billable=False))  # an error status: nothing was served
             failure = status_failure(self.name, status, payload, retry_after, self._redact)
-            self._observe(_status_label(status), t0)
+            self._observe(_status_label(status), t0, span, str(status))
             if status not in RETRYABLE_STATUS:
                 raise failure
             attempt = await self._backoff_or_raise(failure, attempt, deadline, asked, started)
@@ -223,7 +227,7 @@ class UpstreamClient:
         if breaker is not None:
             self._admit(breaker)
         try:
-            response, t0 = await self._open_stream(kind, body, deadline, attempts)
+            response, t0, span = await self._open_stream(kind, body, deadline, attempts)
         except UpstreamFailure as failure:
             if breaker is not None:
                 await self._call_ended(breaker, failure)
@@ -235,6 +239,9 @@ class UpstreamClient:
         if breaker is not None:
             await self._call_ended(breaker, None)
         status = "error"
+        shown = span is not None
+        if shown:  # its chunks are shown to it (gateway.streaming.sse)
+            STREAM_ATTEMPT.set(span)
         try:
             yield response
             status = "2xx"
@@ -247,12 +254,15 @@ class UpstreamClient:
                 response.release()
             else:
                 response.close()
-            self._observe(status, t0)
+            if shown:  # (set, not reset: an abandoned stream may be closed in another context)
+                STREAM_ATTEMPT.set(None)
+            self._observe(status, t0, span, None if status == "2xx" else status)
 
     async def _open_stream(
         self, kind: str, body: bytes, deadline: float, attempts: list[Attempt]
-    ) -> tuple[aiohttp.ClientResponse, float]:
-        """Attempts of a streamed request until one answers 200: that response and when it was sent."""
+    ) -> tuple[aiohttp.ClientResponse, float, AttemptObserver | None]:
+        """Attempts of a streamed request until one answers 200: that response, when it was sent
+        and its span (None unless the request is traced)."""
         attempt, first = 0, time.monotonic()
         while True:
             t0 = time.monotonic()
@@ -263,6 +273,7 @@ class UpstreamClient:
             timeout = aiohttp.ClientTimeout(
                 total=remaining, sock_read=self.config.timeout_s, sock_connect=self.config.timeout_s
             )
+            span = self._attempt_span(kind, body, attempt)
             try:
                 response = await self.session.post(
                     self._urls[kind],
@@ -273,14 +284,16 @@ class UpstreamClient:
                 )
             except asyncio.CancelledError:
                 attempts.append(Attempt(body))  # sent, maybe served, and no answer seen
+                if span is not None:
+                    span.end("cancelled")
                 raise
             except (aiohttp.ClientError, TimeoutError) as exc:
-                failure = self._unanswered(exc, body, attempts, t0, None, "no answer in time")
+                failure = self._unanswered(exc, body, attempts, t0, None, "no answer in time", span)
                 attempt = await self._backoff_or_raise(failure, attempt, deadline, None, first)
                 continue
             if response.status == 200:
-                return response, t0
-            failure, asked = await self._refused(response, body, attempts, t0)
+                return response, t0, span
+            failure, asked = await self._refused(response, body, attempts, t0, span)
             attempt = await self._backoff_or_raise(failure, attempt, deadline, asked, first)
 
     def _unanswered(
@@ -291,6 +304,7 @@ class UpstreamClient:
         started: float,
         status: int | None,
         late: str,
+        span: AttemptObserver | None = None,
     ) -> UpstreamFailure:
         """An attempt ended by ``exc`` before its answer was read (``status``: the answer's, when its
         headers came): its failure, returned when it may be retried (never sent; or reset before any
@@ -298,21 +312,26 @@ class UpstreamClient:
         the module docstring says."""
         if isinstance(exc, _NEVER_SENT):
             attempts.append(Attempt(body, billable=False))
-            self._observe("error", started)
+            self._observe("error", started, span, type(exc).__name__)
             return UpstreamFailure(self.name, "connect", type(exc).__name__)
         # Sent, then it timed out, the connection dropped or the body was cut: maybe billed.
         attempts.append(Attempt(body, billable=status in (None, 200)))
         if isinstance(exc, TimeoutError):
-            self._observe("timeout", started)
+            self._observe("timeout", started, span, "timeout")
             raise UpstreamFailure(self.name, "timeout", late) from None
-        self._observe("error", started)
+        self._observe("error", started, span, type(exc).__name__)
         failure = UpstreamFailure(self.name, "connect", _broken(exc, status))
         if status is None and isinstance(exc, _RESET) and self.config.retry.uncertain:
             return failure  # charged its worst case above; the reservation holds one per attempt
         raise failure from None
 
     async def _refused(
-        self, response: aiohttp.ClientResponse, body: bytes, attempts: list[Attempt], started: float
+        self,
+        response: aiohttp.ClientResponse,
+        body: bytes,
+        attempts: list[Attempt],
+        started: float,
+        span: AttemptObserver | None = None,
     ) -> tuple[UpstreamFailure, float | None]:
         """A stream answered with an error status (nothing served): its failure and the wait it
         asks for when the status is retryable, else the failure raised."""
@@ -326,7 +345,7 @@ class UpstreamClient:
         failure = status_failure(
             self.name, response.status, payload, response.headers.get("retry-after"), self._redact
         )
-        self._observe(_status_label(response.status), started)
+        self._observe(_status_label(response.status), started, span, str(response.status))
         if response.status not in RETRYABLE_STATUS:
             raise failure
         return failure, asked_wait(response.headers)
@@ -359,9 +378,24 @@ class UpstreamClient:
         await asyncio.sleep(delay)
         return attempt + 1
 
-    def _observe(self, status: str, started: float) -> None:
+    def _attempt_span(self, kind: str, body: bytes, attempt: int) -> AttemptObserver | None:
+        """The CLIENT span of an attempt of a traced request (gateway.telemetry.tracing), else None."""
+        traced = REQUEST_TRACE.get()
+        return traced.attempt(self.name, self.config, kind, body, attempt) if traced is not None else None
+
+    def _observe(
+        self,
+        status: str,
+        started: float,
+        span: AttemptObserver | None = None,
+        error_type: str | None = None,
+        answer: dict[str, Any] | None = None,
+    ) -> None:
+        """Count an ended attempt (and end its span, if traced: ``error_type`` unless answered)."""
         self._requests[status].inc()
         self._duration.observe(time.monotonic() - started)
+        if span is not None:
+            span.end(error_type, answer)
 
 
 def _broken(exc: BaseException, status: int | None) -> str:
