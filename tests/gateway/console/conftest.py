@@ -7,7 +7,7 @@
 * ``served_console`` (module): the app under uvicorn on loopback, console on, Redis, with seeded
   traffic sent through it (``ServedConsole``: ``url`` and the ids of one ``escalated``, one ``accepted``
   and one ``failed`` request, their records written).
-* ``browser`` (session): the system Chromium under Playwright (tests/support/console_browser.py).
+* ``browser`` (module): the system Chromium under Playwright (tests/support/console_browser.py).
 * ``console_page``: a new page of ``browser`` on ``served_console``, signed in through the login form;
   the test fails on any console error or page error of it.
 """
@@ -123,9 +123,11 @@ def _seed(running: RunningGateway, upstream: ScriptedUpstream, keys: RedisKeys) 
     return ServedConsole(running, *ids)
 
 
-@pytest.fixture(scope="session")
+@pytest.fixture(scope="module")
 def browser() -> Iterator[Any]:
-    """The system Chromium under Playwright, for the whole session."""
+    """The system Chromium under Playwright, for one test module. Not the session's: Playwright's sync
+    driver keeps an event loop running in the main thread while it is started, and pytest-asyncio's
+    tests after it could not run theirs; a module's teardown stops it before the next module."""
     playwright = sync_playwright().start()
     try:
         chromium = launch_browser(playwright)
