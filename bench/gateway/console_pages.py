@@ -171,7 +171,7 @@ def main() -> None:
             server.should_exit = True
             thread.join(15)
     finally:
-        for key in (keys.console_requests, keys.console_index):
+        for key in client.scan_iter(match=f"{keys.prefix}:*"):  # the records and the gateway's own keys
             client.delete(key)
         client.close()
     print(f"\n{args.served:,} requests served, {args.cap:,} kept, {args.repeat} fetches per page\n")
