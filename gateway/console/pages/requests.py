@@ -15,6 +15,7 @@ from urllib.parse import urlencode
 import orjson
 from fastapi import APIRouter, Request
 from fastapi.responses import HTMLResponse, Response
+from redis.exceptions import RedisError
 
 from gateway.console.context import ConsoleContext
 from gateway.console.views import wants_part
@@ -48,7 +49,11 @@ def requests_routes(context: ConsoleContext) -> APIRouter:
             reason=reason.strip() or None,
         )
         size = limit if limit in PAGE_SIZES else 50
-        page = await records.page(where, cursor.strip() or None, size)
+        try:
+            page = await records.page(where, cursor.strip() or None, size)
+            kept = await records.count()
+        except (RedisError, OSError) as exc:
+            return _unavailable(context, request, exc)
         values: dict[str, Any] = {
             "page": page,
             "where": where,
@@ -68,14 +73,17 @@ def requests_routes(context: ConsoleContext) -> APIRouter:
             outcomes=OUTCOMES,
             reasons=[str(reason) for reason in EscalationReason] + [NO_REASON],
             page_sizes=PAGE_SIZES,
-            kept=await records.count(),
+            kept=kept,
             store=records,
             **values,
         )
 
     @router.get("/requests/{request_id}", response_class=HTMLResponse)
     async def request_page(request: Request, request_id: str) -> Response:
-        record = await records.get(request_id[:64]) if request_id.isalnum() else None
+        try:
+            record = await records.get(request_id[:64]) if request_id.isalnum() else None
+        except (RedisError, OSError) as exc:
+            return _unavailable(context, request, exc)
         if record is None:
             return views.page(
                 request, "request_missing.html", title="Request not found", status=404, request_id=request_id
@@ -83,6 +91,14 @@ def requests_routes(context: ConsoleContext) -> APIRouter:
         return views.page(request, "request.html", title=f"Request {request_id}", record=record)
 
     return router
+
+
+def _unavailable(context: ConsoleContext, request: Request, error: Exception) -> Response:
+    """The page saying the records cannot be read now (503): the store's Redis does not answer."""
+    reason = f"{type(error).__name__}: the Redis holding them does not answer"
+    return context.views.page(
+        request, "unavailable.html", title="Records unavailable", status=503, reason=reason
+    )
 
 
 def _query(where: RecordFilter, size: int) -> str:

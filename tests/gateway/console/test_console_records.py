@@ -168,3 +168,13 @@ def _key_id(key: str) -> str:
     from gateway.keys.auth import hash_key, key_id_of
 
     return key_id_of(hash_key(key))
+
+
+def test_the_pages_say_so_when_the_records_cannot_be_read(
+    start_gateway: Callable[..., InProcessGateway], console_settings: Callable[..., Settings]
+) -> None:
+    gateway = start_gateway(console_settings(redis_url="redis://127.0.0.1:1/0"))  # nothing listens there
+    admin = {"authorization": f"Bearer {ADMIN_KEY}"}
+    for path in ("/console/requests", "/console/requests/0123456789abcdef01234567"):
+        answer = gateway.http.get(path, headers=admin)
+        assert answer.status_code == 503 and "The request records cannot be read right now" in answer.text
