@@ -42,12 +42,7 @@ def requests_routes(context: ConsoleContext) -> APIRouter:
         cursor: str = "",
         limit: int = 50,
     ) -> Response:
-        where = RecordFilter(
-            tier=tier.strip() or None,
-            key_id=key.strip() or None,
-            outcome=outcome.strip() or None,
-            reason=reason.strip() or None,
-        )
+        where = RecordFilter(*(value.strip() or None for value in (tier, key, outcome, reason)))
         size = limit if limit in PAGE_SIZES else 50
         try:
             page = await records.page(where, cursor.strip() or None, size)
