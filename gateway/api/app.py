@@ -118,6 +118,7 @@ def build_gateway(
         transport=transport,
         upstream_errors=settings.upstream_errors,
         tracing=build_tracing(settings.tracing, redact),  # None (and no opentelemetry import) when off
+        console=settings.console,
     )
 
 
@@ -161,6 +162,10 @@ def create_app(
 
     _add_info_routes(app, gateway)
     _add_error_handlers(app)
+    if gateway.console is not None:  # console.enabled: the /console pages (gateway.console)
+        from gateway.console.mount import mount_console
+
+        mount_console(app, gateway, settings.auth.admin_key_env)
     return app
 
 

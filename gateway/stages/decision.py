@@ -138,6 +138,8 @@ class StageDecision:
         facts.score, facts.threshold = score, threshold
         if (traced := REQUEST_TRACE.get()) is not None:  # the request's span (gateway.telemetry.tracing)
             traced.stage(model, score, threshold)
+        if facts.trace is not None:  # the console is on (gateway.wire.trace)
+            facts.trace.scored(model, score, threshold)
         if score is not None:
             assert plan.policy is not None
             self._metrics.child(self._metrics.confidence, plan.tier, model).observe(score)
