@@ -19,9 +19,11 @@ description: what a model is asked, without the answer format noise of the JSON 
 from __future__ import annotations
 
 import math
+import operator
 import re
 import zlib
 from collections.abc import Mapping, Sequence
+from itertools import pairwise
 from typing import Any
 
 import numpy as np
@@ -36,6 +38,8 @@ MINILM_DIMS = 384
 MAX_FEATURE_CHARS = 8000  # longer texts are cut: the router reads the head of a request
 KINDS = ("text", "tool_call", "structured_output")
 _TOKEN = re.compile(r"\w+|[^\w\s]")
+_ASCII_TOKEN = re.compile(rb"\w+|[^\w\s]")  # on ASCII bytes: the tokens _TOKEN finds in the text
+_UNICODE_ONLY_SPACE = re.compile(r"[\x1c-\x1f]")  # whitespace to \\s in str patterns, not in bytes ones
 
 
 def feature_dims(name: str) -> int:
@@ -45,6 +49,9 @@ def feature_dims(name: str) -> int:
     if name == MINILM:
         return MINILM_DIMS
     raise ValueError(f"unknown feature set {name!r}; known: {', '.join(FEATURE_SETS)}")
+
+
+_CHEAP_DIMS = feature_dims(CHEAP)
 
 
 def request_text(messages: Sequence[Any], tools: Sequence[Any] | None) -> str:
@@ -60,28 +67,75 @@ def request_text(messages: Sequence[Any], tools: Sequence[Any] | None) -> str:
     return "\n".join(part for part in parts if part)[:MAX_FEATURE_CHARS]
 
 
+class SparseFeatures:
+    """A feature vector held as its nonzero entries: ``terms`` maps an index below ``dims`` to its
+    value. What the gateway computes per request (no numpy on the request path, docs/routing.md);
+    ``np.asarray`` gives the dense vector (``__array__``), for the learning rows and calibration."""
+
+    __slots__ = ("dims", "terms")
+
+    def __init__(self, dims: int, terms: dict[int, float]) -> None:
+        self.dims = dims
+        self.terms = terms
+
+    def dense(self) -> np.ndarray:
+        """The whole vector (float64, ``dims`` long)."""
+        vector = np.zeros(self.dims)
+        if self.terms:
+            vector[list(self.terms)] = list(self.terms.values())
+        return vector
+
+    def __array__(self, dtype: Any = None, copy: Any = None) -> np.ndarray:
+        vector = self.dense()
+        return vector if dtype is None else vector.astype(dtype, copy=False)
+
+    def __len__(self) -> int:
+        return self.dims
+
+
+def _grams(text: str) -> list[bytes]:
+    """The lower-cased text's tokens (module docstring) as UTF-8 bytes. An ASCII text without the
+    separators only Unicode counts as whitespace (``\\x1c``-``\\x1f``) is tokenized from its bytes:
+    the same tokens, without encoding each one."""
+    lowered = text.lower()
+    if lowered.isascii() and not _UNICODE_ONLY_SPACE.search(lowered):
+        return _ASCII_TOKEN.findall(lowered.encode())
+    return [token.encode() for token in _TOKEN.findall(lowered)]
+
+
+def cheap_terms(text: str, n_tools: int, kind: str) -> SparseFeatures:
+    """The ``cheap-v1`` vector of one request as its nonzero entries (module docstring): the one
+    definition of the feature set; ``cheap_features`` is its dense form."""
+    tokens = _grams(text)
+    crc32 = zlib.crc32
+    # Unigrams, then bigrams ("previous token", a space, "token"; the first after an empty one).
+    buckets = [crc32(token) % HASH_DIMS for token in tokens]
+    buckets += [crc32(b"%b %b" % pair) % HASH_DIMS for pair in pairwise([b"", *tokens])]
+    counts: dict[int, int] = {}
+    for bucket in buckets:
+        counts[bucket] = counts.get(bucket, 0) + 1
+    terms: dict[int, float] = {}
+    if counts:
+        values = list(map(math.log1p, counts.values()))
+        # fsum: the norm correctly rounded (whatever the order of the terms), the same everywhere.
+        norm = math.sqrt(math.fsum(map(operator.mul, values, values)))
+        terms = {bucket: value / norm for bucket, value in zip(counts, values, strict=True)}
+    length = math.log1p(len(text))
+    if length:
+        terms[HASH_DIMS] = length
+    if tokens:
+        terms[HASH_DIMS + 1] = math.log1p(len(tokens))
+    if n_tools:
+        terms[HASH_DIMS + 2] = 1.0
+        terms[HASH_DIMS + 3] = math.log1p(n_tools)
+    if kind in KINDS:
+        terms[HASH_DIMS + 4 + KINDS.index(kind)] = 1.0
+    return SparseFeatures(_CHEAP_DIMS, terms)
+
+
 def cheap_features(text: str, n_tools: int, kind: str) -> np.ndarray:
     """The ``cheap-v1`` vector of one request (float64, ``feature_dims(CHEAP)`` long)."""
-    vector = np.zeros(feature_dims(CHEAP))
-    tokens = _TOKEN.findall(text.lower())
-    counts: dict[int, int] = {}
-    previous = ""
-    for token in tokens:
-        for gram in (token, f"{previous} {token}"):
-            bucket = zlib.crc32(gram.encode()) % HASH_DIMS
-            counts[bucket] = counts.get(bucket, 0) + 1
-        previous = token
-    if counts:
-        buckets = np.fromiter(counts.keys(), dtype=np.int64, count=len(counts))
-        values = np.log1p(np.fromiter(counts.values(), dtype=np.float64, count=len(counts)))
-        vector[buckets] = values / math.sqrt(float(values @ values))
-    vector[HASH_DIMS] = math.log1p(len(text))
-    vector[HASH_DIMS + 1] = math.log1p(len(tokens))
-    vector[HASH_DIMS + 2] = 1.0 if n_tools else 0.0
-    vector[HASH_DIMS + 3] = math.log1p(n_tools)
-    if kind in KINDS:
-        vector[HASH_DIMS + 4 + KINDS.index(kind)] = 1.0
-    return vector
+    return cheap_terms(text, n_tools, kind).dense()
 
 
 def request_parts(body: Mapping[str, Any], kind: str) -> tuple[str, int, str]:

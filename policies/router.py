@@ -16,8 +16,9 @@ Two rules read the probabilities:
 
 from __future__ import annotations
 
-from collections.abc import Sequence
-from dataclasses import dataclass
+import math
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, overload
 
 import numpy as np
@@ -38,6 +39,14 @@ class LinearRouter:
     models: tuple[str, ...]
     coef: np.ndarray  # (k, d)
     intercept: np.ndarray  # (k,)
+    # The same coefficients as Python floats, read by ``sparse_probabilities`` (one request, no numpy).
+    _rows: tuple[tuple[float, ...], ...] = field(init=False, repr=False, compare=False)
+    _intercepts: tuple[float, ...] = field(init=False, repr=False, compare=False)
+
+    def __post_init__(self) -> None:
+        rows = tuple(tuple(float(v) for v in row) for row in np.atleast_2d(self.coef))
+        object.__setattr__(self, "_rows", rows)
+        object.__setattr__(self, "_intercepts", tuple(float(v) for v in np.ravel(self.intercept)))
 
     @classmethod
     def from_spec(cls, spec: RouterSpec) -> LinearRouter:
@@ -48,6 +57,17 @@ class LinearRouter:
         """P(correct) per model: ``(k,)`` for one vector ``(d,)``, ``(n, k)`` for rows ``(n, d)``."""
         return _sigmoid(np.asarray(features, dtype=np.float64) @ self.coef.T + self.intercept)
 
+    def sparse_probabilities(self, terms: Mapping[int, float]) -> list[float]:
+        """P(correct) per model for one vector given by its nonzero entries (index -> value), in
+        plain Python: the request path's form of ``probabilities`` (equal to rounding)."""
+        tanh, fsum = math.tanh, math.fsum
+        items = terms.items()
+        out = []
+        for row, intercept in zip(self._rows, self._intercepts, strict=True):
+            z = fsum([row[index] * value for index, value in items]) + intercept
+            out.append(0.5 * (1.0 + tanh(0.5 * z)))
+        return out
+
     def probability_of(self, model: str, features: np.ndarray) -> float:
         """P(correct) of one model for one feature vector."""
         index = self.models.index(model)
@@ -56,16 +76,22 @@ class LinearRouter:
         )
 
 
-def routed_choice(p_correct: np.ndarray, model_cost: Sequence[float], price_weight: float) -> int:
+def routed_choice(
+    p_correct: Sequence[float] | np.ndarray, model_cost: Sequence[float], price_weight: float
+) -> int:
     """Index of the model a routed tier sends a request to: argmax of p - price_weight * cost.
 
     Ties go to the cheaper model, as in calibration (``calibration.routing.routed.route_choices``
-    orders the pool by cost, so its arg-max's first index is the cheaper one).
+    orders the pool by cost, so its arg-max's first index is the cheaper one); between equal costs
+    the earlier model. Plain Python: a handful of models per request.
     """
-    cost = np.asarray(model_cost, dtype=np.float64)
-    utility = np.asarray(p_correct, dtype=np.float64) - price_weight * cost
-    order = np.lexsort((np.arange(cost.size), cost))
-    return int(order[int(np.argmax(utility[order]))])
+    costs = [float(cost) for cost in model_cost]
+    utility = [float(p) - price_weight * cost for p, cost in zip(p_correct, costs, strict=True)]
+    best = -1
+    for index in sorted(range(len(costs)), key=costs.__getitem__):  # stable: equal costs keep order
+        if best < 0 or utility[index] > utility[best]:
+            best = index
+    return best
 
 
 @overload

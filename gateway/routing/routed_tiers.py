@@ -34,7 +34,7 @@ from gateway.routing.tier_choice import RoutePlan
 from gateway.telemetry.metrics import GatewayMetrics
 from gateway.telemetry.trace_context import REQUEST_TRACE
 from gateway.wire.requests import ParsedRequest
-from policies.route_features import CHEAP, MINILM, cheap_features, request_parts
+from policies.route_features import CHEAP, MINILM, SparseFeatures, cheap_terms, request_parts
 from policies.router import LinearRouter, goes_direct, routed_choice
 from policies.routing_schema import RouterSpec
 from policies.schema import Route
@@ -93,6 +93,8 @@ class RouterRuntime:
         self.embeddings = embeddings or EmbeddingPool(restarts=self.embedding_restarts)
         self.embedding_warm.set_function(lambda: float(self.embeddings.state == READY))
         self._routers: dict[int, tuple[RouterSpec, LinearRouter]] = {}
+        # The one-stage (or hybrid) routes a router chooses, built once: (models, thresholds) -> Route.
+        self._routes: dict[tuple[tuple[str, ...], tuple[float, ...]], Route] = {}
 
     @staticmethod
     def applies(plan: RoutePlan) -> bool:
@@ -113,17 +115,31 @@ class RouterRuntime:
         self._routers[id(spec)] = (spec, router)
         return router
 
+    def _route(self, models: list[str], thresholds: list[float]) -> Route:
+        """The route of ``models`` at ``thresholds``, one object per distinct choice (never mutated)."""
+        key = (tuple(models), tuple(thresholds))
+        route = self._routes.get(key)
+        if route is None:
+            if len(self._routes) >= 64:
+                self._routes.pop(next(iter(self._routes)))
+            route = Route.model_construct(weight=1.0, models=models, thresholds=thresholds)
+            self._routes[key] = route
+        return route
+
     async def features(
         self, feature_set: str, request: ParsedRequest, kind: str
-    ) -> tuple[np.ndarray | None, str]:
-        """The request's vector of ``feature_set`` and ``"ok"``, or ``(None, why)`` when the embedding
-        pool could not compute it (``EmbeddingPool.embed``); timed in ``cascade_router_feature_seconds``.
-        The learning sampler computes a sampled request's features with it too, off the request path."""
+    ) -> tuple[SparseFeatures | np.ndarray | None, str]:
+        """The request's vector of ``feature_set`` (``cheap-v1``: its nonzero entries, a
+        ``SparseFeatures``; ``np.asarray`` of it is the dense vector) and ``"ok"``, or ``(None, why)``
+        when the embedding pool could not compute it (``EmbeddingPool.embed``); timed in
+        ``cascade_router_feature_seconds``. The learning sampler computes a sampled request's
+        features with it too, off the request path."""
         body = request.body if request.api == "chat" else {"messages": [_legacy_message(request.body)]}
         text, n_tools, kind = request_parts(body, kind)
         started = time.perf_counter()
+        features: SparseFeatures | np.ndarray | None
         if feature_set == CHEAP:
-            features: np.ndarray | None = cheap_features(text, n_tools, kind)
+            features = cheap_terms(text, n_tools, kind)
             why = "ok"
         else:
             assert feature_set == MINILM
@@ -152,26 +168,29 @@ class RouterRuntime:
             plan.mechanism = "fallback"
             return plan
         router = self._linear(spec)
-        p = router.probabilities(features)
+        if isinstance(features, SparseFeatures):  # plain Python over the router's coefficients
+            p: list[float] = router.sparse_probabilities(features.terms)
+        else:
+            p = router.probabilities(features).tolist()
         thresholds: list[float]
         if routing.mechanism == "routed":
             assert routing.price_weight is not None
             index = routed_choice(p, spec.cost_usd, routing.price_weight)
             models, thresholds, mechanism = [router.models[index]], [], "routed"
-            probability = float(p[index])
+            probability = p[index]
         elif routing.models is not None and len(routing.models) == 1:
             models, thresholds, mechanism = list(routing.models), [], "hybrid_direct"
-            probability = float(p[router.models.index(routing.models[0])])
+            probability = p[router.models.index(routing.models[0])]
         else:
             assert routing.models is not None and routing.threshold is not None
             assert routing.direct_below is not None
             cheap, strong = routing.models
-            probability = float(p[router.models.index(cheap)])
+            probability = p[router.models.index(cheap)]
             if goes_direct(probability, routing.direct_below):
                 models, thresholds, mechanism = [strong], [], "hybrid_direct"
             else:
                 models, thresholds, mechanism = [cheap, strong], [routing.threshold], "hybrid_cascade"
-        plan.route = Route.model_construct(weight=1.0, models=models, thresholds=thresholds)
+        plan.route = self._route(models, thresholds)
         plan.mechanism = mechanism
         plan.router_probability = probability
         plan.router_features = features

@@ -9,6 +9,7 @@ user, key or request id.
 
 from __future__ import annotations
 
+from bisect import bisect_left
 from typing import Any
 
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, generate_latest
@@ -265,7 +266,9 @@ class GatewayMetrics:
         )
 
     def child(self, metric: Any, *labels: str) -> Any:
-        """``metric.labels(*labels)``, memoized: label sets are few and the hot path asks often.
+        """``metric.labels(*labels)``, memoized: label sets are few and the hot path asks often. A
+        counter's or histogram's child comes bound (``bound_child``: its ``inc``/``observe`` go
+        straight to the values it exports).
 
         Not for metrics that get ``clear()``-ed (the policy gauges).
         """
@@ -273,7 +276,7 @@ class GatewayMetrics:
         try:
             return self._children[key]
         except KeyError:
-            found = self._children[key] = metric.labels(*labels)
+            found = self._children[key] = bound_child(metric.labels(*labels))
             return found
 
     def policy_loaded(self, policy: Policy) -> None:
@@ -361,3 +364,52 @@ class LearningMetrics:
         self.judge_cost = Counter(
             "cascade_judge_cost_usd", "Spend of judges that call a model (llm) in USD.", ["judge"], registry=r
         )
+
+
+class _BoundCounter:
+    """A labelled counter's child with ``inc`` on its value: what ``Counter.inc`` does without
+    re-checking, on every call, that the child has its labels (it has: ``labels`` made it)."""
+
+    __slots__ = ("_value", "child")
+
+    def __init__(self, child: Counter) -> None:
+        self.child = child
+        self._value = child._value
+
+    def inc(self, amount: float = 1) -> None:
+        """Add ``amount`` (non-negative, as ``Counter.inc`` requires)."""
+        if amount < 0:
+            raise ValueError("Counters can only be incremented by non-negative amounts.")
+        self._value.inc(amount)
+
+
+class _BoundHistogram:
+    """A labelled histogram's child whose ``observe`` finds the bucket by bisection: the bucket
+    ``Histogram.observe`` finds by scanning (the first bound at or above the value)."""
+
+    __slots__ = ("_bounds", "_buckets", "_sum", "child")
+
+    def __init__(self, child: Histogram) -> None:
+        self.child = child
+        self._sum = child._sum
+        self._buckets = child._buckets
+        self._bounds = list(child._upper_bounds)
+
+    def observe(self, amount: float) -> None:
+        """Count ``amount`` in its bucket and the sum (a NaN as ``Histogram.observe`` counts it)."""
+        if amount != amount:
+            self.child.observe(amount)
+            return
+        self._sum.inc(amount)
+        self._buckets[bisect_left(self._bounds, amount)].inc(1)
+
+
+def bound_child(child: Any) -> Any:
+    """A counter's or histogram's child as ``_BoundCounter``/``_BoundHistogram`` (the same values,
+    updated the same way, fewer calls per update; prometheus_client's internals, checked by
+    tests/gateway/test_metrics_binding.py); any other metric's child as it is."""
+    if type(child) is Counter and hasattr(child, "_value"):
+        return _BoundCounter(child)
+    if type(child) is Histogram and hasattr(child, "_buckets") and hasattr(child, "_upper_bounds"):
+        return _BoundHistogram(child)
+    return child
