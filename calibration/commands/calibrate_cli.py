@@ -36,6 +36,7 @@ if TYPE_CHECKING:
 
     from rich.console import Console
 
+    from calibration.bounds import BoundSettings
     from calibration.heldout_expected import HeldoutSettings
     from calibration.policy.calibrate import Calibrated
     from calibration.policy.commit_choice import CommitStudy
@@ -73,6 +74,20 @@ _CommitGridOption = Annotated[
     typer.Option(
         "--commit-grid",
         help="Prefix rules to try per tier, e.g. 8,16,32,64,line (docs/streaming.md); needs --prices.",
+    ),
+]
+_BoundsOption = Annotated[
+    bool,
+    typer.Option(
+        "--bounds/--no-bounds",
+        help="Certify each tier's one-sided bounds on queries its route was not chosen on "
+        "(expected.bounds, docs/calibrate.md#bounds).",
+    ),
+]
+_ConfidenceOption = Annotated[
+    float,
+    typer.Option(
+        "--confidence", min=0.5, max=0.9999, help="Confidence of the tiers' bounds, all statements together."
     ),
 ]
 _MinGainShareOption = Annotated[
@@ -115,6 +130,8 @@ def calibrate(
     randomize: RandomizeOption = False,
     heldout: HeldoutOption = True,
     heldout_splits: HeldoutSplitsOption = 50,
+    bounds: _BoundsOption = True,
+    confidence: _ConfidenceOption = 0.95,
     mechanisms: _MechanismsOption = "cascade",
     prompts: PromptsOption = None,
     features: _FeaturesOption = "cheap-v1",
@@ -146,6 +163,7 @@ def calibrate(
         report=report,
         randomize=randomize,
         heldout_splits=heldout_splits if heldout else 0,
+        confidence=confidence if bounds else None,
         mechanisms=tuple(m.strip() for m in mechanisms.split(",") if m.strip()),
         prompts=list(prompts or []),
         features=features,
@@ -174,6 +192,7 @@ class CalibrateOptions:
     report: Path | None = None
     randomize: bool = False
     heldout_splits: int = 50  # 0: no held-out expectations
+    confidence: float | None = 0.95  # the tiers' bounds (calibration.bounds); None: no bounds
     mechanisms: tuple[str, ...] = ("cascade",)
     prompts: list[Path] = field(default_factory=list)
     features: str = "cheap-v1"
@@ -232,6 +251,7 @@ def _check_score_options(options: CalibrateOptions) -> None:
 def run_calibrate(options: CalibrateOptions, console: Console, errors: Console) -> None:
     """Load, compute, solve, write; print the summary to ``console`` and warnings to ``errors``."""
     from calibration.blackbox_scores import BlackboxOptions
+    from calibration.bounds import BoundSettings
     from calibration.heldout_expected import HeldoutSettings
     from calibration.policy.commit_choice import apply_choice
     from calibration.policy.kinds import load_runs_by_kind
@@ -259,10 +279,13 @@ def run_calibrate(options: CalibrateOptions, console: Console, errors: Console) 
         loaded = time.perf_counter()
     size = ", ".join(f"{m.n_queries:,} {kind} queries" for kind, m in matrices.items())
     heldout = HeldoutSettings(splits=options.heldout_splits) if options.heldout_splits else None
+    bounds = BoundSettings(confidence=options.confidence) if options.confidence is not None else None
     with errors.status("Computing the router's features ..."):
         matrices, routing = routing_options(options, matrices)
     with errors.status(f"Computing the envelope of {size} ..."):
-        calibrated = _calibrate(errors, matrices, spec, randomize=randomize, heldout=heldout, routing=routing)
+        calibrated = _calibrate(
+            errors, matrices, spec, randomize=randomize, heldout=heldout, routing=routing, bounds=bounds
+        )
         computed = time.perf_counter()
     policy = calibrated.policy
     study = None
@@ -298,13 +321,16 @@ def _calibrate(
     randomize: bool,
     heldout: HeldoutSettings | None,
     routing: Mapping[str, RoutingOptions] | None,
+    bounds: BoundSettings | None = None,
 ) -> CalibratedKinds:
     """``calibrate_kinds``; on an unreachable tier, print the other tiers' warnings before the error."""
     from calibration.policy.kinds import calibrate_kinds
     from calibration.tiers import UnreachableTierError
 
     try:
-        return calibrate_kinds(matrices, spec, randomize=randomize, heldout=heldout, routing=routing)
+        return calibrate_kinds(
+            matrices, spec, randomize=randomize, heldout=heldout, routing=routing, bounds=bounds
+        )
     except UnreachableTierError as exc:  # the other tiers' warnings, then the error line
         for warning in exc.warnings:
             errors.print(f"[yellow]warning:[/yellow] {warning}", highlight=False, soft_wrap=True)
@@ -391,6 +417,10 @@ def _print_kind(
     print_summary(console, matrix, one.envelope, one.solutions, spec.default_tier)
     if one.heldout:
         console.print(heldout_table(one.heldout, spec.default_tier))
+    if one.bounds:
+        from calibration.reporting.terminal import bounds_table
+
+        console.print(bounds_table(one.bounds, spec.default_tier))
     if one.mechanisms:
         from calibration.reporting.terminal import mechanisms_table
 
@@ -426,6 +456,7 @@ def _write_reports(
                 randomize=options.randomize,
                 mechanisms=one.mechanisms,
                 curves=one.curves,
+                bounds=one.bounds,
             )
         console.print(f"Report: {page} (plots beside it)", highlight=False, soft_wrap=True)
 
