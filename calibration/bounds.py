@@ -4,8 +4,10 @@ chosen on.
 The procedure (docs/calibrate.md#bounds): the queries are split once, stratified by ``dataset``
 (``calibration.splits``, the first split of the held-out protocol's seed), into a *selection* part
 and a *certification* part. On the selection part each tier is solved exactly as ``cascade
-calibrate`` solves it (envelope, route or mixture, threshold). That route is then run on the
-certification part, which played no part in choosing it, and four statements are bounded there,
+calibrate`` solves it (envelope, route or mixture, threshold), and that route is the one the tier
+serves: a bound holds for the route it was certified for, not for a route refitted on every query.
+The route is run on the certification part, which played no part in choosing it, and four
+statements are bounded there,
 each at ``(1 - confidence) / 4`` so that all four hold together with ``confidence`` (Bonferroni):
 
 * mean quality >= ``quality_min`` (Clopper-Pearson for 0/1 grades, Hoeffding-Bentkus otherwise);
@@ -24,7 +26,7 @@ says how many more labelled queries would make it certifiable at the observed ce
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any
 
 import numpy as np
@@ -42,11 +44,16 @@ STATEMENTS = 4  # quality >=, cost <=, escalation >=, escalation <=
 
 @dataclass(frozen=True)
 class BoundSettings:
-    """The confidence the operator asks for and the split (``cascade calibrate --confidence``)."""
+    """The confidence the operator asks for and the split (``cascade calibrate --confidence``).
+
+    ``alternatives``: how many ways of serving each tier (commit rules, mechanisms) calibration
+    chooses among on held-out splits that include the certification part; the union bound covers
+    all of them, so the bounds of whichever is chosen hold."""
 
     confidence: float = 0.95
     test_fraction: float = 0.5
     seed: int = 0
+    alternatives: int = 1
 
 
 @dataclass(frozen=True)
@@ -95,10 +102,27 @@ def worst_case_cost(matrix: RunsMatrix, solution: TierSolution) -> float:
     return worst
 
 
+@dataclass(frozen=True)
+class CertifiedTiers:
+    """Each tier's route as chosen on the selection part (what the tier serves) and its bounds
+    (``policies.schema.Bounds`` fields)."""
+
+    solutions: dict[str, TierSolution]
+    bounds: dict[str, dict[str, Any]]
+
+
 def tier_bounds(
     matrix: RunsMatrix, spec: TiersSpec, settings: BoundSettings, *, randomize: bool = False
 ) -> dict[str, dict[str, Any]]:
-    """``{tier: Bounds document}`` (``policies.schema.Bounds`` fields) for every tier of ``spec``.
+    """``{tier: Bounds document}`` for every tier of ``spec`` (``certify_tiers``)."""
+    return certify_tiers(matrix, spec, settings, randomize=randomize).bounds
+
+
+def certify_tiers(
+    matrix: RunsMatrix, spec: TiersSpec, settings: BoundSettings, *, randomize: bool = False
+) -> CertifiedTiers:
+    """Every tier of ``spec`` solved on the selection part and certified on the other (module
+    docstring). The solutions' cost, quality and escalation rate are measured on every query.
 
     Raises ValueError when the queries cannot be split (fewer than two, or a part left empty).
     """
@@ -110,9 +134,17 @@ def tier_bounds(
         strata=matrix.strata,
     )[0]
     envelope = compute_envelope(matrix, rows=split.calibration)
-    documents = {}
+    documents, solutions = {}, {}
+    everything = np.arange(matrix.n_queries)
     for name, objective in spec.tiers.items():
         solution = solve_or_best(envelope, objective, randomize, name)
+        whole = route_outcomes(matrix, solution, everything)
+        solutions[name] = replace(
+            solution,
+            cost=float(whole.cost.mean()),
+            quality=float(whole.quality.mean()),
+            escalation_rate=float(whole.escalated.mean()),
+        )
         outcomes = route_outcomes(matrix, solution, split.test)
         documents[name] = certify(
             outcomes,
@@ -122,7 +154,7 @@ def tier_bounds(
             selection_n=int(split.calibration.size),
             total_n=matrix.n_queries,
         )
-    return documents
+    return CertifiedTiers(solutions, documents)
 
 
 def certify(
@@ -135,7 +167,7 @@ def certify(
     total_n: int,
 ) -> dict[str, Any]:
     """The Bounds document of a route's outcomes on certification queries (module docstring)."""
-    delta = bonferroni(settings.confidence, STATEMENTS)
+    delta = bonferroni(settings.confidence, STATEMENTS * settings.alternatives)
     quality = mean_lower_bound(outcomes.quality, delta)
     span = max(cost_range, float(outcomes.cost.max()), 1e-300)
     cost = mean_upper_bound(outcomes.cost, delta, upper=span)
@@ -147,6 +179,7 @@ def certify(
         "n": quality.n,
         "selection_n": selection_n,
         "seed": settings.seed,
+        "statements": STATEMENTS * settings.alternatives,
         "estimators": {"quality": quality.method, "cost_usd": cost.method, "escalation_rate": esc_low.method},
         "quality_min": min(1.0, max(0.0, quality.value)),
         "cost_max": max(0.0, cost.value),

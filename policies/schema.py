@@ -223,7 +223,8 @@ class Bounds(StrictModel):
     quality is at least ``quality_min``, its mean cost per request at most ``cost_max``, its
     escalation rate within ``escalation``, all at once. ``split``: the route was chosen on
     ``selection_n`` queries and the bounds computed on ``n`` others (``estimators`` per measure,
-    a union bound over the statements); costs were bounded by ``cost_range`` per request.
+    a union bound over ``statements``: four per way of serving the tier calibration chose among);
+    costs were bounded by ``cost_range`` per request.
     ``target`` is the tier's objective as a statement; ``target_certified`` whether the bounds
     prove it, and ``more_queries`` about how many more labelled queries would (None: no number
     would, at the observed mean)."""
@@ -233,6 +234,7 @@ class Bounds(StrictModel):
     n: int = Field(ge=1)
     selection_n: int = Field(ge=1)
     seed: int = 0
+    statements: int = Field(default=4, ge=1)
     estimators: dict[str, str]
     quality_min: float = Field(ge=0, le=1)
     cost_max: float = Field(ge=0)
@@ -241,6 +243,10 @@ class Bounds(StrictModel):
     target: str | None = None
     target_certified: bool | None = None
     more_queries: int | None = Field(default=None, ge=1)
+
+    @model_serializer(mode="wrap")
+    def _dump(self, handler: SerializerFunctionWrapHandler) -> dict[str, Any]:
+        return without_absent(self, handler, ("more_queries",))
 
     @model_validator(mode="after")
     def _escalation_interval(self) -> Bounds:

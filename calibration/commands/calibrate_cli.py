@@ -238,6 +238,19 @@ def routing_options(
     return with_features, {kind: routing for kind in matrices}
 
 
+def bound_settings(options: CalibrateOptions) -> BoundSettings | None:
+    """The tiers' bound settings (None with ``--no-bounds``): a union bound over every way of
+    serving a tier the command chooses among on held-out data (``calibration.bounds``)."""
+    from calibration.bounds import BoundSettings
+    from calibration.policy.commit_choice import parse_grid
+
+    if options.confidence is None:
+        return None
+    rules = 1 + (len(parse_grid(options.commit_grid)) if options.commit_grid is not None else 0)
+    mechanisms = max(1, len(set(options.mechanisms) | {"cascade"}))
+    return BoundSettings(confidence=options.confidence, alternatives=rules * mechanisms)
+
+
 def _check_score_options(options: CalibrateOptions) -> None:
     if options.score_column is not None and (
         options.scorer is not None or options.top_k is not None or options.score_tokens != "all"
@@ -251,7 +264,6 @@ def _check_score_options(options: CalibrateOptions) -> None:
 def run_calibrate(options: CalibrateOptions, console: Console, errors: Console) -> None:
     """Load, compute, solve, write; print the summary to ``console`` and warnings to ``errors``."""
     from calibration.blackbox_scores import BlackboxOptions
-    from calibration.bounds import BoundSettings
     from calibration.heldout_expected import HeldoutSettings
     from calibration.policy.commit_choice import apply_choice
     from calibration.policy.kinds import load_runs_by_kind
@@ -279,7 +291,7 @@ def run_calibrate(options: CalibrateOptions, console: Console, errors: Console) 
         loaded = time.perf_counter()
     size = ", ".join(f"{m.n_queries:,} {kind} queries" for kind, m in matrices.items())
     heldout = HeldoutSettings(splits=options.heldout_splits) if options.heldout_splits else None
-    bounds = BoundSettings(confidence=options.confidence) if options.confidence is not None else None
+    bounds = bound_settings(options)
     with errors.status("Computing the router's features ..."):
         matrices, routing = routing_options(options, matrices)
     with errors.status(f"Computing the envelope of {size} ..."):
@@ -291,7 +303,7 @@ def run_calibrate(options: CalibrateOptions, console: Console, errors: Console) 
     study = None
     if options.commit_grid is not None:
         with errors.status("Calibrating the commit rules held out ..."):
-            study = _study_commits(options, spec, matrices, heldout, filters)
+            study = _study_commits(options, spec, matrices, heldout, filters, bounds)
             policy = build_policy(apply_choice(policy_as_document(policy), study))
     write_policy(policy, output)
 
@@ -353,6 +365,7 @@ def _study_commits(
     matrices: Mapping[str, RunsMatrix],
     heldout: HeldoutSettings | None,
     filters: dict[str, str],
+    bounds: BoundSettings | None = None,
 ) -> CommitStudy:
     """Each tier's commit rule, chosen held out (``calibration.policy.commit_choice``) on a text-only
     table."""
@@ -391,6 +404,7 @@ def _study_commits(
         rules,
         lambda matrix: read_lengths(options.runs, matrix.query_ids, matrix.models, filters),
         min_share=options.min_gain_share,
+        bounds=bounds,
     )
 
 

@@ -9,12 +9,12 @@ of the runs this way (``calibration.policy.kinds``).
 from __future__ import annotations
 
 from collections.abc import Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 import numpy as np
 
-from calibration.bounds import BoundSettings, attach_bounds, tier_bounds, uncertified_note
+from calibration.bounds import BoundSettings, attach_bounds, certify_tiers, uncertified_note
 from calibration.envelope import Envelope, compute_envelope
 from calibration.heldout_expected import HeldoutSettings, heldout_expectations
 from calibration.policy.policy_writer import policy_document
@@ -75,13 +75,13 @@ def calibrate(
     solutions = solve_tiers(envelope, spec, randomize=randomize)
     expectations = None
     notes: tuple[str, ...] = ()
+    certified, solutions, notes = _bounds(data, spec, bounds, randomize, solutions)
     if heldout is not None:
         try:
             expectations = heldout_expectations(data, spec, heldout, randomize=randomize)
         except ValueError as exc:  # too few queries to split: the policy is still valid without
-            notes = (f"no held-out expectations: {exc}",)
+            notes = (*notes, f"no held-out expectations: {exc}")
     document = policy_document(data, envelope, solutions, spec.default_tier, expectations)
-    certified, notes = _bounds(data, spec, bounds, randomize, notes)
     attach_bounds(document["tiers"], certified)
     choices = curves = None
     if routing is not None:
@@ -102,15 +102,22 @@ def _bounds(
     spec: TiersSpec,
     settings: BoundSettings | None,
     randomize: bool,
-    notes: tuple[str, ...],
-) -> tuple[dict[str, dict[str, Any]] | None, tuple[str, ...]]:
-    """Each tier's bounds (None: not asked for, or the queries cannot be split, which a note says)."""
+    solutions: dict[str, TierSolution],
+) -> tuple[dict[str, dict[str, Any]] | None, dict[str, TierSolution], tuple[str, ...]]:
+    """Each tier's bounds and the solutions the tiers serve: with bounds, the routes chosen on the
+    selection part, which the bounds hold for (each keeping the full-data shadow price); without
+    (not asked for, or the queries cannot be split, which a note says), ``solutions``."""
     if settings is None:
-        return None, notes
+        return None, solutions, ()
     try:
-        return tier_bounds(data, spec, settings, randomize=randomize), notes
+        certified = certify_tiers(data, spec, settings, randomize=randomize)
     except ValueError as exc:
-        return None, (*notes, f"no bounds: {exc}")
+        return None, solutions, (f"no bounds: {exc}",)
+    served = {
+        name: replace(solution, shadow_price=solutions[name].shadow_price)
+        for name, solution in certified.solutions.items()
+    }
+    return certified.bounds, served, ()
 
 
 def _cascade_tiers_only(
