@@ -164,18 +164,8 @@ def summarize_arm(
             [1.0 if r["escalated"] else 0.0 for r in rows], confidence, expected["escalation_rate"]
         ),
     }
-    metrics = {name: estimate.as_dict() for name, estimate in estimates.items()}
-    for name, metric in metrics.items():
-        interval = expectation.intervals.get(name) if expectation and expectation.intervals else None
-        metric["expected_low"], metric["expected_high"] = interval or (None, None)
+    metrics, outside = _checked_metrics(estimates, expectation)
     bounds = expectation.bounds if expectation is not None else None
-    if bounds is not None:  # the promise is the bounds: flag a metric whose interval lies beyond them
-        for name, metric in metrics.items():
-            metric.update(bound_check(name, bounds, estimates[name]))
-            metric["outside"] = metric["beyond_bound"]
-        outside = [name for name, metric in metrics.items() if metric["beyond_bound"]]
-    else:
-        outside = [name for name, estimate in estimates.items() if estimate.outside]
     latencies = [float(r["latency_ms"]) for r in rows]
     # Streamed rows (``cascade replay --stream``): when the first content token arrived.
     first_tokens = [float(r["ttft_ms"]) for r in rows if r.get("ttft_ms") is not None]
@@ -203,6 +193,25 @@ def summarize_arm(
         "over_budget": sum(bool(r.get("over_budget")) for r in rows),
         "invalid_answers": sum(r.get("valid") is False for r in rows),
     }
+
+
+def _checked_metrics(
+    estimates: Mapping[str, Estimate], expectation: Expectation | None
+) -> tuple[dict[str, dict[str, Any]], list[str]]:
+    """Each metric's report entry and the names of those flagged: against the bounds when the
+    policy has them (a realized interval wholly beyond one), else the expectation outside the
+    realized interval."""
+    metrics = {name: estimate.as_dict() for name, estimate in estimates.items()}
+    for name, metric in metrics.items():
+        interval = expectation.intervals.get(name) if expectation and expectation.intervals else None
+        metric["expected_low"], metric["expected_high"] = interval or (None, None)
+    bounds = expectation.bounds if expectation is not None else None
+    if bounds is None:
+        return metrics, [name for name, estimate in estimates.items() if estimate.outside]
+    for name, metric in metrics.items():
+        metric.update(bound_check(name, bounds, estimates[name]))
+        metric["outside"] = metric["beyond_bound"]
+    return metrics, [name for name, metric in metrics.items() if metric["beyond_bound"]]
 
 
 def bound_check(name: str, bounds: Bounds, estimate: Estimate) -> dict[str, Any]:

@@ -202,10 +202,10 @@ def mean_upper_bound(values: np.ndarray, delta: float, upper: float = 1.0) -> Bo
 
 def _bound_at(method: str, side: str, mean: float, n: int, delta: float) -> float:
     if method == "clopper-pearson":
-        bound = clopper_pearson_lower if side == "lower" else clopper_pearson_upper
-        return bound(mean * n, n, delta)
-    bound = hoeffding_bentkus_lower if side == "lower" else hoeffding_bentkus_upper
-    return bound(mean, n, delta)
+        exact = clopper_pearson_lower if side == "lower" else clopper_pearson_upper
+        return exact(mean * n, n, delta)
+    bounded = hoeffding_bentkus_lower if side == "lower" else hoeffding_bentkus_upper
+    return bounded(mean, n, delta)
 
 
 def queries_needed(mean: float, target: float, delta: float, *, side: str, method: str) -> int | None:

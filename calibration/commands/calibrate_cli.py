@@ -272,7 +272,6 @@ def run_calibrate(options: CalibrateOptions, console: Console, errors: Console) 
     from policies.store import build_policy, policy_as_document
 
     runs, output, randomize = options.runs, options.output, options.randomize
-    score_column, scorer, top_k = options.score_column, options.scorer, options.top_k
     filters = parse_where(options.where)
     _check_score_options(options)
     spec = load_tiers(options.tiers)
@@ -281,9 +280,9 @@ def run_calibrate(options: CalibrateOptions, console: Console, errors: Console) 
         matrices = load_runs_by_kind(
             runs,
             prices=options.prices,
-            score_column=score_column,
-            scorer=scorer,
-            top_k=top_k,
+            score_column=options.score_column,
+            scorer=options.scorer,
+            top_k=options.top_k,
             where=filters,
             blackbox=BlackboxOptions(options.equivalence, options.samples),
             score_tokens=options.score_tokens,
@@ -291,7 +290,7 @@ def run_calibrate(options: CalibrateOptions, console: Console, errors: Console) 
         loaded = time.perf_counter()
     size = ", ".join(f"{m.n_queries:,} {kind} queries" for kind, m in matrices.items())
     heldout = HeldoutSettings(splits=options.heldout_splits) if options.heldout_splits else None
-    bounds = bound_settings(options)
+    bounds = bound_settings(options)  # the same for every kind and commit rule
     with errors.status("Computing the router's features ..."):
         matrices, routing = routing_options(options, matrices)
     with errors.status(f"Computing the envelope of {size} ..."):
@@ -311,11 +310,7 @@ def run_calibrate(options: CalibrateOptions, console: Console, errors: Console) 
         _print_kind(console, errors, kind, matrix, calibrated, spec, several=len(matrices) > 1)
     for note in calibrated.notes:
         errors.print(f"[yellow]note:[/yellow] {note}", highlight=False, soft_wrap=True)
-    held = f", held-out expectations over {heldout.splits} splits included" if heldout else ""
-    console.print(
-        f"Loaded {runs} in {loaded - started:.2f} s; computed in {computed - loaded:.2f} s "
-        f"({'randomized' if randomize else 'deterministic'} tiers{held})."
-    )
+    _print_timing(console, runs, (loaded - started, computed - loaded), randomize, heldout)
     if study is not None:
         _print_commit_study(console, options, study)
     console.print(
@@ -323,6 +318,21 @@ def run_calibrate(options: CalibrateOptions, console: Console, errors: Console) 
     )
     if options.report is not None:
         _write_reports(console, errors, options, matrices, calibrated, spec, filters)
+
+
+def _print_timing(
+    console: Console,
+    runs: Path,
+    seconds: tuple[float, float],
+    randomize: bool,
+    heldout: HeldoutSettings | None,
+) -> None:
+    """How long loading and computing took, and what was computed."""
+    held = f", held-out expectations over {heldout.splits} splits included" if heldout else ""
+    console.print(
+        f"Loaded {runs} in {seconds[0]:.2f} s; computed in {seconds[1]:.2f} s "
+        f"({'randomized' if randomize else 'deterministic'} tiers{held})."
+    )
 
 
 def _calibrate(
