@@ -246,7 +246,7 @@ def bounds_section(bounds: Mapping[str, Mapping[str, Any]], default_tier: str) -
                 rows,
                 caption=f"Each route chosen on {first['selection_n']:,} queries and certified on the other "
                 f"{first['n']:,} ({', '.join(f'{k}: {v}' for k, v in first['estimators'].items())}); the "
-                "four statements hold together at the confidence shown (docs/calibrate.md#bounds).",
+                "statements hold together at the confidence shown (docs/calibrate.md#bounds).",
             )
         ],
     )

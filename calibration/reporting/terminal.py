@@ -174,7 +174,7 @@ def bounds_table(bounds: Mapping[str, Mapping[str, Any]], default_tier: str) -> 
     table = Table(
         title=(
             f"Tier bounds at {first['confidence']:.0%} (route chosen on {first['selection_n']:,} queries, "
-            f"certified on the other {first['n']:,}; all four statements together)"
+            f"certified on the other {first['n']:,}; all {first.get('statements', 4)} statements together)"
         ),
         title_justify="left",
     )
