@@ -71,7 +71,7 @@ def test_calibrated_tiers_hold_up_on_held_out_questions(
         "--score-column",
         "score_msp",
         # Routes solved on every calibration query (with bounds a tier serves the route chosen on
-        # half of them, which tests/calibration/test_bounds.py checks).
+        # half of them, which tests/calibration/test_tier_bounds.py checks).
         "--no-bounds",
         *(["--randomize"] if randomize else []),
     )
