@@ -59,7 +59,7 @@ def heldout_expectations(
     for index, split in enumerate(splits):
         envelope = compute_envelope(matrix, rows=split.calibration)
         for name, objective in spec.tiers.items():
-            solution = _solve_or_best(envelope, objective, randomize, name)
+            solution = solve_or_best(envelope, objective, randomize, name)
             outcomes[name][index] = route_outcome(matrix, solution, split.test)
     return {
         name: {
@@ -75,7 +75,7 @@ def heldout_expectations(
     }
 
 
-def _solve_or_best(envelope: Envelope, objective: TierObjective, randomize: bool, name: str) -> TierSolution:
+def solve_or_best(envelope: Envelope, objective: TierObjective, randomize: bool, name: str) -> TierSolution:
     """The tier's solution on this envelope; for an unreachable ``min_quality``, the best route."""
     try:
         return solve_tier(envelope, objective, randomize=randomize, name=name)

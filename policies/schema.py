@@ -219,14 +219,58 @@ class HeldOut(StrictModel):
         return self
 
 
+class Bounds(StrictModel):
+    """What the tier promises at ``confidence``, one-sided (``calibration.bounds``): its mean
+    quality is at least ``quality_min``, its mean cost per request at most ``cost_max``, its
+    escalation rate within ``escalation``, all at once. ``split``: the route was chosen on
+    ``selection_n`` queries and the bounds computed on ``n`` others (``estimators`` per measure,
+    a union bound over ``statements``: four per way of serving the tier calibration chose among);
+    costs were bounded by ``cost_range`` per request.
+    ``target`` is the tier's objective as a statement; ``target_certified`` whether the bounds
+    prove it, and ``more_queries`` about how many more labelled queries would (None: no number
+    would, at the observed mean)."""
+
+    confidence: float = Field(gt=0, lt=1)
+    method: Literal["split"] = "split"
+    n: int = Field(ge=1)
+    selection_n: int = Field(ge=1)
+    seed: int = 0
+    statements: int = Field(default=4, ge=1)
+    estimators: dict[str, str]
+    quality_min: float = Field(ge=0, le=1)
+    cost_max: float = Field(ge=0)
+    cost_range: float = Field(ge=0)
+    escalation: tuple[float, float]
+    target: str | None = None
+    target_certified: bool | None = None
+    more_queries: int | None = Field(default=None, ge=1)
+
+    @model_serializer(mode="wrap")
+    def _dump(self, handler: SerializerFunctionWrapHandler) -> dict[str, Any]:
+        return without_absent(self, handler, ("more_queries",))
+
+    @model_validator(mode="after")
+    def _escalation_interval(self) -> Bounds:
+        low, high = self.escalation
+        if not 0 <= low <= high <= 1:
+            raise ValueError(f"escalation [{low:g}, {high:g}] must be an interval within [0, 1]")
+        return self
+
+
 class Expected(StrictModel):
     """Expected per-request cost (USD), quality and escalation rate on the calibration data, and
-    optionally the same measured out of sample (``heldout``)."""
+    optionally the same measured out of sample (``heldout``) and bounded (``bounds``)."""
 
     cost_usd: float = Field(ge=0)
     quality: float = Field(ge=0, le=1)
     escalation_rate: float = Field(ge=0, le=1)
     heldout: HeldOut | None = None
+    # Optional, added to schema version 1: absent from policies written before it.
+    bounds: Bounds | None = None
+
+    @model_serializer(mode="wrap")
+    def _dump(self, handler: SerializerFunctionWrapHandler) -> dict[str, Any]:
+        return without_absent(self, handler, ("bounds",))
 
     def promise(self) -> tuple[float, float, float]:
         """``(cost_usd, quality, escalation_rate)`` to hold live traffic to: the held-out means when

@@ -24,7 +24,7 @@ _OPTIONAL_FIELDS = ("score_distribution", "kinds", "router", "shift_reference")
 # The same inside a kind section, and inside every tier's ``expected`` (top level and sections).
 _OPTIONAL_SECTION_FIELDS = ("scorer", "score_distribution", "router")
 _OPTIONAL_TIER_FIELDS = ("routing", "commit", "mechanism")
-_OPTIONAL_EXPECTED_FIELDS = ("heldout",)
+_OPTIONAL_EXPECTED_FIELDS = ("heldout", "bounds")
 # Scorer fields added later with a default: left out of the file and of the hash at their default.
 _DEFAULT_SCORER_FIELDS = {"tokens": "all"}
 

@@ -52,7 +52,8 @@ def arms_table(report: dict[str, Any]) -> Table:
     table.add_column("metric", no_wrap=True)
     table.add_column("realized", justify="right", no_wrap=True)
     table.add_column(f"{level} interval", justify="right", no_wrap=True)
-    table.add_column("expected", justify="right", no_wrap=True)
+    promised = "promised" if any(arm.get("bounds") for arm in report["arms"]) else "expected"
+    table.add_column(promised, justify="right", no_wrap=True)
     for arm in report["arms"]:
         count = f"n={arm['requests']}" + (f", {arm['missing']} missing" if arm["missing"] else "")
         labels = [arm["arm"], count, "", "", ""]
@@ -73,15 +74,42 @@ def arms_table(report: dict[str, Any]) -> Table:
             labels += [""] * 2
         for index, (label, row) in enumerate(zip(labels, rows, strict=True)):
             table.add_row(label, *row, end_section=index == len(rows) - 1)
-    # The legend explains the "!" mark, so it is printed only when some expectation carries one.
+    # The legend explains the marks, so it is printed only when some expectation carries one.
+    bounded = any(arm.get("bounds") for arm in report["arms"])
+    legend = []
     if any(arm[name]["outside"] for arm in report["arms"] for name in METRICS):
-        table.caption = "! the expectation lies outside the realized interval"
+        legend.append(
+            "! the realized interval lies beyond the bound"
+            if bounded
+            else "! the expectation lies outside the realized interval"
+        )
+    if any(arm[name].get("within_bound") is False for arm in report["arms"] for name in METRICS):
+        legend.append("~ the realized value is beyond the bound, its interval is not")
+    if legend:
+        table.caption = "; ".join(legend)
     return table
 
 
 def _expected(name: str, metric: dict[str, Any]) -> str:
+    if "bound_low" in metric:  # the policy's bounds (expected.bounds) are the promise
+        return _bound(name, metric)
     text = _number(name, metric["expected"])
     return f"[bold red]{text} ![/bold red]" if metric["outside"] else text
+
+
+def _bound(name: str, metric: dict[str, Any]) -> str:
+    """``>= 0.868``, ``<= $2.49e-5`` or ``8.5% - 18.3%``; ``!`` when the realized interval lies
+    beyond it, ``~`` when only the realized value does."""
+    low, high = metric["bound_low"], metric["bound_high"]
+    if high is None:
+        text = ">= " + _number(name, low)
+    elif low is None:
+        text = "<= " + _number(name, high)
+    else:
+        text = f"{_number(name, low)} - {_number(name, high)}"
+    if metric["beyond_bound"]:
+        return f"[bold red]{text} ![/bold red]"
+    return f"{text} ~" if metric["within_bound"] is False else text
 
 
 def policy_line(report: dict[str, Any]) -> str:
@@ -117,7 +145,11 @@ def print_report(console: Console, report: dict[str, Any]) -> None:
         for flag in report["flags"]:
             console.print(f"  ! {flag}", highlight=False, markup=False)
     else:
-        console.print("[green]every expectation lies within its realized interval[/green]")
+        console.print(
+            "[green]every realized interval reaches its bound[/green]"
+            if any(arm.get("bounds") for arm in report["arms"])
+            else "[green]every expectation lies within its realized interval[/green]"
+        )
 
 
 def _counts(counter: dict[str, int]) -> str:
@@ -131,7 +163,7 @@ def write_html(report: dict[str, Any], path: Path) -> Path:
     policy = report["policy"]
     columns = ["tier / budget", "n", "missing"]
     for name in METRICS:
-        columns += [METRIC_LABELS[name], "interval", "expected", "outside"]
+        columns += [METRIC_LABELS[name], "interval", "expected (bound)", "outside"]
     columns += ["p50 ms", "p95 ms", "first token p50 ms", "first token p95 ms"]
     columns += ["expected from", "route", "answered by"]
     rows = []
@@ -142,7 +174,12 @@ def write_html(report: dict[str, Any], path: Path) -> Path:
             row += [
                 _number(name, metric["realized"]),
                 _interval(name, metric),
-                _number(name, metric["expected"]),
+                _number(name, metric["expected"])
+                + (
+                    f" ({_bound(name, metric).replace('[bold red]', '').replace('[/bold red]', '')})"
+                    if "bound_low" in metric
+                    else ""
+                ),
                 metric["outside"],
             ]
         row += [

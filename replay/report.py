@@ -27,11 +27,13 @@ from typing import Any
 from policies import Policy, Route
 from policies.decision import budget_index
 from policies.kinds import TOP_LEVEL_KIND, kind_policy
+from policies.schema import Bounds
 from replay.run import Arm
 from replay.stats import Estimate, mean_estimate, percentile
 
 METRICS = ("quality", "cost_usd", "escalation_rate")
 METRIC_LABELS = {"quality": "quality", "cost_usd": "cost/request", "escalation_rate": "escalation"}
+_BOUND_TOLERANCE = 1e-9  # relative: a cost equal to its bound up to float noise is within it
 
 
 @dataclass(frozen=True)
@@ -50,6 +52,7 @@ class Expectation:
     within_budget: bool = True
     basis: str = "in-sample"
     intervals: Mapping[str, tuple[float, float]] | None = None
+    bounds: Bounds | None = None
 
 
 def route_text(routes: Sequence[Route]) -> str:
@@ -100,7 +103,14 @@ def _served_expectation(policy: Policy, arm: Arm) -> Expectation | None:
         e, routes = tier.expected, route_text(tier.routes)
         h = e.heldout
         if h is None:
-            return Expectation(f"tiers.{arm.tier}.expected", e.cost_usd, e.quality, e.escalation_rate, routes)
+            return Expectation(
+                f"tiers.{arm.tier}.expected",
+                e.cost_usd,
+                e.quality,
+                e.escalation_rate,
+                routes,
+                bounds=e.bounds,
+            )
         intervals = {name: (getattr(h, name).low, getattr(h, name).high) for name in METRICS}
         return Expectation(
             f"tiers.{arm.tier}.expected.heldout",
@@ -110,6 +120,7 @@ def _served_expectation(policy: Policy, arm: Arm) -> Expectation | None:
             routes,
             basis="heldout",
             intervals=intervals,
+            bounds=e.bounds,
         )
     assert arm.max_cost_usd is not None
     if not policy.envelope:  # the gateway then serves the default tier
@@ -153,11 +164,8 @@ def summarize_arm(
             [1.0 if r["escalated"] else 0.0 for r in rows], confidence, expected["escalation_rate"]
         ),
     }
-    outside = [name for name, estimate in estimates.items() if estimate.outside]
-    metrics = {name: estimate.as_dict() for name, estimate in estimates.items()}
-    for name, metric in metrics.items():
-        interval = expectation.intervals.get(name) if expectation and expectation.intervals else None
-        metric["expected_low"], metric["expected_high"] = interval or (None, None)
+    metrics, outside = _checked_metrics(estimates, expectation)
+    bounds = expectation.bounds if expectation is not None else None
     latencies = [float(r["latency_ms"]) for r in rows]
     # Streamed rows (``cascade replay --stream``): when the first content token arrived.
     first_tokens = [float(r["ttft_ms"]) for r in rows if r.get("ttft_ms") is not None]
@@ -172,6 +180,7 @@ def summarize_arm(
         "expected_route": expectation.route if expectation else None,
         "expected_within_budget": expectation.within_budget if expectation else None,
         "expected_basis": expectation.basis if expectation else None,
+        "bounds": _bounds_summary(bounds),
         **metrics,
         "outside": outside,
         "ok": not outside and len(rows) == questions,
@@ -184,6 +193,59 @@ def summarize_arm(
         "over_budget": sum(bool(r.get("over_budget")) for r in rows),
         "invalid_answers": sum(r.get("valid") is False for r in rows),
     }
+
+
+def _checked_metrics(
+    estimates: Mapping[str, Estimate], expectation: Expectation | None
+) -> tuple[dict[str, dict[str, Any]], list[str]]:
+    """Each metric's report entry and the names of those flagged: against the bounds when the
+    policy has them (a realized interval wholly beyond one), else the expectation outside the
+    realized interval."""
+    metrics = {name: estimate.as_dict() for name, estimate in estimates.items()}
+    for name, metric in metrics.items():
+        interval = expectation.intervals.get(name) if expectation and expectation.intervals else None
+        metric["expected_low"], metric["expected_high"] = interval or (None, None)
+    bounds = expectation.bounds if expectation is not None else None
+    if bounds is None:
+        return metrics, [name for name, estimate in estimates.items() if estimate.outside]
+    for name, metric in metrics.items():
+        metric.update(bound_check(name, bounds, estimates[name]))
+        metric["outside"] = metric["beyond_bound"]
+    return metrics, [name for name, metric in metrics.items() if metric["beyond_bound"]]
+
+
+def bound_check(name: str, bounds: Bounds, estimate: Estimate) -> dict[str, Any]:
+    """One metric against the tier's one-sided bounds (``expected.bounds``): the bound's ends
+    (``bound_low``/``bound_high``, None on an open side), whether the realized value lies within
+    them, and whether the realized interval lies wholly beyond them (a breach the run proves)."""
+    ends: dict[str, tuple[float | None, float | None]] = {
+        "quality": (bounds.quality_min, None),
+        "cost_usd": (None, bounds.cost_max),
+        "escalation_rate": (bounds.escalation[0], bounds.escalation[1]),
+    }
+    low, high = ends[name]
+    tolerance = _BOUND_TOLERANCE * max(abs(low or 0.0), abs(high or 0.0), 1e-12)
+    check: dict[str, Any] = {
+        "bound_low": low,
+        "bound_high": high,
+        "within_bound": None,
+        "beyond_bound": False,
+    }
+    if estimate.realized is None or estimate.low is None or estimate.high is None:
+        return check
+    check["within_bound"] = (low is None or estimate.realized >= low - tolerance) and (
+        high is None or estimate.realized <= high + tolerance
+    )
+    check["beyond_bound"] = (low is not None and estimate.high < low - tolerance) or (
+        high is not None and estimate.low > high + tolerance
+    )
+    return check
+
+
+def _bounds_summary(bounds: Bounds | None) -> dict[str, Any] | None:
+    if bounds is None:
+        return None
+    return {"confidence": bounds.confidence, "method": bounds.method, "n": bounds.n}
 
 
 def _timing(values: Sequence[float]) -> dict[str, float | None]:
@@ -202,12 +264,29 @@ def _flags(arms: Iterable[dict[str, Any]], confidence: float) -> list[str]:
             flags.append(f"{arm['arm']}: {arm['missing']} questions have no result (failed requests)")
         for name in arm["outside"]:
             metric = arm[name]
+            if arm.get("bounds") is not None:
+                flags.append(_bound_flag(arm, name, confidence))
+                continue
             flags.append(
                 f"{arm['arm']}: expected {METRIC_LABELS[name]} {metric['expected']:.4g} is outside the "
                 f"realized {confidence:.0%} interval [{metric['low']:.4g}, {metric['high']:.4g}] "
                 f"(realized {metric['realized']:.4g}, n={arm['requests']})"
             )
     return flags
+
+
+def _bound_flag(arm: dict[str, Any], name: str, confidence: float) -> str:
+    metric, promised = arm[name], arm["bounds"]["confidence"]
+    low, high = metric["bound_low"], metric["bound_high"]
+    if low is not None and metric["high"] < low:
+        side = f"below the promised minimum {low:.4g}"
+    else:
+        side = f"above the promised maximum {high:.4g}"
+    return (
+        f"{arm['arm']}: realized {METRIC_LABELS[name]} {metric['realized']:.4g} (its {confidence:.0%} "
+        f"interval [{metric['low']:.4g}, {metric['high']:.4g}], n={arm['requests']}) lies wholly {side} "
+        f"(bound at {promised:.0%}, expected.bounds)"
+    )
 
 
 def _rows_by_arm(

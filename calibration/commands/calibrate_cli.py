@@ -36,6 +36,7 @@ if TYPE_CHECKING:
 
     from rich.console import Console
 
+    from calibration.bounds import BoundSettings
     from calibration.heldout_expected import HeldoutSettings
     from calibration.policy.calibrate import Calibrated
     from calibration.policy.commit_choice import CommitStudy
@@ -73,6 +74,20 @@ _CommitGridOption = Annotated[
     typer.Option(
         "--commit-grid",
         help="Prefix rules to try per tier, e.g. 8,16,32,64,line (docs/streaming.md); needs --prices.",
+    ),
+]
+_BoundsOption = Annotated[
+    bool,
+    typer.Option(
+        "--bounds/--no-bounds",
+        help="Certify each tier's one-sided bounds on queries its route was not chosen on "
+        "(expected.bounds, docs/calibrate.md#bounds).",
+    ),
+]
+_ConfidenceOption = Annotated[
+    float,
+    typer.Option(
+        "--confidence", min=0.5, max=0.9999, help="Confidence of the tiers' bounds, all statements together."
     ),
 ]
 _MinGainShareOption = Annotated[
@@ -115,6 +130,8 @@ def calibrate(
     randomize: RandomizeOption = False,
     heldout: HeldoutOption = True,
     heldout_splits: HeldoutSplitsOption = 50,
+    bounds: _BoundsOption = True,
+    confidence: _ConfidenceOption = 0.95,
     mechanisms: _MechanismsOption = "cascade",
     prompts: PromptsOption = None,
     features: _FeaturesOption = "cheap-v1",
@@ -146,6 +163,7 @@ def calibrate(
         report=report,
         randomize=randomize,
         heldout_splits=heldout_splits if heldout else 0,
+        confidence=confidence if bounds else None,
         mechanisms=tuple(m.strip() for m in mechanisms.split(",") if m.strip()),
         prompts=list(prompts or []),
         features=features,
@@ -174,6 +192,7 @@ class CalibrateOptions:
     report: Path | None = None
     randomize: bool = False
     heldout_splits: int = 50  # 0: no held-out expectations
+    confidence: float | None = 0.95  # the tiers' bounds (calibration.bounds); None: no bounds
     mechanisms: tuple[str, ...] = ("cascade",)
     prompts: list[Path] = field(default_factory=list)
     features: str = "cheap-v1"
@@ -219,6 +238,19 @@ def routing_options(
     return with_features, {kind: routing for kind in matrices}
 
 
+def bound_settings(options: CalibrateOptions) -> BoundSettings | None:
+    """The tiers' bound settings (None with ``--no-bounds``): a union bound over every way of
+    serving a tier the command chooses among on held-out data (``calibration.bounds``)."""
+    from calibration.bounds import BoundSettings
+    from calibration.policy.commit_choice import parse_grid
+
+    if options.confidence is None:
+        return None
+    rules = 1 + (len(parse_grid(options.commit_grid)) if options.commit_grid is not None else 0)
+    mechanisms = max(1, len(set(options.mechanisms) | {"cascade"}))
+    return BoundSettings(confidence=options.confidence, alternatives=rules * mechanisms)
+
+
 def _check_score_options(options: CalibrateOptions) -> None:
     if options.score_column is not None and (
         options.scorer is not None or options.top_k is not None or options.score_tokens != "all"
@@ -240,7 +272,6 @@ def run_calibrate(options: CalibrateOptions, console: Console, errors: Console) 
     from policies.store import build_policy, policy_as_document
 
     runs, output, randomize = options.runs, options.output, options.randomize
-    score_column, scorer, top_k = options.score_column, options.scorer, options.top_k
     filters = parse_where(options.where)
     _check_score_options(options)
     spec = load_tiers(options.tiers)
@@ -249,9 +280,9 @@ def run_calibrate(options: CalibrateOptions, console: Console, errors: Console) 
         matrices = load_runs_by_kind(
             runs,
             prices=options.prices,
-            score_column=score_column,
-            scorer=scorer,
-            top_k=top_k,
+            score_column=options.score_column,
+            scorer=options.scorer,
+            top_k=options.top_k,
             where=filters,
             blackbox=BlackboxOptions(options.equivalence, options.samples),
             score_tokens=options.score_tokens,
@@ -259,16 +290,19 @@ def run_calibrate(options: CalibrateOptions, console: Console, errors: Console) 
         loaded = time.perf_counter()
     size = ", ".join(f"{m.n_queries:,} {kind} queries" for kind, m in matrices.items())
     heldout = HeldoutSettings(splits=options.heldout_splits) if options.heldout_splits else None
+    bounds = bound_settings(options)  # the same for every kind and commit rule
     with errors.status("Computing the router's features ..."):
         matrices, routing = routing_options(options, matrices)
     with errors.status(f"Computing the envelope of {size} ..."):
-        calibrated = _calibrate(errors, matrices, spec, randomize=randomize, heldout=heldout, routing=routing)
+        calibrated = _calibrate(
+            errors, matrices, spec, randomize=randomize, heldout=heldout, routing=routing, bounds=bounds
+        )
         computed = time.perf_counter()
     policy = calibrated.policy
     study = None
     if options.commit_grid is not None:
         with errors.status("Calibrating the commit rules held out ..."):
-            study = _study_commits(options, spec, matrices, heldout, filters)
+            study = _study_commits(options, spec, matrices, heldout, filters, bounds)
             policy = build_policy(apply_choice(policy_as_document(policy), study))
     write_policy(policy, output)
 
@@ -276,11 +310,7 @@ def run_calibrate(options: CalibrateOptions, console: Console, errors: Console) 
         _print_kind(console, errors, kind, matrix, calibrated, spec, several=len(matrices) > 1)
     for note in calibrated.notes:
         errors.print(f"[yellow]note:[/yellow] {note}", highlight=False, soft_wrap=True)
-    held = f", held-out expectations over {heldout.splits} splits included" if heldout else ""
-    console.print(
-        f"Loaded {runs} in {loaded - started:.2f} s; computed in {computed - loaded:.2f} s "
-        f"({'randomized' if randomize else 'deterministic'} tiers{held})."
-    )
+    _print_timing(console, runs, (loaded - started, computed - loaded), randomize, heldout)
     if study is not None:
         _print_commit_study(console, options, study)
     console.print(
@@ -288,6 +318,21 @@ def run_calibrate(options: CalibrateOptions, console: Console, errors: Console) 
     )
     if options.report is not None:
         _write_reports(console, errors, options, matrices, calibrated, spec, filters)
+
+
+def _print_timing(
+    console: Console,
+    runs: Path,
+    seconds: tuple[float, float],
+    randomize: bool,
+    heldout: HeldoutSettings | None,
+) -> None:
+    """How long loading and computing took, and what was computed."""
+    held = f", held-out expectations over {heldout.splits} splits included" if heldout else ""
+    console.print(
+        f"Loaded {runs} in {seconds[0]:.2f} s; computed in {seconds[1]:.2f} s "
+        f"({'randomized' if randomize else 'deterministic'} tiers{held})."
+    )
 
 
 def _calibrate(
@@ -298,13 +343,16 @@ def _calibrate(
     randomize: bool,
     heldout: HeldoutSettings | None,
     routing: Mapping[str, RoutingOptions] | None,
+    bounds: BoundSettings | None = None,
 ) -> CalibratedKinds:
     """``calibrate_kinds``; on an unreachable tier, print the other tiers' warnings before the error."""
     from calibration.policy.kinds import calibrate_kinds
     from calibration.tiers import UnreachableTierError
 
     try:
-        return calibrate_kinds(matrices, spec, randomize=randomize, heldout=heldout, routing=routing)
+        return calibrate_kinds(
+            matrices, spec, randomize=randomize, heldout=heldout, routing=routing, bounds=bounds
+        )
     except UnreachableTierError as exc:  # the other tiers' warnings, then the error line
         for warning in exc.warnings:
             errors.print(f"[yellow]warning:[/yellow] {warning}", highlight=False, soft_wrap=True)
@@ -327,6 +375,7 @@ def _study_commits(
     matrices: Mapping[str, RunsMatrix],
     heldout: HeldoutSettings | None,
     filters: dict[str, str],
+    bounds: BoundSettings | None = None,
 ) -> CommitStudy:
     """Each tier's commit rule, chosen held out (``calibration.policy.commit_choice``) on a text-only
     table."""
@@ -365,6 +414,7 @@ def _study_commits(
         rules,
         lambda matrix: read_lengths(options.runs, matrix.query_ids, matrix.models, filters),
         min_share=options.min_gain_share,
+        bounds=bounds,
     )
 
 
@@ -391,6 +441,10 @@ def _print_kind(
     print_summary(console, matrix, one.envelope, one.solutions, spec.default_tier)
     if one.heldout:
         console.print(heldout_table(one.heldout, spec.default_tier))
+    if one.bounds:
+        from calibration.reporting.terminal import bounds_table
+
+        console.print(bounds_table(one.bounds, spec.default_tier))
     if one.mechanisms:
         from calibration.reporting.terminal import mechanisms_table
 
@@ -426,6 +480,7 @@ def _write_reports(
                 randomize=options.randomize,
                 mechanisms=one.mechanisms,
                 curves=one.curves,
+                bounds=one.bounds,
             )
         console.print(f"Report: {page} (plots beside it)", highlight=False, soft_wrap=True)
 

@@ -9,11 +9,12 @@ of the runs this way (``calibration.policy.kinds``).
 from __future__ import annotations
 
 from collections.abc import Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 import numpy as np
 
+from calibration.bounds import BoundSettings, attach_bounds, certify_tiers, uncertified_note
 from calibration.envelope import Envelope, compute_envelope
 from calibration.heldout_expected import HeldoutSettings, heldout_expectations
 from calibration.policy.policy_writer import policy_document
@@ -48,6 +49,7 @@ class Calibrated:
     notes: tuple[str, ...] = ()
     mechanisms: Mapping[str, MechanismChoice] | None = None
     curves: MechanismCurves | None = None
+    bounds: Mapping[str, dict[str, Any]] | None = None
 
 
 def calibrate(
@@ -58,9 +60,11 @@ def calibrate(
     randomize: bool = False,
     heldout: HeldoutSettings | None = None,
     routing: RoutingOptions | None = None,
+    bounds: BoundSettings | None = None,
 ) -> Calibrated:
     """Calibrate on ``rows`` of the matrix (default: every query); with ``heldout``, also measure
-    each tier out of sample over that protocol's splits of those rows. With ``routing`` (which
+    each tier out of sample over that protocol's splits of those rows; with ``bounds``, certify
+    each cascade tier's one-sided bounds (``calibration.bounds``). With ``routing`` (which
     needs ``heldout`` and the matrix's features), each tier may serve a router or route-then-cascade
     instead of its cascade (``calibration.routing.mechanisms``), and the policy carries the router.
 
@@ -71,20 +75,57 @@ def calibrate(
     solutions = solve_tiers(envelope, spec, randomize=randomize)
     expectations = None
     notes: tuple[str, ...] = ()
+    certified, solutions, notes = _bounds(data, spec, bounds, randomize, solutions)
     if heldout is not None:
         try:
             expectations = heldout_expectations(data, spec, heldout, randomize=randomize)
         except ValueError as exc:  # too few queries to split: the policy is still valid without
-            notes = (f"no held-out expectations: {exc}",)
+            notes = (*notes, f"no held-out expectations: {exc}")
     document = policy_document(data, envelope, solutions, spec.default_tier, expectations)
+    attach_bounds(document["tiers"], certified)
     choices = curves = None
     if routing is not None:
         if heldout is None or expectations is None:
             raise ValueError("choosing a routing mechanism needs held-out expectations (drop --no-heldout)")
         choices, curves = attach_routing(document, data, spec, expectations, routing, heldout)
+        # A tier that serves a router no longer serves the cascade its bounds were certified for.
+        certified = _cascade_tiers_only(certified, choices)
+    lines = [uncertified_note(name, document) for name, document in (certified or {}).items()]
+    notes = (*notes, *(line for line in lines if line))
     return Calibrated(
-        envelope, solutions, build_policy(document), expectations, document, notes, choices, curves
+        envelope, solutions, build_policy(document), expectations, document, notes, choices, curves, certified
     )
+
+
+def _bounds(
+    data: RunsMatrix,
+    spec: TiersSpec,
+    settings: BoundSettings | None,
+    randomize: bool,
+    solutions: dict[str, TierSolution],
+) -> tuple[dict[str, dict[str, Any]] | None, dict[str, TierSolution], tuple[str, ...]]:
+    """Each tier's bounds and the solutions the tiers serve: with bounds, the routes chosen on the
+    selection part, which the bounds hold for (each keeping the full-data shadow price); without
+    (not asked for, or the queries cannot be split, which a note says), ``solutions``."""
+    if settings is None:
+        return None, solutions, ()
+    try:
+        certified = certify_tiers(data, spec, settings, randomize=randomize)
+    except ValueError as exc:
+        return None, solutions, (f"no bounds: {exc}",)
+    served = {
+        name: replace(solution, shadow_price=solutions[name].shadow_price)
+        for name, solution in certified.solutions.items()
+    }
+    return certified.bounds, served, ()
+
+
+def _cascade_tiers_only(
+    certified: dict[str, dict[str, Any]] | None, choices: Mapping[str, MechanismChoice]
+) -> dict[str, dict[str, Any]] | None:
+    if certified is None:
+        return None
+    return {name: b for name, b in certified.items() if choices[name].routing is None}
 
 
 def attach_routing(

@@ -31,6 +31,7 @@ from typing import Any
 
 import numpy as np
 
+from calibration.bounds import BoundSettings
 from calibration.diagnostics import model_auroc
 from calibration.heldout_expected import HeldoutSettings
 from calibration.policy.calibrate import Calibrated, calibrate
@@ -135,12 +136,14 @@ def study_commit_rules(
     read: Callable[[RunsMatrix], tuple[np.ndarray, dict[str, Timing], np.ndarray]],
     *,
     min_share: float = MIN_GAIN_SHARE,
+    bounds: BoundSettings | None = None,
 ) -> CommitStudy:
     """Calibrate under the buffered rule and each of ``rules`` and choose each tier's rule.
 
     ``load(rule)``: the runs matrix under a rule (None: buffered). ``read(matrix)``:
     ``calibration.ttft.read_lengths`` of the same runs for that matrix's queries and models (answer
-    tokens, timings, logprobs), for the first-token estimates.
+    tokens, timings, logprobs), for the first-token estimates. ``bounds``: each rule's tiers get
+    their bounds (``calibration.bounds``), so a tier that commits on a prefix carries that rule's.
     """
     base = load(None)
     lengths = read(base)
@@ -153,7 +156,7 @@ def study_commit_rules(
         matrix = base if rule is None else load(rule)
         if matrix.models != base.models or not np.array_equal(matrix.query_ids, base.query_ids):
             raise ValueError(f"the runs under {rule_label(rule)} have other queries than under buffer")
-        calibrated = calibrate(matrix, spec, heldout=settings)
+        calibrated = calibrate(matrix, spec, heldout=settings, bounds=bounds)
         if calibrated.heldout is None:
             raise ValueError(f"no held-out expectations: {'; '.join(calibrated.notes)}")
         gain = {

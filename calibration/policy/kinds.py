@@ -17,6 +17,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from calibration.bounds import BoundSettings
 from calibration.heldout_expected import HeldoutSettings
 from calibration.policy.calibrate import Calibrated, calibrate
 from calibration.policy.policy_writer import section_document
@@ -78,6 +79,7 @@ def calibrate_kinds(
     randomize: bool = False,
     heldout: HeldoutSettings | None = None,
     routing: Mapping[str, RoutingOptions] | None = None,
+    bounds: BoundSettings | None = None,
 ) -> CalibratedKinds:
     """Calibrate every kind's matrix and assemble the policy (module docstring).
 
@@ -91,7 +93,12 @@ def calibrate_kinds(
     for kind, matrix in matrices.items():
         try:
             per_kind[kind] = calibrate(
-                matrix, spec, randomize=randomize, heldout=heldout, routing=(routing or {}).get(kind)
+                matrix,
+                spec,
+                randomize=randomize,
+                heldout=heldout,
+                routing=(routing or {}).get(kind),
+                bounds=bounds,
             )
         except UnreachableTierError as exc:
             if len(matrices) == 1:

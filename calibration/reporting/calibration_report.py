@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 from pathlib import Path
+from typing import Any
 
 from calibration.envelope import Envelope
 from calibration.reporting.calibration_plots import write_calibration_plots
@@ -27,13 +28,15 @@ def calibration_sections(
     filters: Mapping[str, str] | None = None,
     randomize: bool = False,
     mechanisms: Mapping[str, MechanismChoice] | None = None,
+    bounds: Mapping[str, Mapping[str, Any]] | None = None,
 ) -> list[Section]:
-    """Sections of the calibration report (summary, models, tiers, with ``mechanisms`` each tier's
-    mechanisms held out, plots, switching, hull)."""
+    """Sections of the calibration report (summary, models, tiers, with ``bounds`` each tier's
+    certified bounds, with ``mechanisms`` each tier's mechanisms held out, plots, switching, hull)."""
     return [
         _summary_section(matrix, envelope, tiers, policy_id=policy_id, filters=filters, randomize=randomize),
         _models_section(envelope),
         _tiers_section(tiers, default_tier),
+        *([bounds_section(bounds, default_tier)] if bounds else []),
         *([mechanisms_section(mechanisms, default_tier)] if mechanisms else []),
         _plots_section(plots, routed=bool(mechanisms)),
         _switching_section(envelope),
@@ -217,6 +220,38 @@ def _hull_section(envelope: Envelope) -> Section:
     )
 
 
+def bounds_section(bounds: Mapping[str, Mapping[str, Any]], default_tier: str) -> Section:
+    """Per tier, the one-sided bounds at the policy's confidence (``calibration.bounds``) and
+    whether they prove the tier's objective."""
+    rows: list[list[object]] = []
+    for tier, document in bounds.items():
+        low, high = document["escalation"]
+        more = document.get("more_queries")
+        rows.append(
+            [
+                f"{tier} (default)" if tier == default_tier else tier,
+                document["quality_min"],
+                document["cost_max"],
+                f"[{low:.4f}, {high:.4f}]",
+                document["target"],
+                "yes" if document["target_certified"] else (f"no, ~{more:,} more queries" if more else "no"),
+            ]
+        )
+    first = next(iter(bounds.values()))
+    return Section(
+        f"Tier bounds at {first['confidence']:.0%}",
+        [
+            Table(
+                ["tier", "quality at least", "cost at most (USD)", "escalation", "target", "certified"],
+                rows,
+                caption=f"Each route chosen on {first['selection_n']:,} queries and certified on the other "
+                f"{first['n']:,} ({', '.join(f'{k}: {v}' for k, v in first['estimators'].items())}); the "
+                "statements hold together at the confidence shown (docs/calibrate.md#bounds).",
+            )
+        ],
+    )
+
+
 def filters_suffix(filters: Mapping[str, str] | None) -> str:
     """' (where dataset=mmlu, prompt_variant=first)' for plot titles, or '' without filters."""
     if not filters:
@@ -236,6 +271,7 @@ def write_calibration_report(
     randomize: bool = False,
     mechanisms: Mapping[str, MechanismChoice] | None = None,
     curves: MechanismCurves | None = None,
+    bounds: Mapping[str, Mapping[str, Any]] | None = None,
 ) -> Path:
     """Write envelope.png, shadow_price.png and report.html into ``directory``; returns the page.
     With ``cascade calibrate --mechanisms``: each tier's ``mechanisms`` held out, and the router's
@@ -253,5 +289,6 @@ def write_calibration_report(
         filters=filters,
         randomize=randomize,
         mechanisms=mechanisms,
+        bounds=bounds,
     )
     return write_html_report(directory / REPORT_PAGE, "Cascade calibration", sections, subtitle=matrix.source)

@@ -166,3 +166,34 @@ def mechanisms_table(choices: Mapping[str, Any], default_tier: str) -> Table:
             )
         table.add_row(f"{name}*" if name == default_tier else name, *cells, choice.mechanism)
     return table
+
+
+def bounds_table(bounds: Mapping[str, Mapping[str, Any]], default_tier: str) -> Table:
+    """Each tier's certified one-sided bounds and whether they prove its objective."""
+    first = next(iter(bounds.values()))
+    table = Table(
+        title=(
+            f"Tier bounds at {first['confidence']:.0%} (route chosen on {first['selection_n']:,} queries, "
+            f"certified on the other {first['n']:,}; all {first.get('statements', 4)} statements together)"
+        ),
+        title_justify="left",
+    )
+    for column in ("tier", "quality >=", "cost <=", "escalation in", "proves objective"):
+        left = column in ("tier", "proves objective")
+        table.add_column(column, justify="left" if left else "right", no_wrap=True)
+    for name, document in bounds.items():
+        low, high = document["escalation"]
+        if document.get("target_certified"):
+            verdict = "yes"
+        elif document.get("more_queries"):
+            verdict = f"no, +{document['more_queries']:,} queries"
+        else:
+            verdict = "no, mean misses"
+        table.add_row(
+            f"{name}*" if name == default_tier else name,
+            f"{document['quality_min']:.4f}",
+            usd(document["cost_max"]),
+            f"[{low:.1%}, {high:.1%}]",
+            verdict,
+        )
+    return table

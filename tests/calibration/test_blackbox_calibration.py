@@ -175,17 +175,22 @@ def _one_fast(tmp_path: Path) -> Path:
 
 
 def test_the_committed_blackbox_demo_policy_is_what_its_runs_and_tiers_give(repo_root: Path) -> None:
+    from calibration.bounds import BoundSettings
     from calibration.heldout_expected import HeldoutSettings
     from calibration.policy.kinds import calibrate_kinds
     from calibration.tiers import load_tiers
     from policies import load_policy
 
-    # As `cascade calibrate ... --scorer verifier` writes it: held-out expectations over 50 splits.
+    # As `cascade calibrate ... --scorer verifier` writes it: held-out expectations over 50 splits
+    # and bounds at 95%.
     matrix = load_runs(repo_root / "data/local/arithmetic-blackbox-runs.jsonl.gz", scorer="verifier")
     spec = load_tiers(repo_root / "data/local/arithmetic-blackbox-tiers.yaml")
     committed = load_policy(repo_root / "policies/local-demo-blackbox.json")
-    written = calibrate_kinds({"text": matrix}, spec, heldout=HeldoutSettings(splits=50)).policy
+    written = calibrate_kinds(
+        {"text": matrix}, spec, heldout=HeldoutSettings(splits=50), bounds=BoundSettings()
+    ).policy
     assert written.policy_id == committed.policy_id
     assert committed.tiers["balanced"].expected.heldout is not None
+    assert committed.tiers["balanced"].expected.bounds is not None
     assert committed.scorer.verifier is not None and committed.scorer.verifier.model == "qwen2.5-coder-0.5b"
     assert committed.tiers["balanced"].routes[0].models == ["qwen1.5b-fast", "qwen1.5b-think"]

@@ -15,6 +15,7 @@ import pytest
 import typer
 from typer.testing import CliRunner
 
+from calibration.bounds import BoundSettings
 from calibration.commands.calibrate_cli import register as register_calibrate
 from calibration.commands.evaluate_cli import register as register_evaluate
 from calibration.heldout_expected import HeldoutSettings
@@ -110,7 +111,10 @@ def test_calibrate_writes_the_text_top_level_and_a_tool_section_each_as_calibrat
     assert policy.kinds is not None and list(policy.kinds) == ["tool_call"]
     spec = parse_tiers(TIERS)
     for kind, served in (("text", policy), ("tool_call", kind_policy(policy, "tool_call"))):
-        alone = calibrate(load_runs(mixed_runs, score_column="score", kind=kind), spec).policy
+        # As the command calibrates it: with bounds (each tier serving its selection half's route).
+        alone = calibrate(
+            load_runs(mixed_runs, score_column="score", kind=kind), spec, bounds=BoundSettings()
+        ).policy
         assert served.models == alone.models
         for name in TIERS["tiers"]:
             assert served.tiers[name].routes == alone.tiers[name].routes, (kind, name)

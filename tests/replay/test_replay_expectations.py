@@ -92,3 +92,74 @@ def test_the_report_says_which_promise_it_used_and_gives_the_heldout_range() -> 
     assert balanced["quality"]["expected"] == 0.64
     assert (balanced["quality"]["expected_low"], balanced["quality"]["expected_high"]) == (0.58, 0.7)
     assert direct["expected_basis"] == "in-sample" and direct["quality"]["expected_low"] is None
+
+
+BOUNDS = {
+    "confidence": 0.95,
+    "method": "split",
+    "n": 250,
+    "selection_n": 250,
+    "estimators": {
+        "quality": "clopper-pearson",
+        "cost_usd": "hoeffding-bentkus",
+        "escalation_rate": "clopper-pearson",
+    },
+    "quality_min": 0.6,
+    "cost_max": 0.0005,
+    "cost_range": 0.002,
+    "escalation": [0.3, 0.6],
+    "target": "cost <= 0.0005",
+    "target_certified": True,
+}
+
+
+def _bounded_report(correct_every: int, cost: float) -> dict[str, Any]:
+    document = copy.deepcopy(POLICY_DOCUMENT)
+    document["tiers"]["balanced"]["expected"]["heldout"] = HELDOUT
+    document["tiers"]["balanced"]["expected"]["bounds"] = BOUNDS
+    policy = build_policy(document)
+    questions = [f"q{i}" for i in range(60)]
+    rows = [
+        {"arm": "tier:balanced", "query_id": q, "correct": i % correct_every != 0, "cost_usd": cost,
+         "escalated": i % 2 == 0, "latency_ms": 10.0, "policy_id": policy.policy_id}
+        for i, q in enumerate(questions)
+    ]  # fmt: skip
+    return build_report(
+        gateway="http://gw",
+        prompts_file="p.jsonl",
+        questions=questions,
+        arms=[Arm(tier="balanced")],
+        rows=rows,
+        policy=policy,
+        policy_file="policy.json",
+        confidence=0.95,
+        request={"temperature": 0, "max_tokens": None},
+        results_file="r.jsonl",
+    )
+
+
+def test_a_run_whose_interval_lies_beyond_a_bound_is_flagged_and_one_reaching_it_is_not() -> None:
+    # Quality 2/3 (its interval reaches 0.6) at the promised cost: within every bound. The mean
+    # check alone would have flagged nothing either; the bounds decide here.
+    inside = _bounded_report(correct_every=3, cost=0.0004)
+    arm = inside["arms"][0]
+    assert arm["bounds"] == {"confidence": 0.95, "method": "split", "n": 250}
+    assert arm["quality"]["bound_low"] == 0.6 and arm["quality"]["within_bound"] is True
+    assert arm["cost_usd"]["bound_high"] == 0.0005 and arm["cost_usd"]["beyond_bound"] is False
+    assert arm["escalation_rate"]["within_bound"] is True
+    assert inside["ok"] and inside["flags"] == []
+    # Half the answers right (interval about [0.37, 0.63]: the realized value is below 0.6, its
+    # interval is not) and every request at $0.0009 (above the $0.0005 maximum, an exact interval).
+    outside = _bounded_report(correct_every=2, cost=0.0009)
+    arm = outside["arms"][0]
+    assert arm["quality"]["within_bound"] is False and arm["quality"]["beyond_bound"] is False
+    assert arm["cost_usd"]["beyond_bound"] is True and arm["outside"] == ["cost_usd"]
+    assert not outside["ok"]
+    assert outside["flags"] == [
+        "tier:balanced: realized cost/request 0.0009 (its 95% interval [0.0009, 0.0009], n=60) lies wholly "
+        "above the promised maximum 0.0005 (bound at 95%, expected.bounds)"
+    ]
+    # Worse quality: 1 in 6 right, interval wholly below 0.6.
+    poor = _bounded_report(correct_every=1, cost=0.0004)  # never right
+    assert poor["arms"][0]["quality"]["beyond_bound"] is True
+    assert "below the promised minimum 0.6" in poor["flags"][0]
