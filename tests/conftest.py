@@ -11,7 +11,12 @@ REPO_ROOT = Path(__file__).resolve().parents[1]
 
 # The scripted upstream, traffic store and real local pool fixtures and the other shared helpers
 # live in tests/support/.
-pytest_plugins = ["tests.support.fixtures", "tests.support.traffic_stores", "tests.support.local_pool"]
+pytest_plugins = [
+    "tests.support.fixtures",
+    "tests.support.traffic_stores",
+    "tests.support.local_pool",
+    "tests.support.phoenix",
+]
 
 
 def pytest_terminal_summary(terminalreporter: Any) -> None:

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import json
 import os
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -19,7 +19,7 @@ import httpx
 import pytest
 
 from tests.support.gateway_testkit import RunningGateway, until
-from tests.support.phoenix import Phoenix, phoenix_server
+from tests.support.phoenix import Phoenix
 from tests.support.scripted_upstream import ScriptedUpstream, ok
 
 TRACE_ID = "5bf92f3577b34da6a3ce929d0e0e4736"
@@ -31,13 +31,6 @@ CONTENT_KEYS = (
     "llm.input_messages",
     "llm.output_messages",
 )
-
-
-@pytest.fixture(scope="module")
-def phoenix(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Phoenix]:
-    with phoenix_server(tmp_path_factory.mktemp("phoenix")) as server:
-        print(f"\nPhoenix ready after {server.started_s:.1f}s")
-        yield server
 
 
 @pytest.fixture
