@@ -15,6 +15,7 @@ import time
 from collections.abc import Iterator, Mapping
 from typing import TYPE_CHECKING, Any
 
+from gateway.assembly.replica_feed import ReplicaFeed
 from gateway.assembly.state import SharedState
 from gateway.config.coverage import CoverageConfig
 from gateway.config.learning import LearningConfig
@@ -146,6 +147,17 @@ class Gateway:
             learning.runner.featurize = self.router_runtime.features
         self.health = UpstreamHealth(self.pool, self.metrics)
         self.shared = shared
+        self.feed: ReplicaFeed | None = None  # this replica's console snapshot, with Redis
+        if shared.redis is not None:
+            self.feed = ReplicaFeed(
+                metrics,
+                shared.redis,
+                shared.keys,
+                authenticator=shared.authenticator,
+                spend=shared.spend,
+                policy_id=lambda: self.policy.policy_id if self.policy is not None else None,
+            )
+            shared.ticks.append(self.feed.tick)  # the 1 s Redis loop; nothing on the request path
         self.metrics.spend_unsynced.set_function(self.shared.spend.unsynced_usd)
         self.metrics.replicas_live.set_function(self.shared.spend.live_replicas)
         self.learning = learning
