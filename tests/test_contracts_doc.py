@@ -148,6 +148,8 @@ def test_redis_keys_are_documented(sections: dict[str, str]) -> None:
     names |= {keys.spend_cancelled("<id>"), keys.spend_applied("<id>"), keys.spend_epoch, keys.replicas}
     names.add(keys.rate("<key_id>", "<window_s>", "<window_start>"))  # type: ignore[arg-type]
     names.add(keys.breaker("<model>"))
+    names |= {keys.console_replicas, keys.console_snapshot("<id>"), keys.recalibration_last}
+    names |= {keys.console_key_spend("<minute_start>"), keys.console_key_spend_taken("<minute_start>")}  # type: ignore[arg-type]
     assert names == set(table_rows(sections["Redis keys"]))
 
 

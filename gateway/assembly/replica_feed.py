@@ -4,7 +4,7 @@ Prometheus counters in one process see only that replica, so every replica write
 state's once-a-second Redis loop (``SharedState.ticks``, never the request path), every
 ``interval_s`` seconds:
 
-* its **snapshot**: the samples of the metric families the console reads (``CONSOLE_FAMILIES``: requests,
+* its **snapshot**: the samples of the metrics the console reads (``CONSOLE_METRICS``: requests,
   escalations, cost, confidence and upstream histograms, breaker state, learning counters) and its
   score-drift windows, as one JSON string ``{prefix}:console:replica:{id}`` with a TTL of ``ttl_s``,
   its id scored in ``{prefix}:console:replicas``. The console sums the live replicas' snapshots
@@ -20,6 +20,7 @@ when its snapshot expires (the console says how many replicas it summed).
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 import logging
 import math
@@ -39,44 +40,47 @@ from gateway.telemetry.metrics import GatewayMetrics
 
 log = logging.getLogger("cascade.console")
 
-# The metric families (names without ``_total``) a snapshot carries: what the console pages read.
-CONSOLE_FAMILIES = frozenset(
-    {
-        "cascade_requests",
-        "cascade_escalations",
-        "cascade_cost_usd",
-        "cascade_confidence_score",
-        "cascade_upstream_requests",
-        "cascade_upstream_duration_seconds",
-        "cascade_time_to_first_token_seconds",
-        "cascade_upstream_circuit_state",
-        "cascade_upstream_up",
-        "cascade_policy_info",
-        "cascade_learning_sampled",
-        "cascade_learning_dropped",
-        "cascade_learning_rows_written",
-        "cascade_learning_queue_depth",
-        "cascade_shadow_calls",
-        "cascade_shadow_cost_usd",
-        "cascade_judge_outcomes",
-        "cascade_rate_limit_rejections",
-        "cascade_budget_rejections",
-    }
+# The metrics a snapshot carries (attributes of ``GatewayMetrics`` and of its ``learning``): what
+# the console pages read. Collected one by one, not the whole registry (a fraction of its cost).
+CONSOLE_METRICS = (
+    "requests",
+    "escalations",
+    "cost",
+    "confidence",
+    "upstream_requests",
+    "upstream_duration",
+    "first_token",
+    "circuit_state",
+    "upstream_up",
+    "policy_info",
+    "rate_limit_rejections",
+    "budget_rejections",
+)
+CONSOLE_LEARNING_METRICS = (
+    "sampled",
+    "dropped",
+    "rows_written",
+    "queue_depth",
+    "shadow_calls",
+    "shadow_cost",
+    "judge_outcomes",
 )
 # How long the keys' spend samples are kept (the Keys page charts the last hours of them).
 KEY_SPEND_KEEP_S = 2 * 86400
 
 
 def metric_samples(metrics: GatewayMetrics) -> list[list[Any]]:
-    """``[name, labels, value]`` of every sample of ``CONSOLE_FAMILIES`` (no ``_created``, no NaN)."""
+    """``[name, labels, value]`` of every sample of the ``CONSOLE_METRICS`` (no ``_created``, no NaN)."""
+    chosen = [getattr(metrics, name) for name in CONSOLE_METRICS]
+    if metrics.learning is not None:
+        chosen += [getattr(metrics.learning, name) for name in CONSOLE_LEARNING_METRICS]
     out: list[list[Any]] = []
-    for family in metrics.registry.collect():
-        if family.name not in CONSOLE_FAMILIES:
-            continue
-        for sample in family.samples:
-            if sample.name.endswith("_created") or math.isnan(sample.value):
-                continue
-            out.append([sample.name, sample.labels, sample.value])
+    for metric in chosen:
+        for family in metric.collect():
+            for sample in family.samples:
+                if sample.name.endswith("_created") or math.isnan(sample.value):
+                    continue
+                out.append([sample.name, sample.labels, sample.value])
     return out
 
 
@@ -105,13 +109,13 @@ class ReplicaFeed:
         ``policy_id``: the served policy's id now."""
         self.replica_id = os.urandom(6).hex()
         self._metrics = metrics
-        self._redis = redis
-        self._keys = keys
+        self.redis = redis
+        self.keys = keys
         self._authenticator = authenticator
         self._spend = spend
         self._policy_id = policy_id
         self.interval_s = interval_s
-        self._ttl_s = ttl_s
+        self.ttl_s = ttl_s
         self._clock = clock
         self._started = clock()
         self._flushed_at = -math.inf
@@ -141,12 +145,14 @@ class ReplicaFeed:
         """Write this replica's snapshot now (the console's own replica does before it reads)."""
         now = self._clock()
         self._flushed_at = now
-        name = self._keys.console_snapshot(self.replica_id)
-        async with self._redis.pipeline(transaction=False) as pipe:
-            pipe.set(name, orjson.dumps(self.snapshot()), px=int(self._ttl_s * 1000))
-            pipe.zadd(self._keys.console_replicas, {self.replica_id: now})
-            pipe.zremrangebyscore(self._keys.console_replicas, "-inf", now - self._ttl_s)
-            pipe.expire(self._keys.console_replicas, int(self._ttl_s * 2) + 1)
+        name = self.keys.console_snapshot(self.replica_id)
+        # Built in a worker thread (a few milliseconds of Python): the loop keeps serving meanwhile.
+        document = await asyncio.to_thread(lambda: orjson.dumps(self.snapshot()))
+        async with self.redis.pipeline(transaction=False) as pipe:
+            pipe.set(name, document, px=int(self.ttl_s * 1000))
+            pipe.zadd(self.keys.console_replicas, {self.replica_id: now})
+            pipe.zremrangebyscore(self.keys.console_replicas, "-inf", now - self.ttl_s)
+            pipe.expire(self.keys.console_replicas, int(self.ttl_s * 2) + 1)
             await pipe.execute()
 
     async def sample_key_spend(self) -> bool:
@@ -157,19 +163,19 @@ class ReplicaFeed:
         if minute == self._sampled_minute:
             return False
         self._sampled_minute = minute
-        taken = await self._redis.set(self._keys.console_key_spend_taken(minute), "1", nx=True, ex=120)
+        taken = await self.redis.set(self.keys.console_key_spend_taken(minute), "1", nx=True, ex=120)
         if not taken:
             return False
-        stored: dict[str, str] = await self._redis.hgetall(self._keys.client_keys)  # type: ignore[misc]
+        stored: dict[str, str] = await self.redis.hgetall(self.keys.client_keys)  # type: ignore[misc]
         identities = self._authenticator.listed_identities(stored)
         if not identities:
             return True
         now = self._clock()
-        counters = [self._keys.spend(i.key_id or "", self._spend.window(i, now).start) for i in identities]
-        values = await self._redis.mget(counters)
-        name = self._keys.console_key_spend(minute)
+        counters = [self.keys.spend(i.key_id or "", self._spend.window(i, now).start) for i in identities]
+        values = await self.redis.mget(counters)
+        name = self.keys.console_key_spend(minute)
         mapping = {i.key_id: int(v or 0) for i, v in zip(identities, values, strict=True) if i.key_id}
-        async with self._redis.pipeline(transaction=False) as pipe:
+        async with self.redis.pipeline(transaction=False) as pipe:
             pipe.hset(name, mapping=mapping)
             pipe.expire(name, KEY_SPEND_KEEP_S)
             await pipe.execute()

@@ -9,14 +9,16 @@ from __future__ import annotations
 
 import math
 import time
-from collections.abc import Iterator, Mapping
+from collections.abc import Iterator
 from dataclasses import dataclass, field
 from typing import Any
 
 import orjson
 import redis.asyncio as aioredis
 
+from gateway.assembly.replica_feed import ReplicaFeed, drift_windows, metric_samples
 from gateway.redis.keys import RedisKeys
+from gateway.telemetry.metrics import GatewayMetrics
 
 # A series: its sample name and its labels, sorted.
 SeriesKey = tuple[str, tuple[tuple[str, str], ...]]
@@ -140,6 +142,11 @@ def ratio(part: float, whole: float) -> float | None:
     return part / whole if whole else None
 
 
-def labels_of(rows: Mapping[str, Any]) -> dict[str, str]:
-    """String labels (JSON may hold them as any scalar)."""
-    return {str(k): str(v) for k, v in rows.items()}
+async def deployment_now(feed: ReplicaFeed | None, metrics: GatewayMetrics) -> Deployment:
+    """The deployment as the console shows it: with Redis, this replica's snapshot written now and
+    every live replica's read back, summed; without, this replica's own snapshot."""
+    if feed is None:
+        own = {"replica": "local", "samples": metric_samples(metrics), "drift": drift_windows(metrics)}
+        return sum_snapshots([own])
+    await feed.flush()
+    return await read_deployment(feed.redis, feed.keys, ttl_s=feed.ttl_s)
