@@ -46,6 +46,11 @@ def histogram_chart(histogram: ScoreHistogram) -> dict[str, Any]:
     """Live scores per bucket (x: the bucket's upper bound; the ``+Inf`` bucket left out) and the
     threshold."""
     finite = [(bound, count) for bound, count in histogram.buckets if math.isfinite(bound)]
+    # Start at the first bucket holding a score (or at 0, or under the threshold, if lower): the
+    # scorers' scores mostly lie in [0, 1], the buckets reach -5 for the ones that go negative.
+    low = min(0.0, histogram.threshold if histogram.threshold is not None else 0.0)
+    first = next((i for i, (bound, count) in enumerate(finite) if count or bound >= low), len(finite))
+    finite = finite[max(0, first - 1) :]
     return {
         "kind": "histogram",
         "x": [bound for bound, _ in finite],

@@ -15,6 +15,7 @@ from typing import Any
 
 import orjson
 import redis.asyncio as aioredis
+from redis.exceptions import RedisError
 
 from gateway.assembly.replica_feed import ReplicaFeed, drift_windows, metric_samples
 from gateway.redis.keys import RedisKeys
@@ -41,6 +42,7 @@ class Deployment:
     snapshots: list[dict[str, Any]] = field(default_factory=list)
     totals: dict[SeriesKey, float] = field(default_factory=dict)
     drift: dict[tuple[str, str, str], DriftWindow] = field(default_factory=dict)
+    redis_error: str | None = None
 
     @property
     def replicas(self) -> int:
@@ -144,9 +146,18 @@ def ratio(part: float, whole: float) -> float | None:
 
 async def deployment_now(feed: ReplicaFeed | None, metrics: GatewayMetrics) -> Deployment:
     """The deployment as the console shows it: with Redis, this replica's snapshot written now and
-    every live replica's read back, summed; without, this replica's own snapshot."""
-    if feed is None:
-        own = {"replica": "local", "samples": metric_samples(metrics), "drift": drift_windows(metrics)}
-        return sum_snapshots([own])
-    await feed.flush()
-    return await read_deployment(feed.redis, feed.keys, ttl_s=feed.ttl_s)
+    every live replica's read back, summed; without (or while Redis does not answer), this replica's
+    own snapshot (``Deployment.replicas`` is then 1 and ``redis_error`` says why)."""
+    if feed is not None:
+        try:
+            await feed.flush()
+            return await read_deployment(feed.redis, feed.keys, ttl_s=feed.ttl_s)
+        except (RedisError, OSError) as exc:
+            own = sum_snapshots([_own(metrics)])
+            own.redis_error = f"Redis did not answer ({type(exc).__name__}): this replica's counts only"
+            return own
+    return sum_snapshots([_own(metrics)])
+
+
+def _own(metrics: GatewayMetrics) -> dict[str, Any]:
+    return {"replica": "local", "samples": metric_samples(metrics), "drift": drift_windows(metrics)}

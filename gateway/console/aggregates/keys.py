@@ -3,7 +3,8 @@ and the spend over time of the keys that spent most. Ids and names only: never a
 
 Every key (the environment's and the Redis hash ``{prefix}:keys``) is read as ``/v1/me/usage`` reads
 one (``SpendLimiter.usage``: its counter and rate windows), all in one pipeline: O(keys). The chart
-reads the minute samples one replica writes (gateway.assembly.replica_feed): O(minutes x charted keys).
+reads the minute samples one replica writes (gateway.assembly.replica_feed), the current minute's
+rewritten from what the page just read: O(minutes x charted keys).
 """
 
 from __future__ import annotations
@@ -13,7 +14,9 @@ from dataclasses import dataclass
 from datetime import UTC, datetime
 
 import redis.asyncio as aioredis
+from redis.exceptions import RedisError
 
+from gateway.assembly.replica_feed import KEY_SPEND_KEEP_S
 from gateway.keys.auth import Authenticator, ClientIdentity
 from gateway.keys.budget_periods import NEVER
 from gateway.keys.ledger import NANO_PER_USD, KeyUsage
@@ -130,6 +133,18 @@ async def spend_series(
     return starts[first:], {k: v[first:] for k, v in series.items()}
 
 
+async def _sample_now(redis: aioredis.Redis, keys: RedisKeys, rows: list[KeyView], now: float) -> None:
+    """This minute's spend sample from the rows just read (what the minute's sampler writes), so the
+    chart ends at what the table shows."""
+    if not rows:
+        return
+    name = keys.console_key_spend(int(now // 60) * 60)
+    async with redis.pipeline(transaction=False) as pipe:
+        pipe.hset(name, mapping={row.key_id: round(row.spent_usd * NANO_PER_USD) for row in rows})
+        pipe.expire(name, KEY_SPEND_KEEP_S)
+        await pipe.execute()
+
+
 async def keys_view(
     authenticator: Authenticator,
     spend: SpendLimiter,
@@ -141,7 +156,10 @@ async def keys_view(
     """Every key's row, by spend (most first), and the chart of the ``CHARTED_KEYS`` that spent most."""
     stored: dict[str, str] = {}
     if redis is not None:
-        stored = await redis.hgetall(keys.client_keys)  # type: ignore[misc]
+        try:
+            stored = await redis.hgetall(keys.client_keys)  # type: ignore[misc]
+        except (RedisError, OSError):
+            redis = None  # the environment's keys, as this replica counted them (their ``source``)
     identities = [i for i in authenticator.listed_identities(stored) if i.key_id is not None]
     usages = await asyncio.gather(*(spend.usage(i) for i in identities))
     rows = [key_view(i, u, window_s) for i, u in zip(identities, usages, strict=True)]
@@ -149,6 +167,7 @@ async def keys_view(
     minutes: list[int] = []
     series: dict[str, list[float | None]] = {}
     if redis is not None:
+        await _sample_now(redis, keys, rows, now)
         charted = [row.key_id for row in rows[:CHARTED_KEYS]]
         minutes, series = await spend_series(redis, keys, charted, now)
     return KeysView(rows, minutes, series)

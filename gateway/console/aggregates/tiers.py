@@ -47,6 +47,11 @@ class ScoreHistogram:
     buckets: list[tuple[float, float]]
     threshold: float | None
 
+    @property
+    def scores(self) -> int:
+        """How many live scores the histogram holds."""
+        return int(sum(count for _, count in self.buckets))
+
 
 @dataclass
 class Drift:
@@ -81,6 +86,7 @@ class TiersView:
     tiers: list[TierView]
     envelope: list[dict[str, Any]]
     replicas: int
+    redis_error: str | None = None
 
 
 def mechanism(tier: Tier) -> str:
@@ -176,10 +182,10 @@ def tier_view(deployment: Deployment, policy: Policy, name: str, report: dict[st
 def tiers_view(deployment: Deployment, policy: Policy | None, report: dict[str, Any] | None) -> TiersView:
     """The Tiers page of the served ``policy`` (None: no policy, an empty page)."""
     if policy is None:
-        return TiersView(None, [], [], deployment.replicas)
+        return TiersView(None, [], [], deployment.replicas, deployment.redis_error)
     tiers = [tier_view(deployment, policy, name, report) for name in policy.tiers]
     envelope = [
         {"cost_usd": p.cost_usd, "quality": p.quality, "route": " -> ".join(p.models)}
         for p in policy.envelope
     ]
-    return TiersView(policy.policy_id, tiers, envelope, deployment.replicas)
+    return TiersView(policy.policy_id, tiers, envelope, deployment.replicas, deployment.redis_error)

@@ -73,6 +73,7 @@ class UpstreamsView:
     models: list[UpstreamView]
     first_token: list[FirstTokenView]
     replicas: int
+    redis_error: str | None = None
 
 
 def _breaker(deployment: Deployment, model: str, shared: list[str | None]) -> BreakerView:
@@ -107,7 +108,7 @@ async def upstreams_view(
     """Every configured model's row (one pipeline of the breaker hashes) and first token per tier."""
     names = sorted(models)
     shared: list[list[str | None]] = [[None, None] for _ in names]
-    if redis is not None and names:
+    if redis is not None and names and deployment.redis_error is None:
         async with redis.pipeline(transaction=False) as pipe:
             for name in names:
                 pipe.hmget(keys.breaker(name), ["failures", "open_until"])
@@ -121,4 +122,4 @@ async def upstreams_view(
         buckets = deployment.buckets("cascade_time_to_first_token_seconds", tier=tier)
         streams = int(buckets[-1][1]) if buckets else 0
         first.append(FirstTokenView(tier, streams, {q: quantile(buckets, q) for q in QUANTILES}))
-    return UpstreamsView(rows, first, deployment.replicas)
+    return UpstreamsView(rows, first, deployment.replicas, deployment.redis_error)
