@@ -39,6 +39,7 @@ apt_package() {
 }
 apt_package prometheus "tests/deploy (promtool and prometheus)" promtool prometheus
 apt_package redis-server "tests/reliability (private Redis servers)" redis-server
+apt_package chromium "the console's browser tests (tests/gateway/console: Playwright drives it)" chromium
 if [ "$(uname -m)" = x86_64 ]; then
   apt_package qemu-user "the emulated older-CPU smoke test in tests/localpool" qemu-x86_64
 fi

@@ -150,6 +150,7 @@ def test_redis_keys_are_documented(sections: dict[str, str]) -> None:
     names.add(keys.breaker("<model>"))
     names |= {keys.console_replicas, keys.console_snapshot("<id>"), keys.recalibration_last}
     names |= {keys.console_key_spend("<minute_start>"), keys.console_key_spend_taken("<minute_start>")}  # type: ignore[arg-type]
+    names |= {keys.console_requests, keys.console_index}
     assert names == set(table_rows(sections["Redis keys"]))
 
 

@@ -73,9 +73,11 @@ GATEWAY_FLOORS: dict[str, int] = {
     "streaming": 5,
     "engine": 6,
     "learning": 7,
+    "records": 7,
     "assembly": 8,
-    "api": 9,
-    "commands": 10,
+    "console": 9,
+    "api": 10,
+    "commands": 11,
 }
 
 FOLDER_FLOORS: dict[str, dict[str, int]] = {

@@ -115,6 +115,7 @@ def build_gateway(
         coverage=settings.coverage,
         transport=transport,
         upstream_errors=settings.upstream_errors,
+        console=settings.console,
     )
 
 
@@ -158,6 +159,10 @@ def create_app(
 
     _add_info_routes(app, gateway)
     _add_error_handlers(app)
+    if gateway.console is not None:  # console.enabled: the /console pages (gateway.console)
+        from gateway.console.mount import mount_console
+
+        mount_console(app, gateway, settings.auth.admin_key_env)
     return app
 
 

@@ -32,6 +32,7 @@ from gateway.api.edges.base import ApiEdge, StreamTranslator, Translated, openai
 from gateway.api.serving import BODY_TIMED_OUT
 from gateway.assembly.runtime import Gateway
 from gateway.keys.ledger import NANO_PER_USD, Reservation
+from gateway.records.record import ServedRequest
 from gateway.routing.tier_choice import RoutePlan
 from gateway.stages.bodies import client_body
 from gateway.stages.outcomes import StreamFailed, StreamStart, sse_error
@@ -49,6 +50,7 @@ from gateway.wire.exchange import ClientGone, Exchange, Headers, read_body, watc
 from gateway.wire.facts import CascadeFacts
 from gateway.wire.logs import log_event, log_exception
 from gateway.wire.requests import ParsedRequest, check_client_schemas
+from gateway.wire.trace import RequestTrace
 
 if TYPE_CHECKING:
     from gateway.learning.answers import DrawnRequest
@@ -90,6 +92,11 @@ class _Request:
     drawn: DrawnRequest | None = None
     # A stream's first body bytes written, seconds after ``started`` (time to first token).
     first_byte_s: float | None = None
+    # For the console's record (gateway.records): the caller's key id, the error the client got, the
+    # answer sent (only where the console keeps bodies).
+    key_id: str | None = None
+    error: GatewayError | None = None
+    answer: bytes | None = None
 
 
 class ApiEndpoint:
@@ -100,6 +107,8 @@ class ApiEndpoint:
         self.edge = edge
         self.path = edge.path
         self.wanted_headers = _WANTED_HEADERS | edge.extra_headers
+        # Decided once: whether the console keeps each answer sent (gateway.config.console).
+        self.keep_answers = gateway.console is not None and gateway.console.keep_bodies
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         current = asyncio.current_task()
@@ -120,7 +129,7 @@ class ApiEndpoint:
         except ClientGone:  # or cut by the body timeout (gateway.api.serving), which answered 408
             request.status, request.outcome = 408 if scope.get(BODY_TIMED_OUT) else 499, "error"
         except GatewayError as error:
-            request.status = error.status
+            request.status, request.error = error.status, error
             await self._send_error(request.exchange, error, request.request_id, request.translator, request)
         except Exception:
             log_exception("request_failed", request_id=request.request_id, route=self.path)
@@ -148,6 +157,8 @@ class ApiEndpoint:
         # The sampler decides; a drawn request's scored answers are kept by the engine for reuse.
         drawn = request.drawn = gw.learning.draw(plan, parsed) if gw.learning is not None else None
         facts = request.facts = gw.engine.new_facts(plan, drawn.keep if drawn is not None else None)
+        if gw.console is not None:  # the console records each call, score and escalation
+            facts.trace = RequestTrace(request.started)
         if parsed.stream:
             request.translator = self.edge.stream_translator(translated.context)
             request.status = await self._stream(request, plan, parsed, facts, deadline)
@@ -161,6 +172,7 @@ class ApiEndpoint:
         headers = {k: v for k, v in scope["headers"] if k in self.wanted_headers}
         raw = await read_body(receive, headers.get(b"content-length"), gw.limits.max_body_bytes)
         identity = await gw.shared.authenticator.authenticate(edge.credential(headers), scope)
+        request.key_id = identity.key_id
         try:
             translated = edge.translate(raw, request.request_id)
         except _UNREADABLE_REQUEST as exc:
@@ -224,6 +236,8 @@ class ApiEndpoint:
             *facts.headers(overhead_ms),
             *self.gateway.shared.spend.rate_headers(request.reservation),
         ]
+        if self.keep_answers:
+            request.answer = payload
         await request.exchange.start(200, out)
         await request.exchange.body(payload, more=False)
 
@@ -264,6 +278,8 @@ class ApiEndpoint:
                 reserved_usd=reservation.amount_nano / NANO_PER_USD if reservation is not None else None,
             )
         self._record(request)
+        if gw.console is not None:
+            gw.console.record(self._served(request))
         if request.drawn is not None and request.status == 200 and request.outcome != "error":
             # The response has been sent in full: the sample goes on no client's clock.
             assert gw.learning is not None
@@ -321,6 +337,7 @@ class ApiEndpoint:
                             200, [*event.headers, (b"x-request-id", request_id.encode()), *rate]
                         )
                 elif isinstance(event, StreamFailed):
+                    request.error = event.error
                     data = translator.fail(event.error) if translator is not None else event.data
                     await exchange.body(data, more=False)
                     return event.error.status
@@ -359,6 +376,27 @@ class ApiEndpoint:
         headers.append((b"content-length", str(len(payload)).encode()))
         await exchange.start(status, headers)
         await exchange.body(payload, more=False)
+
+    def _served(self, request: _Request) -> ServedRequest:
+        """What the console's record of ``request`` is built from (gateway.records.record)."""
+        return ServedRequest(
+            request_id=request.request_id,
+            api=self.edge.name,
+            path=self.path,
+            status=request.status,
+            tier=request.tier,
+            kind=request.plan.kind if request.plan is not None else "none",
+            outcome=request.outcome,
+            key_id=request.key_id,
+            duration_s=time.perf_counter() - request.started,
+            facts=request.facts,
+            parsed=request.parsed,
+            error=request.error,
+            headers=request.exchange.headers,
+            worst_case_usd=request.worst_case_usd,
+            first_byte_s=request.first_byte_s,
+            answer=request.answer,
+        )
 
     def _record(self, request: _Request) -> None:
         """Metrics and the request's log line (with the worst case reserved against, once known)."""

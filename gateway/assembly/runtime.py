@@ -17,6 +17,7 @@ from typing import TYPE_CHECKING, Any
 
 from gateway.assembly.replica_feed import ReplicaFeed
 from gateway.assembly.state import SharedState
+from gateway.config.console import ConsoleConfig
 from gateway.config.coverage import CoverageConfig
 from gateway.config.learning import LearningConfig
 from gateway.config.settings import (
@@ -27,6 +28,7 @@ from gateway.config.settings import (
     UpstreamErrorsConfig,
 )
 from gateway.engine.cascade import CascadeEngine, scored_stage_body
+from gateway.records.recorder import RequestRecorder, build_recorder
 from gateway.routing.routed_tiers import RouterRuntime
 from gateway.routing.tier_choice import RoutePlan, RoutePlanner
 from gateway.stages.blackbox_scoring import reserve_scoring_usd
@@ -111,7 +113,8 @@ class Gateway:
     upstream error text of every configured secret (``Settings.secret_values``); ``coverage`` is
     the config's ``coverage`` section (gateway.config.coverage), None when absent; ``transport``
     opens the upstream sessions (gateway.upstream.transport); ``upstream_errors`` says what a
-    provider's content-policy refusal does at a stage (the engine's).
+    provider's content-policy refusal does at a stage (the engine's); ``console`` is the config's
+    ``console`` section (gateway.config.console: the request records, off by default).
     """
 
     def __init__(
@@ -128,6 +131,7 @@ class Gateway:
         coverage: CoverageConfig | None = None,
         transport: SessionOpener = open_pooled_session,
         upstream_errors: UpstreamErrorsConfig | None = None,
+        console: ConsoleConfig | None = None,
     ):
         self.models = models
         self.limits = limits
@@ -161,6 +165,10 @@ class Gateway:
         self.metrics.spend_unsynced.set_function(self.shared.spend.unsynced_usd)
         self.metrics.replicas_live.set_function(self.shared.spend.live_replicas)
         self.learning = learning
+        # The console's recorder (gateway.records), None when the console is off.
+        self.console: RequestRecorder | None = build_recorder(
+            console or ConsoleConfig(), redact or Redactor(), shared.request_path, shared.redis, shared.keys
+        )
         self.loop: asyncio.AbstractEventLoop | None = None  # the serving loop, once started
         # Completion requests being served (their tasks), for the shutdown drain.
         self.in_flight: set[asyncio.Task[Any]] = set()

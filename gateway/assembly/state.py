@@ -87,6 +87,8 @@ class SharedState:
     redis: aioredis.Redis | None = None
     policy_redis: aioredis.Redis | None = None  # only when distinct from ``redis``
     request_redis: aioredis.Redis | None = None  # same Redis as ``redis``, request-path timeouts
+    # The request path's batcher on ``request_redis`` (keys and spend; the console's records).
+    request_path: RedisBatcher | None = None
     keys: RedisKeys = field(default_factory=RedisKeys)
     health_interval_s: float = 1.0
     redis_up: bool | None = None
@@ -323,6 +325,7 @@ def build_shared_state(
         redis=clients.redis,
         policy_redis=clients.policy_redis if clients.policy_redis is not clients.redis else None,
         request_redis=clients.request_redis,
+        request_path=clients.request_path,
         keys=keys,
     )
     return report_redis.state

@@ -30,6 +30,7 @@ from pydantic import (
 )
 from pydantic_settings import BaseSettings, PydanticBaseSettingsSource, SettingsConfigDict
 
+from gateway.config.console import ConsoleConfig
 from gateway.config.coverage import CoverageConfig
 from gateway.config.drift import DriftConfig
 from gateway.config.fail_over import BreakerPolicy, RetryPolicy
@@ -337,6 +338,8 @@ class Settings(BaseSettings):
     upstream_errors: UpstreamErrorsConfig = UpstreamErrorsConfig()
     drift: DriftConfig = DriftConfig()
     learning: LearningConfig = LearningConfig()
+    # The operator console: request records and the /console pages (gateway.console).
+    console: ConsoleConfig = ConsoleConfig()
     # What the policy was calibrated on; other cascade requests go to one model directly
     # (gateway.config.coverage).
     coverage: CoverageConfig = CoverageConfig()

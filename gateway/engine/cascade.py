@@ -383,6 +383,8 @@ class CascadeEngine:
         ]
         for charge in charges:
             self.record(facts, model, charge)
+        if facts.trace is not None:  # the console is on (gateway.wire.trace)
+            facts.trace.call(model, len(attempts), charges)
         if len(charges) == 1:  # the common case: one attempt, answered
             return charges[0]
         return Charge(

@@ -243,6 +243,19 @@ class Authenticator:
             return False
         return True
 
+    @property
+    def has_admin_key(self) -> bool:
+        """Whether an admin key is configured (admin endpoints and the console need one)."""
+        return self._admin_hash is not None
+
+    def admin_token(self, purpose: str) -> str | None:
+        """A token derived from the admin key for ``purpose`` (HMAC-SHA256 under the key's hash; the
+        console's session cookie signs with it): never the key, and void once the key changes. None
+        without an admin key."""
+        if self._admin_hash is None:
+            return None
+        return hmac.new(self._admin_hash.encode(), purpose.encode(), hashlib.sha256).hexdigest()
+
     def _log_empty_store(self, where: str) -> None:
         """Say (at most once a minute) why every request is refused."""
         now = self._clock()

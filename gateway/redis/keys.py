@@ -79,6 +79,17 @@ class RedisKeys(PolicyKeys):
         return f"{self.prefix}:console:keyspend:{minute_start}:taken"
 
     @property
+    def console_requests(self) -> str:
+        """Stream of the console's request records, capped at ``console.max_records`` entries
+        (gateway.records.stream_store)."""
+        return f"{self.prefix}:console:requests"
+
+    @property
+    def console_index(self) -> str:
+        """Sorted set: request id -> the millisecond of its record's stream entry (same cap)."""
+        return f"{self.prefix}:console:index"
+
+    @property
     def spend_epoch(self) -> str:
         """Random id of this Redis's spend data; missing or new means the data was lost."""
         return f"{self.prefix}:spend:epoch"

@@ -197,6 +197,8 @@ class AnswerReview:
     def escalated(self, tier: str, model: str, reason: EscalationReason, facts: CascadeFacts) -> None:
         """Record and count why ``model``'s stage escalated."""
         facts.escalation_reasons.append(reason)
+        if facts.trace is not None:  # the console is on (gateway.wire.trace)
+            facts.trace.escalated(model, reason)
         metrics = self._metrics
         metrics.child(metrics.escalation_reasons, tier, model, reason).inc()
 

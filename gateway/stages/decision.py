@@ -135,6 +135,8 @@ class StageDecision:
         """A scored stage's score and threshold in the facts, the confidence histogram and the
         drift window."""
         facts.score, facts.threshold = score, threshold
+        if facts.trace is not None:  # the console is on (gateway.wire.trace)
+            facts.trace.scored(model, score, threshold)
         if score is not None:
             assert plan.policy is not None
             self._metrics.child(self._metrics.confidence, plan.tier, model).observe(score)

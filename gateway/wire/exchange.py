@@ -22,16 +22,18 @@ class ClientGone(Exception):
 class Exchange:
     """One HTTP exchange's send side, remembering whether the response has started."""
 
-    __slots__ = ("done", "gone", "send", "started")
+    __slots__ = ("done", "gone", "headers", "send", "started")
 
     def __init__(self, send: Send):
         self.send = send
         self.started = False
         self.done = False
         self.gone = False
+        self.headers: Headers = []  # the headers sent (the console's record shows them)
 
     async def start(self, status: int, headers: Headers) -> None:
         self.started = True
+        self.headers = headers
         await self.send({"type": "http.response.start", "status": status, "headers": headers})
 
     async def body(self, data: bytes, more: bool = True) -> None:

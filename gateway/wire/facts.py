@@ -12,6 +12,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from gateway.wire.exchange import Headers
+from gateway.wire.trace import RequestTrace
 from money.charges import Charge
 from policies.answer_checks import AnswerProblem
 
@@ -66,6 +67,8 @@ class CascadeFacts:
     # the model that continued it and the content chunks the broken stream had sent.
     continued_by: str | None = None
     continued_after_tokens: int | None = None
+    # The console's record of every call, score and escalation (gateway.wire.trace); None: console off.
+    trace: RequestTrace | None = None
 
     @property
     def tokens(self) -> int:
