@@ -68,7 +68,9 @@ def seed(client: Any, keys: RedisKeys, n_keys: int, minutes: int) -> None:
     now = time.time()
     ids = []
     for i in range(n_keys):
-        _, key_id = add_key(client, f"team-{i:05d}", 100.0, keys, rate_limits=[{"window_s": 60, "requests": 600}])
+        _, key_id = add_key(
+            client, f"team-{i:05d}", 100.0, keys, rate_limits=[{"window_s": 60, "requests": 600}]
+        )
         ids.append(key_id)
     window = int(now // 3600) * 3600  # the fixed window of the bench's settings (budgets.window_s)
     pipe = client.pipeline(transaction=False)
@@ -157,7 +159,10 @@ def main() -> None:
         if doomed:
             client.delete(*doomed)
         client.close()
-    print(f"{args.requests:,} requests over {args.replicas} replicas, {args.keys:,} keys, {args.minutes} minutes")
+    print(
+        f"{args.requests:,} requests over {args.replicas} replicas, {args.keys:,} keys, "
+        f"{args.minutes} minutes"
+    )
     print(f"{'page':<22}{'median ms':>10}{'worst ms':>10}{'bytes':>10}")
     for path, (median, worst, size) in results.items():
         print(f"{path:<22}{median:>10.1f}{worst:>10.1f}{size:>10,}")

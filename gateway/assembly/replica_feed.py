@@ -1,14 +1,14 @@
 """What each replica tells the console: a small aggregate snapshot of its metrics, and the keys' spend.
 
-Prometheus counters in one process see only that replica, so every replica writes, from the shared
-state's once-a-second Redis loop (``SharedState.ticks``, never the request path), every
-``interval_s`` seconds:
+Prometheus counters in one process see only that replica, so every replica with the console on
+(``console.enabled``) and Redis writes, from the shared state's once-a-second Redis loop
+(``SharedState.ticks``, never the request path), every ``interval_s`` seconds:
 
 * its **snapshot**: the samples of the metrics the console reads (``CONSOLE_METRICS``: requests,
   escalations, cost, confidence and upstream histograms, breaker state, learning counters) and its
   score-drift windows, as one JSON string ``{prefix}:console:replica:{id}`` with a TTL of ``ttl_s``,
   its id scored in ``{prefix}:console:replicas``. The console sums the live replicas' snapshots
-  (gateway.assembly.deployment_totals). The size is O(tiers x models x buckets), never O(requests).
+  (gateway.console.aggregates.deployment). The size is O(tiers x models x buckets), never O(requests).
 * once a **minute**, one replica (the first to set the minute's ``taken`` marker) samples every
   client key's spend in its current window into ``{prefix}:console:keyspend:{minute}`` (key id ->
   nano-USD), kept ``KEY_SPEND_KEEP_S``: the Keys page's spend over time. O(keys) a minute for the
@@ -33,6 +33,7 @@ import orjson
 import redis.asyncio as aioredis
 from redis.exceptions import RedisError
 
+from gateway.assembly.state import SharedState
 from gateway.keys.auth import Authenticator
 from gateway.keys.spend import SpendLimiter
 from gateway.redis.keys import RedisKeys
@@ -180,3 +181,22 @@ class ReplicaFeed:
             pipe.expire(name, KEY_SPEND_KEEP_S)
             await pipe.execute()
         return True
+
+
+def console_feed(
+    metrics: GatewayMetrics, shared: SharedState, enabled: bool, policy_id: Callable[[], str | None]
+) -> ReplicaFeed | None:
+    """This replica's feed when the console is ``enabled`` and the state has Redis, its ``tick`` added
+    to the shared state's 1 s loop (nothing on the request path); else None."""
+    if not enabled or shared.redis is None:
+        return None
+    feed = ReplicaFeed(
+        metrics,
+        shared.redis,
+        shared.keys,
+        authenticator=shared.authenticator,
+        spend=shared.spend,
+        policy_id=policy_id,
+    )
+    shared.ticks.append(feed.tick)
+    return feed

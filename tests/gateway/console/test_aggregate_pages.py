@@ -62,7 +62,11 @@ def served_console(
     heldout = heldout_expectation((0.0004, 0.0003, 0.0005), (0.7, 0.66, 0.74), (0.4, 0.35, 0.45))
     policy = write_policy(
         folder / "policy.json",
-        {"balanced": {"expected": {"cost_usd": 0.0004, "quality": 0.7, "escalation_rate": 0.4, "heldout": heldout}}},
+        {
+            "balanced": {
+                "expected": {"cost_usd": 0.0004, "quality": 0.7, "escalation_rate": 0.4, "heldout": heldout}
+            }
+        },
         score_distribution=SCORE_BINS,
     )
     store = redis.Redis.from_url(REDIS_URL, decode_responses=True)

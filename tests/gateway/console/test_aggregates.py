@@ -21,7 +21,6 @@ from gateway.console.aggregates.tiers import tiers_view
 from gateway.console.aggregates.upstreams import upstreams_view
 from tests.support.gateway_testkit import POLICY_DOCUMENT
 from tests.support.scripted_upstream import error, ok
-from tests.support.shared_redis import REDIS_URL
 
 MESSAGES = [{"role": "user", "content": "What is the capital of France?"}]
 
@@ -43,9 +42,9 @@ def deployment_of(replica: Any) -> Deployment:
 
 
 def test_two_replicas_counts_are_summed_into_each_tiers_live_measures(
-    keys, make_settings, start_gateway, upstream
+    keys, console_settings, start_gateway, upstream
 ) -> None:
-    replicas = [start_gateway(make_settings(redis_url=REDIS_URL)) for _ in range(2)]
+    replicas = [start_gateway(console_settings()) for _ in range(2)]
     upstream.script(
         "up-small", ok("Paris.", confidence=0.9), ok("Paris.", confidence=0.9), ok("Hm.", confidence=0.1)
     )
@@ -76,13 +75,13 @@ def test_two_replicas_counts_are_summed_into_each_tiers_live_measures(
 
 
 def test_keys_spend_is_sampled_by_one_replica_a_minute_and_listed_without_secrets(
-    keys, sync_redis, make_settings, start_gateway, upstream
+    keys, sync_redis, console_settings, start_gateway, upstream
 ) -> None:
     secret, used_id = add_key(
         sync_redis, "team-a", 5.0, keys, rate_limits=[{"window_s": 60, "requests": 100}]
     )
     _, idle_id = add_key(sync_redis, "team-b", 2.0, keys)
-    settings = make_settings(redis_url=REDIS_URL, auth={"open": False})
+    settings = console_settings(auth={"open": False})
     replicas = [start_gateway(settings) for _ in range(2)]
     upstream.set_default("up-small", ok("Paris.", confidence=0.9))
     ask(replicas[0], secret)
@@ -108,9 +107,9 @@ def test_keys_spend_is_sampled_by_one_replica_a_minute_and_listed_without_secret
 
 
 def test_failures_by_kind_latency_and_the_shared_breaker_per_model(
-    keys, make_settings, start_gateway, upstream
+    keys, console_settings, start_gateway, upstream
 ) -> None:
-    replica = start_gateway(make_settings(redis_url=REDIS_URL))
+    replica = start_gateway(console_settings())
     upstream.script("up-small", error(500), error(500), error(500))
     upstream.set_default("up-large", ok("Paris.", confidence=0.9))
     ask(replica)
@@ -128,9 +127,9 @@ def test_failures_by_kind_latency_and_the_shared_breaker_per_model(
 
 
 def test_the_policy_page_reads_the_last_recalibration_and_the_replicas_policy(
-    keys, sync_redis, make_settings, start_gateway
+    keys, sync_redis, console_settings, start_gateway
 ) -> None:
-    replica = start_gateway(make_settings(redis_url=REDIS_URL))
+    replica = start_gateway(console_settings())
     policy = replica.gateway.policy
     report = {
         "created_at": "2026-12-06T06:00:00+00:00",
