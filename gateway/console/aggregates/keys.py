@@ -9,7 +9,6 @@ rewritten from what the page just read: O(minutes x charted keys).
 
 from __future__ import annotations
 
-import asyncio
 from dataclasses import dataclass
 from datetime import UTC, datetime
 
@@ -161,7 +160,7 @@ async def keys_view(
         except (RedisError, OSError):
             redis = None  # the environment's keys, as this replica counted them (their ``source``)
     identities = [i for i in authenticator.listed_identities(stored) if i.key_id is not None]
-    usages = await asyncio.gather(*(spend.usage(i) for i in identities))
+    usages = await spend.usages(identities)
     rows = [key_view(i, u, window_s) for i, u in zip(identities, usages, strict=True)]
     rows.sort(key=lambda row: (-row.spent_usd, row.key_id))
     minutes: list[int] = []
