@@ -1,8 +1,9 @@
 """The Keys page's data: per client key, spend against its limit and period, its rate-limit windows,
 and the spend over time of the keys that spent most. Ids and names only: never a key's secret.
 
-Every key (the environment's and the Redis hash ``{prefix}:keys``) is read as ``/v1/me/usage`` reads
-one (``SpendLimiter.usage``: its counter and rate windows), all in one pipeline: O(keys). The chart
+Every key (the environment's and the Redis hash ``{prefix}:keys``) is ranked by its current window's
+counter (one MGET: O(keys)); the ``SHOWN_KEYS`` that spent most are read as ``/v1/me/usage`` reads
+one (``SpendLimiter.usages``: limit with rollover, rate windows), in one pipeline. The chart
 reads the minute samples one replica writes (gateway.assembly.replica_feed), the current minute's
 rewritten from what the page just read: O(minutes x charted keys).
 """
@@ -24,6 +25,8 @@ from gateway.redis.keys import RedisKeys
 
 # How many keys the spend chart overlays (the ones that spent most in their current window).
 CHARTED_KEYS = 6
+# How many keys the table shows (the ones that spent most): the page stays small with many keys.
+SHOWN_KEYS = 100
 # How many minutes of spend samples the chart spans.
 CHART_MINUTES = 180
 
@@ -66,6 +69,7 @@ class KeysView:
     keys: list[KeyView]
     minutes: list[int]
     spend_series: dict[str, list[float | None]]
+    total: int  # how many keys exist (the table shows the ``SHOWN_KEYS`` that spent most)
 
 
 def _period_text(identity: ClientIdentity, window_s: int) -> str:
@@ -132,16 +136,28 @@ async def spend_series(
     return starts[first:], {k: v[first:] for k, v in series.items()}
 
 
-async def _sample_now(redis: aioredis.Redis, keys: RedisKeys, rows: list[KeyView], now: float) -> None:
-    """This minute's spend sample from the rows just read (what the minute's sampler writes), so the
-    chart ends at what the table shows."""
-    if not rows:
+async def _sample_now(redis: aioredis.Redis, keys: RedisKeys, spent: dict[str, int], now: float) -> None:
+    """This minute's spend sample from the counters just read (what the minute's sampler writes),
+    so the chart ends at what the table shows."""
+    if not spent:
         return
     name = keys.console_key_spend(int(now // 60) * 60)
     async with redis.pipeline(transaction=False) as pipe:
-        pipe.hset(name, mapping={row.key_id: round(row.spent_usd * NANO_PER_USD) for row in rows})
+        pipe.hset(name, mapping=spent)
         pipe.expire(name, KEY_SPEND_KEEP_S)
         await pipe.execute()
+
+
+async def _most_spent(
+    redis: aioredis.Redis, keys: RedisKeys, spend: SpendLimiter, identities: list[ClientIdentity], now: float
+) -> tuple[list[ClientIdentity], dict[str, int]]:
+    """The ``SHOWN_KEYS`` identities that spent most in their current window (one MGET of every
+    key's counter), and every key's spent nano-USD."""
+    names = [keys.spend(i.key_id or "", spend.window(i, now).start) for i in identities]
+    values = await redis.mget(names) if names else []
+    spent = {i.key_id or "": int(v or 0) for i, v in zip(identities, values, strict=True)}
+    ranked = sorted(identities, key=lambda i: (-spent[i.key_id or ""], i.key_id or ""))
+    return ranked[:SHOWN_KEYS], spent
 
 
 async def keys_view(
@@ -152,7 +168,8 @@ async def keys_view(
     window_s: int,
     now: float,
 ) -> KeysView:
-    """Every key's row, by spend (most first), and the chart of the ``CHARTED_KEYS`` that spent most."""
+    """The rows of the ``SHOWN_KEYS`` keys that spent most (most first), how many keys exist, and the
+    chart of the ``CHARTED_KEYS`` that spent most."""
     stored: dict[str, str] = {}
     if redis is not None:
         try:
@@ -160,13 +177,17 @@ async def keys_view(
         except (RedisError, OSError):
             redis = None  # the environment's keys, as this replica counted them (their ``source``)
     identities = [i for i in authenticator.listed_identities(stored) if i.key_id is not None]
-    usages = await spend.usages(identities)
-    rows = [key_view(i, u, window_s) for i, u in zip(identities, usages, strict=True)]
+    shown, spent = identities, dict[str, int]()
+    if redis is not None:
+        shown, spent = await _most_spent(redis, keys, spend, identities, now)
+    usages = await spend.usages(shown)
+    rows = [key_view(i, u, window_s) for i, u in zip(shown, usages, strict=True)]
     rows.sort(key=lambda row: (-row.spent_usd, row.key_id))
+    rows = rows[:SHOWN_KEYS]
     minutes: list[int] = []
     series: dict[str, list[float | None]] = {}
     if redis is not None:
-        await _sample_now(redis, keys, rows, now)
+        await _sample_now(redis, keys, spent, now)
         charted = [row.key_id for row in rows[:CHARTED_KEYS]]
         minutes, series = await spend_series(redis, keys, charted, now)
-    return KeysView(rows, minutes, series)
+    return KeysView(rows, minutes, series, len(identities))

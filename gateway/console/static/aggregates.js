@@ -74,6 +74,7 @@
   }
 
   function lines(doc) {
+    var last = doc.x[doc.x.length - 1];
     var series = [{ label: "minute" }];
     doc.series.forEach(function (label, i) {
       series.push({ label: label, stroke: COLOURS[i % COLOURS.length], width: 2, spanGaps: true });
@@ -82,7 +83,7 @@
       opts: {
         height: 240,
         // At least the last half hour on x: one minute's sample alone is a point, not a year.
-        scales: { x: { range: function (u, min, max) { return [Math.min(min, max - 1800), max + 60]; } } },
+        scales: { x: { time: true, auto: false, range: [Math.min(doc.x[0], last - 1800), last + 60] } },
         axes: [{}, { label: "spent (USD)", size: 80, values: function (u, splits) { return splits.map(usd); } }],
         series: series
       },
