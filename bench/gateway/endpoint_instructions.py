@@ -12,6 +12,9 @@ the API's).
 
     .venv/bin/python bench/gateway/endpoint_instructions.py --endpoints chat responses messages \\
         --out bench/gateway/results/endpoint-instructions.json
+
+``--console on`` serves with the operator console enabled (each request's decision record: in the
+process's ring, or with ``--redis-url`` in the capped Redis stream), to measure what recording costs.
 """
 
 from __future__ import annotations
@@ -59,6 +62,15 @@ def one_endpoint(args: argparse.Namespace, base: str, pid: int, out_dir: Path, a
     return row
 
 
+def with_console(config: Path) -> None:
+    """Enable the operator console in the gateway config at ``config``."""
+    import yaml
+
+    document = yaml.safe_load(config.read_text())
+    document["console"] = {"enabled": True}
+    config.write_text(yaml.safe_dump(document))
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(
         description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
@@ -71,13 +83,17 @@ def main() -> None:
     parser.add_argument("--server-cpu", default="1")
     parser.add_argument("--client-cpu", default="0")
     parser.add_argument("--out", type=Path)
+    parser.add_argument("--redis-url", help="serve with this redis_url (keys, spend, console records)")
+    parser.add_argument("--console", choices=["off", "on"], default="off", help="console.enabled")
     args = parser.parse_args()
     apis = ["chat", *(a for a in args.endpoints if a != "chat")]
     with tempfile.TemporaryDirectory(prefix="cascade-endpoint-instr-") as name:
         tmp = Path(name)
         with nginx_upstream(tmp, args.client_cpu) as nginx_port:
             upstream = f"http://127.0.0.1:{nginx_port}/{args.body}/v1"
-            config = write_gateway_files(tmp, upstream, body=args.body)
+            config = write_gateway_files(tmp, upstream, redis_url=args.redis_url, body=args.body)
+            if args.console == "on":
+                with_console(config)
             with callgrind_serve(config, tmp, args.server_cpu) as (base, pid):
                 check_paths(base)
                 for api in apis[1:]:

@@ -30,9 +30,9 @@ from gateway.redis.keys import RedisKeys
 log = logging.getLogger("cascade.console")
 
 # Trim the index once it holds this many more than the cap (ZCARD is O(1); trimming in batches).
-_INDEX_SLACK = 256
+INDEX_SLACK = 256
 
-_WRITE = LuaScript.of(
+WRITE_SCRIPT = LuaScript.of(
     """
 local stream, index = KEYS[1], KEYS[2]
 local cap = tonumber(ARGV[1])
@@ -97,17 +97,8 @@ class StreamStore:
     def write(self, request_id: str, record: dict[str, Any], data: bytes) -> None:
         """Queue the record's write in the loop iteration's pipeline; a failure is logged (once a
         minute), never raised: a record is worth less than the request."""
-        args = (
-            self.capacity,
-            request_id,
-            record.get("tier") or "",
-            record.get("key_id") or "",
-            record.get("outcome") or "",
-            record.get("reason") or "",
-            data,
-            _INDEX_SLACK,
-        )
-        future = self._batcher.run_script(_WRITE, (self._stream, self._index), args)
+        args = write_args(self.capacity, request_id, record, data)
+        future = self._batcher.run_script(WRITE_SCRIPT, (self._stream, self._index), args)
         future.add_done_callback(self._written)
 
     def _written(self, future: asyncio.Future[Any]) -> None:
@@ -149,6 +140,22 @@ class StreamStore:
             return int(await self._reader.xlen(self._stream))
         except RedisError:
             return 0
+
+
+def write_args(
+    capacity: int, request_id: str, record: dict[str, Any], data: bytes
+) -> tuple[str | int | bytes, ...]:
+    """``WRITE_SCRIPT``'s ARGV for one record (keys: the stream, then the index)."""
+    return (
+        capacity,
+        request_id,
+        record.get("tier") or "",
+        record.get("key_id") or "",
+        record.get("outcome") or "",
+        record.get("reason") or "",
+        data,
+        INDEX_SLACK,
+    )
 
 
 def _text(value: bytes | str | None) -> str:

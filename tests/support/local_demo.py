@@ -49,18 +49,25 @@ def pool_env(repo_root: Path) -> dict[str, str]:
 
 @contextmanager
 def running_demo(
-    pool: LocalPool, repo_root: Path, work: Path, policy: Path | None = None, prices: Path | None = None
+    pool: LocalPool,
+    repo_root: Path,
+    work: Path,
+    policy: Path | None = None,
+    prices: Path | None = None,
+    config_changes: dict[str, Any] | None = None,
 ) -> Iterator[LocalDemo]:
     """The demo's gateway for ``policy`` (default: the committed demo policy, with the demo's
     coverage rule) in front of ``pool``'s servers of the models ``cascade demo`` names (kind
     sections' models included); ``prices``: as ``cascade demo --prices`` (the sheet the policy was
-    calibrated with)."""
+    calibrated with); ``config_changes``: top-level config sections added to the demo's config
+    (``{"console": {"enabled": True}}``)."""
     coverage = DEMO_COVERAGE if policy is None else None
     policy, names, _, _ = read_policy((policy or repo_root / DEFAULT_POLICY).resolve())
     names = served_models(names, coverage)
     served = pool.serve(names)
     work.mkdir(parents=True, exist_ok=True)
     gateway_config = pool_gateway_config(served, names, policy, coverage=coverage, prices=prices)
+    gateway_config.update(config_changes or {})
     config = write_gateway_config(work / "demo-gateway.yaml", gateway_config)
     gateway_log = work / "gateway.log"
     with serving_gateway(config, gateway_log, cwd=repo_root) as url:

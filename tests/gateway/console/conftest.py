@@ -1,6 +1,5 @@
 """Console test fixtures (the gateway fixtures of tests/gateway/conftest.py apply here too).
 
-* ``ADMIN``: the headers carrying the test admin key (``tests.support.gateway_testkit.ADMIN_KEY``).
 * ``console_settings(**changes)``: ``make_settings`` with the console enabled and the real Redis under
   the test's private prefix (``keys``); ``console={...}`` adds console options, other ``changes`` are
   top-level config fields (``redis_url=None``: the in-process ring).
@@ -33,8 +32,6 @@ from tests.support.in_process_gateway import InProcessGateway
 from tests.support.policy_files import write_policy
 from tests.support.scripted_upstream import ScriptedUpstream, error, ok
 from tests.support.shared_redis import REDIS_URL, delete_prefix, fresh_keys
-
-ADMIN = {"authorization": f"Bearer {ADMIN_KEY}"}
 
 
 @pytest.fixture
