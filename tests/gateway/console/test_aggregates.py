@@ -13,6 +13,7 @@ from typing import Any
 import pytest
 
 from calibration.recalibration.redis_io import keep_report
+from gateway.assembly.replica_feed import ReplicaFeed
 from gateway.commands.keys import add_key
 from gateway.console.aggregates.deployment import Deployment, quantile, read_deployment, sum_snapshots
 from gateway.console.aggregates.keys import keys_view
@@ -87,10 +88,6 @@ def test_keys_spend_is_sampled_by_one_replica_a_minute_and_listed_without_secret
     ask(replicas[0], secret)
     ask(replicas[0], secret)
 
-    first = replicas[0].app_loop.call(replicas[0].gateway.feed.sample_key_spend())
-    second = replicas[1].app_loop.call(replicas[1].gateway.feed.sample_key_spend())
-    assert (first, second) == (True, False)  # the minute is taken by the first
-
     gateway = replicas[1].gateway
     view = replicas[1].app_loop.call(
         keys_view(
@@ -101,9 +98,31 @@ def test_keys_spend_is_sampled_by_one_replica_a_minute_and_listed_without_secret
     used, idle = view.keys
     assert used.name == "team-a" and used.spent_usd > 0 and used.limit_usd == 5.0 and idle.spent_usd == 0
     assert used.rate_windows[0].requests_used == 2 and used.rate_windows[0].requests_limit == 100
-    assert view.spend_series[used_id][-1] == pytest.approx(used.spent_usd)
-    assert len(view.minutes) == 1
-    assert secret not in repr(view)
+    assert view.spend_series[used_id][-1] == pytest.approx(used.spent_usd)  # the page's own sample
+    assert view.total == 2 and secret not in repr(view)
+
+    # The minute sampler, on a minute of this window the replicas' own 1 s loops never sample (a past one).
+    start = gateway.shared.spend.window_start()  # the keys' fixed window (no budget period)
+    minute = start + (120 if int(time.time() // 60) * 60 == start + 60 else 60)
+    feeds = [_feed(r.gateway, keys, minute) for r in replicas]
+    first = replicas[0].app_loop.call(feeds[0].sample_key_spend())
+    second = replicas[1].app_loop.call(feeds[1].sample_key_spend())
+    assert (first, second) == (True, False)  # the minute is taken by the first
+    sampled = sync_redis.hgetall(keys.console_key_spend(minute))
+    assert sampled == {used_id: str(round(used.spent_usd * 1e9)), idle_id: "0"}
+
+
+def _feed(gateway: Any, keys: Any, at: float) -> ReplicaFeed:
+    """A feed of ``gateway``'s shared state whose clock stands at ``at``."""
+    shared = gateway.shared
+    return ReplicaFeed(
+        gateway.metrics,
+        shared.redis,
+        keys,
+        authenticator=shared.authenticator,
+        spend=shared.spend,
+        clock=lambda: at,
+    )
 
 
 def test_failures_by_kind_latency_and_the_shared_breaker_per_model(
