@@ -5,7 +5,8 @@ What the pages read is O(tiers x models x buckets) per replica and O(keys) (+ mi
 keys), never O(requests): the seeding makes the counters of this replica and of ``--replicas - 1``
 other replicas' snapshots add up to ``--requests`` served requests, stores ``--keys`` client keys with
 spend counters, and ``--minutes`` minutes of their spend samples. Each page is then fetched
-``--repeat`` times; the median and the worst are printed (milliseconds), with the page's size.
+``--repeat`` times; the median and the worst are printed (milliseconds), with the page's size, and
+the time and size of one replica's snapshot (gateway.assembly.replica_feed).
 Runs on a private Redis key prefix it deletes afterwards.
 
     PYTHONPATH=. .venv/bin/python bench/gateway/console_aggregate_pages.py --redis redis://127.0.0.1:6379/0
@@ -23,6 +24,7 @@ import uuid
 from pathlib import Path
 from typing import Any
 
+import orjson
 import redis
 
 from gateway.api.app import create_app
@@ -129,6 +131,18 @@ def time_pages(gateway: Any, repeat: int) -> dict[str, tuple[float, float, int]]
     return out
 
 
+def time_snapshot(feed: ReplicaFeed, repeat: int) -> tuple[float, int]:
+    """(median ms, bytes) of building and encoding this replica's snapshot (what its loop writes
+    every 5 s, in a worker thread)."""
+    times = []
+    document = b""
+    for _ in range(repeat):
+        started = time.perf_counter()
+        document = orjson.dumps(feed.snapshot())
+        times.append((time.perf_counter() - started) * 1000)
+    return statistics.median(times), len(document)
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--redis", default="redis://127.0.0.1:6379/0")
@@ -152,6 +166,7 @@ def main() -> None:
                 serve_counts(gateway.gateway.metrics, per_replica)
                 gateway.http.get(PAGES[0], headers={"authorization": f"Bearer {ADMIN_KEY}"})  # warm
                 results = time_pages(gateway, args.repeat)
+                snapshot = time_snapshot(gateway.gateway.feed, args.repeat)
             finally:
                 gateway.stop()
     finally:
@@ -166,6 +181,7 @@ def main() -> None:
     print(f"{'page':<22}{'median ms':>10}{'worst ms':>10}{'bytes':>10}")
     for path, (median, worst, size) in results.items():
         print(f"{path:<22}{median:>10.1f}{worst:>10.1f}{size:>10,}")
+    print(f"a replica's snapshot: {snapshot[0]:.1f} ms to build and encode, {snapshot[1]:,} bytes")
 
 
 if __name__ == "__main__":
