@@ -18,7 +18,7 @@ from dataclasses import dataclass
 from typing import Any, Protocol
 
 # Records one page request reads at most while looking for matches.
-SCAN_BUDGET = 20_000
+SCAN_BUDGET = 10_000
 
 
 @dataclass(frozen=True, slots=True)

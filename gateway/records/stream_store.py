@@ -47,30 +47,25 @@ return entry
 )
 
 # ARGV: start ('+' or '(' .. entry id), limit, scan budget, then tier, key, outcome, reason ('' = any).
+# An entry's fields are read by position, in the order WRITE_SCRIPT writes them: id, tier, key,
+# outcome, reason, record (flat[2], flat[4], ... flat[12]).
 _PAGE = """
 local stream = KEYS[1]
 local start, limit, budget = ARGV[1], tonumber(ARGV[2]), tonumber(ARGV[3])
-local want = {tier = ARGV[4], key = ARGV[5], outcome = ARGV[6]}
-local reason = ARGV[7]
+local tier, key, outcome, reason = ARGV[4], ARGV[5], ARGV[6], ARGV[7]
+local wanted_reason = ',' .. reason .. ','
 local found, scanned, last = {}, 0, false
 while scanned < budget and #found < limit do
-  local chunk = redis.call('XREVRANGE', stream, start, '-', 'COUNT', math.min(500, budget - scanned))
+  local chunk = redis.call('XREVRANGE', stream, start, '-', 'COUNT', math.min(1000, budget - scanned))
   if #chunk == 0 then return {found, '', scanned} end
   for _, entry in ipairs(chunk) do
     scanned = scanned + 1
     last = entry[1]
-    local fields, record = {}, nil
     local flat = entry[2]
-    for i = 1, #flat, 2 do fields[flat[i]] = flat[i + 1] end
-    local ok = true
-    for name, value in pairs(want) do
-      if value ~= '' and fields[name] ~= value then ok = false end
-    end
-    if ok and reason ~= '' then
-      ok = string.find(',' .. (fields['reason'] or '') .. ',', ',' .. reason .. ',', 1, true) ~= nil
-    end
-    if ok then
-      found[#found + 1] = fields['record']
+    if (tier == '' or flat[4] == tier) and (key == '' or flat[6] == key)
+      and (outcome == '' or flat[8] == outcome)
+      and (reason == '' or string.find(',' .. flat[10] .. ',', wanted_reason, 1, true)) then
+      found[#found + 1] = flat[12]
       if #found >= limit then break end
     end
   end
