@@ -48,6 +48,11 @@ class PolicyKeys:
         """Pub/sub channel; each message is the new version."""
         return f"{self.prefix}:policy:updates"
 
+    @property
+    def recalibration_last(self) -> str:
+        """String: the JSON report of the last ``cascade recalibrate`` that read or pushed here."""
+        return f"{self.prefix}:recalibration:last"
+
 
 def check_servable(
     policy: Policy,

@@ -150,6 +150,8 @@ def test_redis_keys_are_documented(sections: dict[str, str]) -> None:
     names.add(keys.rate("<key_id>", "<window_s>", "<window_start>"))  # type: ignore[arg-type]
     names.add(keys.breaker("<model>"))
     names.add(keys.shift_alarms("<policy_id>"))
+    names |= {keys.console_replicas, keys.console_snapshot("<id>"), keys.recalibration_last}
+    names |= {keys.console_key_spend("<minute_start>"), keys.console_key_spend_taken("<minute_start>")}  # type: ignore[arg-type]
     names |= {keys.console_requests, keys.console_index}
     assert names == set(table_rows(sections["Redis keys"]))
 

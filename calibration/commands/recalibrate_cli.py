@@ -230,7 +230,7 @@ def run_recalibrate(
     """Recalibrate, print the table, write the policy, push if it passed, report; exit 3 if refused."""
     from calibration.policy.policy_writer import write_policy
     from calibration.recalibration.recalibrate import recalibrate as run
-    from calibration.recalibration.redis_io import push_if_unchanged
+    from calibration.recalibration.redis_io import keep_report, push_if_unchanged
     from calibration.recalibration.report import comparison_table, report_document, routes_table, write_report
     from publishing import PolicyKeys
     from redaction import redact_url
@@ -254,8 +254,11 @@ def run_recalibrate(
                 version = push_if_unchanged(
                     result.current.client, result.policy, keys, result.current.served_text
                 )
+        document = report_document(result, policy_file=output, pushed_version=version)
+        if result.current.client is not None:  # the console's Policy page shows the last one
+            keep_report(result.current.client, document, PolicyKeys(options.prefix))
         if report is not None:
-            write_report(report_document(result, policy_file=output, pushed_version=version), report)
+            write_report(document, report)
             console.print(f"Report: {report}", highlight=False, soft_wrap=True)
     finally:
         if result.current.client is not None:

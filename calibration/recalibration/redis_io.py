@@ -48,3 +48,15 @@ def push_if_unchanged(client: Any, policy: Policy, keys: PolicyKeys, replacing: 
         ) from None
     except redis.RedisError as exc:
         raise RedisPolicyError(f"redis: {exc}") from None
+
+
+def keep_report(client: Any, document: dict[str, Any], keys: PolicyKeys) -> None:
+    """Keep ``document`` (the JSON report) as the last recalibration's (``keys.recalibration_last``),
+    for the gateway console; a Redis error here is ignored (the report file and the push are what count)."""
+    import contextlib
+    import json
+
+    import redis
+
+    with contextlib.suppress(redis.RedisError, ValueError):
+        client.set(keys.recalibration_last, json.dumps(document, allow_nan=False))

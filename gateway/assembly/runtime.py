@@ -15,6 +15,7 @@ import time
 from collections.abc import Iterator, Mapping
 from typing import TYPE_CHECKING, Any
 
+from gateway.assembly.replica_feed import console_feed
 from gateway.assembly.state import SharedState
 from gateway.config.console import ConsoleConfig
 from gateway.config.coverage import CoverageConfig
@@ -162,6 +163,9 @@ class Gateway:
             learning.runner.featurize = self.router_runtime.features
         self.health = UpstreamHealth(self.pool, self.metrics)
         self.shared = shared
+        # This replica's console snapshot (gateway.assembly.replica_feed): with Redis and the console on.
+        on = console is not None and console.enabled
+        self.feed = console_feed(metrics, shared, on, lambda: self.policy.policy_id if self.policy else None)
         self.metrics.spend_unsynced.set_function(self.shared.spend.unsynced_usd)
         self.metrics.replicas_live.set_function(self.shared.spend.live_replicas)
         self.learning = learning

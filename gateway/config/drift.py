@@ -131,6 +131,12 @@ class ScoreDriftMonitor(Collector):
                 totals = [a + b for a, b in zip(totals, counts, strict=True)]
         return totals
 
+    def windows(self) -> Iterator[tuple[tuple[str, str, str], list[float], list[float], list[int]]]:
+        """``((kind, tier, model), edges, expected shares, live counts)`` of every tracked window."""
+        for (kind, tier, model), window in self._windows.items():
+            counts = self.window_counts(tier, model, kind) or []
+            yield (kind, tier, model), window.edges, window.expected, counts
+
     def describe(self) -> Iterator[Metric]:
         """The two families, without samples (so registering never calls ``collect``)."""
         yield from self._families()

@@ -280,6 +280,14 @@ class Authenticator:
         if token is None or not hmac.compare_digest(hash_key(token), self._admin_hash):
             raise AuthenticationError("Incorrect admin key provided.")
 
+    def listed_identities(self, stored: Mapping[str, str | bytes]) -> list[ClientIdentity]:
+        """Every client key's identity (never the key): the environment's, then ``stored`` (the
+        Redis hash's records, key hash -> record, as the caller read them), sorted by key id."""
+        found = dict(self._static)
+        for key_hash, raw in stored.items():
+            found.setdefault(key_hash, self._identity_from_record(key_hash, raw))
+        return sorted(found.values(), key=lambda identity: identity.key_id or "")
+
     async def _lookup(self, key_hash: str) -> ClientIdentity | None:
         """A Redis-stored key, through a short local cache (revocation takes up to cache_ttl_s)."""
         if self._redis is None:

@@ -13,7 +13,7 @@ import math
 from dataclasses import dataclass, field
 
 from gateway.keys.budget_periods import SpendWindow
-from gateway.keys.rate_limits import RateState
+from gateway.keys.rate_limits import RateState, RateWindows
 from gateway.keys.spend_store import MAX_NANO
 from money.charges import NANO_PER_USD
 
@@ -91,3 +91,26 @@ def nano_limit(usd: float) -> int:
 def ledger_total(ledger: Ledger) -> int:
     """Everything a ledger knows of its window: Redis's count and what this replica counted since."""
     return ledger.seen + ledger.held + ledger.local + sum(ledger.sending.values())
+
+
+@dataclass(frozen=True, slots=True)
+class UsagePlan:
+    """What ``SpendLimiter.usages`` (gateway.keys.spend) reads of one key: its window, rate windows,
+    limit (nano-USD) and whether its previous period rolls over (up to ``cap``); ``counters``: the
+    spend counters to read (the window's, then the previous period's when it rolls over)."""
+
+    window: SpendWindow
+    rates: RateWindows | None
+    limit: int | None
+    rolls_over: bool
+    cap: int
+    counters: list[str]
+
+    def from_redis(self, spent: list[int], counts: list[list[int]], now: float) -> KeyUsage:
+        """The usage from the counters' values and the rate windows' (requests, tokens)."""
+        limit = self.limit
+        if limit is not None and self.rolls_over:
+            limit += min(self.cap, max(0, limit - spent[1]))
+        rates = self.rates
+        state = RateState(rates, [c[0] for c in counts], [c[1] for c in counts]) if rates else None
+        return KeyUsage(self.window, limit, spent[0], state, "redis", now)

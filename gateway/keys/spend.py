@@ -40,7 +40,7 @@ import functools
 import logging
 import math
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import replace
 from typing import Literal
 
@@ -55,6 +55,7 @@ from gateway.keys.ledger import (
     Ledger,
     Reservation,
     Retry,
+    UsagePlan,
     ledger_total,
     nano_limit,
     to_nano,
@@ -306,29 +307,51 @@ class SpendLimiter(SpendSync):
         """What ``identity`` has spent and counted now: its window, limit with rollover, spend
         (settled + reserved) and rate-limit counts; from Redis when it answers, else from what
         this replica counted (``source``)."""
+        return (await self.usages([identity]))[0]
+
+    async def usages(self, identities: Sequence[ClientIdentity]) -> list[KeyUsage]:
+        """``usage`` of every one of ``identities`` (keys, not anonymous), read from Redis in one
+        pipeline (the console's Keys page: O(keys) reads, one round trip)."""
+        now = self._clock()
+        plans = [self._usage_plan(identity, now) for identity in identities]
+        if self._store is not None:
+            counters = [name for plan in plans for name in plan.counters]
+            windows = [name for plan in plans for name in (plan.rates.keys if plan.rates else ())]
+            try:
+                spent, counts = await self._store.read(counters, windows)
+            except (RedisError, OSError, TimeoutError):
+                pass
+            else:
+                out = []
+                for plan in plans:
+                    n, w = len(plan.counters), len(plan.rates.keys) if plan.rates else 0
+                    out.append(plan.from_redis(spent[:n], counts[:w], now))
+                    spent, counts = spent[n:], counts[w:]
+                return out
+        return [
+            self._usage_here(identity, plan, now) for identity, plan in zip(identities, plans, strict=True)
+        ]
+
+    def _usage_plan(self, identity: ClientIdentity, now: float) -> UsagePlan:
         assert identity.key_id is not None
-        key_id, now = identity.key_id, self._clock()
+        key_id = identity.key_id
         win = self.window(identity, now)
         rates = (
             RateWindows.at(identity.rate_limits, now, key_id, self._keys) if identity.rate_limits else None
         )
         limit = None if identity.limit_usd is None else nano_limit(identity.limit_usd)
         previous, cap = self._rollover(identity, win)
-        if self._store is not None:
-            counters = [self._keys.spend(key_id, win.start), *([previous] if previous else [])]
-            try:
-                spent, counts = await self._store.read(counters, rates.keys if rates is not None else ())
-            except (RedisError, OSError, TimeoutError):
-                pass
-            else:
-                if limit is not None and previous is not None:
-                    limit += min(cap, max(0, limit - spent[1]))
-                state = RateState(rates, [c[0] for c in counts], [c[1] for c in counts]) if rates else None
-                return KeyUsage(win, limit, spent[0], state, "redis", now)
-        ledger = self._ledgers.get((key_id, win.start))
+        counters = [self._keys.spend(key_id, win.start), *([previous] if previous else [])]
+        return UsagePlan(win, rates, limit, previous is not None, cap, counters)
+
+    def _usage_here(self, identity: ClientIdentity, plan: UsagePlan, now: float) -> KeyUsage:
+        """What this replica counted (no Redis, or Redis did not answer)."""
+        assert identity.key_id is not None
+        win, limit = plan.window, plan.limit
+        ledger = self._ledgers.get((identity.key_id, win.start))
         if limit is not None:
             limit = self._local_limit(identity, win, limit, known=self._store is None)
-        state = self._rates.counts_of(rates, now) if rates is not None else None
+        state = self._rates.counts_of(plan.rates, now) if plan.rates is not None else None
         source = "memory" if self._store is None else "replica"
         return KeyUsage(win, limit, ledger_total(ledger) if ledger else 0, state, source, now)
 

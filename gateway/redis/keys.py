@@ -67,6 +67,23 @@ class RedisKeys(PolicyKeys):
         return f"{self.prefix}:replicas"
 
     @property
+    def console_replicas(self) -> str:
+        """Sorted set: replica id -> when it last wrote its console snapshot (unix seconds)."""
+        return f"{self.prefix}:console:replicas"
+
+    def console_snapshot(self, replica_id: str) -> str:
+        """String: one replica's aggregate snapshot (JSON, gateway.assembly.replica_feed), with a TTL."""
+        return f"{self.prefix}:console:replica:{replica_id}"
+
+    def console_key_spend(self, minute_start: int) -> str:
+        """Hash: key id -> spent + reserved nano-USD in its current window, sampled in that minute."""
+        return f"{self.prefix}:console:keyspend:{minute_start}"
+
+    def console_key_spend_taken(self, minute_start: int) -> str:
+        """String: set by the one replica that samples the keys' spend in that minute (short TTL)."""
+        return f"{self.prefix}:console:keyspend:{minute_start}:taken"
+
+    @property
     def console_requests(self) -> str:
         """Stream of the console's request records, capped at ``console.max_records`` entries
         (gateway.records.stream_store)."""

@@ -73,6 +73,7 @@ def test_a_new_policy_better_than_the_served_one_replaces_it(
     new_id = document["new_policy"]["policy_id"]
     assert new_id != current.policy_id
     assert served(client, keys) == (new_id, "2")
+    assert json.loads(client.get(keys.recalibration_last)) == document  # the console's Policy page reads it
     gains = []
     for tier in document["tiers"].values():
         assert tier["ok"] and all(check["ok"] for check in tier["checks"])
