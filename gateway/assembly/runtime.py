@@ -106,6 +106,15 @@ class StateEvents:
         log_event("auth_failed", level=logging.WARNING, reason=reason, client=client)
 
 
+def _shared_shift_alarms(metrics: GatewayMetrics, shared: SharedState) -> SharedShiftAlarms | None:
+    """The shift alarms' Redis side, read on the state's once-a-second loop; None without Redis."""
+    if shared.redis is None:
+        return None
+    share = SharedShiftAlarms(metrics.shift_alarms, shared.redis, shared.keys)
+    shared.ticks.append(share.refresh)
+    return share
+
+
 class Gateway:
     """Everything one app instance owns: config sections, metrics, upstream pool, router, engine,
     shared state, traffic sampler.
@@ -151,10 +160,7 @@ class Gateway:
         self.pool = UpstreamPool(models, self.metrics, redact, transport, self.breakers, share)
         # Shift alarms (gateway.config.shift_alarm): their safe routes, and their Redis side.
         self.safe_routes = SafeRoutes(metrics.shift_alarms)
-        self.shift_share: SharedShiftAlarms | None = None
-        if shared.redis is not None:
-            self.shift_share = SharedShiftAlarms(metrics.shift_alarms, shared.redis, shared.keys)
-            shared.ticks.append(self.shift_share.refresh)
+        self.shift_share = _shared_shift_alarms(metrics, shared)
         self.planner = RoutePlanner(models, rng, coverage)
         content_policy = (upstream_errors or UpstreamErrorsConfig()).content_policy
         self.engine = CascadeEngine(models, self.pool, self.metrics, content_policy)
