@@ -21,21 +21,18 @@ from __future__ import annotations
 
 import argparse
 import json
-import subprocess
 import sys
 import tempfile
-import time
 from pathlib import Path
 from typing import Any
 
-from learning_instructions import callgrind_serve, instructions
+from callgrind_cells import callgrind_serve, counted_wrk
 from run_bench import (
     ENDPOINTS,
     body_for,
     check_endpoint,
     check_paths,
     nginx_upstream,
-    run_wrk,
     write_gateway_files,
 )
 
@@ -46,15 +43,7 @@ def one_endpoint(args: argparse.Namespace, base: str, pid: int, out_dir: Path, a
     """Instructions per accept request through ``api`` on the running gateway."""
     url = base + PATHS[api]
     request = body_for("accept" if api == "chat" else f"accept_{api}")
-    run_wrk(url, request, args.connections, args.warmup, args.client_cpu)
-    time.sleep(1)
-    subprocess.run(["callgrind_control", "-z", str(pid)], check=True, capture_output=True)
-    result = run_wrk(url, request, args.connections, args.seconds, args.client_cpu)
-    subprocess.run(["callgrind_control", "-d", str(pid)], check=True, capture_output=True)
-    total = instructions(out_dir, pid)
-    bad = result["non_2xx"] + result["connect_errors"] + result["read_errors"] + result["timeouts"]
-    if bad:
-        raise RuntimeError(f"{api}: {bad} failed requests: {result}")
+    result, total = counted_wrk(url, request, pid, out_dir, args)
     row = {"endpoint": api, "requests": result["requests"], "instructions": total}
     row["instructions_per_request"] = total / result["requests"]
     per_request = row["instructions_per_request"] / 1e6

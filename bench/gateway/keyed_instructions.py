@@ -45,7 +45,7 @@ from typing import Any
 import httpx
 import run_bench
 import yaml
-from learning_instructions import callgrind_serve, instructions
+from callgrind_cells import callgrind_serve, instructions
 from run_bench import REPO, body_for, nginx_upstream, redis_for, run_wrk, write_gateway_files
 
 NEVER_BINDS = 10**12
@@ -87,6 +87,27 @@ def add_keys(redis_url: str) -> dict[str, str]:
         made[name] = key
     client.close()
     return made
+
+
+def keyed_config(tmp: Path, upstream: str, redis_url: str, body: str) -> Path:
+    """The bench gateway's config (run_bench.write_gateway_files) with Redis, for keys under callgrind."""
+    config = write_gateway_files(tmp, upstream, redis_url=redis_url, body=body)
+    # Under callgrind a Redis reply takes far longer than the default 0.1 s bound: the keyed
+    # path would fall back to counting in process (a different path), so give it 5 s.
+    document = yaml.safe_load(config.read_text())
+    config.write_text(yaml.safe_dump({**document, "redis_timeout_s": 5}))
+    return config
+
+
+def look_up_once(base: str, keys: dict[str, str]) -> None:
+    """One accept request per key: every key looked up once, the first request's cost is no row's."""
+    for key in keys.values():
+        httpx.post(
+            base + "/v1/chat/completions",
+            json=body_for("accept"),
+            headers={"authorization": f"Bearer {key}"},
+            timeout=120,
+        ).raise_for_status()
 
 
 def command_calls(redis_url: str) -> dict[str, int]:
@@ -213,20 +234,10 @@ def main() -> None:
         tmp = Path(name)
         with nginx_upstream(tmp, args.client_cpu) as nginx_port, redis_for(args, tmp) as redis_url:
             upstream = f"http://127.0.0.1:{nginx_port}/{args.body}/v1"
-            config = write_gateway_files(tmp, upstream, redis_url=redis_url, body=args.body)
-            # Under callgrind a Redis reply takes far longer than the default 0.1 s bound: the keyed
-            # path would fall back to counting in process (a different path), so give it 5 s.
-            document = yaml.safe_load(config.read_text())
-            config.write_text(yaml.safe_dump({**document, "redis_timeout_s": 5}))
+            config = keyed_config(tmp, upstream, redis_url, args.body)
             made = add_keys(redis_url)
             with callgrind_serve(config, tmp, args.server_cpu) as (base, pid):
-                for key in made.values():  # every key looked up once: the first request's cost is no row's
-                    httpx.post(
-                        base + "/v1/chat/completions",
-                        json=body_for("accept"),
-                        headers={"authorization": f"Bearer {key}"},
-                        timeout=120,
-                    ).raise_for_status()
+                look_up_once(base, made)
                 background = idle(args, pid, tmp, redis_url)
                 rate = background["instructions_per_s"]
                 rows = [

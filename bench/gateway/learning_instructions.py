@@ -24,67 +24,23 @@ ratio to ``off``, and the cost of one sample from the r=1 run.
 from __future__ import annotations
 
 import argparse
-import contextlib
 import json
-import os
-import re
 import subprocess
 import sys
 import tempfile
 import time
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
+from callgrind_cells import callgrind_serve, instructions
 from run_bench import (
     body_for,
     check_paths,
-    free_port,
     learning_counters,
     nginx_upstream,
-    process,
     run_wrk,
-    wait_http,
     write_gateway_files,
 )
-
-
-@contextlib.contextmanager
-def callgrind_serve(config: Path, out_dir: Path, cpu: str) -> Iterator[tuple[str, int]]:
-    """``cascade serve`` under callgrind, pinned to ``cpu``; yields (base URL, pid)."""
-    port = free_port()
-    env = {k: v for k, v in os.environ.items() if not k.startswith("CASCADE_")}
-    cascade = str(Path(sys.executable).with_name("cascade"))
-    cmd = [
-        "taskset",
-        "-c",
-        cpu,
-        "valgrind",
-        "--tool=callgrind",
-        f"--callgrind-out-file={out_dir}/callgrind.%p",
-        sys.executable,
-        cascade,
-        "serve",
-        "--config",
-        str(config),
-        "--port",
-        str(port),
-    ]
-    with process(cmd, env=env, log=out_dir / "serve.log") as server:
-        base = f"http://127.0.0.1:{port}"
-        wait_http(base + "/healthz", timeout_s=900)  # imports take about a minute under callgrind
-        yield base, server.pid
-
-
-def instructions(out_dir: Path, pid: int) -> int:
-    """Zero-to-dump instructions: the ``summary`` line of the newest dump of ``pid``."""
-    dumps = sorted(out_dir.glob(f"callgrind.{pid}.*"), key=lambda p: p.stat().st_mtime)
-    if not dumps:
-        raise RuntimeError(f"no callgrind dump in {out_dir}")
-    match = re.search(r"^summary:\s+(\d+)", dumps[-1].read_text(errors="replace"), re.MULTILINE)
-    if match is None:
-        raise RuntimeError(f"{dumps[-1]}: no summary line")
-    return int(match.group(1))
 
 
 def sampled(counters: dict[str, float]) -> float:

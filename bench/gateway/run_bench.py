@@ -103,7 +103,11 @@ http {{
         listen 127.0.0.1:{port} backlog=4096;
         root {tmp}/www;
         # /<body>/v1/chat/completions: the static module answers POST with 405; turn that into the
-        # file's 200 (method becomes GET).
+        # file's 200 (method becomes GET). /<body>/sse/v1/...: the same answer as an SSE stream.
+        location ~ /sse/v1/chat/completions$ {{
+            default_type text/event-stream;
+            error_page 405 =200 $uri;
+        }}
         location ~ /v1/chat/completions$ {{
             default_type application/json;
             error_page 405 =200 $uri;
@@ -155,14 +159,45 @@ def process(
             out.close()
 
 
+def sse_stream(answer: dict[str, Any]) -> bytes:
+    """The streamed form of a chat.completion with logprobs, as an OpenAI-compatible server sends
+    it with ``stream_options.include_usage``: a role chunk, one content chunk per token (its
+    logprob entry), the finish chunk, the usage chunk, ``[DONE]`` (12 events for the 2k body)."""
+    head = {k: answer[k] for k in ("id", "created", "model", "system_fingerprint") if k in answer}
+    head["object"] = "chat.completion.chunk"
+    choice = answer["choices"][0]
+
+    def chunk(delta: dict[str, Any], **fields: Any) -> dict[str, Any]:
+        return {**head, "choices": [{"index": 0, "delta": delta, "finish_reason": None, **fields}]}
+
+    chunks = [chunk({"role": "assistant", "content": ""})]
+    chunks += [
+        chunk({"content": entry["token"]}, logprobs={"content": [entry]})
+        for entry in choice["logprobs"]["content"]
+    ]
+    chunks.append(chunk({}, finish_reason=choice["finish_reason"]))
+    chunks.append({**head, "choices": [], "usage": answer["usage"]})
+    events = [f"data: {json.dumps(c, separators=(',', ':'))}\n\n" for c in chunks] + ["data: [DONE]\n\n"]
+    return "".join(events).encode()
+
+
+def upstreams(nginx_port: int, body: str) -> tuple[str, str]:
+    """The base URLs nginx serves ``body`` at: (a JSON answer, the same answer streamed)."""
+    return f"http://127.0.0.1:{nginx_port}/{body}/v1", f"http://127.0.0.1:{nginx_port}/{body}/sse/v1"
+
+
 @contextlib.contextmanager
 def nginx_upstream(tmp: Path, cpu: str) -> Iterator[int]:
-    """nginx (one worker, pinned to ``cpu``) serving each body at ``/<body>/v1``; yields the port."""
+    """nginx (one worker, pinned to ``cpu``) serving each body at ``/<body>/v1`` and its SSE form
+    (``sse_stream``, as ``text/event-stream``) at ``/<body>/sse/v1``; yields the port."""
     for name, (fixture, _) in BODIES.items():
         if not fixture.exists():  # the 25k body lives beside the checkout; --bodies 2k runs without it
             continue
         (tmp / "www" / name / "v1" / "chat").mkdir(parents=True)
         shutil.copy(fixture, tmp / "www" / name / "v1" / "chat" / "completions")
+        (tmp / "www" / name / "sse" / "v1" / "chat").mkdir(parents=True)
+        streamed = sse_stream(json.loads(fixture.read_text()))
+        (tmp / "www" / name / "sse" / "v1" / "chat" / "completions").write_bytes(streamed)
     os.chmod(tmp, 0o755)  # nginx workers run unprivileged
     port = free_port()
     (tmp / "nginx.conf").write_text(NGINX_CONF.format(tmp=tmp, port=port))
@@ -174,6 +209,9 @@ def nginx_upstream(tmp: Path, cpu: str) -> Iterator[int]:
         for name in (name for name, (fixture, _) in BODIES.items() if fixture.exists()):
             check = httpx.post(f"http://127.0.0.1:{port}/{name}/v1/chat/completions", json={}, timeout=5)
             assert check.status_code == 200 and check.json()["choices"][0]["logprobs"], check.text[:200]
+            check = httpx.post(f"http://127.0.0.1:{port}/{name}/sse/v1/chat/completions", json={}, timeout=5)
+            assert check.headers["content-type"] == "text/event-stream", check.headers
+            assert check.text.endswith("data: [DONE]\n\n"), check.text[-200:]
         yield port
 
 
@@ -194,11 +232,14 @@ def write_gateway_files(
     redis_url: str | None = None,
     body: str = "25k",
     learning_rate: float | None = None,
+    stream_upstream: str | None = None,
 ) -> Path:
     """Config + policy: tier ``accept`` passes the body's score, tier ``escalate`` fails it.
 
     ``learning_rate``: add a ``learning:`` section sampling that share of requests into a JSONL file
     store in ``tmp`` (reference ``large``, exact judge, a shadow spend cap that never binds).
+    ``stream_upstream``: the SSE form of the body (``upstreams``): add its models and the streamed
+    tiers (``stream_tiers``).
     """
     sys.path.insert(0, str(REPO))
     from policies import build_policy, save_policy, score_response
@@ -228,12 +269,16 @@ def write_gateway_files(
     }
     tiers["routed"] = {**tiers["accept"], "routing": {"mechanism": "routed", "price_weight": 0.0}}
     tiers["single"] = {**tiers["accept"], "routes": [{"weight": 1.0, "models": ["small"], "thresholds": []}]}
+    policy_models = {
+        "small": {"mean_cost_usd": 0.0001, "quality": 0.5},
+        "large": {"mean_cost_usd": 0.001, "quality": 0.8},
+    }
+    if stream_upstream is not None:
+        tiers.update(stream_tiers(tiers["accept"], fixture, top_k))
+        policy_models.update({f"{name}_stream": policy_models[name] for name in ("small", "large")})
     document: dict[str, Any] = {
         "scorer": {"name": "mean_token_negentropy", "top_k": top_k},
-        "models": {
-            "small": {"mean_cost_usd": 0.0001, "quality": 0.5},
-            "large": {"mean_cost_usd": 0.001, "quality": 0.8},
-        },
+        "models": policy_models,
         "default_tier": "accept",
         "tiers": tiers,
         "router": router,
@@ -253,6 +298,9 @@ def write_gateway_files(
         "auth": {"open": True},  # the benchmark measures the request path, not key checks
         "logging": {"level": os.environ.get("BENCH_LOG_LEVEL", "info")},
     }
+    if stream_upstream is not None:  # the same models, served the streamed form of the answer
+        for name in ("small", "large"):
+            config["models"][f"{name}_stream"] = {**config["models"][name], "base_url": stream_upstream}
     name = f"gateway-{body}" + ("-redis" if redis_url else "")
     if learning_rate is not None:
         name += "-learning"
@@ -269,6 +317,29 @@ def write_gateway_files(
     path = tmp / f"{name}.yaml"
     path.write_text(yaml.safe_dump(config))
     return path
+
+
+def stream_tiers(accept: dict[str, Any], answer: dict[str, Any], top_k: int) -> dict[str, Any]:
+    """The streamed tiers, both accepting ``answer``: ``stream_buffer`` (accept's route with the
+    ``buffer`` commit rule: the cheap stage's JSON answer scored whole, then replayed as a stream) and
+    ``stream_prefix`` (the ``*_stream`` models with a ``prefix`` rule of 4 tokens: the cheap stage
+    streamed, its first 4 tokens scored, committed, the rest relayed live)."""
+    from policies import score_logprobs
+    from policies.commit import prefix_entries
+
+    tokens = 4
+    content = answer["choices"][0]["logprobs"]["content"]
+    score = score_logprobs(prefix_entries(content, tokens), "mean_token_negentropy", top_k)
+    assert score is not None
+    prefix_route = {
+        "weight": 1.0,
+        "models": ["small_stream", "large_stream"],
+        "thresholds": [round(score - 0.2, 4)],
+    }
+    return {
+        "stream_buffer": {**accept, "commit": {"rule": "buffer"}},
+        "stream_prefix": {**accept, "routes": [prefix_route], "commit": {"rule": "prefix", "tokens": tokens}},
+    }
 
 
 def run_wrk(
@@ -374,6 +445,28 @@ def measure(
     return results
 
 
+def passthrough_command(port: int) -> list[str]:
+    """The passthrough floor (bench/gateway/passthrough_app.py) under uvicorn with the gateway's
+    flags (uvloop, httptools), on ``port``; run it with ``UPSTREAM`` and ``PYTHONPATH=REPO``."""
+    flags = ["--loop", "uvloop", "--http", "httptools", "--no-access-log", "--log-level", "warning"]
+    return [sys.executable, "-m", "uvicorn", "bench.gateway.passthrough_app:app", "--port", str(port), *flags]
+
+
+@contextlib.contextmanager
+def passthrough_serve(
+    tmp: Path, upstream: str, cpu: str, log_name: str = "passthrough"
+) -> Iterator[tuple[str, int]]:
+    """The passthrough floor pinned to ``cpu``, proxying to ``upstream``; yields (URL, pid)."""
+    port = free_port()
+    env = {**os.environ, "UPSTREAM": upstream, "PYTHONPATH": str(REPO)}
+    with process(
+        ["taskset", "-c", cpu, *passthrough_command(port)], env=env, log=tmp / f"{log_name}.log"
+    ) as server:
+        url = f"http://127.0.0.1:{port}/v1/chat/completions"
+        wait_http(url, method="POST", body=body_for("passthrough"))
+        yield url, server.pid  # taskset execs the command: same pid
+
+
 @contextlib.contextmanager
 def cascade_serve(
     tmp: Path, config: Path, cpu: str, env_extra: dict[str, str] | None = None, log_name: str = "gateway"
@@ -405,29 +498,11 @@ def one_round(args: argparse.Namespace, tmp: Path, nginx_port: int) -> dict[str,
 
 def one_body(args: argparse.Namespace, tmp: Path, nginx_port: int, body: str) -> dict[str, dict[int, Any]]:
     upstream = f"http://127.0.0.1:{nginx_port}/{body}/v1"
-    python = sys.executable
-    uvicorn_flags = ["--loop", "uvloop", "--http", "httptools", "--no-access-log", "--log-level", "warning"]
     out: dict[str, dict[int, dict[str, Any]]] = {}
     out["direct"] = measure(upstream + "/chat/completions", "direct", args)
 
-    port = free_port()
-    env = {**os.environ, "UPSTREAM": upstream, "PYTHONPATH": str(REPO)}
-    cmd = [
-        "taskset",
-        "-c",
-        args.server_cpu,
-        python,
-        "-m",
-        "uvicorn",
-        "bench.gateway.passthrough_app:app",
-        "--port",
-        str(port),
-        *uvicorn_flags,
-    ]
-    with process(cmd, env=env, log=tmp / f"passthrough-{body}.log") as server:
-        url = f"http://127.0.0.1:{port}/v1/chat/completions"
-        wait_http(url, method="POST", body=body_for("passthrough"))
-        out["passthrough"] = measure(url, "passthrough", args, server.pid)
+    with passthrough_serve(tmp, upstream, args.server_cpu, log_name=f"passthrough-{body}") as (url, pid):
+        out["passthrough"] = measure(url, "passthrough", args, pid)
 
     config = write_gateway_files(tmp, upstream, body=body)
     with cascade_serve(tmp, config, args.server_cpu, log_name=f"gateway-{body}") as (base, pid):

@@ -188,13 +188,14 @@ class Authenticator:
         whatever its address: a valid one is served; a refused one from an address the throttle
         holds off gets AuthThrottledError (429) instead of 401 (``gateway.keys.auth_throttle``).
         """
-        await self._refresh_closed()
+        if self._closed is not True:  # sticky once True: no check to await on a closed gateway
+            await self._refresh_closed()
         if self.is_open:
             return ANONYMOUS  # open by config and no key exists: any or no key is fine
         token = bearer_token(authorization)
         if token is not None:
             key_hash = hash_key(token)
-            identity = self._static.get(key_hash) or await self._lookup(key_hash)
+            identity = self._static.get(key_hash) or self._cached(key_hash) or await self._lookup(key_hash)
             if identity is not None:
                 return identity
         # Refused: only now is the caller's address read (nothing of it on a valid key's path).
@@ -287,6 +288,11 @@ class Authenticator:
         for key_hash, raw in stored.items():
             found.setdefault(key_hash, self._identity_from_record(key_hash, raw))
         return sorted(found.values(), key=lambda identity: identity.key_id or "")
+
+    def _cached(self, key_hash: str) -> ClientIdentity | None:
+        """A stored key's identity from the cache while its entry is fresh (no lookup to await)."""
+        cached = self._cache.get(key_hash)
+        return cached[0] if cached is not None and cached[1] > self._clock() else None
 
     async def _lookup(self, key_hash: str) -> ClientIdentity | None:
         """A Redis-stored key, through a short local cache (revocation takes up to cache_ttl_s)."""

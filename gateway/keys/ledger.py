@@ -1,14 +1,16 @@
 """What one replica counts of a key's spend: amounts in nano-USD, reservations and window ledgers.
 
 Amounts are integer nano-USD so counters never drift (``to_nano`` rounds a cost up, ``nano_limit``
-a limit down). A ``Reservation`` is what the request path holds between admission and settlement; a
-``Ledger`` is this replica's view of one key in one window, which ``gateway.keys.spend.SpendLimiter``
-admits against when Redis cannot be used and writes back when it answers; a ``Retry`` is a Redis
-operation to repeat.
+a limit down; both remember their last few thousand answers: a key's limit and a route's worst case
+recur on every request, and rounding to 3 decimals formats the number). A ``Reservation`` is what
+the request path holds between admission and settlement; a ``Ledger`` is this replica's view of one
+key in one window, which ``gateway.keys.spend.SpendLimiter`` admits against when Redis cannot be
+used and writes back when it answers; a ``Retry`` is a Redis operation to repeat.
 """
 
 from __future__ import annotations
 
+import functools
 import math
 from dataclasses import dataclass, field
 
@@ -18,6 +20,7 @@ from gateway.keys.spend_store import MAX_NANO
 from money.charges import NANO_PER_USD
 
 
+@functools.lru_cache(maxsize=4096)
 def to_nano(amount_usd: float) -> int:
     """USD -> integer nano-USD, rounded up (a reservation never under-counts), at most ``MAX_NANO``
     (what a counter holds; an amount that is not a finite number counts as that maximum too)."""
@@ -83,6 +86,7 @@ class Retry:
     tokens_delta: int = 0  # what the rate-limit windows' tokens change by when it lands
 
 
+@functools.lru_cache(maxsize=4096)
 def nano_limit(usd: float) -> int:
     """A USD limit in nano-USD, rounded down (a limit is never exceeded by rounding)."""
     return min(MAX_NANO, math.floor(round(usd * NANO_PER_USD, 3)))

@@ -213,14 +213,23 @@ class RedisSpendStore:
         self._batch = RedisBatcher.wrap(redis, timeout_s)
         self.timeout_s = timeout_s
         self._counter_ttl_s = counter_ttl_s
+        self._epoch_key = keys.spend_epoch
+        # (key id, window) -> its counter and pending hash: named once per key and window, not per call.
+        self._window_keys: dict[tuple[str, int], tuple[str, str]] = {}
 
     def _spend_keys(self, key_id: str, window: int, op_id: str) -> dict[str, str]:
         """The spend part's keys of every script, by slot name."""
+        names = self._window_keys.get((key_id, window))
+        if names is None:
+            if len(self._window_keys) > 10_000:
+                self._window_keys.clear()  # bounded: one entry per active key and window
+            names = (self.keys.spend(key_id, window), self.keys.spend_pending(key_id, window))
+            self._window_keys[(key_id, window)] = names
         return {
-            "spend_key": self.keys.spend(key_id, window),
-            "pending_key": self.keys.spend_pending(key_id, window),
+            "spend_key": names[0],
+            "pending_key": names[1],
             "cancelled_key": self.keys.spend_cancelled(op_id),
-            "epoch_key": self.keys.spend_epoch,
+            "epoch_key": self._epoch_key,
         }
 
     async def establish_epoch(self) -> str:

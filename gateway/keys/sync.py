@@ -235,7 +235,10 @@ class SpendSync:
         Redis cannot decide. A failed attempt is made again (it takes a new op id itself) until Redis
         answers or the outage rule says degraded; a request waits no longer than ``outage_after_s``
         and one timeout in all (gateway.keys.outage)."""
-        reason: FallbackReason | None = await self._usable_epoch()
+        # Redis usable with a known epoch (every request while Redis is healthy): no awaiting the
+        # check, which only says so.
+        ready = self._epoch is not None and not self._dirty and not self._outage.degraded
+        reason: FallbackReason | None = None if ready else await self._usable_epoch()
         if reason is None:
             result = await attempt()
             if not isinstance(result, str):

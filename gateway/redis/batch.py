@@ -89,9 +89,14 @@ class ScriptSlots:
 
 
 def _in_order(names: tuple[str, ...], named: dict[str, Any]) -> list[Any]:
-    if len(named) != len(names) or not all(name in named for name in names):
-        raise TypeError(f"script slots {names} given {tuple(named)}")
-    return [named[name] for name in names]
+    # As many values as slots, each slot found: exactly these names (no generator per call: this
+    # runs for every script call of the request path).
+    if len(named) == len(names):
+        try:
+            return [named[name] for name in names]
+        except KeyError:
+            pass
+    raise TypeError(f"script slots {names} given {tuple(named)}")
 
 
 @dataclass(slots=True)
@@ -224,21 +229,40 @@ def _answer(batch: list[_Command], replies: list[Any], failure: BaseException | 
 
 
 def pack_commands(commands: Sequence[Sequence[Arg]]) -> bytes:
-    """``commands`` in the Redis protocol (RESP arrays of bulk strings), as one buffer."""
+    """``commands`` in the Redis protocol (RESP arrays of bulk strings), as one buffer.
+
+    The request path's arguments (key names, ids, digits) are ASCII text and integers: they are
+    formatted as text and encoded once per command (a character is then a byte, so the text's length
+    is the bulk string's); any other argument is packed on its own (``_bulk``).
+    """
     parts: list[bytes] = []
     for args in commands:
-        parts.append(b"*%d\r\n" % len(args))
+        text = [f"*{len(args)}\r\n"]
         for arg in args:
-            if isinstance(arg, str):
-                data = arg.encode()
-            elif isinstance(arg, bytes):
-                data = arg
-            elif isinstance(arg, int):
-                data = b"%d" % arg
+            if type(arg) is int:  # not a subclass (a bool's text is not its digits)
+                digits = str(arg)
+                text.append(f"${len(digits)}\r\n{digits}\r\n")
+            elif isinstance(arg, str) and type(arg) is str and arg.isascii():
+                text.append(f"${len(arg)}\r\n{arg}\r\n")
             else:
-                raise TypeError(f"a Redis argument must be str, bytes or int, not {type(arg).__name__}")
-            parts.append(b"$%d\r\n%b\r\n" % (len(data), data))
+                parts.append("".join(text).encode())
+                parts.append(_bulk(arg))
+                text = []
+        parts.append("".join(text).encode())
     return b"".join(parts)
+
+
+def _bulk(arg: Arg) -> bytes:
+    """One argument as a RESP bulk string (any text, bytes, an int subclass)."""
+    if isinstance(arg, str):
+        data = arg.encode()
+    elif isinstance(arg, bytes):
+        data = arg
+    elif isinstance(arg, int):
+        data = b"%d" % arg
+    else:
+        raise TypeError(f"a Redis argument must be str, bytes or int, not {type(arg).__name__}")
+    return b"$%d\r\n%b\r\n" % (len(data), data)
 
 
 def _fail(future: asyncio.Future[Any], exc: BaseException) -> None:

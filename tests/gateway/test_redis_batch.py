@@ -14,7 +14,7 @@ from redis.exceptions import ConnectionError as RedisConnectionError
 from redis.exceptions import ResponseError
 from redis.exceptions import TimeoutError as RedisTimeoutError
 
-from gateway.redis.batch import LuaScript, RedisBatcher, ScriptSlots
+from gateway.redis.batch import LuaScript, RedisBatcher, ScriptSlots, pack_commands
 from tests.support.shared_redis import REDIS_URL, RedisLink
 
 
@@ -167,3 +167,18 @@ def test_script_slots_bind_each_slot_to_a_local_of_its_name_and_name_where_the_l
 def test_script_slots_refuse_arguments_that_are_not_exactly_their_names(named: dict[str, int]) -> None:
     with pytest.raises(TypeError):
         ScriptSlots(args=("amount", "limit")).args_of(**named)
+
+
+def test_commands_are_packed_as_resp_bulk_strings_whatever_the_argument() -> None:
+    # ASCII text and ints take the text route; other text, bytes, bools and int subclasses their own.
+    commands = [("EVALSHA", "a" * 40, 2, "k", "ké", b"\xff\x00", True, -5, 2**63 - 1), ("PING",), ()]
+    expected = b"".join(
+        [
+            b"*9\r\n$7\r\nEVALSHA\r\n$40\r\n" + b"a" * 40 + b"\r\n$1\r\n2\r\n$1\r\nk\r\n$3\r\nk\xc3\xa9\r\n",
+            b"$2\r\n\xff\x00\r\n$1\r\n1\r\n$2\r\n-5\r\n$19\r\n9223372036854775807\r\n",
+            b"*1\r\n$4\r\nPING\r\n*0\r\n",
+        ]
+    )
+    assert pack_commands(commands) == expected
+    with pytest.raises(TypeError):
+        pack_commands([("SET", "k", 1.5)])  # type: ignore[list-item]
