@@ -33,7 +33,8 @@ PACKAGE_EXTRAS = {
     "graders": (),
     "cli_failure": (),
     "cascade_cli": (),
-    "gateway": ("gateway",),
+    # opentelemetry only where tracing is on (gateway.telemetry.tracing imports it then)
+    "gateway": ("gateway", "tracing"),
     # redis for `cascade recalibrate --push` comes with the traffic extra
     "calibration": ("calibrate", "traffic"),
     "collection": ("collect",),
