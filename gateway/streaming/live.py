@@ -38,7 +38,7 @@ from gateway.stages.decision import SlowFirstToken
 from gateway.stages.outcomes import StreamChunk, StreamEvent, StreamFailed, StreamStart
 from gateway.streaming.live_charge import Ending, LiveCall, Settle
 from gateway.streaming.prefix_commit import PrefixGate
-from gateway.streaming.sse import DONE, SSE_HEADERS, client_chunk, sse, upstream_batches
+from gateway.streaming.sse import DONE, SSE_HEADERS, SseLines, client_chunk, sse, upstream_batches
 from gateway.upstream.client import UpstreamClient
 from gateway.upstream.completion import read_completion
 from gateway.upstream.failure import UpstreamFailure
@@ -171,7 +171,8 @@ class LiveRelay:
                 call.interrupted = Ending.BROKEN
                 # Reading the answer (its chunks, the watched answer): a failure is one error.
                 with reading_answer(call.model):
-                    batches = upstream_batches(response, call.model, self._client.redact)
+                    lines = SseLines(call.model, self._client.redact)
+                    batches = upstream_batches(response, lines)
                     opening = await self._opening(batches, call, response, first_token)
                     first_token.reschedule(None)  # the start (or the decision) came in time
                     if not isinstance(opening, Opening):  # decided before the start (and charged)
@@ -179,7 +180,7 @@ class LiveRelay:
                         return
                     started = True
                     yield self._start(call)
-                    async for chunk in self._started_stream(opening, batches, call, deadline):
+                    async for chunk in self._started_stream(opening, (batches, lines), call, deadline):
                         yield chunk
         except UpstreamFailure as failure:
             if not started:
@@ -210,26 +211,30 @@ class LiveRelay:
     async def _started_stream(
         self,
         opening: Opening,
-        batches: AsyncIterator[list[dict[str, Any]]],
+        upstream: tuple[AsyncIterator[list[dict[str, Any]]], SseLines],
         call: LiveCall,
         deadline: float,
     ) -> AsyncGenerator[StreamChunk, None]:
         """The client's chunks after the start, to the last one: one write per upstream read (the
-        events that arrived together). A break raises UpstreamFailure (the caller's error event),
-        unless the ``finish`` continues the answer: the broken call is charged as broken and the
-        continuation's chunks follow (its own failure raises)."""
+        events that arrived together; the read that ends the stream with the last chunk). A break
+        raises UpstreamFailure (the caller's error event), unless the ``finish`` continues the
+        answer: the broken call is charged as broken and the continuation's chunks follow (its own
+        failure raises)."""
         out = ClientChunks(call.model, self._request, trim=self._gate is not None)
-        relay = out.relay
+        relay, (batches, lines) = out.relay, upstream
         data = b"".join([relay(event) for event in opening.events])
         finished = False
         try:
             if opening.rest:
                 data += self._relayed(opening.rest, call, relay)
-            if data:
+            if data and not lines.done:
                 yield StreamChunk(data)
+                data = b""
             async for batch in batches:
-                if data := self._relayed(batch, call, relay):
+                data += self._relayed(batch, call, relay)
+                if data and not lines.done:  # the last read's goes with the closing chunk, at once
                     yield StreamChunk(data)
+                    data = b""
         except UpstreamFailure as failure:
             rest = None if self._finish is None else self._finish.rest(failure, deadline)
             if rest is None:
@@ -238,10 +243,10 @@ class LiveRelay:
             self._facts.failures.append(failure.kind)
             async with aclosing(rest):
                 async for event in rest:
-                    if data := relay(event):
-                        yield StreamChunk(data)
+                    if piece := relay(event):
+                        yield StreamChunk(piece)
             finished = True
-        yield self._closing(call, out, finished)
+        yield self._closing(call, out, finished, data)
 
     def _relayed(
         self, batch: list[dict[str, Any]], call: LiveCall, relay: Callable[[dict[str, Any]], bytes]
@@ -315,14 +320,16 @@ class LiveRelay:
         if self._finish is not None:
             self._finish.observe(event)
 
-    def _closing(self, call: LiveCall, out: ClientChunks, finished: bool = False) -> StreamChunk:
+    def _closing(
+        self, call: LiveCall, out: ClientChunks, finished: bool = False, before: bytes = b""
+    ) -> StreamChunk:
         """The stream ran to its end: charged, its watched answer checked, the last chunk with the
-        request's facts. ``finished``: it broke and was finished by the next stage (its watch sees
-        no whole answer of the model)."""
+        request's facts (after ``before``: the chunks of the read that ended it). ``finished``: it
+        broke and was finished by the next stage (its watch sees no whole answer of the model)."""
         call.end(Ending.COMPLETE)
         if self._watch is not None and not finished:
             self._watch.close()
-        return StreamChunk(out.last(self._facts.as_dict(self._overhead_ms())), last=True)
+        return StreamChunk(before + out.last(self._facts.as_dict(self._overhead_ms())), last=True)
 
     def _start(self, call: LiveCall) -> StreamStart:
         """The response's start: the SSE headers and the decision's ``x-cascade-*`` facts."""

@@ -43,7 +43,9 @@ class StreamTally:
             self.usage = usage
         choices = event.get("choices")
         if isinstance(choices, list):
-            self.completion_tokens += sum(_chunk_tokens(c) for c in choices if isinstance(c, dict))
+            for choice in choices:
+                if isinstance(choice, dict):
+                    self.completion_tokens += _chunk_tokens(choice)
 
     def attempt(self, sent: bytes) -> Attempt:
         """The accepted attempt as charged (``sent``: the upstream request): its last usage, and
@@ -58,7 +60,13 @@ class StreamTally:
 def _chunk_tokens(choice: dict[str, Any]) -> int:
     delta = choice.get("delta")
     part = delta if isinstance(delta, dict) else choice
-    carries = any(part.get(k) for k in ("content", "text", "tool_calls", "refusal", "reasoning_content"))
+    carries = (
+        part.get("content")
+        or part.get("text")
+        or part.get("tool_calls")
+        or part.get("refusal")
+        or part.get("reasoning_content")
+    )
     logprobs = choice.get("logprobs")
     entries = 0
     if isinstance(logprobs, dict):

@@ -125,11 +125,12 @@ MAX_LINE_BYTES = 512 * 1024
 
 
 async def upstream_batches(
-    response: aiohttp.ClientResponse, model: str, redact: Redactor = _NO_SECRETS
+    response: aiohttp.ClientResponse, lines: SseLines
 ) -> AsyncIterator[list[dict[str, Any]]]:
     """Parsed ``data:`` objects of a live upstream stream, until ``[DONE]``, a list per network
     read: the events that arrived together (never waiting for more to fill a list; a read that
-    completes no event yields nothing).
+    completes no event yields nothing). ``lines`` parses them (its ``done``: the list just yielded
+    is the last, ``[DONE]`` came with it).
 
     Raises UpstreamFailure if an event is not JSON, its ``choices`` are not a list of objects, a
     line is longer than ``MAX_LINE_BYTES``, the stream stops before ``[DONE]`` without any
@@ -137,7 +138,7 @@ async def upstream_batches(
     its timeout (kind ``timeout``); an error event is the provider's failure in its own words
     (``error_event_failure``, its text through ``redact``).
     """
-    lines = _SseLines(model, redact)
+    model = lines.model
     try:
         async for data in response.content.iter_any():
             batch = lines.feed(data)
@@ -165,21 +166,21 @@ async def upstream_events(
     response: aiohttp.ClientResponse, model: str, redact: Redactor = _NO_SECRETS
 ) -> AsyncIterator[dict[str, Any]]:
     """The events of ``upstream_batches`` one by one (same failures)."""
-    async for batch in upstream_batches(response, model, redact):
+    async for batch in upstream_batches(response, SseLines(model, redact)):
         for event in batch:
             yield event
 
 
-class _SseLines:
+class SseLines:
     """Splits a stream's bytes into lines and parses its ``data:`` events (``upstream_batches``).
 
     A read's events up to a bad one are returned, the bad one's failure kept in ``failure``: what
     the upstream sent before it is relayed and counted as it would be read line by line."""
 
-    __slots__ = ("_model", "_pending", "_redact", "done", "failure", "finished")
+    __slots__ = ("_pending", "_redact", "done", "failure", "finished", "model")
 
-    def __init__(self, model: str, redact: Redactor):
-        self._model = model
+    def __init__(self, model: str, redact: Redactor = _NO_SECRETS):
+        self.model = model
         self._redact = redact
         self._pending = b""  # the start of a line whose newline has not arrived yet
         self.done = False  # ``[DONE]`` was read
@@ -202,7 +203,7 @@ class _SseLines:
 
     def _too_long(self) -> UpstreamFailure:
         # A longer line cannot be read (and is no 500).
-        return UpstreamFailure(self._model, "malformed", "a stream event is longer than can be read")
+        return UpstreamFailure(self.model, "malformed", "a stream event is longer than can be read")
 
     def _events(self, lines: list[bytes]) -> list[dict[str, Any]]:
         events: list[dict[str, Any]] = []
@@ -223,7 +224,7 @@ class _SseLines:
         return events
 
     def _event(self, payload: bytes) -> dict[str, Any]:
-        model = self._model
+        model = self.model
         try:
             event = orjson.loads(payload)
         except orjson.JSONDecodeError:
