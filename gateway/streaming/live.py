@@ -28,17 +28,19 @@ from __future__ import annotations
 
 import asyncio
 import time
-from collections.abc import AsyncGenerator, AsyncIterator, Callable
+from collections.abc import AsyncGenerator, AsyncIterator, Callable, Iterable
 from contextlib import aclosing
 from dataclasses import dataclass
 from typing import Any, Protocol
+
+import orjson
 
 from gateway.stages.bodies import trim_alternatives
 from gateway.stages.decision import SlowFirstToken
 from gateway.stages.outcomes import StreamChunk, StreamEvent, StreamFailed, StreamStart
 from gateway.streaming.live_charge import Ending, LiveCall, Settle
 from gateway.streaming.prefix_commit import PrefixGate
-from gateway.streaming.sse import DONE, SSE_HEADERS, SseLines, client_chunk, sse, upstream_batches
+from gateway.streaming.sse import DONE, SSE_HEADERS, SseLines, sse, upstream_batches
 from gateway.upstream.client import UpstreamClient
 from gateway.upstream.completion import read_completion
 from gateway.upstream.failure import UpstreamFailure
@@ -222,16 +224,16 @@ class LiveRelay:
         failure raises)."""
         out = ClientChunks(call.model, self._request, trim=self._gate is not None)
         relay, (batches, lines) = out.relay, upstream
-        data = b"".join([relay(event) for event in opening.events])
+        data = out.relay_all(opening.events)
         finished = False
         try:
             if opening.rest:
-                data += self._relayed(opening.rest, call, relay)
+                data += self._relayed(opening.rest, call, out)
             if data and not lines.done:
                 yield StreamChunk(data)
                 data = b""
             async for batch in batches:
-                data += self._relayed(batch, call, relay)
+                data += self._relayed(batch, call, out)
                 if data and not lines.done:  # the last read's goes with the closing chunk, at once
                     yield StreamChunk(data)
                     data = b""
@@ -248,21 +250,13 @@ class LiveRelay:
             finished = True
         yield self._closing(call, out, finished, data)
 
-    def _relayed(
-        self, batch: list[dict[str, Any]], call: LiveCall, relay: Callable[[dict[str, Any]], bytes]
-    ) -> bytes:
+    def _relayed(self, batch: list[dict[str, Any]], call: LiveCall, out: ClientChunks) -> bytes:
         """Upstream chunks read after the start: counted, watched, made the client's SSE bytes."""
-        observe, watch, finish = call.tally.observe, self._watch, self._finish
-        if watch is None and finish is None:
-            parts = []
+        call.tally.observe_all(batch)
+        if self._watch is not None or self._finish is not None:
             for event in batch:
-                observe(event)
-                parts.append(relay(event))
-            return b"".join(parts)
-        for event in batch:
-            observe(event)
-            self._observe(event)
-        return b"".join([relay(event) for event in batch])
+                self._observe(event)
+        return out.relay_all(batch)
 
     async def _whole(self, response: Any, call: LiveCall) -> WholeAnswer:
         """An upstream that ignored ``stream``: its one JSON answer, read and charged as such."""
@@ -354,14 +348,32 @@ class ClientChunks:
 
     def relay(self, event: dict[str, Any]) -> bytes:
         """Take ``event`` (after the start); the SSE of the chunk it follows (b"": none to send)."""
-        request = self._request
-        if not event.get("choices") and not request.include_usage:
-            return b""
-        client_chunk(event, self._model, request)
-        if self._trim:
-            trim_alternatives(event["choices"], request)
-        held, self._held = self._held, event
-        return b"" if held is None else sse(held)
+        return self.relay_all((event,))
+
+    def relay_all(self, events: Iterable[dict[str, Any]]) -> bytes:
+        """Take ``events`` in order (``relay`` of each, in one call): the SSE of the chunks they
+        follow. Made the client's: the configured model name, logprobs only if asked (cut to what
+        was asked, ``trim``); a chunk without a choice only when the client asked for usage."""
+        request, model, trim = self._request, self._model, self._trim
+        usage, logprobs = request.include_usage, request.wants_logprobs
+        held = self._held
+        parts: list[bytes] = []
+        for event in events:
+            choices = event.get("choices")
+            if not choices and not usage:
+                continue
+            event["model"] = model
+            if not logprobs:
+                for choice in choices or ():
+                    if isinstance(choice, dict) and choice.get("logprobs") is not None:
+                        choice["logprobs"] = None
+            elif trim:
+                trim_alternatives(choices or [], request)
+            if held is not None:
+                parts += (b"data: ", orjson.dumps(held), b"\n\n")
+            held = event
+        self._held = held
+        return b"".join(parts)
 
     def last(self, cascade: dict[str, Any]) -> bytes:
         """The chunk kept back with the request's ``cascade`` facts, and the stream's end."""

@@ -208,12 +208,15 @@ class SseLines:
     def _events(self, lines: list[bytes]) -> list[dict[str, Any]]:
         events: list[dict[str, Any]] = []
         try:
-            for raw_line in lines:
-                if len(raw_line) >= MAX_LINE_BYTES:
+            for line in lines:
+                if not line:
+                    continue  # the blank line after each event
+                if len(line) >= MAX_LINE_BYTES:
                     raise self._too_long()
-                line = raw_line.strip()
                 if not line.startswith(b"data:"):
-                    continue  # blank separators, comments, ``event:`` lines
+                    line = line.strip()
+                    if not line.startswith(b"data:"):
+                        continue  # blank separators, comments, ``event:`` lines
                 payload = line[5:].strip()
                 if payload == b"[DONE]":
                     self.done = True
@@ -242,13 +245,3 @@ class SseLines:
             if choice.get("finish_reason"):
                 self.finished = True
         return event
-
-
-def client_chunk(event: dict[str, Any], model_name: str, request: ParsedRequest) -> dict[str, Any]:
-    """Make an upstream chunk the client's: configured model name, logprobs only if asked."""
-    event["model"] = model_name
-    if not request.wants_logprobs:
-        for choice in event.get("choices") or ():
-            if isinstance(choice, dict) and choice.get("logprobs") is not None:
-                choice["logprobs"] = None
-    return event
