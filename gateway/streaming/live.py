@@ -44,7 +44,7 @@ from gateway.streaming.sse import DONE, SSE_HEADERS, SseLines, sse, upstream_bat
 from gateway.upstream.client import UpstreamClient
 from gateway.upstream.completion import read_completion
 from gateway.upstream.failure import UpstreamFailure
-from gateway.wire.answer_reading import reading_answer
+from gateway.wire.answer_reading import READ_FAILURES, unreadable
 from gateway.wire.errors import UnreadableAnswerError
 from gateway.wire.facts import CascadeFacts
 from gateway.wire.requests import ParsedRequest
@@ -172,7 +172,7 @@ class LiveRelay:
                     return
                 call.interrupted = Ending.BROKEN
                 # Reading the answer (its chunks, the watched answer): a failure is one error.
-                with reading_answer(call.model):
+                try:
                     lines = SseLines(call.model, self._client.redact)
                     batches = upstream_batches(response, lines)
                     opening = await self._opening(batches, call, response, first_token)
@@ -184,6 +184,8 @@ class LiveRelay:
                     yield self._start(call)
                     async for chunk in self._started_stream(opening, (batches, lines), call, deadline):
                         yield chunk
+                except READ_FAILURES as exc:
+                    raise unreadable(call.model, exc) from exc
         except UpstreamFailure as failure:
             if not started:
                 if failure.kind == "circuit_open":  # skipped, never called
