@@ -70,6 +70,7 @@ class PrefixGate:
         "_finish",
         "_legacy",
         "_limit",
+        "_prefix",
         "_text",
         "entries",
         "events",
@@ -90,6 +91,8 @@ class PrefixGate:
         self.entries: list[Mapping[str, Any]] = []
         self.events: list[dict[str, Any]] = []
         self.reached = False
+        # The prefix, once the decision point is reached (the entries held stop growing there).
+        self._prefix: list[Mapping[str, Any]] | None = None
 
     def hold(self, event: dict[str, Any]) -> bool:
         """Keep ``event``; True when the decision point is reached with it."""
@@ -126,7 +129,12 @@ class PrefixGate:
     @property
     def prefix(self) -> list[Mapping[str, Any]]:
         """The entries the rule scores (``policies.commit.prefix_entries`` of those held)."""
-        return prefix_entries(self.entries, self._limit, self._boundary)
+        if self._prefix is not None:
+            return self._prefix
+        prefix = prefix_entries(self.entries, self._limit, self._boundary)
+        if self.reached:  # final: computed once for the score, the commit position and the metrics
+            self._prefix = prefix
+        return prefix
 
     @property
     def tokens(self) -> int:
