@@ -124,9 +124,7 @@ _NO_SECRETS = Redactor()
 MAX_LINE_BYTES = 512 * 1024
 
 
-async def upstream_batches(
-    response: aiohttp.ClientResponse, lines: SseLines
-) -> AsyncIterator[list[dict[str, Any]]]:
+def upstream_batches(response: aiohttp.ClientResponse, lines: SseLines) -> UpstreamBatches:
     """Parsed ``data:`` objects of a live upstream stream, until ``[DONE]``, a list per network
     read: the events that arrived together (never waiting for more to fill a list; a read that
     completes no event yields nothing). ``lines`` parses them (its ``done``: the list just yielded
@@ -138,28 +136,51 @@ async def upstream_batches(
     its timeout (kind ``timeout``); an error event is the provider's failure in its own words
     (``error_event_failure``, its text through ``redact``).
     """
-    model = lines.model
-    try:
-        async for data in response.content.iter_any():
-            batch = lines.feed(data)
-            if batch:
-                yield batch
+    return UpstreamBatches(response, lines)
+
+
+class UpstreamBatches:
+    """The async iterator of ``upstream_batches``: an object, not an async generator, so a stream
+    costs no generator registered with the event loop and nothing to finalize when it is left."""
+
+    __slots__ = ("_ended", "_lines", "_read")
+
+    def __init__(self, response: aiohttp.ClientResponse, lines: SseLines):
+        self._read = response.content.readany  # b"": the end of the body
+        self._lines = lines
+        self._ended = False
+
+    def __aiter__(self) -> UpstreamBatches:
+        return self
+
+    async def __anext__(self) -> list[dict[str, Any]]:
+        lines = self._lines
+        while True:
             if lines.failure is not None:  # after the events read before it
                 raise lines.failure
             if lines.done:
-                return
-        batch = lines.end()  # a last line without its newline, as a line reader returns it
-        if batch:
-            yield batch
-        if lines.failure is not None:
-            raise lines.failure
-    except TimeoutError:
-        # The request deadline (the stream's total timeout) or the per-read timeout passed.
-        raise UpstreamFailure(model, "timeout", "stream outlasted the request deadline") from None
-    except (aiohttp.ClientError, aiohttp.http_exceptions.HttpProcessingError, ValueError) as exc:
-        raise UpstreamFailure(model, "connect", f"stream broke ({type(exc).__name__})") from None
-    if not lines.done and not lines.finished:
-        raise UpstreamFailure(model, "malformed", "stream ended before [DONE]")
+                raise StopAsyncIteration
+            if self._ended:
+                if not lines.finished:
+                    raise UpstreamFailure(lines.model, "malformed", "stream ended before [DONE]")
+                raise StopAsyncIteration
+            try:
+                data = await self._read()
+            except TimeoutError:
+                # The request deadline (the stream's total timeout) or the per-read timeout passed.
+                raise UpstreamFailure(
+                    lines.model, "timeout", "stream outlasted the request deadline"
+                ) from None
+            except (aiohttp.ClientError, aiohttp.http_exceptions.HttpProcessingError, ValueError) as exc:
+                raise UpstreamFailure(
+                    lines.model, "connect", f"stream broke ({type(exc).__name__})"
+                ) from None
+            if not data:
+                self._ended = True
+            # A last line without its newline is read as a line reader returns it.
+            batch = lines.feed(data) if data else lines.end()
+            if batch:
+                return batch
 
 
 async def upstream_events(
