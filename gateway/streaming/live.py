@@ -28,21 +28,23 @@ from __future__ import annotations
 
 import asyncio
 import time
-from collections.abc import AsyncGenerator, AsyncIterator, Callable
+from collections.abc import AsyncGenerator, AsyncIterator, Callable, Iterable
 from contextlib import aclosing
 from dataclasses import dataclass
 from typing import Any, Protocol
+
+import orjson
 
 from gateway.stages.bodies import trim_alternatives
 from gateway.stages.decision import SlowFirstToken
 from gateway.stages.outcomes import StreamChunk, StreamEvent, StreamFailed, StreamStart
 from gateway.streaming.live_charge import Ending, LiveCall, Settle
 from gateway.streaming.prefix_commit import PrefixGate
-from gateway.streaming.sse import DONE, SSE_HEADERS, client_chunk, sse, upstream_events
+from gateway.streaming.sse import DONE, SSE_HEADERS, SseLines, sse, upstream_batches
 from gateway.upstream.client import UpstreamClient
 from gateway.upstream.completion import read_completion
 from gateway.upstream.failure import UpstreamFailure
-from gateway.wire.answer_reading import reading_answer
+from gateway.wire.answer_reading import READ_FAILURES, unreadable
 from gateway.wire.errors import UnreadableAnswerError
 from gateway.wire.facts import CascadeFacts
 from gateway.wire.requests import ParsedRequest
@@ -97,6 +99,15 @@ class WholeAnswer:
     body: dict[str, Any]
     seconds: float
     charge: Charge
+
+
+@dataclass(slots=True, frozen=True)
+class Opening:
+    """The chunks a started stream relays first (read before its start, already counted and
+    watched) and the rest of the upstream read the last of them came in (not yet)."""
+
+    events: list[dict[str, Any]]
+    rest: list[dict[str, Any]]
 
 
 # What a relay yields: client events, or (before the start) what a prefix stage decides on.
@@ -161,17 +172,20 @@ class LiveRelay:
                     return
                 call.interrupted = Ending.BROKEN
                 # Reading the answer (its chunks, the watched answer): a failure is one error.
-                with reading_answer(call.model):
-                    chunks = upstream_events(response, call.model, self._client.redact)
-                    opening = await self._opening(chunks, call, response, first_token)
+                try:
+                    lines = SseLines(call.model, self._client.redact)
+                    batches = upstream_batches(response, lines)
+                    opening = await self._opening(batches, call, response, first_token)
                     first_token.reschedule(None)  # the start (or the decision) came in time
-                    if not isinstance(opening, list):  # decided before the start (and charged)
+                    if not isinstance(opening, Opening):  # decided before the start (and charged)
                         yield opening
                         return
                     started = True
                     yield self._start(call)
-                    async for chunk in self._started_stream(opening, chunks, call, deadline):
+                    async for chunk in self._started_stream(opening, (batches, lines), call, deadline):
                         yield chunk
+                except READ_FAILURES as exc:
+                    raise unreadable(call.model, exc) from exc
         except UpstreamFailure as failure:
             if not started:
                 if failure.kind == "circuit_open":  # skipped, never called
@@ -200,29 +214,31 @@ class LiveRelay:
 
     async def _started_stream(
         self,
-        opening: list[dict[str, Any]],
-        chunks: AsyncIterator[dict[str, Any]],
+        opening: Opening,
+        upstream: tuple[AsyncIterator[list[dict[str, Any]]], SseLines],
         call: LiveCall,
         deadline: float,
     ) -> AsyncGenerator[StreamChunk, None]:
-        """The client's chunks after the start, to the last one. A break raises UpstreamFailure
-        (the caller's error event), unless the ``finish`` continues the answer: the broken call is
-        charged as broken and the continuation's chunks follow (its own failure raises)."""
+        """The client's chunks after the start, to the last one: one write per upstream read (the
+        events that arrived together; the read that ends the stream with the last chunk). A break
+        raises UpstreamFailure (the caller's error event), unless the ``finish`` continues the
+        answer: the broken call is charged as broken and the continuation's chunks follow (its own
+        failure raises)."""
         out = ClientChunks(call.model, self._request, trim=self._gate is not None)
-        for event in opening:
-            if (data := out.relay(event)) is not None:
-                yield StreamChunk(data)
+        relay, (batches, lines) = out.relay, upstream
+        data = out.relay_all(opening.events)
         finished = False
         try:
-            watch, finish = self._watch, self._finish
-            async for event in chunks:
-                call.tally.observe(event)
-                if watch is not None:
-                    watch.observe(event)
-                if finish is not None:
-                    finish.observe(event)
-                if (data := out.relay(event)) is not None:
+            if opening.rest:
+                data += self._relayed(opening.rest, call, out)
+            if data and not lines.done:
+                yield StreamChunk(data)
+                data = b""
+            async for batch in batches:
+                data += self._relayed(batch, call, out)
+                if data and not lines.done:  # the last read's goes with the closing chunk, at once
                     yield StreamChunk(data)
+                    data = b""
         except UpstreamFailure as failure:
             rest = None if self._finish is None else self._finish.rest(failure, deadline)
             if rest is None:
@@ -231,10 +247,18 @@ class LiveRelay:
             self._facts.failures.append(failure.kind)
             async with aclosing(rest):
                 async for event in rest:
-                    if (data := out.relay(event)) is not None:
-                        yield StreamChunk(data)
+                    if piece := relay(event):
+                        yield StreamChunk(piece)
             finished = True
-        yield self._closing(call, out, finished)
+        yield self._closing(call, out, finished, data)
+
+    def _relayed(self, batch: list[dict[str, Any]], call: LiveCall, out: ClientChunks) -> bytes:
+        """Upstream chunks read after the start: counted, watched, made the client's SSE bytes."""
+        call.tally.observe_all(batch)
+        if self._watch is not None or self._finish is not None:
+            for event in batch:
+                self._observe(event)
+        return out.relay_all(batch)
 
     async def _whole(self, response: Any, call: LiveCall) -> WholeAnswer:
         """An upstream that ignored ``stream``: its one JSON answer, read and charged as such."""
@@ -246,37 +270,39 @@ class LiveRelay:
 
     async def _opening(
         self,
-        chunks: AsyncIterator[dict[str, Any]],
+        batches: AsyncIterator[list[dict[str, Any]]],
         call: LiveCall,
         response: Any,
         first_token: asyncio.Timeout,
-    ) -> list[dict[str, Any]] | PrefixRejected | ShortAnswer:
+    ) -> Opening | PrefixRejected | ShortAnswer:
         """Read up to the response's start: the chunks to relay first (the first that carries a
         choice; with a first-token deadline, up to the first that carries output; under a gate, the
-        chunks held to its decision point, committed to), or what ends the stream before the start:
-        a rejected prefix (the call cancelled) or an answer that ended before the gate's decision
-        point. Nothing is sent to the client before. The first output token ends ``first_token``."""
+        chunks held to its decision point, committed to) and the rest of their read, or what ends
+        the stream before the start: a rejected prefix (the call cancelled) or an answer that ended
+        before the gate's decision point. Nothing is sent to the client before. The first output
+        token ends ``first_token``."""
         gate, held = self._gate, []
         waiting = first_token.when() is not None
-        async for event in chunks:
-            call.tally.observe(event)
-            self._observe(event)
-            if waiting and call.tally.completion_tokens:
-                first_token.reschedule(None)  # it came in time: the rest has the whole timeout
-                waiting = False
-            if gate is None:
-                if event.get("choices"):  # a usage-only or empty chunk: nothing for the client yet
-                    held.append(event)
-                    if not waiting:
-                        return held
-            elif gate[0].hold(event):  # the decision point
-                if gate[1](gate[0]):
-                    return gate[0].events
-                call.end(Ending.REJECTED)
-                response.close()  # the upstream stops generating what nobody reads
-                return PrefixRejected()
+        async for batch in batches:
+            for at, event in enumerate(batch):
+                call.tally.observe(event)
+                self._observe(event)
+                if waiting and call.tally.completion_tokens:
+                    first_token.reschedule(None)  # it came in time: the rest has the whole timeout
+                    waiting = False
+                if gate is None:
+                    if event.get("choices"):  # a usage-only or empty chunk: nothing for the client yet
+                        held.append(event)
+                        if not waiting:
+                            return Opening(held, batch[at + 1 :])
+                elif gate[0].hold(event):  # the decision point
+                    if gate[1](gate[0]):
+                        return Opening(gate[0].events, batch[at + 1 :])
+                    call.end(Ending.REJECTED)
+                    response.close()  # the upstream stops generating what nobody reads
+                    return PrefixRejected()
         if held:  # choices without output (an empty answer): relayed as they are
-            return held
+            return Opening(held, [])
         short = gate[0].answer(call.tally.usage) if gate is not None else None
         if short is None:
             raise UpstreamFailure(call.model, "malformed", "stream carried no choices")
@@ -290,14 +316,16 @@ class LiveRelay:
         if self._finish is not None:
             self._finish.observe(event)
 
-    def _closing(self, call: LiveCall, out: ClientChunks, finished: bool = False) -> StreamChunk:
+    def _closing(
+        self, call: LiveCall, out: ClientChunks, finished: bool = False, before: bytes = b""
+    ) -> StreamChunk:
         """The stream ran to its end: charged, its watched answer checked, the last chunk with the
-        request's facts. ``finished``: it broke and was finished by the next stage (its watch sees
-        no whole answer of the model)."""
+        request's facts (after ``before``: the chunks of the read that ended it). ``finished``: it
+        broke and was finished by the next stage (its watch sees no whole answer of the model)."""
         call.end(Ending.COMPLETE)
         if self._watch is not None and not finished:
             self._watch.close()
-        return StreamChunk(out.last(self._facts.as_dict(self._overhead_ms())), last=True)
+        return StreamChunk(before + out.last(self._facts.as_dict(self._overhead_ms())), last=True)
 
     def _start(self, call: LiveCall) -> StreamStart:
         """The response's start: the SSE headers and the decision's ``x-cascade-*`` facts."""
@@ -320,16 +348,34 @@ class ClientChunks:
         self._trim = trim and request.wants_logprobs
         self._held: dict[str, Any] | None = None
 
-    def relay(self, event: dict[str, Any]) -> bytes | None:
-        """Take ``event`` (after the start); the SSE of the chunk it follows, if there is one to send."""
-        request = self._request
-        if not event.get("choices") and not request.include_usage:
-            return None
-        client_chunk(event, self._model, request)
-        if self._trim:
-            trim_alternatives(event["choices"], request)
-        held, self._held = self._held, event
-        return None if held is None else sse(held)
+    def relay(self, event: dict[str, Any]) -> bytes:
+        """Take ``event`` (after the start); the SSE of the chunk it follows (b"": none to send)."""
+        return self.relay_all((event,))
+
+    def relay_all(self, events: Iterable[dict[str, Any]]) -> bytes:
+        """Take ``events`` in order (``relay`` of each, in one call): the SSE of the chunks they
+        follow. Made the client's: the configured model name, logprobs only if asked (cut to what
+        was asked, ``trim``); a chunk without a choice only when the client asked for usage."""
+        request, model, trim = self._request, self._model, self._trim
+        usage, logprobs = request.include_usage, request.wants_logprobs
+        held = self._held
+        parts: list[bytes] = []
+        for event in events:
+            choices = event.get("choices")
+            if not choices and not usage:
+                continue
+            event["model"] = model
+            if not logprobs:
+                for choice in choices or ():
+                    if isinstance(choice, dict) and choice.get("logprobs") is not None:
+                        choice["logprobs"] = None
+            elif trim:
+                trim_alternatives(choices or [], request)
+            if held is not None:
+                parts += (b"data: ", orjson.dumps(held), b"\n\n")
+            held = event
+        self._held = held
+        return b"".join(parts)
 
     def last(self, cascade: dict[str, Any]) -> bytes:
         """The chunk kept back with the request's ``cascade`` facts, and the stream's end."""

@@ -8,7 +8,7 @@ a ``LiveCall`` settles once, at its first ending.
 from __future__ import annotations
 
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from enum import Enum
 from typing import Any
 
@@ -38,12 +38,38 @@ class StreamTally:
 
     def observe(self, event: dict[str, Any]) -> None:
         """Count one upstream chunk (and keep its ``usage``, if it has one)."""
-        usage = event.get("usage")
-        if isinstance(usage, dict):
-            self.usage = usage
-        choices = event.get("choices")
-        if isinstance(choices, list):
-            self.completion_tokens += sum(_chunk_tokens(c) for c in choices if isinstance(c, dict))
+        self.observe_all((event,))
+
+    def observe_all(self, events: Iterable[dict[str, Any]]) -> None:
+        """Count upstream chunks in order (``observe`` of each, in one call)."""
+        tokens = self.completion_tokens
+        for event in events:
+            usage = event.get("usage")
+            if isinstance(usage, dict):
+                self.usage = usage
+            choices = event.get("choices")
+            if not isinstance(choices, list):
+                continue
+            for choice in choices:
+                if not isinstance(choice, dict):
+                    continue
+                delta = choice.get("delta")
+                part = delta if isinstance(delta, dict) else choice
+                carries = (
+                    part.get("content")
+                    or part.get("text")
+                    or part.get("tool_calls")
+                    or part.get("refusal")
+                    or part.get("reasoning_content")
+                )
+                logprobs = choice.get("logprobs")
+                entries = 0
+                if isinstance(logprobs, dict):
+                    listed = logprobs.get("content") or logprobs.get("tokens")
+                    entries = len(listed) if isinstance(listed, list) else 0
+                if carries or entries:
+                    tokens += entries if entries > 1 else 1
+        self.completion_tokens = tokens
 
     def attempt(self, sent: bytes) -> Attempt:
         """The accepted attempt as charged (``sent``: the upstream request): its last usage, and
@@ -53,18 +79,6 @@ class StreamTally:
     def charge(self, price: Price, sent: bytes) -> Charge:
         """The accepted attempt's charge (``money.charges.attempt_charge`` of ``attempt``)."""
         return attempt_charge(price, self.attempt(sent))
-
-
-def _chunk_tokens(choice: dict[str, Any]) -> int:
-    delta = choice.get("delta")
-    part = delta if isinstance(delta, dict) else choice
-    carries = any(part.get(k) for k in ("content", "text", "tool_calls", "refusal", "reasoning_content"))
-    logprobs = choice.get("logprobs")
-    entries = 0
-    if isinstance(logprobs, dict):
-        listed = logprobs.get("content") or logprobs.get("tokens")
-        entries = len(listed) if isinstance(listed, list) else 0
-    return max(1, entries) if carries or entries else 0
 
 
 class Ending(Enum):

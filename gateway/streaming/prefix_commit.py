@@ -70,6 +70,7 @@ class PrefixGate:
         "_finish",
         "_legacy",
         "_limit",
+        "_prefix",
         "_text",
         "entries",
         "events",
@@ -90,6 +91,8 @@ class PrefixGate:
         self.entries: list[Mapping[str, Any]] = []
         self.events: list[dict[str, Any]] = []
         self.reached = False
+        # The prefix, once the decision point is reached (the entries held stop growing there).
+        self._prefix: list[Mapping[str, Any]] | None = None
 
     def hold(self, event: dict[str, Any]) -> bool:
         """Keep ``event``; True when the decision point is reached with it."""
@@ -97,9 +100,13 @@ class PrefixGate:
         for choice in event.get("choices") or ():
             if choice.get("index", 0) != 0:
                 continue  # one answer per cascade request (n > 1 is refused)
-            self._text.append(self._choice_text(choice))
-            delta = choice.get("delta")
-            if not self._legacy and isinstance(delta, Mapping) and delta.get("tool_calls"):
+            delta = None if self._legacy else choice.get("delta")
+            if self._legacy:
+                text = choice.get("text")
+            else:
+                text = delta.get("content") if isinstance(delta, dict) else None
+            self._text.append(text if isinstance(text, str) else "")
+            if isinstance(delta, dict) and delta.get("tool_calls"):
                 self._hold_calls(delta["tool_calls"])
             entries = self._choice_entries(choice)
             if entries and not self.reached:
@@ -122,29 +129,27 @@ class PrefixGate:
     @property
     def prefix(self) -> list[Mapping[str, Any]]:
         """The entries the rule scores (``policies.commit.prefix_entries`` of those held)."""
-        return prefix_entries(self.entries, self._limit, self._boundary)
+        if self._prefix is not None:
+            return self._prefix
+        prefix = prefix_entries(self.entries, self._limit, self._boundary)
+        if self.reached:  # final: computed once for the score, the commit position and the metrics
+            self._prefix = prefix
+        return prefix
 
     @property
     def tokens(self) -> int:
         """How many content tokens the decision reads (the commit position)."""
         return len(self.prefix)
 
-    def _choice_text(self, choice: Mapping[str, Any]) -> str:
-        if self._legacy:
-            text = choice.get("text")
-        else:
-            delta = choice.get("delta")
-            text = delta.get("content") if isinstance(delta, Mapping) else None
-        return text if isinstance(text, str) else ""
-
-    def _choice_entries(self, choice: Mapping[str, Any]) -> list[Mapping[str, Any]]:
+    def _choice_entries(self, choice: dict[str, Any]) -> list[Mapping[str, Any]]:
+        # Parsed JSON: its objects are dicts.
         logprobs = choice.get("logprobs")
-        if not isinstance(logprobs, Mapping):
+        if not isinstance(logprobs, dict):
             return []
         if self._legacy and "content" not in logprobs:
             return list(legacy_to_content(logprobs))
         content = logprobs.get("content")
-        return [e for e in content if isinstance(e, Mapping)] if isinstance(content, list) else []
+        return [e for e in content if isinstance(e, dict)] if isinstance(content, list) else []
 
     def score(self, spec: ScorerSpec) -> float | None:
         """The tier's scorer on the prefix's logprobs (None: no usable position)."""

@@ -121,60 +121,153 @@ def _chat_content(choice: dict[str, Any]) -> dict[str, Any]:
 _NO_SECRETS = Redactor()
 
 
+# The longest SSE line read (aiohttp's own line limit: twice its 256 KiB read buffer).
+MAX_LINE_BYTES = 512 * 1024
+
+
+def upstream_batches(response: aiohttp.ClientResponse, lines: SseLines) -> UpstreamBatches:
+    """Parsed ``data:`` objects of a live upstream stream, until ``[DONE]``, a list per network
+    read: the events that arrived together (never waiting for more to fill a list; a read that
+    completes no event yields nothing). ``lines`` parses them (its ``done``: the list just yielded
+    is the last, ``[DONE]`` came with it).
+
+    Raises UpstreamFailure if an event is not JSON, its ``choices`` are not a list of objects, a
+    line is longer than ``MAX_LINE_BYTES``, the stream stops before ``[DONE]`` without any
+    ``finish_reason`` (a truncated stream is never passed off as a complete answer), or it outlasts
+    its timeout (kind ``timeout``); an error event is the provider's failure in its own words
+    (``error_event_failure``, its text through ``redact``).
+    """
+    return UpstreamBatches(response, lines)
+
+
+class UpstreamBatches:
+    """The async iterator of ``upstream_batches``: an object, not an async generator, so a stream
+    costs no generator registered with the event loop and nothing to finalize when it is left."""
+
+    __slots__ = ("_ended", "_lines", "_read", "_traced")
+
+    def __init__(self, response: aiohttp.ClientResponse, lines: SseLines):
+        self._read = response.content.readany  # b"": the end of the body
+        self._lines = lines
+        self._ended = False
+        self._traced = STREAM_ATTEMPT.get()  # the attempt's span, when the request is traced
+
+    def __aiter__(self) -> UpstreamBatches:
+        return self
+
+    async def __anext__(self) -> list[dict[str, Any]]:
+        lines = self._lines
+        while True:
+            if lines.failure is not None:  # after the events read before it
+                raise lines.failure
+            if lines.done:
+                raise StopAsyncIteration
+            if self._ended:
+                if not lines.finished:
+                    raise UpstreamFailure(lines.model, "malformed", "stream ended before [DONE]")
+                raise StopAsyncIteration
+            try:
+                data = await self._read()
+            except TimeoutError:
+                # The request deadline (the stream's total timeout) or the per-read timeout passed.
+                raise UpstreamFailure(
+                    lines.model, "timeout", "stream outlasted the request deadline"
+                ) from None
+            except (aiohttp.ClientError, aiohttp.http_exceptions.HttpProcessingError, ValueError) as exc:
+                raise UpstreamFailure(
+                    lines.model, "connect", f"stream broke ({type(exc).__name__})"
+                ) from None
+            if not data:
+                self._ended = True
+            # A last line without its newline is read as a line reader returns it.
+            batch = lines.feed(data) if data else lines.end()
+            if batch:
+                if self._traced is not None:
+                    for event in batch:
+                        self._traced.chunk(event)
+                return batch
+
+
 async def upstream_events(
     response: aiohttp.ClientResponse, model: str, redact: Redactor = _NO_SECRETS
 ) -> AsyncIterator[dict[str, Any]]:
-    """Parsed ``data:`` objects of a live upstream stream, until ``[DONE]``.
-
-    Raises UpstreamFailure if an event is not JSON, its ``choices`` are not a list of objects, the
-    stream stops before ``[DONE]`` without any ``finish_reason`` (a truncated stream is never passed
-    off as a complete answer), or it outlasts its timeout (kind ``timeout``); an error event is
-    the provider's failure in its own words (``error_event_failure``, its text through ``redact``).
-    """
-    finished = False
-    traced = STREAM_ATTEMPT.get()  # the attempt's span, when the request is traced
-    try:
-        async for raw_line in response.content:
-            line = raw_line.strip()
-            if not line.startswith(b"data:"):
-                continue  # blank separators, comments, ``event:`` lines
-            payload = line[5:].strip()
-            if payload == b"[DONE]":
-                return
-            try:
-                event = orjson.loads(payload)
-            except orjson.JSONDecodeError:
-                raise UpstreamFailure(model, "malformed", "stream event is not JSON") from None
-            if not isinstance(event, dict):
-                raise UpstreamFailure(model, "malformed", "stream event is not a JSON object")
-            if event.get("error"):
-                raise error_event_failure(model, event, redact)
-            choices = event.get("choices", [])
-            if not isinstance(choices, list) or not all(isinstance(c, dict) for c in choices):
-                raise UpstreamFailure(model, "malformed", "stream event choices are not a list of objects")
-            for choice in choices:
-                if choice.get("finish_reason"):
-                    finished = True
-            if traced is not None:
-                traced.chunk(event)
+    """The events of ``upstream_batches`` one by one (same failures)."""
+    async for batch in upstream_batches(response, SseLines(model, redact)):
+        for event in batch:
             yield event
-    except TimeoutError:
-        # The request deadline (the stream's total timeout) or the per-read timeout passed.
-        raise UpstreamFailure(model, "timeout", "stream outlasted the request deadline") from None
-    except aiohttp.http_exceptions.LineTooLong:
-        # aiohttp reads at most 512 KiB per line: a longer event cannot be read (and is no 500).
-        raise UpstreamFailure(model, "malformed", "a stream event is longer than can be read") from None
-    except (aiohttp.ClientError, aiohttp.http_exceptions.HttpProcessingError, ValueError) as exc:
-        raise UpstreamFailure(model, "connect", f"stream broke ({type(exc).__name__})") from None
-    if not finished:
-        raise UpstreamFailure(model, "malformed", "stream ended before [DONE]")
 
 
-def client_chunk(event: dict[str, Any], model_name: str, request: ParsedRequest) -> dict[str, Any]:
-    """Make an upstream chunk the client's: configured model name, logprobs only if asked."""
-    event["model"] = model_name
-    if not request.wants_logprobs:
-        for choice in event.get("choices") or ():
-            if isinstance(choice, dict) and choice.get("logprobs") is not None:
-                choice["logprobs"] = None
-    return event
+class SseLines:
+    """Splits a stream's bytes into lines and parses its ``data:`` events (``upstream_batches``).
+
+    A read's events up to a bad one are returned, the bad one's failure kept in ``failure``: what
+    the upstream sent before it is relayed and counted as it would be read line by line."""
+
+    __slots__ = ("_pending", "_redact", "done", "failure", "finished", "model")
+
+    def __init__(self, model: str, redact: Redactor = _NO_SECRETS):
+        self.model = model
+        self._redact = redact
+        self._pending = b""  # the start of a line whose newline has not arrived yet
+        self.done = False  # ``[DONE]`` was read
+        self.finished = False  # a choice carried a ``finish_reason``
+        self.failure: UpstreamFailure | None = None
+
+    def feed(self, data: bytes) -> list[dict[str, Any]]:
+        """The events completed by ``data`` (up to ``[DONE]`` or a failure)."""
+        lines = (self._pending + data if self._pending else data).split(b"\n")
+        self._pending = lines.pop()
+        events = self._events(lines)
+        if len(self._pending) >= MAX_LINE_BYTES and self.failure is None and not self.done:
+            self.failure = self._too_long()
+        return events
+
+    def end(self) -> list[dict[str, Any]]:
+        """The event of a last line the stream ended without a newline after."""
+        pending, self._pending = self._pending, b""
+        return self._events([pending]) if pending else []
+
+    def _too_long(self) -> UpstreamFailure:
+        # A longer line cannot be read (and is no 500).
+        return UpstreamFailure(self.model, "malformed", "a stream event is longer than can be read")
+
+    def _events(self, lines: list[bytes]) -> list[dict[str, Any]]:
+        events: list[dict[str, Any]] = []
+        try:
+            for line in lines:
+                if not line:
+                    continue  # the blank line after each event
+                if len(line) >= MAX_LINE_BYTES:
+                    raise self._too_long()
+                if not line.startswith(b"data:"):
+                    line = line.strip()
+                    if not line.startswith(b"data:"):
+                        continue  # blank separators, comments, ``event:`` lines
+                payload = line[5:].strip()
+                if payload == b"[DONE]":
+                    self.done = True
+                    break
+                events.append(self._event(payload))
+        except UpstreamFailure as failure:
+            self.failure = failure
+        return events
+
+    def _event(self, payload: bytes) -> dict[str, Any]:
+        model = self.model
+        try:
+            event = orjson.loads(payload)
+        except orjson.JSONDecodeError:
+            raise UpstreamFailure(model, "malformed", "stream event is not JSON") from None
+        if type(event) is not dict:
+            raise UpstreamFailure(model, "malformed", "stream event is not a JSON object")
+        if event.get("error"):
+            raise error_event_failure(model, event, self._redact)
+        choices = event.get("choices", [])
+        if type(choices) is not list:
+            raise UpstreamFailure(model, "malformed", "stream event choices are not a list of objects")
+        for choice in choices:
+            if type(choice) is not dict:
+                raise UpstreamFailure(model, "malformed", "stream event choices are not a list of objects")
+            if choice.get("finish_reason"):
+                self.finished = True
+        return event
