@@ -82,3 +82,27 @@ def heldout_expectation(
     ):
         block[name] = {"mean": mean, "low": low, "high": high}
     return block
+
+
+def bounds_expectation(
+    quality_min: float, cost_max: float, escalation: tuple[float, float], confidence: float = 0.95
+) -> dict[str, Any]:
+    """A tier's ``expected.bounds`` block (``policies.schema.Bounds``) as ``cascade calibrate``
+    writes it: split on 200 + 200 queries, Clopper-Pearson for 0/1 measures, Hoeffding-Bentkus for cost."""
+    return {
+        "confidence": confidence,
+        "method": "split",
+        "n": 200,
+        "selection_n": 200,
+        "seed": 0,
+        "statements": 4,
+        "estimators": {
+            "quality": "clopper-pearson",
+            "cost_usd": "hoeffding-bentkus",
+            "escalation_rate": "clopper-pearson",
+        },
+        "quality_min": quality_min,
+        "cost_max": cost_max,
+        "cost_range": 0.002,
+        "escalation": list(escalation),
+    }

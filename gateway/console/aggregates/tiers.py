@@ -9,6 +9,11 @@ labelled: the last recalibration's held-out estimate of the served policy (its r
 ``cascade recalibrate``), else ``None`` ("no labels"). Score histograms are
 ``cascade_confidence_score`` per scored stage with the stage's threshold; drift is the PSI of the
 summed drift windows against the calibration's shares.
+
+Bounds: a tier with ``expected.bounds`` shows them (quality at least ``quality_min``, cost per request
+at most ``cost_max``, escalation within ``escalation``, at ``confidence``) and whether the live cost
+per request and escalation rate lie inside them. The live figures are point values over the served
+requests, not intervals, so below ``BOUNDS_MIN_SERVED`` requests no verdict is given.
 """
 
 from __future__ import annotations
@@ -20,12 +25,15 @@ from typing import Any
 from gateway.console.aggregates.deployment import Deployment, bucket_counts, ratio
 from policies import Policy
 from policies.kinds import TOP_LEVEL_KIND
-from policies.schema import Tier
+from policies.schema import Bounds, Tier
 from policies.score_distribution import population_stability_index
 
 SERVED_OUTCOMES = ("accepted", "escalated", "direct")
 # Fewer live scores than this in a drift window: its PSI is not shown (as the gateway's metric).
 DRIFT_MIN_SAMPLES = 100
+# Fewer served requests than this: the live cost and escalation rate are not judged against the bounds.
+BOUNDS_MIN_SERVED = 30
+INSIDE, OUTSIDE, TOO_FEW = "inside", "outside", "not enough requests"
 
 
 @dataclass
@@ -63,6 +71,20 @@ class Drift:
 
 
 @dataclass
+class BoundsCheck:
+    """A tier's bounds at ``confidence`` and the live point figures against them: ``cost`` and
+    ``escalation`` are ``INSIDE``, ``OUTSIDE`` or ``TOO_FEW`` (under ``BOUNDS_MIN_SERVED``
+    served requests, or no live figure)."""
+
+    confidence: float
+    quality_min: float
+    cost_max: float
+    escalation: tuple[float, float]
+    cost: str
+    escalation_verdict: str
+
+
+@dataclass
 class TierView:
     """One tier's row and charts."""
 
@@ -76,6 +98,7 @@ class TierView:
     quality_source: str  # where live quality comes from, or "no labels"
     histograms: list[ScoreHistogram]
     drift: list[Drift]
+    bounds: BoundsCheck | None = None  # None: the policy was calibrated without bounds
 
 
 @dataclass
@@ -118,6 +141,27 @@ def _promised(tier: Tier) -> tuple[Measures, str]:
         "escalation_rate": (held.escalation_rate.low, held.escalation_rate.high),
     }
     return Measures(held.cost_usd.mean, held.quality.mean, held.escalation_rate.mean, spread), "held out"
+
+
+def _verdict(value: float | None, low: float, high: float, served: float) -> str:
+    if value is None or served < BOUNDS_MIN_SERVED:
+        return TOO_FEW
+    return INSIDE if low <= value <= high else OUTSIDE
+
+
+def bounds_check(bounds: Bounds | None, live: Measures, served: float) -> BoundsCheck | None:
+    """``bounds`` with the live cost per request and escalation rate judged against them."""
+    if bounds is None:
+        return None
+    low, high = bounds.escalation
+    return BoundsCheck(
+        confidence=bounds.confidence,
+        quality_min=bounds.quality_min,
+        cost_max=bounds.cost_max,
+        escalation=(low, high),
+        cost=_verdict(live.cost_usd, 0.0, bounds.cost_max, served),
+        escalation_verdict=_verdict(live.escalation_rate, low, high, served),
+    )
 
 
 def _labelled_quality(report: dict[str, Any] | None, policy: Policy, tier: str) -> tuple[float | None, str]:
@@ -176,6 +220,7 @@ def tier_view(deployment: Deployment, policy: Policy, name: str, report: dict[st
         quality_source=quality_source,
         histograms=_histograms(deployment, name, tier),
         drift=_drift(deployment, name),
+        bounds=bounds_check(tier.expected.bounds, live, served),
     )
 
 

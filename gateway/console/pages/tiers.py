@@ -1,6 +1,7 @@
 """The Tiers page (``/console/tiers``): per tier, what the policy promised held out against what the
-whole deployment delivers live, the envelope with each tier's point, the live score histograms with
-their thresholds and the score drift (gateway.console.aggregates.tiers)."""
+whole deployment delivers live, each tier's bounds with the live figures against them, the envelope
+with each tier's point, the live score histograms with their thresholds and the score drift
+(gateway.console.aggregates.tiers)."""
 
 from __future__ import annotations
 
@@ -10,7 +11,7 @@ from fastapi.responses import HTMLResponse, Response
 from gateway.console.aggregates.charts import chart_json, envelope_chart, histogram_chart
 from gateway.console.aggregates.deployment import deployment_now
 from gateway.console.aggregates.policy import last_recalibration
-from gateway.console.aggregates.tiers import tiers_view
+from gateway.console.aggregates.tiers import BOUNDS_MIN_SERVED, tiers_view
 from gateway.console.context import ConsoleContext
 
 
@@ -36,6 +37,7 @@ def tiers_routes(context: ConsoleContext) -> APIRouter:
             view=view,
             envelope=chart_json(envelope_chart(view)),
             histograms=histograms,
+            bounds_min_served=BOUNDS_MIN_SERVED,
         )
 
     return router

@@ -24,7 +24,7 @@ from gateway.config.settings import Settings
 from gateway.redis.keys import RedisKeys
 from tests.support.console_browser import screenshot
 from tests.support.gateway_testkit import ADMIN_KEY, RunningGateway, model_configs, serve, stop
-from tests.support.policy_files import heldout_expectation, write_policy
+from tests.support.policy_files import bounds_expectation, heldout_expectation, write_policy
 from tests.support.scripted_upstream import ScriptedUpstream, error, ok
 from tests.support.shared_redis import REDIS_URL, delete_prefix, fresh_keys
 
@@ -60,13 +60,12 @@ def served_console(
     upstream = scripted_upstream_server
     folder = tmp_path_factory.mktemp("aggregates")
     heldout = heldout_expectation((0.0004, 0.0003, 0.0005), (0.7, 0.66, 0.74), (0.4, 0.35, 0.45))
+    bounds = bounds_expectation(0.64, 0.00052, (0.3, 0.5), confidence=0.9)
+    expected = {"cost_usd": 0.0004, "quality": 0.7, "escalation_rate": 0.4}
+    expected |= {"heldout": heldout, "bounds": bounds}
     policy = write_policy(
         folder / "policy.json",
-        {
-            "balanced": {
-                "expected": {"cost_usd": 0.0004, "quality": 0.7, "escalation_rate": 0.4, "heldout": heldout}
-            }
-        },
+        {"balanced": {"expected": expected}},
         score_distribution=SCORE_BINS,
     )
     store = redis.Redis.from_url(REDIS_URL, decode_responses=True)
@@ -152,6 +151,12 @@ def test_the_tiers_page_compares_promised_with_live_and_draws_envelope_and_score
     assert "no labels" in _row(console_page, "Promised and live per tier", "chain").inner_text()
     for figure in ("Envelope: cost per request against quality", "Scores of small in balanced"):
         assert console_page.get_by_role("figure", name=figure).locator("canvas").count() >= 1
+    bounds = _row(console_page, "Bounds per tier", "balanced").get_by_role("cell")
+    shown = [bounds.nth(i).inner_text() for i in (0, 1, 2, 4)]
+    assert shown == ["90%", "≥ 0.640", "≤ $0.00052", "in [30.0%, 50.0%]"]
+    assert bounds.nth(5).inner_text() == "50.0% (not enough requests)"  # 6 served: under 30
+    chain = _row(console_page, "Bounds per tier", "chain").inner_text()
+    assert "no bounds (policy calibrated without them)" in chain
     drift = _row(console_page, "Drift of tier balanced", "small")
     assert "too few scores" in drift.inner_text()
     screenshot(console_page, "console-tiers")

@@ -18,9 +18,11 @@ from gateway.commands.keys import add_key
 from gateway.console.aggregates.deployment import Deployment, quantile, read_deployment, sum_snapshots
 from gateway.console.aggregates.keys import keys_view
 from gateway.console.aggregates.policy import last_recalibration, policy_view
-from gateway.console.aggregates.tiers import tiers_view
+from gateway.console.aggregates.tiers import BOUNDS_MIN_SERVED, INSIDE, OUTSIDE, TOO_FEW, tiers_view
 from gateway.console.aggregates.upstreams import upstreams_view
+from policies import build_policy
 from tests.support.gateway_testkit import POLICY_DOCUMENT
+from tests.support.policy_files import bounds_expectation, policy_document
 from tests.support.scripted_upstream import error, ok
 
 MESSAGES = [{"role": "user", "content": "What is the capital of France?"}]
@@ -193,3 +195,49 @@ def test_drift_windows_of_the_replicas_add_up_per_bin() -> None:
     one = {"samples": [], "drift": [["text", "t", "m", [0.5], [0.5, 0.5], [3, 1]]]}
     two = {"samples": [], "drift": [["text", "t", "m", [0.5], [0.5, 0.5], [2, 4]]]}
     assert sum_snapshots([one, two]).drift[("text", "t", "m")].counts == [5, 5]
+
+
+def _served(tier: str, accepted: float, escalated: float, cost_usd: float) -> list[list[Any]]:
+    """One replica's snapshot samples for ``tier``: served requests by outcome and the cost."""
+    return [
+        ["cascade_requests_total", {"tier": tier, "outcome": "accepted"}, accepted],
+        ["cascade_requests_total", {"tier": tier, "outcome": "escalated"}, escalated],
+        ["cascade_requests_total", {"tier": tier, "outcome": "rejected"}, 50.0],  # not served
+        ["cascade_cost_usd_total", {"tier": tier}, cost_usd],
+    ]
+
+
+def test_each_tiers_bounds_are_shown_with_the_live_point_figures_judged_inside_or_outside() -> None:
+    document = policy_document(
+        {
+            name: {"expected": {**POLICY_DOCUMENT["tiers"][name]["expected"], "bounds": bounds}}
+            for name, bounds in (
+                ("balanced", bounds_expectation(0.66, 0.0005, (0.3, 0.5), confidence=0.9)),
+                ("chain", bounds_expectation(0.68, 0.0009, (0.4, 0.6))),
+            )
+        }
+    )
+    policy = build_policy(document)
+    one = {"samples": _served("balanced", 12, 8, 0.006) + _served("chain", 1, 1, 0.001), "drift": []}
+    two = {"samples": _served("balanced", 12, 8, 0.006) + _served("chain", 1, 1, 0.001), "drift": []}
+    view = tiers_view(sum_snapshots([one, two]), policy, None)
+    tiers = {t.name: t for t in view.tiers}
+
+    balanced = tiers["balanced"].bounds
+    assert tiers["balanced"].served == 40 >= BOUNDS_MIN_SERVED
+    assert balanced is not None and balanced.confidence == 0.9 and balanced.quality_min == 0.66
+    assert balanced.cost_max == 0.0005 and balanced.escalation == (0.3, 0.5)
+    live = tiers["balanced"].live
+    assert live.cost_usd == pytest.approx(0.0003) and balanced.cost == INSIDE
+    assert live.escalation_rate == pytest.approx(0.4) and balanced.escalation_verdict == INSIDE
+    # One replica escalating most of its requests at a higher cost: both live figures beyond their bounds.
+    one["samples"] = _served("balanced", 2, 30, 0.03)
+    outside = tiers_view(sum_snapshots([one, two]), policy, None).tiers[0]
+    assert outside.live.escalation_rate == pytest.approx(38 / 52)
+    assert outside.live.cost_usd == pytest.approx(0.036 / 52)
+    assert outside.bounds is not None and outside.bounds.cost == OUTSIDE == outside.bounds.escalation_verdict
+
+    chain = tiers["chain"].bounds  # 4 served requests: no verdict on a point value that noisy
+    assert chain is not None and chain.confidence == 0.95
+    assert chain.cost == TOO_FEW and chain.escalation_verdict == TOO_FEW
+    assert tiers["direct"].bounds is None  # calibrated without bounds
