@@ -162,7 +162,8 @@ class LiveRelay:
                 call.interrupted = Ending.BROKEN
                 # Reading the answer (its chunks, the watched answer): a failure is one error.
                 with reading_answer(call.model):
-                    chunks = upstream_events(response, call.model, self._client.redact)
+                    first = call.first_chunk if facts.trace is not None else None  # the console's
+                    chunks = upstream_events(response, call.model, self._client.redact, first)
                     opening = await self._opening(chunks, call, response, first_token)
                     first_token.reschedule(None)  # the start (or the decision) came in time
                     if not isinstance(opening, list):  # decided before the start (and charged)

@@ -9,7 +9,7 @@ is the OpenAI error body (the OpenAI SDK raises it as ``APIError``).
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Callable
 from typing import Any
 
 import aiohttp
@@ -122,9 +122,13 @@ _NO_SECRETS = Redactor()
 
 
 async def upstream_events(
-    response: aiohttp.ClientResponse, model: str, redact: Redactor = _NO_SECRETS
+    response: aiohttp.ClientResponse,
+    model: str,
+    redact: Redactor = _NO_SECRETS,
+    first_chunk: Callable[[], None] | None = None,
 ) -> AsyncIterator[dict[str, Any]]:
-    """Parsed ``data:`` objects of a live upstream stream, until ``[DONE]``.
+    """Parsed ``data:`` objects of a live upstream stream, until ``[DONE]``; ``first_chunk`` (None
+    unless the console is on) is called once, at the first (as the traced attempt's span is).
 
     Raises UpstreamFailure if an event is not JSON, its ``choices`` are not a list of objects, the
     stream stops before ``[DONE]`` without any ``finish_reason`` (a truncated stream is never passed
@@ -157,6 +161,9 @@ async def upstream_events(
                     finished = True
             if traced is not None:
                 traced.chunk(event)
+            if first_chunk is not None:  # the console's time to first token (gateway.wire.trace)
+                first_chunk()
+                first_chunk = None
             yield event
     except TimeoutError:
         # The request deadline (the stream's total timeout) or the per-read timeout passed.
