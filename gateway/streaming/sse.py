@@ -137,6 +137,10 @@ async def upstream_events(
     """
     finished = False
     traced = STREAM_ATTEMPT.get()  # the attempt's span, when the request is traced
+    # What sees each chunk (None: neither tracing nor the console): one check a chunk either way.
+    observe: Callable[[dict[str, Any]], None] | None = None if traced is None else traced.chunk
+    if first_chunk is not None:
+        observe = _noting_first(observe, first_chunk)
     try:
         async for raw_line in response.content:
             line = raw_line.strip()
@@ -159,11 +163,8 @@ async def upstream_events(
             for choice in choices:
                 if choice.get("finish_reason"):
                     finished = True
-            if traced is not None:
-                traced.chunk(event)
-            if first_chunk is not None:  # the console's time to first token (gateway.wire.trace)
-                first_chunk()
-                first_chunk = None
+            if observe is not None:
+                observe(event)
             yield event
     except TimeoutError:
         # The request deadline (the stream's total timeout) or the per-read timeout passed.
@@ -175,6 +176,21 @@ async def upstream_events(
         raise UpstreamFailure(model, "connect", f"stream broke ({type(exc).__name__})") from None
     if not finished:
         raise UpstreamFailure(model, "malformed", "stream ended before [DONE]")
+
+
+def _noting_first(
+    observe: Callable[[dict[str, Any]], None] | None, first_chunk: Callable[[], None]
+) -> Callable[[dict[str, Any]], None]:
+    """``observe`` (if any) of each chunk, and ``first_chunk`` once, at the first."""
+    pending = [first_chunk]
+
+    def noting(event: dict[str, Any]) -> None:
+        if observe is not None:
+            observe(event)
+        if pending:
+            pending.pop()()
+
+    return noting
 
 
 def client_chunk(event: dict[str, Any], model_name: str, request: ParsedRequest) -> dict[str, Any]:
