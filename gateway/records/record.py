@@ -183,6 +183,8 @@ def _call_row(call: CallNote, stage: int | None, previous_end: float) -> dict[st
         "bound_usd": call.bound_usd,
         # Stages run one after another: a call's time runs from the end of the one before it.
         "latency_ms": round(max(0.0, call.settled_at - previous_end) * 1000, 3),
+        # From the call's start to its first streamed chunk; None: read whole (not streamed).
+        "first_token_ms": None if call.first_token_s is None else round(call.first_token_s * 1000, 3),
         "score": None,
         "threshold": None,
         "decision": None,

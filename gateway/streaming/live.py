@@ -174,7 +174,8 @@ class LiveRelay:
                 # Reading the answer (its chunks, the watched answer): a failure is one error.
                 try:
                     lines = SseLines(call.model, self._client.redact)
-                    batches = upstream_batches(response, lines)
+                    first = call.first_chunk if facts.trace is not None else None  # the console's
+                    batches = upstream_batches(response, lines, first)
                     opening = await self._opening(batches, call, response, first_token)
                     first_token.reschedule(None)  # the start (or the decision) came in time
                     if not isinstance(opening, Opening):  # decided before the start (and charged)

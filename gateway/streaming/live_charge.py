@@ -144,6 +144,11 @@ class LiveCall:
         self.seconds = 0.0  # the upstream time, once ended
         self.t0 = time.monotonic()
 
+    def first_chunk(self) -> None:
+        """Note the time to the call's first chunk on the console's trace (set: the console is on)."""
+        assert self.facts.trace is not None
+        self.facts.trace.first_token(self.model, time.monotonic() - self.t0)
+
     def end(self, ending: Ending) -> None:
         """Stop the upstream clock and charge every attempt of the stage: once, the first ending."""
         if self.charge is not None:

@@ -9,7 +9,7 @@ is the OpenAI error body (the OpenAI SDK raises it as ``APIError``).
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Callable
 from typing import Any
 
 import aiohttp
@@ -125,7 +125,9 @@ _NO_SECRETS = Redactor()
 MAX_LINE_BYTES = 512 * 1024
 
 
-def upstream_batches(response: aiohttp.ClientResponse, lines: SseLines) -> UpstreamBatches:
+def upstream_batches(
+    response: aiohttp.ClientResponse, lines: SseLines, first_chunk: Callable[[], None] | None = None
+) -> UpstreamBatches:
     """Parsed ``data:`` objects of a live upstream stream, until ``[DONE]``, a list per network
     read: the events that arrived together (never waiting for more to fill a list; a read that
     completes no event yields nothing). ``lines`` parses them (its ``done``: the list just yielded
@@ -135,22 +137,33 @@ def upstream_batches(response: aiohttp.ClientResponse, lines: SseLines) -> Upstr
     line is longer than ``MAX_LINE_BYTES``, the stream stops before ``[DONE]`` without any
     ``finish_reason`` (a truncated stream is never passed off as a complete answer), or it outlasts
     its timeout (kind ``timeout``); an error event is the provider's failure in its own words
-    (``error_event_failure``, its text through ``redact``).
+    (``error_event_failure``, its text through ``redact``). ``first_chunk`` (None unless the
+    console is on) is called once, at the first event (as the traced attempt's span is shown it).
     """
-    return UpstreamBatches(response, lines)
+    return UpstreamBatches(response, lines, first_chunk)
 
 
 class UpstreamBatches:
     """The async iterator of ``upstream_batches``: an object, not an async generator, so a stream
     costs no generator registered with the event loop and nothing to finalize when it is left."""
 
-    __slots__ = ("_ended", "_lines", "_read", "_traced")
+    __slots__ = ("_ended", "_lines", "_observe", "_read")
 
-    def __init__(self, response: aiohttp.ClientResponse, lines: SseLines):
+    def __init__(
+        self,
+        response: aiohttp.ClientResponse,
+        lines: SseLines,
+        first_chunk: Callable[[], None] | None = None,
+    ):
         self._read = response.content.readany  # b"": the end of the body
         self._lines = lines
         self._ended = False
-        self._traced = STREAM_ATTEMPT.get()  # the attempt's span, when the request is traced
+        # What sees each event (None: neither tracing nor the console): one check a read either way.
+        traced = STREAM_ATTEMPT.get()  # the attempt's span, when the request is traced
+        observe: Callable[[dict[str, Any]], None] | None = None if traced is None else traced.chunk
+        if first_chunk is not None:
+            observe = _noting_first(observe, first_chunk)
+        self._observe = observe
 
     def __aiter__(self) -> UpstreamBatches:
         return self
@@ -182,19 +195,37 @@ class UpstreamBatches:
             # A last line without its newline is read as a line reader returns it.
             batch = lines.feed(data) if data else lines.end()
             if batch:
-                if self._traced is not None:
+                if self._observe is not None:
                     for event in batch:
-                        self._traced.chunk(event)
+                        self._observe(event)
                 return batch
 
 
 async def upstream_events(
-    response: aiohttp.ClientResponse, model: str, redact: Redactor = _NO_SECRETS
+    response: aiohttp.ClientResponse,
+    model: str,
+    redact: Redactor = _NO_SECRETS,
+    first_chunk: Callable[[], None] | None = None,
 ) -> AsyncIterator[dict[str, Any]]:
-    """The events of ``upstream_batches`` one by one (same failures)."""
-    async for batch in upstream_batches(response, SseLines(model, redact)):
+    """The events of ``upstream_batches`` one by one (same failures, same ``first_chunk``)."""
+    async for batch in upstream_batches(response, SseLines(model, redact), first_chunk):
         for event in batch:
             yield event
+
+
+def _noting_first(
+    observe: Callable[[dict[str, Any]], None] | None, first_chunk: Callable[[], None]
+) -> Callable[[dict[str, Any]], None]:
+    """``observe`` (if any) of each event, and ``first_chunk`` once, at the first."""
+    pending = [first_chunk]
+
+    def noting(event: dict[str, Any]) -> None:
+        if observe is not None:
+            observe(event)
+        if pending:
+            pending.pop()()
+
+    return noting
 
 
 class SseLines:

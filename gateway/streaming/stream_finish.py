@@ -146,7 +146,8 @@ class StreamFinish:
                     yield self._as_chunk(call.whole, echo)
                     return
                 call.interrupted = Ending.BROKEN
-                async for event in upstream_events(response, call.model, self._client.redact):
+                first = call.first_chunk if self._facts.trace is not None else None  # the console's
+                async for event in upstream_events(response, call.model, self._client.redact, first):
                     call.tally.observe(event)
                     yield self._aligned(event, echo)
                 call.end(Ending.COMPLETE)

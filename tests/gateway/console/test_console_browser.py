@@ -52,6 +52,9 @@ def test_the_request_page_shows_each_stage_and_the_charge(console_page: Any, ser
     first, second = stages.nth(1).inner_text(), stages.nth(2).inner_text()
     assert "small" in first and "escalated" in first and "low_score" in first and "0.5000" in first
     assert "large" in second and "answered" in second
+    assert "First token" in stages.nth(0).inner_text()
+    # The seeded requests are not streamed: their stages were read whole, no first token.
+    assert stages.nth(1).get_by_role("cell").nth(8).inner_text() == "-"
     story = page.get_by_role("list").filter(has_text="Stage 1").inner_text()
     assert "scored" in story and "against threshold 0.5000" in story
     headers = page.get_by_role("table", name="Headers sent").inner_text()

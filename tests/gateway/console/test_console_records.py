@@ -12,7 +12,7 @@ import openai
 import pytest
 
 from gateway.config.settings import Settings
-from tests.support.gateway_testkit import ADMIN_KEY, until
+from tests.support.gateway_testkit import ADMIN_KEY, model_configs, until
 from tests.support.in_process_gateway import InProcessGateway
 from tests.support.scripted_upstream import ScriptedUpstream, error, ok
 
@@ -64,6 +64,7 @@ def test_an_escalated_request_records_each_stage_its_score_and_the_charge(
         None,
     )
     assert (first["prompt_tokens"], first["completion_tokens"]) == (10, 5)  # the scripted usage
+    assert first["first_token_ms"] is None and second["first_token_ms"] is None  # read whole
     # The charge is the headers' and the stages' sum; no part of it is a bound (usage was read).
     charge = record["charge"]
     assert f"{charge['cost_usd']:.10g}" == reply.headers["x-cascade-cost-usd"]
@@ -73,6 +74,34 @@ def test_an_escalated_request_records_each_stage_its_score_and_the_charge(
     assert sent["x-request-id"] == reply.headers["x-request-id"]
     assert sent["x-cascade-models-called"] == "small,large"
     assert "request_body" not in record and "answer_body" not in record  # not opted in
+
+
+def test_a_streamed_escalated_request_records_each_stages_time_to_first_token(
+    start_gateway: Callable[..., InProcessGateway],
+    console_settings: Callable[..., Settings],
+    upstream: ScriptedUpstream,
+) -> None:
+    # A first-token deadline has both stages requested streamed: the cheap one read whole and
+    # scored, the last one relayed live; each call's first chunk is noted.
+    models = model_configs(upstream.base_url)
+    for name in ("small", "large"):
+        models[name]["first_token_timeout_s"] = 1.5  # below their timeout_s
+    gateway = start_gateway(console_settings(models=models))
+    upstream.script("up-small", ok(confidence=0.3))
+    with gateway.client().chat.completions.with_streaming_response.create(
+        model="cascade", messages=QUESTION, stream=True
+    ) as reply:
+        request_id = reply.headers["x-request-id"]
+        assert "up-large" in "".join(c.choices[0].delta.content or "" for c in reply.parse() if c.choices)
+    first, second = recorded(gateway, request_id)["stages"]
+    assert (first["decision"], second["decision"]) == ("escalated", "answered")
+    assert [c.body["stream"] for c in (*upstream.calls("up-small"), *upstream.calls("up-large"))] == [
+        True,
+        True,
+    ]
+    # From the call's start: within its latency (which runs from the request's start for the first).
+    assert 0 < first["first_token_ms"] <= first["latency_ms"]
+    assert second["first_token_ms"] > 0
 
 
 def test_an_accepted_request_records_one_stage_accepted(
