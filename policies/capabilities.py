@@ -168,16 +168,17 @@ def stage_problems(
     return problems
 
 
-def _chains(section: Any, where: str) -> Iterator[tuple[str, list[str]]]:
-    """(where, models) of every route of every scored tier (not ``fallback``) and every envelope
-    point of a policy section."""
+def _chains(section: Any, where: str, scorer: ScorerSpec) -> Iterator[tuple[str, list[str], ScorerSpec]]:
+    """(where, models, scorer) of every route of every scored tier (not ``fallback``; the tier's
+    own scorer, else ``scorer``) and every envelope point of a policy section."""
     for name, tier in section.tiers.items():
         if tier.mechanism == "fallback":
             continue  # nothing is scored: no capability is needed
         for i, route in enumerate(tier.routes):
-            yield f"{where}tier {name!r} route {i + 1} ({' -> '.join(route.models)})", route.models
+            label = f"{where}tier {name!r} route {i + 1} ({' -> '.join(route.models)})"
+            yield label, route.models, tier.scorer or scorer
     for i, point in enumerate(section.envelope or ()):
-        yield f"{where}envelope point {i + 1} ({' -> '.join(point.models)})", point.models
+        yield f"{where}envelope point {i + 1} ({' -> '.join(point.models)})", point.models, scorer
 
 
 def _sections(policy: Policy) -> Iterable[tuple[str, ScorerSpec, Any]]:
@@ -195,6 +196,8 @@ def capability_problems(policy: Policy, capabilities: Mapping[str, ModelCapabili
     """
     problems = []
     for where, scorer, section in _sections(policy):
-        for chain, models in _chains(section, where):
-            problems += [f"{chain}: {problem}" for problem in stage_problems(scorer, models, capabilities)]
+        for chain, models, chain_scorer in _chains(section, where, scorer):
+            problems += [
+                f"{chain}: {problem}" for problem in stage_problems(chain_scorer, models, capabilities)
+            ]
     return problems

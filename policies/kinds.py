@@ -5,7 +5,8 @@ A policy's top level serves text requests and every kind without a section of it
 score distribution calibrated on that kind's rows. ``kind_policy`` returns the policy a request of
 a kind is served by, shaped as a ``Policy`` whose top level is the section, so that the decision
 rule (``policies.decision``), the engine and the budget index read it exactly as they read any
-policy: one decision rule for every kind.
+policy: one decision rule for every kind. ``tier_policy`` does the same for a tier with a scorer
+of its own.
 """
 
 from __future__ import annotations
@@ -51,6 +52,17 @@ def _section_view(policy: Policy, section: KindSection) -> Policy:
         kinds=None,
         router=section.router,
     )
+
+
+def tier_policy(policy: Policy, tier: str) -> Policy:
+    """The policy as it serves ``tier``: ``policy`` itself, unless the tier has a scorer of its own
+    (``Tier.scorer``); then a copy whose scorer is the tier's, built once per (policy, tier), so
+    that every reader of ``policy.scorer`` (stage bodies, scoring, learning) scores the tier's way."""
+    found = policy.tiers.get(tier)
+    if found is None or found.scorer is None:
+        return policy
+    own = found.scorer
+    return policy.derived(("tier_view", tier), lambda: policy.model_copy(update={"scorer": own}))
 
 
 def served_kinds(policy: Policy) -> list[str]:

@@ -7,7 +7,7 @@ Everything here is a contract. Field names and meanings must not change without 
 from __future__ import annotations
 
 import math
-from collections.abc import Callable, Hashable
+from collections.abc import Callable, Hashable, Mapping
 from functools import cached_property
 from typing import TYPE_CHECKING, Any, Literal, Self, TypeVar
 
@@ -19,13 +19,15 @@ from pydantic import (
     model_validator,
 )
 
+from policies.benefit import BenefitModel
+from policies.benefit_schema import BenefitSpec
 from policies.blackbox import SELF_REPORT_PROMPT, VERIFIER_PROMPT
 from policies.call_tokens import ScoreTokens
 from policies.commit import CommitRule
 from policies.routing_schema import RouterSpec, TierRouting, check_routing
 from policies.schema_base import StrictModel, without_absent
 from policies.score_distribution import ScoreDistribution
-from policies.scorers import REGISTRY, SCORE_RANGES, SCORER_NAMES
+from policies.scorers import REGISTRY, SCORE_RANGES, SCORER_NAMES, score_logprobs, score_response
 from policies.shift_reference import ShiftReference
 
 SCHEMA_VERSION: Literal[1] = 1
@@ -88,6 +90,7 @@ class ScorerSpec(StrictModel):
     temperature: float | None = Field(None, ge=0, le=2, description="consistency: sampling temperature")
     equivalence: Equivalence | None = None
     prompt: str | None = Field(None, min_length=1, description="self_report: the follow-up question")
+    benefit: BenefitSpec | None = None
 
     @model_validator(mode="after")
     def _fields_match_scorer(self) -> ScorerSpec:
@@ -104,6 +107,8 @@ class ScorerSpec(StrictModel):
             raise ValueError(f"not a setting of scorer {self.name}: {', '.join(extra)}")
         if self.is_blackbox and self.tokens != "all":
             raise ValueError(f"scorer {self.name} reads no logprobs: tokens must be all, got {self.tokens}")
+        if self.is_fitted and self.tokens != "all":
+            raise ValueError(f"scorer {self.name} was fitted on every token: tokens must be all")
         return self
 
     @model_serializer(mode="wrap")
@@ -115,6 +120,25 @@ class ScorerSpec(StrictModel):
         """Whether the score comes from extra calls (``policies.scorers.Calls``) rather than logprobs."""
         definition = REGISTRY.get(self.name)
         return definition is not None and definition.calls is not None
+
+    @property
+    def is_fitted(self) -> bool:
+        """Whether it scores with a model fitted for one pair (``ScorerDefinition.fitted``)."""
+        definition = REGISTRY.get(self.name)
+        return definition is not None and definition.fitted
+
+    @cached_property
+    def benefit_model(self) -> BenefitModel | None:
+        """The fitted model ``escalation_benefit`` scores with, built once (None: another scorer)."""
+        return None if self.benefit is None else self.benefit.model()
+
+    def score_content(self, content: Any) -> float | None:
+        """One answer's score from its ``logprobs.content`` (``policies.scorers.score_logprobs``)."""
+        return score_logprobs(content, self.name, self.top_k, self.tokens, self.benefit_model)
+
+    def score_reply(self, reply: Mapping[str, Any]) -> float | None:
+        """A chat/completions body's score (``policies.scorers.score_response``)."""
+        return score_response(reply, self.name, self.top_k, self.tokens, self.benefit_model)
 
     @property
     def own_model(self) -> str | None:
@@ -298,10 +322,13 @@ class Tier(StrictModel):
     # under a threshold. ``fallback``: the first stage that answers is served, the next is called
     # only when a call fails; nothing is scored (routes without thresholds).
     mechanism: Literal["cascade", "fallback"] | None = None
+    # Optional: the tier's own scorer, in place of its section's (``escalation_benefit``, fitted for
+    # the tier's pair by ``cascade calibrate --benefit-scorer``).
+    scorer: ScorerSpec | None = None
 
     @model_serializer(mode="wrap")
     def _dump(self, handler: SerializerFunctionWrapHandler) -> dict[str, Any]:
-        document = without_absent(self, handler, ("routing", "commit", "mechanism"))
+        document = without_absent(self, handler, ("routing", "commit", "mechanism", "scorer"))
         if self.commit is not None:  # only the rule's own fields, as written
             document["commit"] = self.commit.document()
         return document
@@ -333,6 +360,25 @@ class Tier(StrictModel):
             raise ValueError("a fallback tier takes no routing: it serves the first model that answers")
         if fallback and self.commit is not None and self.commit.rule == "prefix":
             raise ValueError("a fallback tier scores nothing: it takes no prefix commit rule")
+        return self
+
+    @model_validator(mode="after")
+    def _own_scorer_fits_routes(self) -> Tier:
+        scorer = self.scorer
+        if scorer is None:
+            return self
+        if scorer.is_blackbox or scorer.name == "external":
+            raise ValueError(f"a tier's own scorer reads the answer's logprobs; {scorer.name} does not")
+        if self.routing is not None or self.mechanism == "fallback":
+            raise ValueError("a tier with its own scorer serves a cascade: no routing, no fallback")
+        if scorer.benefit is not None:
+            pair = [scorer.benefit.scored, scorer.benefit.escalates_to]
+            if any(len(r.models) > 1 and r.models != pair for r in self.routes):
+                raise ValueError(
+                    f"scorer {scorer.name} was fitted for {' -> '.join(pair)}: every cascade route must be it"
+                )
+            if self.commit is not None and self.commit.rule == "prefix":
+                raise ValueError(f"scorer {scorer.name} was fitted on whole answers: no prefix commit rule")
         return self
 
     @field_validator("routes")
@@ -490,6 +536,10 @@ def _check_routes(
     sorted by cost and every threshold lies within the scorer's range."""
     if default_tier not in tiers:
         raise ValueError(f"{where}default_tier {default_tier!r} is not one of the tiers {sorted(tiers)}")
+    if scorer.is_fitted:
+        raise ValueError(
+            f"{where}scorer {scorer.name} is fitted for one pair of models: a tier's own scorer only"
+        )
     for tier_name, tier in tiers.items():
         for route in tier.routes:
             unknown = [m for m in route.models if m not in models]
@@ -521,20 +571,20 @@ def _check_threshold_ranges(
     writes it for "escalate every answer" (``calibration.frontier.frontier_thresholds``).
     ``external`` scores have no known range.
     """
-    bounds = SCORE_RANGES.get(scorer.name)
-    if bounds is None:
-        return
-    low, high = bounds
     chains = [
-        (f"tier {name!r} route {i + 1}", route.models, route.thresholds)
+        (f"tier {name!r} route {i + 1}", tier.scorer or scorer, route.models, route.thresholds)
         for name, tier in tiers.items()
         for i, route in enumerate(tier.routes)
     ]
-    chains += [(f"envelope point {i + 1}", p.models, p.thresholds) for i, p in enumerate(envelope)]
-    for label, models, thresholds in chains:
+    chains += [(f"envelope point {i + 1}", scorer, p.models, p.thresholds) for i, p in enumerate(envelope)]
+    for label, chain_scorer, models, thresholds in chains:
+        bounds = SCORE_RANGES.get(chain_scorer.name)
+        if bounds is None:
+            continue
+        low, high = bounds
         for stage, (model, threshold) in enumerate(zip(models, thresholds, strict=False)):
             if not low <= threshold <= math.nextafter(high, math.inf):
                 raise ValueError(
                     f"{where}{label} stage {stage + 1} ({model}): threshold {threshold:g} is outside the "
-                    f"range [{low:g}, {high:g}] of scorer {scorer.name}"
+                    f"range [{low:g}, {high:g}] of scorer {chain_scorer.name}"
                 )

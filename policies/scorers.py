@@ -24,6 +24,7 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, Literal
 
+from policies.benefit import BenefitModel
 from policies.blackbox import (
     SELF_REPORT_PROMPT,
     VERIFIER_PROMPT,
@@ -138,7 +139,9 @@ class ScorerDefinition:
     fewer changes it: ``policies.capabilities``); else it reads the chosen tokens only.
     ``from_negentropies``: the same score from ``token_scores.plain_negentropies`` (the fast path for
     small answers). ``required_fields``/``optional_fields``: the ``ScorerSpec`` settings it takes
-    (any other setting is an error).
+    (any other setting is an error). ``fitted``: it scores with a model calibration fitted for one
+    pair of models (``policies.benefit``), carried by the policy tier that uses it; ``tokens`` then
+    only refuses to score without it.
     """
 
     name: str
@@ -149,6 +152,7 @@ class ScorerDefinition:
     calls: Calls | None = None
     required_fields: tuple[str, ...] = ()
     optional_fields: tuple[str, ...] = ()
+    fitted: bool = False
 
     def __post_init__(self) -> None:
         if (self.tokens is None) == (self.calls is None):
@@ -192,6 +196,16 @@ def _follow_up(settings: CallSettings, stage: Mapping[str, Any], answer: str, mo
     return self_report_request(stage, answer, prompt=settings.prompt or SELF_REPORT_PROMPT)
 
 
+_NO_FIT = (
+    "scorer {name} scores with its fitted model (ScorerSpec.benefit), which cascade calibrate "
+    "--benefit-scorer writes into a tier"
+)
+
+
+def _needs_its_fit(tokens: TokenLogprobs) -> float | None:
+    raise UnknownScorerError(_NO_FIT.format(name="escalation_benefit"))
+
+
 _UNIT = (0.0, 1.0)
 
 REGISTRY: dict[str, ScorerDefinition] = {
@@ -208,6 +222,10 @@ REGISTRY: dict[str, ScorerDefinition] = {
         ScorerDefinition("min_probability", _UNIT, min_probability),
         ScorerDefinition("sequence_probability", _UNIT, sequence_probability),
         ScorerDefinition("mean_logprob", (-math.inf, 0.0), mean_logprob),
+        # P(escalating would not help), from a model fitted for the tier's pair (policies.benefit).
+        ScorerDefinition(
+            "escalation_benefit", _UNIT, _needs_its_fit, True, fitted=True, required_fields=("benefit",)
+        ),
         # P(yes) among the verifier's first-token alternatives.
         ScorerDefinition(
             "verifier",
@@ -266,9 +284,11 @@ REGISTRY: dict[str, ScorerDefinition] = {
 
 # Views of the registry, by what the readers ask.
 SCORER_NAMES: tuple[str, ...] = tuple(REGISTRY)
+# The logprob scorers any answer can be scored by (a fitted one needs its tier's model).
 SCORERS: dict[str, TokenScore] = {
-    name: definition.tokens for name, definition in REGISTRY.items() if definition.tokens is not None
+    name: d.tokens for name, d in REGISTRY.items() if d.tokens is not None and not d.fitted
 }
+FITTED_SCORERS: tuple[str, ...] = tuple(name for name, d in REGISTRY.items() if d.fitted)
 BLACKBOX_SCORERS: tuple[str, ...] = tuple(name for name, d in REGISTRY.items() if d.calls is not None)
 SCORE_RANGES: dict[str, tuple[float, float]] = {name: d.score_range for name, d in REGISTRY.items()}
 ALTERNATIVE_SCORERS = frozenset(name for name, d in REGISTRY.items() if d.alternatives)
@@ -281,7 +301,11 @@ def blackbox_calls(name: str) -> Calls | None:
 
 
 def score_logprobs(
-    content: Sequence[TokenEntry] | None, scorer: str, top_k: int, tokens: str = "all"
+    content: Sequence[TokenEntry] | None,
+    scorer: str,
+    top_k: int,
+    tokens: str = "all",
+    benefit: BenefitModel | None = None,
 ) -> float | None:
     """Confidence of one answer from its ``choices[i].logprobs.content`` list.
 
@@ -292,6 +316,7 @@ def score_logprobs(
         tokens: which positions are scored (``ScorerSpec.tokens``): ``all``, or ``call_values``,
             the tokens of a call's function name and argument values when the answer is wholly
             calls, else all (``policies.call_tokens``).
+        benefit: a fitted scorer's model (``ScorerSpec.benefit``); None for every other scorer.
 
     Returns:
         The score (higher = more confident), or None when no position is usable.
@@ -304,6 +329,10 @@ def score_logprobs(
         )
     if tokens != "all":
         content = select_tokens(content, tokens)
+    if definition.fitted:
+        if benefit is None:
+            raise UnknownScorerError(_NO_FIT.format(name=scorer))
+        return benefit.score(content, top_k)
     reducer = definition.from_negentropies
     if reducer is not None and content:
         values = plain_negentropies(content, top_k)
@@ -313,9 +342,15 @@ def score_logprobs(
     return function(parsed)
 
 
-def score_response(response: Mapping[str, Any], scorer: str, top_k: int, tokens: str = "all") -> float | None:
+def score_response(
+    response: Mapping[str, Any],
+    scorer: str,
+    top_k: int,
+    tokens: str = "all",
+    benefit: BenefitModel | None = None,
+) -> float | None:
     """Score the first choice of a chat/completions response body (None if it has no logprobs);
-    ``tokens`` as in ``score_logprobs``."""
+    ``tokens`` and ``benefit`` as in ``score_logprobs``."""
     choices = response.get("choices") or []
     if not choices or not isinstance(choices[0], Mapping):
         return None
@@ -323,8 +358,8 @@ def score_response(response: Mapping[str, Any], scorer: str, top_k: int, tokens:
     if not isinstance(logprobs, Mapping):
         return None
     if "content" not in logprobs and "token_logprobs" in logprobs:
-        return score_logprobs(legacy_to_content(logprobs), scorer, top_k, tokens)
-    return score_logprobs(logprobs.get("content"), scorer, top_k, tokens)
+        return score_logprobs(legacy_to_content(logprobs), scorer, top_k, tokens, benefit)
+    return score_logprobs(logprobs.get("content"), scorer, top_k, tokens, benefit)
 
 
 def legacy_to_content(logprobs: Mapping[str, Any]) -> list[dict[str, Any]]:

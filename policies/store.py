@@ -23,7 +23,7 @@ _HASH_EXCLUDED = ("policy_id", "created_at")
 _OPTIONAL_FIELDS = ("score_distribution", "kinds", "router", "shift_reference")
 # The same inside a kind section, and inside every tier's ``expected`` (top level and sections).
 _OPTIONAL_SECTION_FIELDS = ("scorer", "score_distribution", "router")
-_OPTIONAL_TIER_FIELDS = ("routing", "commit", "mechanism")
+_OPTIONAL_TIER_FIELDS = ("routing", "commit", "mechanism", "scorer")
 _OPTIONAL_EXPECTED_FIELDS = ("heldout", "bounds")
 # Scorer fields added later with a default: left out of the file and of the hash at their default.
 _DEFAULT_SCORER_FIELDS = {"tokens": "all"}
@@ -55,14 +55,15 @@ def _without_default_scorer_fields(document: Any) -> Any:
 
 
 def _without_absent_expectations(document: Any) -> Any:
-    """``document`` with ``tiers.*`` and their ``expected`` stripped of their absent optional fields."""
+    """``document`` with ``tiers.*`` and their ``expected`` stripped of their absent optional fields
+    (and a tier's own scorer of its later fields at their default)."""
     if not isinstance(document, dict) or not isinstance(document.get("tiers"), dict):
         return document
     tiers = {}
     for name, tier in document["tiers"].items():
         if isinstance(tier, dict) and isinstance(tier.get("expected"), dict):
             tier = {**tier, "expected": _drop_nulls(tier["expected"], _OPTIONAL_EXPECTED_FIELDS)}
-        tiers[name] = _drop_nulls(tier, _OPTIONAL_TIER_FIELDS)
+        tiers[name] = _without_default_scorer_fields(_drop_nulls(tier, _OPTIONAL_TIER_FIELDS))
     return {**document, "tiers": tiers}
 
 

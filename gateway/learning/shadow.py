@@ -40,7 +40,7 @@ from gateway.upstream.failure import UpstreamFailure
 from gateway.upstream.pool import UpstreamPool
 from gateway.wire.logs import log_event
 from money.charges import Attempt, attempt_charge, call_bound, sent_bound, total_charge, undeclared_part
-from policies import Policy, score_response
+from policies import Policy
 from traffic.judges.base import Judge, JudgeError, Verdict, label_answers
 from traffic.rows import TrafficRow
 
@@ -187,11 +187,7 @@ class ShadowRunner:
         policy = sample.policy
         # A black-box scorer's extra calls are not made for a shadow row: it is kept unscored.
         scorer = policy.scorer
-        score = (
-            None
-            if scorer.is_blackbox
-            else score_response(reply.body, scorer.name, scorer.top_k, scorer.tokens)
-        )
+        score = None if scorer.is_blackbox else scorer.score_reply(reply.body)
         answer = StageAnswer.from_reply(reply.body, reply.seconds, score, charge)
         metrics.child(metrics.shadow_calls, model, "ok").inc()
         return answer

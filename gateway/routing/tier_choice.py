@@ -39,7 +39,7 @@ from policies import (
     choose_for_tier,
 )
 from policies.errors import quoted
-from policies.kinds import TOP_LEVEL_KIND, kind_policy
+from policies.kinds import TOP_LEVEL_KIND, kind_policy, tier_policy
 from policies.tool_calls import request_kind
 
 CASCADE_MODEL = "cascade"
@@ -114,7 +114,9 @@ class RoutePlanner:
                 return outside
             policy = kind_policy(checked, kind)
             choice = choose_for_budget(policy, budget)
-            return RoutePlan(choice.tier, policy, choice.route, within_budget=choice.within_budget, kind=kind)
+            # An envelope point is scored by the section's scorer; a tier's own serves that tier only.
+            served = tier_policy(policy, choice.tier) if not policy.envelope else policy
+            return RoutePlan(choice.tier, served, choice.route, within_budget=choice.within_budget, kind=kind)
         tier: str | None
         tier_param = "model"
         if tier_header is not None:
@@ -141,7 +143,7 @@ class RoutePlanner:
             choice = choose_for_tier(policy, tier, self._rng)
         except UnknownTierError as exc:
             raise UnknownTierRequestError(str(exc), param=tier_param) from None
-        return RoutePlan(choice.tier, policy, choice.route, kind=kind)
+        return RoutePlan(choice.tier, tier_policy(policy, choice.tier), choice.route, kind=kind)
 
     def _uncovered(self, policy: Policy, request: ParsedRequest, kind: str) -> RoutePlan | None:
         """The direct plan to ``coverage.otherwise`` for a request the policy does not cover, else None."""

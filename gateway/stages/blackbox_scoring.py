@@ -48,7 +48,7 @@ from gateway.wire.facts import CascadeFacts
 from gateway.wire.logs import log_event
 from gateway.wire.requests import ParsedRequest
 from money.charges import Charge, call_bound, completion_tokens_bound, sent_bound
-from policies import blackbox, score_response
+from policies import blackbox
 from policies.schema import ScorerSpec
 from policies.scorers import Calls, CallSettings, blackbox_calls
 from traffic.judges.base import JudgeError
@@ -100,7 +100,7 @@ class StageScorer:
         """Score ``reply``, the answer of stage ``model`` to the upstream body ``sent``."""
         calls = blackbox_calls(spec.name)
         if calls is None:
-            return StageScore(score_response(reply, spec.name, spec.top_k, spec.tokens))
+            return StageScore(spec.score_reply(reply))
         if request.api != "chat":
             return StageScore(None, failed=True)
         answer = blackbox.answer_text(reply)

@@ -35,7 +35,6 @@ from typing import Any
 
 from gateway.routing.tier_choice import RoutePlan
 from gateway.wire.tool_call_fragments import ToolCallFragments
-from policies import score_logprobs
 from policies.commit import CommitRule, line_end, prefix_entries
 from policies.schema import ScorerSpec
 from policies.scorers import legacy_to_content
@@ -153,7 +152,7 @@ class PrefixGate:
 
     def score(self, spec: ScorerSpec) -> float | None:
         """The tier's scorer on the prefix's logprobs (None: no usable position)."""
-        return score_logprobs(self.prefix, spec.name, spec.top_k, spec.tokens)
+        return spec.score_content(self.prefix)
 
     def answer(self, usage: Any) -> dict[str, Any] | None:
         """The whole answer of a stream that ended before the decision point, as a non-streamed

@@ -10,7 +10,7 @@ from typing import Any
 import pytest
 
 from policies import SCORERS, PolicyInvalidError, build_policy, parse_policy, score_logprobs
-from policies.scorers import BLACKBOX_SCORERS, SCORE_RANGES
+from policies.scorers import BLACKBOX_SCORERS, FITTED_SCORERS, SCORE_RANGES
 
 # The settings each black-box scorer needs (policies.schema.ScorerSpec) to be a valid scorer.
 _SETTINGS: dict[str, dict[str, Any]] = {
@@ -44,7 +44,7 @@ def _random_content(rng: random.Random) -> list[dict[str, Any]]:
 
 
 def test_every_computable_scorer_declares_a_range_its_scores_stay_in() -> None:
-    assert set(SCORE_RANGES) == set(SCORERS) | set(BLACKBOX_SCORERS)
+    assert set(SCORE_RANGES) == set(SCORERS) | set(BLACKBOX_SCORERS) | set(FITTED_SCORERS)
     rng = random.Random(16)
     seen: dict[str, list[float]] = {name: [] for name in SCORERS}
     for _ in range(2000):
@@ -62,7 +62,8 @@ def test_every_computable_scorer_declares_a_range_its_scores_stay_in() -> None:
         assert max(scores) == high, name
 
 
-@pytest.mark.parametrize("scorer", sorted(SCORE_RANGES))
+# A fitted scorer is a tier's own, never the section's (its range check: tests/policies/test_benefit.py).
+@pytest.mark.parametrize("scorer", sorted(set(SCORE_RANGES) - set(FITTED_SCORERS)))
 @pytest.mark.parametrize("where", ["tier", "envelope"])
 def test_a_threshold_outside_the_scorers_range_is_refused_with_a_reason_naming_it(
     policy_document: dict[str, Any], scorer: str, where: str
@@ -81,7 +82,7 @@ def test_a_threshold_outside_the_scorers_range_is_refused_with_a_reason_naming_i
         assert f"range [{low:g}, {high:g}] of scorer {scorer}" in message
 
 
-@pytest.mark.parametrize("scorer", sorted(SCORE_RANGES))
+@pytest.mark.parametrize("scorer", sorted(set(SCORE_RANGES) - set(FITTED_SCORERS)))
 def test_thresholds_at_the_ends_of_the_range_are_served(policy_document: dict[str, Any], scorer: str) -> None:
     low, high = SCORE_RANGES[scorer]
     # the top, the next float above it (calibration's "escalate every answer") and the bottom

@@ -520,7 +520,8 @@ def _entry(token: str, confidence: float, k: int) -> dict[str, Any]:
     return {"token": token, "logprob": chosen, "bytes": None, "top_logprobs": alternatives[:k]}
 
 
-def _chat_logprobs(body: dict[str, Any], reply: Reply) -> dict[str, Any] | None:
+def chat_logprobs(body: dict[str, Any], reply: Reply) -> dict[str, Any] | None:
+    """The ``logprobs`` a chat answer to ``body`` carries for ``reply`` (None: not asked, or none)."""
     if not body.get("logprobs") or reply.confidence is None:
         return None
     asked = body["logprobs"]
@@ -609,7 +610,7 @@ def _completion(path: str, body: dict[str, Any], reply: Reply) -> dict[str, Any]
             message["tool_calls"] = reply.tool_calls
             finish = "tool_calls"
         finish = reply.finish_reason or finish
-        logprobs = _chat_logprobs(body, reply)
+        logprobs = chat_logprobs(body, reply)
         if reply.tool_calls and logprobs is not None:
             logprobs = {"content": []}  # no content tokens to score
         return {
