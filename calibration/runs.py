@@ -69,6 +69,8 @@ class RunsMatrix:
             ``calibration.prefix_cost``); negative when the cancelled call is charged more than
             its whole answer cost. None: a stage that escalates pays its whole call.
         commit: the commit rule the scores were computed under (``policies.commit``); None: buffer.
+        answer_features: per model, (n, d) the ``policies.benefit.FEATURES`` of its answers (NaN
+            rows: no usable logprobs), for ``cascade calibrate --benefit-scorer``; None: not read.
     """
 
     models: tuple[str, ...]
@@ -89,6 +91,7 @@ class RunsMatrix:
     scorer_settings: Mapping[str, Any] | None = None
     escalation_saving: np.ndarray | None = None
     commit: CommitRule | None = None
+    answer_features: Mapping[str, np.ndarray] | None = None
 
     @property
     def n_queries(self) -> int:
@@ -115,6 +118,9 @@ class RunsMatrix:
             features=None if self.features is None else self.features[rows],
             scoring_cost=None if self.scoring_cost is None else self.scoring_cost[rows],
             escalation_saving=None if self.escalation_saving is None else self.escalation_saving[rows],
+            answer_features=None
+            if self.answer_features is None
+            else {model: table[rows] for model, table in self.answer_features.items()},
         )
 
     def stage_cost(self, rows: Any, columns: Sequence[int]) -> np.ndarray:

@@ -38,6 +38,7 @@ if TYPE_CHECKING:
 
     from calibration.bounds import BoundSettings
     from calibration.heldout_expected import HeldoutSettings
+    from calibration.policy.benefit_choice import BenefitSettings
     from calibration.policy.calibrate import Calibrated
     from calibration.policy.commit_choice import CommitStudy
     from calibration.policy.kinds import CalibratedKinds
@@ -90,6 +91,14 @@ _ConfidenceOption = Annotated[
         "--confidence", min=0.5, max=0.9999, help="Confidence of the tiers' bounds, all statements together."
     ),
 ]
+_BenefitOption = Annotated[
+    bool,
+    typer.Option(
+        "--benefit-scorer",
+        help="Let each two-stage cascade tier take the escalation_benefit scorer, fitted on its pair, "
+        "where it wins held out (docs/calibrate.md#the-benefit-scorer).",
+    ),
+]
 _MinGainShareOption = Annotated[
     float,
     typer.Option(
@@ -138,6 +147,7 @@ def calibrate(
     router_components: _ComponentsOption = 16,
     commit_grid: _CommitGridOption = None,
     min_gain_share: _MinGainShareOption = 0.8,
+    benefit_scorer: _BenefitOption = False,
 ) -> None:
     """Compute the pairwise envelope of a model pool and write a policy with one route per tier.
 
@@ -170,6 +180,7 @@ def calibrate(
         router_components=router_components,
         commit_grid=commit_grid,
         min_gain_share=min_gain_share,
+        benefit_scorer=benefit_scorer,
     )
     run_or_exit(lambda: run_calibrate(options, console, errors))
 
@@ -199,6 +210,7 @@ class CalibrateOptions:
     router_components: int = 16
     commit_grid: str | None = None  # prefix rules to study per tier (calibration.policy.commit_choice)
     min_gain_share: float = 0.8
+    benefit_scorer: bool = False  # calibration.policy.benefit_choice
 
 
 def routing_options(
@@ -238,6 +250,21 @@ def routing_options(
     return with_features, {kind: routing for kind in matrices}
 
 
+def benefit_options(
+    options: CalibrateOptions, matrices: Mapping[str, RunsMatrix], filters: dict[str, str], errors: Console
+) -> tuple[dict[str, RunsMatrix], BenefitSettings | None]:
+    """With ``--benefit-scorer``: the matrices carrying their answers' features (from the runs'
+    logprobs) and the benefit scorer's settings; else the matrices as they are and None."""
+    if not options.benefit_scorer:
+        return dict(matrices), None
+    from calibration.benefit_fit import with_answer_features
+    from calibration.policy.benefit_choice import BenefitSettings
+
+    settings = BenefitSettings(top_k=options.top_k or BenefitSettings.top_k)
+    with errors.status("Reading the answers' features for the benefit scorer ..."):
+        return with_answer_features(options.runs, matrices, settings.top_k, filters), settings
+
+
 def bound_settings(options: CalibrateOptions) -> BoundSettings | None:
     """The tiers' bound settings (None with ``--no-bounds``): a union bound over every way of
     serving a tier the command chooses among on held-out data (``calibration.bounds``)."""
@@ -247,11 +274,13 @@ def bound_settings(options: CalibrateOptions) -> BoundSettings | None:
     if options.confidence is None:
         return None
     rules = 1 + (len(parse_grid(options.commit_grid)) if options.commit_grid is not None else 0)
-    mechanisms = max(1, len(set(options.mechanisms) | {"cascade"}))
+    mechanisms = max(1, len(set(options.mechanisms) | {"cascade"})) + int(options.benefit_scorer)
     return BoundSettings(confidence=options.confidence, alternatives=rules * mechanisms)
 
 
 def _check_score_options(options: CalibrateOptions) -> None:
+    if options.benefit_scorer and options.heldout_splits == 0:
+        raise ValueError("--benefit-scorer chooses on held-out data: drop --no-heldout")
     if options.score_column is not None and (
         options.scorer is not None or options.top_k is not None or options.score_tokens != "all"
     ):
@@ -263,10 +292,8 @@ def _check_score_options(options: CalibrateOptions) -> None:
 
 def run_calibrate(options: CalibrateOptions, console: Console, errors: Console) -> None:
     """Load, compute, solve, write; print the summary to ``console`` and warnings to ``errors``."""
-    from calibration.blackbox_scores import BlackboxOptions
     from calibration.heldout_expected import HeldoutSettings
     from calibration.policy.commit_choice import apply_choice
-    from calibration.policy.kinds import load_runs_by_kind
     from calibration.policy.policy_writer import write_policy
     from calibration.tiers import load_tiers
     from policies.store import build_policy, policy_as_document
@@ -277,25 +304,24 @@ def run_calibrate(options: CalibrateOptions, console: Console, errors: Console) 
     spec = load_tiers(options.tiers)
     with errors.status(f"Loading {runs} ..."):
         started = time.perf_counter()
-        matrices = load_runs_by_kind(
-            runs,
-            prices=options.prices,
-            score_column=options.score_column,
-            scorer=options.scorer,
-            top_k=options.top_k,
-            where=filters,
-            blackbox=BlackboxOptions(options.equivalence, options.samples),
-            score_tokens=options.score_tokens,
-        )
+        matrices = _load_matrices(options, filters)
         loaded = time.perf_counter()
     size = ", ".join(f"{m.n_queries:,} {kind} queries" for kind, m in matrices.items())
     heldout = HeldoutSettings(splits=options.heldout_splits) if options.heldout_splits else None
     bounds = bound_settings(options)  # the same for every kind and commit rule
     with errors.status("Computing the router's features ..."):
         matrices, routing = routing_options(options, matrices)
+    matrices, benefit = benefit_options(options, matrices, filters, errors)
     with errors.status(f"Computing the envelope of {size} ..."):
         calibrated = _calibrate(
-            errors, matrices, spec, randomize=randomize, heldout=heldout, routing=routing, bounds=bounds
+            errors,
+            matrices,
+            spec,
+            randomize=randomize,
+            heldout=heldout,
+            routing=routing,
+            bounds=bounds,
+            benefit=benefit,
         )
         computed = time.perf_counter()
     policy = calibrated.policy
@@ -318,6 +344,23 @@ def run_calibrate(options: CalibrateOptions, console: Console, errors: Console) 
     )
     if options.report is not None:
         _write_reports(console, errors, options, matrices, calibrated, spec, filters)
+
+
+def _load_matrices(options: CalibrateOptions, filters: dict[str, str]) -> dict[str, RunsMatrix]:
+    """The runs file as one matrix per request kind (``calibration.policy.kinds``)."""
+    from calibration.blackbox_scores import BlackboxOptions
+    from calibration.policy.kinds import load_runs_by_kind
+
+    return load_runs_by_kind(
+        options.runs,
+        prices=options.prices,
+        score_column=options.score_column,
+        scorer=options.scorer,
+        top_k=options.top_k,
+        where=filters,
+        blackbox=BlackboxOptions(options.equivalence, options.samples),
+        score_tokens=options.score_tokens,
+    )
 
 
 def _print_timing(
@@ -344,6 +387,7 @@ def _calibrate(
     heldout: HeldoutSettings | None,
     routing: Mapping[str, RoutingOptions] | None,
     bounds: BoundSettings | None = None,
+    benefit: BenefitSettings | None = None,
 ) -> CalibratedKinds:
     """``calibrate_kinds``; on an unreachable tier, print the other tiers' warnings before the error."""
     from calibration.policy.kinds import calibrate_kinds
@@ -351,7 +395,13 @@ def _calibrate(
 
     try:
         return calibrate_kinds(
-            matrices, spec, randomize=randomize, heldout=heldout, routing=routing, bounds=bounds
+            matrices,
+            spec,
+            randomize=randomize,
+            heldout=heldout,
+            routing=routing,
+            bounds=bounds,
+            benefit=benefit,
         )
     except UnreachableTierError as exc:  # the other tiers' warnings, then the error line
         for warning in exc.warnings:
@@ -449,6 +499,10 @@ def _print_kind(
         from calibration.reporting.terminal import mechanisms_table
 
         console.print(mechanisms_table(one.mechanisms, spec.default_tier))
+    if one.benefit:
+        from calibration.reporting.terminal import benefit_table
+
+        console.print(benefit_table(one.benefit, spec.default_tier))
     _print_tier_warnings_and_scorer(console, errors, matrix, one.solutions)
 
 

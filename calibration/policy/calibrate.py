@@ -17,6 +17,7 @@ import numpy as np
 from calibration.bounds import BoundSettings, attach_bounds, certify_tiers, uncertified_note
 from calibration.envelope import Envelope, compute_envelope
 from calibration.heldout_expected import HeldoutSettings, heldout_expectations
+from calibration.policy.benefit_choice import BenefitChoice, BenefitSettings, choose_benefit_scorers
 from calibration.policy.policy_writer import policy_document
 from calibration.policy.score_distribution import set_cascaded_bins
 from calibration.routing.mechanisms import (
@@ -50,6 +51,7 @@ class Calibrated:
     mechanisms: Mapping[str, MechanismChoice] | None = None
     curves: MechanismCurves | None = None
     bounds: Mapping[str, dict[str, Any]] | None = None
+    benefit: Mapping[str, BenefitChoice] | None = None
 
 
 def calibrate(
@@ -61,12 +63,15 @@ def calibrate(
     heldout: HeldoutSettings | None = None,
     routing: RoutingOptions | None = None,
     bounds: BoundSettings | None = None,
+    benefit: BenefitSettings | None = None,
 ) -> Calibrated:
     """Calibrate on ``rows`` of the matrix (default: every query); with ``heldout``, also measure
     each tier out of sample over that protocol's splits of those rows; with ``bounds``, certify
     each cascade tier's one-sided bounds (``calibration.bounds``). With ``routing`` (which
     needs ``heldout`` and the matrix's features), each tier may serve a router or route-then-cascade
     instead of its cascade (``calibration.routing.mechanisms``), and the policy carries the router.
+    With ``benefit`` (which needs ``heldout`` and the matrix's answer features), a two-stage cascade
+    tier may take the ``escalation_benefit`` scorer (``calibration.policy.benefit_choice``).
 
     Raises ``UnreachableTierError`` (a min_quality above the best route) like ``solve_tiers``.
     """
@@ -90,11 +95,58 @@ def calibrate(
         choices, curves = attach_routing(document, data, spec, expectations, routing, heldout)
         # A tier that serves a router no longer serves the cascade its bounds were certified for.
         certified = _cascade_tiers_only(certified, choices)
+    benefit_choices = None
+    if benefit is not None:
+        routed = [name for name, choice in (choices or {}).items() if choice.routing is not None]
+        benefit_choices = _choose_benefit(document, data, spec, heldout, benefit, bounds, routed, randomize)
+        certified = _with_benefit_bounds(certified, document, benefit_choices)
     lines = [uncertified_note(name, document) for name, document in (certified or {}).items()]
     notes = (*notes, *(line for line in lines if line))
     return Calibrated(
-        envelope, solutions, build_policy(document), expectations, document, notes, choices, curves, certified
+        envelope,
+        solutions,
+        build_policy(document),
+        expectations,
+        document,
+        notes,
+        choices,
+        curves,
+        certified,
+        benefit_choices,
     )
+
+
+def _choose_benefit(
+    document: dict[str, Any],
+    data: RunsMatrix,
+    spec: TiersSpec,
+    heldout: HeldoutSettings | None,
+    benefit: BenefitSettings,
+    bounds: BoundSettings | None,
+    routed: list[str],
+    randomize: bool,
+) -> dict[str, BenefitChoice]:
+    """``choose_benefit_scorers`` on the held-out protocol's splits (ValueError without them)."""
+    if heldout is None:
+        raise ValueError("choosing the benefit scorer needs held-out splits (drop --no-heldout)")
+    return choose_benefit_scorers(
+        document, data, spec, heldout, benefit, bounds=bounds, skip=routed, randomize=randomize
+    )
+
+
+def _with_benefit_bounds(
+    certified: dict[str, dict[str, Any]] | None,
+    document: Mapping[str, Any],
+    choices: Mapping[str, BenefitChoice],
+) -> dict[str, dict[str, Any]] | None:
+    """The tiers' bounds, a tier that took the benefit scorer with those of its new route."""
+    if certified is None:
+        return None
+    updated = dict(certified)
+    for name, choice in choices.items():
+        if choice.chosen:
+            updated[name] = document["tiers"][name]["expected"]["bounds"]
+    return updated
 
 
 def _bounds(

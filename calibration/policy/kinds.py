@@ -19,6 +19,7 @@ from typing import Any
 
 from calibration.bounds import BoundSettings
 from calibration.heldout_expected import HeldoutSettings
+from calibration.policy.benefit_choice import BenefitSettings
 from calibration.policy.calibrate import Calibrated, calibrate
 from calibration.policy.policy_writer import section_document
 from calibration.routing.mechanisms import RoutingOptions
@@ -80,6 +81,7 @@ def calibrate_kinds(
     heldout: HeldoutSettings | None = None,
     routing: Mapping[str, RoutingOptions] | None = None,
     bounds: BoundSettings | None = None,
+    benefit: BenefitSettings | None = None,
 ) -> CalibratedKinds:
     """Calibrate every kind's matrix and assemble the policy (module docstring).
 
@@ -99,6 +101,7 @@ def calibrate_kinds(
                 heldout=heldout,
                 routing=(routing or {}).get(kind),
                 bounds=bounds,
+                benefit=benefit,
             )
         except UnreachableTierError as exc:
             if len(matrices) == 1:

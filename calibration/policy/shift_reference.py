@@ -21,9 +21,12 @@ from policies.score_distribution import DEFAULT_BIN_COUNT, bin_counts, decile_ed
 
 
 class _Route(Protocol):
-    weight: float
-    models: Sequence[str]
-    thresholds: Sequence[float]
+    @property
+    def weight(self) -> float: ...
+    @property
+    def models(self) -> Sequence[str]: ...
+    @property
+    def thresholds(self) -> Sequence[float]: ...
 
 
 class _Routed(Protocol):

@@ -197,3 +197,26 @@ def bounds_table(bounds: Mapping[str, Mapping[str, Any]], default_tier: str) -> 
             verdict,
         )
     return table
+
+
+def benefit_table(choices: Mapping[str, Any], default_tier: str) -> Table:
+    """Per tier, the section scorer's and the benefit scorer's held-out mean quality and cost on the
+    tier's pair, and which the tier serves (or why it was no candidate)."""
+    table = Table(title="Scorer per tier (held out, mean over the splits; * = served)", title_justify="left")
+    for column in ("tier", "pair", "section scorer", "escalation_benefit", "serves"):
+        table.add_column(column, justify="right" if "scorer" in column or "benefit" in column else "left")
+    for name, choice in choices.items():
+        label = f"{name}*" if name == default_tier else name
+        if choice.compared is None:
+            table.add_row(label, "-", "-", "-", f"section scorer ({choice.note})")
+            continue
+        cells = [
+            f"{outcome['quality']:.4f}{'*' if served else ''}\n{usd(outcome['cost_usd'])}"
+            for outcome, served in (
+                (choice.compared["section"], not choice.chosen),
+                (choice.compared["escalation_benefit"], choice.chosen),
+            )
+        ]
+        pair = " -> ".join(choice.pair)
+        table.add_row(label, pair, *cells, "escalation_benefit" if choice.chosen else "section scorer")
+    return table

@@ -179,7 +179,7 @@ def choose_mechanisms(
         for m in ("routed", "hybrid"):
             means[m] = (float(outcomes[tier, m][:, 0].mean()), float(outcomes[tier, m][:, 1].mean()))
         allowed = [m for m in MECHANISMS if m == "cascade" or m in options.mechanisms]
-        chosen = _rule(means, allowed, objective)
+        chosen = held_out_choice(means, allowed, objective)
         compared = {m: {"cost_usd": means[m][0], "quality": means[m][1]} for m in allowed}
         if chosen == "cascade":
             choices[tier] = MechanismChoice("cascade", None, None, None, compared)
@@ -216,7 +216,9 @@ def _chosen_on(
     return _hybrid_fields(fitted.hybrid, index, matrix.models), _hybrid_on(matrix, fitted, index, rows)
 
 
-def _rule(means: Mapping[str, tuple[float, float]], allowed: Sequence[str], objective: TierObjective) -> str:
+def held_out_choice(
+    means: Mapping[str, tuple[float, float]], allowed: Sequence[str], objective: TierObjective
+) -> str:
     """The mechanism a tier takes (module docstring); ``means``: held-out (cost, quality)."""
     if objective.max_cost_usd is not None:
         ceiling = max(objective.max_cost_usd, means["cascade"][0]) * (1 + 1e-9)
