@@ -7,12 +7,18 @@ stays fast.
 from __future__ import annotations
 
 import time
-from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Annotated
 
 import typer
 
+from calibration.commands.calibrate_options import CalibrateOptions
+from calibration.commands.calibrate_output import (
+    print_commit_study,
+    print_kind,
+    print_timing,
+    write_reports,
+)
 from calibration.commands.cli_errors import run_or_exit
 from calibration.commands.cli_options import (
     EquivalenceOption,
@@ -39,21 +45,12 @@ if TYPE_CHECKING:
     from calibration.bounds import BoundSettings
     from calibration.heldout_expected import HeldoutSettings
     from calibration.policy.benefit_choice import BenefitSettings
-    from calibration.policy.calibrate import Calibrated
     from calibration.policy.commit_choice import CommitStudy
     from calibration.policy.kinds import CalibratedKinds
     from calibration.routing.mechanisms import RoutingOptions
     from calibration.runs import RunsMatrix
-    from calibration.tiers import TierSolution, TiersSpec
+    from calibration.tiers import TiersSpec
 
-EXTERNAL_SCORER_NOTE = (
-    "scorer 'external' (precomputed column '{column}'): the gateway refuses to serve this policy, "
-    "because it cannot compute that score from live logprobs. Use it for offline analysis, or "
-    "calibrate from a 'logprobs' column with --scorer NAME to get a servable policy."
-)
-
-
-# The options only this command has (the shared ones: calibration.commands.cli_options).
 _ReportOption = Annotated[
     Path | None, typer.Option("--report", help="Directory for PNG plots and report.html.")
 ]
@@ -185,34 +182,6 @@ def calibrate(
     run_or_exit(lambda: run_calibrate(options, console, errors))
 
 
-@dataclass(frozen=True)
-class CalibrateOptions:
-    """The command's arguments (see ``calibrate``)."""
-
-    runs: Path
-    tiers: Path
-    output: Path
-    prices: Path | None = None
-    score_column: str | None = None
-    scorer: str | None = None
-    top_k: int | None = None
-    equivalence: str | None = None
-    samples: int | None = None
-    score_tokens: str = "all"  # ScorerSpec.tokens
-    where: list[str] = field(default_factory=list)
-    report: Path | None = None
-    randomize: bool = False
-    heldout_splits: int = 50  # 0: no held-out expectations
-    confidence: float | None = 0.95  # the tiers' bounds (calibration.bounds); None: no bounds
-    mechanisms: tuple[str, ...] = ("cascade",)
-    prompts: list[Path] = field(default_factory=list)
-    features: str = "cheap-v1"
-    router_components: int = 16
-    commit_grid: str | None = None  # prefix rules to study per tier (calibration.policy.commit_choice)
-    min_gain_share: float = 0.8
-    benefit_scorer: bool = False  # calibration.policy.benefit_choice
-
-
 def routing_options(
     options: CalibrateOptions, matrices: Mapping[str, RunsMatrix]
 ) -> tuple[dict[str, RunsMatrix], dict[str, RoutingOptions] | None]:
@@ -333,17 +302,17 @@ def run_calibrate(options: CalibrateOptions, console: Console, errors: Console) 
     write_policy(policy, output)
 
     for kind, matrix in matrices.items():
-        _print_kind(console, errors, kind, matrix, calibrated, spec, several=len(matrices) > 1)
+        print_kind(console, errors, kind, matrix, calibrated, spec, several=len(matrices) > 1)
     for note in calibrated.notes:
         errors.print(f"[yellow]note:[/yellow] {note}", highlight=False, soft_wrap=True)
-    _print_timing(console, runs, (loaded - started, computed - loaded), randomize, heldout)
+    print_timing(console, runs, (loaded - started, computed - loaded), randomize, heldout)
     if study is not None:
-        _print_commit_study(console, options, study)
+        print_commit_study(console, options, study)
     console.print(
         f"[green]Wrote policy {policy.policy_id}[/green] to {output}", highlight=False, soft_wrap=True
     )
     if options.report is not None:
-        _write_reports(console, errors, options, matrices, calibrated, spec, filters)
+        write_reports(console, errors, options, matrices, calibrated, spec, filters)
 
 
 def _load_matrices(options: CalibrateOptions, filters: dict[str, str]) -> dict[str, RunsMatrix]:
@@ -360,21 +329,6 @@ def _load_matrices(options: CalibrateOptions, filters: dict[str, str]) -> dict[s
         where=filters,
         blackbox=BlackboxOptions(options.equivalence, options.samples),
         score_tokens=options.score_tokens,
-    )
-
-
-def _print_timing(
-    console: Console,
-    runs: Path,
-    seconds: tuple[float, float],
-    randomize: bool,
-    heldout: HeldoutSettings | None,
-) -> None:
-    """How long loading and computing took, and what was computed."""
-    held = f", held-out expectations over {heldout.splits} splits included" if heldout else ""
-    console.print(
-        f"Loaded {runs} in {seconds[0]:.2f} s; computed in {seconds[1]:.2f} s "
-        f"({'randomized' if randomize else 'deterministic'} tiers{held})."
     )
 
 
@@ -407,16 +361,6 @@ def _calibrate(
         for warning in exc.warnings:
             errors.print(f"[yellow]warning:[/yellow] {warning}", highlight=False, soft_wrap=True)
         raise
-
-
-def _print_commit_study(console: Console, options: CalibrateOptions, study: CommitStudy) -> None:
-    """The held-out commit-rule table, and the page it was written to with ``--report``."""
-    from calibration.reporting.commit_report import commit_table, write_commit_report
-
-    console.print(commit_table(study))
-    if options.report is not None:
-        page = write_commit_report(options.report, study)
-        console.print(f"Commit rules: {page}", highlight=False, soft_wrap=True)
 
 
 def _study_commits(
@@ -466,94 +410,3 @@ def _study_commits(
         min_share=options.min_gain_share,
         bounds=bounds,
     )
-
-
-def _print_kind(
-    console: Console,
-    errors: Console,
-    kind: str,
-    matrix: RunsMatrix,
-    calibrated: CalibratedKinds,
-    spec: TiersSpec,
-    *,
-    several: bool,
-) -> None:
-    """One kind's load warnings, summary, held-out table, tier warnings and scorer line."""
-    from calibration.agreement import unrelated_model_warnings
-    from calibration.reporting.terminal import heldout_table, print_summary
-
-    one: Calibrated = calibrated.per_kind[kind]
-    if several:
-        where = "the top level" if kind == calibrated.top_kind else f"section kinds.{kind}"
-        console.rule(f"kind {kind}: {matrix.n_queries:,} queries -> {where}")
-    for note in (*matrix.notes, *unrelated_model_warnings(matrix.models, matrix.quality), *one.notes):
-        errors.print(f"[yellow]warning:[/yellow] {note}", highlight=False, soft_wrap=True)
-    print_summary(console, matrix, one.envelope, one.solutions, spec.default_tier)
-    if one.heldout:
-        console.print(heldout_table(one.heldout, spec.default_tier))
-    if one.bounds:
-        from calibration.reporting.terminal import bounds_table
-
-        console.print(bounds_table(one.bounds, spec.default_tier))
-    if one.mechanisms:
-        from calibration.reporting.terminal import mechanisms_table
-
-        console.print(mechanisms_table(one.mechanisms, spec.default_tier))
-    if one.benefit:
-        from calibration.reporting.terminal import benefit_table
-
-        console.print(benefit_table(one.benefit, spec.default_tier))
-    _print_tier_warnings_and_scorer(console, errors, matrix, one.solutions)
-
-
-def _write_reports(
-    console: Console,
-    errors: Console,
-    options: CalibrateOptions,
-    matrices: Mapping[str, RunsMatrix],
-    calibrated: CalibratedKinds,
-    spec: TiersSpec,
-    filters: dict[str, str],
-) -> None:
-    """The calibration report: in ``--report`` for one kind, in ``--report/KIND`` for several."""
-    from calibration.reporting.calibration_report import write_calibration_report
-
-    assert options.report is not None
-    for kind, matrix in matrices.items():
-        directory = options.report if len(matrices) == 1 else options.report / kind
-        one = calibrated.per_kind[kind]
-        with errors.status(f"Writing the report to {directory} ..."):
-            page = write_calibration_report(
-                directory,
-                matrix,
-                one.envelope,
-                one.solutions,
-                spec.default_tier,
-                policy_id=calibrated.policy.policy_id,
-                filters=filters,
-                randomize=options.randomize,
-                mechanisms=one.mechanisms,
-                curves=one.curves,
-                bounds=one.bounds,
-            )
-        console.print(f"Report: {page} (plots beside it)", highlight=False, soft_wrap=True)
-
-
-def _print_tier_warnings_and_scorer(
-    console: Console, errors: Console, matrix: RunsMatrix, solutions: Mapping[str, TierSolution]
-) -> None:
-    """Each tier's warning, then which scorer the policy uses (a note if the gateway cannot serve it)."""
-    for solution in solutions.values():
-        if solution.warning:
-            errors.print(f"[yellow]warning:[/yellow] {solution.warning}", highlight=False, soft_wrap=True)
-    if matrix.scorer == "external":
-        errors.print(
-            "[yellow]note:[/yellow] " + EXTERNAL_SCORER_NOTE.format(column=matrix.score_column),
-            highlight=False,
-            soft_wrap=True,
-        )
-    else:
-        tokens = "" if matrix.score_tokens == "all" else f", tokens={matrix.score_tokens}"
-        console.print(
-            f"Scorer: {matrix.scorer} (top_k={matrix.top_k}{tokens}), the same function the gateway applies."
-        )
