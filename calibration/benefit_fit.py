@@ -10,7 +10,7 @@ threshold may be judged on held out.
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import replace
 from pathlib import Path
 from typing import Any
@@ -130,23 +130,28 @@ def crossfit_scores(
     return scores
 
 
-def answer_feature_table(
-    path: Path, query_ids: np.ndarray, model: str, top_k: int, where: Mapping[str, str] | None = None
-) -> np.ndarray:
-    """(n, len(FEATURES)) the features of ``model``'s answer to each of ``query_ids`` from the runs
-    file's ``logprobs`` column (``policies.benefit.answer_features``); a row of NaN where the
-    answer has no usable logprobs (or the file no row for it)."""
+def answer_feature_tables(
+    path: Path,
+    query_ids: np.ndarray,
+    models: Sequence[str],
+    top_k: int,
+    where: Mapping[str, str] | None = None,
+) -> dict[str, np.ndarray]:
+    """Per model of ``models``, (n, len(FEATURES)) the features of its answer to each of
+    ``query_ids`` from the runs file's ``logprobs`` column (``policies.benefit.answer_features``),
+    the file read once; a row of NaN where the answer has no usable logprobs (or no row)."""
     import orjson
 
     from calibration.table_io import read_columns
 
     columns = read_columns(path, {"query_id", "model", LOGPROBS_COLUMN}, dict(where or {}))
     position = {str(query): index for index, query in enumerate(query_ids)}
-    table = np.full((len(query_ids), len(FEATURES)), np.nan)
+    tables = {model: np.full((len(query_ids), len(FEATURES)), np.nan) for model in models}
     values, missing = columns.values, columns.missing
     if LOGPROBS_COLUMN not in values:
-        return table
-    for row in np.flatnonzero((values["model"].astype(str) == model) & ~missing[LOGPROBS_COLUMN]):
+        return tables
+    row_models = values["model"].astype(str)
+    for row in np.flatnonzero(np.isin(row_models, list(models)) & ~missing[LOGPROBS_COLUMN]):
         index = position.get(str(values["query_id"][row]))
         if index is None:
             continue
@@ -157,8 +162,8 @@ def answer_feature_table(
             content = content.get("content")
         found = answer_features(content if isinstance(content, list) else None, top_k)
         if found is not None:
-            table[index] = found
-    return table
+            tables[row_models[row]][index] = found
+    return tables
 
 
 def benefit_document(
@@ -184,15 +189,13 @@ def benefit_document(
 def with_answer_features(
     path: Path, matrices: Mapping[str, RunsMatrix], top_k: int, where: Mapping[str, str] | None = None
 ) -> dict[str, RunsMatrix]:
-    """``matrices`` (per request kind) carrying every model's answer features
-    (``RunsMatrix.answer_features``, from the runs file's ``logprobs``)."""
+    """``matrices`` (per request kind) carrying their models' answer features
+    (``RunsMatrix.answer_features``, from the runs file's ``logprobs``), but the costliest's."""
+    # The costliest model (models are ordered by mean cost) is never a cascade's cheap stage.
     return {
         kind: replace(
             matrix,
-            answer_features={
-                model: answer_feature_table(path, matrix.query_ids, model, top_k, where)
-                for model in matrix.models
-            },
+            answer_features=answer_feature_tables(path, matrix.query_ids, matrix.models[:-1], top_k, where),
         )
         for kind, matrix in matrices.items()
     }

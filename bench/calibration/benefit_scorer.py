@@ -32,16 +32,11 @@ from pathlib import Path
 
 import numpy as np
 
-from calibration.benefit_fit import (
-    BenefitFitError,
-    answer_feature_table,
-    crossfit_scores,
-    escalation_helps,
-    fit_benefit,
-)
+from calibration.benefit_fit import BenefitFitError, answer_feature_tables, crossfit_scores, escalation_helps
 from calibration.diagnostics import auroc
 from calibration.envelope import compute_envelope
 from calibration.heldout_expected import route_outcome, solve_or_best
+from calibration.policy.benefit_choice import BenefitSettings, benefit_scores, pair_matrix
 from calibration.runs import RunsMatrix, load_runs
 from calibration.splits import stratified_splits
 from calibration.tiers import TierObjective
@@ -55,20 +50,7 @@ RUNS = (
 TOP_K = 15
 SHARES = (0.25, 0.5, 0.75)
 DEFAULT = "mean_token_negentropy"
-
-
-def pair_matrix(matrix: RunsMatrix, scored: int, escalated_to: int) -> RunsMatrix:
-    """The runs of two models only (the scored one first)."""
-    columns = [scored, escalated_to]
-    return replace(
-        matrix,
-        models=tuple(matrix.models[c] for c in columns),
-        quality=matrix.quality[:, columns],
-        cost=matrix.cost[:, columns],
-        score=matrix.score[:, columns],
-        scoring_cost=None,
-        escalation_saving=None,
-    )
+SETTINGS = BenefitSettings(top_k=TOP_K)
 
 
 def bootstrap_difference(
@@ -89,7 +71,8 @@ def bootstrap_difference(
 
 def auroc_rows(path: Path, matrix: RunsMatrix, scored: int, escalated_to: int) -> list[str]:
     """The AUROC table's row for one pair."""
-    features = answer_feature_table(path, matrix.query_ids, matrix.models[scored], TOP_K)
+    model = matrix.models[scored]
+    features = answer_feature_tables(path, matrix.query_ids, [model], TOP_K)[model]
     usable = np.isfinite(matrix.score[:, scored]) & np.isfinite(features).all(axis=1)
     helps = escalation_helps(matrix.quality, scored, escalated_to)[usable]
     benefit = crossfit_scores(features[usable], helps)
@@ -121,38 +104,20 @@ def _scores(path: Path, matrix: RunsMatrix, scored: int, scorer: str) -> np.ndar
     return np.where(np.isfinite(values), values, -np.inf)
 
 
-def split_scores(
-    pair: RunsMatrix, features: np.ndarray, calibration: np.ndarray, test: np.ndarray
-) -> np.ndarray | None:
-    """The pair's score matrix with the scored model's column replaced by benefit scores:
-    cross-fitted on ``calibration``, from the model fitted on all of it on ``test`` (None: the
-    calibration half cannot fit one). An answer without a score keeps -inf (always escalated)."""
-    scoreable = np.isfinite(pair.score[:, 0]) & np.isfinite(features).all(axis=1)
-    helps = escalation_helps(pair.quality, 0, 1)
-    fit_rows = calibration[scoreable[calibration]]
-    try:
-        model = fit_benefit(features[fit_rows], helps[fit_rows])
-    except BenefitFitError:
-        return None
-    score = pair.score.copy()
-    score[:, 0] = -np.inf
-    score[fit_rows, 0] = crossfit_scores(features[fit_rows], helps[fit_rows])
-    score[fit_rows, 0] = np.where(np.isfinite(score[fit_rows, 0]), score[fit_rows, 0], -np.inf)
-    for row in test[scoreable[test]]:
-        score[row, 0] = model.probability(model.linear(features[row]))
-    return score
-
-
 def tier_rows(path: Path, matrix: RunsMatrix, scored: int, escalated_to: int, splits: int) -> list[str]:
     """The tiers table's rows for one pair (one per budget share)."""
-    pair = pair_matrix(matrix, scored, escalated_to)
-    features = answer_feature_table(path, pair.query_ids, pair.models[0], TOP_K)
+    cheap = matrix.models[scored]
+    features = answer_feature_tables(path, matrix.query_ids, [cheap], TOP_K)
+    pair = pair_matrix(replace(matrix, answer_features=features), cheap, matrix.models[escalated_to])
     mean_cost = pair.cost.mean(axis=0)
     budgets = [float(mean_cost[0] + share * mean_cost[1]) for share in SHARES]
     halves = stratified_splits(pair.n_queries, n_splits=splits, test_fraction=0.5, seed=0, strata=pair.strata)
     outcomes = np.full((2, len(budgets), len(halves), 3), np.nan)  # scorer, budget, split, measure
     for index, half in enumerate(halves):
-        benefit = split_scores(pair, features, half.calibration, half.test)
+        try:
+            benefit: np.ndarray | None = benefit_scores(pair, half.calibration, half.test, SETTINGS)[0]
+        except BenefitFitError:
+            benefit = None
         for which, score in enumerate((pair.score, benefit)):
             if score is None:
                 continue
