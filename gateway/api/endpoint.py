@@ -147,6 +147,10 @@ class ApiEndpoint:
         finally:
             if request.watcher is not None:
                 request.watcher.cancel()
+            elif scope.get(ON_DISCONNECT) is not None:
+                # The hook holds the exchange, which holds uvicorn's cycle and so this scope: a
+                # reference cycle the garbage collector would otherwise have to find.
+                scope[ON_DISCONNECT] = None
         await self._finish(request)
 
     async def _handle(
