@@ -3,9 +3,10 @@ and a disconnect hook instead of a watcher task.
 
 * **Response head.** uvicorn checks each response header name and value with a regular expression
   of its own (two searches a header; a gateway answer carries about fifteen headers, the
-  ``x-cascade-*`` decision among them). ``GatewayRequestCycle`` runs the same two expressions once
-  each over all the names and all the values joined (a character the expression refuses is in
-  the join exactly when it is in one of the parts), then writes the head as uvicorn does; it
+  ``x-cascade-*`` decision among them). ``GatewayRequestCycle`` checks all the names joined, and
+  all the values joined, for the bytes those expressions refuse (a refused byte is in the join
+  exactly when it is in one of the parts; each expression is one character class, so the set
+  of bytes it refuses is exact), then writes the head as uvicorn does; it
   writes the body messages too, as uvicorn does, without awaiting uvicorn's ``send`` from its
   own. A head the joined check refuses, a body longer than its Content-Length, and anything out
   of the ordinary (a paused or lost connection, the access log on, a HEAD request, a message out
@@ -32,6 +33,12 @@ from uvicorn.protocols.http.httptools_impl import (
     STATUS_LINE,
     RequestResponseCycle,
 )
+
+# The bytes uvicorn's header expressions refuse (each is one character class): deleting them
+# with bytes.translate finds a refused byte at a few instructions a byte, against a few tens for
+# a regular-expression search.
+_NAME_REFUSED = bytes(b for b in range(256) if HEADER_RE.fullmatch(bytes((b,))))
+_VALUE_REFUSED = bytes(b for b in range(256) if HEADER_VALUE_RE.fullmatch(bytes((b,))))
 
 # The scope key of the disconnect hook (None until the app stores a callable).
 ON_DISCONNECT = "cascade.on_disconnect"
@@ -60,9 +67,11 @@ class GatewayRequestCycle(RequestResponseCycle):
     def _start(self, message: Any) -> bool:
         """Write the head; False (nothing done) when a header would be refused: uvicorn raises."""
         headers = self.default_headers + list(message.get("headers", ()))
-        if HEADER_RE.search(b"".join([name for name, _ in headers])) or HEADER_VALUE_RE.search(
-            b"".join([value for _, value in headers])
-        ):
+        names = b"".join([name for name, _ in headers])
+        values = b"".join([value for _, value in headers])
+        if len(names.translate(None, _NAME_REFUSED)) != len(names) or len(
+            values.translate(None, _VALUE_REFUSED)
+        ) != len(values):
             return False
         self.response_started = True
         self.waiting_for_100_continue = False

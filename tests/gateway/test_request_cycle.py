@@ -131,3 +131,19 @@ def test_the_hook_is_called_when_the_connection_is_lost_before_the_response_comp
     cycle.response_complete = True
     disconnected(cycle)  # a completed response: the disconnect is the exchange's normal end
     assert calls == ["lost"]
+
+
+def _refused(kind: type[RequestResponseCycle], header: tuple[bytes, bytes]) -> bool:
+    try:
+        _exchange(kind, [header])
+    except RuntimeError as error:
+        return "Invalid HTTP header" in str(error)
+    return False
+
+
+@pytest.mark.parametrize("part", ["name", "value"])
+def test_every_byte_is_refused_in_a_name_or_value_exactly_where_uvicorn_refuses_it(part: str) -> None:
+    for byte in range(256):
+        text = b"x" + bytes((byte,)) + b"y"
+        header = (text, b"1") if part == "name" else (b"x-a", text)
+        assert _refused(GatewayRequestCycle, header) == _refused(RequestResponseCycle, header), byte
