@@ -123,9 +123,10 @@ def test_the_hook_is_called_when_the_connection_is_lost_before_the_response_comp
     calls: list[str] = []
     cycle = _cycle(RequestResponseCycle)
     adopt(cycle)
-    assert type(cycle) is GatewayRequestCycle and cycle.scope[ON_DISCONNECT] is None
+    scope: dict[str, Any] = cycle.scope
+    assert type(cycle) is GatewayRequestCycle and scope[ON_DISCONNECT] is None
     disconnected(cycle)  # no hook stored yet: nothing to call
-    cycle.scope[ON_DISCONNECT] = lambda: calls.append("lost")
+    scope[ON_DISCONNECT] = lambda: calls.append("lost")
     disconnected(cycle)
     assert calls == ["lost"]
     cycle.response_complete = True
