@@ -240,15 +240,18 @@ def plain_negentropies(content: Sequence[Any], top_k: int) -> list[float] | None
     out = []
     log, exp, isfinite = math.log, math.exp, math.isfinite
     for row in rows:
-        top = sorted(row, reverse=True)[:k]
-        if len(top) < 2 or not isfinite(top[0]):
+        # The top K; a row of at most K is all of it, in any order (the sums do not depend on it).
+        top = row if len(row) <= k else sorted(row, reverse=True)[:k]
+        if len(top) < 2:
             continue
-        first = top[0]
+        first = max(top)
+        if not isfinite(first):
+            continue
         # H = -sum p log p with p = w / norm, log p = (v - first) - log norm; p = 0 terms add nothing.
-        weights = [exp(v - first) for v in top]
-        norm = sum(weights)
-        weighted = 0.0
-        for w, v in zip(weights, top, strict=True):
+        norm = weighted = 0.0
+        for v in top:
+            w = exp(v - first)
+            norm += w
             if w > 0:
                 weighted += w * (v - first)
         entropy = log(norm) - weighted / norm

@@ -4,7 +4,10 @@
 A server runs under callgrind (``callgrind_serve``: ``cascade serve``; ``callgrind_passthrough``:
 the passthrough floor, bench/gateway/passthrough_app.py); a measured window zeroes its counters
 (``callgrind_control -z``), runs wrk, dumps them (``-d``) and reads the dump's ``summary`` line
-(``instructions``): user-space instructions of the whole process, all threads.
+(``instructions``): user-space instructions of the whole process, all threads. An idle window
+(``idle_window``: the same zero, a sleep instead of wrk, the same dump) measures the server's
+background work per second (timers, health checks), which a row subtracts over its own window
+(``net_per_request``) so that a row serving fewer requests does not read high.
 """
 
 from __future__ import annotations
@@ -105,14 +108,34 @@ def counted_wrk(
     api_key: str = "",
 ) -> tuple[dict[str, Any], int]:
     """A warm-up of ``args.warmup`` s, then ``args.seconds`` s of wrk (``args.connections``
-    clients) between a zero and a dump of the counters; (wrk's result, instructions). Raises when
-    a request failed: a count over failed requests measures another path."""
+    clients) between a zero and a dump of the counters; (wrk's result with ``window_s``, the
+    zero-to-dump seconds, instructions). Raises when a request failed: a count over failed
+    requests measures another path."""
     run_wrk(url, request, args.connections, args.warmup, args.client_cpu, api_key)
     time.sleep(1)  # the warm-up's last responses finish before the counters are zeroed
     zero(pid)
+    started = time.monotonic()
     result = run_wrk(url, request, args.connections, args.seconds, args.client_cpu, api_key)
     dump(pid)
+    result["window_s"] = time.monotonic() - started
     bad = failed_requests(result)
     if bad:
         raise RuntimeError(f"{url}: {bad} failed requests: {result}")
     return result, instructions(out_dir, pid)
+
+
+def idle_window(pid: int, out_dir: Path, seconds: float) -> dict[str, float]:
+    """The server's instructions per second without requests: ``seconds`` between a zero and a
+    dump, as a counted window has; {"seconds", "instructions_per_s"}."""
+    time.sleep(1)  # the last responses before the window finish outside it
+    zero(pid)
+    started = time.monotonic()
+    time.sleep(seconds)
+    dump(pid)
+    elapsed = time.monotonic() - started
+    return {"seconds": elapsed, "instructions_per_s": instructions(out_dir, pid) / elapsed}
+
+
+def net_per_request(total: int, requests: int, window_s: float, idle_per_s: float) -> float:
+    """Instructions per request net of the background: the idle rate times the window subtracted."""
+    return (total - idle_per_s * window_s) / requests

@@ -45,7 +45,7 @@ from typing import Any
 import httpx
 import run_bench
 import yaml
-from callgrind_cells import callgrind_serve, instructions
+from callgrind_cells import callgrind_serve, idle_window, instructions
 from run_bench import REPO, body_for, nginx_upstream, redis_for, run_wrk, write_gateway_files
 
 NEVER_BINDS = 10**12
@@ -139,18 +139,11 @@ def fallback_count(base: str) -> float:
 
 
 def idle(args: argparse.Namespace, pid: int, tmp: Path, redis_url: str) -> dict[str, Any]:
-    """Instructions and Redis commands per second of the running gateway without requests."""
-    subprocess.run(["callgrind_control", "-z", str(pid)], check=True, capture_output=True)
-    before, started = command_calls(redis_url), time.monotonic()
-    time.sleep(args.seconds)
-    commands = delta(before, command_calls(redis_url))
-    subprocess.run(["callgrind_control", "-d", str(pid)], check=True, capture_output=True)
-    seconds = time.monotonic() - started
-    row = {
-        "seconds": seconds,
-        "instructions_per_s": instructions(tmp, pid) / seconds,
-        "redis_commands": commands,
-    }
+    """Instructions and Redis commands per second of the running gateway without requests
+    (callgrind_cells.idle_window, the window every path_instructions.py row subtracts)."""
+    before = command_calls(redis_url)
+    row: dict[str, Any] = idle_window(pid, tmp, args.seconds)
+    row["redis_commands"] = commands = delta(before, command_calls(redis_url))
     print(f"  idle     {row['instructions_per_s'] / 1e6:.3f} M instr/s, Redis {commands}", flush=True)
     return row
 

@@ -22,9 +22,12 @@ the same answer as an SSE stream of ``chat.completion.chunk`` events with logpro
   stream_prefix     ``stream: true`` on a ``prefix`` tier (4 tokens): committed, relayed live
 
 The cells of a revision share one ``cascade serve`` (the keyed rows a second one, with a private
-Redis); keyed rows are reported net of the keyed gateway's once-a-second background work (the
-method of keyed_instructions.py: an idle window measures it), the others gross (the method of
-endpoint_instructions.py). Before counting, each cell's answer is checked: status 200 and the
+Redis). Every row, the floor's too, is reported net of its server's background work (timers,
+health checks, about 1-2 M instructions a second): an idle window of ``--seconds`` on the same
+server (callgrind_cells.idle_window: zero, sleep, dump) measures its rate, and a row subtracts
+that rate times its own window before dividing by its requests; the gross figure is kept in the
+JSON (``gross_per_request``). Before 2026-12-06 only the keyed rows were net, so a row that served
+fewer requests read high. Before counting, each cell's answer is checked: status 200 and the
 decision headers of the path meant (a streamed one also ends with ``[DONE]``); wrk's failed
 requests fail the run, and so does a keyed request that fell back to counting in process.
 
@@ -61,7 +64,14 @@ from pathlib import Path
 from typing import Any
 
 import httpx
-from callgrind_cells import callgrind_passthrough, callgrind_serve, counted_wrk, failed_requests
+from callgrind_cells import (
+    callgrind_passthrough,
+    callgrind_serve,
+    counted_wrk,
+    failed_requests,
+    idle_window,
+    net_per_request,
+)
 from keyed_instructions import add_keys, idle, keyed_config, look_up_once, one_key
 from run_bench import (
     ENDPOINTS,
@@ -190,16 +200,36 @@ def keep_dump(args: argparse.Namespace, out_dir: Path, pid: int, name: str) -> N
     shutil.copy(newest, args.keep_dumps / f"{out_dir.name.split('-')[0]}-{name}.callgrind")
 
 
-def count_cell(args: argparse.Namespace, base: str, pid: int, out_dir: Path, name: str) -> dict[str, Any]:
-    """Instructions per request of an unkeyed cell on the running server ``pid``."""
+def count_cell(
+    args: argparse.Namespace, base: str, pid: int, out_dir: Path, name: str, background: dict[str, float]
+) -> dict[str, Any]:
+    """Instructions per request of an unkeyed cell on the running server ``pid``, net of its
+    ``background`` (callgrind_cells.idle_window) over the cell's window, and gross."""
     cell = CELLS[name]
     result, total = counted_wrk(base + cell.path, cell.request, pid, out_dir, args)
     keep_dump(args, out_dir, pid, name)
-    row = {"requests": result["requests"], "instructions": total, "per_request": total / result["requests"]}
+    n = result["requests"]
+    row = {
+        "requests": n,
+        "seconds": result["window_s"],
+        "instructions": total,
+        "gross_per_request": total / n,
+        "per_request": net_per_request(total, n, result["window_s"], background["instructions_per_s"]),
+        "idle": background,
+    }
     print(
-        f"  {name:<17} {row['requests']} requests, {row['per_request'] / 1e6:.3f} M instr/request", flush=True
+        f"  {name:<17} {n} requests, {row['per_request'] / 1e6:.3f} M instr/request net "
+        f"({row['gross_per_request'] / 1e6:.3f} M gross)",
+        flush=True,
     )
     return row
+
+
+def idle_row(args: argparse.Namespace, pid: int, out_dir: Path) -> dict[str, float]:
+    """The server's background instructions per second (an idle window of ``--seconds``)."""
+    background = idle_window(pid, out_dir, args.seconds)
+    print(f"  idle              {background['instructions_per_s'] / 1e6:.3f} M instr/s", flush=True)
+    return background
 
 
 def gateway_rows(
@@ -210,7 +240,8 @@ def gateway_rows(
     with callgrind_serve(config, out_dir, args.server_cpu, pythonpath) as (base, pid):
         for name in names:
             check_cell(base, name)
-        return {name: count_cell(args, base, pid, out_dir, name) for name in names}
+        background = idle_row(args, pid, out_dir)
+        return {name: count_cell(args, base, pid, out_dir, name, background) for name in names}
 
 
 def keyed_rows(
@@ -239,7 +270,8 @@ def floor_row(args: argparse.Namespace, out_dir: Path, upstream: str) -> dict[st
     """The passthrough floor under callgrind."""
     with callgrind_passthrough(upstream, out_dir, args.server_cpu) as (url, pid):
         check_cell(url.removesuffix(CHAT), "passthrough")
-        return count_cell(args, url.removesuffix(CHAT), pid, out_dir, "passthrough")
+        background = idle_row(args, pid, out_dir)
+        return count_cell(args, url.removesuffix(CHAT), pid, out_dir, "passthrough", background)
 
 
 def revision_rows(

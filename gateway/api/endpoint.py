@@ -24,11 +24,13 @@ import os
 import time
 from contextlib import aclosing
 from dataclasses import dataclass, field
+from functools import partial
 from typing import TYPE_CHECKING, Any
 
 from starlette.types import Receive, Scope, Send
 
 from gateway.api.edges.base import ApiEdge, StreamTranslator, Translated, openai_error_parts
+from gateway.api.request_cycle import ON_DISCONNECT
 from gateway.api.serving import BODY_TIMED_OUT
 from gateway.assembly.runtime import Gateway
 from gateway.keys.ledger import NANO_PER_USD, Reservation
@@ -46,7 +48,7 @@ from gateway.wire.errors import (
     InternalError,
     ShuttingDownError,
 )
-from gateway.wire.exchange import ClientGone, Exchange, Headers, read_body, watch_disconnect
+from gateway.wire.exchange import ClientGone, Exchange, Headers, client_left, read_body, watch_disconnect
 from gateway.wire.facts import CascadeFacts
 from gateway.wire.logs import log_event, log_exception
 from gateway.wire.requests import ParsedRequest, check_client_schemas
@@ -145,6 +147,10 @@ class ApiEndpoint:
         finally:
             if request.watcher is not None:
                 request.watcher.cancel()
+            elif scope.get(ON_DISCONNECT) is not None:
+                # The hook holds the exchange, which holds uvicorn's cycle and so this scope: a
+                # reference cycle the garbage collector would otherwise have to find.
+                scope[ON_DISCONNECT] = None
         await self._finish(request)
 
     async def _handle(
@@ -155,8 +161,12 @@ class ApiEndpoint:
         translated = await self._admit(request, scope, receive)
         parsed, plan = translated.request, request.plan
         assert plan is not None
-        # From here on upstream calls may run: cancel them if the client goes away.
-        request.watcher = asyncio.create_task(watch_disconnect(receive, request.exchange, current))
+        # From here on upstream calls may run: cancel them if the client goes away (told by the
+        # protocol's hook under ``cascade serve``, else by a task waiting on ``receive``).
+        if ON_DISCONNECT in scope:
+            scope[ON_DISCONNECT] = partial(client_left, request.exchange, current)
+        else:
+            request.watcher = asyncio.create_task(watch_disconnect(receive, request.exchange, current))
         deadline = time.monotonic() + gw.limits.request_timeout_s
         # The sampler decides; a drawn request's scored answers are kept by the engine for reuse.
         drawn = request.drawn = gw.learning.draw(plan, parsed) if gw.learning is not None else None

@@ -21,6 +21,8 @@
   A 408 or 431 is written only while no response is in flight on the connection (otherwise the
   connection is just closed). The checks on the hot path are a few attribute reads per socket
   read; a timer is armed only while a head or body is incomplete (docs/operations.md).
+* Each request runs in ``gateway.api.request_cycle.GatewayRequestCycle`` (a cheaper response head)
+  and gets the disconnect hook that module describes.
 """
 
 from __future__ import annotations
@@ -32,6 +34,7 @@ from typing import Any
 
 from uvicorn.protocols.http.httptools_impl import HttpToolsProtocol
 
+from gateway.api.request_cycle import adopt, disconnected
 from gateway.config.settings import LimitsConfig
 from gateway.wire.logs import JsonLinesFormatter
 
@@ -166,6 +169,7 @@ class GatewayHttpProtocol(HttpToolsProtocol):
                 raise _HeadTooLarge(self._refusal)
         self._in_body = True
         super().on_headers_complete()
+        adopt(self.cycle)
 
     def send_400_response(self, msg: str) -> None:
         """uvicorn's answer to a parser error: our 431 if a callback refused the head, else 400."""
@@ -179,6 +183,7 @@ class GatewayHttpProtocol(HttpToolsProtocol):
         self._disarm_header_timer()
         self._disarm_body_timer()
         super().connection_lost(exc)
+        disconnected(self.cycle)
 
     # --- the bounds -----------------------------------------------------------------------------
 

@@ -39,6 +39,7 @@ from gateway.stages.bodies import trim_alternatives
 from gateway.stages.decision import SlowFirstToken
 from gateway.stages.outcomes import StreamChunk, StreamEvent, StreamFailed, StreamStart
 from gateway.streaming.live_charge import Ending, LiveCall, Settle
+from gateway.streaming.no_deadline import NO_DEADLINE, NoDeadline
 from gateway.streaming.prefix_commit import PrefixGate
 from gateway.streaming.sse import DONE, SSE_HEADERS, SseLines, sse, upstream_batches
 from gateway.upstream.client import UpstreamClient
@@ -162,7 +163,8 @@ class LiveRelay:
         call = LiveCall(self._client.name, body, self._facts, self._settle)
         facts, started = self._facts, False
         facts.models_called.append(call.model)
-        first_token = asyncio.timeout(self._first_token_s)  # None: no first-token deadline
+        # A stand-in without a timer when the model has no first-token deadline (the usual case).
+        first_token = NO_DEADLINE if self._first_token_s is None else asyncio.timeout(self._first_token_s)
         try:
             opened = self._client.stream(self._request.api, body, deadline, call.attempts)
             async with first_token, opened as response:
@@ -274,7 +276,7 @@ class LiveRelay:
         batches: AsyncIterator[list[dict[str, Any]]],
         call: LiveCall,
         response: Any,
-        first_token: asyncio.Timeout,
+        first_token: asyncio.Timeout | NoDeadline,
     ) -> Opening | PrefixRejected | ShortAnswer:
         """Read up to the response's start: the chunks to relay first (the first that carries a
         choice; with a first-token deadline, up to the first that carries output; under a gate, the

@@ -91,6 +91,9 @@ class UpstreamClient:
         self._urls = {kind: config.base_url + path for kind, path in _PATHS.items()}
         self._requests = {s: metrics.upstream_requests.labels(name, s) for s in _STATUS_LABELS}
         self._duration = metrics.upstream_duration.labels(name)
+        # An attempt's bound is the model's timeout_s unless the deadline is nearer: that usual
+        # bound built once (aiohttp's frozen ClientTimeout costs a few microseconds to build).
+        self._whole_timeout = aiohttp.ClientTimeout(total=config.timeout_s)
 
     async def start(self) -> None:
         """Open the session (by default pooled: keep-alive connections reused across requests)."""
@@ -180,7 +183,7 @@ class UpstreamClient:
                     self._urls[kind],
                     data=body,
                     headers=self._headers,
-                    timeout=aiohttp.ClientTimeout(total=timeout),
+                    timeout=self._client_timeout(timeout),
                     allow_redirects=False,  # a redirect would re-post the prompt elsewhere: a failure
                 ) as response:
                     status = response.status
@@ -349,6 +352,12 @@ class UpstreamClient:
         if response.status not in RETRYABLE_STATUS:
             raise failure
         return failure, asked_wait(response.headers)
+
+    def _client_timeout(self, total: float) -> aiohttp.ClientTimeout:
+        """aiohttp's bound of an attempt of at most ``total`` seconds (the model's, built once)."""
+        if total == self._whole_timeout.total:
+            return self._whole_timeout
+        return aiohttp.ClientTimeout(total=total)
 
     def _attempt_timeout(self, deadline: float) -> float:
         remaining = deadline - time.monotonic()

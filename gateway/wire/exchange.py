@@ -73,12 +73,19 @@ async def read_body(receive: Receive, content_length: bytes | None, limit: int) 
             return b"".join(chunks)
 
 
+def client_left(exchange: Exchange, task: asyncio.Task[Any]) -> None:
+    """The client disconnected: cancel the request's task (and with it every upstream call),
+    unless its response was already sent in full."""
+    if not exchange.done:
+        exchange.gone = True
+        task.cancel()
+
+
 async def watch_disconnect(receive: Receive, exchange: Exchange, task: asyncio.Task[Any]) -> None:
-    """Cancel the request's task (and with it every upstream call) when the client disconnects."""
+    """Wait for the client's disconnect, then ``client_left`` (for servers without the
+    disconnect hook of gateway.api.request_cycle)."""
     while True:
         message = await receive()
         if message["type"] == "http.disconnect":
-            if not exchange.done:
-                exchange.gone = True
-                task.cancel()
+            client_left(exchange, task)
             return

@@ -4,14 +4,18 @@ from __future__ import annotations
 
 import asyncio
 import time
+from collections.abc import Iterator
 from contextlib import AbstractContextManager
 
 import httpx
 import openai
 import pytest
 
+from gateway.api.app import create_app
+from gateway.api.serving import gateway_http_protocol
+from gateway.config.settings import LimitsConfig
 from tests.support.data_files import UPSTREAM_ANSWERS
-from tests.support.gateway_testkit import RunningGateway, model_configs
+from tests.support.gateway_testkit import RunningGateway, model_configs, serving
 from tests.support.ports import free_port
 from tests.support.scripted_upstream import Reply, error, ok
 
@@ -198,8 +202,17 @@ def test_real_llamacpp_answer_is_scored(gateway, upstream) -> None:
     assert raw.parse().model in {"small", "large"}
 
 
-def test_client_disconnect_cancels_the_upstream_call(served_gateway, upstream) -> None:
-    gateway = served_gateway  # a real socket: the client goes away
+@pytest.fixture(params=["uvicorn protocol", "cascade serve protocol"])
+def disconnect_gateway(request, make_settings) -> Iterator[RunningGateway]:
+    """The served gateway under uvicorn's httptools protocol (the app's watcher task sees the
+    disconnect) and under ``cascade serve``'s (the protocol's disconnect hook tells the app)."""
+    http = "httptools" if request.param == "uvicorn protocol" else gateway_http_protocol(LimitsConfig())
+    with serving(http) as serve_app:
+        yield serve_app(create_app(make_settings()))
+
+
+def test_client_disconnect_cancels_the_upstream_call(disconnect_gateway, upstream) -> None:
+    gateway = disconnect_gateway  # a real socket: the client goes away
     upstream.script("up-small", Reply(delay_s=3))
     with pytest.raises(httpx.ReadTimeout):
         httpx.post(
@@ -212,8 +225,8 @@ def test_client_disconnect_cancels_the_upstream_call(served_gateway, upstream) -
     )
 
 
-def test_a_call_cut_by_a_client_disconnect_is_charged_its_bound(served_gateway, upstream) -> None:
-    gateway = served_gateway  # a real socket: the client goes away
+def test_a_call_cut_by_a_client_disconnect_is_charged_its_bound(disconnect_gateway, upstream) -> None:
+    gateway = disconnect_gateway  # a real socket: the client goes away
     # The upstream may bill the whole answer of a call the gateway cancelled: the call is charged
     # its worst case (prompt: one token per request byte; completion: the cap it was sent with).
     upstream.script("up-small", Reply(delay_s=3))
@@ -238,8 +251,8 @@ def _chat_stream(gateway: RunningGateway) -> AbstractContextManager[httpx.Respon
     )
 
 
-def test_client_disconnect_mid_stream_cancels_the_upstream_stream(served_gateway, upstream) -> None:
-    gateway = served_gateway  # a real socket: the client goes away
+def test_client_disconnect_mid_stream_cancels_the_upstream_stream(disconnect_gateway, upstream) -> None:
+    gateway = disconnect_gateway  # a real socket: the client goes away
     upstream.script("up-small", ok(confidence=0.3))
     upstream.script("up-large", ok(" ".join(["tok"] * 50), chunk_delay_s=0.1))
     with _chat_stream(gateway) as response:
@@ -264,8 +277,8 @@ def _in_flight(gateway) -> tuple[int, int]:
     return asyncio.run_coroutine_threadsafe(count(), gateway.gateway.loop).result(5)
 
 
-def test_disconnects_leave_no_tasks_or_connections_behind(served_gateway, upstream) -> None:
-    gateway = served_gateway  # a real socket: the client goes away
+def test_disconnects_leave_no_tasks_or_connections_behind(disconnect_gateway, upstream) -> None:
+    gateway = disconnect_gateway  # a real socket: the client goes away
     gateway.client().chat.completions.create(model="cascade", messages=MESSAGES)  # warm the pools
     baseline_tasks, _ = _in_flight(gateway)
     upstream.script("up-small", Reply(delay_s=3), Reply(delay_s=3))

@@ -168,8 +168,11 @@ def until(predicate: Any, timeout_s: float = 5.0) -> bool:
     return bool(predicate())
 
 
-def serve(app: Any) -> RunningGateway:
-    """Start uvicorn (uvloop, httptools, lifespan on) for ``app`` on a free loopback port."""
+def serve(app: Any, http: Any = "httptools") -> RunningGateway:
+    """Start uvicorn (uvloop, httptools, lifespan on) for ``app`` on a free loopback port.
+
+    ``http``: uvicorn's protocol; ``gateway.api.serving.gateway_http_protocol(limits)`` for the one
+    ``cascade serve`` runs (its request cycle and disconnect hook)."""
     sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
     sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
     sock.bind(("127.0.0.1", 0))
@@ -177,7 +180,7 @@ def serve(app: Any) -> RunningGateway:
     config = uvicorn.Config(
         app,
         loop="uvloop",
-        http="httptools",
+        http=http,
         lifespan="on",
         log_level="warning",
         access_log=False,
@@ -201,12 +204,13 @@ def stop(running: RunningGateway) -> None:
 
 
 @contextmanager
-def serving() -> Iterator[Callable[[Any], RunningGateway]]:
-    """``start(app)`` -> the app served (``serve``); every app it started is stopped on exit."""
+def serving(http: Any = "httptools") -> Iterator[Callable[[Any], RunningGateway]]:
+    """``start(app)`` -> the app served (``serve``, with protocol ``http``); every app it started
+    is stopped on exit."""
     running: list[RunningGateway] = []
 
     def start(app: Any) -> RunningGateway:
-        gateway = serve(app)
+        gateway = serve(app, http)
         running.append(gateway)
         return gateway
 
