@@ -1,4 +1,5 @@
-"""The committed word-problem runs: what docs/streaming.md says of them holds."""
+"""The committed word-problem runs (generated problems, and GSM8K train questions answered by the same
+members): what docs/streaming.md and docs/calibrate.md#real-word-problems say of them holds."""
 
 from __future__ import annotations
 
@@ -15,26 +16,37 @@ from graders import grade
 ROOT = Path(__file__).resolve().parents[2]
 RUNS = ROOT / "data" / "local" / "word-problems-runs.jsonl.gz"
 QUESTIONS = ROOT / "collection" / "data" / "word-problems.jsonl"
+# The same members on real problems: GSM8K's train split (collection/gsm8k.py).
+SETS = {
+    "generated": (RUNS, QUESTIONS),
+    "gsm8k": (
+        ROOT / "data" / "local" / "gsm8k-train-runs.jsonl.gz",
+        ROOT / "collection" / "data" / "gsm8k-train.jsonl",
+    ),
+}
 MEMBERS = ("qwen0.5b-steps", "qwen1.5b-steps")
 
 
-def _rows() -> list[dict]:
-    with gzip.open(RUNS, "rt", encoding="utf-8") as lines:
+def _rows(path: Path = RUNS) -> list[dict]:
+    with gzip.open(path, "rt", encoding="utf-8") as lines:
         return [json.loads(line) for line in lines]
 
 
-def test_every_question_has_both_members_and_is_a_question_of_the_set() -> None:
-    asked = {json.loads(line)["query_id"]: json.loads(line) for line in QUESTIONS.read_text().splitlines()}
+@pytest.mark.parametrize("questions", list(SETS))
+def test_every_question_has_both_members_and_is_a_question_of_the_set(questions: str) -> None:
+    runs, asked_path = SETS[questions]
+    asked = {json.loads(line)["query_id"]: json.loads(line) for line in asked_path.read_text().splitlines()}
     members = defaultdict(set)
-    for row in _rows():
+    for row in _rows(runs):
         assert row["query_id"] in asked and row["answer"] == asked[row["query_id"]]["answer"]
         members[row["query_id"]].add(row["model"])
     assert all(found == set(MEMBERS) for found in members.values())
     assert len(members) >= 40
 
 
-def test_each_answer_is_graded_as_the_grader_grades_its_text_and_carries_its_logprobs() -> None:
-    for row in _rows():
+@pytest.mark.parametrize("questions", list(SETS))
+def test_each_answer_is_graded_as_the_grader_grades_its_text_and_carries_its_logprobs(questions: str) -> None:
+    for row in _rows(SETS[questions][0]):
         assert row["correct"] == grade("final_numeric", row["response"], row["answer"])
         assert len(row["logprobs"]) >= min(row["completion_tokens"], 1)
         assert row["request_bytes"] > 0
