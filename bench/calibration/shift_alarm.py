@@ -2,7 +2,7 @@
 shifts, measured on the committed per-query runs (docs/operations.md#shift-alarm).
 
     python bench/calibration/shift_alarm.py [--seeds 4] [--requests 100000] [--trials 200] \
-        [--json bench/calibration/results/shift-alarm.json]
+        [--cases arithmetic,word] [--json bench/calibration/results/shift-alarm.json]
 
 Protocol, per tier of a served policy and per seed: the runs' queries stand for the population.
 The reference is a calibration drawn from it: as many queries as the runs have, drawn with
@@ -23,12 +23,13 @@ Shifts: (a) the arithmetic demo policy (``policies/local-demo.json`` on
 ``data/local/arithmetic-runs.jsonl.gz``, 80% one-step questions) under mixes of more multi-step
 questions, or times-table products only; (b) the word-problem policy's buffered tier
 (``bench/local/results/local-steps-hosted-buffer.json``) under an EMULATED shift to GSM8K-style
-problems: no GSM8K-style runs exist offline, so the stream redraws the generated problems at the
-escalation rate and served quality observed on real ones (37.5% escalated, 12.5% right): a row is
-drawn from the escalated rows with probability 0.375 (else the accepted ones) and is one whose
-served answer is wrong with probability 0.875. That moves the score distribution only as much as
-conditioning on wrong answers moves it; terser answers (what the real shift looked like) are not
-in these runs.
+problems: the stream redraws the generated problems at the escalation rate and served quality
+observed on real ones (37.5% escalated, 12.5% right): a row is drawn from the escalated rows with
+probability 0.375 (else the accepted ones) and is one whose served answer is wrong with
+probability 0.875. That moves the score distribution only as much as conditioning on wrong answers
+moves it; (c) the same tier under the REAL shift: the traffic switches to the same members' runs
+on GSM8K train questions (``data/local/gsm8k-train-runs.jsonl.gz``), which the calibration never
+saw.
 
 Variants: the detector's window (requests per test) and combination across signals, the signals
 alone, and the score drift metric's rule (PSI above 0.25 over the same window) for comparison.
@@ -59,6 +60,10 @@ from stats.shift_detector import ShiftDetector  # noqa: E402
 # Escalation rate and served quality of the hosted word-problem policy's buffered tier on real
 # GSM8K-style problems (the shift to emulate).
 GSM8K_ESCALATION, GSM8K_QUALITY = 0.375, 0.125
+# The same members' runs on GSM8K train questions (collection/data/gsm8k-train.jsonl), and the
+# hosted prices the word-problem policy was calibrated at.
+GSM8K_RUNS = REPO / "data/local/gsm8k-train-runs.jsonl.gz"
+HOSTED_PRICES = REPO / "data/local/word-problems-hosted-prices.yaml"
 
 
 @dataclass(frozen=True)
@@ -98,6 +103,11 @@ class Case:
     cost: np.ndarray  # (rows, 2): cheap, strong USD
     shifts: dict[str, np.ndarray]  # shift name -> draw weight per row
     routes: list[object]
+    population: np.ndarray | None = None  # the in-distribution rows (None: every row)
+
+    def rows(self) -> np.ndarray:
+        """The in-distribution rows: the calibration's population and the unshifted traffic's."""
+        return np.arange(self.scores.size) if self.population is None else self.population
 
 
 class _PsiDetector(ShiftDetector):
@@ -152,7 +162,7 @@ def delays(make, bins, rows, weights, window: int, trials: int, cap: int, rng) -
     first filled with in-distribution traffic from ``rows`` (an alarm during the fill resets it),
     then requests are drawn from ``rows`` with ``weights``."""
     out: list[float] = []
-    shifted = rows[weights[rows] > 0]
+    shifted = np.flatnonzero(weights > 0)
     p = weights[shifted] / weights[shifted].sum()
     for _ in range(trials):
         alarm = make()
@@ -240,7 +250,7 @@ def word_problem_case() -> Case:
     policy = load_policy(REPO / "bench/local/results/local-steps-hosted-buffer.json")
     matrix = load_runs(
         REPO / "data/local/word-problems-runs.jsonl.gz",
-        prices=REPO / "data/local/word-problems-hosted-prices.yaml",
+        prices=HOSTED_PRICES,
         scorer=policy.scorer.name,
         top_k=policy.scorer.top_k,
     )
@@ -256,7 +266,30 @@ def word_problem_case() -> Case:
     case.shifts["(b) GSM8K-style, emulated (37.5% escalated, 12.5% right)"] = weights
     hardest = (case.quality[:, 0] < 0.5) & (case.quality[:, 1] < 0.5)
     case.shifts["(b') hardest generated problems (both models wrong)"] = hardest.astype(float)
-    return case
+    return with_gsm8k_rows(case, policy.scorer.name, policy.scorer.top_k)
+
+
+def with_gsm8k_rows(case: Case, scorer: str, top_k: int) -> Case:
+    """``case`` with the GSM8K train questions' runs appended as the shift (c): real problems the
+    calibration never saw, answered by the same two members (``GSM8K_RUNS``); the generated rows
+    stay the in-distribution population."""
+    matrix = load_runs(GSM8K_RUNS, prices=HOSTED_PRICES, scorer=scorer, top_k=top_k)
+    real = _case("", matrix, case.routes[0], {})
+    generated = case.scores.size
+    shifts = {name: np.r_[weights, np.zeros(real.scores.size)] for name, weights in case.shifts.items()}
+    shifts[f"(c) GSM8K train questions, real runs ({real.scores.size})"] = np.r_[
+        np.zeros(generated), np.ones(real.scores.size)
+    ]
+    return Case(
+        case.name,
+        np.r_[case.scores, real.scores],
+        case.threshold,
+        np.vstack([case.quality, real.quality]),
+        np.vstack([case.cost, real.cost]),
+        shifts,
+        case.routes,
+        np.arange(generated) if case.population is None else case.population,
+    )
 
 
 def measure(case: Case, variant: Variant, args: argparse.Namespace) -> dict[str, object]:
@@ -265,8 +298,8 @@ def measure(case: Case, variant: Variant, args: argparse.Namespace) -> dict[str,
     found: dict[str, list[float]] = {name: [] for name in case.shifts}
     for seed in range(args.seeds):
         rng = np.random.default_rng(seed)
-        size = case.scores.size
-        reference_rows, stream_rows = rng.integers(0, size, size=size), np.arange(size)
+        stream_rows = case.rows()
+        reference_rows = rng.choice(stream_rows, size=stream_rows.size)
         sub = _subset(case, reference_rows)
         reference = tier_reference(sub, case.routes)  # type: ignore[arg-type]
         assert reference is not None
@@ -338,7 +371,9 @@ def print_tables(results: dict[str, dict[str, dict[str, object]]], cases: list[C
             "\n| shift | escalation | tier cost | tier quality | strong alone cost | strong alone quality |"
         )
         print("|---|---|---|---|---|---|")
-        for name, weights in {"none": np.ones(case.scores.size), **case.shifts}.items():
+        unshifted = np.zeros(case.scores.size)
+        unshifted[case.rows()] = 1.0
+        for name, weights in {"none": unshifted, **case.shifts}.items():
             o = shifted_outcome(case, weights)
             print(
                 f"| {name} | {o['escalation_rate']:.3f} | ${o['tier_cost_usd']:.3g} "
@@ -356,11 +391,18 @@ def main(argv: list[str] | None = None) -> None:
         "--cap", type=int, default=10_000, help="shifted requests before a trial counts missed"
     )
     parser.add_argument("--variants", default="", help="comma-separated variant names (default: all)")
+    parser.add_argument(
+        "--cases", default="arithmetic,word", help="which policies: arithmetic, word (default: both)"
+    )
     parser.add_argument("--json", type=Path, default=None)
     args = parser.parse_args(argv)
     wanted = {v.strip() for v in args.variants.split(",") if v.strip()}
     variants = [v for v in VARIANTS if not wanted or v.name in wanted]
-    cases = [*arithmetic_cases(), word_problem_case()]
+    chosen = {c.strip() for c in args.cases.split(",")}
+    cases = [
+        *(arithmetic_cases() if "arithmetic" in chosen else []),
+        *([word_problem_case()] if "word" in chosen else []),
+    ]
     started = time.perf_counter()
     results: dict[str, dict[str, dict[str, object]]] = {}
     for case in cases:
