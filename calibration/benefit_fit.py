@@ -126,7 +126,7 @@ def crossfit_scores(
             model = fit_benefit(features[~test], helps[~test])
         except BenefitFitError:
             continue
-        scores[test] = [model.probability(model.linear(row)) for row in features[test]]
+        scores[test] = [model.from_features(row) for row in features[test]]
     return scores
 
 

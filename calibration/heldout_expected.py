@@ -25,7 +25,7 @@ import numpy as np
 from calibration.envelope import Envelope, compute_envelope
 from calibration.frontier import chain_metrics
 from calibration.runs import RunsMatrix
-from calibration.splits import stratified_splits
+from calibration.splits import Split, stratified_splits
 from calibration.tiers import TierObjective, TierSolution, TiersSpec, UnreachableTierError, solve_tier
 
 MEASURES = ("cost_usd", "quality", "escalation_rate")
@@ -48,30 +48,47 @@ def heldout_expectations(
 
     Raises ValueError when the queries cannot be split (fewer than two, or a half left empty).
     """
-    splits = stratified_splits(
+    outcomes = split_outcomes(matrix, spec, protocol_splits(matrix, settings), randomize)
+    return {name: heldout_document(values, settings) for name, values in outcomes.items()}
+
+
+def protocol_splits(matrix: RunsMatrix, settings: HeldoutSettings) -> list[Split]:
+    """The protocol's splits of the matrix's queries (stratified by its ``strata``)."""
+    return stratified_splits(
         matrix.n_queries,
         n_splits=settings.splits,
         test_fraction=settings.test_fraction,
         seed=settings.seed,
         strata=matrix.strata,
     )
+
+
+def split_outcomes(
+    matrix: RunsMatrix, spec: TiersSpec, splits: list[Split], randomize: bool
+) -> dict[str, np.ndarray]:
+    """Per tier, (splits, ``MEASURES``): the tier solved on each split's calibration part and its
+    route measured on the test part."""
     outcomes = {name: np.empty((len(splits), len(MEASURES))) for name in spec.tiers}
     for index, split in enumerate(splits):
         envelope = compute_envelope(matrix, rows=split.calibration)
         for name, objective in spec.tiers.items():
             solution = solve_or_best(envelope, objective, randomize, name)
             outcomes[name][index] = route_outcome(matrix, solution, split.test)
+    return outcomes
+
+
+def heldout_document(outcomes: np.ndarray, settings: HeldoutSettings) -> dict[str, Any]:
+    """A HeldOut document of per-split outcomes (splits, ``MEASURES``); a split without outcomes
+    (a row with NaN) is left out of it."""
+    kept = outcomes[np.isfinite(outcomes).all(axis=1)]
     return {
-        name: {
-            "splits": len(splits),
-            "test_fraction": settings.test_fraction,
-            "seed": settings.seed,
-            **{
-                measure: spread(values[:, column], upper=None if measure == "cost_usd" else 1.0)
-                for column, measure in enumerate(MEASURES)
-            },
-        }
-        for name, values in outcomes.items()
+        "splits": int(kept.shape[0]),
+        "test_fraction": settings.test_fraction,
+        "seed": settings.seed,
+        **{
+            measure: spread(kept[:, column], upper=None if measure == "cost_usd" else 1.0)
+            for column, measure in enumerate(MEASURES)
+        },
     }
 
 

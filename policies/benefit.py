@@ -121,7 +121,11 @@ class BenefitModel:
         x0, x1, y0, y1 = xs[right - 1], xs[right], ys[right - 1], ys[right]
         return y0 + (y1 - y0) * (linear - x0) / (x1 - x0)
 
+    def from_features(self, features: Sequence[float]) -> float:
+        """The benefit score of an answer's ``FEATURES``."""
+        return self.probability(self.linear(features))
+
     def score(self, content: Sequence[TokenEntry] | None, top_k: int) -> float | None:
         """The benefit score of one answer (None: no usable position)."""
         features = answer_features(content, top_k)
-        return None if features is None else self.probability(self.linear(features))
+        return None if features is None else self.from_features(features)

@@ -43,7 +43,14 @@ from calibration.benefit_fit import (
 )
 from calibration.bounds import BoundSettings, certify, route_outcomes, worst_case_cost
 from calibration.envelope import compute_envelope
-from calibration.heldout_expected import HeldoutSettings, route_outcome, solve_or_best, spread
+from calibration.heldout_expected import (
+    HeldoutSettings,
+    heldout_document,
+    protocol_splits,
+    route_outcome,
+    solve_or_best,
+    split_outcomes,
+)
 from calibration.policy.shift_reference import tier_reference
 from calibration.runs import RunsMatrix
 from calibration.splits import stratified_splits
@@ -109,7 +116,7 @@ def benefit_scores(
     crossfit = crossfit_scores(features[fit_rows], helps[fit_rows], folds=settings.folds, seed=settings.seed)
     score[fit_rows, 0] = np.where(np.isfinite(crossfit), crossfit, -np.inf)
     rows = score_rows[scoreable[score_rows]]
-    score[rows, 0] = [model.probability(model.linear(features[row])) for row in rows]
+    score[rows, 0] = [model.from_features(features[row]) for row in rows]
     return score, model, helps[fit_rows]
 
 
@@ -128,14 +135,8 @@ def choose_benefit_scorers(
     the policy ``document`` (in place). ``skip``: tiers served by a router; ``randomize``: how the
     section's tiers were solved."""
     reason = _no_candidates(matrix)
-    splits = stratified_splits(
-        matrix.n_queries,
-        n_splits=heldout.splits,
-        test_fraction=heldout.test_fraction,
-        seed=heldout.seed,
-        strata=matrix.strata,
-    )
-    section = None if reason else _section_outcomes(matrix, spec, splits, randomize)
+    splits = protocol_splits(matrix, heldout)
+    section = None if reason else split_outcomes(matrix, spec, splits, randomize)
     choices = {}
     split_scores: dict[tuple[str, str], list[np.ndarray | None]] = {}  # per pair: each split's scores
     for name, objective in spec.tiers.items():
@@ -158,25 +159,11 @@ def choose_benefit_scorers(
         chosen = _wins(section[name], outcomes, objective)
         if chosen:
             chosen = _serve(
-                document, name, two, objective, _heldout_document(outcomes, heldout), settings, bounds
+                document, name, two, objective, heldout_document(outcomes, heldout), settings, bounds
             )
         compared = {"section": _means(section[name]), SCORER: _means(outcomes)}
         choices[name] = BenefitChoice(chosen, pair, compared)
     return choices
-
-
-def _section_outcomes(
-    matrix: RunsMatrix, spec: TiersSpec, splits: list[Any], randomize: bool
-) -> dict[str, np.ndarray]:
-    """Per tier, (splits, 3): the section scorer's tier on each split, chosen on its calibration
-    part and measured on its test part (``calibration.heldout_expected``'s procedure)."""
-    outcomes = {name: np.empty((len(splits), 3)) for name in spec.tiers}
-    for index, split in enumerate(splits):
-        envelope = compute_envelope(matrix, rows=split.calibration)
-        for name, objective in spec.tiers.items():
-            solution = solve_or_best(envelope, objective, randomize, name)
-            outcomes[name][index] = route_outcome(matrix, solution, split.test)
-    return outcomes
 
 
 def _wins(section: np.ndarray, benefit: np.ndarray, objective: TierObjective) -> bool:
@@ -239,18 +226,6 @@ def _split_outcome(
     return np.asarray(route_outcome(scored, solution, split.test), dtype=float)
 
 
-def _heldout_document(outcomes: np.ndarray, heldout: HeldoutSettings) -> dict[str, Any]:
-    kept = outcomes[np.isfinite(outcomes).all(axis=1)]
-    return {
-        "splits": int(kept.shape[0]),
-        "test_fraction": heldout.test_fraction,
-        "seed": heldout.seed,
-        "cost_usd": spread(kept[:, 0]),
-        "quality": spread(kept[:, 1], 1.0),
-        "escalation_rate": spread(kept[:, 2], 1.0),
-    }
-
-
 def _serve(
     document: dict[str, Any],
     name: str,
@@ -300,7 +275,7 @@ def _served_scores(two: RunsMatrix, model: BenefitModel, score: np.ndarray) -> n
     features = two.answer_features[two.models[0]]
     served = score.copy()
     rows = np.flatnonzero(np.isfinite(two.score[:, 0]) & np.isfinite(features).all(axis=1))
-    served[rows, 0] = [model.probability(model.linear(features[row])) for row in rows]
+    served[rows, 0] = [model.from_features(features[row]) for row in rows]
     return served
 
 

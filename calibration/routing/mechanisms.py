@@ -24,12 +24,11 @@ from typing import Any
 
 import numpy as np
 
-from calibration.heldout_expected import HeldoutSettings, spread
+from calibration.heldout_expected import HeldoutSettings, heldout_document, protocol_splits
 from calibration.routing.fit import DEFAULT_COMPONENTS, fit_linear_router
 from calibration.routing.hybrid import HybridCandidates, hybrid_candidates, hybrid_outcomes
 from calibration.routing.routed import lambda_sweep, route_choices, routed_outcomes
 from calibration.runs import RunsMatrix
-from calibration.splits import stratified_splits
 from calibration.tiers import TierObjective, TiersSpec
 from policies.router import LinearRouter, goes_direct, served_route
 from policies.routing_schema import TierRouting
@@ -157,13 +156,7 @@ def choose_mechanisms(
         raise ValueError("routing mechanisms need per-query features (--prompts and --features)")
     everything = np.arange(matrix.n_queries)
     full = _Fitted(matrix, everything, options)
-    splits = stratified_splits(
-        matrix.n_queries,
-        n_splits=settings.splits,
-        test_fraction=settings.test_fraction,
-        seed=settings.seed,
-        strata=matrix.strata,
-    )
+    splits = protocol_splits(matrix, settings)
     outcomes = {(tier, m): np.empty((len(splits), 3)) for tier in spec.tiers for m in ("routed", "hybrid")}
     for s, split in enumerate(splits):
         fitted = _Fitted(matrix, split.calibration, options)
@@ -184,15 +177,7 @@ def choose_mechanisms(
         if chosen == "cascade":
             choices[tier] = MechanismChoice("cascade", None, None, None, compared)
             continue
-        values = outcomes[tier, chosen]
-        heldout = {
-            "splits": len(splits),
-            "test_fraction": settings.test_fraction,
-            "seed": settings.seed,
-            "cost_usd": spread(values[:, 0]),
-            "quality": spread(values[:, 1], 1.0),
-            "escalation_rate": spread(values[:, 2], 1.0),
-        }
+        heldout = heldout_document(outcomes[tier, chosen], settings)
         routing, expected = _chosen_on(chosen, matrix, full, objective, everything)
         routing["compared"] = compared
         routing["probability"] = probability_bins(full.router, matrix.features, routing, full.model_cost)
