@@ -37,7 +37,7 @@ def request_lines(
 
 
 def captured_request_lines(
-    capfd: pytest.CaptureFixture[str], count: int = 1, timeout_s: float = 5.0
+    capfd: pytest.CaptureFixture[str], count: int = 1, timeout_s: float = 30.0
 ) -> list[dict[str, Any]]:
     """The ``request`` log lines an in-process gateway wrote to stderr since the last read, once
     there are ``count`` of them (waiting up to ``timeout_s``; what is there at the deadline
@@ -45,16 +45,19 @@ def captured_request_lines(
     lines: list[dict[str, Any]] = []
     pending = ""  # a line being written when it was read: completed by the next read, not dropped
     end = time.monotonic() + timeout_s
-    while len(lines) < count and time.monotonic() < end:
+    while True:
+        # The deadline is checked after a read, so a line written while the last wait ran is read.
+        past_deadline = time.monotonic() >= end
         whole, _, pending = (pending + capfd.readouterr().err).rpartition("\n")
         lines += [
             orjson.loads(x) for x in whole.splitlines() if x.startswith("{") and '"event":"request"' in x
         ]
+        if len(lines) >= count or past_deadline:
+            return lines
         time.sleep(0.02)
-    return lines
 
 
-def captured_request_line(capfd: pytest.CaptureFixture[str], timeout_s: float = 5.0) -> dict[str, Any]:
+def captured_request_line(capfd: pytest.CaptureFixture[str], timeout_s: float = 30.0) -> dict[str, Any]:
     """The one ``request`` log line written since the last read (fails if there are more)."""
     (line,) = captured_request_lines(capfd, 1, timeout_s)
     return line
