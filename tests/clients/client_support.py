@@ -81,12 +81,15 @@ def codex_home(
     headers: dict[str, str] | None = None,
     builtin_tools: bool = False,
     provider: dict[str, int] | None = None,
+    instructions: str | None = None,
 ) -> Path:
     """A CODEX_HOME under ``home`` whose provider ``cascade`` is the gateway at ``url``.
 
     Web search and the multi-agent tools are off unless ``builtin_tools``: they are not function
     tools (``web_search``, ``namespace``), which the gateway's chat-completions stages cannot run.
     ``provider``: more settings of the provider (e.g. ``stream_idle_timeout_ms``).
+    ``instructions``: Codex's base instructions instead of its own (its ``model_instructions_file``,
+    written beside the config); its tools, environment context and protocol are unchanged.
     """
     codex = home / "codex"
     codex.mkdir(parents=True, exist_ok=True)
@@ -94,6 +97,11 @@ def codex_home(
         f'model = "{model}"',
         'model_provider = "cascade"',
         "" if builtin_tools else 'web_search = "disabled"',
+    ]
+    if instructions is not None:
+        (codex / "instructions.md").write_text(instructions + "\n")
+        lines.append(f'model_instructions_file = "{codex / "instructions.md"}"')
+    lines += [
         "",
         "[analytics]",
         "enabled = false",

@@ -1,11 +1,13 @@
 """What the agent CLIs' tests on the real local models share: the tasks, the time budget, the
 client settings for a slow local upstream, and how an answer is read.
 
-Time budget: a first turn re-reads the CLI's whole prompt (Claude Code ~11.6k tokens, Codex ~6.1k)
-on 2 shared cores; a later turn of the same conversation re-reads only what is new (llama-server's
-prompt cache). ``AGENT_TIMEOUT_S`` bounds one CLI run; the clients' own timeouts are raised above
-the gateway's deadline (``localpool.demo_config.REQUEST_TIMEOUT_S``), so that the client never
-abandons a request the gateway is still serving.
+Time budget: a first turn re-reads the CLI's whole prompt on 2 shared cores (both CLIs' own
+system prompts are replaced by a short one here: with them, Claude Code's ~11.6k tokens and
+Codex's ~6.1k are minutes of reading for the 1.5B model); a later turn of the same conversation
+re-reads only what is new (llama-server's prompt cache). ``AGENT_TIMEOUT_S`` bounds one CLI run;
+the clients' own timeouts are raised above the gateway's deadline
+(``localpool.demo_config.REQUEST_TIMEOUT_S``), so that the client never abandons a request the
+gateway is still serving.
 """
 
 from __future__ import annotations
@@ -41,6 +43,13 @@ CLAUDE_MAX_OUTPUT_TOKENS = 256
 CLAUDE_SYSTEM_PROMPT = (
     "You are a command-line assistant. Answer the user's question directly and briefly. "
     "Use the Bash tool only when a command is needed."
+)
+# Codex's base instructions in its local test (its ``model_instructions_file``): its own (17.7 KB,
+# about 3.6k of its first request's 6.1k tokens) are most of what the models read on a first turn;
+# with these the first request is 12.3 KB (its tools, environment context and skills list as sent).
+CODEX_INSTRUCTIONS = (
+    "You are a coding agent in a terminal. Answer the user's question directly and briefly. "
+    "Run a command only when one is needed."
 )
 CODEX_PROVIDER = {"stream_idle_timeout_ms": int((REQUEST_TIMEOUT_S + 30) * 1000)}
 

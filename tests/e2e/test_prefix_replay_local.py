@@ -11,12 +11,13 @@ by the same rule (`money.charges.cancelled_stream_charge`) at the same prices as
 
 What is the gateway's is checked exactly: every request decided on its 8-token prefix, escalated
 iff its score is below the tier's threshold, and the tiers' escalation rates and costs within
-their intervals. Quality is checked one way only (not below the expectation): these six questions
+their intervals. Quality is checked one way only (not below the expectation): these four questions
 are fixed, and whether a few of their answers are right varies from run to run with the same
 upstream requests (llama-server's results at temperature 0 depend on how it batches the two
 concurrent requests and reuses its prompt cache; the same question's prefix score moved by up to
-0.03 between tiers of one run), so an all-right economy arm (6/6, whose 99% interval starts at
-0.475, above the 0.445 expected) is these questions' luck, not the gateway's doing.
+0.03 between tiers of one run), so an arm whose answers were luckier than the expectation is these
+questions' luck, not the gateway's doing (with six questions, an all-right economy arm's 99%
+interval started at 0.475, above the 0.445 expected).
 """
 
 from __future__ import annotations
@@ -33,8 +34,9 @@ pytestmark = pytest.mark.e2e
 
 # A few questions per prefix tier: the intervals are wide, but a gateway that decides on another
 # prefix, scores it otherwise or charges a cancelled stage otherwise than calibration misses them;
-# a longer run is in docs/streaming.md. Few, because an accepted answer streams ~15-25 s here.
-REPLAY_QUESTIONS = 6
+# a longer run is in docs/streaming.md. Few, because an accepted answer streams ~15-25 s here (the
+# test alone on 2 cores, its servers' start included: 92.8 s with four per tier, 118.6 s with six).
+REPLAY_QUESTIONS = 4
 CONFIDENCE = 0.99
 PREFIX_TOKENS = 8  # the hosted policy's prefix rule (its tiers' ``commit.tokens``)
 
