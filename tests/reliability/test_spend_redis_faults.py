@@ -143,9 +143,10 @@ def test_a_frozen_redis_costs_milliseconds_and_leaves_no_reservation_behind(
         latencies.append(seconds)
     redis_server.thaw()  # it now executes what was queued meanwhile, reservations included
     # At most the outage rule's wait (budgets.outage_after_s 0.5 s plus one redis_timeout_s 0.1 s)
-    # more than a request before the freeze, with a second of slack for a saturated test machine
-    # (a Redis call that waited for its 2 s socket timeout would exceed it).
-    bound_s = 0.6 + 1.0 + max(seconds for _, seconds in baseline)
+    # more than a request before the freeze, with 1.3 s of slack for a saturated test machine (1.0 s
+    # was once 0.03 s short with a benchmark running beside the suite): still under the client's
+    # 2 s socket timeout, so a Redis call that waited for it would exceed the bound.
+    bound_s = 0.6 + 1.3 + max(seconds for _, seconds in baseline)
     assert len(latencies) >= 8 and max(latencies) < bound_s, (latencies, baseline)
     assert a.sample("cascade_spend_fallback_total", reason="timeout") >= 1
     assert_counter_rebuilt(money, [a, b])
