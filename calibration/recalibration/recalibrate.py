@@ -236,12 +236,23 @@ def _eligible(
 
 
 def _check_scorable(current: Policy) -> None:
+    """Refuse a current policy whose scores the traffic cannot reproduce: an ``external`` scorer,
+    or a tier with a fitted scorer of its own (its threshold is on that scorer's scale, which the
+    comparison, scoring by the section's scorer, would misread)."""
     for kind in served_kinds(current):
-        if kind_policy(current, kind).scorer.name == "external":
-            where = "" if kind == TOP_LEVEL_KIND else f" for {kind} requests"
+        section = kind_policy(current, kind)
+        where = "" if kind == TOP_LEVEL_KIND else f" for {kind} requests"
+        if section.scorer.name == "external":
             raise RecalibrationError(
                 f"the current policy {current.policy_id} uses scorer 'external'{where}, which cannot be "
                 "computed from the traffic's logprobs"
+            )
+        own = next(((n, t.scorer) for n, t in section.tiers.items() if t.scorer is not None), None)
+        if own is not None:
+            raise RecalibrationError(
+                f"the current policy {current.policy_id} serves tier {own[0]}{where} with its own scorer "
+                f"'{own[1].name}', which recalibrate does not refit or compare: export the traffic "
+                "(cascade traffic export) and run cascade calibrate --benefit-scorer on it"
             )
 
 

@@ -14,6 +14,9 @@ from calibration.commands.recalibrate_cli import REFUSED_EXIT_CODE
 from calibration.splits import stratified_splits
 from cascade_cli.main import app
 from policies import load_policy
+from policies.benefit import FEATURES
+from policies.benefit_schema import BenefitSpec
+from policies.schema import ScorerSpec
 from publishing import PolicyKeys, push_policy
 from tests.support.shared_redis import REDIS_URL
 from tests.support.traffic_kinds import store_rows, tiers_file
@@ -148,6 +151,40 @@ def test_a_model_without_rows_is_named(file_url: str, tmp_path: Path) -> None:
     named = recalibrate(file_url, tmp_path, "--models", "small,medium,large")
     assert named.exit_code == 1
     assert "'large' lacks a labelled row in 300 of 300 queries" in " ".join(named.output.split())
+
+
+def test_a_current_policy_with_a_tier_of_its_own_scorer_is_refused_with_the_way_out(
+    file_url: str, tmp_path: Path
+) -> None:
+    current = policy_from(traffic(300, seed=1), tmp_path / "plain.json")
+    benefit = BenefitSpec(
+        scored="small",
+        escalates_to="medium",
+        features=list(FEATURES),
+        mean=[0.5] * len(FEATURES),
+        scale=[0.25] * len(FEATURES),
+        coefficients=[-1.0] * len(FEATURES),
+        intercept=0.2,
+        knots_x=[-2.0, 0.0, 3.0],
+        knots_y=[0.2, 0.5, 0.95],
+        fitted_on=200,
+        helps=40,
+    )
+    economy = current.tiers["economy"].model_copy(
+        update={"scorer": ScorerSpec(name="escalation_benefit", top_k=current.scorer.top_k, benefit=benefit)}
+    )
+    document = current.model_dump(mode="json", exclude_none=True)
+    document["tiers"]["economy"] = economy.model_dump(mode="json", exclude_none=True)
+    (tmp_path / "current.json").write_text(json.dumps(document))
+    with_own = load_policy(tmp_path / "current.json")
+    store_rows(file_url, traffic(300, seed=2))
+    result = recalibrate(file_url, tmp_path, "--current", str(tmp_path / "current.json"))
+    assert result.exit_code == 1
+    assert " ".join(result.output.split()) == (
+        f"error: the current policy {with_own.policy_id} serves tier economy with its own scorer "
+        "'escalation_benefit', which recalibrate does not refit or compare: export the traffic (cascade "
+        "traffic export) and run cascade calibrate --benefit-scorer on it"
+    )
 
 
 def test_a_store_or_redis_it_cannot_reach_is_one_error_line(file_url: str, tmp_path: Path) -> None:
