@@ -50,7 +50,7 @@ from gateway.wire.errors import (
 )
 from gateway.wire.exchange import ClientGone, Exchange, Headers, client_left, read_body, watch_disconnect
 from gateway.wire.facts import CascadeFacts
-from gateway.wire.logs import log_event, log_exception
+from gateway.wire.logs import log_event, log_exception, log_fields
 from gateway.wire.requests import ParsedRequest, check_client_schemas
 from gateway.wire.trace import DecisionTrace
 
@@ -461,7 +461,7 @@ class ApiEndpoint:
             fields.update(facts.log_fields(request.worst_case_usd, upstream_s, self.gateway.logs.log_prompts))
         if request.first_byte_s is not None:
             fields["first_byte_ms"] = round(request.first_byte_s * 1000, 3)
-        log_event("request", **fields)
+        log_fields("request", fields)
 
 
 def _tokens(facts: CascadeFacts | None) -> int | None:
