@@ -93,8 +93,10 @@ class UpstreamClient:
         self._headers = CIMultiDict({"content-type": json, "accept": json})
         self._stream_headers = CIMultiDict({"content-type": json, "accept": "text/event-stream"})
         self._urls = {kind: config.base_url + path for kind, path in _PATHS.items()}
-        self._requests = {s: metrics.upstream_requests.labels(name, s) for s in _STATUS_LABELS}
-        self._duration = metrics.upstream_duration.labels(name)
+        # Bound children (GatewayMetrics.child): an attempt's count and duration without the
+        # checks prometheus_client repeats on every update.
+        self._requests = {s: metrics.child(metrics.upstream_requests, name, s) for s in _STATUS_LABELS}
+        self._duration = metrics.child(metrics.upstream_duration, name)
         # An attempt's bound is the model's timeout_s unless the deadline is nearer: that usual
         # bound built once (aiohttp's frozen ClientTimeout costs a few microseconds to build).
         self._whole_timeout = aiohttp.ClientTimeout(total=config.timeout_s)
