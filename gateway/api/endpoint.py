@@ -50,7 +50,7 @@ from gateway.wire.errors import (
 )
 from gateway.wire.exchange import ClientGone, Exchange, Headers, client_left, read_body, watch_disconnect
 from gateway.wire.facts import CascadeFacts
-from gateway.wire.logs import log_event, log_exception
+from gateway.wire.logs import log_event, log_exception, log_fields
 from gateway.wire.requests import ParsedRequest, check_client_schemas
 from gateway.wire.trace import DecisionTrace
 
@@ -113,6 +113,8 @@ class ApiEndpoint:
         self.wanted_headers = _WANTED_HEADERS | edge.extra_headers
         # Decided once: whether the console keeps each answer sent (gateway.config.console).
         self.keep_answers = gateway.console is not None and gateway.console.keep_bodies
+        # The metric children of a request's label set (tier, outcome, kind): few sets, as labels are.
+        self._metric_children: dict[tuple[str, str, str], tuple[Any, Any, Any, Any]] = {}
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         current = asyncio.current_task()
@@ -416,6 +418,21 @@ class ApiEndpoint:
             answer=request.answer,
         )
 
+    def _request_metrics(self, tier: str, outcome: str, kind: str) -> tuple[Any, Any, Any, Any]:
+        """The children a request of ``tier``, ``outcome`` and ``kind`` updates (its count, by kind,
+        duration and overhead), found once per label set (GatewayMetrics.child)."""
+        key = (tier, outcome, kind)
+        found = self._metric_children.get(key)
+        if found is None:
+            metrics, endpoint = self.gateway.metrics, self.edge.name
+            found = self._metric_children[key] = (
+                metrics.child(metrics.requests, tier, outcome, endpoint),
+                metrics.child(metrics.requests_by_kind, tier, kind),
+                metrics.child(metrics.request_duration, tier, endpoint),
+                metrics.child(metrics.overhead, endpoint),
+            )
+        return found
+
     def _record(self, request: _Request) -> None:
         """Metrics and the request's log line (with the worst case reserved against, once known)."""
         metrics = self.gateway.metrics
@@ -423,10 +440,11 @@ class ApiEndpoint:
         duration = time.perf_counter() - request.started
         upstream_s = facts.upstream_s if facts else 0.0
         endpoint = self.edge.name
-        metrics.child(metrics.requests, tier, outcome, endpoint).inc()
         plan = request.plan
         kind = plan.kind if plan is not None else "none"
-        metrics.child(metrics.requests_by_kind, tier, kind).inc()
+        requests, by_kind, request_duration, overhead = self._request_metrics(tier, outcome, kind)
+        requests.inc()
+        by_kind.inc()
         if facts is not None and facts.models_called and plan is not None and plan.policy is not None:
             metrics.shift_alarms.observe(
                 plan.policy.policy_id,
@@ -437,8 +455,8 @@ class ApiEndpoint:
                 facts.score,
                 facts.escalated,
             )
-        metrics.child(metrics.request_duration, tier, endpoint).observe(duration)
-        metrics.child(metrics.overhead, endpoint).observe(max(0.0, duration - upstream_s))
+        request_duration.observe(duration)
+        overhead.observe(max(0.0, duration - upstream_s))
         if request.first_byte_s is not None:
             metrics.child(metrics.first_token, tier, outcome).observe(request.first_byte_s)
         fields: dict[str, Any] = {
@@ -458,10 +476,10 @@ class ApiEndpoint:
             if self.gateway.logs.log_prompts:
                 fields["prompt"] = parsed.body.get("messages" if parsed.api == "chat" else "prompt")
         if facts is not None:
-            fields.update(facts.log_fields(request.worst_case_usd, upstream_s, self.gateway.logs.log_prompts))
+            facts.log_fields(request.worst_case_usd, upstream_s, self.gateway.logs.log_prompts, fields)
         if request.first_byte_s is not None:
             fields["first_byte_ms"] = round(request.first_byte_s * 1000, 3)
-        log_event("request", **fields)
+        log_fields("request", fields)
 
 
 def _tokens(facts: CascadeFacts | None) -> int | None:

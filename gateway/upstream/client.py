@@ -28,6 +28,7 @@ from dataclasses import dataclass
 from typing import Any
 
 import aiohttp
+from multidict import CIMultiDict
 
 from gateway.config.settings import ModelConfig
 from gateway.telemetry.metrics import GatewayMetrics
@@ -86,11 +87,16 @@ class UpstreamClient:
         self._metrics = metrics
         self._open_session = transport
         self._session: aiohttp.ClientSession | None = None
-        self._headers = {"content-type": "application/json", "accept": "application/json"}
-        self._stream_headers = {"content-type": "application/json", "accept": "text/event-stream"}
+        # The request headers as aiohttp's own multidict, built once (start() adds the key): aiohttp
+        # merges a multidict it is given without first copying it into one, as it does a dict.
+        json = "application/json"
+        self._headers = CIMultiDict({"content-type": json, "accept": json})
+        self._stream_headers = CIMultiDict({"content-type": json, "accept": "text/event-stream"})
         self._urls = {kind: config.base_url + path for kind, path in _PATHS.items()}
-        self._requests = {s: metrics.upstream_requests.labels(name, s) for s in _STATUS_LABELS}
-        self._duration = metrics.upstream_duration.labels(name)
+        # Bound children (GatewayMetrics.child): an attempt's count and duration without the
+        # checks prometheus_client repeats on every update.
+        self._requests = {s: metrics.child(metrics.upstream_requests, name, s) for s in _STATUS_LABELS}
+        self._duration = metrics.child(metrics.upstream_duration, name)
         # An attempt's bound is the model's timeout_s unless the deadline is nearer: that usual
         # bound built once (aiohttp's frozen ClientTimeout costs a few microseconds to build).
         self._whole_timeout = aiohttp.ClientTimeout(total=config.timeout_s)
@@ -181,7 +187,7 @@ class UpstreamClient:
             try:
                 async with self.session.post(
                     self._urls[kind],
-                    data=body,
+                    data=_payload(body),
                     headers=self._headers,
                     timeout=self._client_timeout(timeout),
                     allow_redirects=False,  # a redirect would re-post the prompt elsewhere: a failure
@@ -280,7 +286,7 @@ class UpstreamClient:
             try:
                 response = await self.session.post(
                     self._urls[kind],
-                    data=body,
+                    data=_payload(body),
                     headers=self._stream_headers,
                     timeout=timeout,
                     allow_redirects=False,
@@ -405,6 +411,12 @@ class UpstreamClient:
         self._duration.observe(time.monotonic() - started)
         if span is not None:
             span.end(error_type, answer)
+
+
+def _payload(body: bytes) -> aiohttp.BytesPayload:
+    """The body of one attempt as the payload aiohttp would make of the bytes (a payload is sent
+    once): given it, aiohttp skips looking up which payload type bytes make."""
+    return aiohttp.BytesPayload(body)
 
 
 def _broken(exc: BaseException, status: int | None) -> str:

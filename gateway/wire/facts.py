@@ -148,24 +148,29 @@ class CascadeFacts:
         }
 
     def log_fields(
-        self, worst_case_usd: float | None, upstream_s: float, log_prompts: bool
+        self,
+        worst_case_usd: float | None,
+        upstream_s: float,
+        log_prompts: bool,
+        fields: dict[str, Any] | None = None,
     ) -> dict[str, Any]:
         """The request log line's fields from these facts (an invalid answer's detail quotes the
-        answer: only where prompts are logged)."""
-        fields: dict[str, Any] = dict(
-            route=self.route,
-            models_called=self.models_called,
-            answered_by=self.answered_by,
-            escalated=self.escalated,
-            score=self.score,
-            threshold=self.threshold,
-            cost_usd=self.cost_usd,
-            cost_bound_usd=self.cost_bound_usd,
-            worst_case_usd=worst_case_usd,
-            upstream_ms=round(upstream_s * 1000, 3),
-            degraded=self.degraded,
-            policy_id=self.policy_id,
-        )
+        answer: only where prompts are logged), added to ``fields`` when given (the line's dict,
+        not copied again), else to a new dict; returned."""
+        if fields is None:
+            fields = {}
+        fields["route"] = self.route
+        fields["models_called"] = self.models_called
+        fields["answered_by"] = self.answered_by
+        fields["escalated"] = self.escalated
+        fields["score"] = self.score
+        fields["threshold"] = self.threshold
+        fields["cost_usd"] = self.cost_usd
+        fields["cost_bound_usd"] = self.cost_bound_usd
+        fields["worst_case_usd"] = worst_case_usd
+        fields["upstream_ms"] = round(upstream_s * 1000, 3)
+        fields["degraded"] = self.degraded
+        fields["policy_id"] = self.policy_id
         if self.mechanism is not None:
             fields.update(mechanism=self.mechanism, router_probability=self.router_probability)
         if self.commit_rule is not None:

@@ -39,9 +39,14 @@ class _StderrHandler(logging.StreamHandler):
 def json_line(created: float, level: str, event: str, fields: dict[str, Any] | None) -> str:
     """One JSON log line: ``ts``, ``level``, ``event``, then ``fields``."""
     entry: dict[str, Any] = {"ts": round(created, 6), "level": level, "event": event}
-    if fields:
+    if not fields:
+        return orjson.dumps(entry, default=str).decode()
+    if "ts" in fields or "level" in fields or "event" in fields:  # a field overrides one of those
         entry.update(fields)
-    return orjson.dumps(entry, default=str).decode()
+        return orjson.dumps(entry, default=str).decode()
+    # The same bytes as the three keys and the fields dumped as one object, without copying the
+    # fields into it: the two objects joined where the first closes and the second opens.
+    return (orjson.dumps(entry, default=str)[:-1] + b"," + orjson.dumps(fields, default=str)[1:]).decode()
 
 
 class JsonLinesFormatter(logging.Formatter):
@@ -86,7 +91,13 @@ def _sole_stderr_handler() -> _StderrHandler | None:
 
 
 def log_event(event: str, level: int = logging.INFO, **fields: Any) -> None:
-    """Log one structured event (cheap no-op when the level is disabled).
+    """Log one structured event (cheap no-op when the level is disabled); as ``log_fields``."""
+    log_fields(event, fields, level)
+
+
+def log_fields(event: str, fields: dict[str, Any], level: int = logging.INFO) -> None:
+    """Log one structured event whose fields the caller built as a dict (``log_event`` for a few
+    keyword fields; a dict given here is not copied again, and the log record may keep it).
 
     When the only handler on the way is the JSON-lines stderr handler (a served gateway), the line
     is written directly: the same text the handler would write, without building a LogRecord

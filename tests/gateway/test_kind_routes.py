@@ -9,6 +9,7 @@ to a chat body first); the kind is counted and the section's expectations are ex
 from __future__ import annotations
 
 import copy
+import logging
 from pathlib import Path
 from typing import Any
 
@@ -148,14 +149,14 @@ def test_the_request_log_line_names_the_kind(
     import gateway.api.endpoint
 
     logged: list[dict[str, Any]] = []
-    original = gateway.api.endpoint.log_event
+    original = gateway.api.endpoint.log_fields  # the request line's (gateway.wire.logs)
 
-    def record(event: str, **fields: Any) -> None:
+    def record(event: str, fields: dict[str, Any], level: int = logging.INFO) -> None:
         if event == "request":
             logged.append(fields)
-        original(event, **fields)
+        original(event, fields, level)
 
-    monkeypatch.setattr(gateway.api.endpoint, "log_event", record)
+    monkeypatch.setattr(gateway.api.endpoint, "log_fields", record)
     upstream.set_default("up-medium", ok(CALL_AS_CONTENT, confidence=0.95))
     upstream.set_default("up-small", ok("It is sunny.", confidence=0.99))
     client = kinds_gateway.client()

@@ -6,6 +6,7 @@ import json
 import logging
 from typing import Any
 
+import orjson
 import pytest
 
 from gateway.wire import logs
@@ -66,3 +67,23 @@ def test_another_handler_gets_the_record(caplog: pytest.LogCaptureFixture) -> No
     with caplog.at_level(logging.INFO, logger=logs.LOGGER_NAME):
         logs.log_event("request", status=200)
     assert [(r.getMessage(), r.fields) for r in caplog.records] == [("request", {"status": 200})]  # type: ignore[attr-defined]
+
+
+@pytest.mark.parametrize(
+    "fields",
+    [FIELDS, {}, None, {"event": "renamed", "x": 1}, {"ts": 1, "level": "odd"}, {"nested": {"a": [1.5e-7]}}],
+)
+def test_a_line_is_the_three_keys_and_the_fields_dumped_as_one_object(fields: dict[str, Any] | None) -> None:
+    # json_line joins two dumped objects when it can; the bytes are those of one merged object
+    # (a field named ts, level or event overrides that key in place, as a dict update does).
+    merged = {"ts": round(1796000000.1234567, 6), "level": "info", "event": "request", **(fields or {})}
+    expected = orjson.dumps(merged, default=str).decode()
+    assert logs.json_line(1796000000.1234567, "info", "request", fields) == expected
+
+
+def test_log_fields_logs_the_dict_it_is_given(caplog: pytest.LogCaptureFixture) -> None:
+    logs.configure_logging("info")
+    fields = {"status": 200, "tier": "accept"}
+    with caplog.at_level(logging.INFO, logger=logs.LOGGER_NAME):
+        logs.log_fields("request", fields)
+    assert [(r.getMessage(), r.fields) for r in caplog.records] == [("request", fields)]  # type: ignore[attr-defined]
