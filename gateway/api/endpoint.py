@@ -20,21 +20,20 @@ from __future__ import annotations
 
 import asyncio
 import logging
-import os
 import time
 from contextlib import aclosing
-from dataclasses import dataclass, field
 from functools import partial
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from starlette.types import Receive, Scope, Send
 
 from gateway.api.edges.base import ApiEdge, StreamTranslator, Translated, openai_error_parts
 from gateway.api.request_cycle import ON_DISCONNECT
+from gateway.api.request_log import RequestLog
+from gateway.api.request_state import RequestState
 from gateway.api.serving import BODY_TIMED_OUT
 from gateway.assembly.runtime import Gateway
-from gateway.keys.ledger import NANO_PER_USD, Reservation
-from gateway.records.record import ServedRequest
+from gateway.keys.ledger import NANO_PER_USD
 from gateway.routing.tier_choice import RoutePlan
 from gateway.stages.bodies import client_body
 from gateway.stages.outcomes import StreamFailed, StreamStart, sse_error
@@ -50,13 +49,9 @@ from gateway.wire.errors import (
 )
 from gateway.wire.exchange import ClientGone, Exchange, Headers, client_left, read_body, watch_disconnect
 from gateway.wire.facts import CascadeFacts
-from gateway.wire.logs import log_event, log_exception, log_fields
+from gateway.wire.logs import log_event, log_exception
 from gateway.wire.requests import ParsedRequest, check_client_schemas
 from gateway.wire.trace import DecisionTrace
-
-if TYPE_CHECKING:
-    from gateway.learning.answers import DrawnRequest
-    from gateway.telemetry.otel_spans import RequestTrace
 
 _JSON_HEADER = (b"content-type", b"application/json")
 _SHUTDOWN_MESSAGE = "the gateway is shutting down and this request outlasted its grace; retry it"
@@ -74,35 +69,6 @@ def error_parts(error: GatewayError, request_id: str | None = None) -> tuple[int
     return openai_error_parts(error, request_id)
 
 
-@dataclass(slots=True)
-class _Request:
-    """One request's progress through the endpoint: what its settlement, metrics and log line read."""
-
-    exchange: Exchange
-    started: float = field(default_factory=time.perf_counter)
-    request_id: str = field(default_factory=lambda: os.urandom(12).hex())
-    tier: str = "none"
-    outcome: str = "error"
-    status: int = 200
-    interrupted: bool = False
-    facts: CascadeFacts | None = None
-    parsed: ParsedRequest | None = None
-    plan: RoutePlan | None = None
-    reservation: Reservation | None = None
-    worst_case_usd: float | None = None
-    watcher: asyncio.Task[None] | None = None
-    translator: StreamTranslator | None = None
-    drawn: DrawnRequest | None = None
-    # A stream's first body bytes written, seconds after ``started`` (time to first token).
-    first_byte_s: float | None = None
-    trace: RequestTrace | None = None  # its SERVER span, when tracing is on (gateway.telemetry.tracing)
-    # For the console's record (gateway.records): the caller's key id, the error the client got, the
-    # answer sent (only where the console keeps bodies).
-    key_id: str | None = None
-    error: GatewayError | None = None
-    answer: bytes | None = None
-
-
 class ApiEndpoint:
     """ASGI app for ``POST <edge.path>``: one API edge served through the cascade."""
 
@@ -113,8 +79,7 @@ class ApiEndpoint:
         self.wanted_headers = _WANTED_HEADERS | edge.extra_headers
         # Decided once: whether the console keeps each answer sent (gateway.config.console).
         self.keep_answers = gateway.console is not None and gateway.console.keep_bodies
-        # The metric children of a request's label set (tier, outcome, kind): few sets, as labels are.
-        self._metric_children: dict[tuple[str, str, str], tuple[Any, Any, Any, Any]] = {}
+        self.request_log = RequestLog(gateway, edge.name, self.path)
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         current = asyncio.current_task()
@@ -126,7 +91,7 @@ class ApiEndpoint:
             self.gateway.untrack(current)
 
     async def _serve(self, scope: Scope, receive: Receive, send: Send, current: asyncio.Task[Any]) -> None:
-        request = _Request(Exchange(send))
+        request = RequestState(Exchange(send))
         if self.gateway.tracing is not None:
             request.trace = self.gateway.tracing.request(scope, self.path)
         try:
@@ -156,7 +121,7 @@ class ApiEndpoint:
         await self._finish(request)
 
     async def _handle(
-        self, request: _Request, scope: Scope, receive: Receive, current: asyncio.Task[Any]
+        self, request: RequestState, scope: Scope, receive: Receive, current: asyncio.Task[Any]
     ) -> None:
         """Admit the request, run it through the engine and write its response."""
         gw = self.gateway
@@ -182,7 +147,7 @@ class ApiEndpoint:
             await self._respond(request, translated, plan, facts, deadline)
         request.outcome = facts.outcome
 
-    async def _admit(self, request: _Request, scope: Scope, receive: Receive) -> Translated[Any]:
+    async def _admit(self, request: RequestState, scope: Scope, receive: Receive) -> Translated[Any]:
         """Read, authenticate, translate and route the request, and reserve its worst case."""
         gw, edge = self.gateway, self.edge
         headers = {k: v for k, v in scope["headers"] if k in self.wanted_headers}
@@ -228,7 +193,7 @@ class ApiEndpoint:
 
     async def _respond(
         self,
-        request: _Request,
+        request: RequestState,
         translated: Translated[Any],
         plan: RoutePlan,
         facts: CascadeFacts,
@@ -259,7 +224,7 @@ class ApiEndpoint:
         await request.exchange.start(200, out)
         await request.exchange.body(payload, more=False)
 
-    async def _absorb_cancel(self, request: _Request, current: asyncio.Task[Any]) -> bool:
+    async def _absorb_cancel(self, request: RequestState, current: asyncio.Task[Any]) -> bool:
         """Whether a cancellation ends this request (client gone, or cut by the shutdown drain's
         grace: answered 503 then) rather than the server's own task cancellation, which goes on."""
         gw, facts = self.gateway, request.facts
@@ -277,7 +242,7 @@ class ApiEndpoint:
         await self._send_error(request.exchange, error, request.request_id, request.translator, request)
         return True
 
-    async def _finish(self, request: _Request) -> None:
+    async def _finish(self, request: RequestState) -> None:
         """Settle spend, record metrics and the log line, then offer a sampled request to learning."""
         gw, facts, reservation = self.gateway, request.facts, request.reservation
         if facts is not None and request.outcome == "error" and facts.outcome != "error":
@@ -295,18 +260,23 @@ class ApiEndpoint:
                 cost_usd=facts.cost_usd if facts else 0.0,
                 reserved_usd=reservation.amount_nano / NANO_PER_USD if reservation is not None else None,
             )
-        self._record(request)
+        self.request_log.record(request)
         if request.trace is not None:
             request.trace.end(request)
         if gw.console is not None:
-            gw.console.record(self._served(request))
+            gw.console.record(self.request_log.served(request))
         if request.drawn is not None and request.status == 200 and request.outcome != "error":
             # The response has been sent in full: the sample goes on no client's clock.
             assert gw.learning is not None
             gw.learning.offer(request.request_id, request.drawn, request.tier)
 
     async def _stream(
-        self, request: _Request, plan: RoutePlan, parsed: ParsedRequest, facts: CascadeFacts, deadline: float
+        self,
+        request: RequestState,
+        plan: RoutePlan,
+        parsed: ParsedRequest,
+        facts: CascadeFacts,
+        deadline: float,
     ) -> int:
         """Write the engine's stream events (through the request's translator, if any); the status
         to log (an error's, if the stream failed). A stream whose first event is late starts
@@ -337,7 +307,7 @@ class ApiEndpoint:
 
     async def _write_stream(
         self,
-        request: _Request,
+        request: RequestState,
         plan: RoutePlan,
         parsed: ParsedRequest,
         facts: CascadeFacts,
@@ -380,7 +350,7 @@ class ApiEndpoint:
         error: GatewayError,
         request_id: str,
         translator: StreamTranslator | None = None,
-        request: _Request | None = None,
+        request: RequestState | None = None,
     ) -> None:
         """The error in the edge's shape (an SSE error event inside a stream); an admitted request
         of a rate-limited key carries its ``x-ratelimit-*`` headers."""
@@ -396,90 +366,6 @@ class ApiEndpoint:
         headers.append((b"content-length", str(len(payload)).encode()))
         await exchange.start(status, headers)
         await exchange.body(payload, more=False)
-
-    def _served(self, request: _Request) -> ServedRequest:
-        """What the console's record of ``request`` is built from (gateway.records.record)."""
-        return ServedRequest(
-            request_id=request.request_id,
-            api=self.edge.name,
-            path=self.path,
-            status=request.status,
-            tier=request.tier,
-            kind=request.plan.kind if request.plan is not None else "none",
-            outcome=request.outcome,
-            key_id=request.key_id,
-            duration_s=time.perf_counter() - request.started,
-            facts=request.facts,
-            parsed=request.parsed,
-            error=request.error,
-            headers=request.exchange.headers,
-            worst_case_usd=request.worst_case_usd,
-            first_byte_s=request.first_byte_s,
-            answer=request.answer,
-        )
-
-    def _request_metrics(self, tier: str, outcome: str, kind: str) -> tuple[Any, Any, Any, Any]:
-        """The children a request of ``tier``, ``outcome`` and ``kind`` updates (its count, by kind,
-        duration and overhead), found once per label set (GatewayMetrics.child)."""
-        key = (tier, outcome, kind)
-        found = self._metric_children.get(key)
-        if found is None:
-            metrics, endpoint = self.gateway.metrics, self.edge.name
-            found = self._metric_children[key] = (
-                metrics.child(metrics.requests, tier, outcome, endpoint),
-                metrics.child(metrics.requests_by_kind, tier, kind),
-                metrics.child(metrics.request_duration, tier, endpoint),
-                metrics.child(metrics.overhead, endpoint),
-            )
-        return found
-
-    def _record(self, request: _Request) -> None:
-        """Metrics and the request's log line (with the worst case reserved against, once known)."""
-        metrics = self.gateway.metrics
-        tier, outcome, facts, parsed = request.tier, request.outcome, request.facts, request.parsed
-        duration = time.perf_counter() - request.started
-        upstream_s = facts.upstream_s if facts else 0.0
-        endpoint = self.edge.name
-        plan = request.plan
-        kind = plan.kind if plan is not None else "none"
-        requests, by_kind, request_duration, overhead = self._request_metrics(tier, outcome, kind)
-        requests.inc()
-        by_kind.inc()
-        if facts is not None and facts.models_called and plan is not None and plan.policy is not None:
-            metrics.shift_alarms.observe(
-                plan.policy.policy_id,
-                tier,
-                kind,
-                outcome,
-                facts.models_called[0],
-                facts.score,
-                facts.escalated,
-            )
-        request_duration.observe(duration)
-        overhead.observe(max(0.0, duration - upstream_s))
-        if request.first_byte_s is not None:
-            metrics.child(metrics.first_token, tier, outcome).observe(request.first_byte_s)
-        fields: dict[str, Any] = {
-            "request_id": request.request_id,
-            "endpoint": endpoint,
-            "path": self.path,
-            "status": request.status,
-            "tier": tier,
-            "kind": kind,
-            "outcome": outcome,
-            "duration_ms": round(duration * 1000, 3),
-            "overhead_ms": round((duration - upstream_s) * 1000, 3),
-        }
-        if parsed is not None:
-            fields["model"] = parsed.model[:100]
-            fields["stream"] = parsed.stream
-            if self.gateway.logs.log_prompts:
-                fields["prompt"] = parsed.body.get("messages" if parsed.api == "chat" else "prompt")
-        if facts is not None:
-            facts.log_fields(request.worst_case_usd, upstream_s, self.gateway.logs.log_prompts, fields)
-        if request.first_byte_s is not None:
-            fields["first_byte_ms"] = round(request.first_byte_s * 1000, 3)
-        log_fields("request", fields)
 
 
 def _tokens(facts: CascadeFacts | None) -> int | None:

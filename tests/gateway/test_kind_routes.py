@@ -146,17 +146,17 @@ def test_requests_are_counted_by_kind_and_each_kinds_expectations_exported(
 def test_the_request_log_line_names_the_kind(
     kinds_gateway: Any, upstream: Any, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    import gateway.api.endpoint
+    import gateway.api.request_log
 
     logged: list[dict[str, Any]] = []
-    original = gateway.api.endpoint.log_fields  # the request line's (gateway.wire.logs)
+    original = gateway.api.request_log.log_fields  # the request line's (gateway.wire.logs)
 
     def record(event: str, fields: dict[str, Any], level: int = logging.INFO) -> None:
         if event == "request":
             logged.append(fields)
         original(event, fields, level)
 
-    monkeypatch.setattr(gateway.api.endpoint, "log_fields", record)
+    monkeypatch.setattr(gateway.api.request_log, "log_fields", record)
     upstream.set_default("up-medium", ok(CALL_AS_CONTENT, confidence=0.95))
     upstream.set_default("up-small", ok("It is sunny.", confidence=0.99))
     client = kinds_gateway.client()
