@@ -249,10 +249,12 @@ def _check_scorable(current: Policy) -> None:
             )
         own = next(((n, t.scorer) for n, t in section.tiers.items() if t.scorer is not None), None)
         if own is not None:
+            tier, scorer = own
+            calibrate = "cascade calibrate --benefit-scorer" if scorer.is_fitted else "cascade calibrate"
             raise RecalibrationError(
-                f"the current policy {current.policy_id} serves tier {own[0]}{where} with its own scorer "
-                f"'{own[1].name}', which recalibrate does not refit or compare: export the traffic "
-                "(cascade traffic export) and run cascade calibrate --benefit-scorer on it"
+                f"the current policy {current.policy_id} serves tier {tier}{where} with its own scorer "
+                f"'{scorer.name}', which recalibrate does not refit or compare: export the traffic "
+                f"(cascade traffic export) and run {calibrate} on it"
             )
 
 

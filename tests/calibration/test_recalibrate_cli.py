@@ -153,25 +153,34 @@ def test_a_model_without_rows_is_named(file_url: str, tmp_path: Path) -> None:
     assert "'large' lacks a labelled row in 300 of 300 queries" in " ".join(named.output.split())
 
 
+BENEFIT = BenefitSpec(
+    scored="small",
+    escalates_to="medium",
+    features=list(FEATURES),
+    mean=[0.5] * len(FEATURES),
+    scale=[0.25] * len(FEATURES),
+    coefficients=[-1.0] * len(FEATURES),
+    intercept=0.2,
+    knots_x=[-2.0, 0.0, 3.0],
+    knots_y=[0.2, 0.5, 0.95],
+    fitted_on=200,
+    helps=40,
+)
+
+
+@pytest.mark.parametrize(
+    ("scorer", "calibrate"),
+    [
+        ({"name": "escalation_benefit", "benefit": BENEFIT}, "cascade calibrate --benefit-scorer"),
+        ({"name": "min_probability"}, "cascade calibrate"),
+    ],
+)
 def test_a_current_policy_with_a_tier_of_its_own_scorer_is_refused_with_the_way_out(
-    file_url: str, tmp_path: Path
+    file_url: str, tmp_path: Path, scorer: dict[str, Any], calibrate: str
 ) -> None:
     current = policy_from(traffic(300, seed=1), tmp_path / "plain.json")
-    benefit = BenefitSpec(
-        scored="small",
-        escalates_to="medium",
-        features=list(FEATURES),
-        mean=[0.5] * len(FEATURES),
-        scale=[0.25] * len(FEATURES),
-        coefficients=[-1.0] * len(FEATURES),
-        intercept=0.2,
-        knots_x=[-2.0, 0.0, 3.0],
-        knots_y=[0.2, 0.5, 0.95],
-        fitted_on=200,
-        helps=40,
-    )
     economy = current.tiers["economy"].model_copy(
-        update={"scorer": ScorerSpec(name="escalation_benefit", top_k=current.scorer.top_k, benefit=benefit)}
+        update={"scorer": ScorerSpec(top_k=current.scorer.top_k, **scorer)}
     )
     document = current.model_dump(mode="json", exclude_none=True)
     document["tiers"]["economy"] = economy.model_dump(mode="json", exclude_none=True)
@@ -182,8 +191,8 @@ def test_a_current_policy_with_a_tier_of_its_own_scorer_is_refused_with_the_way_
     assert result.exit_code == 1
     assert " ".join(result.output.split()) == (
         f"error: the current policy {with_own.policy_id} serves tier economy with its own scorer "
-        "'escalation_benefit', which recalibrate does not refit or compare: export the traffic (cascade "
-        "traffic export) and run cascade calibrate --benefit-scorer on it"
+        f"'{scorer['name']}', which recalibrate does not refit or compare: export the traffic (cascade "
+        f"traffic export) and run {calibrate} on it"
     )
 
 
