@@ -233,7 +233,9 @@ def _check_sampling(scrape: Samples, sent: int, policy: Policy) -> None:
     cheap, models = route.models[0], list(policy.models)
     assert metric_value(scrape, "cascade_learning_sampled_total", tier=TIER) == sent
     assert metric_value(scrape, "cascade_learning_dropped_total") == 0
-    assert metric_value(scrape, "cascade_learning_rows_written_total") == sent * len(models)
+    # A shadow call that failed or timed out ends the wait early: its outcomes say which.
+    shadow = [sample for sample in scrape if sample[0] == "cascade_shadow_calls_total"]
+    assert metric_value(scrape, "cascade_learning_rows_written_total") == sent * len(models), shadow
     assert metric_value(scrape, "cascade_learning_store_up") == 1
     assert metric_value(scrape, "cascade_learning_queue_depth") == 0
     assert metric_value(scrape, "cascade_shadow_calls_total", model=cheap) == 0  # its answer is reused
