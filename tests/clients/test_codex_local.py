@@ -25,6 +25,7 @@ from local_agents import (
     CODEX_PROVIDER,
     FOLLOW_UP,
     SHORT_TASK,
+    answered_number,
     has_number,
 )
 
@@ -58,7 +59,9 @@ def test_a_short_task_and_its_second_turn_on_the_local_models(local_demo, tmp_pa
     )
     answer, usage, first_s = _turn(codex, SHORT_TASK, tmp_path / "work")
     record_property("first_turn_s", round(first_s, 1))
-    assert has_number(answer, 42), answer
+    number = answered_number(answer)
+    record_property("first_answer", number)
+    assert number is not None, answer  # the model's arithmetic is not the gateway's (local_agents.py)
     prompt = usage["input_tokens"]
     assert prompt > 1500  # Codex's tools and context, as a user's first request
 
@@ -66,6 +69,6 @@ def test_a_short_task_and_its_second_turn_on_the_local_models(local_demo, tmp_pa
     record_property("second_turn_s", round(second_s, 1))
     turns = f"first turn {first_s:.1f} s ({prompt} prompt tokens), second turn {second_s:.1f} s"
     print(f"codex on the local models: {turns}")
-    assert has_number(answer, 42), answer
+    assert has_number(answer, number), (number, answer)  # the first turn reached the model
     # The second turn's prompt starts with the first one's: llama-server re-read only the new part.
     assert usage["cached_input_tokens"] >= 0.9 * prompt, usage

@@ -175,7 +175,10 @@ def replicas(
     finally:
         for replica in started:
             replica.stop()
-            print(f"--- log of {replica.url} ---\n{replica.log_tail()}")  # shown if the test failed
+            # Shown if the test failed: the warnings (a shadow call's failure says why) and the end.
+            warnings = [line for line in replica.log_text().splitlines() if '"level":"warning"' in line]
+            print(f"--- warnings of {replica.url} ---\n" + "\n".join(warnings[-20:]))
+            print(f"--- log of {replica.url} ---\n{replica.log_tail()}")
 
 
 # --- steps and checks ---------------------------------------------------------------------------

@@ -156,8 +156,8 @@ def test_passthrough_requests_are_not_sampled(
     assert registry_value(running.gateway, "cascade_learning_sampled_total") == 0
 
 
-def test_failed_shadow_call_is_a_missing_row_not_a_wrong_one(
-    start_gateway: Callable, make_settings: Callable, upstream, tmp_path: Path
+def test_failed_shadow_call_is_a_missing_row_not_a_wrong_one_and_says_why(
+    start_gateway: Callable, make_settings: Callable, upstream, tmp_path: Path, caplog
 ) -> None:
     url = f"file://{tmp_path / 'traffic.jsonl'}"
     upstream.set_default("up-small", ok("Paris", confidence=0.99))
@@ -174,6 +174,8 @@ def test_failed_shadow_call_is_a_missing_row_not_a_wrong_one(
     assert registry_value(gateway, "cascade_shadow_calls_total", model="medium", outcome="failed") == 1
     assert registry_value(gateway, "cascade_shadow_cost_usd_total", model="medium") == 0
     assert registry_value(gateway, "cascade_judge_outcomes_total", outcome="disagree") == 0
+    failures = [r.fields for r in caplog.records if r.getMessage() == "shadow_call_failed"]
+    assert [(f["model"], f["kind"], f["status"]) for f in failures] == [("medium", "http", 500)], failures
 
 
 def test_failed_reference_leaves_every_label_missing(
