@@ -18,10 +18,10 @@ from localpool.demo_config import REQUEST_TIMEOUT_S
 
 SHORT_TASK = "What is 6*7? Answer with the number only."
 # The second turn asks about the first (a 1.5B model adding 8 to 42 once answered 49). The tests
-# check that the second answer repeats the first one's number, not that the first is 42: both CLIs
-# sample (Claude Code at temperature 1, whose client fields win over a model's request defaults),
-# and the 0.5B model once answered 34 with confidence enough to be served. The models' arithmetic
-# is measured by the calibration, not here.
+# check that the second answer repeats the first one's number, not that the first is 42: the CLIs
+# send no temperature (Claude Code's request, as the gateway forwards it: model, max_tokens and the
+# scorer's logprobs), so llama-server samples at its default, and the 0.5B model once answered 34
+# with confidence enough to be served. The models' arithmetic is measured by the calibration.
 FOLLOW_UP = "Write that same number again, and nothing else."
 # One CLI run: two requests' deadlines (a retried first request, or a tool round trip), and a margin.
 AGENT_TIMEOUT_S = 2 * REQUEST_TIMEOUT_S + 60
