@@ -91,7 +91,7 @@ def translated(request: Request) -> Translated[Request]:
     chat = request.chat
     stream = request.stream
     wants_logprobs = request.wants_logprobs
-    parsed = ParsedRequest("chat", chat, request.model, stream, 1, wants_logprobs, include_usage=stream)
+    parsed = ParsedRequest("chat", chat, request.model, stream, 1, wants_logprobs, stream)  # include_usage
     return Translated(parsed, encoded_size(chat), request)
 
 
