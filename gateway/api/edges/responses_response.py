@@ -26,14 +26,15 @@ class ResponseUsage(TypedDict):
     total_tokens: int
 
 
-def render_response(chat: JSONObject, context: ResponsesRequest) -> JSONObject:
-    """A complete chat answer (its first choice) as a Response object."""
+def render_response(chat: JSONObject, context: ResponsesRequest, model_name: str | None = None) -> JSONObject:
+    """A complete chat answer (its first choice) as a Response object; ``model`` is ``model_name``
+    when given, else the answer's (else the request's)."""
     choice, message = first_choice(chat)
     status, incomplete = completion_status(choice.get("finish_reason"))
     return response_object(
         context,
         status=status,
-        model=chat.get("model") or context.model,
+        model=model_name or chat.get("model") or context.model,
         output=output_items(message, choice.get("logprobs"), context, status),
         usage=response_usage(chat.get("usage")),
         incomplete_details=incomplete,
