@@ -35,7 +35,6 @@ from gateway.api.serving import BODY_TIMED_OUT
 from gateway.assembly.runtime import Gateway
 from gateway.keys.ledger import NANO_PER_USD
 from gateway.routing.tier_choice import RoutePlan
-from gateway.stages.bodies import client_body
 from gateway.stages.outcomes import StreamFailed, StreamStart, sse_error
 from gateway.streaming.early_start import EarlyStart, decision_comment
 from gateway.streaming.sse import SSE_HEADERS
@@ -207,8 +206,8 @@ class ApiEndpoint:
         parsed = translated.request
         result = await self.gateway.engine.run(plan, parsed, deadline, facts=facts)
         try:  # shaping the answer for the client reads it
-            body = client_body(result.body, facts.answered_by, parsed)  # type: ignore[arg-type]
-            payload = self.edge.render(body, translated.context)
+            answer, context = result.body, translated.context
+            payload = self.edge.render_answer(answer, facts.answered_by, parsed, context)  # type: ignore[arg-type]
         except READ_FAILURES as exc:
             raise unreadable(facts.answered_by, exc) from exc
         overhead_ms = (time.perf_counter() - request.started - facts.upstream_s) * 1000

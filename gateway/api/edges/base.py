@@ -9,6 +9,8 @@ An edge has a ``name`` (the ``endpoint`` label of metrics and logs) and a ``path
   request the engine forwards: the spend reservation counts one prompt token per byte of it, so
   whatever the translation adds (instructions, tool schemas) is reserved for;
 * ``render(body, context)``: the non-streamed answer (a client-shaped chat body) as its API's JSON;
+  ``render_answer`` makes that body of the upstream's answer (``client_body``) and renders it, and
+  an edge whose shape never reads what the client view changes may render the answer as it is;
 * ``stream_translator(context)``: ``None`` when the engine's chat SSE bytes are already its API's
   stream, else a ``StreamTranslator`` turning them into its API's events;
 * ``error_parts(error, request_id)``: an error as (status, headers, body) in its API's error shape;
@@ -29,6 +31,7 @@ from typing import Any, Generic, TypeVar
 
 import orjson
 
+from gateway.stages.bodies import client_body
 from gateway.wire.errors import GatewayError
 from gateway.wire.exchange import Headers
 from gateway.wire.requests import CompletionApi, ParsedRequest, encoded_size, parse_request
@@ -91,7 +94,7 @@ def translated(request: Request) -> Translated[Request]:
     chat = request.chat
     stream = request.stream
     wants_logprobs = request.wants_logprobs
-    parsed = ParsedRequest("chat", chat, request.model, stream, 1, wants_logprobs, include_usage=stream)
+    parsed = ParsedRequest("chat", chat, request.model, stream, 1, wants_logprobs, stream)  # include_usage
     return Translated(parsed, encoded_size(chat), request)
 
 
@@ -167,6 +170,13 @@ class ApiEdge(ABC, Generic[Context]):
     @abstractmethod
     def render(self, body: dict[str, Any], context: Context) -> bytes:
         """The non-streamed answer in the API's shape, from the client-shaped chat ``body``."""
+
+    def render_answer(
+        self, answer: dict[str, Any], model_name: str, request: ParsedRequest, context: Context
+    ) -> bytes:
+        """The non-streamed answer in the API's shape, from the upstream's ``answer`` (answered by
+        the configured model ``model_name``): ``render`` of its client view (``client_body``)."""
+        return self.render(client_body(answer, model_name, request), context)
 
     def stream_translator(self, context: Context) -> StreamTranslator | None:
         """A translator of the engine's stream for one request, or None when none is needed."""

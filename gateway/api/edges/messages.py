@@ -23,6 +23,7 @@ from gateway.api.edges.messages_response import error_body, render_message
 from gateway.api.edges.messages_stream import PING, MessagesStreamTranslator
 from gateway.wire.errors import AuthenticationError, BudgetExceededError, GatewayError
 from gateway.wire.exchange import Headers
+from gateway.wire.requests import ParsedRequest
 
 COUNT_TOKENS_PATH = "/v1/messages/count_tokens"
 COUNT_TOKENS_REFUSAL = (
@@ -53,6 +54,16 @@ class MessagesEdge(ApiEdge[MessagesRequest]):
     def render(self, body: dict[str, Any], context: MessagesRequest) -> bytes:
         """The answer as an Anthropic ``message`` (``model`` is the configured model that answered)."""
         return orjson.dumps(render_message(body, str(body.get("model") or ""), context.stop_sequences))
+
+    def render_answer(
+        self, answer: dict[str, Any], model_name: str, request: ParsedRequest, context: MessagesRequest
+    ) -> bytes:
+        """The ``message`` of the upstream's answer. Without logprobs asked it is rendered from the
+        answer as it is: the client view (``client_body``) would only drop logprobs the message
+        never reads, and name ``model_name``, given here (a copy saved)."""
+        if context.wants_logprobs:  # the client view trims the alternatives in place
+            return super().render_answer(answer, model_name, request, context)
+        return orjson.dumps(render_message(answer, model_name or "", context.stop_sequences))
 
     def stream_translator(self, context: MessagesRequest) -> MessagesStreamTranslator:
         """Anthropic's SSE events for one streamed request."""

@@ -17,6 +17,7 @@ from gateway.api.edges.base import ApiEdge, StreamTranslator, Translated, transl
 from gateway.api.edges.responses_request import ResponsesRequest, translate_request
 from gateway.api.edges.responses_response import render_response
 from gateway.api.edges.responses_stream import ResponsesStream
+from gateway.wire.requests import ParsedRequest
 
 
 class ResponsesEdge(ApiEdge[ResponsesRequest]):
@@ -32,6 +33,16 @@ class ResponsesEdge(ApiEdge[ResponsesRequest]):
     def render(self, body: dict[str, Any], context: ResponsesRequest) -> bytes:
         """The Response object of a complete chat answer."""
         return orjson.dumps(render_response(body, context))
+
+    def render_answer(
+        self, answer: dict[str, Any], model_name: str, request: ParsedRequest, context: ResponsesRequest
+    ) -> bytes:
+        """The Response object of the upstream's answer. Without logprobs asked it is rendered from
+        the answer as it is: the client view (``client_body``) would only drop the logprobs the
+        Response does not read then, and name ``model_name``, given here (a copy saved)."""
+        if context.wants_logprobs:  # the client view trims the alternatives to those asked
+            return super().render_answer(answer, model_name, request, context)
+        return orjson.dumps(render_response(answer, context, model_name or context.model))
 
     def stream_translator(self, context: ResponsesRequest) -> StreamTranslator:
         """The Responses event stream of one request."""

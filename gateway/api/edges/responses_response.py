@@ -26,14 +26,15 @@ class ResponseUsage(TypedDict):
     total_tokens: int
 
 
-def render_response(chat: JSONObject, context: ResponsesRequest) -> JSONObject:
-    """A complete chat answer (its first choice) as a Response object."""
+def render_response(chat: JSONObject, context: ResponsesRequest, model_name: str | None = None) -> JSONObject:
+    """A complete chat answer (its first choice) as a Response object; ``model`` is ``model_name``
+    when given, else the answer's (else the request's)."""
     choice, message = first_choice(chat)
     status, incomplete = completion_status(choice.get("finish_reason"))
     return response_object(
         context,
         status=status,
-        model=chat.get("model") or context.model,
+        model=model_name or chat.get("model") or context.model,
         output=output_items(message, choice.get("logprobs"), context, status),
         usage=response_usage(chat.get("usage")),
         incomplete_details=incomplete,
@@ -175,34 +176,64 @@ def response_object(
     error: dict[str, str] | None = None,
 ) -> JSONObject:
     """A Response object: the request's echoed settings around ``output`` and ``usage``."""
-    return {
-        "id": context.response_id,
-        "object": "response",
-        "created_at": context.created_at,
-        "status": status,
-        "background": False,
-        "error": error,
-        "incomplete_details": incomplete_details,
-        "instructions": context.instructions,
-        "max_output_tokens": context.max_output_tokens,
-        "max_tool_calls": context.echo.get("max_tool_calls"),
-        "model": model,
-        "output": output,
-        "parallel_tool_calls": context.parallel_tool_calls,
-        "previous_response_id": None,
-        "prompt_cache_key": context.echo.get("prompt_cache_key"),
-        "reasoning": context.reasoning,
-        "safety_identifier": context.echo.get("safety_identifier"),
-        "service_tier": "default",
-        "store": False,
-        "temperature": context.temperature,
-        "text": context.text,
-        "tool_choice": context.tool_choice,
-        "tools": context.tools,
-        "top_logprobs": context.top_logprobs,
-        "top_p": context.top_p,
-        "truncation": "disabled",
-        "usage": usage,
-        "user": context.echo.get("user"),
-        "metadata": context.metadata,
-    }
+    # A copy of the template with its per-request values set: building the 30-key dict afresh
+    # (two literal halves merged, growing it twice) costs three times as much (docs/benchmarks.md).
+    response = _RESPONSE_TEMPLATE.copy()
+    response["id"] = context.response_id
+    response["created_at"] = context.created_at
+    response["status"] = status
+    response["error"] = error
+    response["incomplete_details"] = incomplete_details
+    response["instructions"] = context.instructions
+    response["max_output_tokens"] = context.max_output_tokens
+    echo = context.echo
+    if echo:
+        for name in ("max_tool_calls", "prompt_cache_key", "safety_identifier", "user"):
+            response[name] = echo.get(name)
+    response["model"] = model
+    response["output"] = output
+    response["parallel_tool_calls"] = context.parallel_tool_calls
+    response["reasoning"] = context.reasoning
+    response["temperature"] = context.temperature
+    response["text"] = context.text
+    response["tool_choice"] = context.tool_choice
+    response["tools"] = context.tools
+    response["top_logprobs"] = context.top_logprobs
+    response["top_p"] = context.top_p
+    response["usage"] = usage
+    response["metadata"] = context.metadata
+    return response
+
+
+# Every key of a Response object in its order, with the values no request changes.
+_RESPONSE_TEMPLATE: JSONObject = {
+    "id": "",
+    "object": "response",
+    "created_at": 0,
+    "status": "",
+    "background": False,
+    "error": None,
+    "incomplete_details": None,
+    "instructions": None,
+    "max_output_tokens": None,
+    "max_tool_calls": None,
+    "model": "",
+    "output": None,
+    "parallel_tool_calls": True,
+    "previous_response_id": None,
+    "prompt_cache_key": None,
+    "reasoning": None,
+    "safety_identifier": None,
+    "service_tier": "default",
+    "store": False,
+    "temperature": None,
+    "text": None,
+    "tool_choice": "auto",
+    "tools": None,
+    "top_logprobs": None,
+    "top_p": None,
+    "truncation": "disabled",
+    "usage": None,
+    "user": None,
+    "metadata": None,
+}
