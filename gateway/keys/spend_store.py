@@ -37,7 +37,7 @@ from __future__ import annotations
 import asyncio
 import os
 from collections.abc import Sequence
-from dataclasses import dataclass
+from typing import NamedTuple
 
 from redis.asyncio import Redis
 
@@ -178,8 +178,7 @@ return redis.call('ZCARD', KEYS[1])
 )
 
 
-@dataclass(frozen=True, slots=True)
-class ReserveReply:
+class ReserveReply(NamedTuple):
     """``status``: 1 admitted, 0 refused (over the limit), -1 cancelled already, -2 epoch changed,
     -3 refused by a rate limit; ``rate_counts``: (requests, tokens) of each rate window, flattened."""
 
@@ -188,8 +187,7 @@ class ReserveReply:
     rate_counts: tuple[int, ...] = ()
 
 
-@dataclass(frozen=True, slots=True)
-class ReserveExtras:
+class ReserveExtras(NamedTuple):
     """What a reservation checks beyond the spend limit, in the same script: the key's rate-limit
     windows (``rate``, with the request's worst-case ``tokens`` and the time ``now``), a budget
     period's counter lifetime (``ttl_s``; None: the store's) and rollover (``rollover_from``: the
