@@ -179,11 +179,13 @@ class ApiEndpoint:
         request.tier = plan.tier
         try:
             # The prompt bound is the request the engine sends, with all a translation added.
-            request.worst_case_usd = gw.reserve_estimate(plan, parsed, translated.sent_bytes)
-            # Worst-case tokens only for a key with a token limit (gateway.keys.rate_limits).
+            # Worst-case tokens only for a key with a token limit (gateway.keys.rate_limits), in
+            # the same pass over the route.
             tokens = 0
             if identity.rate_limits and any(limit.tokens is not None for limit in identity.rate_limits):
-                tokens = gw.reserve_tokens(plan, parsed, translated.sent_bytes)
+                request.worst_case_usd, tokens = gw.reserve_bounds(plan, parsed, translated.sent_bytes)
+            else:
+                request.worst_case_usd = gw.reserve_estimate(plan, parsed, translated.sent_bytes)
             request.reservation = await gw.shared.spend.reserve(identity, request.worst_case_usd, tokens)
         except BudgetExceededError:
             gw.metrics.budget_rejections.inc()

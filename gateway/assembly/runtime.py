@@ -314,6 +314,18 @@ class Gateway:
         route = self._route_tokens(plan, request, body_bytes, parts)
         return sum(sum(tokens) * model.billed_attempts for model, tokens in route)
 
+    def reserve_bounds(self, plan: RoutePlan, request: ParsedRequest, body_bytes: int) -> tuple[float, int]:
+        """(``reserve_estimate``, ``reserve_tokens``) of a request in one pass over its route: what a
+        key with a token rate limit reserves (the same values, the same refusals)."""
+        parts = part_counts(request.body)
+        if parts and UNPRICED in parts:
+            raise _unpriced(request.body)
+        total, tokens = 0.0, 0
+        for model, bound in self._route_tokens(plan, request, body_bytes, parts):
+            total += bound_usd(model.price, *bound) * model.billed_attempts
+            tokens += sum(bound) * model.billed_attempts
+        return total + self._scoring_bound_usd(plan, request, parts), tokens
+
     def _route_tokens(
         self, plan: RoutePlan, request: ParsedRequest, body_bytes: int, parts: dict[str, int]
     ) -> Iterator[tuple[ModelConfig, tuple[int, int]]]:

@@ -47,7 +47,7 @@ _TTL_MARGIN_S = 60
 # limit carried over, in nano-USD (-1: none); ``rate_tokens``: the request's worst-case tokens;
 # ``rate_n``: the window count. After the fixed slots: one hash per window (KEYS), and its
 # requests limit, tokens limit (-1: no limit) and ttl (ARGV).
-RESERVE_RATE_SLOTS = ScriptSlots(keys=("rollover_key",), args=("rollover_cap", "rate_tokens", "rate_n"))
+RESERVE_RATE_SLOTS = ScriptSlots(keys=("rollover_key",), args=("rollover_cap", "rate_n", "rate_tokens"))
 # Reads the spend part's ``spend_limit`` (a rollover raises it before the spend part reads it) and,
 # to report a refusal, its ``spend_key``.
 RESERVE_PRELUDE = """
@@ -106,7 +106,7 @@ return reply
 # Settle side: this part's slots, after the spend part's (the tokens and requests to add to each
 # window, the window count), then one hash per window (KEYS). Applied only when the spend part
 # settled a pending reservation (returned 1): once per request.
-FINISH_RATE_SLOTS = ScriptSlots(args=("tokens_delta", "requests_delta", "rate_n"))
+FINISH_RATE_SLOTS = ScriptSlots(args=("rate_n", "requests_delta", "tokens_delta"))
 FINISH_MAIN = """
 local result = spend_finish()
 if result == 1 then

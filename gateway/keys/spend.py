@@ -181,9 +181,16 @@ class SpendLimiter(SpendSync):
         if self._store is None:
             limit = self._local_limit(identity, win, limit, known=True)
             return self._reserve_locally(identity, base, ledger, win, limit, limit, rates, now)
-        admitted = await self._until_redis_decides(
-            functools.partial(self._reserve_in_redis, identity, base, ledger, win, limit, rates, now)
-        )
+        attempt = self._reserve_in_redis
+        admitted: Reservation | FallbackReason
+        if self._redis_ready():  # the common case: one attempt, no retry loop to enter
+            admitted = await attempt(identity, base, ledger, win, limit, rates, now)
+            if isinstance(admitted, str):
+                retry = functools.partial(attempt, identity, base, ledger, win, limit, rates, now)
+                admitted = await self._until_redis_decides(retry, admitted)
+        else:
+            retry = functools.partial(attempt, identity, base, ledger, win, limit, rates, now)
+            admitted = await self._until_redis_decides(retry)
         if isinstance(admitted, Reservation):
             return admitted
         reason = admitted

@@ -37,13 +37,13 @@ from __future__ import annotations
 import asyncio
 import os
 from collections.abc import Sequence
-from dataclasses import dataclass
+from typing import NamedTuple
 
 from redis.asyncio import Redis
 
-from gateway.keys import rate_limits
+from gateway.keys import rate_limits, spend_calls
 from gateway.keys.rate_limits import RateWindows
-from gateway.redis.batch import Arg, LuaScript, RedisBatcher, ScriptSlots
+from gateway.redis.batch import LuaScript, RedisBatcher, ScriptSlots
 from gateway.redis.keys import RedisKeys
 
 EPOCH_CHANGED = -2
@@ -68,8 +68,8 @@ end
 
 # The slots of the spend part of every script: the counter, the pending reservations, the
 # cancellation tombstone of the operation, the epoch marker.
-_SPEND_KEYS = ("spend_key", "pending_key", "cancelled_key", "epoch_key")
-_RESERVE_SLOTS = ScriptSlots(keys=_SPEND_KEYS, args=("amount", "spend_limit", "ttl", "op_id", "epoch"))
+_SPEND_KEYS = spend_calls.SPEND_KEYS  # packed in this order (gateway.keys.spend_calls)
+_RESERVE_SLOTS = ScriptSlots(keys=_SPEND_KEYS, args=spend_calls.RESERVE_ARGS)
 _RESERVE_BODY = """
 if redis.call('GET', epoch_key) ~= epoch then return {-2, '0'} end
 if redis.call('EXISTS', cancelled_key) == 1 then return {-1, '0'} end
@@ -103,7 +103,7 @@ _RESERVE_LUA = LuaScript.of(
 # rate-limit arguments and rollover key the script above always takes.
 _RESERVE_PLAIN_LUA = LuaScript.of(_RESERVE_SLOTS.lua() + _SATURATING_ADD + _RESERVE_BODY)
 
-_FINISH_SLOTS = ScriptSlots(keys=_SPEND_KEYS, args=("op_id", "actual", "epoch", "marker_ttl", "cancel"))
+_FINISH_SLOTS = ScriptSlots(keys=_SPEND_KEYS, args=spend_calls.FINISH_ARGS)
 _FINISH_BODY = """
 if redis.call('GET', epoch_key) ~= epoch then return -2 end
 local amount = redis.call('HGET', pending_key, op_id)
@@ -131,6 +131,13 @@ _FINISH_LUA = LuaScript.of(
 
 # A reservation without rate-limit windows: the spend part alone.
 _FINISH_PLAIN_LUA = LuaScript.of(_FINISH_SLOTS.lua() + _SATURATING_ADD + _FINISH_BODY)
+
+# The calls are packed in the slots' order (gateway.keys.spend_calls): the rate part's too.
+assert (
+    ScriptSlots(spend_calls.RESERVE_RATE_KEYS, spend_calls.RESERVE_RATE_ARGS)
+    == rate_limits.RESERVE_RATE_SLOTS
+)
+assert ScriptSlots(args=spend_calls.FINISH_RATE_ARGS) == rate_limits.FINISH_RATE_SLOTS
 
 _APPLY_ONCE_LUA = LuaScript.of(
     _SATURATING_ADD
@@ -171,8 +178,7 @@ return redis.call('ZCARD', KEYS[1])
 )
 
 
-@dataclass(frozen=True, slots=True)
-class ReserveReply:
+class ReserveReply(NamedTuple):
     """``status``: 1 admitted, 0 refused (over the limit), -1 cancelled already, -2 epoch changed,
     -3 refused by a rate limit; ``rate_counts``: (requests, tokens) of each rate window, flattened."""
 
@@ -181,8 +187,7 @@ class ReserveReply:
     rate_counts: tuple[int, ...] = ()
 
 
-@dataclass(frozen=True, slots=True)
-class ReserveExtras:
+class ReserveExtras(NamedTuple):
     """What a reservation checks beyond the spend limit, in the same script: the key's rate-limit
     windows (``rate``, with the request's worst-case ``tokens`` and the time ``now``), a budget
     period's counter lifetime (``ttl_s``; None: the store's) and rollover (``rollover_from``: the
@@ -213,24 +218,14 @@ class RedisSpendStore:
         self._batch = RedisBatcher.wrap(redis, timeout_s)
         self.timeout_s = timeout_s
         self._counter_ttl_s = counter_ttl_s
-        self._epoch_key = keys.spend_epoch
-        # (key id, window) -> its counter and pending hash: named once per key and window, not per call.
-        self._window_keys: dict[tuple[str, int], tuple[str, str]] = {}
-
-    def _spend_keys(self, key_id: str, window: int, op_id: str) -> dict[str, str]:
-        """The spend part's keys of every script, by slot name."""
-        names = self._window_keys.get((key_id, window))
-        if names is None:
-            if len(self._window_keys) > 10_000:
-                self._window_keys.clear()  # bounded: one entry per active key and window
-            names = (self.keys.spend(key_id, window), self.keys.spend_pending(key_id, window))
-            self._window_keys[(key_id, window)] = names
-        return {
-            "spend_key": names[0],
-            "pending_key": names[1],
-            "cancelled_key": self.keys.spend_cancelled(op_id),
-            "epoch_key": self._epoch_key,
-        }
+        self._calls = spend_calls.SpendCalls(
+            keys,
+            reserve_plain=_RESERVE_PLAIN_LUA,
+            reserve=_RESERVE_LUA,
+            finish_plain=_FINISH_PLAIN_LUA,
+            finish=_FINISH_LUA,
+            marker_ttl_s=_MARKER_TTL_S,
+        )
 
     async def establish_epoch(self) -> str:
         """The current epoch, creating one if Redis has none (new or wiped)."""
@@ -253,32 +248,19 @@ class RedisSpendStore:
     ) -> ReserveReply:
         """Admit ``amount`` nano-USD if it fits under ``limit`` (and the key's rate limits admit the
         request, ``extras``); see the module docstring."""
-        spend_keys = self._spend_keys(key_id, window, op_id)
+        calls = self._calls.window(key_id, window)
         if extras is None:
-            keys = _RESERVE_SLOTS.keys_of(**spend_keys)
-            args = _RESERVE_SLOTS.args_of(
-                amount=amount, spend_limit=limit, ttl=self._counter_ttl_s, op_id=op_id, epoch=epoch
-            )
-            reply = await self._batch.run_script(_RESERVE_PLAIN_LUA, keys, args)
+            command = self._calls.reserve_plain(calls, op_id, amount, limit, self._counter_ttl_s, epoch)
+            reply = await self._batch.run_packed(_RESERVE_PLAIN_LUA, command)
             return ReserveReply(int(reply[0]), int(reply[1]))
-        windows = extras.rate
-        keys = _RESERVE_RATED_SLOTS.keys_of(
-            **spend_keys, rollover_key=extras.rollover_from or spend_keys["spend_key"]
+        rollover = (
+            (extras.rollover_from, extras.rollover_cap_nano) if extras.rollover_from else (calls.spend, -1)
         )
-        args = _RESERVE_RATED_SLOTS.args_of(
-            amount=amount,
-            spend_limit=limit,
-            ttl=extras.ttl_s or self._counter_ttl_s,
-            op_id=op_id,
-            epoch=epoch,
-            rollover_cap=extras.rollover_cap_nano if extras.rollover_from else -1,
-            rate_tokens=extras.tokens,
-            rate_n=len(windows.keys) if windows is not None else 0,
+        ttl = extras.ttl_s or self._counter_ttl_s
+        command = self._calls.reserve_rated(
+            calls, op_id, amount, limit, ttl, epoch, rollover, extras.rate, extras.tokens
         )
-        if windows is not None:
-            keys += windows.keys
-            args += windows.args(extras.tokens, extras.now)
-        reply = await self._batch.run_script(_RESERVE_LUA, keys, args)
+        reply = await self._batch.run_packed(_RESERVE_LUA, command)
         return ReserveReply(
             int(reply[0]), int(reply[1]), tuple(map(int, reply[2:])) if len(reply) > 2 else ()
         )
@@ -298,18 +280,12 @@ class RedisSpendStore:
     ) -> int:
         """Replace reservation ``op_id`` by ``actual`` (and its reserved tokens by ``tokens_delta``
         more in the windows ``rate_keys``): 1 done, 0 nothing pending, -2 epoch changed."""
-        keys = _FINISH_SLOTS.keys_of(**self._spend_keys(key_id, window, op_id))
-        spend_args: dict[str, Arg] = dict(
-            op_id=op_id, actual=actual, epoch=epoch, marker_ttl=_MARKER_TTL_S, cancel=1 if cancel else 0
+        calls = self._calls.window(key_id, window)
+        deltas = (requests_delta, tokens_delta)
+        script, command = self._calls.finish(
+            calls, op_id, actual, epoch, 1 if cancel else 0, rate_keys, deltas
         )
-        if not rate_keys:
-            return int(
-                await self._batch.run_script(_FINISH_PLAIN_LUA, keys, _FINISH_SLOTS.args_of(**spend_args))
-            )
-        args = _FINISH_RATED_SLOTS.args_of(
-            **spend_args, tokens_delta=tokens_delta, requests_delta=requests_delta, rate_n=len(rate_keys)
-        )
-        return int(await self._batch.run_script(_FINISH_LUA, [*keys, *rate_keys], args))
+        return int(await self._batch.run_packed(script or _FINISH_PLAIN_LUA, command))
 
     async def apply_once(
         self, key_id: str, window: int, op_id: str, amount: int, epoch: str, ttl_s: int | None = None

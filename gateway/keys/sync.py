@@ -228,22 +228,27 @@ class SpendSync:
                 return "epoch"
         return None
 
+    def _redis_ready(self) -> bool:
+        """Redis usable with a known epoch (every request while Redis is healthy): an operation is
+        tried at once, without awaiting the check, which would only say so."""
+        return self._epoch is not None and not self._dirty and not self._outage.degraded
+
     async def _until_redis_decides(
-        self, attempt: Callable[[], Awaitable[T | FallbackReason]]
+        self, attempt: Callable[[], Awaitable[T | FallbackReason]], failed: FallbackReason | None = None
     ) -> T | FallbackReason:
         """What ``attempt`` (one request-path Redis operation) returned once Redis decided, else why
         Redis cannot decide. A failed attempt is made again (it takes a new op id itself) until Redis
         answers or the outage rule says degraded; a request waits no longer than ``outage_after_s``
-        and one timeout in all (gateway.keys.outage)."""
-        # Redis usable with a known epoch (every request while Redis is healthy): no awaiting the
-        # check, which only says so.
-        ready = self._epoch is not None and not self._dirty and not self._outage.degraded
-        reason: FallbackReason | None = None if ready else await self._usable_epoch()
+        and one timeout in all (gateway.keys.outage). ``failed``: why the caller's own first attempt
+        (made while ``_redis_ready``) failed; the attempts go on from there."""
+        reason: FallbackReason | None = failed
         if reason is None:
-            result = await attempt()
-            if not isinstance(result, str):
-                return result
-            reason = cast(FallbackReason, result)
+            reason = None if self._redis_ready() else await self._usable_epoch()
+            if reason is None:
+                result = await attempt()
+                if not isinstance(result, str):
+                    return result
+                reason = cast(FallbackReason, result)
         assert self._store is not None
         give_up = time.monotonic() + self._outage.after_s + self._store.timeout_s
         while reason in ("timeout", "error") and not self._outage.degraded and not self._last_refused:

@@ -12,8 +12,12 @@ one round trip for every request that reached Redis in that iteration, under one
 command is still executed by Redis on its own and in order (a pipeline is not a transaction), and
 each caller gets its own reply or error, so what a command does is unchanged: the spend scripts
 keep their op ids, pending hashes and epoch check (gateway.keys.spend_store). The batch is packed here
-(``pack_commands``) and sent on a connection of the client's pool, without redis-py's pipeline
-object, whose per-command packing and bookkeeping cost more than the round trip they share.
+(``pack_commands``; a caller may hand a command packed already, ``run_packed``) and sent on a
+connection of the client's pool, without redis-py's pipeline object, whose per-command packing and
+bookkeeping cost more than the round trip they share; its replies are read in one pass
+(gateway.redis.resp) where the connection allows, and the connection is kept for the next pipeline
+(up to ``_IDLE_CONNECTIONS``) rather than going through the pool's lock, checks and release events
+each time.
 
 Failures: a pipeline that does not complete within ``timeout_s`` fails every command in it with
 ``redis.exceptions.TimeoutError``; a connection error fails them with
@@ -34,11 +38,16 @@ from dataclasses import dataclass
 from typing import Any
 
 from redis.asyncio import Redis
+from redis.asyncio.connection import AbstractConnection
 from redis.exceptions import ConnectionError as RedisConnectionError
 from redis.exceptions import NoScriptError, RedisError, ResponseError
 from redis.exceptions import TimeoutError as RedisTimeoutError
 
+from gateway.redis.resp import fast_connection, read_replies
+
 Arg = str | int | bytes
+# Connections a batcher keeps between its pipelines: as many as are usually in flight at once.
+_IDLE_CONNECTIONS = 4
 
 
 @dataclass(frozen=True, slots=True)
@@ -101,7 +110,7 @@ def _in_order(names: tuple[str, ...], named: dict[str, Any]) -> list[Any]:
 
 @dataclass(slots=True)
 class _Command:
-    args: tuple[Arg, ...]
+    args: tuple[Arg, ...] | bytes  # bytes: packed already
     future: asyncio.Future[Any]
     script: LuaScript | None = None
 
@@ -119,6 +128,8 @@ class RedisBatcher:
         self._queue: list[_Command] = []
         # Pipelines in flight: the loop keeps only weak references to tasks.
         self._sending: set[asyncio.Task[None]] = set()
+        # Connections kept between pipelines (``_put_back``), at most ``_IDLE_CONNECTIONS``.
+        self._idle: list[AbstractConnection] = []
 
     @classmethod
     def wrap(cls, redis: Redis | RedisBatcher, timeout_s: float | None) -> RedisBatcher:
@@ -136,7 +147,13 @@ class RedisBatcher:
         """Queue ``EVALSHA`` of ``script`` with ``keys`` and ``args``; await the result for its reply."""
         return self._queue_command(("EVALSHA", script.sha, len(keys), *keys, *args), script)
 
-    def _queue_command(self, args: tuple[Arg, ...], script: LuaScript | None) -> asyncio.Future[Any]:
+    def run_packed(self, script: LuaScript, command: bytes) -> asyncio.Future[Any]:
+        """Queue ``EVALSHA`` of ``script`` packed already (``evalsha_head`` and the ``bulks`` of its
+        keys and arguments: the parts that do not change between calls are packed once by the
+        caller); await the result for its reply."""
+        return self._queue_command(command, script)
+
+    def _queue_command(self, args: tuple[Arg, ...] | bytes, script: LuaScript | None) -> asyncio.Future[Any]:
         loop = asyncio.get_running_loop()
         future: asyncio.Future[Any] = loop.create_future()
         if not self._queue:
@@ -179,7 +196,7 @@ class RedisBatcher:
         one pipeline (``SCRIPT LOAD`` runs before the commands after it); their new replies replace
         the ``NOSCRIPT`` ones in ``replies``, and those still unanswered if this fails are marked so."""
         scripts = {s.sha: s for s in (batch[i].script for i in unknown) if s is not None}
-        loads: list[tuple[Arg, ...]] = [("SCRIPT", "LOAD", s.text) for s in scripts.values()]
+        loads: list[tuple[Arg, ...] | bytes] = [("SCRIPT", "LOAD", s.text) for s in scripts.values()]
         again: list[Any] = []
         try:
             await self._pipeline(loads + [batch[i].args for i in unknown], again)
@@ -188,25 +205,56 @@ class RedisBatcher:
                 k = len(loads) + j
                 replies[i] = again[k] if k < len(again) else _UNANSWERED
 
-    async def _pipeline(self, commands: list[tuple[Arg, ...]], replies: list[Any]) -> None:
+    async def _pipeline(self, commands: list[tuple[Arg, ...] | bytes], replies: list[Any]) -> None:
         """Send ``commands`` in one write and append their replies to ``replies`` in order (an error
         reply as its exception), so a failure part-way leaves the replies read before it.
 
         What redis-py's own pipeline does, on the same pool: a connection that fails or is cancelled
-        mid-way is disconnected by redis-py before it goes back to the pool, so no stale reply is
-        ever read by the next batch.
+        mid-way is disconnected before it goes back to the pool, so no stale reply is ever read by
+        the next batch. The replies are read in one pass (gateway.redis.resp) where the connection
+        allows it, else by redis-py one by one.
         """
-        pool = self.redis.connection_pool
-        connection = await pool.get_connection()
+        connection = await self._connection()
+        fast = fast_connection(connection)
+        clean = False
         try:
             await connection.send_packed_command(pack_commands(commands))
-            for _ in commands:
-                try:
-                    replies.append(await connection.read_response())
-                except ResponseError as error:  # an error reply: the connection is still in step
-                    replies.append(error)
+            if fast:
+                await read_replies(connection, len(commands), replies)
+            else:
+                for _ in commands:
+                    try:
+                        replies.append(await connection.read_response())
+                    except ResponseError as error:  # an error reply: the connection is still in step
+                        replies.append(error)
+            clean = True
+        except BaseException:
+            if fast:  # what read_response does on a failed read (send_packed_command does it itself)
+                await connection.disconnect(nowait=True)
+            raise
         finally:
-            await pool.release(connection)
+            await self._put_back(connection, clean and fast)
+
+    async def _connection(self) -> AbstractConnection:
+        """A connection for one pipeline: one this batcher kept from its last pipelines if the server
+        has not closed it, else one from the client's pool (which checks it)."""
+        idle = self._idle
+        while idle:
+            connection = idle.pop()
+            reader = getattr(connection, "_reader", None)
+            if reader is not None and not reader.at_eof():
+                return connection
+            await self.redis.connection_pool.release(connection)
+        return await self.redis.connection_pool.get_connection()
+
+    async def _put_back(self, connection: AbstractConnection, keep: bool) -> None:
+        """Keep a connection whose pipeline read every reply (the next pipeline skips the pool's lock,
+        checks and release events: a connection it holds stays in the pool's in-use set, so closing
+        the client still closes it); any other goes back to the pool."""
+        if keep and len(self._idle) < _IDLE_CONNECTIONS:
+            self._idle.append(connection)
+        else:
+            await self.redis.connection_pool.release(connection)
 
 
 # A command whose reply never arrived (its pipeline failed before).
@@ -228,28 +276,47 @@ def _answer(batch: list[_Command], replies: list[Any], failure: BaseException | 
             command.future.set_result(reply)
 
 
-def pack_commands(commands: Sequence[Sequence[Arg]]) -> bytes:
-    """``commands`` in the Redis protocol (RESP arrays of bulk strings), as one buffer.
+def pack_commands(commands: Sequence[Sequence[Arg] | bytes]) -> bytes:
+    """``commands`` in the Redis protocol (RESP arrays of bulk strings), as one buffer; a command
+    given as ``bytes`` is packed already (``RedisBatcher.run_packed``) and taken as it is.
 
     The request path's arguments (key names, ids, digits) are ASCII text and integers: they are
     formatted as text and encoded once per command (a character is then a byte, so the text's length
     is the bulk string's); any other argument is packed on its own (``_bulk``).
     """
     parts: list[bytes] = []
-    for args in commands:
-        text = [f"*{len(args)}\r\n"]
-        for arg in args:
-            if type(arg) is int:  # not a subclass (a bool's text is not its digits)
-                digits = str(arg)
-                text.append(f"${len(digits)}\r\n{digits}\r\n")
-            elif isinstance(arg, str) and type(arg) is str and arg.isascii():
-                text.append(f"${len(arg)}\r\n{arg}\r\n")
-            else:
-                parts.append("".join(text).encode())
-                parts.append(_bulk(arg))
-                text = []
-        parts.append("".join(text).encode())
+    for command in commands:
+        if type(command) is bytes:
+            parts.append(command)
+            continue
+        parts.append(f"*{len(command)}\r\n".encode())
+        parts.append(bulks(*command))
     return b"".join(parts)
+
+
+def bulks(*args: Arg) -> bytes:
+    """``args`` as consecutive RESP bulk strings, without the array's header: a run of a command's
+    arguments packed once and reused by every call (``evalsha_head``, ``RedisBatcher.run_packed``)."""
+    parts: list[bytes] = []
+    text: list[str] = []
+    for arg in args:
+        if type(arg) is int:  # not a subclass (a bool's text is not its digits)
+            digits = str(arg)
+            text.append(f"${len(digits)}\r\n{digits}\r\n")
+        elif isinstance(arg, str) and type(arg) is str and arg.isascii():
+            text.append(f"${len(arg)}\r\n{arg}\r\n")
+        else:
+            parts.append("".join(text).encode())
+            parts.append(_bulk(arg))
+            text = []
+    parts.append("".join(text).encode())
+    return b"".join(parts)
+
+
+def evalsha_head(script: LuaScript, keys: int, args: int) -> bytes:
+    """The packed start of ``EVALSHA`` of ``script`` with ``keys`` keys and ``args`` arguments: the
+    bulk strings of the keys and then the arguments follow it (made once per script and shape)."""
+    return f"*{3 + keys + args}\r\n".encode() + bulks("EVALSHA", script.sha, keys)
 
 
 def _bulk(arg: Arg) -> bytes:
