@@ -22,8 +22,9 @@ import math
 import operator
 import re
 import zlib
+from collections import _count_elements  # type: ignore[attr-defined]
 from collections.abc import Mapping, Sequence
-from itertools import pairwise
+from itertools import chain, repeat
 from typing import Any
 
 import numpy as np
@@ -38,8 +39,9 @@ MINILM_DIMS = 384
 MAX_FEATURE_CHARS = 8000  # longer texts are cut: the router reads the head of a request
 KINDS = ("text", "tool_call", "structured_output")
 _TOKEN = re.compile(r"\w+|[^\w\s]")
-_ASCII_TOKEN = re.compile(rb"\w+|[^\w\s]")  # on ASCII bytes: the tokens _TOKEN finds in the text
-_UNICODE_ONLY_SPACE = re.compile(r"[\x1c-\x1f]")  # whitespace to \\s in str patterns, not in bytes ones
+# On ASCII bytes, the tokens _TOKEN finds in the text: \x1c-\x1f are whitespace to \s in a str
+# pattern, not in a bytes one, so they are no token here either.
+_ASCII_TOKEN = re.compile(rb"\w+|[^\w\s\x1c-\x1f]")
 
 
 def feature_dims(name: str) -> int:
@@ -94,32 +96,40 @@ class SparseFeatures:
 
 
 def _grams(text: str) -> list[bytes]:
-    """The lower-cased text's tokens (module docstring) as UTF-8 bytes. An ASCII text without the
-    separators only Unicode counts as whitespace (``\\x1c``-``\\x1f``) is tokenized from its bytes:
-    the same tokens, without encoding each one."""
+    """The lower-cased text's tokens (module docstring) as UTF-8 bytes. An ASCII text is tokenized
+    from its bytes (``_ASCII_TOKEN``): the same tokens, without encoding each one."""
     lowered = text.lower()
-    if lowered.isascii() and not _UNICODE_ONLY_SPACE.search(lowered):
+    if lowered.isascii():
         return _ASCII_TOKEN.findall(lowered.encode())
     return [token.encode() for token in _TOKEN.findall(lowered)]
+
+
+def _bucket_counts(tokens: list[bytes]) -> dict[int, int]:
+    """Occurrences per hash bucket of the unigrams and bigrams of ``tokens`` (module docstring).
+
+    A bigram is "previous token", a space, "token" (the first after an empty one); its CRC-32 is
+    continued from its previous token's (``crc32(b, crc32(a)) == crc32(a + b)``), so no bigram is
+    built. ``map`` and ``Counter``'s counting keep the per-gram work in C: the request path's cost.
+    """
+    crc32 = zlib.crc32
+    unigrams = list(map(crc32, tokens))
+    bigrams = map(crc32, tokens, map(crc32, repeat(b" "), [0, *unigrams]))
+    counts: dict[int, int] = {}
+    _count_elements(counts, map(operator.mod, chain(unigrams, bigrams), repeat(HASH_DIMS)))
+    return counts
 
 
 def cheap_terms(text: str, n_tools: int, kind: str) -> SparseFeatures:
     """The ``cheap-v1`` vector of one request as its nonzero entries (module docstring): the one
     definition of the feature set; ``cheap_features`` is its dense form."""
     tokens = _grams(text)
-    crc32 = zlib.crc32
-    # Unigrams, then bigrams ("previous token", a space, "token"; the first after an empty one).
-    buckets = [crc32(token) % HASH_DIMS for token in tokens]
-    buckets += [crc32(b"%b %b" % pair) % HASH_DIMS for pair in pairwise([b"", *tokens])]
-    counts: dict[int, int] = {}
-    for bucket in buckets:
-        counts[bucket] = counts.get(bucket, 0) + 1
+    counts = _bucket_counts(tokens)
     terms: dict[int, float] = {}
     if counts:
         values = list(map(math.log1p, counts.values()))
         # fsum: the norm correctly rounded (whatever the order of the terms), the same everywhere.
         norm = math.sqrt(math.fsum(map(operator.mul, values, values)))
-        terms = {bucket: value / norm for bucket, value in zip(counts, values, strict=True)}
+        terms = dict(zip(counts, map(operator.truediv, values, repeat(norm)), strict=True))
     length = math.log1p(len(text))
     if length:
         terms[HASH_DIMS] = length
