@@ -352,10 +352,13 @@ def score_response(
     """Score the first choice of a chat/completions response body (None if it has no logprobs);
     ``tokens`` and ``benefit`` as in ``score_logprobs``."""
     choices = response.get("choices") or []
-    if not choices or not isinstance(choices[0], Mapping):
+    # ``type(...) is dict`` first: a parsed body's objects are dicts, and the ABC check costs more
+    # than the rest of this function.
+    choice = choices[0] if choices else None
+    if type(choice) is not dict and not isinstance(choice, Mapping):
         return None
-    logprobs = choices[0].get("logprobs")
-    if not isinstance(logprobs, Mapping):
+    logprobs = choice.get("logprobs")
+    if type(logprobs) is not dict and not isinstance(logprobs, Mapping):
         return None
     if "content" not in logprobs and "token_logprobs" in logprobs:
         return score_logprobs(legacy_to_content(logprobs), scorer, top_k, tokens, benefit)
