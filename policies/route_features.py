@@ -19,12 +19,13 @@ description: what a model is asked, without the answer format noise of the JSON 
 from __future__ import annotations
 
 import math
-import operator
 import re
+import sys
 import zlib
+from array import array
 from collections import _count_elements  # type: ignore[attr-defined]
 from collections.abc import Mapping, Sequence
-from itertools import chain, repeat
+from itertools import repeat
 from typing import Any
 
 import numpy as np
@@ -54,6 +55,15 @@ def feature_dims(name: str) -> int:
 
 
 _CHEAP_DIMS = feature_dims(CHEAP)
+# _buckets: a bucket is a CRC-32's low byte, read from the CRCs packed as 32-bit integers.
+_UINT32 = "I" if array("I").itemsize == 4 else "L"
+_LOW_BYTE = 0 if sys.byteorder == "little" else 3
+# _gram_terms: log1p(1), its square as a float, and the scale that makes every square (>= log1p(1)**2
+# >= 1/4, so a multiple of its ulp 2**-54 or coarser) a whole number.
+_LOG2 = math.log1p(1)
+_LOG2_SQUARED = _LOG2 * _LOG2
+_TWO_54 = 2.0**54
+_TWO_54_INT = 2**54
 
 
 def request_text(messages: Sequence[Any], tools: Sequence[Any] | None) -> str:
@@ -104,32 +114,57 @@ def _grams(text: str) -> list[bytes]:
     return [token.encode() for token in _TOKEN.findall(lowered)]
 
 
-def _bucket_counts(tokens: list[bytes]) -> dict[int, int]:
-    """Occurrences per hash bucket of the unigrams and bigrams of ``tokens`` (module docstring).
+def _buckets(tokens: list[bytes]) -> bytes:
+    """The hash bucket of each unigram, then of each bigram, of ``tokens`` (module docstring), one
+    byte each: a CRC-32's bucket (``crc % HASH_DIMS``, ``HASH_DIMS`` 256) is its low byte, so the
+    CRCs are packed as 32-bit integers and every fourth byte taken, with no Python call per gram.
 
     A bigram is "previous token", a space, "token" (the first after an empty one); its CRC-32 is
     continued from its previous token's (``crc32(b, crc32(a)) == crc32(a + b)``), so no bigram is
-    built. ``map`` and ``Counter``'s counting keep the per-gram work in C: the request path's cost.
+    built. ``map`` keeps the per-gram work in C: the request path's cost.
     """
     crc32 = zlib.crc32
-    unigrams = list(map(crc32, tokens))
-    bigrams = map(crc32, tokens, map(crc32, repeat(b" "), [0, *unigrams]))
+    crcs = list(map(crc32, tokens))
+    crcs += map(crc32, tokens, map(crc32, repeat(b" "), [0, *crcs]))
+    return array(_UINT32, crcs).tobytes()[_LOW_BYTE::4]
+
+
+def _gram_terms(buckets: bytes) -> dict[int, float]:
+    """The n-gram entries of the vector: per bucket of ``buckets``, in order of first occurrence,
+    ``log1p(count)`` divided by the L2 norm of all of them.
+
+    An entry depends only on its bucket's count, so each distinct count is computed once, and
+    exactly as per entry: the norm is the square root of the correctly rounded sum of the squared
+    entries, which ``math.fsum`` of the squares gives and which is computed here exactly in
+    integers (each square, at least ``log(2)**2``, is a whole multiple of ``2**-54``; an int's true
+    division is correctly rounded). A short request's grams usually each have their own bucket:
+    all counts 1, one value, and ``n * log(2)**2`` rounded is that sum.
+    """
+    if not buckets:
+        return {}
+    terms = dict.fromkeys(buckets, _LOG2 / math.sqrt(len(buckets) * _LOG2_SQUARED))
+    if len(terms) == len(buckets):  # no bucket holds two grams
+        return terms
     counts: dict[int, int] = {}
-    _count_elements(counts, map(operator.mod, chain(unigrams, bigrams), repeat(HASH_DIMS)))
-    return counts
+    _count_elements(counts, buckets)
+    times: dict[int, int] = {}
+    _count_elements(times, counts.values())
+    values: dict[int, float] = {}
+    squares = 0  # the sum of the squared entries, in units of 2**-54
+    for count, repeated in times.items():
+        value = values[count] = math.log1p(count)
+        squares += repeated * int(value * value * _TWO_54)
+    norm = math.sqrt(squares / _TWO_54_INT)
+    for count, value in values.items():
+        values[count] = value / norm
+    return dict(zip(counts, map(values.__getitem__, counts.values()), strict=True))
 
 
 def cheap_terms(text: str, n_tools: int, kind: str) -> SparseFeatures:
     """The ``cheap-v1`` vector of one request as its nonzero entries (module docstring): the one
     definition of the feature set; ``cheap_features`` is its dense form."""
     tokens = _grams(text)
-    counts = _bucket_counts(tokens)
-    terms: dict[int, float] = {}
-    if counts:
-        values = list(map(math.log1p, counts.values()))
-        # fsum: the norm correctly rounded (whatever the order of the terms), the same everywhere.
-        norm = math.sqrt(math.fsum(map(operator.mul, values, values)))
-        terms = dict(zip(counts, map(operator.truediv, values, repeat(norm)), strict=True))
+    terms = _gram_terms(_buckets(tokens))
     length = math.log1p(len(text))
     if length:
         terms[HASH_DIMS] = length

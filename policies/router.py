@@ -86,11 +86,28 @@ def routed_choice(
     the earlier model. Plain Python: a handful of models per request.
     """
     costs = [float(cost) for cost in model_cost]
-    utility = [float(p) - price_weight * cost for p, cost in zip(p_correct, costs, strict=True)]
-    best = -1
-    for index in sorted(range(len(costs)), key=costs.__getitem__):  # stable: equal costs keep order
-        if best < 0 or utility[index] > utility[best]:
-            best = index
+    if len(p_correct) != len(costs):
+        raise ValueError(f"{len(p_correct)} probabilities for {len(costs)} model costs")
+    return ordered_choice(p_correct, costs, cost_order(costs), price_weight)
+
+
+def cost_order(model_cost: Sequence[float]) -> list[int]:
+    """The models' indices from the cheapest up, equal costs in their order: the order in which
+    ``routed_choice`` breaks ties (computed once per router by the gateway)."""
+    costs = [float(cost) for cost in model_cost]
+    return sorted(range(len(costs)), key=costs.__getitem__)  # stable: equal costs keep order
+
+
+def ordered_choice(
+    p_correct: Sequence[float] | np.ndarray, costs: Sequence[float], order: Sequence[int], price_weight: float
+) -> int:
+    """``routed_choice`` given the costs as floats and their ``cost_order``: the first model of
+    ``order`` whose ``p - price_weight * cost`` no later model exceeds."""
+    best, top = -1, 0.0
+    for index in order:
+        utility = float(p_correct[index]) - price_weight * costs[index]
+        if best < 0 or utility > top:
+            best, top = index, utility
     return best
 
 

@@ -5,7 +5,8 @@ the policy a ``router`` (per-model linear correctness models on a feature set,
 ``policies.route_features``). For such a tier, after ``RoutePlanner.plan`` chose the tier, this module
 computes the request's features, the router's probabilities, and replaces the plan's route:
 
-* ``routed``: the one model of ``argmax p - price_weight * cost`` (``policies.router.routed_choice``);
+* ``routed``: the one model of ``argmax p - price_weight * cost`` (``policies.router.routed_choice``,
+  its costs' order computed once per router);
 * ``hybrid``: straight to the strong model when ``p_cheap < direct_below``, else the cascade
   cheap -> strong at the tier's calibrated threshold.
 
@@ -35,8 +36,8 @@ from gateway.telemetry.metrics import GatewayMetrics
 from gateway.telemetry.trace_context import REQUEST_TRACE
 from gateway.wire.requests import ParsedRequest
 from policies.route_features import CHEAP, MINILM, SparseFeatures, cheap_terms, request_parts
-from policies.router import LinearRouter, goes_direct, routed_choice
-from policies.routing_schema import RouterSpec
+from policies.router import LinearRouter, cost_order, goes_direct, ordered_choice
+from policies.routing_schema import RouterSpec, TierRouting
 from policies.schema import Route
 
 _FEATURE_BUCKETS = (0.00001, 0.00003, 0.0001, 0.0003, 0.001, 0.003, 0.01, 0.03, 0.1, 0.3, 1)
@@ -92,9 +93,14 @@ class RouterRuntime:
         )
         self.embeddings = embeddings or EmbeddingPool(restarts=self.embedding_restarts)
         self.embedding_warm.set_function(lambda: float(self.embeddings.state == READY))
-        self._routers: dict[int, tuple[RouterSpec, LinearRouter]] = {}
+        # Per router section: (section, router, its costs as floats, their cost_order), built once.
+        self._routers: dict[int, tuple[RouterSpec, LinearRouter, list[float], list[int]]] = {}
         # The one-stage (or hybrid) routes a router chooses, built once: (models, thresholds) -> Route.
         self._routes: dict[tuple[tuple[str, ...], tuple[float, ...]], Route] = {}
+        # The metric children a decision updates, found once per label set (as the request log's):
+        # (tier, mechanism, model) -> (decisions, probability); feature set -> feature_seconds.
+        self._decided: dict[tuple[str, str, str], tuple[Any, Any]] = {}
+        self._timers: dict[str, Any] = {}
 
     @staticmethod
     def applies(plan: RoutePlan) -> bool:
@@ -105,26 +111,42 @@ class RouterRuntime:
         tier = policy.tiers.get(plan.tier)
         return tier is not None and tier.routing is not None
 
-    def _linear(self, spec: RouterSpec) -> LinearRouter:
+    def _linear(self, spec: RouterSpec) -> tuple[RouterSpec, LinearRouter, list[float], list[int]]:
         cached = self._routers.get(id(spec))
         if cached is not None and cached[0] is spec:
-            return cached[1]
-        router = LinearRouter.from_spec(spec)
+            return cached
+        costs = [float(cost) for cost in spec.cost_usd]
+        found = (spec, LinearRouter.from_spec(spec), costs, cost_order(costs))
         if len(self._routers) >= 8:
             self._routers.pop(next(iter(self._routers)))
-        self._routers[id(spec)] = (spec, router)
-        return router
+        self._routers[id(spec)] = found
+        return found
 
-    def _route(self, models: list[str], thresholds: list[float]) -> Route:
+    def _route(self, models: tuple[str, ...], thresholds: tuple[float, ...]) -> Route:
         """The route of ``models`` at ``thresholds``, one object per distinct choice (never mutated)."""
-        key = (tuple(models), tuple(thresholds))
+        key = (models, thresholds)
         route = self._routes.get(key)
         if route is None:
             if len(self._routes) >= 64:
                 self._routes.pop(next(iter(self._routes)))
-            route = Route.model_construct(weight=1.0, models=models, thresholds=thresholds)
+            route = Route.model_construct(weight=1.0, models=list(models), thresholds=list(thresholds))
             self._routes[key] = route
         return route
+
+    def _timer(self, feature_set: str) -> Any:
+        """The ``cascade_router_feature_seconds`` child of ``feature_set``."""
+        timer = self._timers.get(feature_set)
+        if timer is None:
+            timer = self._timers[feature_set] = self._child(self.feature_seconds, feature_set)
+        return timer
+
+    def _cheap(self, request: ParsedRequest, kind: str) -> SparseFeatures:
+        """The request's ``cheap-v1`` features (``features``), computed inline: no coroutine."""
+        text, n_tools, kind = request_parts(_chat_body(request), kind)
+        started = time.perf_counter()
+        features = cheap_terms(text, n_tools, kind)
+        self._timer(CHEAP).observe(time.perf_counter() - started)
+        return features
 
     async def features(
         self, feature_set: str, request: ParsedRequest, kind: str
@@ -134,21 +156,17 @@ class RouterRuntime:
         when the embedding pool could not compute it (``EmbeddingPool.embed``); timed in
         ``cascade_router_feature_seconds``. The learning sampler computes a sampled request's
         features with it too, off the request path."""
-        body = request.body if request.api == "chat" else {"messages": [_legacy_message(request.body)]}
-        text, n_tools, kind = request_parts(body, kind)
-        started = time.perf_counter()
-        features: SparseFeatures | np.ndarray | None
         if feature_set == CHEAP:
-            features = cheap_terms(text, n_tools, kind)
-            why = "ok"
-        else:
-            assert feature_set == MINILM
-            traced = REQUEST_TRACE.get()  # the request's trace (gateway.telemetry.tracing), None when off
-            span = traced.embedding(MINILM) if traced is not None else None
-            features, why = await self.embeddings.embed(text)
-            if span is not None:
-                span.end(None if why == "ok" else why)
-        self._child(self.feature_seconds, feature_set).observe(time.perf_counter() - started)
+            return self._cheap(request, kind), "ok"
+        assert feature_set == MINILM
+        text, _, _ = request_parts(_chat_body(request), kind)
+        started = time.perf_counter()
+        traced = REQUEST_TRACE.get()  # the request's trace (gateway.telemetry.tracing), None when off
+        span = traced.embedding(MINILM) if traced is not None else None
+        features, why = await self.embeddings.embed(text)
+        if span is not None:
+            span.end(None if why == "ok" else why)
+        self._timer(MINILM).observe(time.perf_counter() - started)
         return features, why
 
     async def apply(self, plan: RoutePlan, request: ParsedRequest) -> RoutePlan:
@@ -159,49 +177,68 @@ class RouterRuntime:
         routing = policy.tiers[plan.tier].routing
         assert routing is not None
         spec = policy.router
-        features, why = await self.features(spec.features, request, plan.kind)
-        if features is None:
-            self._child(self.fallbacks, plan.tier, why).inc()
-            self._child(
-                self.decisions, plan.tier, "fallback", plan.route.models[0] if plan.route else ""
-            ).inc()
-            plan.mechanism = "fallback"
-            return plan
-        router = self._linear(spec)
+        features: SparseFeatures | np.ndarray | None
+        if spec.features == CHEAP:  # tens of microseconds: computed inline (module docstring)
+            features = self._cheap(request, plan.kind)
+        else:
+            features, why = await self.features(spec.features, request, plan.kind)
+            if features is None:
+                self._child(self.fallbacks, plan.tier, why).inc()
+                self._child(
+                    self.decisions, plan.tier, "fallback", plan.route.models[0] if plan.route else ""
+                ).inc()
+                plan.mechanism = "fallback"
+                return plan
+        _, router, costs, order = self._linear(spec)
         if isinstance(features, SparseFeatures):  # plain Python over the router's coefficients
             p: list[float] = router.sparse_probabilities(features.terms)
         else:
             p = router.probabilities(features).tolist()
-        thresholds: list[float]
-        if routing.mechanism == "routed":
-            assert routing.price_weight is not None
-            index = routed_choice(p, spec.cost_usd, routing.price_weight)
-            models, thresholds, mechanism = [router.models[index]], [], "routed"
-            probability = p[index]
-        elif routing.models is not None and len(routing.models) == 1:
-            models, thresholds, mechanism = list(routing.models), [], "hybrid_direct"
-            probability = p[router.models.index(routing.models[0])]
-        else:
-            assert routing.models is not None and routing.threshold is not None
-            assert routing.direct_below is not None
-            cheap, strong = routing.models
-            probability = p[router.models.index(cheap)]
-            if goes_direct(probability, routing.direct_below):
-                models, thresholds, mechanism = [strong], [], "hybrid_direct"
-            else:
-                models, thresholds, mechanism = [cheap, strong], [routing.threshold], "hybrid_cascade"
+        models, thresholds, mechanism, probability = _decide(routing, router.models, p, costs, order)
         plan.route = self._route(models, thresholds)
         plan.mechanism = mechanism
         plan.router_probability = probability
         plan.router_features = features
-        self._child(self.decisions, plan.tier, mechanism, models[0]).inc()
-        self._child(self.probability, plan.tier).observe(probability)
+        children = self._decided.get((plan.tier, mechanism, models[0]))
+        if children is None:
+            children = self._decided[(plan.tier, mechanism, models[0])] = (
+                self._child(self.decisions, plan.tier, mechanism, models[0]),
+                self._child(self.probability, plan.tier),
+            )
+        children[0].inc()
+        children[1].observe(probability)
         self._drift.observe(policy.policy_id, plan.tier, ROUTER_DRIFT_MODEL, probability, plan.kind)
         return plan
 
     def close(self) -> None:
         """Stop the embedding processes."""
         self.embeddings.close()
+
+
+def _decide(
+    routing: TierRouting, models: tuple[str, ...], p: list[float], costs: list[float], order: list[int]
+) -> tuple[tuple[str, ...], tuple[float, ...], str, float]:
+    """``(models, thresholds, mechanism, probability)`` of the route ``routing`` chooses from the
+    router's probabilities ``p`` of its ``models`` (``costs`` and their ``cost_order``: module
+    docstring; the same choices as ``policies.router.served_route``)."""
+    if routing.mechanism == "routed":
+        assert routing.price_weight is not None
+        index = ordered_choice(p, costs, order, routing.price_weight)
+        return (models[index],), (), "routed", p[index]
+    if routing.models is not None and len(routing.models) == 1:
+        return (routing.models[0],), (), "hybrid_direct", p[models.index(routing.models[0])]
+    assert routing.models is not None and routing.threshold is not None
+    assert routing.direct_below is not None
+    cheap, strong = routing.models
+    probability = p[models.index(cheap)]
+    if goes_direct(probability, routing.direct_below):
+        return (strong,), (), "hybrid_direct", probability
+    return (cheap, strong), (routing.threshold,), "hybrid_cascade", probability
+
+
+def _chat_body(request: ParsedRequest) -> dict[str, Any]:
+    """The request as a chat body (a legacy completion's prompt as its one user message)."""
+    return request.body if request.api == "chat" else {"messages": [_legacy_message(request.body)]}
 
 
 def _legacy_message(body: dict[str, Any]) -> dict[str, Any]:
