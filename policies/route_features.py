@@ -35,6 +35,7 @@ from policies.blackbox import content_text
 CHEAP = "cheap-v1"
 MINILM = "minilm-v1"
 FEATURE_SETS = (CHEAP, MINILM)
+# 256: `_buckets` reads a gram's bucket (crc % HASH_DIMS) as its CRC's low byte, true for 256 only.
 HASH_DIMS = 256
 MINILM_DIMS = 384
 MAX_FEATURE_CHARS = 8000  # longer texts are cut: the router reads the head of a request
