@@ -298,13 +298,7 @@ class Gateway:
         cost and releases the rest, so over-reserving never overcharges; it only keeps a key from
         starting requests it might not be able to pay for.
         """
-        parts = part_counts(request.body)  # {} for a request of text only: nothing to check
-        if parts and UNPRICED in parts:
-            raise _unpriced(request.body)
-        total = 0.0
-        for model, tokens in self._route_tokens(plan, request, body_bytes, parts):
-            total += bound_usd(model.price, *tokens) * model.billed_attempts
-        return total + self._scoring_bound_usd(plan, request, parts)
+        return self.reserve_bounds(plan, request, body_bytes)[0]
 
     def reserve_tokens(self, plan: RoutePlan, request: ParsedRequest, body_bytes: int) -> int:
         """Worst-case tokens (prompt + completion) of a request's route, counted against a key's
@@ -317,7 +311,7 @@ class Gateway:
     def reserve_bounds(self, plan: RoutePlan, request: ParsedRequest, body_bytes: int) -> tuple[float, int]:
         """(``reserve_estimate``, ``reserve_tokens``) of a request in one pass over its route: what a
         key with a token rate limit reserves (the same values, the same refusals)."""
-        parts = part_counts(request.body)
+        parts = part_counts(request.body)  # {} for a request of text only: nothing to check
         if parts and UNPRICED in parts:
             raise _unpriced(request.body)
         total, tokens = 0.0, 0
