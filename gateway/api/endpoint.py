@@ -28,7 +28,7 @@ from typing import Any
 from starlette.types import Receive, Scope, Send
 
 from gateway.api.edges.base import ApiEdge, StreamTranslator, Translated, openai_error_parts
-from gateway.api.request_cycle import ON_DISCONNECT
+from gateway.api.request_cycle import CONNECTION_LOST, ON_DISCONNECT
 from gateway.api.request_log import RequestLog
 from gateway.api.request_state import RequestState
 from gateway.api.serving import BODY_TIMED_OUT
@@ -130,6 +130,8 @@ class ApiEndpoint:
         # From here on upstream calls may run: cancel them if the client goes away (told by the
         # protocol's hook under ``cascade serve``, else by a task waiting on ``receive``).
         if ON_DISCONNECT in scope:
+            if scope[ON_DISCONNECT] is CONNECTION_LOST:  # the client left while it was admitted
+                raise ClientGone
             scope[ON_DISCONNECT] = partial(client_left, request.exchange, current)
         else:
             request.watcher = asyncio.create_task(watch_disconnect(receive, request.exchange, current))

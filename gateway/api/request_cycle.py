@@ -16,7 +16,10 @@ and a disconnect hook instead of a watcher task.
   ``cascade serve`` the protocol (gateway.api.serving) offers ``ON_DISCONNECT`` in the scope: the
   app stores a callable there and the protocol calls it when the connection is lost before the
   response completed, as uvicorn's ``receive`` would have answered ``http.disconnect``. Any other
-  server (tests' ASGI transports) lacks the key, and the app keeps its watcher task.
+  server (tests' ASGI transports) lacks the key, and the app keeps its watcher task. A connection
+  lost before the app stored its hook (while it read, authenticated and reserved) leaves
+  ``CONNECTION_LOST`` there instead, which the app reads as the client gone when it would store
+  the hook: otherwise that request would run its upstream calls for nobody.
 
 uvicorn's cycle is private; tests/gateway/test_serving_uvicorn_internals.py checks the shape this
 relies on, and pyproject pins uvicorn to the versions it passes on.
@@ -43,6 +46,14 @@ _VALUE_REFUSED = bytes(b for b in range(256) if HEADER_VALUE_RE.fullmatch(bytes(
 # The scope key of the disconnect hook (None until the app stores a callable).
 ON_DISCONNECT = "cascade.on_disconnect"
 DisconnectHook = Callable[[], None]
+
+
+def _lost_before_the_hook() -> None:
+    """Never called: a marker, stored in place of a hook the connection was lost before."""
+
+
+# The value ``disconnected`` leaves at ``ON_DISCONNECT`` when no hook was stored yet.
+CONNECTION_LOST: DisconnectHook = _lost_before_the_hook
 
 
 class GatewayRequestCycle(RequestResponseCycle):
@@ -140,8 +151,11 @@ def adopt(cycle: RequestResponseCycle | None) -> None:
 
 
 def disconnected(cycle: RequestResponseCycle | None) -> None:
-    """The connection was lost: call the hook of a cycle whose response had not completed."""
-    if cycle is not None and not cycle.response_complete:
-        hook: DisconnectHook | None = cycle.scope.get(ON_DISCONNECT)  # type: ignore[assignment]
-        if hook is not None:
+    """The connection was lost: call the hook of a cycle whose response had not completed, or,
+    before the app stored one, leave ``CONNECTION_LOST`` for it to find."""
+    if cycle is not None and not cycle.response_complete and ON_DISCONNECT in cycle.scope:
+        hook: DisconnectHook | None = cycle.scope[ON_DISCONNECT]  # type: ignore[literal-required]
+        if hook is None:
+            cycle.scope[ON_DISCONNECT] = CONNECTION_LOST  # type: ignore[literal-required]
+        elif hook is not CONNECTION_LOST:
             hook()

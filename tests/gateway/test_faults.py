@@ -6,16 +6,19 @@ import asyncio
 import time
 from collections.abc import Iterator
 from contextlib import AbstractContextManager
+from typing import Any
 
 import httpx
 import openai
 import pytest
 
 from gateway.api.app import create_app
+from gateway.api.request_cycle import CONNECTION_LOST, ON_DISCONNECT
 from gateway.api.serving import gateway_http_protocol
 from gateway.config.settings import LimitsConfig
 from tests.support.data_files import UPSTREAM_ANSWERS
-from tests.support.gateway_testkit import RunningGateway, model_configs, serving
+from tests.support.gateway_logs import captured_request_line
+from tests.support.gateway_testkit import RunningGateway, model_configs, post_and_leave, serving
 from tests.support.ports import free_port
 from tests.support.scripted_upstream import Reply, error, ok
 
@@ -214,15 +217,37 @@ def disconnect_gateway(request, make_settings) -> Iterator[RunningGateway]:
 def test_client_disconnect_cancels_the_upstream_call(disconnect_gateway, upstream) -> None:
     gateway = disconnect_gateway  # a real socket: the client goes away
     upstream.script("up-small", Reply(delay_s=3))
-    with pytest.raises(httpx.ReadTimeout):
-        httpx.post(
-            gateway.url + "/v1/chat/completions", json={"model": "cascade", "messages": MESSAGES}, timeout=0.5
-        )
+    body = {"model": "cascade", "messages": MESSAGES}
+    post_and_leave(gateway.url + "/v1/chat/completions", body, lambda: bool(upstream.calls("up-small")))
     assert upstream.wait_for(lambda: "up-small" in upstream.cancelled, timeout_s=3)
     assert upstream.calls("up-large") == []  # no escalation after the client is gone
     assert upstream.wait_for(
         lambda: gateway.sample("cascade_requests_total", tier="balanced", outcome="error") == 1
     )
+
+
+def test_a_client_that_leaves_while_admitted_starts_no_upstream_call(make_settings, upstream, capfd) -> None:
+    # Under ``cascade serve`` the protocol tells the app of a lost connection through a hook the
+    # app stores once the request is admitted; a client gone before then must not be served to
+    # nobody. Admission is held (at authentication, a seam) until the protocol saw the loss.
+    with serving(gateway_http_protocol(LimitsConfig())) as serve_app:
+        gateway = serve_app(create_app(make_settings(logging={"level": "info"})))
+        shared = gateway.gateway.shared
+        admitted, real = shared.authenticator, shared.authenticator.authenticate
+        entered: list[bool] = []
+
+        async def authenticate_once_the_client_left(credential: Any, scope: Any) -> Any:
+            entered.append(True)
+            while scope.get(ON_DISCONNECT) is not CONNECTION_LOST:
+                await asyncio.sleep(0.005)
+            return await real(credential, scope)
+
+        admitted.authenticate = authenticate_once_the_client_left
+        body = {"model": "cascade", "messages": MESSAGES}
+        post_and_leave(gateway.url + "/v1/chat/completions", body, lambda: bool(entered))
+        line = captured_request_line(capfd)
+        assert line["status"] == 499 and not line.get("cost_usd"), line  # no call, nothing charged
+        assert upstream.calls() == []  # nothing was sent for a client already gone
 
 
 def test_a_call_cut_by_a_client_disconnect_is_charged_its_bound(disconnect_gateway, upstream) -> None:
@@ -231,8 +256,7 @@ def test_a_call_cut_by_a_client_disconnect_is_charged_its_bound(disconnect_gatew
     # its worst case (prompt: one token per request byte; completion: the cap it was sent with).
     upstream.script("up-small", Reply(delay_s=3))
     body = {"model": "cascade", "messages": MESSAGES, "max_tokens": 1000}
-    with pytest.raises(httpx.ReadTimeout):
-        httpx.post(gateway.url + "/v1/chat/completions", json=body, timeout=0.5)
+    post_and_leave(gateway.url + "/v1/chat/completions", body, lambda: bool(upstream.calls("up-small")))
     assert upstream.wait_for(lambda: "up-small" in upstream.cancelled, timeout_s=3)
     completion_usd = 1000 * 0.2 / 1e6  # small: output_per_mtok 0.2
     assert upstream.wait_for(
@@ -283,13 +307,12 @@ def test_disconnects_leave_no_tasks_or_connections_behind(disconnect_gateway, up
     baseline_tasks, _ = _in_flight(gateway)
     upstream.script("up-small", Reply(delay_s=3), Reply(delay_s=3))
     upstream.script("up-large", ok(" ".join(["tok"] * 50), chunk_delay_s=0.1))
-    for _ in range(2):
-        with pytest.raises(httpx.ReadTimeout):
-            httpx.post(
-                gateway.url + "/v1/chat/completions",
-                json={"model": "cascade", "messages": MESSAGES},
-                timeout=0.3,
-            )
+    called = len(upstream.calls("up-small"))
+    for sent in range(called + 1, called + 3):
+        body = {"model": "cascade", "messages": MESSAGES}
+        post_and_leave(
+            gateway.url + "/v1/chat/completions", body, lambda n=sent: len(upstream.calls("up-small")) == n
+        )
     upstream.script("up-small", ok(confidence=0.3))
     with _chat_stream(gateway) as response:
         next(response.iter_lines())

@@ -11,7 +11,7 @@ import pytest
 from uvicorn.protocols.http.flow_control import FlowControl
 from uvicorn.protocols.http.httptools_impl import RequestResponseCycle
 
-from gateway.api.request_cycle import ON_DISCONNECT, GatewayRequestCycle, adopt, disconnected
+from gateway.api.request_cycle import CONNECTION_LOST, ON_DISCONNECT, GatewayRequestCycle, adopt, disconnected
 
 
 class _Transport:
@@ -125,13 +125,24 @@ def test_the_hook_is_called_when_the_connection_is_lost_before_the_response_comp
     adopt(cycle)
     scope: dict[str, Any] = cycle.scope
     assert type(cycle) is GatewayRequestCycle and scope[ON_DISCONNECT] is None
-    disconnected(cycle)  # no hook stored yet: nothing to call
     scope[ON_DISCONNECT] = lambda: calls.append("lost")
     disconnected(cycle)
     assert calls == ["lost"]
     cycle.response_complete = True
     disconnected(cycle)  # a completed response: the disconnect is the exchange's normal end
     assert calls == ["lost"]
+
+
+def test_a_connection_lost_before_the_hook_was_stored_is_left_for_the_app_to_find() -> None:
+    cycle = _cycle(RequestResponseCycle)
+    adopt(cycle)
+    disconnected(cycle)  # while the app still admits the request: no hook yet
+    assert cycle.scope[ON_DISCONNECT] is CONNECTION_LOST
+    disconnected(cycle)  # told twice: the mark stays, and nothing is called
+    assert cycle.scope[ON_DISCONNECT] is CONNECTION_LOST
+    plain = _cycle(RequestResponseCycle)
+    disconnected(plain)  # a cycle that offers no hook (another server) is left as it was
+    assert ON_DISCONNECT not in plain.scope
 
 
 def _refused(kind: type[RequestResponseCycle], header: tuple[bytes, bytes]) -> bool:

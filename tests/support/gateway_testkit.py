@@ -5,6 +5,7 @@ directory has a ``conftest`` module and ``from conftest import`` picks whichever
 * ``POLICY_DOCUMENT``: the test policy (tiers ``balanced``, ``chain``, ``direct``, ``mix``).
 * ``model_configs(base_url)``: the test models ``small``/``medium``/``large`` -> ``up-small``/...
 * ``until(predicate, timeout_s)``: poll a condition.
+* ``post_and_leave(url, body, arrived)``: a client that leaves mid-request at a known point.
 * ``serve(app)`` / ``stop(running)``: run an ASGI app under uvicorn in a thread (``RunningGateway``).
 """
 
@@ -18,6 +19,7 @@ from contextlib import contextmanager
 from typing import Any
 
 import httpx
+import orjson
 import uvicorn
 from openai import AsyncOpenAI, OpenAI
 from prometheus_client.parser import text_string_to_metric_families
@@ -166,6 +168,21 @@ def until(predicate: Any, timeout_s: float = 5.0) -> bool:
             return True
         time.sleep(0.05)
     return bool(predicate())
+
+
+def post_and_leave(
+    url: str, body: dict[str, Any], arrived: Callable[[], bool], timeout_s: float = 10.0
+) -> None:
+    """POST ``body`` to ``url`` (``http://host:port/path``) on a socket of its own, wait until
+    ``arrived()`` (the upstream holds the call, say), then close the connection unread: a client
+    that leaves once its request is under way, not after a timer the gateway may not have met."""
+    address, _, path = url.removeprefix("http://").partition("/")
+    host, _, port = address.partition(":")
+    payload = orjson.dumps(body)
+    head = f"POST /{path} HTTP/1.1\r\nhost: {address}\r\ncontent-type: application/json\r\n"
+    with socket.create_connection((host, int(port)), timeout=timeout_s) as sock:
+        sock.sendall(f"{head}content-length: {len(payload)}\r\n\r\n".encode() + payload)
+        assert until(arrived, timeout_s), "the request did not arrive where the client waited for it"
 
 
 def serve(app: Any, http: Any = "httptools") -> RunningGateway:
