@@ -10,7 +10,10 @@ the same answer as an SSE stream of ``chat.completion.chunk`` events with logpro
 
   passthrough       the floor: the minimal Python proxy (passthrough_app.py), measured once
   chat_accept       cascade/accept: the cheap stage scored and accepted (one upstream call)
-  chat_escalate     cascade/escalate: scored, escalated, the final stage called (two calls)
+  chat_escalate     cascade/escalate: scored, escalated, the final stage called (two calls); the
+                    final stage asks for no logprobs and is served the answer without them
+  chat_escalate_logprobs  the same, the final stage served the scored answer, logprobs and all
+                    (the escalate row's yardstick before 2026-12-06: a real upstream sends none)
   keyed_spend       accept with a Redis-stored key with a USD limit (keyed_instructions.py ``spend``)
   keyed_rate1       the same with one per-minute window of requests and tokens (``rate1``)
   responses_accept  accept through POST /v1/responses
@@ -77,6 +80,7 @@ from run_bench import (
     ENDPOINTS,
     MESSAGES,
     REPO,
+    Upstreams,
     body_for,
     cascade_serve,
     nginx_upstream,
@@ -117,6 +121,13 @@ CELLS: dict[str, Cell] = {
         CHAT,
         body_for("escalate"),
         {"x-cascade-escalated": "true", "x-cascade-models-called": "small,large"},
+    ),
+    "chat_escalate_logprobs": Cell(
+        "chat escalate, final answer with logprobs",
+        "gateway",
+        CHAT,
+        body_for("escalate_logprobs"),
+        {"x-cascade-escalated": "true", "x-cascade-models-called": "small,large_logprobs"},
     ),
     "keyed_spend": Cell(
         "keyed accept (USD limit), net", "keyed", CHAT, body_for("accept"), ACCEPTED, "spend"
@@ -233,10 +244,12 @@ def idle_row(args: argparse.Namespace, pid: int, out_dir: Path) -> dict[str, flo
 
 
 def gateway_rows(
-    args: argparse.Namespace, out_dir: Path, pythonpath: str, urls: tuple[str, str], names: list[str]
+    args: argparse.Namespace, out_dir: Path, pythonpath: str, urls: Upstreams, names: list[str]
 ) -> dict[str, Any]:
     """The unkeyed cells on one ``cascade serve`` of the code at ``pythonpath``."""
-    config = write_gateway_files(out_dir, urls[0], body=args.body, stream_upstream=urls[1])
+    config = write_gateway_files(
+        out_dir, urls.json, body=args.body, stream_upstream=urls.sse, final_upstream=urls.final
+    )
     with callgrind_serve(config, out_dir, args.server_cpu, pythonpath) as (base, pid):
         for name in names:
             check_cell(base, name)
@@ -279,7 +292,7 @@ def revision_rows(
     tmp: Path,
     label: str,
     pythonpath: str,
-    urls: tuple[str, str],
+    urls: Upstreams,
     redis_url: str | None,
 ) -> dict[str, Any]:
     """Every selected cell of one revision (the floor only with the working tree)."""
@@ -288,7 +301,7 @@ def revision_rows(
     by_server = {s: [n for n in args.paths if CELLS[n].server == s] for s in ("floor", "gateway", "keyed")}
     if by_server["floor"] and label == "after":
         (tmp / "floor").mkdir()
-        rows["passthrough"] = floor_row(args, tmp / "floor", urls[0])
+        rows["passthrough"] = floor_row(args, tmp / "floor", urls.json)
     if by_server["gateway"]:
         (tmp / f"{label}-gateway").mkdir()
         rows.update(gateway_rows(args, tmp / f"{label}-gateway", pythonpath, urls, by_server["gateway"]))
@@ -296,7 +309,7 @@ def revision_rows(
         assert redis_url is not None
         (tmp / f"{label}-keyed").mkdir()
         rows.update(
-            keyed_rows(args, tmp / f"{label}-keyed", pythonpath, urls[0], redis_url, by_server["keyed"])
+            keyed_rows(args, tmp / f"{label}-keyed", pythonpath, urls.json, redis_url, by_server["keyed"])
         )
     return rows
 
@@ -331,9 +344,7 @@ def instruction_table(rows: dict[str, dict[str, Any]], before: str | None) -> st
     return "\n".join(lines)
 
 
-def instructions_mode(
-    args: argparse.Namespace, tmp: Path, urls: tuple[str, str], redis_url: str | None
-) -> Any:
+def instructions_mode(args: argparse.Namespace, tmp: Path, urls: Upstreams, redis_url: str | None) -> Any:
     """Every selected cell, before (with ``--before``) and after; the rows by cell."""
     by_revision: dict[str, dict[str, Any]] = {}
     with exported(args.before, tmp) as before_path:
@@ -357,12 +368,12 @@ def wall_rps(url: str, request: dict[str, Any], args: argparse.Namespace) -> flo
     return float(result["rps"])
 
 
-def wall_mode(args: argparse.Namespace, tmp: Path, urls: tuple[str, str]) -> Any:
+def wall_mode(args: argparse.Namespace, tmp: Path, urls: Upstreams) -> Any:
     """req/s of accept and escalate per revision against the floor measured before and after them."""
     floors: list[float] = []
 
     def floor() -> None:
-        with passthrough_serve(tmp, urls[0], args.server_cpu) as (url, _):
+        with passthrough_serve(tmp, urls.json, args.server_cpu) as (url, _):
             floors.append(wall_rps(url, CELLS["passthrough"].request, args))
             print(f"  floor {floors[-1]:.0f} req/s", flush=True)
 
@@ -372,7 +383,9 @@ def wall_mode(args: argparse.Namespace, tmp: Path, urls: tuple[str, str]) -> Any
         revisions = ([("before", before_path)] if before_path else []) + [("after", str(REPO))]
         for label, pythonpath in revisions:
             (tmp / f"wall-{label}").mkdir()
-            config = write_gateway_files(tmp / f"wall-{label}", urls[0], body=args.body)
+            config = write_gateway_files(
+                tmp / f"wall-{label}", urls.json, body=args.body, final_upstream=urls.final
+            )
             env = {"PYTHONPATH": pythonpath}
             with cascade_serve(tmp, config, args.server_cpu, env, log_name=f"wall-{label}") as (base, _):
                 for name in WALL_CELLS:

@@ -51,7 +51,7 @@ import tempfile
 import time
 from collections.abc import Iterator
 from pathlib import Path
-from typing import Any
+from typing import Any, NamedTuple
 
 import httpx
 
@@ -181,20 +181,38 @@ def sse_stream(answer: dict[str, Any]) -> bytes:
     return "".join(events).encode()
 
 
-def upstreams(nginx_port: int, body: str) -> tuple[str, str]:
-    """The base URLs nginx serves ``body`` at: (a JSON answer, the same answer streamed)."""
-    return f"http://127.0.0.1:{nginx_port}/{body}/v1", f"http://127.0.0.1:{nginx_port}/{body}/sse/v1"
+class Upstreams(NamedTuple):
+    """The base URLs nginx serves a body at (``nginx_upstream``)."""
+
+    json: str  # the answer, with the logprobs a scored stage asks for
+    sse: str  # the same answer streamed (``sse_stream``)
+    final: str  # the answer without logprobs (``null``), as a final stage, which asks for none, gets it
+
+
+def upstreams(nginx_port: int, body: str) -> Upstreams:
+    """The base URLs nginx serves ``body`` at."""
+    base = f"http://127.0.0.1:{nginx_port}/{body}"
+    return Upstreams(f"{base}/v1", f"{base}/sse/v1", f"{base}/final/v1")
+
+
+def unscored(answer: dict[str, Any]) -> dict[str, Any]:
+    """``answer`` as an upstream sends it to a request that asked for no logprobs."""
+    return {**answer, "choices": [{**choice, "logprobs": None} for choice in answer["choices"]]}
 
 
 @contextlib.contextmanager
 def nginx_upstream(tmp: Path, cpu: str) -> Iterator[int]:
-    """nginx (one worker, pinned to ``cpu``) serving each body at ``/<body>/v1`` and its SSE form
-    (``sse_stream``, as ``text/event-stream``) at ``/<body>/sse/v1``; yields the port."""
+    """nginx (one worker, pinned to ``cpu``) serving each body at ``/<body>/v1``, its SSE form
+    (``sse_stream``, as ``text/event-stream``) at ``/<body>/sse/v1`` and its form without logprobs
+    (``unscored``) at ``/<body>/final/v1``; yields the port."""
     for name, (fixture, _) in BODIES.items():
         if not fixture.exists():  # the 25k body lives beside the checkout; --bodies 2k runs without it
             continue
         (tmp / "www" / name / "v1" / "chat").mkdir(parents=True)
         shutil.copy(fixture, tmp / "www" / name / "v1" / "chat" / "completions")
+        (tmp / "www" / name / "final" / "v1" / "chat").mkdir(parents=True)
+        final = json.dumps(unscored(json.loads(fixture.read_text())), separators=(",", ":"))
+        (tmp / "www" / name / "final" / "v1" / "chat" / "completions").write_text(final)
         (tmp / "www" / name / "sse" / "v1" / "chat").mkdir(parents=True)
         streamed = sse_stream(json.loads(fixture.read_text()))
         (tmp / "www" / name / "sse" / "v1" / "chat" / "completions").write_bytes(streamed)
@@ -209,6 +227,12 @@ def nginx_upstream(tmp: Path, cpu: str) -> Iterator[int]:
         for name in (name for name, (fixture, _) in BODIES.items() if fixture.exists()):
             check = httpx.post(f"http://127.0.0.1:{port}/{name}/v1/chat/completions", json={}, timeout=5)
             assert check.status_code == 200 and check.json()["choices"][0]["logprobs"], check.text[:200]
+            final = httpx.post(
+                f"http://127.0.0.1:{port}/{name}/final/v1/chat/completions", json={}, timeout=5
+            )
+            assert final.status_code == 200 and final.json()["choices"][0]["logprobs"] is None, final.text[
+                :200
+            ]
             check = httpx.post(f"http://127.0.0.1:{port}/{name}/sse/v1/chat/completions", json={}, timeout=5)
             assert check.headers["content-type"] == "text/event-stream", check.headers
             assert check.text.endswith("data: [DONE]\n\n"), check.text[-200:]
@@ -233,6 +257,7 @@ def write_gateway_files(
     body: str = "25k",
     learning_rate: float | None = None,
     stream_upstream: str | None = None,
+    final_upstream: str | None = None,
 ) -> Path:
     """Config + policy: tier ``accept`` passes the body's score, tier ``escalate`` fails it.
 
@@ -240,6 +265,10 @@ def write_gateway_files(
     store in ``tmp`` (reference ``large``, exact judge, a shadow spend cap that never binds).
     ``stream_upstream``: the SSE form of the body (``upstreams``): add its models and the streamed
     tiers (``stream_tiers``).
+    ``final_upstream``: the body without logprobs (``upstreams``): model ``large`` (the final stage
+    of every tier; it asks for no logprobs) is served that, as a real upstream would answer it, and
+    tier ``escalate_logprobs`` escalates to ``large_logprobs``, the same model served the scored
+    answer (what ``large`` was served before 2026-12-06).
     """
     sys.path.insert(0, str(REPO))
     from policies import build_policy, save_policy, score_response
@@ -276,6 +305,10 @@ def write_gateway_files(
     if stream_upstream is not None:
         tiers.update(stream_tiers(tiers["accept"], fixture, top_k))
         policy_models.update({f"{name}_stream": policy_models[name] for name in ("small", "large")})
+    if final_upstream is not None:
+        route = {**tiers["escalate"]["routes"][0], "models": ["small", "large_logprobs"]}
+        tiers["escalate_logprobs"] = {**tiers["escalate"], "routes": [route]}
+        policy_models["large_logprobs"] = policy_models["large"]
     document: dict[str, Any] = {
         "scorer": {"name": "mean_token_negentropy", "top_k": top_k},
         "models": policy_models,
@@ -301,6 +334,9 @@ def write_gateway_files(
     if stream_upstream is not None:  # the same models, served the streamed form of the answer
         for name in ("small", "large"):
             config["models"][f"{name}_stream"] = {**config["models"][name], "base_url": stream_upstream}
+    if final_upstream is not None:
+        config["models"]["large_logprobs"] = config["models"]["large"]
+        config["models"]["large"] = {**config["models"]["large"], "base_url": final_upstream}
     name = f"gateway-{body}" + ("-redis" if redis_url else "")
     if learning_rate is not None:
         name += "-learning"
@@ -378,6 +414,7 @@ def body_for(target: str) -> dict[str, Any]:
         "accept_keyed": "cascade/accept",
         "accept_learning": "cascade/accept",
         "escalate": "cascade/escalate",
+        "escalate_logprobs": "cascade/escalate_logprobs",
         "routed": "cascade/routed",
         "single": "cascade/single",
         "model": "small",
