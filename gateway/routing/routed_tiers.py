@@ -191,7 +191,7 @@ class RouterRuntime:
                 return plan
         _, router, costs, order = self._linear(spec)
         if isinstance(features, SparseFeatures):  # plain Python over the router's coefficients
-            p: list[float] = router.sparse_probabilities(features.terms)
+            p: list[float] = router.sparse_probabilities(features)
         else:
             p = router.probabilities(features).tolist()
         models, thresholds, mechanism, probability = _decide(routing, router.models, p, costs, order)
