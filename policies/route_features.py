@@ -59,7 +59,7 @@ _CHEAP_DIMS = feature_dims(CHEAP)
 # _buckets: a bucket is a CRC-32's low byte, read from the CRCs packed as 32-bit integers.
 _UINT32 = "I" if array("I").itemsize == 4 else "L"
 _LOW_BYTE = 0 if sys.byteorder == "little" else 3
-# _gram_terms: log1p(1), its square as a float, and the scale that makes every square (>= log1p(1)**2
+# _gram_entries: log1p(1), its square as a float, and the scale that makes every square (>= log1p(1)**2
 # >= 1/4, so a multiple of its ulp 2**-54 or coarser) a whole number.
 _LOG2 = math.log1p(1)
 _LOG2_SQUARED = _LOG2 * _LOG2
@@ -81,21 +81,50 @@ def request_text(messages: Sequence[Any], tools: Sequence[Any] | None) -> str:
 
 
 class SparseFeatures:
-    """A feature vector held as its nonzero entries: ``terms`` maps an index below ``dims`` to its
-    value. What the gateway computes per request (no numpy on the request path, docs/routing.md);
-    ``np.asarray`` gives the dense vector (``__array__``), for the learning rows and calibration."""
+    """A feature vector held as its nonzero entries. What the gateway computes per request (no
+    numpy on the request path, docs/routing.md); ``np.asarray`` gives the dense vector
+    (``__array__``), for the learning rows and calibration.
 
-    __slots__ = ("dims", "terms")
+    The entries are kept grouped by value, as the router reads them (``LinearRouter.
+    sparse_probabilities``: one sum of coefficients per group, one product per group):
+    ``groups`` is a list of ``(value, indices)``, each with two indices or more (the n-gram
+    entries: one group when every bucket holds one gram, else one per distinct count), and
+    ``singles`` the other entries as ``(index, value)``. ``terms`` maps every index to its value
+    (built on first use).
+    """
 
-    def __init__(self, dims: int, terms: dict[int, float]) -> None:
+    __slots__ = ("_terms", "dims", "groups", "singles")
+
+    def __init__(
+        self,
+        dims: int,
+        groups: list[tuple[float, Sequence[int]]],
+        singles: list[tuple[int, float]],
+    ) -> None:
         self.dims = dims
-        self.terms = terms
+        self.groups = groups
+        self.singles = singles
+        self._terms: dict[int, float] | None = None
+
+    @property
+    def terms(self) -> dict[int, float]:
+        """The nonzero entries as index -> value: the groups' entries, then the single ones."""
+        if self._terms is None:
+            terms: dict[int, float] = {}
+            for value, indices in self.groups:
+                terms.update(dict.fromkeys(indices, value))
+            terms.update(self.singles)
+            self._terms = terms
+        return self._terms
 
     def dense(self) -> np.ndarray:
         """The whole vector (float64, ``dims`` long)."""
         vector = np.zeros(self.dims)
-        if self.terms:
-            vector[list(self.terms)] = list(self.terms.values())
+        for value, indices in self.groups:
+            vector[list(indices)] = value
+        if self.singles:
+            indices, values = zip(*self.singles, strict=True)
+            vector[list(indices)] = values
         return vector
 
     def __array__(self, dtype: Any = None, copy: Any = None) -> np.ndarray:
@@ -130,53 +159,59 @@ def _buckets(tokens: list[bytes]) -> bytes:
     return array(_UINT32, crcs).tobytes()[_LOW_BYTE::4]
 
 
-def _gram_terms(buckets: bytes) -> dict[int, float]:
-    """The n-gram entries of the vector: per bucket of ``buckets``, in order of first occurrence,
-    ``log1p(count)`` divided by the L2 norm of all of them.
+def _gram_entries(buckets: bytes) -> tuple[list[tuple[float, Sequence[int]]], list[tuple[int, float]]]:
+    """The n-gram entries of the vector as ``SparseFeatures`` holds them: ``(groups, singles)``.
+    Per bucket of ``buckets``, ``log1p(count)`` divided by the L2 norm of all of them; the buckets
+    of one count share one value, a group (a count only one bucket has: an entry of ``singles``).
 
     An entry depends only on its bucket's count, so each distinct count is computed once, and
     exactly as per entry: the norm is the square root of the correctly rounded sum of the squared
     entries, which ``math.fsum`` of the squares gives and which is computed here exactly in
     integers (each square, at least ``log(2)**2``, is a whole multiple of ``2**-54``; an int's true
     division is correctly rounded). A short request's grams usually each have their own bucket:
-    all counts 1, one value, and ``n * log(2)**2`` rounded is that sum.
+    all counts 1, one value, ``n * log(2)**2`` rounded is that sum, and ``buckets`` (two grams or
+    more: a unigram and a bigram per token) is the one group's indices.
     """
     if not buckets:
-        return {}
-    terms = dict.fromkeys(buckets, _LOG2 / math.sqrt(len(buckets) * _LOG2_SQUARED))
-    if len(terms) == len(buckets):  # no bucket holds two grams
-        return terms
+        return [], []
+    if len(set(buckets)) == len(buckets):  # no bucket holds two grams
+        return [(_LOG2 / math.sqrt(len(buckets) * _LOG2_SQUARED), buckets)], []
     counts: dict[int, int] = {}
     _count_elements(counts, buckets)
-    times: dict[int, int] = {}
-    _count_elements(times, counts.values())
+    by_count: dict[int, list[int]] = {}
+    for bucket, count in counts.items():
+        by_count.setdefault(count, []).append(bucket)
     values: dict[int, float] = {}
     squares = 0  # the sum of the squared entries, in units of 2**-54
-    for count, repeated in times.items():
+    for count, sharing in by_count.items():
         value = values[count] = math.log1p(count)
-        squares += repeated * int(value * value * _TWO_54)
+        squares += len(sharing) * int(value * value * _TWO_54)
     norm = math.sqrt(squares / _TWO_54_INT)
-    for count, value in values.items():
-        values[count] = value / norm
-    return dict(zip(counts, map(values.__getitem__, counts.values()), strict=True))
+    groups: list[tuple[float, Sequence[int]]] = []
+    singles: list[tuple[int, float]] = []
+    for count, sharing in by_count.items():
+        if len(sharing) > 1:
+            groups.append((values[count] / norm, sharing))
+        else:
+            singles.append((sharing[0], values[count] / norm))
+    return groups, singles
 
 
 def cheap_terms(text: str, n_tools: int, kind: str) -> SparseFeatures:
     """The ``cheap-v1`` vector of one request as its nonzero entries (module docstring): the one
     definition of the feature set; ``cheap_features`` is its dense form."""
     tokens = _grams(text)
-    terms = _gram_terms(_buckets(tokens))
+    groups, singles = _gram_entries(_buckets(tokens))
     length = math.log1p(len(text))
     if length:
-        terms[HASH_DIMS] = length
+        singles.append((HASH_DIMS, length))
     if tokens:
-        terms[HASH_DIMS + 1] = math.log1p(len(tokens))
+        singles.append((HASH_DIMS + 1, math.log1p(len(tokens))))
     if n_tools:
-        terms[HASH_DIMS + 2] = 1.0
-        terms[HASH_DIMS + 3] = math.log1p(n_tools)
+        singles += ((HASH_DIMS + 2, 1.0), (HASH_DIMS + 3, math.log1p(n_tools)))
     if kind in KINDS:
-        terms[HASH_DIMS + 4 + KINDS.index(kind)] = 1.0
-    return SparseFeatures(_CHEAP_DIMS, terms)
+        singles.append((HASH_DIMS + 4 + KINDS.index(kind), 1.0))
+    return SparseFeatures(_CHEAP_DIMS, groups, singles)
 
 
 def cheap_features(text: str, n_tools: int, kind: str) -> np.ndarray:

@@ -17,13 +17,15 @@ Two rules read the probabilities:
 from __future__ import annotations
 
 import math
-from collections.abc import Mapping, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass, field
+from operator import itemgetter
 from typing import TYPE_CHECKING, overload
 
 import numpy as np
 
 if TYPE_CHECKING:
+    from policies.route_features import SparseFeatures
     from policies.routing_schema import RouterSpec, TierRouting
 
 
@@ -57,14 +59,23 @@ class LinearRouter:
         """P(correct) per model: ``(k,)`` for one vector ``(d,)``, ``(n, k)`` for rows ``(n, d)``."""
         return _sigmoid(np.asarray(features, dtype=np.float64) @ self.coef.T + self.intercept)
 
-    def sparse_probabilities(self, terms: Mapping[int, float]) -> list[float]:
-        """P(correct) per model for one vector given by its nonzero entries (index -> value), in
-        plain Python: the request path's form of ``probabilities`` (equal to rounding)."""
+    def sparse_probabilities(self, features: SparseFeatures) -> list[float]:
+        """P(correct) per model for one vector given by its nonzero entries, in plain Python: the
+        request path's form of ``probabilities`` (equal to rounding). Per group of entries sharing
+        a value (``SparseFeatures.groups``), the value times the sum of their coefficients: one
+        product per group rather than per entry."""
         tanh, fsum = math.tanh, math.fsum
-        items = terms.items()
+        # itemgetter of two indices or more: a tuple of the row's coefficients, read in C.
+        groups = [(value, itemgetter(*indices)) for value, indices in features.groups]
+        singles = features.singles
         out = []
         for row, intercept in zip(self._rows, self._intercepts, strict=True):
-            z = fsum([row[index] * value for index, value in items]) + intercept
+            # A handful of terms added in order (no fsum): equal to numpy's product to rounding.
+            z = intercept
+            for index, value in singles:
+                z += row[index] * value
+            for value, coefficients in groups:
+                z += value * fsum(coefficients(row))
             out.append(0.5 * (1.0 + tanh(0.5 * z)))
         return out
 

@@ -175,7 +175,11 @@ class ApiEndpoint:
             gw.no_policy_reason(),
         )
         if gw.router_runtime.applies(plan):  # a routed tier: the router picks the route (before reserving)
-            plan = request.plan = await gw.router_runtime.apply(plan, parsed)
+            # cheap-v1 features: decided inline, no coroutine; an embedding's: awaited.
+            routed = gw.router_runtime.apply_inline(plan, parsed)
+            plan = request.plan = (
+                routed if routed is not None else await gw.router_runtime.apply(plan, parsed)
+            )
         if gw.metrics.shift_alarms.alarmed:  # a tier's shift alarm is set: its safe route, if declared
             plan = request.plan = gw.safe_routes.plan(plan)
         request.tier = plan.tier

@@ -169,29 +169,43 @@ class RouterRuntime:
         self._timer(MINILM).observe(time.perf_counter() - started)
         return features, why
 
+    def apply_inline(self, plan: RoutePlan, request: ParsedRequest) -> RoutePlan | None:
+        """``apply`` without a coroutine when the tier's router reads ``cheap-v1`` (computed inline,
+        module docstring); None when its features come from the embedding pool (``await apply``)."""
+        policy = plan.policy
+        assert policy is not None and policy.router is not None
+        if policy.router.features != CHEAP:
+            return None
+        return self._routed(plan, self._cheap(request, plan.kind))
+
     async def apply(self, plan: RoutePlan, request: ParsedRequest) -> RoutePlan:
         """``plan`` with the route its tier's routing chooses (unchanged, marked fallback, when the
         features could not be computed)."""
         policy = plan.policy
         assert policy is not None and policy.router is not None
+        spec = policy.router
+        if spec.features == CHEAP:  # tens of microseconds: computed inline (module docstring)
+            return self._routed(plan, self._cheap(request, plan.kind))
+        features, why = await self.features(spec.features, request, plan.kind)
+        if features is None:
+            self._child(self.fallbacks, plan.tier, why).inc()
+            self._child(
+                self.decisions, plan.tier, "fallback", plan.route.models[0] if plan.route else ""
+            ).inc()
+            plan.mechanism = "fallback"
+            return plan
+        return self._routed(plan, features)
+
+    def _routed(self, plan: RoutePlan, features: SparseFeatures | np.ndarray) -> RoutePlan:
+        """``plan`` with the route its tier's routing chooses from the request's ``features``,
+        counted in the decision metrics."""
+        policy = plan.policy
+        assert policy is not None and policy.router is not None
         routing = policy.tiers[plan.tier].routing
         assert routing is not None
-        spec = policy.router
-        features: SparseFeatures | np.ndarray | None
-        if spec.features == CHEAP:  # tens of microseconds: computed inline (module docstring)
-            features = self._cheap(request, plan.kind)
-        else:
-            features, why = await self.features(spec.features, request, plan.kind)
-            if features is None:
-                self._child(self.fallbacks, plan.tier, why).inc()
-                self._child(
-                    self.decisions, plan.tier, "fallback", plan.route.models[0] if plan.route else ""
-                ).inc()
-                plan.mechanism = "fallback"
-                return plan
-        _, router, costs, order = self._linear(spec)
+        _, router, costs, order = self._linear(policy.router)
         if isinstance(features, SparseFeatures):  # plain Python over the router's coefficients
-            p: list[float] = router.sparse_probabilities(features.terms)
+            p: list[float] = router.sparse_probabilities(features)
         else:
             p = router.probabilities(features).tolist()
         models, thresholds, mechanism, probability = _decide(routing, router.models, p, costs, order)

@@ -94,8 +94,10 @@ def test_the_request_paths_plain_python_router_decides_as_the_numpy_one_on_many_
         sparse = cheap_terms(text, n_tools, kind)
         dense = _numpy_cheap_features(text, n_tools, kind)
         np.testing.assert_allclose(np.asarray(sparse), dense, rtol=1e-14, atol=1e-15)
-        np.testing.assert_array_equal(np.asarray(sparse), cheap_features(text, n_tools, kind))
-        p_plain = router.sparse_probabilities(sparse.terms)
+        exact = cheap_features(text, n_tools, kind)
+        np.testing.assert_array_equal(np.asarray(sparse), exact)
+        assert sparse.terms == {int(i): float(exact[i]) for i in np.flatnonzero(exact)}  # the same entries
+        p_plain = router.sparse_probabilities(sparse)
         p_numpy = router.probabilities(dense)
         np.testing.assert_allclose(p_plain, p_numpy, rtol=1e-12, atol=1e-15)
         for price_weight in (0.0, 300.0, 3000.0):
