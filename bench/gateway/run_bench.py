@@ -210,11 +210,12 @@ def nginx_upstream(tmp: Path, cpu: str) -> Iterator[int]:
             continue
         (tmp / "www" / name / "v1" / "chat").mkdir(parents=True)
         shutil.copy(fixture, tmp / "www" / name / "v1" / "chat" / "completions")
+        answer = json.loads(fixture.read_text())
         (tmp / "www" / name / "final" / "v1" / "chat").mkdir(parents=True)
-        final = json.dumps(unscored(json.loads(fixture.read_text())), separators=(",", ":"))
+        final = json.dumps(unscored(answer), separators=(",", ":"))
         (tmp / "www" / name / "final" / "v1" / "chat" / "completions").write_text(final)
         (tmp / "www" / name / "sse" / "v1" / "chat").mkdir(parents=True)
-        streamed = sse_stream(json.loads(fixture.read_text()))
+        streamed = sse_stream(answer)
         (tmp / "www" / name / "sse" / "v1" / "chat" / "completions").write_bytes(streamed)
     os.chmod(tmp, 0o755)  # nginx workers run unprivileged
     port = free_port()
@@ -225,14 +226,12 @@ def nginx_upstream(tmp: Path, cpu: str) -> Iterator[int]:
     ):
         wait_http(f"http://127.0.0.1:{port}/2k/v1/models")
         for name in (name for name, (fixture, _) in BODIES.items() if fixture.exists()):
+            base = f"http://127.0.0.1:{port}/{name}"
             check = httpx.post(f"http://127.0.0.1:{port}/{name}/v1/chat/completions", json={}, timeout=5)
             assert check.status_code == 200 and check.json()["choices"][0]["logprobs"], check.text[:200]
-            final = httpx.post(
-                f"http://127.0.0.1:{port}/{name}/final/v1/chat/completions", json={}, timeout=5
-            )
-            assert final.status_code == 200 and final.json()["choices"][0]["logprobs"] is None, final.text[
-                :200
-            ]
+            final = httpx.post(f"{base}/final/v1/chat/completions", json={}, timeout=5)
+            unasked = final.status_code == 200 and final.json()["choices"][0]["logprobs"] is None
+            assert unasked, final.text[:200]
             check = httpx.post(f"http://127.0.0.1:{port}/{name}/sse/v1/chat/completions", json={}, timeout=5)
             assert check.headers["content-type"] == "text/event-stream", check.headers
             assert check.text.endswith("data: [DONE]\n\n"), check.text[-200:]

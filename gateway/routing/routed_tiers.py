@@ -181,12 +181,11 @@ class RouterRuntime:
     async def apply(self, plan: RoutePlan, request: ParsedRequest) -> RoutePlan:
         """``plan`` with the route its tier's routing chooses (unchanged, marked fallback, when the
         features could not be computed)."""
-        policy = plan.policy
-        assert policy is not None and policy.router is not None
-        spec = policy.router
-        if spec.features == CHEAP:  # tens of microseconds: computed inline (module docstring)
-            return self._routed(plan, self._cheap(request, plan.kind))
-        features, why = await self.features(spec.features, request, plan.kind)
+        routed = self.apply_inline(plan, request)  # cheap-v1: tens of microseconds, no await
+        if routed is not None:
+            return routed
+        assert plan.policy is not None and plan.policy.router is not None
+        features, why = await self.features(plan.policy.router.features, request, plan.kind)
         if features is None:
             self._child(self.fallbacks, plan.tier, why).inc()
             self._child(
